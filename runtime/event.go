@@ -1,0 +1,260 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// A Sink receives a turn's events in order, one at a time. Emit blocks
+// while the consumer is slow, which slows the turn down: no event is dropped
+// and nothing is buffered without bound. An error from Emit ends the turn.
+type Sink interface {
+	Emit(ctx context.Context, ev Event) error
+}
+
+// SinkFunc adapts a function to a [Sink].
+type SinkFunc func(ctx context.Context, ev Event) error
+
+// Emit calls f(ctx, ev).
+func (f SinkFunc) Emit(ctx context.Context, ev Event) error { return f(ctx, ev) }
+
+// Event is one step of a turn, a plain value that can be stored and replayed.
+// Seq starts at 1 and has no gaps within a turn; exactly one payload field is
+// set. The last event of every turn is TurnCompleted or Error.
+type Event struct {
+	// Seq numbers the event within its turn, from 1.
+	Seq uint64
+	// Time is when the event happened.
+	Time time.Time
+	// TurnID identifies the turn.
+	TurnID string
+
+	TurnStarted      *TurnStarted
+	LLMCallStarted   *LLMCallStarted
+	TextDelta        *TextDelta
+	ThinkingDelta    *ThinkingDelta
+	ToolCallDelta    *ToolCallDelta
+	MessageCompleted *MessageCompleted
+	ToolStarted      *ToolStarted
+	ToolProgress     *ToolProgressEvent
+	ToolFinished     *ToolFinished
+	LLMCallFinished  *LLMCallFinished
+	Retry            *Retry
+	Fallback         *Fallback
+	Compaction       *Compaction
+	Usage            *Usage
+	Error            *TurnError
+	TurnCompleted    *TurnCompleted
+}
+
+// Terminal reports whether ev ends its turn.
+func (ev Event) Terminal() bool { return ev.Error != nil || ev.TurnCompleted != nil }
+
+// TurnStarted opens a turn.
+type TurnStarted struct {
+	// Model is the alias the turn asked for (after applying the default).
+	Model string
+}
+
+// LLMCallStarted opens one attempt at a model call.
+type LLMCallStarted struct {
+	// Model is the model alias called.
+	Model string
+	// Provider is the configured provider name.
+	Provider string
+	// ProviderModel is the provider's own model id.
+	ProviderModel string
+	// Attempt counts attempts on this model for this step, from 1.
+	Attempt int
+	// Call counts model calls in the turn, from 1, retries included.
+	Call int
+}
+
+// TextDelta is a fragment of the reply's text.
+type TextDelta struct{ Text string }
+
+// ThinkingDelta is a fragment of the model's reasoning, or the signature of
+// a reasoning block.
+type ThinkingDelta struct {
+	Text      string
+	Signature string
+}
+
+// ToolCallDelta is a fragment of a tool call as the model writes it.
+type ToolCallDelta struct {
+	// Index is the call's position within the message.
+	Index int
+	// CallID and Name are set on the call's first delta.
+	CallID string
+	Name   string
+	// ArgumentsDelta is a fragment of the JSON arguments.
+	ArgumentsDelta string
+}
+
+// MessageCompleted carries a message exactly as committed to the
+// conversation: an assistant reply after its stream completed, or the tool
+// results of a step.
+type MessageCompleted struct{ Message Message }
+
+// ToolStarted says a server-side tool began running.
+type ToolStarted struct {
+	CallID    string
+	Name      string
+	Arguments string
+}
+
+// ToolProgressEvent relays a running tool's progress report.
+type ToolProgressEvent struct {
+	CallID string
+	Name   string
+	ToolProgress
+}
+
+// ToolFinished says a tool call ended, with the result the model will see.
+type ToolFinished struct {
+	CallID   string
+	Name     string
+	Content  string
+	IsError  bool
+	Duration time.Duration
+}
+
+// LLMCallFinished closes one attempt at a model call.
+type LLMCallFinished struct {
+	Model   string
+	Attempt int
+	// Usage is the attempt's usage; failed attempts cost tokens too.
+	Usage Usage
+	// Stop is why the reply ended, when it succeeded.
+	Stop StopReason
+	// Err is the attempt's failure, nil when it succeeded.
+	Err *TurnError
+	// Duration is the attempt's wall time.
+	Duration time.Duration
+	// TimeToFirstChunk is the delay before the first output, zero if none.
+	TimeToFirstChunk time.Duration
+}
+
+// Retry says a failed attempt will be retried on the same model.
+type Retry struct {
+	// Attempt is the number of the attempt about to start.
+	Attempt int
+	// MaxAttempts is the most attempts this model gets in this step.
+	MaxAttempts int
+	Model       string
+	// Delay is how long the runtime waits before the attempt.
+	Delay time.Duration
+	// Kind is the class of the failure that caused the retry.
+	Kind    Kind
+	Message string
+	// DiscardPartial reports that output streamed since DiscardFromSeq
+	// belongs to the failed attempt and must be dropped by every consumer.
+	DiscardPartial bool
+	// DiscardFromSeq is the first event of the failed attempt's output.
+	DiscardFromSeq uint64
+}
+
+// Fallback says the turn moves to the next model of its chain.
+type Fallback struct {
+	From string
+	To   string
+	// Kind is the class of the failure that caused the move.
+	Kind    Kind
+	Message string
+	// DiscardPartial and DiscardFromSeq are as in [Retry].
+	DiscardPartial bool
+	DiscardFromSeq uint64
+}
+
+// Compaction says the conversation was shortened to fit a context window.
+type Compaction struct {
+	Strategy       string
+	MessagesBefore int
+	MessagesAfter  int
+	// BytesBefore and BytesAfter measure the conversation's text size.
+	BytesBefore int
+	BytesAfter  int
+}
+
+// TurnError is the terminal failure of a turn, or of one attempt in
+// [LLMCallFinished].
+type TurnError struct {
+	Kind    Kind
+	Message string
+	// Retryable is nil when there is no advice; true when re-sending the
+	// conversation plus the turn's committed messages is safe and may
+	// succeed; false when a person must act.
+	Retryable *bool
+	// RetryAfter is the delay a client should wait before retrying.
+	RetryAfter time.Duration
+	// Model is the model alias the error concerns.
+	Model string
+	// Attempts lists the attempts made, per model, in order.
+	Attempts []ModelAttempts
+}
+
+// ModelAttempts counts the attempts made on one model.
+type ModelAttempts struct {
+	Model    string
+	Attempts int
+	// LastKind is the class of the model's last failure.
+	LastKind Kind
+}
+
+// EndReason says why a turn completed.
+type EndReason uint8
+
+// The reasons a turn completes.
+const (
+	// EndTurn means the model finished.
+	EndTurn EndReason = iota + 1
+	// EndToolCallsRequired means the model called client-side tools: the
+	// client runs them and sends the results in its next turn.
+	EndToolCallsRequired
+	// EndMaxModelCalls means the turn's model-call limit was reached.
+	EndMaxModelCalls
+	// EndMaxTokens means the reply was truncated and no continuation was left.
+	EndMaxTokens
+	// EndRefusal means the model or its provider declined to answer.
+	EndRefusal
+	// EndStopSequence means a stop sequence ended the reply.
+	EndStopSequence
+)
+
+// String returns the reason's snake_case name.
+func (r EndReason) String() string {
+	switch r {
+	case EndTurn:
+		return "end_turn"
+	case EndToolCallsRequired:
+		return "tool_calls_required"
+	case EndMaxModelCalls:
+		return "max_model_calls"
+	case EndMaxTokens:
+		return "max_tokens"
+	case EndRefusal:
+		return "refusal"
+	case EndStopSequence:
+		return "stop_sequence"
+	}
+	return "unspecified"
+}
+
+// TurnCompleted ends a turn that reached an outcome.
+type TurnCompleted struct {
+	Reason EndReason
+	// Messages are the messages the turn added, to append to the conversation.
+	Messages []Message
+	Usage    Usage
+	Counters Counters
+}
+
+// Counters count what happened in a turn.
+type Counters struct {
+	ModelCalls  int
+	Retries     int
+	Fallbacks   int
+	Compactions int
+	ToolCalls   int
+	ToolErrors  int
+}

@@ -1,0 +1,144 @@
+package runtime
+
+import "encoding/json"
+
+// Role says who authored a [Message].
+type Role uint8
+
+// The roles of a conversation.
+const (
+	// RoleUser is a message written by the person or program driving the turn.
+	RoleUser Role = iota + 1
+	// RoleAssistant is a message produced by the model.
+	RoleAssistant
+	// RoleTool is a message carrying the results of tool calls.
+	RoleTool
+)
+
+// String returns the role's lower-case name.
+func (r Role) String() string {
+	switch r {
+	case RoleUser:
+		return "user"
+	case RoleAssistant:
+		return "assistant"
+	case RoleTool:
+		return "tool"
+	}
+	return "unspecified"
+}
+
+// Message is one entry of a conversation.
+type Message struct {
+	Role  Role
+	Parts []Part
+}
+
+// PartKind says which field of a [Part] is set.
+type PartKind uint8
+
+// The kinds of [Part].
+const (
+	// PartText is plain text in Part.Text.
+	PartText PartKind = iota + 1
+	// PartThinking is model reasoning in Part.Text, with the provider's
+	// opaque Part.Signature that must be sent back unchanged.
+	PartThinking
+	// PartToolCall is a request from the model to run Part.ToolCall.
+	PartToolCall
+	// PartToolResult is the outcome of a tool call, in Part.ToolResult.
+	PartToolResult
+)
+
+// Part is one piece of a [Message]. Kind says which fields are meaningful.
+type Part struct {
+	Kind       PartKind
+	Text       string
+	Signature  string
+	ToolCall   *ToolCall
+	ToolResult *ToolResult
+}
+
+// TextPart returns a text part.
+func TextPart(s string) Part { return Part{Kind: PartText, Text: s} }
+
+// ToolCall is a model's request to run a tool.
+type ToolCall struct {
+	// ID identifies the call within the conversation; results name it.
+	ID string
+	// Name is the tool's name.
+	Name string
+	// Arguments is the call's arguments as JSON text (an object).
+	Arguments string
+}
+
+// ToolResult is the outcome of one tool call.
+type ToolResult struct {
+	// CallID is the ID of the [ToolCall] this answers.
+	CallID string
+	// Name is the tool's name (some providers need it).
+	Name string
+	// Content is the result shown to the model.
+	Content string
+	// IsError reports that the tool failed; Content says why.
+	IsError bool
+}
+
+// Text returns the concatenated text parts of m.
+func (m Message) Text() string {
+	var s string
+	for _, p := range m.Parts {
+		if p.Kind == PartText {
+			s += p.Text
+		}
+	}
+	return s
+}
+
+// ToolCalls returns the tool calls of m, in order.
+func (m Message) ToolCalls() []ToolCall {
+	var calls []ToolCall
+	for _, p := range m.Parts {
+		if p.Kind == PartToolCall && p.ToolCall != nil {
+			calls = append(calls, *p.ToolCall)
+		}
+	}
+	return calls
+}
+
+// Usage counts the tokens of one model call or, summed, of a turn.
+type Usage struct {
+	InputTokens      int64
+	OutputTokens     int64
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+}
+
+// Add returns the sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		InputTokens:      u.InputTokens + v.InputTokens,
+		OutputTokens:     u.OutputTokens + v.OutputTokens,
+		CacheReadTokens:  u.CacheReadTokens + v.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens + v.CacheWriteTokens,
+	}
+}
+
+// IsZero reports whether u counts nothing.
+func (u Usage) IsZero() bool { return u == Usage{} }
+
+// ToolSpec describes a tool to the model.
+type ToolSpec struct {
+	// Name is the tool's unique name.
+	Name string
+	// Description tells the model what the tool does.
+	Description string
+	// Schema is the JSON Schema of the tool's arguments (an object schema).
+	// Empty means {"type":"object"}.
+	Schema json.RawMessage
+	// ReadOnly reports that the tool changes nothing (MCP readOnlyHint).
+	ReadOnly bool
+	// Idempotent reports that running the tool twice with the same
+	// arguments has the same effect as once (MCP idempotentHint).
+	Idempotent bool
+}
