@@ -197,8 +197,11 @@ type TurnError struct {
 type ModelAttempts struct {
 	Model    string
 	Attempts int
-	// LastKind is the class of the model's last failure.
+	// LastKind is the class of the model's last failure, when Succeeded is
+	// false.
 	LastKind Kind
+	// Succeeded reports that the model's last attempt succeeded.
+	Succeeded bool
 }
 
 // EndReason says why a turn completed.

@@ -1,0 +1,131 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+)
+
+// Compactor shortens a conversation that no longer fits a model's context
+// window. Compact must not change the messages it is given; it returns a
+// shorter conversation that still alternates validly (every tool result
+// follows its tool call).
+type Compactor interface {
+	// Name identifies the strategy in Compaction events.
+	Name() string
+	// Compact returns a shorter version of msgs.
+	Compact(ctx context.Context, system string, msgs []Message) ([]Message, error)
+}
+
+// KeepEnds is the default [Compactor]. It keeps the first user message and
+// the newest messages, drops the middle, and shortens oversized tool
+// results, so that the conversation shrinks to about Target of its size.
+type KeepEnds struct {
+	// Target is the fraction of the conversation's size to aim for
+	// (default 0.5).
+	Target float64
+	// MaxToolResult is the most bytes a tool result keeps (default 2048).
+	MaxToolResult int
+}
+
+// Name returns "keep_ends".
+func (KeepEnds) Name() string { return "keep_ends" }
+
+// Compact implements [Compactor].
+func (k KeepEnds) Compact(_ context.Context, _ string, msgs []Message) ([]Message, error) {
+	target, maxResult := k.Target, k.MaxToolResult
+	if target <= 0 || target >= 1 {
+		target = 0.5
+	}
+	if maxResult <= 0 {
+		maxResult = 2048
+	}
+	goal := int(float64(ConversationSize(msgs)) * target)
+
+	// First shorten oversized tool results, which are the usual culprits.
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m
+		copied := false
+		for j, p := range m.Parts {
+			if p.Kind != PartToolResult || p.ToolResult == nil || len(p.ToolResult.Content) <= maxResult {
+				continue
+			}
+			if !copied {
+				out[i].Parts, copied = append([]Part(nil), m.Parts...), true
+			}
+			r := *p.ToolResult
+			cut := len(r.Content) - maxResult
+			r.Content = r.Content[:maxResult] + fmt.Sprintf("\n[%d bytes omitted to fit the context window]", cut)
+			out[i].Parts[j].ToolResult = &r
+		}
+	}
+	if ConversationSize(out) <= goal {
+		return out, nil
+	}
+
+	// Then keep the first user message and the newest messages, starting
+	// the kept tail at a user message that is not a tool result, so no tool
+	// result loses its call.
+	first := -1
+	for i, m := range out {
+		if m.Role == RoleUser {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return out, nil
+	}
+	head := out[:first+1]
+	budget := goal - ConversationSize(head)
+	start := -1
+	for i := len(out) - 1; i > first; i-- {
+		if out[i].Role != RoleUser || hasToolResult(out[i]) {
+			continue
+		}
+		// The newest clean cut is always taken; older ones while they fit.
+		if start >= 0 && ConversationSize(out[i:]) > budget {
+			break
+		}
+		start = i
+	}
+	if start < 0 {
+		return out, nil
+	}
+	dropped := start - first - 1
+	if dropped <= 0 {
+		return out, nil
+	}
+	note := Message{Role: RoleUser, Parts: []Part{TextPart(fmt.Sprintf("[%d earlier messages were omitted to fit the context window]", dropped))}}
+	res := make([]Message, 0, len(head)+1+len(out)-start)
+	res = append(res, head...)
+	res = append(res, note)
+	return append(res, out[start:]...), nil
+}
+
+func hasToolResult(m Message) bool {
+	for _, p := range m.Parts {
+		if p.Kind == PartToolResult {
+			return true
+		}
+	}
+	return false
+}
+
+// ConversationSize returns the bytes of text in msgs: text, thinking, tool
+// call arguments and tool results.
+func ConversationSize(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			n += len(p.Text) + len(p.Signature)
+			if p.ToolCall != nil {
+				n += len(p.ToolCall.Name) + len(p.ToolCall.Arguments)
+			}
+			if p.ToolResult != nil {
+				n += len(p.ToolResult.Content)
+			}
+		}
+	}
+	return n
+}
