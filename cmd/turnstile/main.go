@@ -1,0 +1,51 @@
+// Command turnstile runs the turnstile gRPC server (serve) and renders turns
+// for people (run).
+//
+//	turnstile serve [--config FILE] [--listen ADDR]
+//	turnstile run [--addr ADDR] [--model ALIAS] [--json] PROMPT...
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// Exit codes of turnstile run.
+const (
+	exitOK        = 0
+	exitPermanent = 1 // the turn failed and retrying won't help
+	exitUsage     = 2 // bad flags or arguments
+	exitRetryable = 3 // the turn failed but may succeed if run again
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(exitUsage)
+	}
+	var code int
+	switch os.Args[1] {
+	case "serve":
+		code = serve(os.Args[2:])
+	case "run":
+		code = run(os.Args[2:])
+	case "help", "-h", "--help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "turnstile: unknown command %q\n\n", os.Args[1])
+		usage()
+		code = exitUsage
+	}
+	os.Exit(code)
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `turnstile runs LLM agent turns over gRPC and streams every step.
+
+Usage:
+  turnstile serve [--config FILE] [--listen ADDR]   serve AgentService (default 127.0.0.1:7700)
+  turnstile run [flags] PROMPT...                   run one turn and render it
+
+Run "turnstile serve -h" or "turnstile run -h" for their flags.
+`)
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/tools/clock"
+)
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configPath := fs.String("config", os.Getenv("TURNSTILE_CONFIG"), "YAML configuration `file` (env TURNSTILE_CONFIG); none serves the embedded simulator")
+	listen := fs.String("listen", "", "listen `address`, overriding the file's listen (default 127.0.0.1:7700)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "turnstile serve: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+
+	cfg := config.Default()
+	if *configPath != "" {
+		c, err := config.Load(*configPath)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "turnstile serve: %v\n", err)
+			return exitPermanent
+		}
+		cfg = c
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	logger, err := newLogger(os.Stderr, cfg.Log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "turnstile serve: %v\n", err)
+		return exitPermanent
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serveConfig(ctx, cfg, logger); err != nil {
+		logger.Error("serve failed", "error", err)
+		return exitPermanent
+	}
+	return exitOK
+}
+
+// serveConfig builds everything cfg describes and serves until ctx is done,
+// then drains.
+func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	runner, closeAll, err := buildRunner(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := server.New(runner, server.Options{
+		Logger:               logger,
+		ShutdownGrace:        cfg.Server.ShutdownGrace,
+		DrainDelay:           cfg.Server.DrainDelay,
+		KeepaliveTime:        cfg.Server.KeepaliveTime,
+		MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams,
+	})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	logger.Info("serving", "address", lis.Addr().String(), "default_model", cfg.DefaultModel, "models", runner.Models())
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: a second signal stops at once")
+	// A second signal ends the drain early.
+	second, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv.Shutdown(second)
+	return <-served
+}
+
+// buildRunner turns the configuration into a runner, and returns a function
+// that releases what it opened.
+func buildRunner(_ context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
+	providers := map[string]runtime.Provider{}
+	for name, pc := range cfg.Providers {
+		p, err := newProvider(name, pc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("providers.%s: %w", name, err)
+		}
+		providers[name] = p
+	}
+	var models []*runtime.Model
+	for alias, mc := range cfg.Models {
+		models = append(models, &runtime.Model{
+			Alias:             alias,
+			ProviderName:      mc.Provider,
+			Provider:          providers[mc.Provider],
+			ID:                mc.Model,
+			Fallbacks:         mc.Fallbacks,
+			ContextWindow:     mc.ContextWindow,
+			MaxOutputTokens:   mc.MaxOutputTokens,
+			FirstTokenTimeout: mc.FirstTokenTimeout,
+			IdleTimeout:       mc.IdleTimeout,
+			Retry:             retryConfig(*mc.Retry),
+		})
+	}
+	tools := []runtime.Tool{clock.Tool{}}
+	maxCont := cfg.Turn.MaxContinuations
+	if maxCont < 0 {
+		maxCont = 0
+	}
+	r, err := runtime.New(models, cfg.DefaultModel, tools,
+		runtime.WithLogger(logger),
+		runtime.WithMaxModelCalls(cfg.Turn.MaxModelCalls),
+		runtime.WithMaxContinuations(maxCont),
+		runtime.WithToolConcurrency(cfg.Turn.ToolConcurrency),
+		runtime.WithToolTimeout(cfg.Turn.ToolTimeout),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, func() {}, nil
+}
+
+func retryConfig(r config.Retry) runtime.RetryConfig {
+	n := r.MaxRetries
+	if n < 0 {
+		n = 0
+	}
+	return runtime.RetryConfig{
+		MaxRetries:     n,
+		InitialBackoff: r.InitialBackoff,
+		Multiplier:     r.Multiplier,
+		MaxBackoff:     r.MaxBackoff,
+		Jitter:         r.Jitter,
+		MaxRetryAfter:  r.MaxRetryAfter,
+		Cooldown:       r.Cooldown,
+		BudgetTokens:   r.BudgetTokens,
+		BudgetRatio:    r.BudgetRatio,
+	}
+}
+
+func newLogger(w io.Writer, c config.Log) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.Format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, errors.New("log.format: must be text or json")
+}

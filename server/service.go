@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// AttemptHeader is the request metadata key in which a client numbers its
+// attempts at one turn id, so logs tie them together.
+const AttemptHeader = "turnstile-attempt"
+
+// turnRunner is what the service needs from the runtime.
+type turnRunner interface {
+	Validate(req *runtime.TurnRequest) error
+	Run(ctx context.Context, req *runtime.TurnRequest, sink runtime.Sink) (*runtime.TurnCompleted, error)
+}
+
+// service implements turnstile.v1.AgentService over a runner. It maps
+// requests and events between the wire and the runtime, and nothing else.
+type service struct {
+	turnstilev1.UnimplementedAgentServiceServer
+	runner turnRunner
+	logger *slog.Logger
+
+	mu       sync.Mutex
+	draining bool
+	active   map[*activeTurn]struct{}
+}
+
+type activeTurn struct {
+	cancel context.CancelCauseFunc
+}
+
+var _ turnstilev1.AgentServiceServer = (*service)(nil)
+
+func newService(r turnRunner, logger *slog.Logger) *service {
+	return &service{runner: r, logger: logger, active: map[*activeTurn]struct{}{}}
+}
+
+// RunTurn implements [turnstilev1.AgentServiceServer].
+func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
+	tr, err := toTurnRequest(req)
+	if err == nil {
+		err = s.runner.Validate(tr)
+	}
+	if fe, ok := asFieldError(err); ok {
+		return invalidArgument(fe).Err()
+	} else if err != nil {
+		return status.Error(codes.Internal, "internal error")
+	}
+	if tr.TurnID == "" {
+		tr.TurnID = uuid.NewString()
+	}
+	fields := logging.Fields{"turn_id", tr.TurnID}
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		if a := md.Get(AttemptHeader); len(a) > 0 {
+			fields = append(fields, "client_attempt", a[0])
+		}
+	}
+	logging.AddFields(stream.Context(), fields)
+
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	t := &activeTurn{cancel: cancel}
+	if !s.track(t) {
+		return turnStatus(drainError()).Err()
+	}
+	defer s.untrack(t)
+
+	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+		return stream.Send(&turnstilev1.RunTurnResponse{Event: fromEvent(ev)})
+	})
+	res, err := s.runner.Run(ctx, tr, sink)
+	var te *runtime.TurnError
+	switch {
+	case err == nil:
+		logging.AddFields(stream.Context(), logging.Fields{"end_reason", res.Reason.String(), "model_calls", res.Counters.ModelCalls})
+		return nil
+	case errors.As(err, &te):
+		logging.AddFields(stream.Context(), logging.Fields{"error_code", te.Kind.String()})
+		return turnStatus(te).Err()
+	}
+	return status.Error(codes.Internal, "internal error")
+}
+
+// drainError is the error that ends turns cut short by a shutdown.
+func drainError() *runtime.TurnError {
+	yes := true
+	return &runtime.TurnError{
+		Kind: runtime.KindUnavailable, Message: "the server is shutting down; retry the turn", Retryable: &yes,
+	}
+}
+
+func (s *service) track(t *activeTurn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.active[t] = struct{}{}
+	return true
+}
+
+func (s *service) untrack(t *activeTurn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active, t)
+}
+
+// drain makes new turns fail with UNAVAILABLE.
+func (s *service) drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = true
+}
+
+// cancelAll ends every running turn with a retryable UNAVAILABLE error,
+// and returns how many there were.
+func (s *service) cancelAll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cause := &runtime.Error{Kind: runtime.KindUnavailable, Message: "the server is shutting down; retry the turn"}
+	for t := range s.active {
+		t.cancel(cause)
+	}
+	return len(s.active)
+}
