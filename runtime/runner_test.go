@@ -264,7 +264,7 @@ func TestClassMatrix(t *testing.T) {
 		return noFB, sprintf("start | call a#1 | failed %[1]s"+fellBack, k)
 	}
 	type row struct {
-		kind        runtime.Kind
+		kind         runtime.Kind
 		noFB, withFB string
 	}
 	var rows []row
@@ -495,9 +495,9 @@ func TestHalfOpenAdmitsOneProbe(t *testing.T) {
 // gatedProvider fails its first call with first, then blocks each later
 // call until gate closes and answers.
 type gatedProvider struct {
-	gate    chan struct{}
-	first   error
-	calls   atomic.Int32
+	gate  chan struct{}
+	first error
+	calls atomic.Int32
 }
 
 func (g *gatedProvider) waitBlocked() {
