@@ -107,18 +107,36 @@ func (t *tool) Call(ctx context.Context, call runtime.ToolCall, progress func(ru
 		if ctx.Err() != nil {
 			return runtime.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
 		}
-		if _, ok := errors.AsType[*jsonrpc.Error](err); ok {
-			// The server answered, with a protocol error: the session is fine.
-			return runtime.ToolOutput{}, t.fail(err)
-		}
-		t.srv.retire(sess, "call failed: "+err.Error())
-		what := "connection to the server lost during the call"
-		if errors.Is(err, io.EOF) {
-			what = "the server closed the connection during the call (a stdio server's process exited)"
-		}
-		return runtime.ToolOutput{}, t.fail(fmt.Errorf("%s; it is reconnected on the next call: %w", what, err))
+		return runtime.ToolOutput{}, t.fail(t.callErr(sess, err))
 	}
 	return runtime.ToolOutput{Content: resultText(res), IsError: res.IsError}, nil
+}
+
+// codeRejected is the JSON-RPC error code the SDK gives a request its
+// transport could not deliver or got a transient HTTP error for (its
+// internal jsonrpc2.ErrRejected); the session stays usable.
+const codeRejected = -32005
+
+// callErr explains a failed tools/call and retires the session when it is
+// gone, so that the next call reconnects.
+func (t *tool) callErr(sess *sdk.ClientSession, err error) error {
+	rpcErr, isRPC := errors.AsType[*jsonrpc.Error](err)
+	switch {
+	case errors.Is(err, sdk.ErrSessionMissing):
+		t.srv.retire(sess, "session missing")
+		return fmt.Errorf("the server no longer knows the session (restarted?); it is reconnected on the next call: %w", err)
+	case isRPC && rpcErr.Code == codeRejected:
+		return fmt.Errorf("the request did not get through to the server: %w", err)
+	case isRPC:
+		// The server answered with a protocol error: the session is fine.
+		return err
+	}
+	t.srv.retire(sess, "call failed: "+err.Error())
+	what := "connection to the server lost during the call"
+	if errors.Is(err, io.EOF) {
+		what = "the server closed the connection during the call (a stdio server's process exited)"
+	}
+	return fmt.Errorf("%s; it is reconnected on the next call: %w", what, err)
 }
 
 // fail wraps err with the server and tool names.
