@@ -202,3 +202,18 @@ func TestReconnectBackoff(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestURLNotInErrors(t *testing.T) {
+	srv := httpServer(t)
+	secretURL := srv.URL + "/mcp?token=topsecret"
+	srv.Close() // nothing listens there any more
+	ts, err := mcp.New(t.Context(), []mcp.ServerConfig{{Name: "remote", URL: secretURL}})
+	if err == nil {
+		ts.Close()
+		t.Fatal("New succeeded, want an error")
+	}
+	if strings.Contains(err.Error(), "topsecret") || !strings.Contains(err.Error(), `server "remote"`) {
+		t.Errorf("New error = %q, want it to name the server and not show the URL", err)
+	}
+	t.Logf("error: %v", err)
+}

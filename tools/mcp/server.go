@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,7 +164,7 @@ func (s *server) retire(sess *sdk.ClientSession, why string) {
 	}
 	s.sess = nil
 	if !s.closed {
-		s.opts.logger.Warn("mcp server disconnected; will reconnect on the next call", "server", s.cfg.Name, "reason", why)
+		s.opts.logger.Warn("mcp server disconnected; will reconnect on the next call", "server", s.cfg.Name, "reason", s.redact(errors.New(why)).Error())
 	}
 	s.closeInBackground(sess)
 }
@@ -291,6 +293,35 @@ func (s *server) close() {
 		s.httpTransport.CloseIdleConnections()
 	}
 }
+
+// redact returns err with the server's URL removed from its text (a URL may
+// carry a token in its query), keeping err in the chain for [errors.Is].
+func (s *server) redact(err error) error {
+	if err == nil || s.cfg.URL == "" {
+		return err
+	}
+	msg := err.Error()
+	forms := []string{s.cfg.URL}
+	if u, perr := url.Parse(s.cfg.URL); perr == nil {
+		forms = append(forms, u.String(), u.Redacted())
+	}
+	for _, f := range forms {
+		msg = strings.ReplaceAll(msg, f, "<url>")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// redactedError is an error whose text had secrets removed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // progressSink delivers one call's progress notifications, until the call
 // returns.

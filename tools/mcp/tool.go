@@ -77,6 +77,9 @@ func (t *tool) Call(ctx context.Context, call runtime.ToolCall, progress func(ru
 	if !json.Valid([]byte(args)) {
 		return runtime.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they are not valid JSON.", t.spec.Name)}, nil
 	}
+	if args[0] != '{' {
+		return runtime.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they must be a JSON object.", t.spec.Name)}, nil
+	}
 
 	parent := ctx
 	var cancel context.CancelFunc
@@ -139,9 +142,9 @@ func (t *tool) callErr(sess *sdk.ClientSession, err error) error {
 	return fmt.Errorf("%s; it is reconnected on the next call: %w", what, err)
 }
 
-// fail wraps err with the server and tool names.
+// fail wraps err with the server and tool names, without the server's URL.
 func (t *tool) fail(err error) error {
-	return fmt.Errorf("mcp server %q: tool %q: %w", t.srv.cfg.Name, t.remote, err)
+	return fmt.Errorf("mcp server %q: tool %q: %w", t.srv.cfg.Name, t.remote, t.srv.redact(err))
 }
 
 // ctxErr explains an error that happened while ctx was done: the caller's

@@ -136,7 +136,7 @@ func New(ctx context.Context, servers []ServerConfig, opts ...Option) (*Toolset,
 func (s *server) start(ctx context.Context) ([]*sdk.Tool, error) {
 	sess, err := s.connect(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mcp: server %q: connect: %w", s.cfg.Name, err)
+		return nil, fmt.Errorf("mcp: server %q: connect: %w", s.cfg.Name, s.redact(err))
 	}
 	if err := s.install(sess); err != nil {
 		return nil, fmt.Errorf("mcp: server %q: %w", s.cfg.Name, err)
@@ -146,7 +146,7 @@ func (s *server) start(ctx context.Context) ([]*sdk.Tool, error) {
 	var list []*sdk.Tool
 	for t, err := range sess.Tools(ctx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("mcp: server %q: listing tools: %w", s.cfg.Name, err)
+			return nil, fmt.Errorf("mcp: server %q: listing tools: %w", s.cfg.Name, s.redact(err))
 		}
 		list = append(list, t)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -190,6 +191,7 @@ func TestResults(t *testing.T) {
 		{tool: "lookup", args: `{"key":"a"}`, want: runtime.ToolOutput{Content: "found a\n{\"key\":\"a\",\"value\":\"v-a\"}"}},
 		{tool: "progress", args: ``, want: runtime.ToolOutput{Content: "done"}}, // no progress callback, empty arguments
 		{tool: "lookup", args: `{"key":`, want: runtime.ToolOutput{Content: `Invalid arguments for tool "lookup": they are not valid JSON.`, IsError: true}},
+		{tool: "lookup", args: `["a"]`, want: runtime.ToolOutput{Content: `Invalid arguments for tool "lookup": they must be a JSON object.`, IsError: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool, func(t *testing.T) {
@@ -444,5 +446,61 @@ func TestEnvironmentIsNotInherited(t *testing.T) {
 	}
 	if n := lines(t, file); n != 1 {
 		t.Fatalf("append ran %d times, want 1", n)
+	}
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	cfg, file := stdioServer(t, "local")
+	ts := newToolset(t, cfg)
+
+	// Kill the server first: the concurrent calls below must share one
+	// reconnect.
+	pid, done := startHang(t, t.Context(), toolNamed(t, ts, "hang"))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, done, 5*time.Second); err == nil {
+		t.Fatal("hang() after kill = nil error")
+	}
+
+	const n = 8
+	lookup, progress, appendTool := toolNamed(t, ts, "lookup"), toolNamed(t, ts, "progress"), toolNamed(t, ts, "append")
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*n)
+	for i := range n {
+		wg.Go(func() {
+			key := strconv.Itoa(i)
+			out, err := lookup.Call(t.Context(), runtime.ToolCall{Arguments: `{"key":"` + key + `"}`}, nil)
+			if err != nil || !strings.HasPrefix(out.Content, "found "+key+"\n") {
+				errs <- fmt.Errorf("lookup(%s) = %+v, %v", key, out, err)
+			}
+		})
+		wg.Go(func() {
+			var got []runtime.ToolProgress
+			var mu sync.Mutex
+			_, err := progress.Call(t.Context(), runtime.ToolCall{Arguments: `{}`}, func(p runtime.ToolProgress) {
+				mu.Lock()
+				got = append(got, p)
+				mu.Unlock()
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || len(got) != 3 || got[2].Message != "step 3" {
+				errs <- fmt.Errorf("progress() = %v, events %+v", err, got)
+			}
+		})
+		wg.Go(func() {
+			if _, err := appendTool.Call(t.Context(), runtime.ToolCall{Arguments: `{"line":"l"}`}, nil); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := lines(t, file); got != n {
+		t.Errorf("append ran %d times, want %d", got, n)
 	}
 }
