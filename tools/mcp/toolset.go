@@ -3,9 +3,17 @@
 // over stdio (a child process) or streamable HTTP, lists its tools and
 // offers each as a [runtime.Tool] whose calls run on that server.
 //
+// The tool list is read once, by [New]; later list changes on a server are
+// not followed. A server that dies or forgets the session fails the calls in
+// flight with an error; the next call reconnects (see [WithReconnect]).
+// Progress notifications are delivered on the SDK's reading goroutine: a
+// progress callback that blocks stalls every call to that server.
+//
+// Arguments that are not a JSON object are refused; otherwise they are passed
+// on as they are: wrap the tools with tools/argcheck to validate them against
+// their schemas first.
+//
 // It imports runtime and the official MCP Go SDK; runtime does not import it.
-// Arguments are passed to servers as they are: wrap the tools with
-// tools/argcheck to validate them against their schemas first.
 package mcp
 
 import (
