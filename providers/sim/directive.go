@@ -148,7 +148,12 @@ func parseDirective(s string, start int) (directive, int, error) {
 	}
 	var opts []option
 	i := start + len("[sim")
+	// bad reports a syntax error, quoting the directive up to the next "]"
+	// (or the end of the text) and at least up to where the error is.
 	bad := func(end int, format string, args ...any) (directive, int, error) {
+		if j := strings.IndexByte(s[start:], ']'); j >= 0 {
+			end = max(end, start+j+1)
+		}
 		raw := clip(s[start:min(end, len(s))], 80)
 		return directive{}, 0, fmt.Errorf("%w %q: %s", ErrInvalidDirective, raw, fmt.Sprintf(format, args...))
 	}
