@@ -183,7 +183,7 @@ func parseDirective(s string, start int) (directive, int, error) {
 			case i < len(s) && (s[i] == '"' || s[i] == '{' || s[i] == '['):
 				n, ok := scanJSON(s[i:])
 				if !ok {
-					return bad(len(s), "option %s: unterminated JSON value", opt.key)
+					return bad(i+1, "option %s: unterminated or mismatched JSON value", opt.key)
 				}
 				i += n
 			default:
@@ -354,9 +354,11 @@ func durationValue(val string) (time.Duration, error) {
 }
 
 // scanJSON returns the length of the JSON string, object or array that s
-// starts with, tracking nesting and string escapes. It does not validate.
+// starts with, matching brackets outside strings and skipping escapes. It
+// reports false for a value that is not closed or whose brackets do not
+// match; it does not otherwise validate.
 func scanJSON(s string) (int, bool) {
-	depth := 0
+	var open []byte // the closers expected, innermost last
 	inStr := false
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -366,7 +368,7 @@ func scanJSON(s string) (int, bool) {
 				i++
 			case '"':
 				inStr = false
-				if depth == 0 {
+				if len(open) == 0 {
 					return i + 1, true
 				}
 			}
@@ -375,11 +377,16 @@ func scanJSON(s string) (int, bool) {
 		switch c {
 		case '"':
 			inStr = true
-		case '{', '[':
-			depth++
+		case '{':
+			open = append(open, '}')
+		case '[':
+			open = append(open, ']')
 		case '}', ']':
-			depth--
-			if depth == 0 {
+			if len(open) == 0 || open[len(open)-1] != c {
+				return 0, false
+			}
+			open = open[:len(open)-1]
+			if len(open) == 0 {
 				return i + 1, true
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -45,6 +46,8 @@ type Provider struct {
 	name       string
 	tokenDelay time.Duration
 	script     []directive
+
+	calls atomic.Uint64 // numbers request ids
 
 	mu     sync.Mutex
 	counts map[string]int
@@ -132,7 +135,7 @@ func (p *Provider) plan(req *runtime.Request) (*plan, *runtime.Error) {
 		input:     tokensOf(size),
 		model:     req.Model,
 		size:      size,
-		requestID: "req_sim_" + fp[:20],
+		requestID: fmt.Sprintf("req_sim_%s_%d", fp[:12], p.calls.Add(1)),
 	}
 
 	rest, v, cont := p.continuation(req.Model, req.Messages)
