@@ -45,6 +45,7 @@
 // directive is a bracketed group:
 //
 //	directive = "[sim" { space option } [ space ] "]"
+//	space     = 1*( " " | TAB | CR | LF )
 //	option    = key [ "=" value ]
 //	key       = 1*( "a"…"z" | "_" )
 //	value     = json | bare
@@ -62,7 +63,8 @@
 //	fail=CLASS     fail the call (classes below)
 //	  times=K        only the first K calls of this conversation on this model
 //	                 (default: every call)
-//	  after=N        stream N tokens first (default 0)
+//	  after=N        stream N tokens first (default 0): reasoning, text or
+//	                 argument fragments, whichever the reply starts with
 //	  retry_after=D  the provider's Retry-After (rate_limit: default 1s)
 //	  above=BYTES    only when the request's text exceeds BYTES
 //	  message=TEXT   replace the provider's message
@@ -118,12 +120,15 @@
 // twice, then succeed" works across the runtime's retries of one request
 // while another conversation, or the next step of the turn, has its own
 // count. Of the other actions the first of each kind counts, except tool,
-// which adds a call each. A refusal wins over tool calls, tool calls over
-// text. A malformed prompt directive fails the call with KindInvalidRequest
+// which adds a call each, and delay, of which the longest applies (a fail
+// directive's delay only when it fails the call). A refusal wins over tool
+// calls, tool calls over text. A malformed prompt directive fails the call with KindInvalidRequest
 // (400) whose message quotes the directive; a malformed script directive
 // makes [New] fail.
 //
-// Tool call ids are call_1, call_2, …, counting the tool calls already in the
+// A tool directive need not name one of Request.Tools: the simulator calls
+// whatever it is told to, so the runtime's handling of unknown tools can be
+// tested too. Tool call ids are call_1, call_2, …, counting the tool calls already in the
 // conversation, so they are unique within it and stable across retries. Once
 // the results of the last step's calls are in the conversation, the reply
 // reports their content instead of calling again.

@@ -40,8 +40,9 @@ type Config struct {
 	Script []string
 }
 
-// Provider is the embedded deterministic model. It is safe for concurrent
-// use; its only state is the call counters of times=K directives.
+// Provider is the embedded deterministic model. Create one with [New]. It is
+// safe for concurrent use; its only state is the call counters of times=K
+// directives (the most recent 4096 are kept) and a request id counter.
 type Provider struct {
 	name       string
 	tokenDelay time.Duration
@@ -63,7 +64,7 @@ func New(name string, cfg Config) (*Provider, error) {
 	if name == "" {
 		name = "sim"
 	}
-	p := &Provider{name: name, tokenDelay: cfg.TokenDelay, counts: map[string]int{}}
+	p := &Provider{name: name, tokenDelay: cfg.TokenDelay}
 	if p.tokenDelay == 0 {
 		p.tokenDelay = DefaultTokenDelay
 	}
@@ -294,6 +295,9 @@ func (pc *pacer) stop() {
 func (p *Provider) count(key string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.counts == nil {
+		p.counts = map[string]int{}
+	}
 	if _, ok := p.counts[key]; !ok {
 		if len(p.order) >= maxCounters {
 			delete(p.counts, p.order[0])

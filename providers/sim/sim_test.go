@@ -833,7 +833,7 @@ func TestConcurrentUse(t *testing.T) {
 		texts    = map[string]bool{}
 		wg       sync.WaitGroup
 	)
-	for w := range workers {
+	for range workers {
 		wg.Go(func() {
 			for i := range calls {
 				model := "shared"
@@ -848,7 +848,6 @@ func TestConcurrentUse(t *testing.T) {
 					texts[r.text()] = true
 				}
 				mu.Unlock()
-				_ = w
 			}
 		})
 	}
