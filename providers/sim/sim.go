@@ -86,7 +86,7 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 		if ctx.Err() != nil {
 			return
 		}
-		pl, err := p.plan(req)
+		pl, err := p.prepare(req)
 		if err != nil {
 			yield(runtime.Chunk{}, err)
 			return
@@ -123,7 +123,9 @@ type outcome struct {
 	maxTokens int // from a max_tokens directive, 0 when none
 }
 
-func (p *Provider) plan(req *runtime.Request) (*plan, *runtime.Error) {
+// prepare works out the call req: the failure to inject, if any, and the
+// chunks of the reply. It fails when the request is malformed.
+func (p *Provider) prepare(req *runtime.Request) (*plan, *runtime.Error) {
 	if req == nil {
 		return nil, invalidRequest(p.name, errors.New("sim: nil request"))
 	}
@@ -146,33 +148,8 @@ func (p *Provider) plan(req *runtime.Request) (*plan, *runtime.Error) {
 			return nil, invalidRequest(p.name, err)
 		}
 	}
-
-	for i := range v.ds {
-		d := &v.ds[i]
-		if d.action != actFail {
-			pl.delay = max(pl.delay, d.delay)
-			continue
-		}
-		if pl.fail != nil || d.above > 0 && size <= d.above {
-			continue
-		}
-		if d.times > 0 && p.count(req.Model+"\x00"+fp+"\x00"+strconv.Itoa(i)) > d.times {
-			continue
-		}
-		pl.fail = d
-		pl.delay = max(pl.delay, d.delay)
-	}
-
-	if i := slices.IndexFunc(v.ds, func(d directive) bool { return d.action == actThink }); i >= 0 {
-		text := v.ds[i].text
-		if !v.ds[i].hasText {
-			text = thinkingText(v.question)
-		}
-		for _, t := range tokenize(text) {
-			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Text: t})
-		}
-		pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Signature: signature(text)})
-	}
+	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+fp, size)
+	pl.chunks = reasoning(v)
 
 	o := outcome{text: rest}
 	if !cont {
@@ -180,9 +157,7 @@ func (p *Provider) plan(req *runtime.Request) (*plan, *runtime.Error) {
 	}
 	switch {
 	case o.refusal:
-		for _, t := range tokenize(o.text) {
-			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: t})
-		}
+		pl.chunks = appendText(pl.chunks, tokenize(o.text))
 		pl.stop = runtime.StopRefusal
 	case len(o.calls) > 0:
 		for i, c := range o.calls {
@@ -200,11 +175,60 @@ func (p *Provider) plan(req *runtime.Request) (*plan, *runtime.Error) {
 		}
 		var pieces []string
 		pieces, pl.stop = cut(o.text, limit, req.StopSequences)
-		for _, t := range pieces {
-			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: t})
-		}
+		pl.chunks = appendText(pl.chunks, pieces)
 	}
 	return pl, nil
+}
+
+// pickFailure returns the first fail directive of ds whose conditions hold
+// for a call under key (model id and conversation) of size text bytes, and
+// the delay before the call's first chunk. It counts the call against each
+// times=K directive it reaches.
+func (p *Provider) pickFailure(ds []directive, key string, size int) (*directive, time.Duration) {
+	var (
+		fail  *directive
+		delay time.Duration
+	)
+	for i := range ds {
+		d := &ds[i]
+		switch {
+		case d.action != actFail:
+			delay = max(delay, d.delay)
+		case fail != nil, d.above > 0 && size <= d.above:
+			// Not reached, or the request is small enough.
+		case d.times > 0 && p.count(key+"\x00"+strconv.Itoa(i)) > d.times:
+			// Spent on earlier calls.
+		default:
+			fail = d
+			delay = max(delay, d.delay)
+		}
+	}
+	return fail, delay
+}
+
+// reasoning returns the chunks of v's think directive, if any: the reasoning
+// token by token, then the block's signature.
+func reasoning(v view) []runtime.Chunk {
+	i := slices.IndexFunc(v.ds, func(d directive) bool { return d.action == actThink })
+	if i < 0 {
+		return nil
+	}
+	text := v.ds[i].text
+	if !v.ds[i].hasText {
+		text = thinkingText(v.question)
+	}
+	var chunks []runtime.Chunk
+	for _, t := range tokenize(text) {
+		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Text: t})
+	}
+	return append(chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Signature: signature(text)})
+}
+
+func appendText(chunks []runtime.Chunk, tokens []string) []runtime.Chunk {
+	for _, t := range tokens {
+		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: t})
+	}
+	return chunks
 }
 
 // run streams pl, pacing each token, and ends with usage and the stop, or
