@@ -13,10 +13,14 @@
 // streamed as [runtime.ChunkText] tokens, each a word with the spaces after
 // it, each after the provider's token delay (Config.TokenDelay, 15ms by
 // default). Then come a [runtime.ChunkUsage] (input tokens: the request's
-// text bytes / 4, at least 1, counting the system prompt, texts, tool calls
-// and tool results; output tokens: the tokens streamed, reasoning and
+// text bytes / 4, at least 1; output tokens: the tokens streamed, reasoning and
 // tool-call argument fragments included) and a [runtime.ChunkStop] with
 // [runtime.StopEndTurn].
+//
+// The request's text is the system prompt plus every part's text, signature,
+// tool call name and arguments, and tool result content: the size the
+// runtime's Compaction events report, plus the system prompt. It sizes the
+// input tokens and is what above=BYTES compares against.
 //
 // Request.MaxOutputTokens caps the text tokens of every call: a longer reply
 // stops after that many with [runtime.StopMaxTokens]. When the reply would

@@ -548,12 +548,13 @@ func checkToolPairs(msgs []runtime.Message) error {
 }
 
 // textSize measures the request's text in bytes: the system prompt and every
-// part's text, tool call and tool result.
+// part's text, signature, tool call name and arguments and tool result, the
+// measure the runtime's compaction reports, plus the system prompt.
 func textSize(req *runtime.Request) int {
 	n := len(req.System)
 	for _, m := range req.Messages {
 		for _, part := range m.Parts {
-			n += len(part.Text)
+			n += len(part.Text) + len(part.Signature)
 			if c := part.ToolCall; c != nil {
 				n += len(c.Name) + len(c.Arguments)
 			}

@@ -177,9 +177,16 @@ func TestUsageCountsWholeRequest(t *testing.T) {
 	req := &runtime.Request{
 		Model:    "m",
 		System:   strings.Repeat("s", 400),
-		Messages: []runtime.Message{user(strings.Repeat("u", 200)), assistant(strings.Repeat("a", 200)), user("ok")},
+		Messages: []runtime.Message{
+			user(strings.Repeat("u", 200)),
+			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
+				{Kind: runtime.PartThinking, Text: strings.Repeat("t", 40), Signature: strings.Repeat("s", 60)},
+				runtime.TextPart(strings.Repeat("a", 200)),
+			}},
+			user("ok"),
+		},
 	}
-	if got, want := call(t, newSim(t), req).usage(t).InputTokens, int64(802/4); got != want {
+	if got, want := call(t, newSim(t), req).usage(t).InputTokens, int64(902/4); got != want {
 		t.Errorf("input tokens = %d, want %d", got, want)
 	}
 }
