@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrInvalidDirective is wrapped by every error about a malformed directive,
@@ -139,24 +140,40 @@ func indexOpener(s string, pos int) int {
 	}
 }
 
+// option is one key[=value] of a directive, as written.
+type option struct {
+	key, val string
+	hasVal   bool
+}
+
 // parseDirective parses the directive opening at s[start] and returns it with
 // the index just past its closing bracket.
 func parseDirective(s string, start int) (directive, int, error) {
-	type option struct {
-		key, val string
-		hasVal   bool
+	opts, end, err := scanDirective(s, start)
+	if err != nil {
+		return directive{}, 0, err
 	}
-	var opts []option
-	i := start + len("[sim")
+	d, err := buildDirective(s[start:end], opts)
+	if err != nil {
+		return directive{}, 0, fmt.Errorf("%w %q: %w", ErrInvalidDirective, clip(s[start:end], 120), err)
+	}
+	return d, end, nil
+}
+
+// scanDirective splits the directive opening at s[start] into its options
+// and returns the index just past its closing bracket.
+func scanDirective(s string, start int) ([]option, int, error) {
 	// bad reports a syntax error, quoting the directive up to the next "]"
 	// (or the end of the text) and at least up to where the error is.
-	bad := func(end int, format string, args ...any) (directive, int, error) {
+	bad := func(end int, format string, args ...any) ([]option, int, error) {
 		if j := strings.IndexByte(s[start:], ']'); j >= 0 {
 			end = max(end, start+j+1)
 		}
-		raw := clip(s[start:min(end, len(s))], 80)
-		return directive{}, 0, fmt.Errorf("%w %q: %s", ErrInvalidDirective, raw, fmt.Sprintf(format, args...))
+		raw := clip(s[start:min(end, len(s))], 120)
+		return nil, 0, fmt.Errorf("%w %q: %s", ErrInvalidDirective, raw, fmt.Sprintf(format, args...))
 	}
+	var opts []option
+	i := start + len("[sim")
 	for {
 		for i < len(s) && isSpace(s[i]) {
 			i++
@@ -165,28 +182,26 @@ func parseDirective(s string, start int) (directive, int, error) {
 			return bad(len(s), "no closing \"]\"")
 		}
 		if s[i] == ']' {
-			i++
-			break
+			return opts, i + 1, nil
 		}
 		k := i
 		for i < len(s) && isKeyByte(s[i]) {
 			i++
 		}
 		if k == i {
-			return bad(i+1, "unexpected %q where an option name should be", s[i])
+			return bad(i+1, "unexpected %q where an option name should be", runeAt(s, i))
 		}
 		opt := option{key: s[k:i]}
 		if i < len(s) && s[i] == '=' {
 			i++
 			v := i
-			switch {
-			case i < len(s) && (s[i] == '"' || s[i] == '{' || s[i] == '['):
+			if i < len(s) && (s[i] == '"' || s[i] == '{' || s[i] == '[') {
 				n, ok := scanJSON(s[i:])
 				if !ok {
 					return bad(i+1, "option %s: unterminated or mismatched JSON value", opt.key)
 				}
 				i += n
-			default:
+			} else {
 				for i < len(s) && !isSpace(s[i]) && s[i] != ']' {
 					i++
 				}
@@ -197,33 +212,31 @@ func parseDirective(s string, start int) (directive, int, error) {
 			opt.val, opt.hasVal = s[v:i], true
 		}
 		if i < len(s) && !isSpace(s[i]) && s[i] != ']' {
-			return bad(i+1, "unexpected %q after option %s", s[i], opt.key)
+			return bad(i+1, "unexpected %q after option %s", runeAt(s, i), opt.key)
 		}
 		opts = append(opts, opt)
 	}
-	end := i
-	raw := s[start:end]
-	fail := func(format string, args ...any) (directive, int, error) {
-		return directive{}, 0, fmt.Errorf("%w %q: %s", ErrInvalidDirective, raw, fmt.Sprintf(format, args...))
-	}
+}
 
+// buildDirective checks the options of the directive raw and applies them.
+func buildDirective(raw string, opts []option) (directive, error) {
 	d := directive{raw: raw}
 	seen := map[string]bool{}
 	for _, o := range opts {
 		if seen[o.key] {
-			return fail("option %s given twice", o.key)
+			return d, fmt.Errorf("option %s given twice", o.key)
 		}
 		seen[o.key] = true
 		if _, ok := actionOptions[o.key]; ok && o.key != actDelay {
 			if d.action != "" {
-				return fail("has two actions, %s and %s; write two directives", d.action, o.key)
+				return d, fmt.Errorf("has two actions, %s and %s; write two directives", d.action, o.key)
 			}
 			d.action = o.key
 		}
 	}
 	if d.action == "" {
 		if !seen[actDelay] {
-			return fail("names no action (one of fail, tool, think, refuse, reply, max_tokens, delay)")
+			return d, errors.New("names no action (one of fail, tool, think, refuse, reply, max_tokens, delay)")
 		}
 		d.action = actDelay
 	}
@@ -231,18 +244,18 @@ func parseDirective(s string, start int) (directive, int, error) {
 	for _, o := range opts {
 		if o.key != d.action && !slices.Contains(allowed, o.key) {
 			if _, known := actionOptions[o.key]; !known && !isOptionKey(o.key) {
-				return fail("unknown option %s", o.key)
+				return d, fmt.Errorf("unknown option %s", o.key)
 			}
-			return fail("option %s does not apply to %s", o.key, d.action)
+			return d, fmt.Errorf("option %s does not apply to %s", o.key, d.action)
 		}
 		if !o.hasVal && !slices.Contains(flagKeys, o.key) {
-			return fail("option %s needs a value (%s=...)", o.key, o.key)
+			return d, fmt.Errorf("option %s needs a value (%s=...)", o.key, o.key)
 		}
 		if err := d.set(o.key, o.val, o.hasVal); err != nil {
-			return fail("%s", err)
+			return d, err
 		}
 	}
-	return d, end, nil
+	return d, nil
 }
 
 // set applies one option to d.
@@ -392,6 +405,12 @@ func scanJSON(s string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// runeAt returns the rune at s[i], for messages.
+func runeAt(s string, i int) rune {
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return r
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -175,8 +175,8 @@ func TestDefaultAnswer(t *testing.T) {
 func TestUsageCountsWholeRequest(t *testing.T) {
 	t.Parallel()
 	req := &runtime.Request{
-		Model:    "m",
-		System:   strings.Repeat("s", 400),
+		Model:  "m",
+		System: strings.Repeat("s", 400),
 		Messages: []runtime.Message{
 			user(strings.Repeat("u", 200)),
 			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
