@@ -74,6 +74,7 @@ type Runner struct {
 	models       map[string]*Model
 	defaultModel string
 	tools        map[string]Tool
+	toolSpecs    []ToolSpec // sorted by name
 	health       *health
 	opts         options
 }
@@ -191,6 +192,7 @@ func New(models []*Model, defaultModel string, tools []Tool, opts ...Option) (*R
 	if r.opts.maxModelCalls < 1 || r.opts.toolConcurrency < 1 || r.opts.maxContinuations < 0 || r.opts.breakerThreshold < 1 {
 		return nil, errors.New("runtime: limits must be positive")
 	}
+	r.toolSpecs = r.Tools()
 	r.health = newHealth(r.models)
 	return r, nil
 }

@@ -215,17 +215,22 @@ func (t *turn) call(ctx context.Context, m *Model) (res callResult) {
 
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var timedOut atomic.Value // string: which timeout fired
-	watch := func(d time.Duration, what string) *time.Timer {
-		if d <= 0 {
-			return nil
+	// One watchdog timer per attempt: armed for the first chunk, then
+	// re-armed after each chunk for the idle gap.
+	var gotFirst atomic.Bool
+	var timedOut atomic.Value // string: which limit passed
+	fire := func() {
+		if gotFirst.Load() {
+			timedOut.Store(fmt.Sprintf("the model's stream stalled longer than the idle timeout (%s)", m.IdleTimeout))
+		} else {
+			timedOut.Store(fmt.Sprintf("no output from the model within the first-token timeout (%s)", m.FirstTokenTimeout))
 		}
-		return time.AfterFunc(d, func() {
-			timedOut.Store(fmt.Sprintf("%s (%s)", what, d))
-			cancel(errTimeout)
-		})
+		cancel(errTimeout)
 	}
-	timer := watch(m.FirstTokenTimeout, "no output from the model within the first-token timeout")
+	var timer *time.Timer
+	if m.FirstTokenTimeout > 0 {
+		timer = time.AfterFunc(m.FirstTokenTimeout, fire)
+	}
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -247,20 +252,25 @@ func (t *turn) call(ctx context.Context, m *Model) (res callResult) {
 
 	var b assembler
 	stopped := false
-	gotChunk := false
 	for c, err := range m.Provider.Stream(actx, req) {
 		if err != nil {
 			res.err = t.classify(ctx, m, err, b.streamed, &timedOut)
 			break
 		}
-		if !gotChunk {
-			gotChunk = true
+		if !gotFirst.Load() {
+			gotFirst.Store(true)
 			res.ttfc = time.Since(start)
 		}
-		if timer != nil {
-			timer.Stop()
+		switch {
+		case m.IdleTimeout <= 0:
+			if timer != nil {
+				timer.Stop()
+			}
+		case timer == nil:
+			timer = time.AfterFunc(m.IdleTimeout, fire)
+		default:
+			timer.Reset(m.IdleTimeout)
 		}
-		timer = watch(m.IdleTimeout, "the model's stream stalled longer than the idle timeout")
 		if c.Kind == ChunkUsage {
 			res.usage = c.Usage
 			continue
@@ -327,7 +337,7 @@ func (t *turn) classify(ctx context.Context, m *Model, err error, streamed bool,
 // then the client's.
 func (t *turn) toolSpecs(m *Model) []ToolSpec {
 	var specs []ToolSpec
-	for _, s := range t.r.Tools() {
+	for _, s := range t.r.toolSpecs {
 		if t.allowed(m, s.Name) {
 			specs = append(specs, s)
 		}
