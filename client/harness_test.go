@@ -168,15 +168,23 @@ func (r *replica) served() []recorded {
 // the tools given.
 func newReplica(tb testing.TB, p runtime.Provider, tools ...runtime.Tool) *replica {
 	tb.Helper()
+	r, err := buildReplica(p, tools...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func buildReplica(p runtime.Provider, tools ...runtime.Tool) (*replica, error) {
 	r, err := runtime.New([]*runtime.Model{{
 		Alias: "test", ProviderName: "scripted", Provider: p, ID: "scripted-1",
 		// No retries inside the turn: the client's step retry is under test.
 		Retry: runtime.RetryConfig{MaxRetries: 0, Multiplier: 1},
 	}}, "test", tools)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	return &replica{Runner: r, ended: make(chan error, 8)}
+	return &replica{Runner: r, ended: make(chan error, 8)}, nil
 }
 
 // serve starts a real gRPC server for r on a loopback port and returns its
