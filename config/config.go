@@ -39,6 +39,8 @@ type Config struct {
 	Server Server `yaml:"server"`
 	// Log sets the log format and level.
 	Log Log `yaml:"log"`
+	// MCPServers maps a name to an MCP server whose tools models may call.
+	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
 }
 
 // Provider configures one model provider.
@@ -81,6 +83,9 @@ type Model struct {
 	// Retry overrides the top-level retry policy for this model; fields left
 	// zero keep the top-level value.
 	Retry *Retry `yaml:"retry"`
+	// Tools lists the MCP tools (as models see them, prefix included) this
+	// model may call; empty means all.
+	Tools []string `yaml:"tools"`
 }
 
 // Retry configures retries and backoff. Zero fields take the defaults.
@@ -376,6 +381,7 @@ func (c *Config) Validate() error {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		add("log.level: %q is not debug, info, warn or error", c.Log.Level)
 	}
+	errs = append(errs, c.validateMCP()...)
 	return errors.Join(errs...)
 }
 

@@ -79,8 +79,8 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []ToolCall) ([]ToolR
 			results[i] = t.refuse(c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
 			continue
 		}
-		if n := t.breakerCount(c.Name); n >= r.opts.breakerThreshold {
-			results[i] = t.refuse(c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, n))
+		if t.breakerCount(c.Name) >= r.opts.breakerThreshold {
+			results[i] = t.refuse(c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, r.opts.breakerThreshold))
 			continue
 		}
 		select {

@@ -1,0 +1,165 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fastRetry is the default policy scaled down to milliseconds.
+func fastRetry() runtime.RetryConfig {
+	return runtime.RetryConfig{
+		MaxRetries: 2, InitialBackoff: time.Millisecond, Multiplier: 2, MaxBackoff: 4 * time.Millisecond,
+		Jitter: 0.25, MaxRetryAfter: 50 * time.Millisecond, Cooldown: time.Minute,
+		BudgetTokens: 10, BudgetRatio: 0.1,
+	}
+}
+
+func model(alias string, p runtime.Provider, fallbacks ...string) *runtime.Model {
+	return &runtime.Model{Alias: alias, ProviderName: "fake", Provider: p, ID: alias + "-id", Fallbacks: fallbacks, Retry: fastRetry()}
+}
+
+func newRunner(t testing.TB, models []*runtime.Model, tools []runtime.Tool, opts ...runtime.Option) *runtime.Runner {
+	t.Helper()
+	opts = append([]runtime.Option{runtime.WithJitter(func() float64 { return 0.5 })}, opts...)
+	r, err := runtime.New(models, models[0].Alias, tools, opts...)
+	if err != nil {
+		t.Fatalf("runtime.New: %v", err)
+	}
+	return r
+}
+
+func userTurn(text string) *runtime.TurnRequest {
+	return &runtime.TurnRequest{TurnID: "t1", Messages: []runtime.Message{{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart(text)}}}}
+}
+
+// recorder is a Sink that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []runtime.Event
+}
+
+func (r *recorder) Emit(_ context.Context, ev runtime.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	return nil
+}
+
+func run(t testing.TB, ctx context.Context, r *runtime.Runner, req *runtime.TurnRequest) ([]runtime.Event, *runtime.TurnCompleted, *runtime.TurnError) {
+	t.Helper()
+	rec := &recorder{}
+	res, err := r.Run(ctx, req, rec)
+	checkSequence(t, rec.events)
+	if err != nil {
+		te, ok := err.(*runtime.TurnError)
+		if !ok {
+			t.Fatalf("Run returned %T %v, want *runtime.TurnError", err, err)
+		}
+		return rec.events, nil, te
+	}
+	return rec.events, res, nil
+}
+
+// checkSequence asserts the invariants every turn keeps: seq from 1
+// without gaps, one terminal event, last.
+func checkSequence(t testing.TB, evs []runtime.Event) {
+	t.Helper()
+	for i, ev := range evs {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+		if ev.Terminal() != (i == len(evs)-1) {
+			t.Fatalf("event %d (%s) terminal=%v, of %d events", i, describe(ev), ev.Terminal(), len(evs))
+		}
+	}
+}
+
+// describe renders an event compactly for sequence assertions.
+func describe(ev runtime.Event) string {
+	switch {
+	case ev.TurnStarted != nil:
+		return "start"
+	case ev.LLMCallStarted != nil:
+		return fmt.Sprintf("call %s#%d", ev.LLMCallStarted.Model, ev.LLMCallStarted.Attempt)
+	case ev.TextDelta != nil:
+		return "text"
+	case ev.ThinkingDelta != nil:
+		return "thinking"
+	case ev.ToolCallDelta != nil:
+		return "tooldelta"
+	case ev.MessageCompleted != nil:
+		return "commit " + ev.MessageCompleted.Message.Role.String()
+	case ev.ToolStarted != nil:
+		return "tool " + ev.ToolStarted.Name
+	case ev.ToolProgress != nil:
+		return "progress"
+	case ev.ToolFinished != nil:
+		if ev.ToolFinished.IsError {
+			return "toolerr " + ev.ToolFinished.Name
+		}
+		return "tooldone " + ev.ToolFinished.Name
+	case ev.LLMCallFinished != nil:
+		if e := ev.LLMCallFinished.Err; e != nil {
+			return "failed " + e.Kind.String()
+		}
+		return "finished"
+	case ev.Retry != nil:
+		s := fmt.Sprintf("retry %d/%d %s", ev.Retry.Attempt, ev.Retry.MaxAttempts, ev.Retry.Kind)
+		if ev.Retry.DiscardPartial {
+			s += " discard"
+		}
+		return s
+	case ev.Fallback != nil:
+		s := fmt.Sprintf("fallback %s>%s %s", ev.Fallback.From, ev.Fallback.To, ev.Fallback.Kind)
+		if ev.Fallback.DiscardPartial {
+			s += " discard"
+		}
+		return s
+	case ev.Compaction != nil:
+		return "compaction"
+	case ev.Usage != nil:
+		return "usage"
+	case ev.Error != nil:
+		r := "unset"
+		if ev.Error.Retryable != nil {
+			r = fmt.Sprint(*ev.Error.Retryable)
+		}
+		return fmt.Sprintf("error %s retryable=%s", ev.Error.Kind, r)
+	case ev.TurnCompleted != nil:
+		return "completed " + ev.TurnCompleted.Reason.String()
+	}
+	return "?"
+}
+
+func describeAll(evs []runtime.Event) string {
+	var out []string
+	for _, ev := range evs {
+		d := describe(ev)
+		// Collapse runs of the same delta kind.
+		if n := len(out); n > 0 && (d == "text" || d == "tooldelta" || d == "thinking") && out[n-1] == d {
+			continue
+		}
+		out = append(out, d)
+	}
+	return strings.Join(out, " | ")
+}
+
+// providerErr returns a classified provider failure.
+func providerErr(k runtime.Kind, retryAfter time.Duration) *runtime.Error {
+	return &runtime.Error{Kind: k, Message: "upstream says " + k.String(), RetryAfter: retryAfter}
+}
+
+var _ = fake.Text
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

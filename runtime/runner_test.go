@@ -1,0 +1,875 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+func TestPlainTurn(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
+		{Kind: runtime.ChunkThinking, Text: "hmm"},
+		{Kind: runtime.ChunkThinking, Signature: "sig"},
+		{Kind: runtime.ChunkText, Text: "Hello"},
+		{Kind: runtime.ChunkText, Text: ", world"},
+		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}},
+		{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
+	}})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
+	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatalf("turn failed: %v", terr)
+	}
+	want := "start | call m#1 | thinking | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if len(res.Messages) != 1 {
+		t.Fatalf("messages added = %d, want 1", len(res.Messages))
+	}
+	m := res.Messages[0]
+	if m.Role != runtime.RoleAssistant || m.Text() != "Hello, world" || len(m.Parts) != 2 ||
+		m.Parts[0].Kind != runtime.PartThinking || m.Parts[0].Text != "hmm" || m.Parts[0].Signature != "sig" {
+		t.Errorf("committed message = %+v", m)
+	}
+	if res.Usage != (runtime.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}) || res.Counters.ModelCalls != 1 {
+		t.Errorf("usage %+v counters %+v", res.Usage, res.Counters)
+	}
+	if evs[0].TurnID != "t1" {
+		t.Errorf("turn id = %q", evs[0].TurnID)
+	}
+}
+
+func TestServerToolTurn(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Call("c1", "lookup", `{"q":"x"}`)},
+		fake.Reply{Chunks: fake.Text("found it")},
+	)
+	tool := fake.NewTool("lookup", func(_ context.Context, _ runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+		progress(runtime.ToolProgress{Message: "searching", Progress: 1, Total: 2})
+		return runtime.ToolOutput{Content: "42"}, nil
+	})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{tool})
+	evs, res, terr := run(t, t.Context(), r, userTurn("look it up"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call m#1 | tooldelta | finished | usage | commit assistant | tool lookup | progress | tooldone lookup | commit tool | call m#1 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if len(res.Messages) != 3 || res.Counters.ToolCalls != 1 || res.Counters.ModelCalls != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	second := p.Requests()[1]
+	last := second.Messages[len(second.Messages)-1]
+	if last.Role != runtime.RoleTool || last.Parts[0].ToolResult.Content != "42" || last.Parts[0].ToolResult.CallID != "c1" {
+		t.Errorf("second call's last message = %+v", last)
+	}
+	if n := len(second.Tools); n != 1 || second.Tools[0].Name != "lookup" {
+		t.Errorf("tools offered = %+v", second.Tools)
+	}
+}
+
+func TestClientToolEndsTurn(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c9", "ask_user", `{}`)})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
+	req := userTurn("ask me")
+	req.ClientTools = []runtime.ToolSpec{{Name: "ask_user"}}
+	evs, res, terr := run(t, t.Context(), r, req)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call m#1 | tooldelta | finished | usage | commit assistant | completed tool_calls_required"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if calls := res.Messages[0].ToolCalls(); len(calls) != 1 || calls[0].ID != "c9" {
+		t.Errorf("pending calls = %+v", calls)
+	}
+}
+
+func TestMixedToolsRunServerSideFirst(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
+		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "s", Name: "lookup"},
+		{Kind: runtime.ChunkToolCallEnd, Index: 0},
+		{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "c", Name: "ask_user"},
+		{Kind: runtime.ChunkToolCallEnd, Index: 1},
+		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+	}})
+	tool := fake.NewTool("lookup", nil)
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{tool})
+	req := userTurn("both")
+	req.ClientTools = []runtime.ToolSpec{{Name: "ask_user"}}
+	evs, res, terr := run(t, t.Context(), r, req)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call m#1 | tooldelta | finished | commit assistant | tool lookup | tooldone lookup | commit tool | completed tool_calls_required"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if len(res.Messages) != 2 || len(tool.Calls()) != 1 {
+		t.Errorf("messages %d, tool calls %d", len(res.Messages), len(tool.Calls()))
+	}
+}
+
+func TestToolFailuresGoBackToTheModel(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: []runtime.Chunk{
+			{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "nope"},
+			{Kind: runtime.ChunkToolCallEnd, Index: 0},
+			{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "b", Name: "broken"},
+			{Kind: runtime.ChunkToolCallArgs, Index: 1, Text: `{"x":`},
+			{Kind: runtime.ChunkToolCallEnd, Index: 1},
+			{Kind: runtime.ChunkToolCallStart, Index: 2, CallID: "c", Name: "broken"},
+			{Kind: runtime.ChunkToolCallArgs, Index: 2, Text: `{}`},
+			{Kind: runtime.ChunkToolCallEnd, Index: 2},
+			{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+		}},
+		fake.Reply{Chunks: fake.Text("sorry")},
+	)
+	broken := fake.NewTool("broken", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+		return runtime.ToolOutput{}, errors.New("disk on fire")
+	})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{broken})
+	_, res, terr := run(t, t.Context(), r, userTurn("go"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	results := res.Messages[1].Parts
+	want := []string{
+		`unknown tool "nope"; available tools: broken`,
+		`the arguments of tool "broken" are not a valid JSON object; call it again with a JSON object`,
+		`tool "broken" failed: disk on fire`,
+	}
+	for i, w := range want {
+		if got := results[i].ToolResult; got.Content != w || !got.IsError {
+			t.Errorf("result %d = %+v, want error %q", i, got, w)
+		}
+	}
+	if n := len(broken.Calls()); n != 1 {
+		t.Errorf("broken ran %d times, want 1 (malformed arguments must not run it)", n)
+	}
+	if res.Counters.ToolErrors != 3 {
+		t.Errorf("tool errors = %d", res.Counters.ToolErrors)
+	}
+}
+
+func TestToolBreakerTrips(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("", "flaky", `{}`)})
+	flaky := fake.NewTool("flaky", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+		return runtime.ToolOutput{IsError: true, Content: "nope"}, nil
+	})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{flaky}, runtime.WithMaxModelCalls(5))
+	_, res, terr := run(t, t.Context(), r, userTurn("loop"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	if res.Reason != runtime.EndMaxModelCalls {
+		t.Errorf("reason = %v", res.Reason)
+	}
+	if n := len(flaky.Calls()); n != 3 {
+		t.Errorf("flaky ran %d times, want 3 before the breaker opened", n)
+	}
+	last := res.Messages[len(res.Messages)-1].Parts[0].ToolResult.Content
+	if !strings.Contains(last, "disabled for the rest of this turn after 3 consecutive failures") {
+		t.Errorf("last result = %q", last)
+	}
+}
+
+func TestToolTimeoutAndParallelism(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: []runtime.Chunk{
+			{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "slow"},
+			{Kind: runtime.ChunkToolCallEnd, Index: 0},
+			{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "b", Name: "slow"},
+			{Kind: runtime.ChunkToolCallEnd, Index: 1},
+			{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+		}},
+		fake.Reply{Chunks: fake.Text("done")},
+	)
+	var running, peak atomic.Int32
+	slow := fake.NewTool("slow", func(ctx context.Context, _ runtime.ToolCall, _ func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-ctx.Done()
+		return runtime.ToolOutput{}, ctx.Err()
+	})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{slow}, runtime.WithToolTimeout(20*time.Millisecond))
+	_, res, terr := run(t, t.Context(), r, userTurn("go"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	for _, part := range res.Messages[1].Parts {
+		if got := part.ToolResult.Content; got != `tool "slow" timed out after 20ms` {
+			t.Errorf("result = %q", got)
+		}
+	}
+	if peak.Load() != 2 {
+		t.Errorf("peak concurrency = %d, want 2", peak.Load())
+	}
+}
+
+func TestToolPanicEndsTurnInternal(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "boom", `{}`)})
+	boom := fake.NewTool("boom", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+		panic("kaboom")
+	})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{boom})
+	evs, _, terr := run(t, t.Context(), r, userTurn("go"))
+	if terr == nil || terr.Kind != runtime.KindInternal || *terr.Retryable {
+		t.Fatalf("error = %+v", terr)
+	}
+	want := "start | call m#1 | tooldelta | finished | usage | commit assistant | tool boom | error INTERNAL retryable=false"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if strings.Contains(terr.Message, "kaboom") {
+		t.Errorf("panic value leaked to the client: %q", terr.Message)
+	}
+}
+
+// TestClassMatrix runs every failure class with and without a fallback and
+// asserts the exact event sequence, retryability and what was committed.
+func TestClassMatrix(t *testing.T) {
+	const (
+		retries  = "failed %[1]s | retry 2/3 %[1]s | call a#2 | failed %[1]s | retry 3/3 %[1]s | call a#3 | failed %[1]s"
+		fellBack = " | fallback a>b %[1]s | call b#1 | text | finished | usage | commit assistant | completed end_turn"
+	)
+	transient := func(k string) (string, string) {
+		noFB := sprintf("start | call a#1 | "+retries+" | error %[1]s retryable=true", k)
+		withFB := sprintf("start | call a#1 | "+retries+fellBack, k)
+		return noFB, withFB
+	}
+	final := func(k string, movesOn bool) (string, string) {
+		noFB := sprintf("start | call a#1 | failed %[1]s | error %[1]s retryable=false", k)
+		if !movesOn {
+			return noFB, noFB
+		}
+		return noFB, sprintf("start | call a#1 | failed %[1]s"+fellBack, k)
+	}
+	type row struct {
+		kind         runtime.Kind
+		noFB, withFB string
+	}
+	var rows []row
+	for _, k := range []runtime.Kind{runtime.KindOverloaded, runtime.KindServerError, runtime.KindTimeout, runtime.KindNetwork} {
+		a, b := transient(k.String())
+		rows = append(rows, row{k, a, b})
+	}
+	for _, k := range []runtime.Kind{runtime.KindQuotaExhausted, runtime.KindAuth, runtime.KindNotFound} {
+		a, b := final(k.String(), true)
+		rows = append(rows, row{k, a, b})
+	}
+	for _, k := range []runtime.Kind{runtime.KindInvalidRequest, runtime.KindContentFiltered, runtime.KindInternal, runtime.KindContextOverflow} {
+		a, b := final(k.String(), false)
+		rows = append(rows, row{k, a, b})
+	}
+	rl := runtime.KindRateLimited.String()
+	rows = append(rows, row{runtime.KindRateLimited,
+		sprintf("start | call a#1 | "+retries+" | error %[1]s retryable=true", rl),
+		sprintf("start | call a#1 | failed %[1]s"+fellBack, rl)})
+
+	for _, tt := range rows {
+		for _, withFB := range []bool{false, true} {
+			name := tt.kind.String()
+			want := tt.noFB
+			if withFB {
+				name += "/fallback"
+				want = tt.withFB
+			}
+			t.Run(name, func(t *testing.T) {
+				primary := fake.NewProvider(fake.Reply{Err: providerErr(tt.kind, 2*time.Millisecond)})
+				models := []*runtime.Model{model("a", primary)}
+				if withFB {
+					models[0].Fallbacks = []string{"b"}
+					models = append(models, model("b", fake.NewProvider(fake.Reply{Chunks: fake.Text("ok")})))
+				}
+				r := newRunner(t, models, nil)
+				evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
+				if got := describeAll(evs); got != want {
+					t.Errorf("events:\n got %s\nwant %s", got, want)
+				}
+				if terr != nil {
+					if wantRetry := runtime.Transient(tt.kind); *terr.Retryable != wantRetry {
+						t.Errorf("retryable = %v, want %v", *terr.Retryable, wantRetry)
+					}
+					if len(terr.Attempts) == 0 || terr.Attempts[0].Model != "a" || terr.Attempts[0].LastKind != tt.kind {
+						t.Errorf("attempts = %+v", terr.Attempts)
+					}
+				} else if len(res.Messages) != 1 || res.Messages[0].Text() != "ok" {
+					t.Errorf("committed = %+v", res.Messages)
+				}
+			})
+		}
+	}
+}
+
+func TestStreamInterruptedDiscardsPartial(t *testing.T) {
+	// The first attempt streams text and the start of a tool call, then the
+	// connection drops: consumers must drop it, it is never committed, and
+	// the tool does not run from it.
+	p := fake.NewProvider(
+		fake.Reply{
+			Chunks: []runtime.Chunk{
+				{Kind: runtime.ChunkText, Text: "Let me "},
+				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
+				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
+			},
+			Err: &runtime.Error{Kind: runtime.KindNetwork, Message: "connection reset"},
+		},
+		fake.Reply{Chunks: fake.Text("All good.")},
+	)
+	tool := fake.NewTool("lookup", nil)
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{tool})
+	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call m#1 | text | tooldelta | failed STREAM_INTERRUPTED | retry 2/3 STREAM_INTERRUPTED discard | call m#2 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	var retry *runtime.Retry
+	for _, ev := range evs {
+		if ev.Retry != nil {
+			retry = ev.Retry
+		}
+	}
+	if retry.DiscardFromSeq != 3 {
+		t.Errorf("discard from seq %d, want 3 (the first text delta)", retry.DiscardFromSeq)
+	}
+	if len(res.Messages) != 1 || res.Messages[0].Text() != "All good." || len(tool.Calls()) != 0 {
+		t.Errorf("committed %+v, tool calls %d", res.Messages, len(tool.Calls()))
+	}
+}
+
+func TestStreamEndingWithoutStopIsInterrupted(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "half"}}},
+		fake.Reply{Chunks: fake.Text("whole")},
+	)
+	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
+	evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call m#1 | text | failed STREAM_INTERRUPTED | retry 2/3 STREAM_INTERRUPTED discard | call m#2 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestRetryAfterHonouredAndCapped(t *testing.T) {
+	tests := []struct {
+		name       string
+		retryAfter time.Duration
+		want       string
+	}{
+		{"honoured", 30 * time.Millisecond, "start | call a#1 | failed RATE_LIMITED | retry 2/3 RATE_LIMITED | call a#2 | text | finished | usage | commit assistant | completed end_turn"},
+		{"above cap", time.Second, "start | call a#1 | failed RATE_LIMITED | error RATE_LIMITED retryable=true"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindRateLimited, tt.retryAfter)}, fake.Reply{Chunks: fake.Text("ok")})
+			r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+			start := time.Now()
+			evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+			if got := describeAll(evs); got != tt.want {
+				t.Errorf("events:\n got %s\nwant %s", got, tt.want)
+			}
+			for _, ev := range evs {
+				if ev.Retry != nil && ev.Retry.Delay != tt.retryAfter {
+					t.Errorf("retry delay = %v, want %v", ev.Retry.Delay, tt.retryAfter)
+				}
+			}
+			if terr == nil && time.Since(start) < tt.retryAfter {
+				t.Errorf("retried after %v, before Retry-After %v", time.Since(start), tt.retryAfter)
+			}
+			if terr != nil && terr.RetryAfter != tt.retryAfter {
+				t.Errorf("error retry-after = %v, want the provider's %v", terr.RetryAfter, tt.retryAfter)
+			}
+		})
+	}
+}
+
+func TestGrowingRetryAfterHonouredEachAttempt(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Err: providerErr(runtime.KindRateLimited, 5*time.Millisecond)},
+		fake.Reply{Err: providerErr(runtime.KindRateLimited, 20*time.Millisecond)},
+		fake.Reply{Chunks: fake.Text("ok")},
+	)
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	var delays []time.Duration
+	for _, ev := range evs {
+		if ev.Retry != nil {
+			delays = append(delays, ev.Retry.Delay)
+		}
+	}
+	if len(delays) != 2 || delays[0] != 5*time.Millisecond || delays[1] != 20*time.Millisecond {
+		t.Errorf("delays = %v, want [5ms 20ms]", delays)
+	}
+}
+
+func TestCooldownSkipsModelThenProbes(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	primary := fake.NewProvider(
+		fake.Reply{Err: providerErr(runtime.KindRateLimited, 10*time.Second)},
+		fake.Reply{Chunks: fake.Text("primary is back")},
+	)
+	backup := fake.NewProvider(fake.Reply{Chunks: fake.Text("backup")})
+	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, nil, runtime.WithClock(clock))
+
+	// Turn 1: rate limited on a, falls back to b; a cools down for 10s.
+	evs, _, _ := run(t, t.Context(), r, userTurn("one"))
+	if got, want := describeAll(evs), "start | call a#1 | failed RATE_LIMITED | fallback a>b RATE_LIMITED | call b#1 | text | finished | usage | commit assistant | completed end_turn"; got != want {
+		t.Errorf("turn 1:\n got %s\nwant %s", got, want)
+	}
+	// Turn 2, 5s later: starts on b at once.
+	now.Add(int64(5 * time.Second))
+	evs, _, _ = run(t, t.Context(), r, userTurn("two"))
+	if got, want := describeAll(evs), "start | call b#1 | text | finished | usage | commit assistant | completed end_turn"; got != want {
+		t.Errorf("turn 2:\n got %s\nwant %s", got, want)
+	}
+	// Turn 3, after the cooldown: probes a, which answers.
+	now.Add(int64(6 * time.Second))
+	evs, _, _ = run(t, t.Context(), r, userTurn("three"))
+	if got, want := describeAll(evs), "start | call a#1 | text | finished | usage | commit assistant | completed end_turn"; got != want {
+		t.Errorf("turn 3:\n got %s\nwant %s", got, want)
+	}
+	if primary.Calls() != 2 || backup.Calls() != 2 {
+		t.Errorf("calls: primary %d backup %d, want 2 and 2", primary.Calls(), backup.Calls())
+	}
+}
+
+func TestHalfOpenAdmitsOneProbe(t *testing.T) {
+	var now atomic.Int64
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	release := make(chan struct{})
+	primary := &gatedProvider{gate: release, first: providerErr(runtime.KindAuth, 0)}
+	backup := fake.NewProvider(fake.Reply{Chunks: fake.Text("backup")})
+	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, nil, runtime.WithClock(clock))
+	run(t, t.Context(), r, userTurn("trip")) // auth failure: a cools down for a minute
+	now.Add(int64(2 * time.Minute))
+
+	// The probe blocks in a; a concurrent turn must skip a meanwhile.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(t, context.Background(), r, userTurn("probe"))
+	}()
+	primary.waitBlocked()
+	evs, _, _ := run(t, t.Context(), r, userTurn("other"))
+	if got, want := describeAll(evs), "start | call b#1 | text | finished | usage | commit assistant | completed end_turn"; got != want {
+		t.Errorf("turn during probe:\n got %s\nwant %s", got, want)
+	}
+	close(release)
+	<-done
+	evs, _, _ = run(t, t.Context(), r, userTurn("after"))
+	if got := describe(evs[1]); got != "call a#1" {
+		t.Errorf("after a successful probe, turns start on %s", got)
+	}
+}
+
+// gatedProvider fails its first call with first, then blocks each later
+// call until gate closes and answers.
+type gatedProvider struct {
+	gate  chan struct{}
+	first error
+	calls atomic.Int32
+}
+
+func (g *gatedProvider) waitBlocked() {
+	for g.calls.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (g *gatedProvider) Stream(ctx context.Context, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	n := g.calls.Add(1)
+	return func(yield func(runtime.Chunk, error) bool) {
+		if n == 1 {
+			yield(runtime.Chunk{}, g.first)
+			return
+		}
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			yield(runtime.Chunk{}, ctx.Err())
+			return
+		}
+		for _, c := range fake.Text("a is back") {
+			if !yield(c, nil) {
+				return
+			}
+		}
+	}
+}
+
+func TestBudgetStopsRetryStorm(t *testing.T) {
+	// 200 concurrent turns hit a dead primary: the shared budget lets only
+	// a handful retry; the rest fail over at once, and later turns skip the
+	// primary entirely while it cools down.
+	dead := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindOverloaded, 0)})
+	backup := fake.NewProvider(fake.Reply{Chunks: fake.Text("ok")})
+	r := newRunner(t, []*runtime.Model{model("a", dead, "b"), model("b", backup)}, nil)
+	const turns = 200
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range turns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Run(t.Context(), userTurn("hi"), runtime.SinkFunc(func(context.Context, runtime.Event) error { return nil })); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d turns failed; all should have fallen back", failed.Load())
+	}
+	// Without a budget: 3 attempts per turn = 600 calls. With it: at most
+	// one call per turn that started before the cooldown, plus the few
+	// retries the budget allowed (10 tokens, retries stop at 5).
+	calls := dead.Calls()
+	t.Logf("calls to the dead primary: %d for %d turns", calls, turns)
+	if calls > turns+10 {
+		t.Errorf("dead primary got %d calls for %d turns: retry storm", calls, turns)
+	}
+	before := dead.Calls()
+	for range 20 {
+		run(t, t.Context(), r, userTurn("later"))
+	}
+	if dead.Calls() != before {
+		t.Errorf("turns after the storm still called the cooling primary %d times", dead.Calls()-before)
+	}
+}
+
+func TestDeadlineCutsBackoffShort(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindOverloaded, 0)})
+	m := model("a", p)
+	m.Retry.InitialBackoff, m.Retry.MaxBackoff = time.Second, time.Second
+	r := newRunner(t, []*runtime.Model{m}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	evs, _, terr := run(t, ctx, r, userTurn("hi"))
+	if elapsed := time.Since(start); elapsed > 150*time.Millisecond {
+		t.Errorf("turn took %v: it waited into a backoff that outlasts the deadline", elapsed)
+	}
+	if got, want := describeAll(evs), "start | call a#1 | failed OVERLOADED | error OVERLOADED retryable=true"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if terr.RetryAfter != time.Second {
+		t.Errorf("retry after = %v, want the 1s backoff", terr.RetryAfter)
+	}
+}
+
+func TestCancelDuringBackoffReturnsFast(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindServerError, 0)})
+	m := model("a", p)
+	m.Retry.InitialBackoff, m.Retry.MaxBackoff = 10*time.Second, 10*time.Second
+	r := newRunner(t, []*runtime.Model{m}, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	rec := &recorder{}
+	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+		if ev.Retry != nil {
+			time.AfterFunc(5*time.Millisecond, cancel)
+		}
+		return rec.Emit(ctx, ev)
+	})
+	start := time.Now()
+	_, err := r.Run(ctx, userTurn("hi"), sink)
+	if elapsed := time.Since(start); elapsed > 55*time.Millisecond {
+		t.Errorf("cancel during backoff took %v to return, want under 50ms after cancel", elapsed)
+	}
+	var te *runtime.TurnError
+	if !errors.As(err, &te) || te.Kind != runtime.KindCancelled || *te.Retryable {
+		t.Fatalf("err = %v", err)
+	}
+	checkSequence(t, rec.events)
+	if got, want := describeAll(rec.events), "start | call a#1 | failed SERVER_ERROR | retry 2/3 SERVER_ERROR | error CANCELLED retryable=false"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestCancelMidStreamStopsProvider(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "thinking..."}}, Hang: true})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	rec := &recorder{}
+	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+		if ev.TextDelta != nil {
+			cancel()
+		}
+		return rec.Emit(ctx, ev)
+	})
+	_, err := r.Run(ctx, userTurn("hi"), sink)
+	if runtime.KindOf(err) != runtime.KindCancelled && !errors.As(err, new(*runtime.TurnError)) {
+		t.Fatalf("err = %v", err)
+	}
+	if got, want := describeAll(rec.events), "start | call a#1 | text | error CANCELLED retryable=false"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestIdleAndFirstTokenTimeouts(t *testing.T) {
+	tests := []struct {
+		name   string
+		chunks []runtime.Chunk
+		want   string
+	}{
+		{"first token", nil, "start | call a#1 | failed TIMEOUT | retry 2/3 TIMEOUT | call a#2 | text | finished | usage | commit assistant | completed end_turn"},
+		{"idle gap", []runtime.Chunk{{Kind: runtime.ChunkText, Text: "so"}}, "start | call a#1 | text | failed TIMEOUT | retry 2/3 TIMEOUT discard | call a#2 | text | finished | usage | commit assistant | completed end_turn"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fake.NewProvider(fake.Reply{Chunks: tt.chunks, Hang: true}, fake.Reply{Chunks: fake.Text("ok")})
+			m := model("a", p)
+			m.FirstTokenTimeout, m.IdleTimeout = 20*time.Millisecond, 20*time.Millisecond
+			r := newRunner(t, []*runtime.Model{m}, nil)
+			evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+			if terr != nil {
+				t.Fatal(terr)
+			}
+			if got := describeAll(evs); got != tt.want {
+				t.Errorf("events:\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMaxTokensContinuation(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: []runtime.Chunk{
+			{Kind: runtime.ChunkText, Text: "The answer is"},
+			{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
+			{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
+			{Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens},
+		}},
+		fake.Reply{Chunks: fake.Text(" 42.")},
+	)
+	tool := fake.NewTool("lookup", nil)
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []runtime.Tool{tool})
+	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call a#1 | text | tooldelta | finished | commit assistant | commit user | call a#1 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if len(res.Messages) != 3 || len(res.Messages[0].ToolCalls()) != 0 || res.Messages[1].Text() != runtime.ContinuationPrompt {
+		t.Errorf("messages = %+v", res.Messages)
+	}
+	if len(tool.Calls()) != 0 {
+		t.Error("an incomplete tool call ran")
+	}
+}
+
+func TestMaxTokensGivesUpAfterLimit(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
+		{Kind: runtime.ChunkText, Text: "more"},
+		{Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens},
+	}})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil, runtime.WithMaxContinuations(2))
+	_, res, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	if res.Reason != runtime.EndMaxTokens || p.Calls() != 3 {
+		t.Errorf("reason %v after %d calls, want max_tokens after 3", res.Reason, p.Calls())
+	}
+}
+
+func TestRefusalIsAnOutcome(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
+		{Kind: runtime.ChunkText, Text: "I can't help with that."},
+		{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal},
+	}})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	_, res, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil || res.Reason != runtime.EndRefusal {
+		t.Fatalf("res %+v err %v", res, terr)
+	}
+}
+
+func TestCompactionThenSuccess(t *testing.T) {
+	big := strings.Repeat("x", 10000)
+	msgs := []runtime.Message{
+		{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("first question")}},
+		{Role: runtime.RoleAssistant, Parts: []runtime.Part{{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "1", Name: "read", Arguments: "{}"}}}},
+		{Role: runtime.RoleTool, Parts: []runtime.Part{{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "1", Content: big}}}},
+		{Role: runtime.RoleAssistant, Parts: []runtime.Part{runtime.TextPart("that file is long")}},
+		{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("summarise it")}},
+	}
+	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindContextOverflow, 0)}, fake.Reply{Chunks: fake.Text("summary")})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	evs, res, terr := run(t, t.Context(), r, &runtime.TurnRequest{Messages: msgs})
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call a#1 | failed CONTEXT_OVERFLOW | compaction | call a#2 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	var c *runtime.Compaction
+	for _, ev := range evs {
+		if ev.Compaction != nil {
+			c = ev.Compaction
+		}
+	}
+	if c.BytesAfter >= c.BytesBefore || c.Strategy != "keep_ends" {
+		t.Errorf("compaction %+v", c)
+	}
+	sent := p.Requests()[1].Messages
+	if runtime.ConversationSize(sent) != c.BytesAfter || sent[len(sent)-1].Text() != "summarise it" || sent[0].Text() != "first question" {
+		t.Errorf("second request = %+v", sent)
+	}
+	if res.Counters.Compactions != 1 || len(res.Messages) != 1 {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestContextOverflowFallsBackToLargerModel(t *testing.T) {
+	small := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindContextOverflow, 0)})
+	large := fake.NewProvider(fake.Reply{Chunks: fake.Text("fits")})
+	a, b := model("small", small, "large"), model("large", large)
+	a.ContextWindow, b.ContextWindow = 8000, 200000
+	r := newRunner(t, []*runtime.Model{a, b}, nil)
+	evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call small#1 | failed CONTEXT_OVERFLOW | fallback small>large CONTEXT_OVERFLOW | call large#1 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestFailureAfterCommittedStepsKeepsThem(t *testing.T) {
+	// A later model call fails for good: the error still follows every
+	// message the turn committed, so a client can resume from them.
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Call("c1", "lookup", `{}`)},
+		fake.Reply{Err: providerErr(runtime.KindAuth, 0)},
+	)
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []runtime.Tool{fake.NewTool("lookup", nil)})
+	evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+	want := "start | call a#1 | tooldelta | finished | usage | commit assistant | tool lookup | tooldone lookup | commit tool | call a#1 | failed AUTH | error AUTH retryable=false"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if terr == nil || len(terr.Attempts) != 1 || terr.Attempts[0].Attempts != 2 {
+		t.Errorf("error %+v", terr)
+	}
+}
+
+func TestMaxModelCallsIncludesRetries(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindServerError, 0)})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	req := userTurn("hi")
+	req.MaxModelCalls = 2
+	evs, _, terr := run(t, t.Context(), r, req)
+	if p.Calls() != 2 || terr == nil {
+		t.Fatalf("calls %d, err %v", p.Calls(), terr)
+	}
+	if got, want := describeAll(evs), "start | call a#1 | failed SERVER_ERROR | retry 2/3 SERVER_ERROR | call a#2 | failed SERVER_ERROR | error SERVER_ERROR retryable=true"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestSlowSinkBackpressure(t *testing.T) {
+	// Every Emit blocks until the consumer takes the event: the turn waits,
+	// nothing is dropped, nothing piles up.
+	var chunks []runtime.Chunk
+	for range 50 {
+		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: "x"})
+	}
+	chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn})
+	p := fake.NewProvider(fake.Reply{Chunks: chunks})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	ch := make(chan runtime.Event)
+	go func() {
+		defer close(ch)
+		_, _ = r.Run(t.Context(), userTurn("hi"), runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+			select {
+			case ch <- ev:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	}()
+	var got []runtime.Event
+	for ev := range ch {
+		time.Sleep(100 * time.Microsecond)
+		got = append(got, ev)
+	}
+	checkSequence(t, got)
+	if n := len(got); n != 1+1+50+1+1+1 {
+		t.Errorf("got %d events", n)
+	}
+}
+
+func TestEventsIteratorStopsEarly(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "a"}}, Hang: true})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+	n := 0
+	for ev := range r.Events(t.Context(), userTurn("hi")) {
+		n++
+		if ev.TextDelta != nil {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("saw %d events before break", n)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	r := newRunner(t, []*runtime.Model{model("a", fake.NewProvider(fake.Reply{}))}, []runtime.Tool{fake.NewTool("lookup", nil)})
+	tests := []struct {
+		req   runtime.TurnRequest
+		field string
+	}{
+		{runtime.TurnRequest{Model: "nope"}, "model"},
+		{runtime.TurnRequest{ClientTools: []runtime.ToolSpec{{Name: "x"}, {Name: "lookup"}}}, "tools[1].name"},
+		{runtime.TurnRequest{Model: "a"}, ""},
+	}
+	for _, tt := range tests {
+		err := r.Validate(&tt.req)
+		var fe *runtime.FieldError
+		if tt.field == "" {
+			if err != nil {
+				t.Errorf("Validate(%+v) = %v", tt.req, err)
+			}
+			continue
+		}
+		if !errors.As(err, &fe) || fe.Field != tt.field {
+			t.Errorf("Validate(%+v) = %v, want field %s", tt.req, err, tt.field)
+		}
+	}
+}

@@ -1,0 +1,408 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testServer is a real server on a loopback port with a client connection.
+type testServer struct {
+	srv    *server.Server
+	conn   *grpc.ClientConn
+	client turnstilev1.AgentServiceClient
+	addr   string
+}
+
+func start(t *testing.T, r *runtime.Runner, opts server.Options) *testServer {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(r, opts)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(lis); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+		<-done
+	})
+	return &testServer{srv: srv, conn: conn, client: turnstilev1.NewAgentServiceClient(conn), addr: lis.Addr().String()}
+}
+
+func runner(t *testing.T, p runtime.Provider, tools ...runtime.Tool) *runtime.Runner {
+	t.Helper()
+	retry := runtime.DefaultRetryConfig()
+	retry.InitialBackoff, retry.MaxBackoff = time.Millisecond, 2*time.Millisecond
+	r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: p, ID: "fake-1", Retry: retry}}, "sim", tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func hello() *turnstilev1.RunTurnRequest {
+	return &turnstilev1.RunTurnRequest{
+		TurnId:   "turn-1",
+		Messages: []*turnstilev1.Message{{Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "hello"}}}}},
+	}
+}
+
+// collect reads the stream to its end and returns the events and the
+// final status.
+func collect(t *testing.T, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.RunTurnRequest, onEvent func(*turnstilev1.AgentEvent)) ([]*turnstilev1.AgentEvent, *status.Status) {
+	t.Helper()
+	stream, err := c.RunTurn(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*turnstilev1.AgentEvent
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			return evs, status.New(codes.OK, "")
+		}
+		if err != nil {
+			return evs, status.Convert(err)
+		}
+		evs = append(evs, resp.GetEvent())
+		if onEvent != nil {
+			onEvent(resp.GetEvent())
+		}
+	}
+}
+
+func kinds(evs []*turnstilev1.AgentEvent) string {
+	var out []string
+	for i, ev := range evs {
+		if ev.GetSeq() != uint64(i+1) {
+			return fmt.Sprintf("event %d has seq %d", i, ev.GetSeq())
+		}
+		name := strings.TrimPrefix(fmt.Sprintf("%T", ev.GetPayload()), "*turnstilev1.AgentEvent_")
+		if n := len(out); n > 0 && (name == "TextDelta" || name == "ToolCallDelta") && out[n-1] == name {
+			continue
+		}
+		out = append(out, name)
+	}
+	return strings.Join(out, " ")
+}
+
+func TestTurnsOverGRPC(t *testing.T) {
+	tests := []struct {
+		name    string
+		replies []fake.Reply
+		tools   []runtime.Tool
+		req     func() *turnstilev1.RunTurnRequest
+		want    string
+		code    codes.Code
+		reason  turnstilev1.EndReason
+	}{
+		{
+			name:    "plain turn",
+			replies: []fake.Reply{{Chunks: fake.Text("Hello there")}},
+			req:     hello,
+			want:    "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
+			reason:  turnstilev1.EndReason_END_REASON_END_TURN,
+		},
+		{
+			name:    "server-side tool",
+			replies: []fake.Reply{{Chunks: fake.Call("c1", "lookup", `{"q":"x"}`)}, {Chunks: fake.Text("It is 42")}},
+			tools:   []runtime.Tool{fake.NewTool("lookup", nil)},
+			req:     hello,
+			want:    "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolStarted ToolFinished MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
+			reason:  turnstilev1.EndReason_END_REASON_END_TURN,
+		},
+		{
+			name:    "client-declared tool",
+			replies: []fake.Reply{{Chunks: fake.Call("c1", "ask_user", `{}`)}},
+			req: func() *turnstilev1.RunTurnRequest {
+				r := hello()
+				r.Tools = []*turnstilev1.ToolDefinition{{Name: "ask_user", Description: "asks"}}
+				return r
+			},
+			want:   "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
+			reason: turnstilev1.EndReason_END_REASON_TOOL_CALLS_REQUIRED,
+		},
+		{
+			name:    "panic in a tool",
+			replies: []fake.Reply{{Chunks: fake.Call("c1", "boom", `{}`)}},
+			tools: []runtime.Tool{fake.NewTool("boom", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+				panic("kaboom")
+			})},
+			req:  hello,
+			want: "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolStarted Error",
+			code: codes.Internal,
+		},
+		{
+			name:    "provider auth failure",
+			replies: []fake.Reply{{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid x-api-key"}}},
+			req:     hello,
+			want:    "TurnStarted LlmCallStarted LlmCallFinished Error",
+			code:    codes.FailedPrecondition,
+		},
+		{
+			name:    "overloaded until retries run out",
+			replies: []fake.Reply{{Err: &runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded"}}},
+			req:     hello,
+			want:    "TurnStarted LlmCallStarted LlmCallFinished Retry LlmCallStarted LlmCallFinished Retry LlmCallStarted LlmCallFinished Error",
+			code:    codes.Unavailable,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := start(t, runner(t, fake.NewProvider(tt.replies...), tt.tools...), server.Options{})
+			evs, st := collect(t, t.Context(), ts.client, tt.req(), nil)
+			if got := kinds(evs); got != tt.want {
+				t.Errorf("events:\n got %s\nwant %s", got, tt.want)
+			}
+			if st.Code() != tt.code {
+				t.Errorf("status = %v, want %v", st, tt.code)
+			}
+			last := evs[len(evs)-1]
+			if tt.code == codes.OK {
+				if got := last.GetTurnCompleted().GetEndReason(); got != tt.reason {
+					t.Errorf("end reason = %v, want %v", got, tt.reason)
+				}
+				return
+			}
+			assertStatusMatchesEvent(t, st, last.GetError())
+		})
+	}
+}
+
+// assertStatusMatchesEvent checks the status carries ErrorInfo (reason =
+// the event's code) always and RetryInfo exactly when retryable.
+func assertStatusMatchesEvent(t *testing.T, st *status.Status, e *turnstilev1.Error) {
+	t.Helper()
+	if e == nil {
+		t.Fatal("last event is not an error")
+	}
+	if st.Message() != e.GetMessage() {
+		t.Errorf("status message %q, event message %q", st.Message(), e.GetMessage())
+	}
+	var info *errdetails.ErrorInfo
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			info = d
+		case *errdetails.RetryInfo:
+			retry = d
+		}
+	}
+	if want := strings.TrimPrefix(e.GetCode().String(), "ERROR_CODE_"); info == nil || info.GetReason() != want || info.GetDomain() != "turnstile" {
+		t.Errorf("ErrorInfo = %v, want reason %s", info, want)
+	}
+	if (retry != nil) != e.GetRetryable() {
+		t.Errorf("RetryInfo = %v with retryable = %v", retry, e.GetRetryable())
+	}
+	if e.Retryable == nil {
+		t.Error("terminal error gives no retry advice")
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
+	user := func(parts ...*turnstilev1.Part) *turnstilev1.Message {
+		return &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER, Parts: parts}
+	}
+	text := &turnstilev1.Part{Kind: &turnstilev1.Part_Text{Text: "hi"}}
+	neg := int32(-1)
+	hot := 3.0
+	tests := []struct {
+		name  string
+		req   *turnstilev1.RunTurnRequest
+		field string
+	}{
+		{"no messages", &turnstilev1.RunTurnRequest{}, "messages"},
+		{"no role", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{{Parts: []*turnstilev1.Part{text}}}}, "messages[0].role"},
+		{"empty part", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user(&turnstilev1.Part{})}}, "messages[0].parts[0]"},
+		{"no parts", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user()}}, "messages[0].parts"},
+		{"tool call without id", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user(text), {Role: turnstilev1.Role_ROLE_ASSISTANT, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_ToolCall{ToolCall: &turnstilev1.ToolCall{Name: "x"}}}}}}}, "messages[1].parts[0].tool_call.id"},
+		{"unknown model", &turnstilev1.RunTurnRequest{Model: "gpt-9", Messages: []*turnstilev1.Message{user(text)}}, "model"},
+		{"bad tool name", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user(text)}, Tools: []*turnstilev1.ToolDefinition{{Name: "has space"}}}, "tools[0].name"},
+		{"negative max tokens", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user(text)}, Generation: &turnstilev1.GenerationOptions{MaxOutputTokens: &neg}}, "generation.max_output_tokens"},
+		{"temperature too high", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user(text)}, Generation: &turnstilev1.GenerationOptions{Temperature: &hot}}, "generation.temperature"},
+		{"limit out of range", &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{user(text)}, Limits: &turnstilev1.TurnLimits{MaxModelCalls: &neg}}, "limits.max_model_calls"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			evs, st := collect(t, t.Context(), ts.client, tt.req, nil)
+			if len(evs) != 0 {
+				t.Errorf("got %d events before the error", len(evs))
+			}
+			if st.Code() != codes.InvalidArgument {
+				t.Fatalf("status = %v", st)
+			}
+			var field string
+			var reason string
+			for _, d := range st.Details() {
+				switch d := d.(type) {
+				case *errdetails.BadRequest:
+					field = d.GetFieldViolations()[0].GetField()
+				case *errdetails.ErrorInfo:
+					reason = d.GetReason()
+				}
+			}
+			if field != tt.field || reason != "INVALID_REQUEST" || !strings.HasPrefix(st.Message(), tt.field+": ") {
+				t.Errorf("status %q, field %q, reason %q; want field %q", st.Message(), field, reason, tt.field)
+			}
+		})
+	}
+}
+
+func TestClientCancelMidStream(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "streaming"}}, Hang: true})
+	ts := start(t, runner(t, p), server.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	evs, st := collect(t, ctx, ts.client, hello(), func(ev *turnstilev1.AgentEvent) {
+		if ev.GetTextDelta() != nil {
+			cancel()
+		}
+	})
+	if st.Code() != codes.Canceled {
+		t.Errorf("status = %v", st)
+	}
+	if got, want := kinds(evs), "TurnStarted LlmCallStarted TextDelta"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "slow"}}, Hang: true})
+	ts := start(t, runner(t, p), server.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	evs, st := collect(t, ctx, ts.client, hello(), nil)
+	if st.Code() != codes.DeadlineExceeded {
+		t.Errorf("status = %v", st)
+	}
+	if got, want := kinds(evs), "TurnStarted LlmCallStarted TextDelta"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
+	h, err := healthpb.NewHealthClient(ts.conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "turnstile.v1.AgentService"})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v", h, err)
+	}
+	rc, err := reflectionpb.NewServerReflectionClient(ts.conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !strings.Contains(strings.Join(names, ","), "turnstile.v1.AgentService") {
+		t.Errorf("reflection lists %v", names)
+	}
+	_ = rc.CloseSend()
+}
+
+func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "long answer"}}, Hang: true})
+	ts := start(t, runner(t, p), server.Options{ShutdownGrace: 50 * time.Millisecond})
+	health := healthpb.NewHealthClient(ts.conn)
+	started := make(chan struct{})
+	var once sync.Once
+	var evs []*turnstilev1.AgentEvent
+	var st *status.Status
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		evs, st = collect(t, context.Background(), ts.client, hello(), func(ev *turnstilev1.AgentEvent) {
+			if ev.GetTextDelta() != nil {
+				once.Do(func() { close(started) })
+			}
+		})
+	}()
+	<-started
+	shut := make(chan struct{})
+	go func() {
+		defer close(shut)
+		ts.srv.Shutdown(context.Background())
+	}()
+	// While draining, health says NOT_SERVING.
+	deadline := time.Now().Add(time.Second)
+	for {
+		h, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health never turned NOT_SERVING: %v %v", h, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	<-done
+	<-shut
+	if st.Code() != codes.Unavailable {
+		t.Fatalf("status = %v", st)
+	}
+	if got, want := kinds(evs), "TurnStarted LlmCallStarted TextDelta Error"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+	e := evs[len(evs)-1].GetError()
+	if e.GetCode() != turnstilev1.ErrorCode_ERROR_CODE_UNAVAILABLE || !e.GetRetryable() {
+		t.Errorf("error = %v", e)
+	}
+	assertStatusMatchesEvent(t, st, e)
+}
+
+func TestNoSecretInErrors(t *testing.T) {
+	const key = "sk-secret-123"
+	p := fake.NewProvider(fake.Reply{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid api key", Err: errors.New("Authorization: Bearer " + key)}})
+	ts := start(t, runner(t, p), server.Options{})
+	evs, st := collect(t, t.Context(), ts.client, hello(), nil)
+	for _, ev := range evs {
+		if strings.Contains(ev.String(), key) {
+			t.Errorf("event leaks the key: %v", ev)
+		}
+	}
+	if strings.Contains(fmt.Sprint(st.Proto()), key) {
+		t.Errorf("status leaks the key: %v", st)
+	}
+}

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+func TestKindMapping(t *testing.T) {
+	tests := []struct {
+		kind runtime.Kind
+		code codes.Code
+	}{
+		{runtime.KindInternal, codes.Internal},
+		{runtime.KindRateLimited, codes.ResourceExhausted},
+		{runtime.KindQuotaExhausted, codes.ResourceExhausted},
+		{runtime.KindOverloaded, codes.Unavailable},
+		{runtime.KindServerError, codes.Unavailable},
+		{runtime.KindTimeout, codes.Unavailable},
+		{runtime.KindNetwork, codes.Unavailable},
+		{runtime.KindStreamInterrupted, codes.Unavailable},
+		{runtime.KindContextOverflow, codes.InvalidArgument},
+		{runtime.KindInvalidRequest, codes.InvalidArgument},
+		{runtime.KindAuth, codes.FailedPrecondition},
+		{runtime.KindNotFound, codes.FailedPrecondition},
+		{runtime.KindContentFiltered, codes.InvalidArgument},
+		{runtime.KindCancelled, codes.Canceled},
+		{runtime.KindDeadlineExceeded, codes.DeadlineExceeded},
+		{runtime.KindUnavailable, codes.Unavailable},
+		{runtime.KindToolsUnsafe, codes.Aborted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			if got := grpcCode(tt.kind); got != tt.code {
+				t.Errorf("grpcCode(%v) = %v, want %v", tt.kind, got, tt.code)
+			}
+			// Every kind has its own wire code, named alike.
+			if got := errorCode(tt.kind).String(); got != "ERROR_CODE_"+tt.kind.String() {
+				t.Errorf("errorCode(%v) = %v", tt.kind, got)
+			}
+		})
+	}
+	if n := len(turnstilev1.ErrorCode_name); n != len(tests)+1 {
+		t.Errorf("the proto has %d error codes, the table %d kinds (+UNSPECIFIED)", n, len(tests))
+	}
+}
+
+func TestTurnStatusDetails(t *testing.T) {
+	yes, no := true, false
+	tests := []struct {
+		name      string
+		err       runtime.TurnError
+		wantRetry bool
+	}{
+		{"retryable carries RetryInfo", runtime.TurnError{Kind: runtime.KindRateLimited, Message: "slow down", Retryable: &yes, RetryAfter: 3 * time.Second, Model: "fast"}, true},
+		{"permanent carries none", runtime.TurnError{Kind: runtime.KindAuth, Message: "bad key", Retryable: &no}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := turnStatus(&tt.err)
+			var info *errdetails.ErrorInfo
+			var retry *errdetails.RetryInfo
+			for _, d := range st.Details() {
+				switch d := d.(type) {
+				case *errdetails.ErrorInfo:
+					info = d
+				case *errdetails.RetryInfo:
+					retry = d
+				}
+			}
+			if info.GetReason() != tt.err.Kind.String() || info.GetDomain() != ErrorDomain || info.GetMetadata()["model"] != tt.err.Model {
+				t.Errorf("ErrorInfo = %v", info)
+			}
+			if (retry != nil) != tt.wantRetry {
+				t.Fatalf("RetryInfo = %v", retry)
+			}
+			if retry != nil && retry.GetRetryDelay().AsDuration() != tt.err.RetryAfter {
+				t.Errorf("retry delay = %v", retry.GetRetryDelay().AsDuration())
+			}
+		})
+	}
+}
+
+func TestEnumsMatchTheWire(t *testing.T) {
+	for r := runtime.RoleUser; r <= runtime.RoleTool; r++ {
+		if got := turnstilev1.Role(r).String(); got != "ROLE_"+strings.ToUpper(r.String()) {
+			t.Errorf("role %v maps to %v", r, got)
+		}
+	}
+	for s := runtime.StopEndTurn; s <= runtime.StopPauseTurn; s++ {
+		if got := turnstilev1.StopReason(s).String(); got != "STOP_REASON_"+strings.ToUpper(s.String()) {
+			t.Errorf("stop %v maps to %v", s, got)
+		}
+	}
+	for e := runtime.EndTurn; e <= runtime.EndStopSequence; e++ {
+		if got := turnstilev1.EndReason(e).String(); got != "END_REASON_"+strings.ToUpper(e.String()) {
+			t.Errorf("end reason %v maps to %v", e, got)
+		}
+	}
+}

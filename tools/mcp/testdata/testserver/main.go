@@ -1,0 +1,106 @@
+// Command testserver is a stdio MCP server for the tests of package mcp. Its
+// tools:
+//
+//   - progress: reports 3 progress notifications, then answers "done".
+//   - fail: answers an error result (isError).
+//   - hang: reports "started pid=N" as progress, then blocks until cancelled.
+//   - lookup: read-only and idempotent; answers text and structured content.
+//   - append: not idempotent; appends its "line" argument to the file named
+//     by $APPEND_FILE, so tests can count executions.
+//
+// Arguments are not validated here, on purpose: the tests check that
+// validation happens before a call reaches the server.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	s := mcp.NewServer(&mcp.Implementation{Name: "testserver", Version: "1"}, nil)
+	object := json.RawMessage(`{"type":"object"}`)
+
+	s.AddTool(&mcp.Tool{Name: "progress", Description: "Reports progress three times.", InputSchema: object},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if token := req.Params.GetProgressToken(); token != nil {
+				for i := 1; i <= 3; i++ {
+					_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+						ProgressToken: token,
+						Message:       fmt.Sprintf("step %d", i),
+						Progress:      float64(i),
+						Total:         3,
+					})
+				}
+				// The client handles a server's messages in order, but
+				// delivers a call's result apart from them: a ping answered
+				// means the notifications before it were handled.
+				_ = req.Session.Ping(ctx, nil)
+			}
+			return text("done"), nil
+		})
+
+	s.AddTool(&mcp.Tool{Name: "fail", Description: "Always fails.", InputSchema: object},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r := text("the widget is broken")
+			r.IsError = true
+			return r, nil
+		})
+
+	s.AddTool(&mcp.Tool{Name: "hang", Description: "Blocks until cancelled.", InputSchema: object},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if token := req.Params.GetProgressToken(); token != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token,
+					Message:       fmt.Sprintf("started pid=%d", os.Getpid()),
+				})
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+
+	s.AddTool(&mcp.Tool{
+		Name:        "lookup",
+		Description: "Looks a key up.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"],"additionalProperties":false}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, Title: "Lookup"},
+	}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct{ Key string }
+		_ = json.Unmarshal(req.Params.Arguments, &in)
+		r := text("found " + in.Key)
+		r.StructuredContent = map[string]string{"key": in.Key, "value": "v-" + in.Key}
+		return r, nil
+	})
+
+	s.AddTool(&mcp.Tool{
+		Name:        "append",
+		Description: "Appends a line to a file.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"line":{"type":"string"}},"required":["line"]}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, IdempotentHint: false},
+	}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct{ Line any }
+		_ = json.Unmarshal(req.Params.Arguments, &in)
+		f, err := os.OpenFile(os.Getenv("APPEND_FILE"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if _, err := fmt.Fprintln(f, in.Line); err != nil {
+			return nil, err
+		}
+		return text("appended"), nil
+	})
+
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}

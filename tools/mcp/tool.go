@@ -1,0 +1,208 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// tool is one MCP server tool seen as a [runtime.Tool].
+type tool struct {
+	srv     *server
+	remote  string // the tool's name on the server
+	spec    runtime.ToolSpec
+	timeout time.Duration
+}
+
+var _ runtime.Tool = (*tool)(nil)
+
+// newTool maps an MCP tool to a spec. ReadOnly and Idempotent come from the
+// readOnlyHint and idempotentHint annotations (a read-only tool is also
+// idempotent), then from the override.
+func newTool(s *server, t *sdk.Tool, ov ToolOverride) (*tool, error) {
+	schema, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: server %q: tool %q: input schema: %w", s.cfg.Name, t.Name, err)
+	}
+	if bytes.Equal(schema, []byte("null")) {
+		schema = nil
+	}
+	spec := runtime.ToolSpec{
+		Name:        s.cfg.ToolPrefix + t.Name,
+		Description: t.Description,
+		Schema:      schema,
+	}
+	if spec.Description == "" {
+		spec.Description = t.Title
+	}
+	if a := t.Annotations; a != nil {
+		spec.ReadOnly = a.ReadOnlyHint
+		spec.Idempotent = a.IdempotentHint || a.ReadOnlyHint
+		if spec.Description == "" {
+			spec.Description = a.Title
+		}
+	}
+	if ov.ReadOnly != nil {
+		spec.ReadOnly = *ov.ReadOnly
+	}
+	if ov.Idempotent != nil {
+		spec.Idempotent = *ov.Idempotent
+	}
+	return &tool{srv: s, remote: t.Name, spec: spec, timeout: ov.Timeout}, nil
+}
+
+// Spec implements [runtime.Tool].
+func (t *tool) Spec() runtime.ToolSpec { return t.spec }
+
+// Call runs the tool on its server with tools/call, reconnecting first if
+// the server's session ended. Progress notifications reach progress (if not
+// nil) until Call returns. A result the server marks isError is returned as
+// an output with IsError; a failure to get a result (server unreachable or
+// gone mid-call, protocol error, timeout, cancellation) is an error.
+func (t *tool) Call(ctx context.Context, call runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+	args := strings.TrimSpace(call.Arguments)
+	if args == "" {
+		args = "{}"
+	}
+	if !json.Valid([]byte(args)) {
+		return runtime.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they are not valid JSON.", t.spec.Name)}, nil
+	}
+	if args[0] != '{' {
+		return runtime.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they must be a JSON object.", t.spec.Name)}, nil
+	}
+
+	parent := ctx
+	var cancel context.CancelFunc
+	if t.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t.timeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	untrack, err := t.srv.track(cancel)
+	if err != nil {
+		return runtime.ToolOutput{}, t.fail(err)
+	}
+	defer untrack()
+
+	sess, err := t.srv.session(ctx)
+	if err != nil {
+		return runtime.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
+	}
+	params := &sdk.CallToolParams{Name: t.remote, Arguments: json.RawMessage(args)}
+	if progress != nil {
+		token, stop := t.srv.watchProgress(progress)
+		defer stop()
+		params.SetProgressToken(token)
+	}
+	res, err := sess.CallTool(ctx, params)
+	if err != nil {
+		if ctx.Err() != nil {
+			return runtime.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
+		}
+		return runtime.ToolOutput{}, t.fail(t.callErr(sess, err))
+	}
+	return runtime.ToolOutput{Content: resultText(res), IsError: res.IsError}, nil
+}
+
+// codeRejected is the JSON-RPC error code the SDK gives a request its
+// transport could not deliver or got a transient HTTP error for (its
+// internal jsonrpc2.ErrRejected); the session stays usable.
+const codeRejected = -32005
+
+// callErr explains a failed tools/call and retires the session when it is
+// gone, so that the next call reconnects.
+func (t *tool) callErr(sess *sdk.ClientSession, err error) error {
+	rpcErr, isRPC := errors.AsType[*jsonrpc.Error](err)
+	switch {
+	case errors.Is(err, sdk.ErrSessionMissing):
+		t.srv.retire(sess, "session missing")
+		return fmt.Errorf("the server no longer knows the session (restarted?); it is reconnected on the next call: %w", err)
+	case isRPC && rpcErr.Code == codeRejected:
+		return fmt.Errorf("the request did not get through to the server: %w", err)
+	case isRPC:
+		// The server answered with a protocol error: the session is fine.
+		return err
+	}
+	t.srv.retire(sess, "call failed: "+err.Error())
+	what := "connection to the server lost during the call"
+	if errors.Is(err, io.EOF) {
+		what = "the server closed the connection during the call (a stdio server's process exited)"
+	}
+	return fmt.Errorf("%s; it is reconnected on the next call: %w", what, err)
+}
+
+// fail wraps err with the server and tool names, without the server's URL.
+func (t *tool) fail(err error) error {
+	return fmt.Errorf("mcp server %q: tool %q: %w", t.srv.cfg.Name, t.remote, t.srv.redact(err))
+}
+
+// ctxErr explains an error that happened while ctx was done: the caller's
+// cancellation, this tool's own timeout, or the toolset closing.
+func (t *tool) ctxErr(parent, ctx context.Context, err error) error {
+	switch {
+	case parent.Err() != nil:
+		return parent.Err()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && t.timeout > 0:
+		return fmt.Errorf("timed out after %s: %w", t.timeout, context.DeadlineExceeded)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", errClosed, ctx.Err())
+	}
+	return err
+}
+
+// resultText renders a tool result for the model: its text content, one
+// block per line, placeholders for non-text blocks, then the structured
+// content as JSON unless a text block already holds exactly that JSON.
+func resultText(res *sdk.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			parts = append(parts, c.Text)
+		case *sdk.ImageContent:
+			parts = append(parts, fmt.Sprintf("[image %s, %d bytes]", c.MIMEType, len(c.Data)))
+		case *sdk.AudioContent:
+			parts = append(parts, fmt.Sprintf("[audio %s, %d bytes]", c.MIMEType, len(c.Data)))
+		case *sdk.ResourceLink:
+			parts = append(parts, fmt.Sprintf("[resource %s]", c.URI))
+		case *sdk.EmbeddedResource:
+			if r := c.Resource; r != nil && r.Text != "" {
+				parts = append(parts, r.Text)
+			} else if r != nil {
+				parts = append(parts, fmt.Sprintf("[resource %s, %d bytes]", r.URI, len(r.Blob)))
+			}
+		}
+	}
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil && !containsJSON(parts, b) {
+			parts = append(parts, string(b))
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// containsJSON reports whether a text part is the same JSON as b.
+func containsJSON(parts []string, b []byte) bool {
+	var want bytes.Buffer
+	if json.Compact(&want, b) != nil {
+		return false
+	}
+	for _, p := range parts {
+		var got bytes.Buffer
+		if json.Compact(&got, []byte(p)) == nil && bytes.Equal(got.Bytes(), want.Bytes()) {
+			return true
+		}
+	}
+	return false
+}
