@@ -498,3 +498,72 @@ func TestConcurrentTurns(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A transport break while a server-side tool runs is not retried: the tool
+// may have had its effect, and resuming would run it again.
+func TestTransportFailureDuringToolIsNotRetried(t *testing.T) {
+	tool := &blocker{started: make(chan struct{})}
+	p := &scripted{fn: func(context.Context, int, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+		return callTool("call_1", "deploy", `{}`)
+	}}
+	rep := newReplica(t, p, tool)
+	addr, srv := serve(t, rep)
+	c := newClient(t, addr, client.WithMaxStepRetries(3))
+
+	turn := c.RunTurn(t.Context(), userRequest("deploy it"))
+	var err error
+	for ev, e := range turn.Events() {
+		if e != nil {
+			err = e
+			break
+		}
+		if ev.Agent.GetToolStarted() != nil {
+			<-tool.started
+			srv.Stop()
+		}
+	}
+	var te *client.TurnError
+	if !errors.As(err, &te) {
+		t.Fatalf("err = %v, want a *client.TurnError", err)
+	}
+	if te.Code != turnstilev1.ErrorCode_ERROR_CODE_TOOLS_UNSAFE || te.Retryable || te.Attempts != 1 || !strings.Contains(te.Message, "deploy") {
+		t.Errorf("err = %v (retryable %v, attempts %d), want TOOLS_UNSAFE naming deploy, not retryable, 1 attempt", te, te.Retryable, te.Attempts)
+	}
+	// The assistant's tool call has no result: it does not stand.
+	if len(te.Messages) != 0 {
+		t.Errorf("standing messages = %v, want none", te.Messages)
+	}
+}
+
+type token string
+
+func (tk token) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(tk)}, nil
+}
+
+func (token) RequireTransportSecurity() bool { return false }
+
+// Per-RPC credentials reach the server on every attempt.
+func TestPerRPCCredentials(t *testing.T) {
+	p := &scripted{fn: func(_ context.Context, call int, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+		if call == 1 {
+			return fail(serverError())
+		}
+		return reply("ok")
+	}}
+	rep := newReplica(t, p)
+	addr, _ := serve(t, rep)
+	c := newClient(t, addr, client.WithPerRPCCredentials(token("s3cret")))
+	if _, err := c.RunTurn(t.Context(), userRequest("hi")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	served := rep.served()
+	if len(served) != 2 {
+		t.Fatalf("the server received %d requests, want 2", len(served))
+	}
+	for i, s := range served {
+		if s.auth != "Bearer s3cret" {
+			t.Errorf("request %d: authorization = %q", i, s.auth)
+		}
+	}
+}

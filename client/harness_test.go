@@ -110,10 +110,25 @@ func (c *counter) Call(context.Context, runtime.ToolCall, func(runtime.ToolProgr
 	return runtime.ToolOutput{Content: fmt.Sprintf(`{"count":%d}`, n)}, nil
 }
 
+// blocker is a server-side tool that closes started and runs until its
+// context ends.
+type blocker struct{ started chan struct{} }
+
+func (b *blocker) Spec() runtime.ToolSpec {
+	return runtime.ToolSpec{Name: "deploy", Description: "Deploys the service."}
+}
+
+func (b *blocker) Call(ctx context.Context, _ runtime.ToolCall, _ func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+	close(b.started)
+	<-ctx.Done()
+	return runtime.ToolOutput{}, ctx.Err()
+}
+
 // recorded is one RunTurn a replica served.
 type recorded struct {
 	req     *runtime.TurnRequest
 	attempt string // the turnstile-attempt header
+	auth    string // the authorization header
 }
 
 // replica wraps a real runtime.Runner: it records the requests the server
@@ -134,6 +149,9 @@ func (r *replica) Run(ctx context.Context, req *runtime.TurnRequest, sink runtim
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(client.AttemptHeader); len(v) > 0 {
 			rec.attempt = v[0]
+		}
+		if v := md.Get("authorization"); len(v) > 0 {
+			rec.auth = v[0]
 		}
 	}
 	r.mu.Lock()
