@@ -15,7 +15,9 @@ import (
 	"github.com/turnstile-dev/turnstile/config"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/clock"
+	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
 
 func serve(args []string) int {
@@ -95,8 +97,8 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 }
 
 // buildRunner turns the configuration into a runner, and returns a function
-// that releases what it opened.
-func buildRunner(_ context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
+// that releases what it opened (MCP server connections and processes).
+func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
 	providers := map[string]runtime.Provider{}
 	for name, pc := range cfg.Providers {
 		p, err := newProvider(name, pc)
@@ -118,9 +120,13 @@ func buildRunner(_ context.Context, cfg *config.Config, logger *slog.Logger) (*r
 			FirstTokenTimeout: mc.FirstTokenTimeout,
 			IdleTimeout:       mc.IdleTimeout,
 			Retry:             retryConfig(*mc.Retry),
+			Tools:             allowedTools(mc.Tools),
 		})
 	}
-	tools := []runtime.Tool{clock.Tool{}}
+	tools, closeTools, err := buildTools(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
 	maxCont := cfg.Turn.MaxContinuations
 	if maxCont < 0 {
 		maxCont = 0
@@ -133,9 +139,57 @@ func buildRunner(_ context.Context, cfg *config.Config, logger *slog.Logger) (*r
 		runtime.WithToolTimeout(cfg.Turn.ToolTimeout),
 	)
 	if err != nil {
+		closeTools()
 		return nil, nil, err
 	}
-	return r, func() {}, nil
+	return r, closeTools, nil
+}
+
+// allowedTools returns a model's tool allowlist for the runtime: nil (all
+// tools) when the configuration lists none.
+func allowedTools(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	return append([]string{clock.Name}, names...)
+}
+
+// buildTools connects to the configured MCP servers and returns every
+// server-side tool, each validating its arguments against its schema.
+func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([]runtime.Tool, func(), error) {
+	tools := []runtime.Tool{clock.Tool{}}
+	if len(cfg.MCPServers) == 0 {
+		return tools, func() {}, nil
+	}
+	var servers []mcp.ServerConfig
+	for name, s := range cfg.MCPServers {
+		sc := mcp.ServerConfig{
+			Name: name, Command: s.Command, Args: s.Args, Env: s.Env, EnvFrom: s.EnvFrom,
+			URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv,
+			Tools: s.Tools, ToolPrefix: s.ToolPrefix, ConnectTimeout: s.ConnectTimeout,
+		}
+		if len(s.ToolOverrides) > 0 {
+			sc.Overrides = map[string]mcp.ToolOverride{}
+			for tool, o := range s.ToolOverrides {
+				sc.Overrides[tool] = mcp.ToolOverride{ReadOnly: o.ReadOnly, Idempotent: o.Idempotent, Timeout: o.Timeout}
+			}
+		}
+		servers = append(servers, sc)
+	}
+	ts, err := mcp.New(ctx, servers, mcp.WithLogger(logger))
+	if err != nil {
+		return nil, nil, fmt.Errorf("mcp_servers: %w", err)
+	}
+	for _, t := range ts.Tools() {
+		checked, err := argcheck.Wrap(t)
+		if err != nil {
+			_ = ts.Close()
+			return nil, nil, fmt.Errorf("mcp_servers: %w", err)
+		}
+		tools = append(tools, checked)
+	}
+	logger.Info("MCP tools ready", "servers", len(servers), "tools", len(tools)-1)
+	return tools, func() { _ = ts.Close() }, nil
 }
 
 func retryConfig(r config.Retry) runtime.RetryConfig {

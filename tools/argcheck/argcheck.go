@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -84,6 +85,15 @@ func (c *checked) Call(ctx context.Context, call runtime.ToolCall, progress func
 		return runtime.ToolOutput{Content: msg, IsError: true}, nil
 	}
 	return c.tool.Call(ctx, call, progress)
+}
+
+// Timeout forwards the wrapped tool's own time limit, if it has one, so
+// the runtime still sees it; zero means the runtime's default.
+func (c *checked) Timeout() time.Duration {
+	if t, ok := c.tool.(interface{ Timeout() time.Duration }); ok {
+		return t.Timeout()
+	}
+	return 0
 }
 
 // check returns "" when args are valid, else the message for the model.

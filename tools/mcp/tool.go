@@ -64,6 +64,10 @@ func newTool(s *server, t *sdk.Tool, ov ToolOverride) (*tool, error) {
 // Spec implements [runtime.Tool].
 func (t *tool) Spec() runtime.ToolSpec { return t.spec }
 
+// Timeout returns the tool's configured time limit (tool_overrides.timeout),
+// zero when it has none; the runtime bounds each call by it.
+func (t *tool) Timeout() time.Duration { return t.timeout }
+
 // Call runs the tool on its server with tools/call, reconnecting first if
 // the server's session ended. Progress notifications reach progress (if not
 // nil) until Call returns. A result the server marks isError is returned as

@@ -1,0 +1,146 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// defaultRetryAfter is the Retry-After of fail=rate_limit without retry_after.
+const defaultRetryAfter = time.Second
+
+// Failure classes that are not a plain HTTP error.
+const (
+	classDisconnect = "disconnect"
+	classTimeout    = "timeout"
+)
+
+// failClass describes how a real adapter reports one kind of failure.
+type failClass struct {
+	kind   runtime.Kind
+	status int
+	// message returns the provider's message for a call of model whose
+	// request text measures size bytes.
+	message func(model string, size int, d *directive) string
+}
+
+func fixed(s string) func(string, int, *directive) string {
+	return func(string, int, *directive) string { return s }
+}
+
+// failClasses maps each fail= value to its classification. Status codes and
+// messages follow what OpenAI, Anthropic and Gemini send for the same fault
+// (see reference/provider-errors.md).
+var failClasses = map[string]failClass{
+	"rate_limit": {runtime.KindRateLimited, 429, func(_ string, _ int, d *directive) string {
+		return fmt.Sprintf("Rate limit reached for requests. Please try again in %s.", d.retryAfterOr(defaultRetryAfter))
+	}},
+	"quota": {runtime.KindQuotaExhausted, 429,
+		fixed("You exceeded your current quota, please check your plan and billing details.")},
+	"overloaded":   {runtime.KindOverloaded, 529, fixed("Overloaded")},
+	"unavailable":  {runtime.KindOverloaded, 503, fixed("The model is overloaded. Please try again later.")},
+	"server_error": {runtime.KindServerError, 500, fixed("The server had an error while processing your request. Sorry about that!")},
+	"bad_gateway":  {runtime.KindServerError, 502, fixed("502 Bad Gateway")},
+	"gateway_timeout": {runtime.KindServerError, 504,
+		fixed("504 Gateway Timeout")},
+	"auth":      {runtime.KindAuth, 401, fixed("invalid x-api-key")},
+	"forbidden": {runtime.KindAuth, 403, fixed("Your API key does not have permission to use the specified resource.")},
+	"not_found": {runtime.KindNotFound, 404, func(model string, _ int, _ *directive) string {
+		return fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)
+	}},
+	"invalid": {runtime.KindInvalidRequest, 400, fixed("The request is invalid.")},
+	"context_overflow": {runtime.KindContextOverflow, 400, func(_ string, size int, d *directive) string {
+		tokens := tokensOf(size)
+		limit := tokens - 1
+		if d.above > 0 {
+			limit = tokensOf(d.above)
+		}
+		return fmt.Sprintf("prompt is too long: %d tokens > %d maximum", tokens, limit)
+	}},
+	"content_filter": {runtime.KindContentFiltered, 400,
+		fixed("The response was filtered due to the prompt triggering content management policy. Please modify your prompt and retry.")},
+	// disconnect's kind depends on whether output was streamed; see [failure.error].
+	classDisconnect: {runtime.KindNetwork, 0, nil},
+	// timeout yields no error: the stream hangs until its context is done.
+	classTimeout: {runtime.KindTimeout, 0, nil},
+}
+
+// classAliases are accepted spellings of a class.
+var classAliases = map[string]string{
+	"stall":    classTimeout,
+	"overload": "overloaded",
+	"rate":     "rate_limit",
+}
+
+func lookupClass(name string) (string, bool) {
+	if a, ok := classAliases[name]; ok {
+		name = a
+	}
+	_, ok := failClasses[name]
+	return name, ok
+}
+
+func classNames() []string {
+	names := make([]string, 0, len(failClasses))
+	for n := range failClasses {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (d *directive) retryAfterOr(def time.Duration) time.Duration {
+	if d.hasRetryAfter {
+		return d.retryAfter
+	}
+	return def
+}
+
+// failureError returns the error a call fails with under d after streamed
+// paced chunks, or nil for a stall. name is the provider name, model the
+// request's model id and size the request's text size in bytes.
+func failureError(d *directive, name, model string, size, streamed int, requestID string) *runtime.Error {
+	c := failClasses[d.class]
+	e := &runtime.Error{
+		Kind:       c.kind,
+		Provider:   name,
+		StatusCode: c.status,
+		RequestID:  requestID,
+		Err:        fmt.Errorf("sim: failure injected by directive %s", d.raw),
+	}
+	switch d.class {
+	case classTimeout:
+		return nil
+	case classDisconnect:
+		if streamed > 0 {
+			e.Kind = runtime.KindStreamInterrupted
+			e.Message = "the stream was cut short: unexpected EOF"
+		} else {
+			e.Message = "read: connection reset by peer"
+		}
+	default:
+		e.Message = c.message(model, size, d)
+	}
+	if d.message != "" {
+		e.Message = d.message
+	}
+	if d.class == "rate_limit" || d.hasRetryAfter {
+		e.RetryAfter = d.retryAfterOr(defaultRetryAfter)
+		e.Hint = runtime.HintAfter
+	}
+	return e
+}
+
+// invalidRequest is the error a call fails with when the request itself is
+// malformed, as a provider's 400 invalid_request_error.
+func invalidRequest(name string, err error) *runtime.Error {
+	return &runtime.Error{
+		Kind:       runtime.KindInvalidRequest,
+		Message:    err.Error(),
+		Provider:   name,
+		StatusCode: 400,
+		Err:        err,
+	}
+}

@@ -1,0 +1,600 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// DefaultTokenDelay paces the output when Config.TokenDelay is zero.
+const DefaultTokenDelay = 15 * time.Millisecond
+
+// maxCounters bounds the call counters kept for times=K, so a long-running
+// server does not grow without bound; the oldest counters go first.
+const maxCounters = 4096
+
+// maxContinuations bounds how far back a continuation is looked for.
+const maxContinuations = 16
+
+// Config configures a [Provider]. The zero value is usable: default pacing
+// and no script.
+type Config struct {
+	// TokenDelay is the pause before each streamed token. Zero means
+	// [DefaultTokenDelay]; a negative value means no pause at all.
+	TokenDelay time.Duration
+	// Script lists directives applied to every call, before the prompt's
+	// own. Each entry holds one or more bracketed directives, or the inside
+	// of one directive without its brackets ("fail=overloaded times=1").
+	Script []string
+}
+
+// Provider is the embedded deterministic model. Create one with [New]. It is
+// safe for concurrent use; its only state is the call counters of times=K
+// directives (the most recent 4096 are kept) and a request id counter.
+type Provider struct {
+	name       string
+	tokenDelay time.Duration
+	script     []directive
+
+	calls atomic.Uint64 // numbers request ids
+
+	mu     sync.Mutex
+	counts map[string]int
+	order  []string // keys of counts, oldest first
+}
+
+var _ runtime.Provider = (*Provider)(nil)
+
+// New returns a simulator named name, the provider name its errors report
+// ("sim" when empty). It fails when a script directive is malformed; the
+// error names the directive and wraps [ErrInvalidDirective].
+func New(name string, cfg Config) (*Provider, error) {
+	if name == "" {
+		name = "sim"
+	}
+	p := &Provider{name: name, tokenDelay: cfg.TokenDelay}
+	if p.tokenDelay == 0 {
+		p.tokenDelay = DefaultTokenDelay
+	}
+	for i, entry := range cfg.Script {
+		ds, err := parseScript(entry)
+		if err != nil {
+			return nil, fmt.Errorf("sim: script[%d]: %w", i, err)
+		}
+		p.script = append(p.script, ds...)
+	}
+	return p, nil
+}
+
+// Stream answers req as described in the package documentation. Nothing
+// happens until the sequence is ranged over; each range is one model call.
+// When ctx is done the sequence ends at once without yielding anything more.
+func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	return func(yield func(runtime.Chunk, error) bool) {
+		if ctx.Err() != nil {
+			return
+		}
+		pl, err := p.prepare(req)
+		if err != nil {
+			yield(runtime.Chunk{}, err)
+			return
+		}
+		p.run(ctx, pl, yield)
+	}
+}
+
+// plan is one call worked out in advance: what to stream and how it ends.
+type plan struct {
+	delay     time.Duration   // before the first chunk
+	chunks    []runtime.Chunk // content, in order
+	stop      runtime.StopReason
+	input     int        // input tokens
+	fail      *directive // the failure injected, nil when none
+	model     string
+	size      int // request text bytes
+	requestID string
+}
+
+// view is what a call answers: the user message that asks and the
+// directives that apply.
+type view struct {
+	user     int    // index of the asking user message, -1 when none
+	question string // its text without directives
+	ds       []directive
+}
+
+// outcome is the reply a conversation calls for, before pacing and limits.
+type outcome struct {
+	text      string
+	refusal   bool
+	calls     []runtime.ToolCall
+	maxTokens int // from a max_tokens directive, 0 when none
+}
+
+// prepare works out the call req: the failure to inject, if any, and the
+// chunks of the reply. It fails when the request is malformed.
+func (p *Provider) prepare(req *runtime.Request) (*plan, *runtime.Error) {
+	if req == nil {
+		return nil, invalidRequest(p.name, errors.New("sim: nil request"))
+	}
+	if err := checkToolPairs(req.Messages); err != nil {
+		return nil, invalidRequest(p.name, err)
+	}
+	size := textSize(req)
+	fp := fingerprint(req)
+	pl := &plan{
+		input:     tokensOf(size),
+		model:     req.Model,
+		size:      size,
+		requestID: fmt.Sprintf("req_sim_%s_%d", fp[:12], p.calls.Add(1)),
+	}
+
+	rest, v, cont := p.continuation(req.Model, req.Messages)
+	if !cont {
+		var err error
+		if v, err = p.view(req.Model, req.Messages); err != nil {
+			return nil, invalidRequest(p.name, err)
+		}
+	}
+	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+fp, size)
+	pl.chunks = reasoning(v)
+
+	o := outcome{text: rest}
+	if !cont {
+		o = compose(v, req.Messages)
+	}
+	switch {
+	case o.refusal:
+		pl.chunks = appendText(pl.chunks, tokenize(o.text))
+		pl.stop = runtime.StopRefusal
+	case len(o.calls) > 0:
+		for i, c := range o.calls {
+			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name})
+			for _, f := range fragments(c.Arguments) {
+				pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: i, Text: f})
+			}
+			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: i})
+		}
+		pl.stop = runtime.StopToolUse
+	default:
+		limit := req.MaxOutputTokens
+		if o.maxTokens > 0 && (limit <= 0 || o.maxTokens < limit) {
+			limit = o.maxTokens
+		}
+		var pieces []string
+		pieces, pl.stop = cut(o.text, limit, req.StopSequences)
+		pl.chunks = appendText(pl.chunks, pieces)
+	}
+	return pl, nil
+}
+
+// pickFailure returns the first fail directive of ds whose conditions hold
+// for a call under key (model id and conversation) of size text bytes, and
+// the delay before the call's first chunk. It counts the call against each
+// times=K directive it reaches.
+func (p *Provider) pickFailure(ds []directive, key string, size int) (*directive, time.Duration) {
+	var (
+		fail  *directive
+		delay time.Duration
+	)
+	for i := range ds {
+		d := &ds[i]
+		switch {
+		case d.action != actFail:
+			delay = max(delay, d.delay)
+		case fail != nil, d.above > 0 && size <= d.above:
+			// Not reached, or the request is small enough.
+		case d.times > 0 && p.count(key+"\x00"+strconv.Itoa(i)) > d.times:
+			// Spent on earlier calls.
+		default:
+			fail = d
+			delay = max(delay, d.delay)
+		}
+	}
+	return fail, delay
+}
+
+// reasoning returns the chunks of v's think directive, if any: the reasoning
+// token by token, then the block's signature.
+func reasoning(v view) []runtime.Chunk {
+	i := slices.IndexFunc(v.ds, func(d directive) bool { return d.action == actThink })
+	if i < 0 {
+		return nil
+	}
+	text := v.ds[i].text
+	if !v.ds[i].hasText {
+		text = thinkingText(v.question)
+	}
+	var chunks []runtime.Chunk
+	for _, t := range tokenize(text) {
+		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Text: t})
+	}
+	return append(chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Signature: signature(text)})
+}
+
+func appendText(chunks []runtime.Chunk, tokens []string) []runtime.Chunk {
+	for _, t := range tokens {
+		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: t})
+	}
+	return chunks
+}
+
+// run streams pl, pacing each token, and ends with usage and the stop, or
+// with the injected failure.
+func (p *Provider) run(ctx context.Context, pl *plan, yield func(runtime.Chunk, error) bool) {
+	var pc pacer
+	defer pc.stop()
+	send := func(c runtime.Chunk) bool { return ctx.Err() == nil && yield(c, nil) }
+	streamed := 0
+	fail := func() {
+		e := failureError(pl.fail, p.name, pl.model, pl.size, streamed, pl.requestID)
+		if e == nil { // a stall: hang until the caller gives up
+			<-ctx.Done()
+			return
+		}
+		if ctx.Err() == nil {
+			yield(runtime.Chunk{}, e)
+		}
+	}
+	if !pc.wait(ctx, pl.delay) {
+		return
+	}
+	for _, c := range pl.chunks {
+		if paced(c) {
+			if pl.fail != nil && streamed == pl.fail.after {
+				fail()
+				return
+			}
+			if !pc.wait(ctx, p.tokenDelay) {
+				return
+			}
+			streamed++
+		}
+		if !send(c) {
+			return
+		}
+	}
+	if pl.fail != nil {
+		fail()
+		return
+	}
+	usage := runtime.Usage{InputTokens: int64(pl.input), OutputTokens: int64(streamed)}
+	if send(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: usage}) {
+		send(runtime.Chunk{Kind: runtime.ChunkStop, Stop: pl.stop})
+	}
+}
+
+// paced reports whether c is a token of output, streamed after a delay and
+// counted in the usage.
+func paced(c runtime.Chunk) bool {
+	switch c.Kind {
+	case runtime.ChunkText, runtime.ChunkToolCallArgs:
+		return true
+	case runtime.ChunkThinking:
+		return c.Text != ""
+	}
+	return false
+}
+
+// pacer waits between tokens on one reusable timer.
+type pacer struct{ t *time.Timer }
+
+// wait pauses for d, and reports false when ctx is done first (or already).
+func (pc *pacer) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	if pc.t == nil {
+		pc.t = time.NewTimer(d)
+	} else {
+		pc.t.Reset(d)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-pc.t.C:
+		return ctx.Err() == nil
+	}
+}
+
+func (pc *pacer) stop() {
+	if pc.t != nil {
+		pc.t.Stop()
+	}
+}
+
+// count increments and returns the number of calls seen under key.
+func (p *Provider) count(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.counts == nil {
+		p.counts = map[string]int{}
+	}
+	if _, ok := p.counts[key]; !ok {
+		if len(p.order) >= maxCounters {
+			delete(p.counts, p.order[0])
+			p.order = p.order[1:]
+		}
+		p.order = append(p.order, key)
+	}
+	p.counts[key]++
+	return p.counts[key]
+}
+
+// view finds the last user message with text in msgs and the directives
+// that apply to model: the script's, then the message's.
+func (p *Provider) view(model string, msgs []runtime.Message) (view, error) {
+	v := view{user: -1}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == runtime.RoleUser && hasText(msgs[i]) {
+			v.user = i
+			break
+		}
+	}
+	var prompt []directive
+	if v.user >= 0 {
+		var err error
+		if prompt, v.question, err = parseText(msgs[v.user].Text()); err != nil {
+			return v, err
+		}
+	}
+	for _, d := range slices.Concat(p.script, prompt) {
+		if d.appliesTo(model) {
+			v.ds = append(v.ds, d)
+		}
+	}
+	return v, nil
+}
+
+// compose works out the reply to msgs under v: a refusal, the tool calls of
+// the current step, or text (the reply directive's, an answer from the tool
+// results, or the default answer).
+func compose(v view, msgs []runtime.Message) outcome {
+	var o outcome
+	var reply *directive
+	for i := range v.ds {
+		d := &v.ds[i]
+		switch {
+		case d.action == actRefuse:
+			o.refusal = true
+			o.text = defaultRefusal
+			if d.hasText {
+				o.text = d.text
+			}
+			return o
+		case d.action == actMaxTokens && o.maxTokens == 0:
+			o.maxTokens = d.maxTokens
+		case d.action == actReply && reply == nil:
+			reply = d
+		}
+	}
+
+	steps := 0
+	var results []runtime.ToolResult
+	for _, m := range msgs[v.user+1:] {
+		if m.Role == runtime.RoleAssistant && len(m.ToolCalls()) > 0 {
+			steps++
+		}
+		for _, part := range m.Parts {
+			if part.Kind == runtime.PartToolResult && part.ToolResult != nil {
+				results = append(results, *part.ToolResult)
+			}
+		}
+	}
+	for _, d := range v.ds {
+		if d.action == actTool && max(d.step, 1) == steps+1 {
+			args := d.args
+			if args == "" {
+				args = "{}"
+			}
+			o.calls = append(o.calls, runtime.ToolCall{Name: d.tool, Arguments: args})
+		}
+	}
+	if len(o.calls) > 0 {
+		n := 0
+		for _, m := range msgs {
+			n += len(m.ToolCalls())
+		}
+		for i := range o.calls {
+			o.calls[i].ID = "call_" + strconv.Itoa(n+i+1)
+		}
+		return o
+	}
+
+	switch {
+	case reply != nil:
+		o.text = reply.text
+	case steps > 0 || len(results) > 0:
+		o.text = toolAnswer(v.question, results)
+	default:
+		o.text = defaultAnswer(v.question)
+	}
+	return o
+}
+
+// continuation recognises a reply cut short being continued: msgs ends with
+// one or more assistant messages of plain text, each followed by a user
+// prompt without directives (or, for the last one, by nothing), and their
+// text is a strict prefix of the reply the earlier conversation calls for.
+// It returns the rest of that reply and the view it was answered under.
+func (p *Provider) continuation(model string, msgs []runtime.Message) (string, view, bool) {
+	j := len(msgs) - 1
+	if j < 0 {
+		return "", view{}, false
+	}
+	if msgs[j].Role == runtime.RoleUser {
+		if !isPrompt(msgs[j]) {
+			return "", view{}, false
+		}
+		j--
+	}
+	var partial []string
+	for range maxContinuations {
+		if j < 1 || msgs[j].Role != runtime.RoleAssistant || !plainText(msgs[j]) || msgs[j].Text() == "" {
+			return "", view{}, false
+		}
+		partial = append([]string{msgs[j].Text()}, partial...)
+		j--
+		base := msgs[:j+1]
+		if v, err := p.view(model, base); err == nil && v.user >= 0 {
+			o := compose(v, base)
+			if !o.refusal && len(o.calls) == 0 {
+				if i, ok := resumeAt(o.text, strings.Join(partial, "")); ok {
+					return o.text[i:], v, true
+				}
+			}
+		}
+		// msgs[j] may itself be an earlier continuation prompt.
+		if msgs[j].Role != runtime.RoleUser || !isPrompt(msgs[j]) {
+			return "", view{}, false
+		}
+		j--
+	}
+	return "", view{}, false
+}
+
+// isPrompt reports whether m is plain text holding no directive, as the
+// runtime's continuation prompt is.
+func isPrompt(m runtime.Message) bool {
+	if !plainText(m) {
+		return false
+	}
+	ds, _, err := parseText(m.Text())
+	return err == nil && len(ds) == 0
+}
+
+// plainText reports whether m has no tool calls or results.
+func plainText(m runtime.Message) bool {
+	for _, part := range m.Parts {
+		if part.Kind != runtime.PartText && part.Kind != runtime.PartThinking {
+			return false
+		}
+	}
+	return true
+}
+
+func hasText(m runtime.Message) bool {
+	return slices.ContainsFunc(m.Parts, func(p runtime.Part) bool { return p.Kind == runtime.PartText })
+}
+
+// cut splits text into the tokens a call streams under an output limit
+// (0: none) and stop sequences, and says why the reply ends.
+func cut(text string, limit int, stops []string) ([]string, runtime.StopReason) {
+	end, stop := len(text), runtime.StopEndTurn
+	for _, s := range stops {
+		if i := strings.Index(text, s); s != "" && i >= 0 && i < end {
+			end, stop = i, runtime.StopSequence
+		}
+	}
+	var pieces []string
+	pos := 0
+	for _, tok := range tokenize(text) {
+		if pos >= end {
+			break
+		}
+		if limit > 0 && len(pieces) == limit {
+			return pieces, runtime.StopMaxTokens
+		}
+		pieces = append(pieces, tok[:min(len(tok), end-pos)])
+		pos += len(tok)
+	}
+	return pieces, stop
+}
+
+// checkToolPairs rejects a conversation whose tool calls and results do not
+// match one to one, as providers do.
+func checkToolPairs(msgs []runtime.Message) error {
+	calls := map[string]bool{} // id -> answered
+	for i, m := range msgs {
+		for _, part := range m.Parts {
+			switch {
+			case part.Kind == runtime.PartToolCall && part.ToolCall != nil:
+				if _, dup := calls[part.ToolCall.ID]; dup {
+					return fmt.Errorf("messages.%d: tool call id %q is used twice", i, part.ToolCall.ID)
+				}
+				calls[part.ToolCall.ID] = false
+			case part.Kind == runtime.PartToolResult && part.ToolResult != nil:
+				answered, ok := calls[part.ToolResult.CallID]
+				if !ok {
+					return fmt.Errorf("messages.%d: tool result for unknown tool call id %q", i, part.ToolResult.CallID)
+				}
+				if answered {
+					return fmt.Errorf("messages.%d: tool call id %q has two results", i, part.ToolResult.CallID)
+				}
+				calls[part.ToolResult.CallID] = true
+			}
+		}
+	}
+	for i, m := range msgs {
+		for _, c := range m.ToolCalls() {
+			if !calls[c.ID] {
+				return fmt.Errorf("messages.%d: tool call %q (%s) has no tool result", i, c.ID, c.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// textSize measures the request's text in bytes: the system prompt and every
+// part's text, signature, tool call name and arguments and tool result, the
+// measure the runtime's compaction reports, plus the system prompt.
+func textSize(req *runtime.Request) int {
+	n := len(req.System)
+	for _, m := range req.Messages {
+		for _, part := range m.Parts {
+			n += len(part.Text) + len(part.Signature)
+			if c := part.ToolCall; c != nil {
+				n += len(c.Name) + len(c.Arguments)
+			}
+			if r := part.ToolResult; r != nil {
+				n += len(r.Content)
+			}
+		}
+	}
+	return n
+}
+
+// fingerprint identifies the request's conversation: its system prompt and
+// messages.
+func fingerprint(req *runtime.Request) string {
+	h := sha256.New()
+	var buf [8]byte
+	field := func(s string) {
+		binary.BigEndian.PutUint64(buf[:], uint64(len(s)))
+		h.Write(buf[:])
+		h.Write([]byte(s))
+	}
+	field(req.System)
+	for _, m := range req.Messages {
+		field("m" + m.Role.String())
+		for _, part := range m.Parts {
+			field(strconv.Itoa(int(part.Kind)))
+			field(part.Text)
+			field(part.Signature)
+			if c := part.ToolCall; c != nil {
+				field(c.ID)
+				field(c.Name)
+				field(c.Arguments)
+			}
+			if r := part.ToolResult; r != nil {
+				field(r.CallID)
+				field(r.Name)
+				field(r.Content)
+				field(strconv.FormatBool(r.IsError))
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
