@@ -567,3 +567,22 @@ func TestPerRPCCredentials(t *testing.T) {
 		}
 	}
 }
+
+// A multi-address target spreads turns over every replica.
+func TestMultiAddressTargetSpreadsTurns(t *testing.T) {
+	p := &scripted{fn: func(context.Context, int, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+		return reply("ok")
+	}}
+	a, b := newReplica(t, p), newReplica(t, p)
+	addrA, _ := serve(t, a)
+	addrB, _ := serve(t, b)
+	c := newClient(t, addrA+", "+addrB)
+	for i := 0; i < 50 && (len(a.served()) == 0 || len(b.served()) == 0); i++ {
+		if _, err := c.RunTurn(t.Context(), userRequest("hi")).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(a.served()) == 0 || len(b.served()) == 0 {
+		t.Errorf("replicas served %d and %d turns, want both some", len(a.served()), len(b.served()))
+	}
+}

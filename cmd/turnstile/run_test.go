@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/turnstile-dev/turnstile/client"
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
@@ -255,5 +258,49 @@ func TestRunPromptFromStdin(t *testing.T) {
 	}
 	if got := p.Requests()[0].Messages[0].Text(); got != "a prompt\nfrom stdin" {
 		t.Errorf("prompt = %q", got)
+	}
+}
+
+func TestTextRendererOnATerminal(t *testing.T) {
+	var out, errOut bytes.Buffer
+	r := &textRenderer{out: &out, errw: &errOut, color: true}
+	for _, ev := range []*turnstilev1.AgentEvent{
+		{Payload: &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: "hmm"}}},
+		{Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "Hi"}}},
+		{Payload: &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{
+			Attempt: 2, MaxAttempts: 3, Model: "m", Delay: durationpb.New(1500 * time.Millisecond),
+			Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded", DiscardPartial: true,
+		}}},
+		{Payload: &turnstilev1.AgentEvent_Fallback{Fallback: &turnstilev1.Fallback{
+			FromModel: "m", ToModel: "n", Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded",
+		}}},
+	} {
+		if err := r.render(&client.Event{Attempt: 1, Agent: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.close()
+	if want := ansiDim + "hmm" + ansiReset + "\n\nHi\n"; out.String() != want {
+		t.Errorf("stdout = %q, want %q", out.String(), want)
+	}
+	for _, want := range []string{
+		"turnstile: model m: OVERLOADED: Overloaded; retrying in 1.5s (attempt 2 of 3); the partial output above is discarded\n",
+		"turnstile: model m: OVERLOADED: Overloaded; falling back to model n\n",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr = %q, lacks %q", errOut.String(), want)
+		}
+	}
+}
+
+func TestSpinnerClearsItsLine(t *testing.T) {
+	var buf bytes.Buffer
+	s := &spinner{w: &buf}
+	s.start("waiting")
+	s.start("waiting") // already running: no second animation
+	s.stop()
+	s.stop()
+	if got := buf.String(); !strings.HasPrefix(got, "\r") || !strings.Contains(got, "waiting…") || !strings.HasSuffix(got, "\r\x1b[K") {
+		t.Errorf("spinner wrote %q", got)
 	}
 }
