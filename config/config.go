@@ -56,7 +56,8 @@ type Provider struct {
 	Headers map[string]string `yaml:"headers"`
 	// ConnectTimeout bounds connecting to the provider (0: 10s).
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	// TokenDelay paces the simulator's output, per token (0: 15ms).
+	// TokenDelay paces the simulator's output, per token (0: 15ms; a
+	// negative value: no pacing at all).
 	TokenDelay time.Duration `yaml:"token_delay"`
 	// Script lists directives the simulator applies to every call, in the
 	// same syntax as the prompt directives (see providers/sim).
@@ -317,7 +318,7 @@ func (c *Config) Validate() error {
 		if p.APIKeyEnv != "" && strings.ContainsAny(p.APIKeyEnv, " =") {
 			add("%s.api_key_env: %q must be an environment variable name", field, p.APIKeyEnv)
 		}
-		if p.ConnectTimeout < 0 || p.TokenDelay < 0 {
+		if p.ConnectTimeout < 0 {
 			add("%s: durations must not be negative", field)
 		}
 	}

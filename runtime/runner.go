@@ -451,7 +451,7 @@ func (t *turn) pickStart() *Error {
 	}
 	wait := soonest.until.Sub(now)
 	return &Error{
-		Kind:       soonest.kind,
+		Kind:       KindUnavailable,
 		Model:      t.chain[0].Alias,
 		RetryAfter: wait,
 		Message:    fmt.Sprintf("every model of the chain is cooling down after failures (%s); the first is available again in %s", soonest.kind, wait.Round(time.Millisecond)),

@@ -873,3 +873,22 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestAllModelsCoolingFailsFast(t *testing.T) {
+	var now atomic.Int64
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindQuotaExhausted, 0)})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil, runtime.WithClock(clock))
+	run(t, t.Context(), r, userTurn("trip")) // quota: a cools down for a minute
+	now.Add(int64(20 * time.Second))
+	evs, _, terr := run(t, t.Context(), r, userTurn("again"))
+	if got, want := describeAll(evs), "start | error UNAVAILABLE retryable=true"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if terr.RetryAfter != 40*time.Second || !strings.Contains(terr.Message, "QUOTA_EXHAUSTED") {
+		t.Errorf("error = %+v", terr)
+	}
+	if p.Calls() != 1 {
+		t.Errorf("the cooling model was called %d times", p.Calls())
+	}
+}
