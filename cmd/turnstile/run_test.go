@@ -19,8 +19,6 @@ import (
 	"github.com/turnstile-dev/turnstile/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
 // startTestServer serves a real runtime over a real gRPC server on a
 // loopback port, with model "test" answering as p says, and returns its
 // address. The runtime does not retry by itself, so the client's step
@@ -54,11 +52,13 @@ func serveRunner(t *testing.T, r *runtime.Runner) string {
 }
 
 // runCLI runs "turnstile run args..." and returns its exit code, stdout and
-// stderr.
+// stderr. The command must leave no goroutine behind.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	before := goleak.IgnoreCurrent()
 	var stdout, stderr bytes.Buffer
 	code := runCommand(t.Context(), args, strings.NewReader(""), &stdout, &stderr)
+	goleak.VerifyNone(t, before)
 	t.Logf("turnstile run %s => %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	return code, stdout.String(), stderr.String()
 }
