@@ -1,0 +1,245 @@
+// Package client is the Go client of turnstile.v1.AgentService.
+//
+// A [Client] runs agent turns with [Client.RunTurn] and streams every step
+// of them as an iterator of [Event] values. When a turn fails in a way the
+// server says is worth retrying (an error event with retryable set to true)
+// or the stream breaks at the transport level (a replica went away, the
+// connection was reset), the client runs the failed step again: it resumes
+// the turn, re-sending the conversation plus every message the failed
+// attempt committed, under the same turn id, so a server-side tool that
+// already ran is never run twice. See [Client.RunTurn].
+//
+// The package imports only the generated code, gRPC and the standard
+// library; it never imports the server or the runtime.
+package client
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+)
+
+// AttemptHeader is the request metadata key in which the client numbers its
+// attempts at one turn id, from 1, so the server's logs tie them together.
+const AttemptHeader = "turnstile-attempt"
+
+// roundRobin is the default service config: spread RPCs over every address
+// the resolver returns. It holds no retryPolicy on purpose: a transport
+// retry of RunTurn stacked on the client's step retry would multiply the
+// attempts.
+const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// Client runs turns on a turnstile server. It is safe for concurrent use;
+// Close releases its connection.
+type Client struct {
+	conn   *grpc.ClientConn
+	rpc    turnstilev1.AgentServiceClient
+	logger *slog.Logger
+	opts   options
+}
+
+type options struct {
+	creds       credentials.TransportCredentials
+	perRPC      []credentials.PerRPCCredentials
+	dialOpts    []grpc.DialOption
+	logger      *slog.Logger
+	maxRetries  int
+	backoff     Backoff
+	maxDelay    time.Duration
+	jitter      func() float64
+	insecureSet bool
+	tlsSet      bool
+}
+
+// Option configures a [Client].
+type Option func(*options)
+
+// WithInsecure connects in plaintext, without TLS. Without it (or
+// [WithTLS] or [WithTransportCredentials]) the client uses TLS with the
+// system's root certificates.
+func WithInsecure() Option {
+	return func(o *options) { o.creds, o.insecureSet = insecure.NewCredentials(), true }
+}
+
+// WithTLS connects over TLS configured by cfg (default: TLS with the
+// system's root certificates).
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.creds, o.tlsSet = credentials.NewTLS(cfg), true }
+}
+
+// WithTransportCredentials sets the transport credentials directly, for
+// example for mTLS or ALTS (default: TLS with the system's root
+// certificates).
+func WithTransportCredentials(c credentials.TransportCredentials) Option {
+	return func(o *options) { o.creds, o.tlsSet = c, true }
+}
+
+// WithPerRPCCredentials attaches c to every RPC, for example a bearer
+// token (default: none). It may be given several times.
+func WithPerRPCCredentials(c credentials.PerRPCCredentials) Option {
+	return func(o *options) { o.perRPC = append(o.perRPC, c) }
+}
+
+// WithDialOptions passes opts through to [grpc.NewClient], after the
+// client's own (default: none). They may override the client's defaults,
+// such as its round-robin service config.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// WithLogger sets the logger that receives one structured line per step
+// retry (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMaxStepRetries sets how many times a failed step of a turn is run
+// again (default 1; 0 disables step retries). See [Client.RunTurn].
+func WithMaxStepRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
+
+// WithBackoff sets the delays between step retries when the server gives
+// no retry delay (default [DefaultBackoff]).
+func WithBackoff(b Backoff) Option { return func(o *options) { o.backoff = b } }
+
+// WithMaxRetryDelay sets the longest delay the client waits before a step
+// retry (default 1 minute). When the server advises a longer wait, the
+// error is returned at once, with its RetryAfter, for the caller to decide.
+func WithMaxRetryDelay(d time.Duration) Option { return func(o *options) { o.maxDelay = d } }
+
+// Backoff describes the jittered exponential delays between step retries
+// when the server gives no delay: retry n (from 1) waits
+// Initial × Multiplier^(n-1), capped at Max, then spread uniformly by
+// ± Jitter (a fraction).
+type Backoff struct {
+	Initial    time.Duration
+	Max        time.Duration
+	Multiplier float64
+	Jitter     float64
+}
+
+// DefaultBackoff returns the default backoff: 1s doubling up to 30s,
+// spread by ±20%.
+func DefaultBackoff() Backoff {
+	return Backoff{Initial: time.Second, Max: 30 * time.Second, Multiplier: 2, Jitter: 0.2}
+}
+
+// delay returns the wait before retry n (n >= 1) for the jitter draw u in
+// [0, 1).
+func (b Backoff) delay(n int, u float64) time.Duration {
+	d := float64(b.Initial)
+	for i := 1; i < n; i++ {
+		d *= max(b.Multiplier, 1)
+		if b.Max > 0 && d >= float64(b.Max) {
+			break
+		}
+	}
+	if b.Max > 0 {
+		d = min(d, float64(b.Max))
+	}
+	d *= 1 + b.Jitter*(2*u-1)
+	return time.Duration(max(d, 0))
+}
+
+// New returns a Client for target, a gRPC target such as
+// "dns:///turnstile.internal:7700" (every address the name resolves to is
+// used, round robin) or "127.0.0.1:7700". A comma-separated list of
+// host:port addresses ("10.0.0.1:7700,10.0.0.2:7700") is served by a
+// static resolver and is balanced round robin too. New does not connect;
+// the first RPC does. The caller must Close the client.
+func New(target string, opts ...Option) (*Client, error) {
+	o := options{
+		logger:     slog.New(slog.DiscardHandler),
+		maxRetries: 1,
+		backoff:    DefaultBackoff(),
+		maxDelay:   time.Minute,
+		jitter:     mathrand.Float64,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case target == "":
+		return nil, errors.New("client: empty target")
+	case o.maxRetries < 0:
+		return nil, errors.New("client: max step retries must not be negative")
+	case o.backoff.Initial < 0 || o.backoff.Max < 0 || o.backoff.Jitter < 0 || o.backoff.Jitter > 1:
+		return nil, errors.New("client: invalid backoff")
+	case o.insecureSet && o.tlsSet:
+		return nil, errors.New("client: WithInsecure conflicts with TLS credentials")
+	}
+	if o.creds == nil {
+		o.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	dial := []grpc.DialOption{
+		grpc.WithTransportCredentials(o.creds),
+		grpc.WithDefaultServiceConfig(roundRobin),
+	}
+	for _, c := range o.perRPC {
+		dial = append(dial, grpc.WithPerRPCCredentials(c))
+	}
+	if addrs, ok := addressList(target); ok {
+		r := manual.NewBuilderWithScheme("turnstile-static-" + randomHex(6))
+		var st resolver.State
+		for _, a := range addrs {
+			st.Addresses = append(st.Addresses, resolver.Address{Addr: a})
+		}
+		r.InitialState(st)
+		dial = append(dial, grpc.WithResolvers(r))
+		target = r.Scheme() + ":///static"
+	}
+	dial = append(dial, o.dialOpts...)
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Client{conn: conn, rpc: turnstilev1.NewAgentServiceClient(conn), logger: o.logger, opts: o}, nil
+}
+
+// addressList splits a comma-separated list of addresses; it reports false
+// for any other target, which gRPC resolves itself.
+func addressList(target string) ([]string, bool) {
+	if !strings.Contains(target, ",") || strings.Contains(target, "://") {
+		return nil, false
+	}
+	var out []string
+	for a := range strings.SplitSeq(target, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out, len(out) > 0
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Close closes the client's connection; turns still running fail with a
+// CANCELLED error.
+func (c *Client) Close() error {
+	if err := c.conn.Close(); err != nil {
+		return fmt.Errorf("client: close: %w", err)
+	}
+	return nil
+}
+
+// Conn returns the client's underlying connection, for other services on
+// the same server such as health. The client owns it.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }

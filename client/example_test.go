@@ -1,0 +1,75 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/client"
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// exampleServer starts a real turnstile server on loopback whose model is
+// overloaded on its first call and then answers; stop stops it.
+func exampleServer() (addr string, stop func()) {
+	p := &scripted{fn: func(_ context.Context, call int, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+		if call == 1 {
+			return fail(&runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded", StatusCode: 529}, "Hel")
+		}
+		return reply("Hello ", "from ", "turnstile.")
+	}}
+	r, err := buildReplica(p)
+	if err != nil {
+		panic(err)
+	}
+	addr, _, stop = startServer(r)
+	return addr, stop
+}
+
+// Run a turn and print its text as it streams. The first attempt fails
+// with a retryable error after some output: the client says so, the
+// partial output is to be dropped, and the step runs again.
+func Example() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c, err := client.New(addr,
+		client.WithInsecure(),
+		client.WithMaxStepRetries(2),
+		client.WithBackoff(client.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.2}),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	turn := c.RunTurn(context.Background(), &turnstilev1.RunTurnRequest{
+		Messages: []*turnstilev1.Message{{
+			Role:  turnstilev1.Role_ROLE_USER,
+			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "Say hello."}}},
+		}},
+	})
+	for ev, err := range turn.Events() {
+		if err != nil {
+			fmt.Println("\nturn failed:", err)
+			return
+		}
+		switch {
+		case ev.StepRetry != nil:
+			r := ev.StepRetry
+			fmt.Printf(" [%s; discard partial output: %v; attempt %d of %d]\n",
+				client.CodeName(r.Err.Code), r.DiscardPartial, r.Attempt, r.MaxAttempts)
+		case ev.Agent.GetTextDelta() != nil:
+			fmt.Print(ev.Agent.GetTextDelta().GetText())
+		}
+	}
+	res := turn.Result()
+	fmt.Printf("\n%s after %d attempts, %d messages added\n", res.EndReason, res.Attempts, len(res.Messages))
+	// Output:
+	// Hel [OVERLOADED; discard partial output: true; attempt 2 of 3]
+	// Hello from turnstile.
+	// END_REASON_END_TURN after 2 attempts, 1 messages added
+}

@@ -1,0 +1,404 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+)
+
+// ErrStopped is the error of a turn whose caller stopped ranging over
+// [Turn.Events] before the turn ended; the RPC was cancelled.
+var ErrStopped = errors.New("client: iteration stopped before the turn ended")
+
+// Event is one step of a turn as the client sees it: either an event the
+// server sent (Agent) or a signal of the client's own (StepRetry). Exactly
+// one of the two is set.
+type Event struct {
+	// Attempt numbers the client's attempt at the turn that the event
+	// belongs to, from 1. The server numbers the events of each attempt
+	// (AgentEvent.seq) from 1 again.
+	Attempt int
+	// Agent is an event sent by the server. An error event ends an
+	// attempt, not necessarily the turn: a StepRetry event or the turn's
+	// error follows it.
+	Agent *turnstilev1.AgentEvent
+	// StepRetry says the attempt failed and the client runs the failed
+	// step again once Delay has passed.
+	StepRetry *StepRetry
+}
+
+// StepRetry is the client's signal that it resumes a failed turn with a
+// new attempt.
+type StepRetry struct {
+	// Attempt is the number of the attempt about to start, from 2.
+	Attempt int
+	// MaxAttempts is the most attempts the client makes at the turn.
+	MaxAttempts int
+	// Delay is how long the client waits before the attempt.
+	Delay time.Duration
+	// Err is the failure of the attempt that ended.
+	Err *TurnError
+	// DiscardPartial reports that output was streamed since the last
+	// message that stands (the last of Messages, or the turn's start):
+	// text, thinking and tool call deltas, and any message committed after
+	// it, were never committed and every consumer must drop them. The new
+	// attempt streams that step afresh.
+	DiscardPartial bool
+	// Messages are the messages the turn committed so far that stand; the
+	// new attempt re-sends them after the request's own, so the work they
+	// hold (tool results above all) is not done again.
+	Messages []*turnstilev1.Message
+}
+
+// Result is the outcome of a turn that completed.
+type Result struct {
+	// TurnID is the turn's id.
+	TurnID string
+	// EndReason says why the turn ended.
+	EndReason turnstilev1.EndReason
+	// Messages are the messages the turn added, across every attempt, in
+	// order: append them to the conversation. With
+	// END_REASON_TOOL_CALLS_REQUIRED the last one holds the tool calls the
+	// caller must run.
+	Messages []*turnstilev1.Message
+	// Usage is the tokens used by every attempt, failed ones included.
+	Usage *turnstilev1.Usage
+	// Counters count what happened in every attempt.
+	Counters *turnstilev1.TurnCounters
+	// Attempts is the number of attempts the client made.
+	Attempts int
+}
+
+// Turn is a turn started by [Client.RunTurn]. Range over [Turn.Events] once
+// to run it, then read [Turn.Result] and [Turn.Err]. A Turn is not safe for
+// concurrent use.
+type Turn struct {
+	c       *Client
+	ctx     context.Context // the caller's, for the whole turn and its retries
+	req     *turnstilev1.RunTurnRequest
+	started bool
+	res     *Result
+	err     error
+}
+
+// RunTurn prepares one turn of req; it runs as the caller ranges over
+// [Turn.Events] (or calls [Turn.Wait]). ctx bounds the whole turn, retries
+// and their delays included; cancelling it, or stopping the iteration
+// early, cancels the RPC.
+//
+// When req has no turn_id the client makes one, so every attempt shares
+// it. An attempt that ends with an error event whose retryable is true, or
+// whose stream breaks without a terminal event with a status the transport
+// gave (UNAVAILABLE: a replica went away, a connection was reset), is
+// followed by a [StepRetry] event and a new attempt, up to the client's
+// MaxStepRetries, after the server's retry delay or else the client's
+// jittered backoff. The new attempt resumes the turn: its request carries
+// req's messages plus the messages the failed attempts committed
+// (message_completed events), and the request metadata turnstile-attempt
+// numbers it. An error whose retryable is false or unset is returned at
+// once; so is a transport break while server-side tools were running, as
+// they may have had effects.
+//
+// req is not modified.
+func (c *Client) RunTurn(ctx context.Context, req *turnstilev1.RunTurnRequest) *Turn {
+	r := &turnstilev1.RunTurnRequest{}
+	if req != nil {
+		r = proto.CloneOf(req)
+	}
+	if r.GetTurnId() == "" {
+		r.TurnId = randomHex(16)
+	}
+	return &Turn{c: c, ctx: ctx, req: r}
+}
+
+// ID returns the turn's id, the caller's or the one the client made.
+func (t *Turn) ID() string { return t.req.GetTurnId() }
+
+// Events returns the turn's events as they happen. The turn runs as the
+// iteration proceeds, on the caller's goroutine; breaking out of the loop
+// cancels the RPC at once. The sequence yields a non-nil error at most
+// once, last: a [*TurnError] when the turn failed. It may be ranged over
+// only once.
+func (t *Turn) Events() iter.Seq2[*Event, error] {
+	return func(yield func(*Event, error) bool) {
+		if t.started {
+			yield(nil, errors.New("client: the events of a turn can be ranged over only once"))
+			return
+		}
+		t.started = true
+		t.res, t.err = t.run(yield)
+		if t.err != nil && !errors.Is(t.err, ErrStopped) {
+			yield(nil, t.err)
+		}
+	}
+}
+
+// Wait runs the turn to its end, dropping its events, and returns its
+// result.
+func (t *Turn) Wait() (*Result, error) {
+	for _, err := range t.Events() {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t.res, t.err
+}
+
+// Result returns the turn's outcome once the iteration ended; nil while the
+// turn runs or when it failed.
+func (t *Turn) Result() *Result { return t.res }
+
+// Err returns the turn's failure once the iteration ended: a [*TurnError],
+// or [ErrStopped] when the caller stopped early; nil on success.
+func (t *Turn) Err() error { return t.err }
+
+// attemptOutcome is what one attempt left behind.
+type attemptOutcome struct {
+	completed *turnstilev1.TurnCompleted
+	fail      failure
+	stopped   bool
+	// committed are the messages the attempt committed, in order.
+	committed []*turnstilev1.Message
+	// partial reports output streamed since the last commit.
+	partial bool
+	// toolsRunning names server-side tools started since the last commit.
+	toolsRunning []string
+	usage        *turnstilev1.Usage
+	counters     *turnstilev1.TurnCounters
+}
+
+func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
+	ctx, o := t.ctx, t.c.opts
+	var carried []*turnstilev1.Message
+	usage, counters := &turnstilev1.Usage{}, &turnstilev1.TurnCounters{}
+	for n := 1; ; n++ {
+		out := t.attempt(ctx, n, carried, yield)
+		if out.stopped {
+			return nil, ErrStopped
+		}
+		addUsage(usage, out.usage)
+		addCounters(counters, out.counters)
+		if tc := out.completed; tc != nil {
+			addCounters(counters, tc.GetCounters())
+			addUsage(usage, tc.GetUsage())
+			return &Result{
+				TurnID:    t.ID(),
+				EndReason: tc.GetEndReason(),
+				Messages:  append(carried, tc.GetMessages()...),
+				Usage:     usage,
+				Counters:  counters,
+				Attempts:  n,
+			}, nil
+		}
+		fail := out.fail
+		carried = append(carried, out.committed...)
+		kept := standing(carried)
+		discard := out.partial || len(kept) < len(carried)
+		carried = kept
+		fail.err.TurnID, fail.err.Attempts, fail.err.Messages = t.ID(), n, slices.Clone(carried)
+		if ctx.Err() != nil {
+			te := contextError(ctx)
+			te.TurnID, te.Attempts, te.Messages = t.ID(), n, slices.Clone(carried)
+			return nil, te
+		}
+		if fail.transport && len(out.toolsRunning) > 0 {
+			// The server may have run them: resuming could run them again.
+			fail.err.Code = turnstilev1.ErrorCode_ERROR_CODE_TOOLS_UNSAFE
+			fail.err.Message = fmt.Sprintf("%s; the connection broke while the tools %s were running, check their effects before running the turn again",
+				fail.err.Message, strings.Join(out.toolsRunning, ", "))
+			fail.err.Retryable, fail.retry = false, false
+		}
+		if !fail.retry || n > o.maxRetries {
+			return nil, fail.err
+		}
+		delay := fail.err.RetryAfter
+		if delay <= 0 {
+			delay = o.backoff.delay(n, o.jitter())
+		}
+		if delay > o.maxDelay {
+			return nil, fail.err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
+			return nil, fail.err
+		}
+		t.c.logger.LogAttrs(ctx, slog.LevelWarn, "turnstile: retrying turn step",
+			slog.String("turn_id", t.ID()),
+			slog.Int("attempt", n+1),
+			slog.String("code", CodeName(fail.err.Code)),
+			slog.Duration("delay", delay),
+			slog.Bool("transport", fail.transport),
+			slog.Int("messages_carried", len(carried)),
+			slog.String("message", fail.err.Message),
+		)
+		ev := &Event{Attempt: n, StepRetry: &StepRetry{
+			Attempt: n + 1, MaxAttempts: o.maxRetries + 1, Delay: delay, Err: fail.err,
+			DiscardPartial: discard, Messages: slices.Clone(carried),
+		}}
+		if !yield(ev, nil) {
+			return nil, ErrStopped
+		}
+		if err := sleep(ctx, delay); err != nil {
+			te := contextError(ctx)
+			te.TurnID, te.Attempts, te.Messages = t.ID(), n, slices.Clone(carried)
+			return nil, te
+		}
+	}
+}
+
+// attempt makes attempt number n at the turn, re-sending carried after the
+// request's messages, and yields its events.
+func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, AttemptHeader, strconv.Itoa(n))
+	req := t.req
+	if len(carried) > 0 {
+		req = proto.CloneOf(t.req)
+		req.Messages = append(req.Messages, carried...)
+	}
+	out.counters = &turnstilev1.TurnCounters{}
+
+	stream, err := t.c.rpc.RunTurn(ctx, req)
+	if err != nil {
+		out.fail = fromStatus(err)
+		return out
+	}
+	var errEvent *turnstilev1.Error
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			switch {
+			case out.completed != nil:
+			case errEvent != nil:
+				out.fail = fromErrorEvent(errEvent)
+				if err != io.EOF {
+					out.fail.err.Err = err
+					out.fail.err.Status = fromStatus(err).err.Status
+				}
+			case err == io.EOF:
+				out.fail = failure{retry: true, transport: true, err: &TurnError{
+					Code:      turnstilev1.ErrorCode_ERROR_CODE_UNAVAILABLE,
+					Message:   "the stream ended without a terminal event",
+					Retryable: true,
+					Err:       io.ErrUnexpectedEOF,
+				}}
+			default:
+				out.fail = fromStatus(err)
+			}
+			return out
+		}
+		ev := resp.GetEvent()
+		if ev == nil {
+			continue
+		}
+		switch p := ev.GetPayload().(type) {
+		case *turnstilev1.AgentEvent_TextDelta, *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
+			out.partial = true
+		case *turnstilev1.AgentEvent_MessageCompleted:
+			out.committed = append(out.committed, p.MessageCompleted.GetMessage())
+			out.partial, out.toolsRunning = false, nil
+		case *turnstilev1.AgentEvent_ToolStarted:
+			out.toolsRunning = append(out.toolsRunning, p.ToolStarted.GetName())
+		case *turnstilev1.AgentEvent_ToolFinished:
+			out.counters.ToolCalls++
+			if p.ToolFinished.GetIsError() {
+				out.counters.ToolErrors++
+			}
+		case *turnstilev1.AgentEvent_LlmCallStarted:
+			out.counters.ModelCalls++
+		case *turnstilev1.AgentEvent_Retry:
+			out.counters.Retries++
+			if p.Retry.GetDiscardPartial() {
+				out.partial = false // the server told consumers to drop it
+			}
+		case *turnstilev1.AgentEvent_Fallback:
+			out.counters.Fallbacks++
+			if p.Fallback.GetDiscardPartial() {
+				out.partial = false
+			}
+		case *turnstilev1.AgentEvent_Compaction:
+			out.counters.Compactions++
+		case *turnstilev1.AgentEvent_Usage:
+			out.usage = p.Usage
+		case *turnstilev1.AgentEvent_Error:
+			errEvent = p.Error
+		case *turnstilev1.AgentEvent_TurnCompleted:
+			out.completed = p.TurnCompleted
+			// The final attempt's own counters are in TurnCompleted.
+			out.usage, out.counters = nil, nil
+		}
+		if !yield(&Event{Attempt: n, Agent: ev}, nil) {
+			out.stopped = true
+			return out
+		}
+	}
+}
+
+// standing returns the prefix of the committed messages that a new
+// attempt can resume from: a trailing assistant message whose tool calls
+// have no results is dropped, since the step that runs them has to be
+// made again.
+func standing(msgs []*turnstilev1.Message) []*turnstilev1.Message {
+	if len(msgs) == 0 {
+		return msgs
+	}
+	last := msgs[len(msgs)-1]
+	if last.GetRole() != turnstilev1.Role_ROLE_ASSISTANT {
+		return msgs
+	}
+	for _, p := range last.GetParts() {
+		if p.GetToolCall() != nil {
+			return msgs[:len(msgs)-1]
+		}
+	}
+	return msgs
+}
+
+func addUsage(dst, u *turnstilev1.Usage) {
+	if u == nil {
+		return
+	}
+	dst.InputTokens += u.GetInputTokens()
+	dst.OutputTokens += u.GetOutputTokens()
+	dst.CacheReadTokens += u.GetCacheReadTokens()
+	dst.CacheWriteTokens += u.GetCacheWriteTokens()
+}
+
+func addCounters(dst, c *turnstilev1.TurnCounters) {
+	if c == nil {
+		return
+	}
+	dst.ModelCalls += c.GetModelCalls()
+	dst.Retries += c.GetRetries()
+	dst.Fallbacks += c.GetFallbacks()
+	dst.ToolCalls += c.GetToolCalls()
+	dst.ToolErrors += c.GetToolErrors()
+	dst.Compactions += c.GetCompactions()
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}

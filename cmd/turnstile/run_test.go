@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/turnstile-dev/turnstile/client"
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server"
+)
+
+// startTestServer serves a real runtime over a real gRPC server on a
+// loopback port, with model "test" answering as p says, and returns its
+// address. The runtime does not retry by itself, so the client's step
+// retry is what the tests see.
+func startTestServer(t *testing.T, p runtime.Provider, tools ...runtime.Tool) string {
+	t.Helper()
+	r, err := runtime.New([]*runtime.Model{{
+		Alias: "test", ProviderName: "fake", Provider: p, ID: "fake-1",
+		Retry: runtime.RetryConfig{MaxRetries: 0, Multiplier: 1},
+	}}, "test", tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveRunner(t, r)
+}
+
+func serveRunner(t *testing.T, r *runtime.Runner) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(r, server.Options{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	return lis.Addr().String()
+}
+
+// runCLI runs "turnstile run args..." and returns its exit code, stdout and
+// stderr. The command must leave no goroutine behind.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	var stdout, stderr bytes.Buffer
+	code := runCommand(t.Context(), args, strings.NewReader(""), &stdout, &stderr)
+	goleak.VerifyNone(t, before)
+	t.Logf("turnstile run %s => %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	return code, stdout.String(), stderr.String()
+}
+
+func thinking(text string) runtime.Chunk {
+	return runtime.Chunk{Kind: runtime.ChunkThinking, Text: text}
+}
+
+func serverError() *runtime.Error {
+	return &runtime.Error{Kind: runtime.KindServerError, Message: "upstream returned 500", StatusCode: 500}
+}
+
+func TestRunRendersTheTurn(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Call("call_1", "lookup", `{"city":"Oslo"}`)},
+		fake.Reply{Chunks: append([]runtime.Chunk{thinking("The tool says ok.")}, fake.Text("It is sunny in Oslo.")...)},
+	)
+	tool := fake.NewTool("lookup", nil)
+	addr := startTestServer(t, p, tool)
+
+	code, out, errOut := runCLI(t, "--addr", addr, "what", "is", "the", "weather?")
+	if code != exitOK {
+		t.Fatalf("exit code %d, want %d", code, exitOK)
+	}
+	for _, want := range []string{
+		`⚙ lookup({"city":"Oslo"})`,
+		`↳ {"ok":true}`,
+		"thinking: The tool says ok.",
+		"\n\nIt is sunny in Oslo.\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	if strings.Contains(out+errOut, "\x1b[") {
+		t.Errorf("ANSI sequences written to a non-terminal")
+	}
+	if !strings.HasSuffix(out, "It is sunny in Oslo.\n") {
+		t.Errorf("stdout does not end with the reply and a newline: %q", out)
+	}
+	for _, want := range []string{"end_turn", "20 tokens in, 10 tokens out", "2 model calls", "1 tool call"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if n := len(p.Requests()); n != 2 {
+		t.Errorf("model calls = %d, want 2", n)
+	}
+	if got := p.Requests()[0].Messages[0].Text(); got != "what is the weather?" {
+		t.Errorf("prompt = %q", got)
+	}
+}
+
+func TestRunStepRetryThenSuccess(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Half a rep"}}, Err: serverError()},
+		fake.Reply{Chunks: fake.Text("A whole reply.")},
+	)
+	addr := startTestServer(t, p)
+
+	code, out, errOut := runCLI(t, "--addr", addr, "--retries", "1", "hello")
+	if code != exitOK {
+		t.Fatalf("exit code %d, want %d", code, exitOK)
+	}
+	if !strings.Contains(out, "Half a rep\n") || !strings.HasSuffix(out, "A whole reply.\n") {
+		t.Errorf("stdout = %q, want the partial line then the reply", out)
+	}
+	for _, want := range []string{
+		"turnstile: attempt 1 failed: SERVER_ERROR: upstream returned 500; resuming the turn in ",
+		"(attempt 2 of 2); the partial output above is discarded",
+		"2 attempts",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}
+
+func TestRunRetryableFailureExits3(t *testing.T) {
+	addr := startTestServer(t, fake.NewProvider(fake.Reply{Err: serverError()}))
+	code, _, errOut := runCLI(t, "--addr", addr, "--retries", "1", "hello")
+	if code != exitRetryable {
+		t.Errorf("exit code %d, want %d", code, exitRetryable)
+	}
+	for _, want := range []string{"turnstile run: SERVER_ERROR: upstream returned 500 (model test); gave up after 2 attempts; it may succeed if run again"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}
+
+func TestRunPermanentFailureExits1(t *testing.T) {
+	addr := startTestServer(t, fake.NewProvider(fake.Reply{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid x-api-key", StatusCode: 401}}))
+	code, _, errOut := runCLI(t, "--addr", addr, "hello")
+	if code != exitPermanent {
+		t.Errorf("exit code %d, want %d", code, exitPermanent)
+	}
+	if !strings.Contains(errOut, "AUTH: invalid x-api-key") || strings.Contains(errOut, "resuming") {
+		t.Errorf("stderr = %q, want the AUTH error and no retry", errOut)
+	}
+
+	// A model the server does not know is rejected before the turn starts.
+	code, _, errOut = runCLI(t, "--addr", addr, "--model", "nope", "hello")
+	if code != exitPermanent || !strings.Contains(errOut, "INVALID_REQUEST") {
+		t.Errorf("unknown model: exit code %d, stderr %q; want %d and INVALID_REQUEST", code, errOut, exitPermanent)
+	}
+}
+
+func TestRunServerDownExits3(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	code, _, errOut := runCLI(t, "--addr", addr, "--retries", "0", "hello")
+	if code != exitRetryable || !strings.Contains(errOut, "UNAVAILABLE") {
+		t.Errorf("exit code %d, stderr %q; want %d and UNAVAILABLE", code, errOut, exitRetryable)
+	}
+}
+
+func TestRunTimeout(t *testing.T) {
+	addr := startTestServer(t, fake.NewProvider(fake.Reply{Hang: true}))
+	start := time.Now()
+	code, _, errOut := runCLI(t, "--addr", addr, "--timeout", "300ms", "hello")
+	if code != exitPermanent || !strings.Contains(errOut, "DEADLINE_EXCEEDED") {
+		t.Errorf("exit code %d, stderr %q; want %d and DEADLINE_EXCEEDED", code, errOut, exitPermanent)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestRunJSON(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Half"}}, Err: serverError()},
+		fake.Reply{Chunks: fake.Text("Whole.")},
+	)
+	addr := startTestServer(t, p)
+	code, out, _ := runCLI(t, "--addr", addr, "--json", "hello")
+	if code != exitOK {
+		t.Fatalf("exit code %d, want %d", code, exitOK)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var kinds []string
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %q is not JSON: %v", l, err)
+		}
+		for k := range m {
+			if k != "seq" && k != "time" && k != "turnId" {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	if len(kinds) == 0 || kinds[0] != "turnStarted" || kinds[len(kinds)-1] != "turnCompleted" {
+		t.Errorf("event kinds = %v, want turnStarted first and turnCompleted last", kinds)
+	}
+	for _, want := range []string{"textDelta", "error", "stepRetry", "messageCompleted"} {
+		found := false
+		for _, k := range kinds {
+			found = found || k == want
+		}
+		if !found {
+			t.Errorf("no %s line in %v", want, kinds)
+		}
+	}
+}
+
+func TestRunUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, exitUsage},
+		{[]string{"--bogus", "hi"}, exitUsage},
+		{[]string{"--retries", "-1", "hi"}, exitUsage},
+		{[]string{"--timeout", "-1s", "hi"}, exitUsage},
+		{[]string{"--timeout", "soon", "hi"}, exitUsage},
+		{[]string{"--addr", "", "hi"}, exitUsage},
+		{[]string{"-h"}, exitOK},
+	} {
+		if code, _, _ := runCLI(t, tt.args...); code != tt.want {
+			t.Errorf("run %q = %d, want %d", tt.args, code, tt.want)
+		}
+	}
+}
+
+func TestRunPromptFromStdin(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("ok")})
+	addr := startTestServer(t, p)
+	var stdout, stderr bytes.Buffer
+	code := runCommand(context.Background(), []string{"--addr", addr, "-"}, strings.NewReader("a prompt\nfrom stdin\n"), &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	if got := p.Requests()[0].Messages[0].Text(); got != "a prompt\nfrom stdin" {
+		t.Errorf("prompt = %q", got)
+	}
+}
+
+func TestTextRendererOnATerminal(t *testing.T) {
+	var out, errOut bytes.Buffer
+	r := &textRenderer{out: &out, errw: &errOut, color: true}
+	for _, ev := range []*turnstilev1.AgentEvent{
+		{Payload: &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: "hmm"}}},
+		{Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "Hi"}}},
+		{Payload: &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{
+			Attempt: 2, MaxAttempts: 3, Model: "m", Delay: durationpb.New(1500 * time.Millisecond),
+			Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded", DiscardPartial: true,
+		}}},
+		{Payload: &turnstilev1.AgentEvent_Fallback{Fallback: &turnstilev1.Fallback{
+			FromModel: "m", ToModel: "n", Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded",
+		}}},
+	} {
+		if err := r.render(&client.Event{Attempt: 1, Agent: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.close()
+	if want := ansiDim + "hmm" + ansiReset + "\n\nHi\n"; out.String() != want {
+		t.Errorf("stdout = %q, want %q", out.String(), want)
+	}
+	for _, want := range []string{
+		"turnstile: model m: OVERLOADED: Overloaded; retrying in 1.5s (attempt 2 of 3); the partial output above is discarded\n",
+		"turnstile: model m: OVERLOADED: Overloaded; falling back to model n\n",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr = %q, lacks %q", errOut.String(), want)
+		}
+	}
+}
+
+func TestSpinnerClearsItsLine(t *testing.T) {
+	var buf bytes.Buffer
+	s := &spinner{w: &buf}
+	s.start("waiting")
+	s.start("waiting") // already running: no second animation
+	s.stop()
+	s.stop()
+	if got := buf.String(); !strings.HasPrefix(got, "\r") || !strings.Contains(got, "waiting…") || !strings.HasSuffix(got, "\r\x1b[K") {
+		t.Errorf("spinner wrote %q", got)
+	}
+}
