@@ -344,7 +344,7 @@ func TestHealthAndReflection(t *testing.T) {
 
 func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "long answer"}}, Hang: true})
-	ts := start(t, runner(t, p), server.Options{ShutdownGrace: 50 * time.Millisecond})
+	ts := start(t, runner(t, p), server.Options{ShutdownGrace: 50 * time.Millisecond, DrainDelay: 300 * time.Millisecond})
 	health := healthpb.NewHealthClient(ts.conn)
 	started := make(chan struct{})
 	var once sync.Once

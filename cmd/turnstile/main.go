@@ -2,7 +2,11 @@
 // for people (run).
 //
 //	turnstile serve [--config FILE] [--listen ADDR]
-//	turnstile run [--addr ADDR] [--model ALIAS] [--json] PROMPT...
+//	turnstile run [--addr ADDR] [--model ALIAS] [--system TEXT] [--json]
+//	              [--timeout D] [--retries N] [--tls] PROMPT...
+//
+// run exits 0 when the turn completed, 1 when it failed and retrying won't
+// help, 2 on a usage error, and 3 when it failed but may succeed if run again.
 package main
 
 import (
