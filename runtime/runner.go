@@ -362,9 +362,7 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 	if err := t.emit(ctx, Event{TurnStarted: &TurnStarted{Model: alias}}); err != nil {
 		return nil, t.sinkFailure(ctx)
 	}
-	if err := t.pickStart(); err != nil {
-		return nil, t.fail(ctx, err)
-	}
+	t.pickStart()
 
 	maxCalls := r.opts.maxModelCalls
 	if t.req.MaxModelCalls > 0 {
@@ -434,10 +432,13 @@ func (t *turn) buildChain(alias string) {
 }
 
 // pickStart places the turn on the first model of its chain that is not
-// cooling down, or fails when every model is.
-func (t *turn) pickStart() *Error {
+// cooling down. When every model is, the turn still gets its one chance on
+// the model whose cooldown ends first: cooldowns steer turns to healthy
+// models, they never take away a turn's only option. The retry budget then
+// keeps such turns from retrying a model that keeps failing.
+func (t *turn) pickStart() {
 	now := t.r.opts.now()
-	var soonest admission
+	soonest, until := 0, time.Time{}
 	for i, m := range t.chain {
 		a := t.r.health.admit(m.Alias, now)
 		if a.ok {
@@ -445,19 +446,13 @@ func (t *turn) pickStart() *Error {
 			if a.probe {
 				t.probe = m.Alias
 			}
-			return nil
+			return
 		}
-		if soonest.until.IsZero() || a.until.Before(soonest.until) {
-			soonest = a
+		if until.IsZero() || a.until.Before(until) {
+			soonest, until = i, a.until
 		}
 	}
-	wait := soonest.until.Sub(now)
-	return &Error{
-		Kind:       KindUnavailable,
-		Model:      t.chain[0].Alias,
-		RetryAfter: wait,
-		Message:    fmt.Sprintf("every model of the chain is cooling down after failures (%s); the first is available again in %s", soonest.kind, wait.Round(time.Millisecond)),
-	}
+	t.pos = soonest
 }
 
 // nextModel returns the index of the next model of the chain after the
