@@ -1,6 +1,7 @@
 // Package config reads and validates turnstile's YAML configuration. It knows
-// the file's shape and its defaults, and nothing of the runtime or the wire;
-// cmd/turnstile turns a [Config] into running parts.
+// the file's shape and its defaults (taking the retry defaults from the
+// runtime), and nothing of the wire; cmd/turnstile turns a [Config] into
+// running parts.
 package config
 
 import (
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // DefaultListen is the address served when neither the file nor a flag says.
@@ -248,18 +251,20 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-// DefaultRetry returns the built-in retry settings.
+// DefaultRetry returns the built-in retry settings: the runtime's
+// defaults, so the two never drift apart.
 func DefaultRetry() Retry {
+	d := runtime.DefaultRetryConfig()
 	return Retry{
-		MaxRetries:     2,
-		InitialBackoff: 500 * time.Millisecond,
-		Multiplier:     2,
-		MaxBackoff:     16 * time.Second,
-		Jitter:         0.25,
-		MaxRetryAfter:  60 * time.Second,
-		Cooldown:       30 * time.Second,
-		BudgetTokens:   10,
-		BudgetRatio:    0.1,
+		MaxRetries:     d.MaxRetries,
+		InitialBackoff: d.InitialBackoff,
+		Multiplier:     d.Multiplier,
+		MaxBackoff:     d.MaxBackoff,
+		Jitter:         d.Jitter,
+		MaxRetryAfter:  d.MaxRetryAfter,
+		Cooldown:       d.Cooldown,
+		BudgetTokens:   d.BudgetTokens,
+		BudgetRatio:    d.BudgetRatio,
 	}
 }
 

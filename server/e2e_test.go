@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
@@ -78,45 +78,6 @@ func hello() *turnstilev1.RunTurnRequest {
 		TurnId:   "turn-1",
 		Messages: []*turnstilev1.Message{{Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "hello"}}}}},
 	}
-}
-
-// collect reads the stream to its end and returns the events and the
-// final status.
-func collect(t *testing.T, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.RunTurnRequest, onEvent func(*turnstilev1.AgentEvent)) ([]*turnstilev1.AgentEvent, *status.Status) {
-	t.Helper()
-	stream, err := c.RunTurn(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []*turnstilev1.AgentEvent
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return evs, status.New(codes.OK, "")
-		}
-		if err != nil {
-			return evs, status.Convert(err)
-		}
-		evs = append(evs, resp.GetEvent())
-		if onEvent != nil {
-			onEvent(resp.GetEvent())
-		}
-	}
-}
-
-func kinds(evs []*turnstilev1.AgentEvent) string {
-	var out []string
-	for i, ev := range evs {
-		if ev.GetSeq() != uint64(i+1) {
-			return fmt.Sprintf("event %d has seq %d", i, ev.GetSeq())
-		}
-		name := strings.TrimPrefix(fmt.Sprintf("%T", ev.GetPayload()), "*turnstilev1.AgentEvent_")
-		if n := len(out); n > 0 && (name == "TextDelta" || name == "ToolCallDelta") && out[n-1] == name {
-			continue
-		}
-		out = append(out, name)
-	}
-	return strings.Join(out, " ")
 }
 
 func TestTurnsOverGRPC(t *testing.T) {
@@ -183,8 +144,8 @@ func TestTurnsOverGRPC(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := start(t, runner(t, fake.NewProvider(tt.replies...), tt.tools...), server.Options{})
-			evs, st := collect(t, t.Context(), ts.client, tt.req(), nil)
-			if got := kinds(evs); got != tt.want {
+			evs, st := wiretest.Collect(t, t.Context(), ts.client, tt.req(), nil)
+			if got := wiretest.Names(evs); got != tt.want {
 				t.Errorf("events:\n got %s\nwant %s", got, tt.want)
 			}
 			if st.Code() != tt.code {
@@ -259,7 +220,7 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			evs, st := collect(t, t.Context(), ts.client, tt.req, nil)
+			evs, st := wiretest.Collect(t, t.Context(), ts.client, tt.req, nil)
 			if len(evs) != 0 {
 				t.Errorf("got %d events before the error", len(evs))
 			}
@@ -288,7 +249,7 @@ func TestClientCancelMidStream(t *testing.T) {
 	ts := start(t, runner(t, p), server.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	evs, st := collect(t, ctx, ts.client, hello(), func(ev *turnstilev1.AgentEvent) {
+	evs, st := wiretest.Collect(t, ctx, ts.client, hello(), func(ev *turnstilev1.AgentEvent) {
 		if ev.GetTextDelta() != nil {
 			cancel()
 		}
@@ -296,7 +257,7 @@ func TestClientCancelMidStream(t *testing.T) {
 	if st.Code() != codes.Canceled {
 		t.Errorf("status = %v", st)
 	}
-	if got, want := kinds(evs), "TurnStarted LlmCallStarted TextDelta"; got != want {
+	if got, want := wiretest.Names(evs), "TurnStarted LlmCallStarted TextDelta"; got != want {
 		t.Errorf("events %s, want %s", got, want)
 	}
 }
@@ -306,11 +267,11 @@ func TestDeadline(t *testing.T) {
 	ts := start(t, runner(t, p), server.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	evs, st := collect(t, ctx, ts.client, hello(), nil)
+	evs, st := wiretest.Collect(t, ctx, ts.client, hello(), nil)
 	if st.Code() != codes.DeadlineExceeded {
 		t.Errorf("status = %v", st)
 	}
-	if got, want := kinds(evs), "TurnStarted LlmCallStarted TextDelta"; got != want {
+	if got, want := wiretest.Names(evs), "TurnStarted LlmCallStarted TextDelta"; got != want {
 		t.Errorf("events %s, want %s", got, want)
 	}
 }
@@ -353,7 +314,7 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		evs, st = collect(t, context.Background(), ts.client, hello(), func(ev *turnstilev1.AgentEvent) {
+		evs, st = wiretest.Collect(t, context.Background(), ts.client, hello(), func(ev *turnstilev1.AgentEvent) {
 			if ev.GetTextDelta() != nil {
 				once.Do(func() { close(started) })
 			}
@@ -382,7 +343,7 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 	if st.Code() != codes.Unavailable {
 		t.Fatalf("status = %v", st)
 	}
-	if got, want := kinds(evs), "TurnStarted LlmCallStarted TextDelta Error"; got != want {
+	if got, want := wiretest.Names(evs), "TurnStarted LlmCallStarted TextDelta Error"; got != want {
 		t.Errorf("events %s, want %s", got, want)
 	}
 	e := evs[len(evs)-1].GetError()
@@ -396,7 +357,7 @@ func TestNoSecretInErrors(t *testing.T) {
 	const key = "sk-secret-123"
 	p := fake.NewProvider(fake.Reply{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid api key", Err: errors.New("Authorization: Bearer " + key)}})
 	ts := start(t, runner(t, p), server.Options{})
-	evs, st := collect(t, t.Context(), ts.client, hello(), nil)
+	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
 	for _, ev := range evs {
 		if strings.Contains(ev.String(), key) {
 			t.Errorf("event leaks the key: %v", ev)

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/turnstile-dev/turnstile/config"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/server"
 )
 
@@ -113,44 +113,6 @@ mcp_servers:
 %s`, mcpServerBinary(t), appendFile, extra)
 }
 
-func userText(text string) []*turnstilev1.Message {
-	return []*turnstilev1.Message{{Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: text}}}}}
-}
-
-func turn(t *testing.T, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.RunTurnRequest, onEvent func(*turnstilev1.AgentEvent)) ([]*turnstilev1.AgentEvent, *status.Status) {
-	t.Helper()
-	stream, err := c.RunTurn(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []*turnstilev1.AgentEvent
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return evs, status.New(codes.OK, "")
-		}
-		if err != nil {
-			return evs, status.Convert(err)
-		}
-		evs = append(evs, resp.GetEvent())
-		if onEvent != nil {
-			onEvent(resp.GetEvent())
-		}
-	}
-}
-
-func names(evs []*turnstilev1.AgentEvent) string {
-	var out []string
-	for _, ev := range evs {
-		n := strings.TrimPrefix(fmt.Sprintf("%T", ev.GetPayload()), "*turnstilev1.AgentEvent_")
-		if k := len(out); k > 0 && (n == "TextDelta" || n == "ToolCallDelta") && out[k-1] == n {
-			continue
-		}
-		out = append(out, n)
-	}
-	return strings.Join(out, " ")
-}
-
 func toolFinished(evs []*turnstilev1.AgentEvent) []*turnstilev1.ToolFinished {
 	var out []*turnstilev1.ToolFinished
 	for _, ev := range evs {
@@ -178,7 +140,7 @@ func TestMCPToolsOverGRPC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			evs, st := turn(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: userText(tt.prompt)}, nil)
+			evs, st := wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: wiretest.UserText(tt.prompt)}, nil)
 			if st.Code() != codes.OK {
 				t.Fatalf("status %v", st)
 			}
@@ -188,7 +150,7 @@ func TestMCPToolsOverGRPC(t *testing.T) {
 				// arguments starts and is refused by the schema check.
 				want = strings.Replace(want, "ToolStarted ", "", 1)
 			}
-			if got := names(evs); got != want {
+			if got := wiretest.Names(evs); got != want {
 				t.Errorf("events:\n got %s\nwant %s", got, want)
 			}
 			f := toolFinished(evs)
@@ -205,8 +167,8 @@ func TestMCPToolsOverGRPC(t *testing.T) {
 func TestClientToolRoundTrip(t *testing.T) {
 	w := serveYAML(t, mcpConfig(t, filepath.Join(t.TempDir(), "a"), ""))
 	tools := []*turnstilev1.ToolDefinition{{Name: "ask_user", Description: "Asks the user a question."}}
-	req := &turnstilev1.RunTurnRequest{Messages: userText(`[sim tool=ask_user args={"question":"name?"}] greet me`), Tools: tools}
-	evs, st := turn(t, t.Context(), w.client, req, nil)
+	req := &turnstilev1.RunTurnRequest{Messages: wiretest.UserText(`[sim tool=ask_user args={"question":"name?"}] greet me`), Tools: tools}
+	evs, st := wiretest.Collect(t, t.Context(), w.client, req, nil)
 	done := evs[len(evs)-1].GetTurnCompleted()
 	if st.Code() != codes.OK || done.GetEndReason() != turnstilev1.EndReason_END_REASON_TOOL_CALLS_REQUIRED {
 		t.Fatalf("first turn: %v %v", st, done)
@@ -220,7 +182,7 @@ func TestClientToolRoundTrip(t *testing.T) {
 	convo = append(convo, &turnstilev1.Message{Role: turnstilev1.Role_ROLE_TOOL, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_ToolResult{
 		ToolResult: &turnstilev1.ToolResult{CallId: call.GetId(), Name: "ask_user", Content: "Ada"},
 	}}}})
-	evs, st = turn(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: convo, Tools: tools}, nil)
+	evs, st = wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: convo, Tools: tools}, nil)
 	done = evs[len(evs)-1].GetTurnCompleted()
 	if st.Code() != codes.OK || done.GetEndReason() != turnstilev1.EndReason_END_REASON_END_TURN {
 		t.Fatalf("second turn: %v %v", st, done)
@@ -253,7 +215,7 @@ func TestDrainWithSideEffectsIsNotRetryable(t *testing.T) {
 				<-running
 				w.srv.Shutdown(context.Background())
 			}()
-			evs, st := turn(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: userText(`[sim tool=hang] wait`)}, func(ev *turnstilev1.AgentEvent) {
+			evs, st := wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: wiretest.UserText(`[sim tool=hang] wait`)}, func(ev *turnstilev1.AgentEvent) {
 				if ev.GetToolProgress() != nil {
 					once.Do(func() { close(running) })
 				}
