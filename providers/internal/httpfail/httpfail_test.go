@@ -1,0 +1,239 @@
+package httpfail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "net/http: timeout awaiting response headers" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestNetwork(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	tests := []struct {
+		name string
+		err  error
+		want runtime.Kind
+		ok   bool
+	}{
+		{"connection refused", fmt.Errorf("Post %q: %w", "http://x", refused), runtime.KindNetwork, true},
+		{"connection reset", fmt.Errorf("read body: %w", reset), runtime.KindNetwork, true},
+		{"closed before headers", fmt.Errorf("Post %q: %w", "http://x", io.EOF), runtime.KindNetwork, true},
+		{"body cut short", fmt.Errorf("stream: %w", io.ErrUnexpectedEOF), runtime.KindNetwork, true},
+		{"dns", &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, runtime.KindNetwork, true},
+		{"http2 rst_stream", fmt.Errorf("read: %w", http2.StreamError{StreamID: 1, Code: http2.ErrCodeInternal}), runtime.KindNetwork, true},
+		{"http2 goaway typed", http2.GoAwayError{ErrCode: http2.ErrCodeNo}, runtime.KindNetwork, true},
+		{"http2 goaway text", errors.New("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=NO_ERROR, debug=\"\""), runtime.KindNetwork, true},
+		{"header timeout", fmt.Errorf("Post: %w", timeoutErr{}), runtime.KindTimeout, true},
+		{"attempt deadline", fmt.Errorf("Post: %w", context.DeadlineExceeded), runtime.KindTimeout, true},
+		{"dial timeout", &net.OpError{Op: "dial", Err: timeoutErr{}}, runtime.KindTimeout, true},
+		{"unrelated", errors.New("json: cannot unmarshal"), 0, false},
+		{"nil", nil, 0, false},
+		{"canceled is not network", context.Canceled, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := Network(tt.err)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("Network(%v) = %v, %v, want %v, %v", tt.err, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestNetworkMessage(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 443},
+		Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	if got := NetworkMessage(runtime.KindNetwork, refused); got != "connection refused" {
+		t.Errorf("NetworkMessage(refused) = %q", got)
+	}
+	if got := NetworkMessage(runtime.KindTimeout, timeoutErr{}); got != "timed out talking to the provider" {
+		t.Errorf("NetworkMessage(timeout) = %q", got)
+	}
+}
+
+func TestStatusKind(t *testing.T) {
+	t.Parallel()
+	tests := map[int]runtime.Kind{
+		400: runtime.KindInvalidRequest,
+		401: runtime.KindAuth,
+		402: runtime.KindQuotaExhausted,
+		403: runtime.KindAuth,
+		404: runtime.KindNotFound,
+		408: runtime.KindTimeout,
+		409: runtime.KindServerError,
+		413: runtime.KindContextOverflow,
+		422: runtime.KindInvalidRequest,
+		429: runtime.KindRateLimited,
+		500: runtime.KindServerError,
+		502: runtime.KindServerError,
+		503: runtime.KindOverloaded,
+		504: runtime.KindServerError,
+		529: runtime.KindOverloaded,
+		599: runtime.KindServerError,
+		200: runtime.KindServerError,
+	}
+	for code, want := range tests {
+		if got := StatusKind(code); got != want {
+			t.Errorf("StatusKind(%d) = %v, want %v", code, got, want)
+		}
+	}
+	if got, want := StatusMessage(529), "HTTP 529 Overloaded"; got != want {
+		t.Errorf("StatusMessage(529) = %q, want %q", got, want)
+	}
+	if got, want := StatusMessage(502), "HTTP 502 Bad Gateway"; got != want {
+		t.Errorf("StatusMessage(502) = %q, want %q", got, want)
+	}
+	if got, want := StatusMessage(599), "HTTP 599"; got != want {
+		t.Errorf("StatusMessage(599) = %q, want %q", got, want)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 21, 23, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    time.Duration
+	}{
+		{"none", nil, 0},
+		{"ms wins", map[string]string{"retry-after-ms": "644", "retry-after": "1"}, 644 * time.Millisecond},
+		{"fractional ms", map[string]string{"retry-after-ms": "1.5"}, 1500 * time.Microsecond},
+		{"bad ms falls back", map[string]string{"retry-after-ms": "soon", "retry-after": "3"}, 3 * time.Second},
+		{"seconds", map[string]string{"Retry-After": "20"}, 20 * time.Second},
+		{"fractional seconds", map[string]string{"retry-after": "0.25"}, 250 * time.Millisecond},
+		{"http date", map[string]string{"retry-after": now.Add(90 * time.Second).Format(http.TimeFormat)}, 90 * time.Second},
+		{"past date", map[string]string{"retry-after": now.Add(-time.Minute).Format(http.TimeFormat)}, 0},
+		{"negative", map[string]string{"retry-after": "-5"}, 0},
+		{"zero", map[string]string{"retry-after": "0"}, 0},
+		{"garbage", map[string]string{"retry-after": "tomorrow"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tt.headers {
+				h.Set(k, v)
+			}
+			if got := RetryAfter(h, now); got != tt.want {
+				t.Errorf("RetryAfter(%v) = %v, want %v", tt.headers, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHint(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		should string
+		after  time.Duration
+		want   runtime.Hint
+	}{
+		{"", 0, runtime.HintDefault},
+		{"", time.Second, runtime.HintAfter},
+		{"false", time.Second, runtime.HintNever},
+		{"False", 0, runtime.HintNever},
+		{"true", 0, runtime.HintBackoff},
+		{"true", time.Second, runtime.HintAfter},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		if tt.should != "" {
+			h.Set("x-should-retry", tt.should)
+		}
+		if got := Hint(h, tt.after); got != tt.want {
+			t.Errorf("Hint(x-should-retry=%q, %v) = %v, want %v", tt.should, tt.after, got, tt.want)
+		}
+	}
+	if got := Hint(nil, 0); got != runtime.HintDefault {
+		t.Errorf("Hint(nil, 0) = %v", got)
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Set("request-id", "req_anthropic")
+	if got := RequestID(h); got != "req_anthropic" {
+		t.Errorf("RequestID = %q", got)
+	}
+	h.Set("x-request-id", "req_openai")
+	if got := RequestID(h); got != "req_openai" {
+		t.Errorf("RequestID = %q", got)
+	}
+	if got := RequestID(nil); got != "" {
+		t.Errorf("RequestID(nil) = %q", got)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"55s", 55 * time.Second, true},
+		{"0.5s", 500 * time.Millisecond, true},
+		{"1.000340s", time.Second + 340*time.Microsecond, true},
+		{"0s", 0, true},
+		{"-1s", 0, false},
+		{"55", 0, false},
+		{"s", 0, false},
+		{"5m", 0, false},
+		{"abc s", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := ParseDuration(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ParseDuration(%q) = %v, %v, want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	if got, want := Redact("Incorrect API key provided: sk-secret-123.", "sk-secret-123"), "Incorrect API key provided: [redacted]."; got != want {
+		t.Errorf("Redact = %q, want %q", got, want)
+	}
+	if got := Redact("a short key", "key"); got != "a short key" {
+		t.Errorf("Redact with a short secret = %q", got)
+	}
+}
+
+func TestMissingFinish(t *testing.T) {
+	t.Parallel()
+	if e := MissingFinish("p", false, 200, "r"); e.Kind != runtime.KindServerError || e.Provider != "p" || e.RequestID != "r" {
+		t.Errorf("MissingFinish(no output) = %+v", e)
+	}
+	if e := MissingFinish("p", true, 200, ""); e.Kind != runtime.KindStreamInterrupted {
+		t.Errorf("MissingFinish(output) = %+v", e)
+	}
+}
+
+func TestNewClientConnectTimeout(t *testing.T) {
+	t.Parallel()
+	c := NewClient(0)
+	tr := c.Transport.(*http.Transport)
+	if tr.TLSHandshakeTimeout != 10*time.Second || c.Timeout != 0 {
+		t.Errorf("NewClient(0): handshake %v, timeout %v", tr.TLSHandshakeTimeout, c.Timeout)
+	}
+}
