@@ -216,17 +216,23 @@ type decoder struct {
 func (d *decoder) decode(resp *genai.GenerateContentResponse) []runtime.Chunk {
 	var out []runtime.Chunk
 	if u := resp.UsageMetadata; u != nil {
-		d.usage = runtime.Usage{
+		usage := runtime.Usage{
 			InputTokens:     int64(u.PromptTokenCount - u.CachedContentTokenCount + u.ToolUsePromptTokenCount),
 			OutputTokens:    int64(u.CandidatesTokenCount + u.ThoughtsTokenCount),
 			CacheReadTokens: int64(u.CachedContentTokenCount),
+		}
+		// Report usage as soon as it is known: an attempt that fails later
+		// still cost these tokens.
+		if usage != d.usage {
+			d.usage = usage
+			out = append(out, d.usageChunk())
 		}
 	}
 	if len(resp.Candidates) == 0 {
 		if pf := resp.PromptFeedback; pf != nil && pf.BlockReason != "" {
 			// The prompt was blocked before the model answered: a refusal.
 			d.done = true
-			return append(out, d.usageChunk(), runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal})
+			return append(out, runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal})
 		}
 		return out
 	}
@@ -245,7 +251,7 @@ func (d *decoder) decode(resp *genai.GenerateContentResponse) []runtime.Chunk {
 		return out
 	}
 	d.done = true
-	return append(out, d.usageChunk(), runtime.Chunk{Kind: runtime.ChunkStop, Stop: stop})
+	return append(out, runtime.Chunk{Kind: runtime.ChunkStop, Stop: stop})
 }
 
 func (d *decoder) usageChunk() runtime.Chunk {

@@ -106,11 +106,11 @@ func TestFixtureToolCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []runtime.Chunk{
+		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 83, OutputTokens: 14 + 104}},
 		{Kind: runtime.ChunkThinking, Index: 0, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
 		{Kind: runtime.ChunkToolCallStart, Index: 0, Name: "getWeather"},
 		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"location":"Tokyo"}`},
 		{Kind: runtime.ChunkToolCallEnd, Index: 0},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 83, OutputTokens: 14 + 104}},
 		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
@@ -139,8 +139,8 @@ func TestTextStreamAndFramings(t *testing.T) {
 			want := []runtime.Chunk{
 				{Kind: runtime.ChunkThinking, Text: "I think"},
 				{Kind: runtime.ChunkText, Text: "Sunny"},
-				{Kind: runtime.ChunkText, Text: " and warm."},
 				{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 6, CacheReadTokens: 4, OutputTokens: 5}},
+				{Kind: runtime.ChunkText, Text: " and warm."},
 				{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
 			}
 			if diff := cmp.Diff(want, chunks); diff != "" {
@@ -272,8 +272,15 @@ func TestMidStreamErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t, func(w http.ResponseWriter, _ *http.Request) { sse(w, tt.body) })
 			chunks, err := drain(t, newProvider(t, f.URL), userRequest())
-			if len(chunks) == 0 || chunks[0].Kind != runtime.ChunkText || chunks[0].Text != "The weather" {
+			var text string
+			for _, c := range chunks {
+				text += c.Text
+			}
+			if text != "The weather" {
 				t.Errorf("chunks before the error = %+v", chunks)
+			}
+			if tt.name == "data frame (Gemini API)" && (chunks[0].Kind != runtime.ChunkUsage || chunks[0].Usage.InputTokens != 83) {
+				t.Errorf("the failed attempt's input tokens were not reported: %+v", chunks)
 			}
 			var e *runtime.Error
 			if !errors.As(err, &e) || e.Kind != runtime.KindOverloaded || e.Message != "The model is overloaded. Please try again later." {
