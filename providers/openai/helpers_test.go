@@ -2,8 +2,8 @@ package openai
 
 import (
 	"context"
-	"io"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
