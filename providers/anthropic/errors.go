@@ -80,6 +80,8 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	// Err goes to logs: keep the key out of it too.
+	err = httpfail.RedactErr(err, p.apiKey)
 	var (
 		ae   *anthropic.Error
 		code int

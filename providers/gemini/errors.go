@@ -107,6 +107,8 @@ func (p *Provider) classify(ctx context.Context, err error, rec *response, respo
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	// Err goes to logs: keep the key out of it too.
+	err = httpfail.RedactErr(err, p.apiKey)
 	code, id := rec.get()
 	if id == "" {
 		id = responseID

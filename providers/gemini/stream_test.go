@@ -100,7 +100,7 @@ func TestStreamShapes(t *testing.T) {
 		},
 		{
 			name: "blocked prompt is a refusal",
-			body: data(`{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},`+usage+`}`),
+			body: data(`{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},` + usage + `}`),
 			want: []runtime.Chunk{usageChunk, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
 		},
 		{

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,6 +210,9 @@ func TestHTTPFailures(t *testing.T) {
 			}
 			if e.Err == nil {
 				t.Error("Err is nil, want the SDK's error for logs")
+			}
+			if strings.Contains(e.Error(), testKey) {
+				t.Errorf("the API key leaks into the error's text: %q", e.Error())
 			}
 			if n := f.requests.Load(); n != 1 {
 				t.Errorf("requests = %d, want exactly 1 (SDK retries must be off)", n)

@@ -231,6 +231,25 @@ func Redact(msg, secret string) string {
 	return strings.ReplaceAll(msg, secret, "[redacted]")
 }
 
+// RedactErr returns err with secret redacted from its text, as [Redact]
+// does, for the Err field of a [runtime.Error] that ends up in logs. The
+// result unwraps to err, so errors.Is and errors.As still see the SDK's
+// error. It returns err itself when there is nothing to redact.
+func RedactErr(err error, secret string) error {
+	if err == nil || len(secret) < 8 || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return &redacted{err: err, secret: secret}
+}
+
+type redacted struct {
+	err    error
+	secret string
+}
+
+func (r *redacted) Error() string { return Redact(r.err.Error(), r.secret) }
+func (r *redacted) Unwrap() error { return r.err }
+
 // MissingFinish returns the error for a stream that ended cleanly without
 // its terminal marker: KindStreamInterrupted when output had been yielded,
 // since the reply is incomplete, and KindServerError otherwise.

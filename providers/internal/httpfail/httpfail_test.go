@@ -219,6 +219,26 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+func TestRedactErr(t *testing.T) {
+	t.Parallel()
+	const key = "sk-secret-123"
+	base := fmt.Errorf("call: %w", io.ErrUnexpectedEOF)
+	if got := RedactErr(base, key); got != base {
+		t.Errorf("RedactErr without the key = %v, want err itself", got)
+	}
+	leaky := fmt.Errorf("bad key %s: %w", key, io.ErrUnexpectedEOF)
+	got := RedactErr(leaky, key)
+	if want := "bad key [redacted]: unexpected EOF"; got.Error() != want {
+		t.Errorf("RedactErr = %q, want %q", got, want)
+	}
+	if !errors.Is(got, io.ErrUnexpectedEOF) {
+		t.Error("RedactErr hides the chain")
+	}
+	if RedactErr(nil, key) != nil {
+		t.Error("RedactErr(nil) != nil")
+	}
+}
+
 func TestMissingFinish(t *testing.T) {
 	t.Parallel()
 	if e := MissingFinish("p", false, 200, "r"); e.Kind != runtime.KindServerError || e.Provider != "p" || e.RequestID != "r" {
