@@ -3,12 +3,15 @@ package openai
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/net/http2"
 
 	"github.com/turnstile-dev/turnstile/runtime"
 )
@@ -284,6 +287,32 @@ func TestNetworkFailures(t *testing.T) {
 		}
 		if n := f.requests.Load(); n != 1 {
 			t.Errorf("requests = %d, want 1", n)
+		}
+	})
+	t.Run("HTTP/2 RST_STREAM mid-body", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			writeSSE(w, chunkLine(`{"content":"partial"}`, ""))
+			panic(http.ErrAbortHandler) // HTTP/2: RST_STREAM INTERNAL_ERROR
+		}))
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		defer srv.Close()
+		client := srv.Client()
+		defer client.CloseIdleConnections()
+		p, err := New(Config{Name: "oa", BaseURL: srv.URL + "/v1", HTTPClient: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks, err := collect(t, p, simpleRequest)
+		if len(chunks) != 1 {
+			t.Errorf("chunks = %+v, want the partial text", chunks)
+		}
+		e := asError(t, err)
+		var se http2.StreamError
+		if e.Kind != runtime.KindNetwork || !errors.As(e, &se) {
+			t.Errorf("error = %+v (%v), want NETWORK from an HTTP/2 stream error", e, e.Err)
 		}
 	})
 	t.Run("client timeout", func(t *testing.T) {
