@@ -20,6 +20,7 @@ type decoder struct {
 	byIndex map[int64]int
 	// output reports that text, reasoning or a tool call was yielded.
 	output   bool
+	refused  bool
 	finished bool
 	stop     runtime.StopReason
 }
@@ -44,6 +45,9 @@ func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) b
 				return false, nil
 			}
 		}
+		if delta.Refusal != "" {
+			d.refused = true
+		}
 		for _, text := range []string{delta.Content, delta.Refusal} {
 			if text != "" && !emit(runtime.Chunk{Kind: runtime.ChunkText, Text: text}) {
 				return false, nil
@@ -57,7 +61,7 @@ func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) b
 		if choice.FinishReason != "" && !d.finished {
 			d.finished = true
 			d.stop = stopReason(choice.FinishReason, len(d.calls) > 0)
-			if delta.Refusal != "" {
+			if d.refused {
 				d.stop = runtime.StopRefusal
 			}
 			if ok, err := d.closeCalls(emit); !ok || err != nil {

@@ -104,6 +104,14 @@ func TestStreamShapes(t *testing.T) {
 			},
 		},
 		{
+			name: "refusal",
+			body: chunkLine(`{"refusal":"I can't"}`, "") + chunkLine(`{"refusal":" help."}`, "") + chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
+			want: []runtime.Chunk{
+				{Kind: runtime.ChunkText, Text: "I can't"}, {Kind: runtime.ChunkText, Text: " help."},
+				{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal},
+			},
+		},
+		{
 			name: "content filter",
 			body: chunkLine(`{"content":"I"}`, "content_filter") + "data: [DONE]\n\n",
 			want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},

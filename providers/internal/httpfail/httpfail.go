@@ -289,7 +289,12 @@ func NewClient(connectTimeout time.Duration) *http.Client {
 	if connectTimeout <= 0 {
 		connectTimeout = 10 * time.Second
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if ok {
+		t = t.Clone()
+	} else {
+		t = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}
+	}
 	t.DialContext = (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = connectTimeout
 	return &http.Client{Transport: t}
