@@ -113,7 +113,7 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 	kind := kindOf(code, body)
 	var after time.Duration
 	if kind == runtime.KindRateLimited || kind == runtime.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
-		after = httpfail.RetryAfter(h, time.Now())
+		after = retryAfter(h, time.Now())
 	}
 	msg := httpfail.Redact(body.Message, p.apiKey)
 	if msg == "" {
@@ -137,4 +137,25 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 		Hint:       httpfail.Hint(h, after),
 		Err:        err,
 	}
+}
+
+// retryAfter reads the wait a response asks for: retry-after-ms or
+// retry-after, else the latest anthropic-ratelimit-*-reset time (RFC 3339)
+// among the limits whose remaining count is 0.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if d := httpfail.RetryAfter(h, now); d > 0 {
+		return d
+	}
+	var longest time.Duration
+	for _, limit := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
+		prefix := "anthropic-ratelimit-" + limit + "-"
+		if strings.TrimSpace(h.Get(prefix+"remaining")) != "0" {
+			continue
+		}
+		reset, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get(prefix+"reset")))
+		if err == nil && reset.Sub(now) > longest {
+			longest = reset.Sub(now)
+		}
+	}
+	return longest
 }

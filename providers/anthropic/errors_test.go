@@ -18,6 +18,23 @@ func body(typ, msg string) string {
 // TestHTTPFailures replays every Anthropic row of provider-errors.md as a
 // real response and checks the classification, and that each failure cost
 // exactly one request.
+func TestRetryAfterFromRateLimitReset(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	h.Set("anthropic-ratelimit-requests-remaining", "12")
+	h.Set("anthropic-ratelimit-requests-reset", now.Add(time.Hour).Format(time.RFC3339))
+	h.Set("anthropic-ratelimit-input-tokens-remaining", "0")
+	h.Set("anthropic-ratelimit-input-tokens-reset", now.Add(30*time.Second).Format(time.RFC3339))
+	if got := retryAfter(h, now); got != 30*time.Second {
+		t.Errorf("retryAfter = %v, want 30s (the exhausted limit's reset)", got)
+	}
+	h.Set("retry-after", "7")
+	if got := retryAfter(h, now); got != 7*time.Second {
+		t.Errorf("retryAfter = %v, want retry-after's 7s", got)
+	}
+}
+
 func TestHTTPFailures(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
