@@ -19,8 +19,9 @@
 // the body (rate_limit_error, overloaded_error, billing_error, …), its
 // details.error_code, a documented message fragment for the plain 400s
 // that have nothing else ("prompt is too long", "credit balance is too
-// low"), then the HTTP status, with retry-after, x-should-retry and
-// request-id read from the headers. An event: error mid-stream keeps its
+// low"), then the HTTP status, with retry-after (else the reset time of an
+// exhausted anthropic-ratelimit-* limit), x-should-retry and request-id
+// read from the headers. An event: error mid-stream keeps its
 // error type's class; a stop_reason of model_context_window_exceeded is a
 // context overflow; transport failures are network or timeout; a stream
 // without message_stop is "missing finish". When the caller's context is
