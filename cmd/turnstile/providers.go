@@ -5,7 +5,9 @@ import (
 	"os"
 
 	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/providers/anthropic"
 	"github.com/turnstile-dev/turnstile/providers/gemini"
+	"github.com/turnstile-dev/turnstile/providers/openai"
 	"github.com/turnstile-dev/turnstile/providers/sim"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
@@ -16,6 +18,19 @@ func newProvider(name string, pc config.Provider) (runtime.Provider, error) {
 	switch pc.Type {
 	case "simulator":
 		return sim.New(name, sim.Config{TokenDelay: pc.TokenDelay, Script: pc.Script})
+	case "openai":
+		// Local OpenAI-compatible servers (Ollama, llama.cpp) need no key.
+		key, err := apiKey(pc, false)
+		if err != nil {
+			return nil, err
+		}
+		return openai.New(openai.Config{Name: name, BaseURL: pc.BaseURL, APIKey: key, Headers: pc.Headers, ConnectTimeout: pc.ConnectTimeout})
+	case "anthropic":
+		key, err := apiKey(pc, true)
+		if err != nil {
+			return nil, err
+		}
+		return anthropic.New(anthropic.Config{Name: name, BaseURL: pc.BaseURL, APIKey: key, Headers: pc.Headers, ConnectTimeout: pc.ConnectTimeout})
 	case "gemini":
 		key, err := apiKey(pc, true)
 		if err != nil {
@@ -23,12 +38,12 @@ func newProvider(name string, pc config.Provider) (runtime.Provider, error) {
 		}
 		return gemini.New(gemini.Config{Name: name, BaseURL: pc.BaseURL, APIKey: key, Headers: pc.Headers, ConnectTimeout: pc.ConnectTimeout})
 	}
-	return nil, fmt.Errorf("type %q is not available in this build", pc.Type)
+	return nil, fmt.Errorf("type: unknown provider type %q", pc.Type)
 }
 
-// apiKey reads the key from the variable pc.APIKeyEnv names. A provider
-// that requires a key fails when the file names no variable or the
-// variable is empty; the error names the variable, never a value.
+// apiKey reads the key from the variable pc.APIKeyEnv names. A variable
+// that is named but empty is an error, and so is naming none for a provider
+// that requires a key; the error names the variable, never a value.
 func apiKey(pc config.Provider, required bool) (string, error) {
 	if pc.APIKeyEnv == "" {
 		if required {
@@ -37,7 +52,7 @@ func apiKey(pc config.Provider, required bool) (string, error) {
 		return "", nil
 	}
 	key := os.Getenv(pc.APIKeyEnv)
-	if key == "" && required {
+	if key == "" {
 		return "", fmt.Errorf("api_key_env: the environment variable %s is not set", pc.APIKeyEnv)
 	}
 	return key, nil

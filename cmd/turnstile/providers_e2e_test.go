@@ -70,16 +70,66 @@ type providerCase struct {
 	// midStream streams some text, then fails inside the stream with an
 	// overloaded error.
 	midStream string
+	// midKind is the class of the mid-stream failure.
+	midKind turnstilev1.ErrorCode
+	// toolEvents and midEvents are the expected event sequences.
+	toolEvents, midEvents string
 	// sawToolResult reports whether a request body carries the tool result.
 	sawToolResult func(body string) bool
 }
 
 func providerCases(t *testing.T) []providerCase {
+	const (
+		toolTail = " MessageCompleted ToolStarted ToolFinished MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+		midTail  = " Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	)
 	return []providerCase{{
+		typ: "openai", model: "gpt-4.1-mini", keyEnv: "TEST_OPENAI_KEY",
+		toolCall: `data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"current_time","arguments":""}}]},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"zone\":\"UTC\"}"}}]},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25}}` + "\n\n" +
+			"data: [DONE]\n\n",
+		answer: `data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"role":"assistant","content":"It is late."},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+			`data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[],"usage":{"prompt_tokens":30,"completion_tokens":4,"total_tokens":34}}` + "\n\n" +
+			"data: [DONE]\n\n",
+		midStream:  readFixture(t, "../../providers/openai/testdata/openai_midstream_error.sse"),
+		midKind:    turnstilev1.ErrorCode_ERROR_CODE_SERVER_ERROR,
+		toolEvents: "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage" + toolTail,
+		midEvents:  "TurnStarted LlmCallStarted TextDelta LlmCallFinished" + midTail,
+		sawToolResult: func(b string) bool {
+			return strings.Contains(b, `"role":"tool"`) && strings.Contains(b, `"tool_call_id":"call_1"`)
+		},
+	}, {
+		typ: "anthropic", model: "claude-sonnet-4-5", keyEnv: "TEST_ANTHROPIC_KEY",
+		toolCall: "event: message_start\ndata: " + `{"type":"message_start","message":{"model":"claude-sonnet-4-5","id":"msg_1","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":20,"output_tokens":1}}}` + "\n\n" +
+			"event: content_block_start\ndata: " + `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"current_time","input":{}}}` + "\n\n" +
+			"event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"zone\": \"UTC\"}"}}` + "\n\n" +
+			"event: content_block_stop\ndata: " + `{"type":"content_block_stop","index":0}` + "\n\n" +
+			"event: message_delta\ndata: " + `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}` + "\n\n" +
+			"event: message_stop\ndata: " + `{"type":"message_stop"}` + "\n\n",
+		answer: "event: message_start\ndata: " + `{"type":"message_start","message":{"model":"claude-sonnet-4-5","id":"msg_2","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":30,"output_tokens":1}}}` + "\n\n" +
+			"event: content_block_start\ndata: " + `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+			"event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"It is late."}}` + "\n\n" +
+			"event: content_block_stop\ndata: " + `{"type":"content_block_stop","index":0}` + "\n\n" +
+			"event: message_delta\ndata: " + `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4}}` + "\n\n" +
+			"event: message_stop\ndata: " + `{"type":"message_stop"}` + "\n\n",
+		midStream:  readFixture(t, "../../providers/anthropic/testdata/anthropic_midstream_error.sse"),
+		midKind:    turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED,
+		toolEvents: "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage" + toolTail,
+		midEvents:  "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage" + midTail,
+		sawToolResult: func(b string) bool {
+			return strings.Contains(b, `"tool_result"`) && strings.Contains(b, `"tool_use_id":"toolu_1"`)
+		},
+	}, {
 		typ: "gemini", model: "gemini-2.5-flash", keyEnv: "TEST_GEMINI_KEY",
-		toolCall:  `data: {"candidates":[{"content":{"parts":[{"functionCall":{"name":"current_time","args":{"zone":"UTC"}},"thoughtSignature":"c2lnbmF0dXJl"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":20,"candidatesTokenCount":5}}` + "\n\n",
-		answer:    `data: {"candidates":[{"content":{"parts":[{"text":"It is late."}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":30,"candidatesTokenCount":4}}` + "\n\n",
-		midStream: readFixture(t, "../../providers/gemini/testdata/gemini_midstream_error.sse"),
+		toolCall:   `data: {"candidates":[{"content":{"parts":[{"functionCall":{"name":"current_time","args":{"zone":"UTC"}},"thoughtSignature":"c2lnbmF0dXJl"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":20,"candidatesTokenCount":5}}` + "\n\n",
+		answer:     `data: {"candidates":[{"content":{"parts":[{"text":"It is late."}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":30,"candidatesTokenCount":4}}` + "\n\n",
+		midStream:  readFixture(t, "../../providers/gemini/testdata/gemini_midstream_error.sse"),
+		midKind:    turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED,
+		toolEvents: "TurnStarted LlmCallStarted ThinkingDelta ToolCallDelta LlmCallFinished Usage" + toolTail,
+		midEvents:  "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage" + midTail,
 		sawToolResult: func(b string) bool {
 			return strings.Contains(b, `"functionResponse"`) && strings.Contains(b, `"thoughtSignature":"c2lnbmF0dXJl"`)
 		},
@@ -108,7 +158,7 @@ func TestProvidersThroughServer(t *testing.T) {
 			if st.Code() != codes.OK {
 				t.Fatalf("status %v", st)
 			}
-			want := "TurnStarted LlmCallStarted ThinkingDelta ToolCallDelta LlmCallFinished Usage MessageCompleted ToolStarted ToolFinished MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+			want := pc.toolEvents
 			if got := wiretest.Names(evs); got != want {
 				t.Errorf("events:\n got %s\nwant %s", got, want)
 			}
@@ -125,13 +175,13 @@ func TestProvidersThroughServer(t *testing.T) {
 			if st.Code() != codes.OK {
 				t.Fatalf("status %v", st)
 			}
-			want := "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+			want := pc.midEvents
 			if got := wiretest.Names(evs); got != want {
 				t.Errorf("events:\n got %s\nwant %s", got, want)
 			}
 			for _, ev := range evs {
-				if r := ev.GetRetry(); r != nil && (!r.GetDiscardPartial() || r.GetReason() != turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED) {
-					t.Errorf("retry = %v, want OVERLOADED with discard_partial", r)
+				if r := ev.GetRetry(); r != nil && (!r.GetDiscardPartial() || r.GetReason() != pc.midKind) {
+					t.Errorf("retry = %v, want %v with discard_partial", r, pc.midKind)
 				}
 			}
 			if got := evs[len(evs)-1].GetTurnCompleted().GetMessages()[0].GetParts()[0].GetText(); got != "It is late." {

@@ -1,31 +1,49 @@
-// Package gemini adapts the Gemini API (generativelanguage.googleapis.com,
-// streamGenerateContent) to [runtime.Provider] through the official SDK,
-// google.golang.org/genai.
+// Package gemini is turnstile's provider for the Gemini API
+// (generativelanguage.googleapis.com, the Gemini API backend of
+// google.golang.org/genai).
 //
-// It maps the runtime's conversation to Gemini contents (assistant turns
-// become role "model", tool results become functionResponse parts of a
-// user turn, thinking parts keep their thought signatures), streams each
-// response chunk as runtime chunks (text, thought text, whole function calls,
-// usage, finish reason), and classifies every failure from its real signal:
-// the google.rpc status and details of an [genai.APIError] (RetryInfo,
-// QuotaFailure, ErrorInfo), including errors delivered inside the stream,
-// and Go's transport errors. The SDK's own retries are off; the runtime owns
-// retries.
+// It maps a [runtime.Request] to a streamed generateContent call: the
+// system prompt to systemInstruction, user text to user turns, assistant
+// text, thoughts and function calls to model turns, tool results to
+// functionResponse parts ({"output": …} or, for a failed tool,
+// {"error": …}), tools to function declarations with their JSON Schema,
+// and MaxOutputTokens, Temperature and StopSequences to the generation
+// config; consecutive messages of one role are merged into one turn.
+// Gemini's thought signatures travel in [runtime.PartThinking] parts: a
+// signature streamed on a function call or text part is yielded as a
+// [runtime.ChunkThinking] with an empty text just before that part, and a
+// thinking part without text is sent back as the signature of the part
+// that follows it, as the API requires.
 //
-// Gemini attaches thought signatures to function-call and text parts, not
-// only to thought parts. Such a signature is streamed as a signature-only
-// [runtime.ChunkThinking] just before its part, so it is committed as a
-// thinking part with no text; when the conversation is sent back, a
-// signature-only thinking part is re-attached to the part that follows it.
+// The stream becomes [runtime.Chunk]s: text, thought text, function calls
+// (which arrive whole, so start, arguments and end come together; a call
+// without an id gets one), usage (input tokens exclude cached ones, which
+// count as cache reads; thought tokens count as output) and the stop
+// reason. A blocked prompt or a safety finish is a refusal; a
+// MALFORMED_FUNCTION_CALL or UNEXPECTED_TOOL_CALL finish is a server error
+// worth one retry.
+//
+// Every failure is classified as a [*runtime.Error] from the google.rpc
+// status and its details (QuotaFailure quota ids: per-day quotas are
+// exhausted, per-minute ones rate limits; RetryInfo's retryDelay is the
+// RetryAfter; ErrorInfo API_KEY_INVALID is auth), a documented message
+// fragment for the plain 400 of an oversized input, then the HTTP status.
+// A mid-stream error keeps its status's class; transport failures are
+// network or timeout; a stream without a finishReason is "missing finish".
+// When the caller's context is done its error is returned unchanged. The
+// SDK's HTTP retries and its automatic stream continuation are off: one
+// Stream is at most one HTTP request.
+//
+// The package imports only runtime, providers/internal/httpfail and the
+// official SDK, google.golang.org/genai.
 package gemini
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"iter"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/genai"
@@ -34,308 +52,179 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
+// DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
+const DefaultBaseURL = "https://generativelanguage.googleapis.com/"
+
 // Config configures a [Provider].
 type Config struct {
-	// Name is the provider's configured name, reported in errors.
+	// Name is the configured provider name, reported on every error.
 	Name string
-	// BaseURL overrides the API endpoint (default
-	// https://generativelanguage.googleapis.com/).
+	// BaseURL is the API endpoint, without the API version; empty means
+	// [DefaultBaseURL].
 	BaseURL string
-	// APIKey authenticates requests (sent as x-goog-api-key). Required: the
-	// adapter never falls back to the SDK's environment variables.
+	// APIKey is the Gemini API key, already read from the environment by
+	// the caller. It is required.
 	APIKey string
 	// Headers are extra HTTP headers sent with every request.
 	Headers map[string]string
-	// ConnectTimeout bounds connecting to the API (default 10s).
+	// ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
+	// ignored when HTTPClient is set.
 	ConnectTimeout time.Duration
-	// HTTPClient replaces the HTTP client, for tests; ConnectTimeout is then
-	// ignored.
+	// HTTPClient replaces the default HTTP client, for tests. The provider
+	// uses a copy whose transport also records each response's status and
+	// headers for classification.
 	HTTPClient *http.Client
 }
 
-// Provider streams Gemini model calls. It is safe for concurrent use.
+// Provider streams Gemini replies. It is safe for concurrent use.
 type Provider struct {
 	name   string
 	apiKey string
-	client *genai.Client
+	models *genai.Models
 }
 
 var _ runtime.Provider = (*Provider)(nil)
 
-// New returns a Provider for cfg.
+// New returns a provider for cfg. It reads nothing from the environment:
+// the SDK's GOOGLE_* and GEMINI_* variables are ignored.
 func New(cfg Config) (*Provider, error) {
 	if cfg.Name == "" {
 		cfg.Name = "gemini"
 	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
 	if cfg.APIKey == "" {
 		return nil, errors.New("gemini: an API key is required")
+	}
+	if cfg.ConnectTimeout < 0 {
+		return nil, errors.New("gemini: negative connect timeout")
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		hc = httpfail.NewClient(cfg.ConnectTimeout)
 	}
-	// Capture each response's headers (request id, Retry-After) for the
-	// error classification: the SDK's APIError does not keep them.
-	hc = withHeaderCapture(hc)
+	wrapped := *hc
+	wrapped.Transport = recorder{next: hc.Transport}
 	headers := http.Header{}
 	for k, v := range cfg.Headers {
 		headers.Set(k, v)
 	}
-	one := int32(1)
 	client, err := genai.NewClient(context.Background(), &genai.ClientConfig{
 		APIKey:     cfg.APIKey,
 		Backend:    genai.BackendGeminiAPI,
-		HTTPClient: hc,
+		HTTPClient: &wrapped,
 		HTTPOptions: genai.HTTPOptions{
 			BaseURL: cfg.BaseURL,
 			Headers: headers,
-			// One attempt per call: the runtime owns retries.
-			RetryOptions: &genai.HTTPRetryOptions{Attempts: &one},
+			// One attempt: the runtime owns retries.
+			RetryOptions: &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)},
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gemini: %s", httpfail.Redact(err.Error(), cfg.APIKey))
+		// The SDK's message may print the whole config, key included.
+		return nil, errors.New("gemini: cannot create the client")
 	}
-	return &Provider{name: cfg.Name, apiKey: cfg.APIKey, client: client}, nil
+	return &Provider{name: cfg.Name, apiKey: cfg.APIKey, models: client.Models}, nil
 }
 
-// Stream implements [runtime.Provider].
+// Stream sends req as one streamed generateContent call and yields its
+// chunks, ending with a [runtime.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
 	return func(yield func(runtime.Chunk, error) bool) {
-		// The SDK's decoder panics on some malformed responses (a field of
-		// the wrong JSON type): that is a broken upstream, not a bug here.
-		// A panic raised by the consumer inside yield is passed on.
-		inYield := false
-		defer func() {
-			if r := recover(); r != nil {
-				if inYield {
-					panic(r)
-				}
-				yield(runtime.Chunk{}, &runtime.Error{
-					Kind: runtime.KindServerError, Provider: p.name,
-					Message: "the provider sent a response that could not be read",
-					Err:     fmt.Errorf("gemini: decoding the response panicked: %v", r),
-				})
-			}
-		}()
-		send := func(c runtime.Chunk, err error) bool {
-			inYield = true
-			defer func() { inYield = false }()
-			return yield(c, err)
-		}
-		contents, err := toContents(req.Messages)
+		yield, done := httpfail.Guard(p.name, yield)
+		defer done()
+		contents, config, err := buildRequest(req)
 		if err != nil {
-			send(runtime.Chunk{}, &runtime.Error{Kind: runtime.KindInvalidRequest, Provider: p.name, Message: err.Error(), Err: err})
+			yield(runtime.Chunk{}, &runtime.Error{
+				Kind: runtime.KindInvalidRequest, Message: err.Error(), Provider: p.name, Err: err,
+			})
 			return
 		}
-		cfg, err := toConfig(req)
-		if err != nil {
-			send(runtime.Chunk{}, &runtime.Error{Kind: runtime.KindInvalidRequest, Provider: p.name, Message: err.Error(), Err: err})
-			return
-		}
-		hdr := &captured{}
-		ctx = context.WithValue(ctx, captureKey{}, hdr)
+		rec := &response{}
+		rctx := context.WithValue(ctx, responseKey{}, rec)
 		d := decoder{provider: p.name}
-		for resp, err := range p.client.Models.GenerateContentStream(ctx, req.Model, contents, cfg) {
+		emit := func(c runtime.Chunk) bool {
+			switch c.Kind {
+			case runtime.ChunkText, runtime.ChunkThinking, runtime.ChunkToolCallStart, runtime.ChunkToolCallArgs:
+				d.output = true
+			}
+			return yield(c, nil)
+		}
+		for resp, err := range p.models.GenerateContentStream(rctx, req.Model, contents, config) {
 			if err != nil {
-				if ctx.Err() != nil {
-					send(runtime.Chunk{}, ctx.Err())
-					return
-				}
-				send(runtime.Chunk{}, p.classify(err, hdr.header(), d.output))
+				yield(runtime.Chunk{}, p.classify(ctx, err, rec, d.responseID))
 				return
 			}
-			for _, c := range d.decode(resp) {
-				if !send(c, nil) {
-					return
-				}
-			}
-			if d.failed != nil {
-				d.failed.RequestID = httpfail.RequestID(hdr.header())
-				send(runtime.Chunk{}, d.failed)
+			ok, ferr := d.response(resp, emit)
+			if ferr != nil {
+				ferr.StatusCode, ferr.RequestID = rec.get()
+				yield(runtime.Chunk{}, ferr)
 				return
 			}
-			if d.done {
+			if !ok {
 				return
 			}
 		}
-		if ctx.Err() != nil {
-			send(runtime.Chunk{}, ctx.Err())
+		if err := ctx.Err(); err != nil {
+			yield(runtime.Chunk{}, err)
 			return
 		}
-		// The stream ended without a finish reason.
-		send(runtime.Chunk{}, httpfail.MissingFinish(p.name, d.output, http.StatusOK, httpfail.RequestID(hdr.header())))
+		if !d.finished {
+			code, id := rec.get()
+			if id == "" {
+				id = d.responseID
+			}
+			yield(runtime.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
+			return
+		}
+		yield(runtime.Chunk{Kind: runtime.ChunkStop, Stop: d.stop}, nil)
 	}
 }
 
-// captured holds the headers of the response to one call.
-type captured struct {
-	h http.Header
+// responseKey marks the request context that carries a *response.
+type responseKey struct{}
+
+// response is the status and headers of one call's HTTP response, which
+// the SDK does not expose on its errors.
+type response struct {
+	mu     sync.Mutex
+	code   int
+	header http.Header
 }
 
-func (c *captured) header() http.Header { return c.h }
+func (r *response) set(code int, h http.Header) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.code, r.header = code, h
+}
 
-type captureKey struct{}
+// get returns the status and the request id.
+func (r *response) get() (int, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.code, httpfail.RequestID(r.header)
+}
 
-// headerCapture records the response headers of each request into the
-// captured value of its context.
-type headerCapture struct{ base http.RoundTripper }
+func (r *response) headers() http.Header {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.header
+}
 
-func (t headerCapture) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(r)
-	if c, ok := r.Context().Value(captureKey{}).(*captured); ok && resp != nil {
-		c.h = resp.Header.Clone()
+// recorder is an [http.RoundTripper] that records each response's status
+// and headers into the *response its request's context carries.
+type recorder struct{ next http.RoundTripper }
+
+// RoundTrip sends r through the next transport and records the response.
+func (t recorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	next := t.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(r)
+	if rec, ok := r.Context().Value(responseKey{}).(*response); ok && resp != nil {
+		rec.set(resp.StatusCode, resp.Header.Clone())
 	}
 	return resp, err
-}
-
-func withHeaderCapture(hc *http.Client) *http.Client {
-	c := *hc
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	c.Transport = headerCapture{base: base}
-	return &c
-}
-
-// decoder turns response chunks into runtime chunks.
-type decoder struct {
-	provider string
-	// output reports that a content chunk was produced.
-	output bool
-	// calls counts the function calls of the reply.
-	calls int
-	// blocks counts thinking blocks (runtime chunk indexes).
-	blocks int
-	usage  runtime.Usage
-	done   bool
-	failed *runtime.Error
-}
-
-func (d *decoder) decode(resp *genai.GenerateContentResponse) []runtime.Chunk {
-	var out []runtime.Chunk
-	if u := resp.UsageMetadata; u != nil {
-		usage := runtime.Usage{
-			InputTokens:     int64(u.PromptTokenCount - u.CachedContentTokenCount + u.ToolUsePromptTokenCount),
-			OutputTokens:    int64(u.CandidatesTokenCount + u.ThoughtsTokenCount),
-			CacheReadTokens: int64(u.CachedContentTokenCount),
-		}
-		// Report usage as soon as it is known: an attempt that fails later
-		// still cost these tokens.
-		if usage != d.usage {
-			d.usage = usage
-			out = append(out, d.usageChunk())
-		}
-	}
-	if len(resp.Candidates) == 0 {
-		if pf := resp.PromptFeedback; pf != nil && pf.BlockReason != "" {
-			// The prompt was blocked before the model answered: a refusal.
-			d.done = true
-			return append(out, runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal})
-		}
-		return out
-	}
-	cand := resp.Candidates[0]
-	if cand.Content != nil {
-		for _, part := range cand.Content.Parts {
-			out = append(out, d.part(part)...)
-		}
-	}
-	if cand.FinishReason == "" || cand.FinishReason == genai.FinishReasonUnspecified {
-		return out
-	}
-	stop, err := d.finish(cand.FinishReason)
-	if err != nil {
-		d.failed = err
-		return out
-	}
-	d.done = true
-	return append(out, runtime.Chunk{Kind: runtime.ChunkStop, Stop: stop})
-}
-
-func (d *decoder) usageChunk() runtime.Chunk {
-	return runtime.Chunk{Kind: runtime.ChunkUsage, Usage: d.usage}
-}
-
-func (d *decoder) part(part *genai.Part) []runtime.Chunk {
-	if part == nil {
-		return nil
-	}
-	var out []runtime.Chunk
-	sig := ""
-	if len(part.ThoughtSignature) > 0 {
-		sig = encodeSignature(part.ThoughtSignature)
-	}
-	switch {
-	case part.Thought:
-		d.output = true
-		if part.Text != "" {
-			out = append(out, runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.blocks, Text: part.Text})
-		}
-		if sig != "" {
-			out = append(out, runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.blocks, Signature: sig})
-			d.blocks++
-		}
-	case part.FunctionCall != nil:
-		d.output = true
-		if sig != "" {
-			out = append(out, runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.blocks, Signature: sig})
-			d.blocks++
-		}
-		fc := part.FunctionCall
-		args := fc.Args
-		if args == nil {
-			args = map[string]any{}
-		}
-		b, err := json.Marshal(args)
-		if err != nil {
-			d.failed = httpfail.BadArguments(d.provider, fc.Name, err)
-			return out
-		}
-		idx := d.calls
-		d.calls++
-		out = append(out,
-			runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: idx, CallID: fc.ID, Name: fc.Name},
-			runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: idx, Text: string(b)},
-			runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: idx},
-		)
-	case part.Text != "":
-		d.output = true
-		if sig != "" {
-			out = append(out, runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.blocks, Signature: sig})
-			d.blocks++
-		}
-		out = append(out, runtime.Chunk{Kind: runtime.ChunkText, Text: part.Text})
-	}
-	return out
-}
-
-// finish maps a finish reason to a stop reason, or to an error for the
-// reasons that mean the reply is unusable.
-func (d *decoder) finish(r genai.FinishReason) (runtime.StopReason, *runtime.Error) {
-	switch r {
-	case genai.FinishReasonStop:
-		if d.calls > 0 {
-			return runtime.StopToolUse, nil
-		}
-		return runtime.StopEndTurn, nil
-	case genai.FinishReasonMaxTokens:
-		return runtime.StopMaxTokens, nil
-	case genai.FinishReasonSafety, genai.FinishReasonRecitation, genai.FinishReasonBlocklist,
-		genai.FinishReasonProhibitedContent, genai.FinishReasonSPII, genai.FinishReasonImageSafety,
-		genai.FinishReasonImageProhibitedContent, genai.FinishReasonImageRecitation:
-		return runtime.StopRefusal, nil
-	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall, genai.FinishReasonTooManyToolCalls:
-		// The model produced a broken tool call; another attempt usually
-		// does better.
-		return 0, &runtime.Error{
-			Kind: runtime.KindServerError, Provider: d.provider, StatusCode: http.StatusOK,
-			Message: fmt.Sprintf("the model produced an unusable tool call (finish reason %s)", r),
-		}
-	}
-	if d.calls > 0 {
-		return runtime.StopToolUse, nil
-	}
-	return runtime.StopEndTurn, nil
 }

@@ -231,6 +231,25 @@ func Redact(msg, secret string) string {
 	return strings.ReplaceAll(msg, secret, "[redacted]")
 }
 
+// RedactErr returns err with secret redacted from its text, as [Redact]
+// does, for the Err field of a [runtime.Error] that ends up in logs. The
+// result unwraps to err, so errors.Is and errors.As still see the SDK's
+// error. It returns err itself when there is nothing to redact.
+func RedactErr(err error, secret string) error {
+	if err == nil || len(secret) < 8 || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return &redacted{err: err, secret: secret}
+}
+
+type redacted struct {
+	err    error
+	secret string
+}
+
+func (r *redacted) Error() string { return Redact(r.err.Error(), r.secret) }
+func (r *redacted) Unwrap() error { return r.err }
+
 // MissingFinish returns the error for a stream that ended cleanly without
 // its terminal marker: KindStreamInterrupted when output had been yielded,
 // since the reply is incomplete, and KindServerError otherwise.
@@ -270,8 +289,49 @@ func NewClient(connectTimeout time.Duration) *http.Client {
 	if connectTimeout <= 0 {
 		connectTimeout = 10 * time.Second
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if ok {
+		t = t.Clone()
+	} else {
+		t = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}
+	}
 	t.DialContext = (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = connectTimeout
 	return &http.Client{Transport: t}
+}
+
+// Guard protects a provider's stream from its SDK's decoder: some SDK
+// decoders panic on a response of the wrong shape (a field of the wrong
+// JSON type), which is a broken upstream, not a bug of the caller. Use it
+// first thing in a Stream iterator:
+//
+//	yield, done := httpfail.Guard(p.name, yield)
+//	defer done()
+//
+// done turns such a panic into one KindServerError yielded last. A panic
+// raised by the consumer inside yield is passed on unchanged.
+func Guard(provider string, yield func(runtime.Chunk, error) bool) (guarded func(runtime.Chunk, error) bool, done func()) {
+	inYield := false
+	guarded = func(c runtime.Chunk, err error) bool {
+		inYield = true
+		ok := yield(c, err)
+		inYield = false
+		return ok
+	}
+	done = func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if inYield {
+			panic(r)
+		}
+		yield(runtime.Chunk{}, &runtime.Error{
+			Kind:     runtime.KindServerError,
+			Provider: provider,
+			Message:  "the provider sent a response that could not be read",
+			Err:      fmt.Errorf("%s: decoding the response panicked: %v", provider, r),
+		})
+	}
+	return guarded, done
 }

@@ -219,6 +219,26 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+func TestRedactErr(t *testing.T) {
+	t.Parallel()
+	const key = "sk-secret-123"
+	base := fmt.Errorf("call: %w", io.ErrUnexpectedEOF)
+	if got := RedactErr(base, key); got != base {
+		t.Errorf("RedactErr without the key = %v, want err itself", got)
+	}
+	leaky := fmt.Errorf("bad key %s: %w", key, io.ErrUnexpectedEOF)
+	got := RedactErr(leaky, key)
+	if want := "bad key [redacted]: unexpected EOF"; got.Error() != want {
+		t.Errorf("RedactErr = %q, want %q", got, want)
+	}
+	if !errors.Is(got, io.ErrUnexpectedEOF) {
+		t.Error("RedactErr hides the chain")
+	}
+	if RedactErr(nil, key) != nil {
+		t.Error("RedactErr(nil) != nil")
+	}
+}
+
 func TestMissingFinish(t *testing.T) {
 	t.Parallel()
 	if e := MissingFinish("p", false, 200, "r"); e.Kind != runtime.KindServerError || e.Provider != "p" || e.RequestID != "r" {
@@ -236,4 +256,30 @@ func TestNewClientConnectTimeout(t *testing.T) {
 	if tr.TLSHandshakeTimeout != 10*time.Second || c.Timeout != 0 {
 		t.Errorf("NewClient(0): handshake %v, timeout %v", tr.TLSHandshakeTimeout, c.Timeout)
 	}
+}
+
+func TestGuard(t *testing.T) {
+	t.Run("decoder panic becomes a server error", func(t *testing.T) {
+		var got []error
+		func() {
+			yield, done := Guard("p", func(_ runtime.Chunk, err error) bool { got = append(got, err); return true })
+			defer done()
+			yield(runtime.Chunk{Kind: runtime.ChunkText, Text: "a"}, nil)
+			panic("interface conversion")
+		}()
+		var e *runtime.Error
+		if len(got) != 2 || !errors.As(got[1], &e) || e.Kind != runtime.KindServerError || e.Provider != "p" {
+			t.Errorf("yielded %v", got)
+		}
+	})
+	t.Run("consumer panic passes through", func(t *testing.T) {
+		defer func() {
+			if r := recover(); r != "consumer" {
+				t.Errorf("recovered %v, want the consumer's panic", r)
+			}
+		}()
+		yield, done := Guard("p", func(runtime.Chunk, error) bool { panic("consumer") })
+		defer done()
+		yield(runtime.Chunk{}, nil)
+	})
 }

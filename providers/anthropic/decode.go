@@ -1,0 +1,207 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+
+	"github.com/anthropics/anthropic-sdk-go"
+
+	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// decoder holds the state of one streamed message.
+type decoder struct {
+	provider string
+	// blocks maps a content block index to what it is.
+	blocks    map[int64]*block
+	toolCalls int
+	thinking  int
+	usage     runtime.Usage
+	output    bool
+	finished  bool
+	stop      runtime.StopReason
+}
+
+type blockKind uint8
+
+const (
+	blockOther blockKind = iota
+	blockText
+	blockThinking
+	blockTool
+)
+
+// block is one content block of the reply. index is the runtime's index:
+// the tool call's or thinking block's position in the reply.
+type block struct {
+	kind   blockKind
+	index  int
+	name   string
+	args   bytes.Buffer
+	closed bool
+}
+
+// event yields the runtime chunks of one stream event through emit. It
+// returns false when emit did, and an error for a tool call whose
+// arguments are not a JSON object or a reply that overflowed the context.
+func (d *decoder) event(ev anthropic.MessageStreamEventUnion, emit func(runtime.Chunk) bool) (bool, *runtime.Error) {
+	if d.blocks == nil {
+		d.blocks = map[int64]*block{}
+	}
+	switch ev.Type {
+	case "message_start":
+		u := ev.Message.Usage
+		d.usage = runtime.Usage{
+			InputTokens:      u.InputTokens,
+			OutputTokens:     u.OutputTokens,
+			CacheReadTokens:  u.CacheReadInputTokens,
+			CacheWriteTokens: u.CacheCreationInputTokens,
+		}
+		return emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: d.usage}), nil
+	case "content_block_start":
+		return d.start(ev, emit), nil
+	case "content_block_delta":
+		return d.delta(ev, emit), nil
+	case "content_block_stop":
+		return d.stopBlock(ev.Index, emit)
+	case "message_delta":
+		// message_delta's usage is cumulative; fields it leaves out keep
+		// message_start's values.
+		u := ev.Usage
+		if u.JSON.InputTokens.Valid() {
+			d.usage.InputTokens = u.InputTokens
+		}
+		if u.JSON.OutputTokens.Valid() {
+			d.usage.OutputTokens = u.OutputTokens
+		}
+		if u.JSON.CacheReadInputTokens.Valid() {
+			d.usage.CacheReadTokens = u.CacheReadInputTokens
+		}
+		if u.JSON.CacheCreationInputTokens.Valid() {
+			d.usage.CacheWriteTokens = u.CacheCreationInputTokens
+		}
+		if !emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: d.usage}) {
+			return false, nil
+		}
+		if ev.Delta.StopReason == "model_context_window_exceeded" {
+			return false, &runtime.Error{
+				Kind:     runtime.KindContextOverflow,
+				Message:  "the reply reached the model's context window (model_context_window_exceeded)",
+				Provider: d.provider,
+				Err:      errors.New("stop_reason: model_context_window_exceeded"),
+			}
+		}
+		if ev.Delta.StopReason != "" {
+			d.stop = stopReason(ev.Delta.StopReason)
+		}
+	case "message_stop":
+		d.finished = true
+	}
+	return true, nil
+}
+
+func (d *decoder) start(ev anthropic.MessageStreamEventUnion, emit func(runtime.Chunk) bool) bool {
+	cb := ev.ContentBlock
+	b := &block{}
+	d.blocks[ev.Index] = b
+	switch cb.Type {
+	case "text":
+		b.kind = blockText
+		if cb.Text != "" {
+			return emit(runtime.Chunk{Kind: runtime.ChunkText, Text: cb.Text})
+		}
+	case "thinking":
+		b.kind, b.index = blockThinking, d.thinking
+		d.thinking++
+		if cb.Thinking != "" || cb.Signature != "" {
+			return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: b.index, Text: cb.Thinking, Signature: cb.Signature})
+		}
+	case "tool_use":
+		b.kind, b.index, b.name = blockTool, d.toolCalls, cb.Name
+		d.toolCalls++
+		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: b.index, CallID: cb.ID, Name: cb.Name}) {
+			return false
+		}
+		// The input arrives in deltas; a start that already carries a
+		// non-empty input (some proxies) is passed on whole.
+		if raw := cb.JSON.Input.Raw(); raw != "" && raw != "{}" && raw != "null" {
+			b.args.WriteString(raw)
+			return emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: b.index, Text: raw})
+		}
+	}
+	return true
+}
+
+func (d *decoder) delta(ev anthropic.MessageStreamEventUnion, emit func(runtime.Chunk) bool) bool {
+	b, ok := d.blocks[ev.Index]
+	if !ok || b.closed {
+		return true
+	}
+	delta := ev.Delta
+	switch delta.Type {
+	case "text_delta":
+		if delta.Text != "" {
+			return emit(runtime.Chunk{Kind: runtime.ChunkText, Text: delta.Text})
+		}
+	case "thinking_delta":
+		if b.kind == blockThinking && delta.Thinking != "" {
+			return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: b.index, Text: delta.Thinking})
+		}
+	case "signature_delta":
+		if b.kind == blockThinking && delta.Signature != "" {
+			return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: b.index, Signature: delta.Signature})
+		}
+	case "input_json_delta":
+		if b.kind == blockTool && delta.PartialJSON != "" {
+			b.args.WriteString(delta.PartialJSON)
+			return emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: b.index, Text: delta.PartialJSON})
+		}
+	}
+	return true
+}
+
+// stopBlock closes a tool call, checking its arguments; a call with no
+// arguments gets "{}".
+func (d *decoder) stopBlock(index int64, emit func(runtime.Chunk) bool) (bool, *runtime.Error) {
+	b, ok := d.blocks[index]
+	if !ok || b.closed || b.kind != blockTool {
+		return true, nil
+	}
+	b.closed = true
+	if len(bytes.TrimSpace(b.args.Bytes())) == 0 {
+		b.args.WriteString("{}")
+		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: b.index, Text: "{}"}) {
+			return false, nil
+		}
+	}
+	var obj map[string]json.RawMessage
+	err := json.Unmarshal(b.args.Bytes(), &obj)
+	if err == nil && obj == nil {
+		err = errors.New("null is not an object")
+	}
+	if err != nil {
+		return false, httpfail.BadArguments(d.provider, b.name, err)
+	}
+	return emit(runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: b.index}), nil
+}
+
+// stopReason maps a stop_reason.
+func stopReason(r anthropic.StopReason) runtime.StopReason {
+	switch r {
+	case "end_turn":
+		return runtime.StopEndTurn
+	case "tool_use":
+		return runtime.StopToolUse
+	case "max_tokens":
+		return runtime.StopMaxTokens
+	case "stop_sequence":
+		return runtime.StopSequence
+	case "refusal":
+		return runtime.StopRefusal
+	case "pause_turn":
+		return runtime.StopPauseTurn
+	}
+	return runtime.StopUnspecified
+}

@@ -1,0 +1,290 @@
+package anthropic
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+var cmpError = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Err" }, cmp.Ignore())
+
+func TestStreamSuccessFixture(t *testing.T) {
+	t.Parallel()
+	body := fixture(t, "anthropic_ok.sse")
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
+	chunks, err := collect(t, f.provider(t), simpleRequest)
+	if err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	want := []runtime.Chunk{
+		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 1}},
+		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_017QoD96fYwGzCWvLfaPADWg", Name: "get_weather"},
+		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"city": "Sa`},
+		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `n Francisco"}`},
+		{Kind: runtime.ChunkToolCallEnd, Index: 0},
+		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 79}},
+		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+	}
+	if diff := cmp.Diff(want, chunks); diff != "" {
+		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
+	if n := f.requests.Load(); n != 1 {
+		t.Errorf("requests = %d, want 1", n)
+	}
+}
+
+func ev(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+
+const msgStart = `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":200,"cache_read_input_tokens":3000,"output_tokens":1}}}`
+
+func TestStreamShapes(t *testing.T) {
+	t.Parallel()
+	stop := func(reason string) string {
+		return ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+reason+`","stop_sequence":null},"usage":{"output_tokens":42}}`) +
+			ev("message_stop", `{"type":"message_stop"}`)
+	}
+	cacheUsage := func(out int64) runtime.Chunk {
+		return runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: out, CacheReadTokens: 3000, CacheWriteTokens: 200}}
+	}
+	tests := []struct {
+		name    string
+		body    string
+		want    []runtime.Chunk
+		wantErr runtime.Kind
+	}{
+		{
+			name: "thinking with signature, text, two tool calls, cache usage",
+			body: ev("message_start", msgStart) +
+				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`) +
+				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Two cities."}}`) +
+				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM"}}`) +
+				ev("content_block_stop", `{"type":"content_block_stop","index":0}`) +
+				ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`) +
+				ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Checking."}}`) +
+				ev("content_block_stop", `{"type":"content_block_stop","index":1}`) +
+				ev("content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_a","name":"w","input":{}}}`) +
+				ev("content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"c\":\"SF\"}"}}`) +
+				ev("content_block_stop", `{"type":"content_block_stop","index":2}`) +
+				ev("content_block_start", `{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_b","name":"now","input":{}}}`) +
+				ev("content_block_stop", `{"type":"content_block_stop","index":3}`) +
+				stop("tool_use"),
+			want: []runtime.Chunk{
+				cacheUsage(1),
+				{Kind: runtime.ChunkThinking, Index: 0, Text: "Two cities."},
+				{Kind: runtime.ChunkThinking, Index: 0, Signature: "EqQBCgIYAhIM"},
+				{Kind: runtime.ChunkText, Text: "Checking."},
+				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
+				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"c":"SF"}`},
+				{Kind: runtime.ChunkToolCallEnd, Index: 0},
+				{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "toolu_b", Name: "now"},
+				{Kind: runtime.ChunkToolCallArgs, Index: 1, Text: `{}`},
+				{Kind: runtime.ChunkToolCallEnd, Index: 1},
+				cacheUsage(42),
+				{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+			},
+		},
+		{
+			name: "stop reasons: max_tokens",
+			body: ev("message_start", msgStart) + stop("max_tokens"),
+			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
+		},
+		{
+			name: "stop reasons: refusal",
+			body: ev("message_start", msgStart) + stop("refusal"),
+			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+		},
+		{
+			name: "stop reasons: pause_turn",
+			body: ev("message_start", msgStart) + stop("pause_turn"),
+			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopPauseTurn}},
+		},
+		{
+			name: "stop reasons: stop_sequence",
+			body: ev("message_start", msgStart) + stop("stop_sequence"),
+			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopSequence}},
+		},
+		{
+			name:    "model_context_window_exceeded is an overflow",
+			body:    ev("message_start", msgStart) + stop("model_context_window_exceeded"),
+			want:    []runtime.Chunk{cacheUsage(1), cacheUsage(42)},
+			wantErr: runtime.KindContextOverflow,
+		},
+		{
+			name: "invalid tool arguments",
+			body: ev("message_start", msgStart) +
+				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"w","input":{}}}`) +
+				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"c\":"}}`) +
+				ev("content_block_stop", `{"type":"content_block_stop","index":0}`) + stop("tool_use"),
+			want: []runtime.Chunk{
+				cacheUsage(1),
+				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
+				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"c":`},
+			},
+			wantErr: runtime.KindServerError,
+		},
+		{
+			name: "missing message_stop after output",
+			body: ev("message_start", msgStart) +
+				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) +
+				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`),
+			want:    []runtime.Chunk{cacheUsage(1), {Kind: runtime.ChunkText, Text: "Hi"}},
+			wantErr: runtime.KindStreamInterrupted,
+		},
+		{
+			name:    "missing message_stop, no output",
+			body:    ev("message_start", msgStart),
+			want:    []runtime.Chunk{cacheUsage(1)},
+			wantErr: runtime.KindServerError,
+		},
+		{
+			name:    "empty body",
+			wantErr: runtime.KindServerError,
+		},
+		{
+			name:    "malformed event",
+			body:    ev("message_start", `{not json`),
+			wantErr: runtime.KindServerError,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, tt.body) })
+			chunks, err := collect(t, f.provider(t), simpleRequest)
+			if diff := cmp.Diff(tt.want, chunks); diff != "" {
+				t.Errorf("chunks (-want +got):\n%s", diff)
+			}
+			switch {
+			case tt.wantErr == 0 && err != nil:
+				t.Errorf("Stream: %v", err)
+			case tt.wantErr != 0:
+				e := asError(t, err)
+				if e.Kind != tt.wantErr || e.Provider != "an" || e.Message == "" {
+					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
+				}
+			}
+		})
+	}
+}
+
+func TestMidStreamError(t *testing.T) {
+	t.Parallel()
+	body := fixture(t, "anthropic_midstream_error.sse")
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("request-id", "req_mid")
+		writeSSE(w, body)
+	})
+	chunks, err := collect(t, f.provider(t), simpleRequest)
+	want := []runtime.Chunk{
+		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 1}},
+		{Kind: runtime.ChunkText, Text: "I'd be"},
+	}
+	if diff := cmp.Diff(want, chunks); diff != "" {
+		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
+	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded", Provider: "an", StatusCode: 200, RequestID: "req_mid"}
+	if diff := cmp.Diff(wantErr, asError(t, err), cmpError); diff != "" {
+		t.Errorf("error (-want +got):\n%s", diff)
+	}
+}
+
+func TestNetworkFailures(t *testing.T) {
+	t.Parallel()
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		p, err := New(Config{Name: "an", BaseURL: "http://" + addr, APIKey: testKey, HTTPClient: &http.Client{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = collect(t, p, simpleRequest)
+		if e := asError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
+			t.Errorf("error = %+v, want NETWORK connection refused", e)
+		}
+	})
+	t.Run("reset before headers", func(t *testing.T) {
+		t.Parallel()
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		})
+		_, err := collect(t, f.provider(t), simpleRequest)
+		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+			t.Errorf("error = %+v, want NETWORK", e)
+		}
+		if n := f.requests.Load(); n != 1 {
+			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
+		}
+	})
+	t.Run("body cut short", func(t *testing.T) {
+		t.Parallel()
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			writeSSE(w, ev("message_start", msgStart))
+			panic(http.ErrAbortHandler)
+		})
+		_, err := collect(t, f.provider(t), simpleRequest)
+		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+			t.Errorf("error = %+v, want NETWORK", e)
+		}
+		if n := f.requests.Load(); n != 1 {
+			t.Errorf("requests = %d, want 1", n)
+		}
+	})
+	t.Run("client timeout", func(t *testing.T) {
+		t.Parallel()
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		p, err := New(Config{Name: "an", BaseURL: f.URL, HTTPClient: &http.Client{Timeout: 50 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = collect(t, p, simpleRequest)
+		if e := asError(t, err); e.Kind != runtime.KindTimeout {
+			t.Errorf("error = %+v, want TIMEOUT", e)
+		}
+	})
+}
+
+func TestCancelMidStream(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		writeSSE(w, ev("message_start", msgStart)+
+			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)+
+			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`))
+		<-r.Context().Done()
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	start := time.Now()
+	var got error
+	for c, err := range f.provider(t).Stream(ctx, simpleRequest) {
+		if err != nil {
+			got = err
+			break
+		}
+		if c.Kind == runtime.ChunkText {
+			cancel()
+		}
+	}
+	if !errors.Is(got, context.Canceled) || runtime.KindOf(got) != runtime.KindCancelled {
+		t.Errorf("error = %v, want context.Canceled", got)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Stream took %v to stop after cancel", d)
+	}
+}

@@ -1,0 +1,158 @@
+package gemini
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/genai"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// decoder holds the state of one streamed reply.
+type decoder struct {
+	provider   string
+	responseID string
+	toolCalls  int
+	thinking   int
+	// inThought reports that the last part was a thought, so more thought
+	// text continues the same block.
+	inThought bool
+	output    bool
+	finished  bool
+	stop      runtime.StopReason
+}
+
+// response yields the runtime chunks of one streamed response through
+// emit. It returns false when emit did, and an error for a finish that
+// means the reply is unusable.
+func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(runtime.Chunk) bool) (bool, *runtime.Error) {
+	if resp == nil {
+		return true, nil
+	}
+	if resp.ResponseID != "" {
+		d.responseID = resp.ResponseID
+	}
+	if len(resp.Candidates) > 0 && resp.Candidates[0] != nil {
+		c := resp.Candidates[0]
+		if c.Content != nil {
+			for _, part := range c.Content.Parts {
+				if part != nil && !d.part(part, emit) {
+					return false, nil
+				}
+			}
+		}
+		if c.FinishReason != "" && c.FinishReason != genai.FinishReasonUnspecified {
+			d.finished = true
+			stop, failed := finishReason(c.FinishReason, d.toolCalls > 0)
+			if failed {
+				msg := c.FinishMessage
+				if msg == "" {
+					msg = "the model produced an invalid function call"
+				}
+				return false, &runtime.Error{
+					Kind:     runtime.KindServerError,
+					Message:  fmt.Sprintf("%s (%s)", msg, c.FinishReason),
+					Provider: d.provider,
+					Err:      fmt.Errorf("finishReason %s", c.FinishReason),
+				}
+			}
+			d.stop = stop
+		}
+	}
+	if fb := resp.PromptFeedback; fb != nil && fb.BlockReason != "" && fb.BlockReason != genai.BlockedReasonUnspecified {
+		d.finished, d.stop = true, runtime.StopRefusal
+	}
+	if u := resp.UsageMetadata; u != nil {
+		usage := runtime.Usage{
+			InputTokens:     max(int64(u.PromptTokenCount)+int64(u.ToolUsePromptTokenCount)-int64(u.CachedContentTokenCount), 0),
+			OutputTokens:    int64(u.CandidatesTokenCount) + int64(u.ThoughtsTokenCount),
+			CacheReadTokens: int64(u.CachedContentTokenCount),
+		}
+		if !emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: usage}) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// part yields one content part.
+func (d *decoder) part(p *genai.Part, emit func(runtime.Chunk) bool) bool {
+	sig := ""
+	if len(p.ThoughtSignature) > 0 {
+		sig = base64.StdEncoding.EncodeToString(p.ThoughtSignature)
+	}
+	switch {
+	case p.Thought:
+		if !d.inThought {
+			d.inThought = true
+			d.thinking++
+		}
+		return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.thinking - 1, Text: p.Text, Signature: sig})
+	case p.FunctionCall != nil:
+		d.inThought = false
+		if sig != "" && !d.signature(sig, emit) {
+			return false
+		}
+		fc := p.FunctionCall
+		index := d.toolCalls
+		d.toolCalls++
+		id := fc.ID
+		if id == "" {
+			// The Gemini API often sends no id; results are matched by
+			// this one, which is unique within the reply.
+			id = fmt.Sprintf("call_%d_%s", index, fc.Name)
+		}
+		args := []byte("{}")
+		if len(fc.Args) > 0 {
+			b, err := json.Marshal(fc.Args)
+			if err == nil {
+				args = b
+			}
+		}
+		return emit(runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: index, CallID: id, Name: fc.Name}) &&
+			emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: index, Text: string(args)}) &&
+			emit(runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: index})
+	default:
+		d.inThought = false
+		if sig != "" && !d.signature(sig, emit) {
+			return false
+		}
+		if p.Text != "" {
+			return emit(runtime.Chunk{Kind: runtime.ChunkText, Text: p.Text})
+		}
+	}
+	return true
+}
+
+// signature yields a thought signature that belongs to the part after it
+// as a thinking block of its own with no text.
+func (d *decoder) signature(sig string, emit func(runtime.Chunk) bool) bool {
+	d.thinking++
+	return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.thinking - 1, Signature: sig})
+}
+
+// finishReason maps a finishReason; failed reports a finish that makes the
+// reply unusable (a malformed or unexpected function call).
+func finishReason(r genai.FinishReason, calls bool) (stop runtime.StopReason, failed bool) {
+	switch r {
+	case genai.FinishReasonStop:
+		if calls {
+			return runtime.StopToolUse, false
+		}
+		return runtime.StopEndTurn, false
+	case genai.FinishReasonMaxTokens:
+		return runtime.StopMaxTokens, false
+	case genai.FinishReasonSafety, genai.FinishReasonProhibitedContent, genai.FinishReasonBlocklist,
+		genai.FinishReasonSPII, genai.FinishReasonRecitation, genai.FinishReasonImageSafety,
+		genai.FinishReasonImageProhibitedContent, genai.FinishReasonImageRecitation:
+		return runtime.StopRefusal, false
+	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
+		return runtime.StopUnspecified, true
+	}
+	if calls {
+		return runtime.StopToolUse, false
+	}
+	return runtime.StopUnspecified, false
+}

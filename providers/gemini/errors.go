@@ -1,0 +1,179 @@
+package gemini
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// statusKinds maps the google.rpc status names Gemini sends to a class,
+// for errors that say nothing more specific.
+var statusKinds = map[string]runtime.Kind{
+	"INVALID_ARGUMENT":    runtime.KindInvalidRequest,
+	"FAILED_PRECONDITION": runtime.KindAuth, // unsupported location, billing not enabled
+	"OUT_OF_RANGE":        runtime.KindInvalidRequest,
+	"UNAUTHENTICATED":     runtime.KindAuth,
+	"PERMISSION_DENIED":   runtime.KindAuth,
+	"NOT_FOUND":           runtime.KindNotFound,
+	"RESOURCE_EXHAUSTED":  runtime.KindRateLimited,
+	"UNAVAILABLE":         runtime.KindOverloaded,
+	"INTERNAL":            runtime.KindServerError,
+	"UNKNOWN":             runtime.KindServerError,
+	"DEADLINE_EXCEEDED":   runtime.KindServerError,
+	"ABORTED":             runtime.KindServerError,
+	"CANCELLED":           runtime.KindServerError,
+}
+
+// details are the google.rpc details of an error that classification uses.
+type details struct {
+	retryDelay time.Duration
+	quotaIDs   []string
+	reasons    []string
+}
+
+func parseDetails(ds []map[string]any) details {
+	var out details
+	for _, d := range ds {
+		typ, _ := d["@type"].(string)
+		switch {
+		case strings.HasSuffix(typ, "google.rpc.RetryInfo"):
+			if s, ok := d["retryDelay"].(string); ok {
+				if dur, ok := httpfail.ParseDuration(s); ok {
+					out.retryDelay = dur
+				}
+			}
+		case strings.HasSuffix(typ, "google.rpc.QuotaFailure"):
+			// Re-decode the violations rather than walk []any by hand.
+			b, _ := json.Marshal(d["violations"])
+			var vs []struct {
+				QuotaID string `json:"quotaId"`
+			}
+			if json.Unmarshal(b, &vs) == nil {
+				for _, v := range vs {
+					out.quotaIDs = append(out.quotaIDs, v.QuotaID)
+				}
+			}
+		case strings.HasSuffix(typ, "google.rpc.ErrorInfo"):
+			if r, ok := d["reason"].(string); ok {
+				out.reasons = append(out.reasons, r)
+			}
+		}
+	}
+	return out
+}
+
+// kindOf classifies an APIError: credentials and quota details first, a
+// documented fragment for an oversized input, then the status name, then
+// the HTTP code.
+func kindOf(e genai.APIError, det details) runtime.Kind {
+	for _, r := range det.reasons {
+		switch r {
+		case "API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED":
+			return runtime.KindAuth
+		}
+	}
+	if e.Code == http.StatusTooManyRequests || e.Status == "RESOURCE_EXHAUSTED" {
+		for _, id := range det.quotaIDs {
+			if strings.Contains(id, "PerDay") {
+				return runtime.KindQuotaExhausted
+			}
+		}
+	}
+	if k, ok := httpfail.MatchFragment(httpfail.ScopeGemini, e.Message); ok {
+		return k
+	}
+	if k, ok := statusKinds[e.Status]; ok {
+		return k
+	}
+	if e.Code != 0 {
+		return httpfail.StatusKind(e.Code)
+	}
+	return runtime.KindServerError
+}
+
+// classify turns the error that ended a stream into a [*runtime.Error], or
+// returns the caller's context error when ctx is done. rec holds the HTTP
+// response's status and headers; responseID is the last response id
+// streamed, used when the headers carry no request id.
+func (p *Provider) classify(ctx context.Context, err error, rec *response, responseID string) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	// Err goes to logs: keep the key out of it too.
+	err = httpfail.RedactErr(err, p.apiKey)
+	code, id := rec.get()
+	if id == "" {
+		id = responseID
+	}
+	h := rec.headers()
+	var ae genai.APIError
+	if !errors.As(err, &ae) {
+		e := &runtime.Error{Provider: p.name, StatusCode: code, RequestID: id, Err: err}
+		if k, ok := httpfail.Network(err); ok {
+			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
+			return e
+		}
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &syn) || errors.As(err, &typ) || strings.Contains(err.Error(), "iterateResponseStream") {
+			// The SDK reports an undecodable chunk with fmt.Errorf and no
+			// type; its function name is the only mark it leaves.
+			e.Kind, e.Message = runtime.KindServerError, "the provider sent a malformed stream event"
+			return e
+		}
+		e.Kind, e.Message = runtime.KindInternal, "unexpected failure calling the provider"
+		return e
+	}
+	det := parseDetails(ae.Details)
+	kind := kindOf(ae, det)
+	status := code
+	if status == 0 {
+		status = ae.Code
+	}
+	var after time.Duration
+	if kind == runtime.KindRateLimited || kind == runtime.KindOverloaded || ae.Code >= 500 {
+		after = det.retryDelay
+		if after == 0 {
+			after = httpfail.RetryAfter(h, time.Now())
+		}
+	}
+	msg := httpfail.Redact(ae.Message, p.apiKey)
+	if msg == "" || !rpcStatus(ae.Status) {
+		// Without a google.rpc status the SDK put the raw body in Message
+		// (an HTML page from a proxy, say): not a message for people.
+		msg = httpfail.StatusMessage(ae.Code)
+	}
+	return &runtime.Error{
+		Kind:       kind,
+		Message:    msg,
+		Provider:   p.name,
+		StatusCode: status,
+		RequestID:  id,
+		RetryAfter: after,
+		Hint:       httpfail.Hint(h, after),
+		Err:        err,
+	}
+}
+
+// rpcStatus reports whether s is a google.rpc status name such as
+// UNAVAILABLE, rather than an HTTP status line the SDK substituted for a
+// body that was not a JSON error.
+func rpcStatus(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'A' || r > 'Z') && r != '_' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,141 @@
+package gemini
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genai"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// buildRequest maps req to contents and a generation config. It fails only
+// on a request the API could not accept, such as a tool schema that is not
+// a JSON object or a signature that is not base64.
+func buildRequest(req *runtime.Request) ([]*genai.Content, *genai.GenerateContentConfig, error) {
+	if req == nil {
+		return nil, nil, errors.New("no request")
+	}
+	config := &genai.GenerateContentConfig{
+		// A dropped stream is the runtime's to retry, not the SDK's to resume.
+		AutomaticContinuation: genai.Ptr(false),
+		StopSequences:         req.StopSequences,
+	}
+	if req.System != "" {
+		config.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: req.System}}}
+	}
+	if req.MaxOutputTokens > 0 {
+		config.MaxOutputTokens = int32(min(req.MaxOutputTokens, 1<<31-1))
+	}
+	if req.Temperature != nil {
+		config.Temperature = genai.Ptr(float32(*req.Temperature))
+	}
+	var decls []*genai.FunctionDeclaration
+	for _, t := range req.Tools {
+		schema := map[string]any{"type": "object"}
+		if len(t.Schema) > 0 {
+			schema = nil
+			if err := json.Unmarshal(t.Schema, &schema); err != nil {
+				return nil, nil, fmt.Errorf("tool %q: schema is not a JSON object: %w", t.Name, err)
+			}
+			if schema == nil {
+				return nil, nil, fmt.Errorf("tool %q: schema is null, not a JSON object", t.Name)
+			}
+		}
+		decls = append(decls, &genai.FunctionDeclaration{Name: t.Name, Description: t.Description, ParametersJsonSchema: schema})
+	}
+	if len(decls) > 0 {
+		config.Tools = []*genai.Tool{{FunctionDeclarations: decls}}
+	}
+	var contents []*genai.Content
+	for i, m := range req.Messages {
+		c, err := content(m)
+		if err != nil {
+			return nil, nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		if len(c.Parts) == 0 {
+			continue
+		}
+		if n := len(contents); n > 0 && contents[n-1].Role == c.Role {
+			contents[n-1].Parts = append(contents[n-1].Parts, c.Parts...)
+			continue
+		}
+		contents = append(contents, c)
+	}
+	return contents, config, nil
+}
+
+// content maps one message. A thinking part with a signature but no text
+// carries the signature of the part after it.
+func content(m runtime.Message) (*genai.Content, error) {
+	c := &genai.Content{}
+	switch m.Role {
+	case runtime.RoleUser, runtime.RoleTool:
+		c.Role = genai.RoleUser
+	case runtime.RoleAssistant:
+		c.Role = genai.RoleModel
+	default:
+		return nil, fmt.Errorf("unknown role %v", m.Role)
+	}
+	var pending []byte
+	add := func(p *genai.Part) {
+		if pending != nil && p.ThoughtSignature == nil {
+			p.ThoughtSignature, pending = pending, nil
+		}
+		c.Parts = append(c.Parts, p)
+	}
+	for _, p := range m.Parts {
+		var sig []byte
+		if p.Signature != "" {
+			b, err := base64.StdEncoding.DecodeString(p.Signature)
+			if err != nil {
+				return nil, fmt.Errorf("thought signature is not base64: %w", err)
+			}
+			sig = b
+		}
+		switch p.Kind {
+		case runtime.PartText:
+			if p.Text != "" {
+				add(&genai.Part{Text: p.Text, ThoughtSignature: sig})
+			}
+		case runtime.PartThinking:
+			if m.Role != runtime.RoleAssistant {
+				continue
+			}
+			if p.Text == "" {
+				pending = sig
+				continue
+			}
+			add(&genai.Part{Text: p.Text, Thought: true, ThoughtSignature: sig})
+		case runtime.PartToolCall:
+			tc := p.ToolCall
+			if tc == nil {
+				return nil, errors.New("tool call part without a call")
+			}
+			var args map[string]any
+			if tc.Arguments != "" {
+				if err := json.Unmarshal([]byte(tc.Arguments), &args); err != nil {
+					return nil, fmt.Errorf("tool call %q: arguments are not a JSON object: %w", tc.Name, err)
+				}
+			}
+			add(&genai.Part{FunctionCall: &genai.FunctionCall{ID: tc.ID, Name: tc.Name, Args: args}, ThoughtSignature: sig})
+		case runtime.PartToolResult:
+			r := p.ToolResult
+			if r == nil {
+				return nil, errors.New("tool result part without a result")
+			}
+			key := "output"
+			if r.IsError {
+				key = "error"
+			}
+			add(&genai.Part{FunctionResponse: &genai.FunctionResponse{
+				ID: r.CallID, Name: r.Name, Response: map[string]any{key: r.Content},
+			}})
+		default:
+			return nil, fmt.Errorf("unknown part kind %d", p.Kind)
+		}
+	}
+	return c, nil
+}

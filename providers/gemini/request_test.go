@@ -1,0 +1,141 @@
+package gemini
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+func TestRequestMapping(t *testing.T) {
+	t.Parallel()
+	body := fixture(t, "gemini_ok.sse")
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
+	temp := 0.5
+	req := &runtime.Request{
+		Model:  "gemini-2.5-flash",
+		System: "Be brief.",
+		Messages: []runtime.Message{
+			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Weather in Tokyo and Paris?")}},
+			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
+				{Kind: runtime.PartThinking, Text: "Two calls.", Signature: "dGhvdWdodA=="},
+				// A signature streamed on the function call part rides in a
+				// text-less thinking part just before it.
+				{Kind: runtime.PartThinking, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
+				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "call_0_getWeather", Name: "getWeather", Arguments: `{"location":"Tokyo"}`}},
+				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "call_1_getWeather", Name: "getWeather", Arguments: `{"location":"Paris"}`}},
+			}},
+			{Role: runtime.RoleTool, Parts: []runtime.Part{
+				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "call_0_getWeather", Name: "getWeather", Content: "18C"}},
+				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "call_1_getWeather", Name: "getWeather", Content: "boom", IsError: true}},
+			}},
+			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Thanks.")}},
+		},
+		Tools: []runtime.ToolSpec{
+			{Name: "getWeather", Description: "Current weather",
+				Schema: json.RawMessage(`{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}`)},
+			{Name: "now"},
+		},
+		MaxOutputTokens: 512,
+		Temperature:     &temp,
+		StopSequences:   []string{"END"},
+	}
+	if _, err := collect(t, f.provider(t), req); err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(f.bodies[0], &got); err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := json.Unmarshal([]byte(`{
+		"systemInstruction": {"parts": [{"text": "Be brief."}], "role": "user"},
+		"generationConfig": {"maxOutputTokens": 512, "temperature": 0.5, "stopSequences": ["END"]},
+		"contents": [
+			{"role": "user", "parts": [{"text": "Weather in Tokyo and Paris?"}]},
+			{"role": "model", "parts": [
+				{"text": "Two calls.", "thought": true, "thoughtSignature": "dGhvdWdodA=="},
+				{"functionCall": {"id": "call_0_getWeather", "name": "getWeather", "args": {"location": "Tokyo"}}, "thoughtSignature": "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
+				{"functionCall": {"id": "call_1_getWeather", "name": "getWeather", "args": {"location": "Paris"}}}
+			]},
+			{"role": "user", "parts": [
+				{"functionResponse": {"id": "call_0_getWeather", "name": "getWeather", "response": {"output": "18C"}}},
+				{"functionResponse": {"id": "call_1_getWeather", "name": "getWeather", "response": {"error": "boom"}}},
+				{"text": "Thanks."}
+			]}
+		],
+		"tools": [{"functionDeclarations": [
+			{"name": "getWeather", "description": "Current weather",
+				"parametersJsonSchema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}},
+			{"name": "now", "parametersJsonSchema": {"type": "object"}}
+		]}]
+	}`), &want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("request body (-want +got):\n%s", diff)
+	}
+	if got := f.headers[0].Get("X-Extra"); got != "yes" {
+		t.Errorf("X-Extra = %q, want the configured header", got)
+	}
+}
+
+func TestRequestRejectsBadSignature(t *testing.T) {
+	t.Parallel()
+	_, _, err := buildRequest(&runtime.Request{Model: "m", Messages: []runtime.Message{{Role: runtime.RoleAssistant,
+		Parts: []runtime.Part{{Kind: runtime.PartThinking, Text: "x", Signature: "not base64!"}}}}})
+	if err == nil {
+		t.Error("a signature that is not base64 was accepted")
+	}
+}
+
+// bodyTransport answers every request with body as a 200 SSE stream,
+// without a network.
+type bodyTransport []byte
+
+func (b bodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{
+		StatusCode: 200, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": {"text/event-stream"}},
+		Body:    io.NopCloser(bytes.NewReader(b)),
+		Request: r,
+	}, nil
+}
+
+// FuzzDecode feeds arbitrary bytes to the SDK's stream reader and the
+// decoder as an SSE body: it must not panic, must yield an error at most
+// once and last, and must end with either a stop or an error.
+func FuzzDecode(f *testing.F) {
+	for _, name := range []string{"gemini_ok.sse", "gemini_midstream_error.sse"} {
+		f.Add([]byte(fixture(f, name)))
+	}
+	f.Add([]byte(data(`{"promptFeedback":{"blockReason":"SAFETY"}}`)))
+	f.Add([]byte(`{"error": {"code": 503, "status": "UNAVAILABLE"}}` + "\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := New(Config{Name: "fuzz", BaseURL: "http://fuzz.invalid", APIKey: testKey,
+			HTTPClient: &http.Client{Transport: bodyTransport(body)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last runtime.Chunk
+		var failed bool
+		for c, err := range p.Stream(t.Context(), simpleRequest) {
+			if failed {
+				t.Fatal("chunk after error")
+			}
+			if err != nil {
+				failed = true
+				asError(t, err)
+			}
+			last = c
+		}
+		if !failed && last.Kind != runtime.ChunkStop {
+			t.Fatal("stream ended without stop or error")
+		}
+	})
+}

@@ -1,0 +1,54 @@
+package httpfail
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportBoundaries enforces the house layout for providers/: no
+// provider depends on another, none imports gRPC, gen/, config or the
+// server itself (an SDK may pull gRPC in), and httpfail knows no SDK.
+func TestImportBoundaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	const mod = "github.com/turnstile-dev/turnstile/"
+	providers := []string{"openai", "anthropic", "gemini"}
+	list := func(pkg, format string) []string {
+		out, err := exec.Command("go", "list", "-f", format, pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	check := func(pkg string, deps, bad []string) {
+		for _, dep := range deps {
+			for _, b := range bad {
+				if strings.HasPrefix(dep, b) {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+	const (
+		allDeps    = `{{join .Deps " "}}`
+		directDeps = `{{join .Imports " "}}`
+	)
+	httpfail := mod + "providers/internal/httpfail"
+	check(httpfail, list(httpfail, allDeps), []string{
+		"github.com/openai/", "github.com/anthropics/", "google.golang.org/genai", "google.golang.org/grpc",
+		mod + "providers/openai", mod + "providers/anthropic", mod + "providers/gemini",
+	})
+	for _, p := range providers {
+		pkg := mod + "providers/" + p
+		var others []string
+		for _, o := range providers {
+			if o != p {
+				others = append(others, mod+"providers/"+o)
+			}
+		}
+		check(pkg, list(pkg, allDeps), others)
+		check(pkg, list(pkg, directDeps), []string{mod + "gen/", mod + "server", mod + "config", "google.golang.org/grpc"})
+	}
+}

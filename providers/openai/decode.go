@@ -1,0 +1,187 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// decoder holds the state of one streamed reply.
+type decoder struct {
+	provider string
+	// calls are the reply's tool calls in order; byIndex maps the wire's
+	// tool call index to a position in calls.
+	calls   []*toolCall
+	byIndex map[int64]int
+	// output reports that text, reasoning or a tool call was yielded.
+	output   bool
+	refused  bool
+	finished bool
+	stop     runtime.StopReason
+}
+
+type toolCall struct {
+	id, name string
+	args     bytes.Buffer
+	closed   bool
+}
+
+// chunk yields the runtime chunks of one stream chunk through emit. It
+// returns false when emit did, and an error for a tool call whose
+// arguments are not a JSON object.
+func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) bool) (bool, error) {
+	for _, choice := range c.Choices {
+		if choice.Index != 0 {
+			continue // only one choice is asked for
+		}
+		delta := choice.Delta
+		if r := reasoning(delta); r != "" {
+			if !emit(runtime.Chunk{Kind: runtime.ChunkThinking, Text: r}) {
+				return false, nil
+			}
+		}
+		if delta.Refusal != "" {
+			d.refused = true
+		}
+		for _, text := range []string{delta.Content, delta.Refusal} {
+			if text != "" && !emit(runtime.Chunk{Kind: runtime.ChunkText, Text: text}) {
+				return false, nil
+			}
+		}
+		for _, tc := range delta.ToolCalls {
+			if !d.toolDelta(tc, emit) {
+				return false, nil
+			}
+		}
+		if choice.FinishReason != "" && !d.finished {
+			d.finished = true
+			d.stop = stopReason(choice.FinishReason, len(d.calls) > 0)
+			if d.refused {
+				d.stop = runtime.StopRefusal
+			}
+			if ok, err := d.closeCalls(emit); !ok || err != nil {
+				return ok, err
+			}
+		}
+	}
+	if c.JSON.Usage.Valid() {
+		u := c.Usage
+		cached := u.PromptTokensDetails.CachedTokens
+		usage := runtime.Usage{
+			InputTokens:      max(u.PromptTokens-cached, 0),
+			OutputTokens:     u.CompletionTokens,
+			CacheReadTokens:  cached,
+			CacheWriteTokens: u.PromptTokensDetails.CacheWriteTokens,
+		}
+		if !emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: usage}) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// toolDelta opens a tool call on its first fragment and passes on its
+// argument fragments. A fragment with a new id at a known index opens a
+// new call, for servers that reuse index 0.
+func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, emit func(runtime.Chunk) bool) bool {
+	if d.byIndex == nil {
+		d.byIndex = map[int64]int{}
+	}
+	pos, seen := d.byIndex[tc.Index]
+	if !seen || (tc.ID != "" && d.calls[pos].id != "" && tc.ID != d.calls[pos].id) {
+		pos = len(d.calls)
+		d.byIndex[tc.Index] = pos
+		d.calls = append(d.calls, &toolCall{id: tc.ID, name: tc.Function.Name})
+		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: pos, CallID: tc.ID, Name: tc.Function.Name}) {
+			return false
+		}
+	}
+	call := d.calls[pos]
+	if frag := tc.Function.Arguments; frag != "" && !call.closed {
+		call.args.WriteString(frag)
+		return emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: pos, Text: frag})
+	}
+	return true
+}
+
+// closeCalls ends every open tool call, checking its arguments. A call
+// with no arguments at all gets "{}", as tools without parameters do on
+// some servers.
+func (d *decoder) closeCalls(emit func(runtime.Chunk) bool) (bool, error) {
+	for i, call := range d.calls {
+		if call.closed {
+			continue
+		}
+		call.closed = true
+		if len(bytes.TrimSpace(call.args.Bytes())) == 0 {
+			call.args.WriteString("{}")
+			if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: i, Text: "{}"}) {
+				return false, nil
+			}
+		}
+		if err := jsonObject(call.args.Bytes()); err != nil {
+			return false, httpfail.BadArguments(d.provider, call.name, err)
+		}
+		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: i}) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// jsonObject reports whether b is one JSON object.
+func jsonObject(b []byte) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return err
+	}
+	if obj == nil {
+		return errors.New("null is not an object")
+	}
+	return nil
+}
+
+// reasoning returns the reasoning text compatible servers add to a delta:
+// reasoning_content (vLLM, DeepSeek, llama.cpp) or reasoning (OpenRouter,
+// Ollama).
+func reasoning(delta openai.ChatCompletionChunkChoiceDelta) string {
+	for _, key := range []string{"reasoning_content", "reasoning"} {
+		// The SDK keeps unknown fields raw, marked invalid.
+		f, ok := delta.JSON.ExtraFields[key]
+		if !ok || f.Raw() == "" {
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// stopReason maps a finish_reason. Some compatible servers say "stop"
+// after tool calls; the calls decide.
+func stopReason(reason string, calls bool) runtime.StopReason {
+	switch reason {
+	case "tool_calls", "function_call":
+		return runtime.StopToolUse
+	case "length":
+		return runtime.StopMaxTokens
+	case "content_filter":
+		return runtime.StopRefusal
+	case "stop":
+		if calls {
+			return runtime.StopToolUse
+		}
+		return runtime.StopEndTurn
+	}
+	if calls {
+		return runtime.StopToolUse
+	}
+	return runtime.StopUnspecified
+}

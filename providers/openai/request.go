@@ -1,0 +1,133 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// buildParams maps req to the chat completion request. It fails only on a
+// request no server could accept, such as a tool schema that is not JSON.
+func buildParams(req *runtime.Request) (openai.ChatCompletionNewParams, error) {
+	if req == nil {
+		return openai.ChatCompletionNewParams{}, errors.New("no request")
+	}
+	params := openai.ChatCompletionNewParams{
+		Model: req.Model,
+		// Ask for the usage chunk that follows the finish reason.
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	}
+	if req.System != "" {
+		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
+	}
+	for i, m := range req.Messages {
+		msgs, err := messages(m)
+		if err != nil {
+			return params, fmt.Errorf("message %d: %w", i, err)
+		}
+		params.Messages = append(params.Messages, msgs...)
+	}
+	for _, t := range req.Tools {
+		schema := shared.FunctionParameters{"type": "object"}
+		if len(t.Schema) > 0 {
+			schema = shared.FunctionParameters{}
+			if err := json.Unmarshal(t.Schema, &schema); err != nil {
+				return params, fmt.Errorf("tool %q: schema is not a JSON object: %w", t.Name, err)
+			}
+		}
+		def := shared.FunctionDefinitionParam{Name: t.Name, Parameters: schema}
+		if t.Description != "" {
+			def.Description = param.NewOpt(t.Description)
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(def))
+	}
+	if req.MaxOutputTokens > 0 {
+		params.MaxCompletionTokens = param.NewOpt(int64(req.MaxOutputTokens))
+	}
+	if req.Temperature != nil {
+		params.Temperature = param.NewOpt(*req.Temperature)
+	}
+	if len(req.StopSequences) > 0 {
+		params.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: req.StopSequences}
+	}
+	return params, nil
+}
+
+// messages maps one conversation message to chat messages: tool results
+// become one tool message each, whatever the role that carries them.
+func messages(m runtime.Message) ([]openai.ChatCompletionMessageParamUnion, error) {
+	var (
+		out   []openai.ChatCompletionMessageParamUnion
+		texts []string
+		calls []openai.ChatCompletionMessageToolCallUnionParam
+	)
+	for _, p := range m.Parts {
+		switch p.Kind {
+		case runtime.PartText:
+			texts = append(texts, p.Text)
+		case runtime.PartThinking:
+			// Chat Completions takes no reasoning back.
+		case runtime.PartToolCall:
+			if p.ToolCall == nil {
+				return nil, errors.New("tool call part without a call")
+			}
+			args := p.ToolCall.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			calls = append(calls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: p.ToolCall.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name: p.ToolCall.Name, Arguments: args,
+					},
+				},
+			})
+		case runtime.PartToolResult:
+			if p.ToolResult == nil {
+				return nil, errors.New("tool result part without a result")
+			}
+			out = append(out, openai.ToolMessage(p.ToolResult.Content, p.ToolResult.CallID))
+		default:
+			return nil, fmt.Errorf("unknown part kind %d", p.Kind)
+		}
+	}
+	switch m.Role {
+	case runtime.RoleUser, runtime.RoleTool:
+		if len(texts) > 0 {
+			out = append(out, userMessage(texts))
+		}
+	case runtime.RoleAssistant:
+		if len(texts) == 0 && len(calls) == 0 {
+			break
+		}
+		a := &openai.ChatCompletionAssistantMessageParam{ToolCalls: calls}
+		if len(texts) > 0 {
+			a.Content.OfString = param.NewOpt(strings.Join(texts, ""))
+		}
+		out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: a})
+	default:
+		return nil, fmt.Errorf("unknown role %v", m.Role)
+	}
+	return out, nil
+}
+
+// userMessage sends one text part as a plain string, which every
+// compatible server accepts, and several as content parts.
+func userMessage(texts []string) openai.ChatCompletionMessageParamUnion {
+	if len(texts) == 1 {
+		return openai.UserMessage(texts[0])
+	}
+	parts := make([]openai.ChatCompletionContentPartUnionParam, len(texts))
+	for i, t := range texts {
+		parts[i] = openai.TextContentPart(t)
+	}
+	return openai.UserMessage(parts)
+}
