@@ -36,7 +36,7 @@ type testServer struct {
 	addr   string
 }
 
-func start(t *testing.T, r *runtime.Runner, opts server.Options) *testServer {
+func start(t testing.TB, r *runtime.Runner, opts server.Options) *testServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
