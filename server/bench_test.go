@@ -65,4 +65,3 @@ func benchRunner(b *testing.B) *runtime.Runner {
 	}
 	return r
 }
-
