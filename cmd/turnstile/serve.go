@@ -25,6 +25,9 @@ func serve(args []string) int {
 	configPath := fs.String("config", os.Getenv("TURNSTILE_CONFIG"), "YAML configuration `file` (env TURNSTILE_CONFIG); none serves the embedded simulator")
 	listen := fs.String("listen", "", "listen `address`, overriding the file's listen (default 127.0.0.1:7700)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
