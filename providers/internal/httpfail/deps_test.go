@@ -8,7 +8,9 @@ import (
 
 // TestImportBoundaries enforces the house layout for providers/: no
 // provider depends on another, none imports gRPC, gen/, config or the
-// server itself (an SDK may pull gRPC in), and httpfail knows no SDK.
+// server itself (an SDK may pull gRPC in), httpfail knows no SDK, and
+// providertest is for tests only: it knows no provider or SDK, and no
+// package's non-test code depends on it.
 func TestImportBoundaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -36,10 +38,13 @@ func TestImportBoundaries(t *testing.T) {
 		directDeps = `{{join .Imports " "}}`
 	)
 	httpfail := mod + "providers/internal/httpfail"
-	check(httpfail, list(httpfail, allDeps), []string{
+	providertest := mod + "providers/internal/providertest"
+	sdksAndProviders := []string{
 		"github.com/openai/", "github.com/anthropics/", "google.golang.org/genai", "google.golang.org/grpc",
 		mod + "providers/openai", mod + "providers/anthropic", mod + "providers/gemini",
-	})
+	}
+	check(httpfail, list(httpfail, allDeps), append(sdksAndProviders, providertest))
+	check(providertest, list(providertest, allDeps), sdksAndProviders)
 	for _, p := range providers {
 		pkg := mod + "providers/" + p
 		var others []string
@@ -48,7 +53,7 @@ func TestImportBoundaries(t *testing.T) {
 				others = append(others, mod+"providers/"+o)
 			}
 		}
-		check(pkg, list(pkg, allDeps), others)
+		check(pkg, list(pkg, allDeps), append(others, providertest))
 		check(pkg, list(pkg, directDeps), []string{mod + "gen/", mod + "server", mod + "config", "google.golang.org/grpc"})
 	}
 }
