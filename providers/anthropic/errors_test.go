@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -140,7 +141,7 @@ func TestHTTPFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 				for k, v := range tt.headers {
 					w.Header().Set(k, v)
 				}
@@ -150,11 +151,11 @@ func TestHTTPFailures(t *testing.T) {
 				w.WriteHeader(tt.status)
 				_, _ = w.Write([]byte(tt.body))
 			})
-			chunks, err := collect(t, f.provider(t), simpleRequest)
+			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 			if len(chunks) != 0 {
 				t.Errorf("chunks = %+v, want none", chunks)
 			}
-			e := asError(t, err)
+			e := providertest.AsError(t, err)
 			want := tt.want
 			want.Provider, want.StatusCode = "an", tt.status
 			if diff := cmp.Diff(want, *e, cmpError); diff != "" {
@@ -166,7 +167,7 @@ func TestHTTPFailures(t *testing.T) {
 			if strings.Contains(e.Error(), testKey) {
 				t.Errorf("the API key leaks into the error's text: %q", e.Error())
 			}
-			if n := f.requests.Load(); n != 1 {
+			if n := f.Requests(); n != 1 {
 				t.Errorf("requests = %d, want exactly 1 (SDK retries must be off)", n)
 			}
 		})

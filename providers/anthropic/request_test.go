@@ -11,18 +11,19 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestRequestMapping(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "anthropic_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	body := providertest.Fixture(t, "anthropic_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/messages" {
 			http.NotFound(w, r)
 			return
 		}
-		writeSSE(w, body)
+		providertest.WriteSSE(w, body)
 	})
 	temp := 0.5
 	req := &runtime.Request{
@@ -52,11 +53,11 @@ func TestRequestMapping(t *testing.T) {
 		Temperature:     &temp,
 		StopSequences:   []string{"END"},
 	}
-	if _, err := collect(t, f.provider(t), req); err != nil {
+	if _, err := providertest.Collect(t, t.Context(), provider(t, f), req); err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
 	var got map[string]any
-	if err := json.Unmarshal(f.bodies[0], &got); err != nil {
+	if err := json.Unmarshal(f.Bodies()[0], &got); err != nil {
 		t.Fatal(err)
 	}
 	var want map[string]any
@@ -92,7 +93,7 @@ func TestRequestMapping(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request body (-want +got):\n%s", diff)
 	}
-	h := f.headers[0]
+	h := f.Headers()[0]
 	if got := h.Get("X-Api-Key"); got != testKey {
 		t.Errorf("X-Api-Key = %q", got)
 	}
@@ -123,7 +124,7 @@ func TestRequestDefaultsMaxTokens(t *testing.T) {
 // end with either a stop or an error.
 func FuzzDecode(f *testing.F) {
 	for _, name := range []string{"anthropic_ok.sse", "anthropic_midstream_error.sse"} {
-		f.Add([]byte(fixture(f, name)))
+		f.Add([]byte(providertest.Fixture(f, name)))
 	}
 	f.Add([]byte(ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"n","input":{"a":1}}}`) +
 		ev("content_block_stop", `{"type":"content_block_stop","index":0}`)))
@@ -149,7 +150,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			failed = err != nil
 			if err != nil {
-				asError(t, err)
+				providertest.AsError(t, err)
 			}
 			last = c
 			return true

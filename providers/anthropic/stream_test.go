@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -17,9 +18,9 @@ var cmpError = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() =
 
 func TestStreamSuccessFixture(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "anthropic_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
-	chunks, err := collect(t, f.provider(t), simpleRequest)
+	body := providertest.Fixture(t, "anthropic_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -35,7 +36,7 @@ func TestStreamSuccessFixture(t *testing.T) {
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	if n := f.requests.Load(); n != 1 {
+	if n := f.Requests(); n != 1 {
 		t.Errorf("requests = %d, want 1", n)
 	}
 }
@@ -156,8 +157,8 @@ func TestStreamShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, tt.body) })
-			chunks, err := collect(t, f.provider(t), simpleRequest)
+			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, tt.body) })
+			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 			if diff := cmp.Diff(tt.want, chunks); diff != "" {
 				t.Errorf("chunks (-want +got):\n%s", diff)
 			}
@@ -165,7 +166,7 @@ func TestStreamShapes(t *testing.T) {
 			case tt.wantErr == 0 && err != nil:
 				t.Errorf("Stream: %v", err)
 			case tt.wantErr != 0:
-				e := asError(t, err)
+				e := providertest.AsError(t, err)
 				if e.Kind != tt.wantErr || e.Provider != "an" || e.Message == "" {
 					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
 				}
@@ -176,12 +177,12 @@ func TestStreamShapes(t *testing.T) {
 
 func TestMidStreamError(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "anthropic_midstream_error.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	body := providertest.Fixture(t, "anthropic_midstream_error.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("request-id", "req_mid")
-		writeSSE(w, body)
+		providertest.WriteSSE(w, body)
 	})
-	chunks, err := collect(t, f.provider(t), simpleRequest)
+	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 	want := []runtime.Chunk{
 		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 1}},
 		{Kind: runtime.ChunkText, Text: "I'd be"},
@@ -190,7 +191,7 @@ func TestMidStreamError(t *testing.T) {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
 	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded", Provider: "an", StatusCode: 200, RequestID: "req_mid"}
-	if diff := cmp.Diff(wantErr, asError(t, err), cmpError); diff != "" {
+	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), cmpError); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
 }
@@ -209,14 +210,14 @@ func TestNetworkFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = collect(t, p, simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
+		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
 			t.Errorf("error = %+v, want NETWORK connection refused", e)
 		}
 	})
 	t.Run("reset before headers", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				panic(err)
@@ -224,37 +225,37 @@ func TestNetworkFailures(t *testing.T) {
 			conn.(*net.TCPConn).SetLinger(0)
 			conn.Close()
 		})
-		_, err := collect(t, f.provider(t), simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
-		if n := f.requests.Load(); n != 1 {
+		if n := f.Requests(); n != 1 {
 			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
 		}
 	})
 	t.Run("body cut short", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w, ev("message_start", msgStart))
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+			providertest.WriteSSE(w, ev("message_start", msgStart))
 			panic(http.ErrAbortHandler)
 		})
-		_, err := collect(t, f.provider(t), simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
-		if n := f.requests.Load(); n != 1 {
+		if n := f.Requests(); n != 1 {
 			t.Errorf("requests = %d, want 1", n)
 		}
 	})
 	t.Run("client timeout", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 		p, err := New(Config{Name: "an", BaseURL: f.URL, HTTPClient: &http.Client{Timeout: 50 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = collect(t, p, simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindTimeout {
+		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindTimeout {
 			t.Errorf("error = %+v, want TIMEOUT", e)
 		}
 	})
@@ -262,8 +263,8 @@ func TestNetworkFailures(t *testing.T) {
 
 func TestCancelMidStream(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, ev("message_start", msgStart)+
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+		providertest.WriteSSE(w, ev("message_start", msgStart)+
 			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)+
 			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`))
 		<-r.Context().Done()
@@ -272,7 +273,7 @@ func TestCancelMidStream(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var got error
-	for c, err := range f.provider(t).Stream(ctx, simpleRequest) {
+	for c, err := range provider(t, f).Stream(ctx, simpleRequest) {
 		if err != nil {
 			got = err
 			break

@@ -9,13 +9,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestRequestMapping(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "gemini_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
+	body := providertest.Fixture(t, "gemini_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
 	temp := 0.5
 	req := &runtime.Request{
 		Model:  "gemini-2.5-flash",
@@ -45,11 +46,11 @@ func TestRequestMapping(t *testing.T) {
 		Temperature:     &temp,
 		StopSequences:   []string{"END"},
 	}
-	if _, err := collect(t, f.provider(t), req); err != nil {
+	if _, err := providertest.Collect(t, t.Context(), provider(t, f), req); err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
 	var got map[string]any
-	if err := json.Unmarshal(f.bodies[0], &got); err != nil {
+	if err := json.Unmarshal(f.Bodies()[0], &got); err != nil {
 		t.Fatal(err)
 	}
 	var want map[string]any
@@ -80,7 +81,7 @@ func TestRequestMapping(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request body (-want +got):\n%s", diff)
 	}
-	if got := f.headers[0].Get("X-Extra"); got != "yes" {
+	if got := f.Headers()[0].Get("X-Extra"); got != "yes" {
 		t.Errorf("X-Extra = %q, want the configured header", got)
 	}
 }
@@ -112,7 +113,7 @@ func (b bodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // once and last, and must end with either a stop or an error.
 func FuzzDecode(f *testing.F) {
 	for _, name := range []string{"gemini_ok.sse", "gemini_midstream_error.sse"} {
-		f.Add([]byte(fixture(f, name)))
+		f.Add([]byte(providertest.Fixture(f, name)))
 	}
 	f.Add([]byte(data(`{"promptFeedback":{"blockReason":"SAFETY"}}`)))
 	f.Add([]byte(`{"error": {"code": 503, "status": "UNAVAILABLE"}}` + "\n\n"))
@@ -130,7 +131,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			if err != nil {
 				failed = true
-				asError(t, err)
+				providertest.AsError(t, err)
 			}
 			last = c
 		}

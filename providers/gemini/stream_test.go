@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -18,15 +19,15 @@ var cmpError = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() =
 
 func TestStreamSuccessFixture(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "gemini_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	body := providertest.Fixture(t, "gemini_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1beta/models/gemini-2.5-flash:streamGenerateContent" || r.URL.Query().Get("alt") != "sse" {
 			http.NotFound(w, r)
 			return
 		}
-		writeSSE(w, body)
+		providertest.WriteSSE(w, body)
 	})
-	chunks, err := collect(t, f.provider(t), simpleRequest)
+	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -41,10 +42,10 @@ func TestStreamSuccessFixture(t *testing.T) {
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	if n := f.requests.Load(); n != 1 {
+	if n := f.Requests(); n != 1 {
 		t.Errorf("requests = %d, want 1", n)
 	}
-	if got := f.headers[0].Get("X-Goog-Api-Key"); got != testKey {
+	if got := f.Headers()[0].Get("X-Goog-Api-Key"); got != testKey {
 		t.Errorf("x-goog-api-key = %q", got)
 	}
 }
@@ -135,8 +136,8 @@ func TestStreamShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, tt.body) })
-			chunks, err := collect(t, f.provider(t), simpleRequest)
+			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, tt.body) })
+			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 			if diff := cmp.Diff(tt.want, chunks); diff != "" {
 				t.Errorf("chunks (-want +got):\n%s", diff)
 			}
@@ -144,7 +145,7 @@ func TestStreamShapes(t *testing.T) {
 			case tt.wantErr == 0 && err != nil:
 				t.Errorf("Stream: %v", err)
 			case tt.wantErr != 0:
-				e := asError(t, err)
+				e := providertest.AsError(t, err)
 				if e.Kind != tt.wantErr || e.Provider != "gm" || e.Message == "" {
 					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
 				}
@@ -155,9 +156,9 @@ func TestStreamShapes(t *testing.T) {
 
 func TestMidStreamError(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "gemini_midstream_error.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
-	chunks, err := collect(t, f.provider(t), simpleRequest)
+	body := providertest.Fixture(t, "gemini_midstream_error.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 	want := []runtime.Chunk{
 		{Kind: runtime.ChunkText, Text: "The weather"},
 		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 83}},
@@ -167,10 +168,10 @@ func TestMidStreamError(t *testing.T) {
 	}
 	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "The model is overloaded. Please try again later.",
 		Provider: "gm", StatusCode: 200, RequestID: "qpc2afWVFJK4vr0Pq6WiyAU"}
-	if diff := cmp.Diff(wantErr, asError(t, err), cmpError); diff != "" {
+	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), cmpError); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
-	if n := f.requests.Load(); n != 1 {
+	if n := f.Requests(); n != 1 {
 		t.Errorf("requests = %d, want 1 (no automatic continuation)", n)
 	}
 }
@@ -189,14 +190,14 @@ func TestNetworkFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = collect(t, p, simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
+		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
 			t.Errorf("error = %+v, want NETWORK connection refused", e)
 		}
 	})
 	t.Run("reset before headers", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				panic(err)
@@ -204,40 +205,40 @@ func TestNetworkFailures(t *testing.T) {
 			conn.(*net.TCPConn).SetLinger(0)
 			conn.Close()
 		})
-		_, err := collect(t, f.provider(t), simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
-		if n := f.requests.Load(); n != 1 {
+		if n := f.Requests(); n != 1 {
 			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
 		}
 	})
 	t.Run("body cut short after output", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w, data(`{"candidates":[{"content":{"parts":[{"text":"partial"}],"role":"model"},"index":0}]}`))
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+			providertest.WriteSSE(w, data(`{"candidates":[{"content":{"parts":[{"text":"partial"}],"role":"model"},"index":0}]}`))
 			panic(http.ErrAbortHandler)
 		})
-		chunks, err := collect(t, f.provider(t), simpleRequest)
+		chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 		if len(chunks) != 1 {
 			t.Errorf("chunks = %+v, want the partial text", chunks)
 		}
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
-		if n := f.requests.Load(); n != 1 {
+		if n := f.Requests(); n != 1 {
 			t.Errorf("requests = %d, want 1 (no automatic continuation)", n)
 		}
 	})
 	t.Run("client timeout", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 		p, err := New(Config{Name: "gm", BaseURL: f.URL, APIKey: testKey, HTTPClient: &http.Client{Timeout: 50 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = collect(t, p, simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindTimeout {
+		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindTimeout {
 			t.Errorf("error = %+v, want TIMEOUT", e)
 		}
 	})
@@ -245,15 +246,15 @@ func TestNetworkFailures(t *testing.T) {
 
 func TestCancelMidStream(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, data(`{"candidates":[{"content":{"parts":[{"text":"first"}],"role":"model"},"index":0}]}`))
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+		providertest.WriteSSE(w, data(`{"candidates":[{"content":{"parts":[{"text":"first"}],"role":"model"},"index":0}]}`))
 		<-r.Context().Done()
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	start := time.Now()
 	var got error
-	for c, err := range f.provider(t).Stream(ctx, simpleRequest) {
+	for c, err := range provider(t, f).Stream(ctx, simpleRequest) {
 		if err != nil {
 			got = err
 			break

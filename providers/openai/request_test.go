@@ -11,18 +11,19 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestRequestMapping(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "openai_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	body := providertest.Fixture(t, "openai_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/chat/completions" {
 			http.NotFound(w, r)
 			return
 		}
-		writeSSE(w, body)
+		providertest.WriteSSE(w, body)
 	})
 	temp := 0.2
 	req := &runtime.Request{
@@ -50,11 +51,11 @@ func TestRequestMapping(t *testing.T) {
 		Temperature:     &temp,
 		StopSequences:   []string{"END"},
 	}
-	if _, err := collect(t, f.provider(t), req); err != nil {
+	if _, err := providertest.Collect(t, t.Context(), provider(t, f), req); err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
 	var got map[string]any
-	if err := json.Unmarshal(f.bodies[0], &got); err != nil {
+	if err := json.Unmarshal(f.Bodies()[0], &got); err != nil {
 		t.Fatal(err)
 	}
 	var want map[string]any
@@ -87,7 +88,7 @@ func TestRequestMapping(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request body (-want +got):\n%s", diff)
 	}
-	h := f.headers[0]
+	h := f.Headers()[0]
 	if got := h.Get("Authorization"); got != "Bearer "+testKey {
 		t.Errorf("Authorization = %q", got)
 	}
@@ -98,18 +99,18 @@ func TestRequestMapping(t *testing.T) {
 
 func TestRequestWithoutKeySendsNoAuthorization(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-from-env-must-not-be-used")
-	body := fixture(t, "openai_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
+	body := providertest.Fixture(t, "openai_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
 	client := f.Client()
 	defer client.CloseIdleConnections()
 	p, err := New(Config{BaseURL: f.URL + "/v1", HTTPClient: client})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := collect(t, p, simpleRequest); err != nil {
+	if _, err := providertest.Collect(t, t.Context(), p, simpleRequest); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.headers[0].Get("Authorization"); got != "" {
+	if got := f.Headers()[0].Get("Authorization"); got != "" {
 		t.Errorf("Authorization = %q, want none", got)
 	}
 }
@@ -121,8 +122,8 @@ func TestRequestRejectsBadSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &runtime.Request{Model: "m", Tools: []runtime.ToolSpec{{Name: "t", Schema: json.RawMessage(`[`)}}}
-	_, err = collect(t, p, req)
-	if e := asError(t, err); e.Kind != runtime.KindInvalidRequest {
+	_, err = providertest.Collect(t, t.Context(), p, req)
+	if e := providertest.AsError(t, err); e.Kind != runtime.KindInvalidRequest {
 		t.Errorf("error = %+v, want INVALID_REQUEST", e)
 	}
 }
@@ -132,7 +133,7 @@ func TestRequestRejectsBadSchema(t *testing.T) {
 // end with either a stop or an error.
 func FuzzDecode(f *testing.F) {
 	for _, name := range []string{"openai_ok.sse", "openai_midstream_error.sse"} {
-		f.Add([]byte(fixture(f, name)))
+		f.Add([]byte(providertest.Fixture(f, name)))
 	}
 	f.Add([]byte(chunkLine(`{"tool_calls":[{"index":3,"id":"x","function":{"name":"f","arguments":"{"}}]}`, "tool_calls")))
 	f.Add([]byte("data: {\"error\":\"x\"}\n\n"))
@@ -157,7 +158,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			failed = err != nil
 			if err != nil {
-				asError(t, err)
+				providertest.AsError(t, err)
 			}
 			last = c
 			n++

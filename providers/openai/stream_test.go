@@ -13,17 +13,18 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/net/http2"
 
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestStreamSuccessFixture(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "openai_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	body := providertest.Fixture(t, "openai_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("x-request-id", "req_ok")
-		writeSSE(w, body)
+		providertest.WriteSSE(w, body)
 	})
-	chunks, err := collect(t, f.provider(t), simpleRequest)
+	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -38,7 +39,7 @@ func TestStreamSuccessFixture(t *testing.T) {
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	if n := f.requests.Load(); n != 1 {
+	if n := f.Requests(); n != 1 {
 		t.Errorf("requests = %d, want 1", n)
 	}
 }
@@ -167,8 +168,8 @@ func TestStreamShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, tt.body) })
-			chunks, err := collect(t, f.provider(t), simpleRequest)
+			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, tt.body) })
+			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 			if diff := cmp.Diff(tt.want, chunks); diff != "" {
 				t.Errorf("chunks (-want +got):\n%s", diff)
 			}
@@ -176,7 +177,7 @@ func TestStreamShapes(t *testing.T) {
 			case tt.wantErr == 0 && err != nil:
 				t.Errorf("Stream: %v", err)
 			case tt.wantErr != 0:
-				e := asError(t, err)
+				e := providertest.AsError(t, err)
 				if e.Kind != tt.wantErr || e.Provider != "oa" || e.Message == "" {
 					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
 				}
@@ -187,16 +188,16 @@ func TestStreamShapes(t *testing.T) {
 
 func TestMidStreamError(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "openai_midstream_error.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+	body := providertest.Fixture(t, "openai_midstream_error.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("x-request-id", "req_mid")
-		writeSSE(w, body)
+		providertest.WriteSSE(w, body)
 	})
-	chunks, err := collect(t, f.provider(t), simpleRequest)
+	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 	if diff := cmp.Diff([]runtime.Chunk{{Kind: runtime.ChunkText, Text: "Let me"}}, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	e := asError(t, err)
+	e := providertest.AsError(t, err)
 	want := &runtime.Error{
 		Kind:       runtime.KindServerError,
 		Message:    "The server had an error while processing your request. Sorry about that!",
@@ -207,7 +208,7 @@ func TestMidStreamError(t *testing.T) {
 	if diff := cmp.Diff(want, e, cmpError); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
-	if n := f.requests.Load(); n != 1 {
+	if n := f.Requests(); n != 1 {
 		t.Errorf("requests = %d, want 1", n)
 	}
 }
@@ -218,9 +219,9 @@ func TestMidStreamErrorByCode(t *testing.T) {
 	t.Parallel()
 	body := chunkLine(`{"content":"a"}`, "") +
 		`data: {"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}` + "\n\n"
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
-	_, err := collect(t, f.provider(t), simpleRequest)
-	if e := asError(t, err); e.Kind != runtime.KindRateLimited || e.Message != "Rate limit reached" {
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+	if e := providertest.AsError(t, err); e.Kind != runtime.KindRateLimited || e.Message != "Rate limit reached" {
 		t.Errorf("error = %+v, want RATE_LIMITED", e)
 	}
 }
@@ -239,14 +240,14 @@ func TestNetworkFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = collect(t, p, simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
+		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
 			t.Errorf("error = %+v, want NETWORK connection refused", e)
 		}
 	})
 	t.Run("reset before headers", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				panic(err)
@@ -254,17 +255,17 @@ func TestNetworkFailures(t *testing.T) {
 			conn.(*net.TCPConn).SetLinger(0)
 			conn.Close()
 		})
-		_, err := collect(t, f.provider(t), simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
-		if n := f.requests.Load(); n != 1 {
+		if n := f.Requests(); n != 1 {
 			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
 		}
 	})
 	t.Run("reset mid-body", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 			conn, buf, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				panic(err)
@@ -275,25 +276,25 @@ func TestNetworkFailures(t *testing.T) {
 			conn.(*net.TCPConn).SetLinger(0)
 			conn.Close()
 		})
-		chunks, err := collect(t, f.provider(t), simpleRequest)
+		chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
 		if len(chunks) != 1 {
 			t.Errorf("chunks = %+v, want the partial text", chunks)
 		}
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
 	})
 	t.Run("body cut short", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w, chunkLine(`{"content":"partial"}`, ""))
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+			providertest.WriteSSE(w, chunkLine(`{"content":"partial"}`, ""))
 			panic(http.ErrAbortHandler)
 		})
-		_, err := collect(t, f.provider(t), simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindNetwork {
+		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
-		if n := f.requests.Load(); n != 1 {
+		if n := f.Requests(); n != 1 {
 			t.Errorf("requests = %d, want 1", n)
 		}
 	})
@@ -301,7 +302,7 @@ func TestNetworkFailures(t *testing.T) {
 		t.Parallel()
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.ReadAll(r.Body)
-			writeSSE(w, chunkLine(`{"content":"partial"}`, ""))
+			providertest.WriteSSE(w, chunkLine(`{"content":"partial"}`, ""))
 			panic(http.ErrAbortHandler) // HTTP/2: RST_STREAM INTERNAL_ERROR
 		}))
 		srv.EnableHTTP2 = true
@@ -313,11 +314,11 @@ func TestNetworkFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		chunks, err := collect(t, p, simpleRequest)
+		chunks, err := providertest.Collect(t, t.Context(), p, simpleRequest)
 		if len(chunks) != 1 {
 			t.Errorf("chunks = %+v, want the partial text", chunks)
 		}
-		e := asError(t, err)
+		e := providertest.AsError(t, err)
 		var se http2.StreamError
 		if e.Kind != runtime.KindNetwork || !errors.As(e, &se) {
 			t.Errorf("error = %+v (%v), want NETWORK from an HTTP/2 stream error", e, e.Err)
@@ -326,7 +327,7 @@ func TestNetworkFailures(t *testing.T) {
 	t.Run("client timeout", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -337,8 +338,8 @@ func TestNetworkFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = collect(t, p, simpleRequest)
-		if e := asError(t, err); e.Kind != runtime.KindTimeout {
+		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
+		if e := providertest.AsError(t, err); e.Kind != runtime.KindTimeout {
 			t.Errorf("error = %+v, want TIMEOUT", e)
 		}
 	})
@@ -346,11 +347,11 @@ func TestNetworkFailures(t *testing.T) {
 
 func TestCancelMidStream(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, chunkLine(`{"content":"first"}`, ""))
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+		providertest.WriteSSE(w, chunkLine(`{"content":"first"}`, ""))
 		<-r.Context().Done()
 	})
-	p := f.provider(t)
+	p := provider(t, f)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	start := time.Now()
@@ -377,10 +378,10 @@ func TestCancelMidStream(t *testing.T) {
 
 func TestCallerDeadlineWinsOverTimeout(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	_, err := collectCtx(t, ctx, f.provider(t), simpleRequest)
+	_, err := providertest.Collect(t, ctx, provider(t, f), simpleRequest)
 	if !errors.Is(err, context.DeadlineExceeded) || runtime.KindOf(err) != runtime.KindDeadlineExceeded {
 		t.Errorf("error = %v, want the caller's deadline", err)
 	}
@@ -388,9 +389,9 @@ func TestCallerDeadlineWinsOverTimeout(t *testing.T) {
 
 func TestStopEarly(t *testing.T) {
 	t.Parallel()
-	body := fixture(t, "openai_ok.sse")
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, body) })
-	for c, err := range f.provider(t).Stream(t.Context(), simpleRequest) {
+	body := providertest.Fixture(t, "openai_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	for c, err := range provider(t, f).Stream(t.Context(), simpleRequest) {
 		if err != nil || c.Kind != runtime.ChunkToolCallStart {
 			t.Fatalf("first = %+v, %v", c, err)
 		}
