@@ -1,12 +1,8 @@
 package anthropic
 
 import (
-	"context"
-	"errors"
-	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -196,96 +192,36 @@ func TestMidStreamError(t *testing.T) {
 	}
 }
 
-func TestNetworkFailures(t *testing.T) {
+func TestTransportFailures(t *testing.T) {
 	t.Parallel()
-	t.Run("connection refused", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		p, err := New(Config{Name: "an", BaseURL: "http://" + addr, APIKey: testKey, HTTPClient: &http.Client{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
-			t.Errorf("error = %+v, want NETWORK connection refused", e)
-		}
-	})
-	t.Run("reset before headers", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				panic(err)
-			}
-			conn.(*net.TCPConn).SetLinger(0)
-			conn.Close()
-		})
-		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-		if n := f.Requests(); n != 1 {
-			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
-		}
-	})
-	t.Run("body cut short", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			providertest.WriteSSE(w, ev("message_start", msgStart))
-			panic(http.ErrAbortHandler)
-		})
-		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-		if n := f.Requests(); n != 1 {
-			t.Errorf("requests = %d, want 1", n)
-		}
-	})
-	t.Run("client timeout", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		p, err := New(Config{Name: "an", BaseURL: f.URL, HTTPClient: &http.Client{Timeout: 50 * time.Millisecond}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindTimeout {
-			t.Errorf("error = %+v, want TIMEOUT", e)
-		}
+	providertest.TransportFailures(t, providertest.Adapter{
+		New: func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider {
+			return newProvider(tb, baseURL, client)
+		},
+		Request: simpleRequest,
+		Prefix: ev("message_start", msgStart) +
+			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) +
+			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`),
+		PrefixChunks: []runtime.Chunk{
+			{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: 1, CacheReadTokens: 3000, CacheWriteTokens: 200}},
+			{Kind: runtime.ChunkText, Text: "Hi"},
+		},
 	})
 }
 
-func TestCancelMidStream(t *testing.T) {
+// TestBodyCutShortBeforeOutput cuts the body after message_start, before
+// any content block: still a network failure, not a missing finish.
+func TestBodyCutShortBeforeOutput(t *testing.T) {
 	t.Parallel()
 	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-		providertest.WriteSSE(w, ev("message_start", msgStart)+
-			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)+
-			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`))
-		<-r.Context().Done()
+		providertest.WriteSSE(w, ev("message_start", msgStart))
+		panic(http.ErrAbortHandler)
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	start := time.Now()
-	var got error
-	for c, err := range provider(t, f).Stream(ctx, simpleRequest) {
-		if err != nil {
-			got = err
-			break
-		}
-		if c.Kind == runtime.ChunkText {
-			cancel()
-		}
+	_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+	if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
+		t.Errorf("error = %+v, want NETWORK", e)
 	}
-	if !errors.Is(got, context.Canceled) || runtime.KindOf(got) != runtime.KindCancelled {
-		t.Errorf("error = %v, want context.Canceled", got)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Stream took %v to stop after cancel", d)
+	if n := f.Requests(); n != 1 {
+		t.Errorf("requests = %d, want 1", n)
 	}
 }

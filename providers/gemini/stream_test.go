@@ -1,13 +1,9 @@
 package gemini
 
 import (
-	"context"
-	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -176,99 +172,16 @@ func TestMidStreamError(t *testing.T) {
 	}
 }
 
-func TestNetworkFailures(t *testing.T) {
+func TestTransportFailures(t *testing.T) {
 	t.Parallel()
-	t.Run("connection refused", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		p, err := New(Config{Name: "gm", BaseURL: "http://" + addr, APIKey: testKey, HTTPClient: &http.Client{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
-			t.Errorf("error = %+v, want NETWORK connection refused", e)
-		}
+	providertest.TransportFailures(t, providertest.Adapter{
+		New: func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider {
+			return newProvider(tb, baseURL, client)
+		},
+		Request:      simpleRequest,
+		Prefix:       data(`{"candidates":[{"content":{"parts":[{"text":"partial"}],"role":"model"},"index":0}]}`),
+		PrefixChunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "partial"}},
 	})
-	t.Run("reset before headers", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				panic(err)
-			}
-			conn.(*net.TCPConn).SetLinger(0)
-			conn.Close()
-		})
-		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-		if n := f.Requests(); n != 1 {
-			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
-		}
-	})
-	t.Run("body cut short after output", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			providertest.WriteSSE(w, data(`{"candidates":[{"content":{"parts":[{"text":"partial"}],"role":"model"},"index":0}]}`))
-			panic(http.ErrAbortHandler)
-		})
-		chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if len(chunks) != 1 {
-			t.Errorf("chunks = %+v, want the partial text", chunks)
-		}
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-		if n := f.Requests(); n != 1 {
-			t.Errorf("requests = %d, want 1 (no automatic continuation)", n)
-		}
-	})
-	t.Run("client timeout", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		p, err := New(Config{Name: "gm", BaseURL: f.URL, APIKey: testKey, HTTPClient: &http.Client{Timeout: 50 * time.Millisecond}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindTimeout {
-			t.Errorf("error = %+v, want TIMEOUT", e)
-		}
-	})
-}
-
-func TestCancelMidStream(t *testing.T) {
-	t.Parallel()
-	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-		providertest.WriteSSE(w, data(`{"candidates":[{"content":{"parts":[{"text":"first"}],"role":"model"},"index":0}]}`))
-		<-r.Context().Done()
-	})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	start := time.Now()
-	var got error
-	for c, err := range provider(t, f).Stream(ctx, simpleRequest) {
-		if err != nil {
-			got = err
-			break
-		}
-		if c.Kind == runtime.ChunkText {
-			cancel()
-		}
-	}
-	if !errors.Is(got, context.Canceled) || runtime.KindOf(got) != runtime.KindCancelled {
-		t.Errorf("error = %v, want context.Canceled", got)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Stream took %v to stop after cancel", d)
-	}
 }
 
 func TestNewRequiresKey(t *testing.T) {

@@ -1,17 +1,10 @@
 package openai
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/net/http2"
 
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -226,165 +219,16 @@ func TestMidStreamErrorByCode(t *testing.T) {
 	}
 }
 
-func TestNetworkFailures(t *testing.T) {
+func TestTransportFailures(t *testing.T) {
 	t.Parallel()
-	t.Run("connection refused", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		p, err := New(Config{Name: "oa", BaseURL: "http://" + addr + "/v1", APIKey: testKey, HTTPClient: &http.Client{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
-			t.Errorf("error = %+v, want NETWORK connection refused", e)
-		}
+	providertest.TransportFailures(t, providertest.Adapter{
+		New: func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider {
+			return newProvider(tb, baseURL, client)
+		},
+		Request:      simpleRequest,
+		Prefix:       chunkLine(`{"content":"partial"}`, ""),
+		PrefixChunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "partial"}},
 	})
-	t.Run("reset before headers", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				panic(err)
-			}
-			conn.(*net.TCPConn).SetLinger(0)
-			conn.Close()
-		})
-		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-		if n := f.Requests(); n != 1 {
-			t.Errorf("requests = %d, want 1 (SDK retries must be off)", n)
-		}
-	})
-	t.Run("reset mid-body", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			conn, buf, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				panic(err)
-			}
-			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + chunkLine(`{"content":"partial"}`, ""))
-			buf.Flush()
-			time.Sleep(50 * time.Millisecond)
-			conn.(*net.TCPConn).SetLinger(0)
-			conn.Close()
-		})
-		chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if len(chunks) != 1 {
-			t.Errorf("chunks = %+v, want the partial text", chunks)
-		}
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-	})
-	t.Run("body cut short", func(t *testing.T) {
-		t.Parallel()
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			providertest.WriteSSE(w, chunkLine(`{"content":"partial"}`, ""))
-			panic(http.ErrAbortHandler)
-		})
-		_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
-			t.Errorf("error = %+v, want NETWORK", e)
-		}
-		if n := f.Requests(); n != 1 {
-			t.Errorf("requests = %d, want 1", n)
-		}
-	})
-	t.Run("HTTP/2 RST_STREAM mid-body", func(t *testing.T) {
-		t.Parallel()
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.ReadAll(r.Body)
-			providertest.WriteSSE(w, chunkLine(`{"content":"partial"}`, ""))
-			panic(http.ErrAbortHandler) // HTTP/2: RST_STREAM INTERNAL_ERROR
-		}))
-		srv.EnableHTTP2 = true
-		srv.StartTLS()
-		defer srv.Close()
-		client := srv.Client()
-		defer client.CloseIdleConnections()
-		p, err := New(Config{Name: "oa", BaseURL: srv.URL + "/v1", HTTPClient: client})
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunks, err := providertest.Collect(t, t.Context(), p, simpleRequest)
-		if len(chunks) != 1 {
-			t.Errorf("chunks = %+v, want the partial text", chunks)
-		}
-		e := providertest.AsError(t, err)
-		var se http2.StreamError
-		if e.Kind != runtime.KindNetwork || !errors.As(e, &se) {
-			t.Errorf("error = %+v (%v), want NETWORK from an HTTP/2 stream error", e, e.Err)
-		}
-	})
-	t.Run("client timeout", func(t *testing.T) {
-		t.Parallel()
-		release := make(chan struct{})
-		f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		})
-		defer close(release)
-		p, err := New(Config{Name: "oa", BaseURL: f.URL + "/v1", HTTPClient: &http.Client{Timeout: 50 * time.Millisecond}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = providertest.Collect(t, t.Context(), p, simpleRequest)
-		if e := providertest.AsError(t, err); e.Kind != runtime.KindTimeout {
-			t.Errorf("error = %+v, want TIMEOUT", e)
-		}
-	})
-}
-
-func TestCancelMidStream(t *testing.T) {
-	t.Parallel()
-	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
-		providertest.WriteSSE(w, chunkLine(`{"content":"first"}`, ""))
-		<-r.Context().Done()
-	})
-	p := provider(t, f)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	start := time.Now()
-	var got error
-	for c, err := range p.Stream(ctx, simpleRequest) {
-		if err != nil {
-			got = err
-			break
-		}
-		if c.Kind == runtime.ChunkText {
-			cancel()
-		}
-	}
-	if !errors.Is(got, context.Canceled) {
-		t.Errorf("error = %v, want context.Canceled", got)
-	}
-	if runtime.KindOf(got) != runtime.KindCancelled {
-		t.Errorf("KindOf = %v, want CANCELLED", runtime.KindOf(got))
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Stream took %v to stop after cancel", d)
-	}
-}
-
-func TestCallerDeadlineWinsOverTimeout(t *testing.T) {
-	t.Parallel()
-	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	_, err := providertest.Collect(t, ctx, provider(t, f), simpleRequest)
-	if !errors.Is(err, context.DeadlineExceeded) || runtime.KindOf(err) != runtime.KindDeadlineExceeded {
-		t.Errorf("error = %v, want the caller's deadline", err)
-	}
 }
 
 func TestStopEarly(t *testing.T) {
