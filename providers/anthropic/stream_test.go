@@ -10,8 +10,6 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
-var cmpError = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Err" }, cmp.Ignore())
-
 func TestStreamSuccessFixture(t *testing.T) {
 	t.Parallel()
 	body := providertest.Fixture(t, "anthropic_ok.sse")
@@ -50,15 +48,10 @@ func TestStreamShapes(t *testing.T) {
 	cacheUsage := func(out int64) runtime.Chunk {
 		return runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: out, CacheReadTokens: 3000, CacheWriteTokens: 200}}
 	}
-	tests := []struct {
-		name    string
-		body    string
-		want    []runtime.Chunk
-		wantErr runtime.Kind
-	}{
+	cases := []providertest.StreamCase{
 		{
-			name: "thinking with signature, text, two tool calls, cache usage",
-			body: ev("message_start", msgStart) +
+			Name: "thinking with signature, text, two tool calls, cache usage",
+			Body: ev("message_start", msgStart) +
 				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`) +
 				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Two cities."}}`) +
 				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM"}}`) +
@@ -72,7 +65,7 @@ func TestStreamShapes(t *testing.T) {
 				ev("content_block_start", `{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_b","name":"now","input":{}}}`) +
 				ev("content_block_stop", `{"type":"content_block_stop","index":3}`) +
 				stop("tool_use"),
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				cacheUsage(1),
 				{Kind: runtime.ChunkThinking, Index: 0, Text: "Two cities."},
 				{Kind: runtime.ChunkThinking, Index: 0, Signature: "EqQBCgIYAhIM"},
@@ -88,87 +81,69 @@ func TestStreamShapes(t *testing.T) {
 			},
 		},
 		{
-			name: "stop reasons: max_tokens",
-			body: ev("message_start", msgStart) + stop("max_tokens"),
-			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
+			Name: "stop reasons: max_tokens",
+			Body: ev("message_start", msgStart) + stop("max_tokens"),
+			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
 		},
 		{
-			name: "stop reasons: refusal",
-			body: ev("message_start", msgStart) + stop("refusal"),
-			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Name: "stop reasons: refusal",
+			Body: ev("message_start", msgStart) + stop("refusal"),
+			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
 		},
 		{
-			name: "stop reasons: pause_turn",
-			body: ev("message_start", msgStart) + stop("pause_turn"),
-			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopPauseTurn}},
+			Name: "stop reasons: pause_turn",
+			Body: ev("message_start", msgStart) + stop("pause_turn"),
+			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopPauseTurn}},
 		},
 		{
-			name: "stop reasons: stop_sequence",
-			body: ev("message_start", msgStart) + stop("stop_sequence"),
-			want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopSequence}},
+			Name: "stop reasons: stop_sequence",
+			Body: ev("message_start", msgStart) + stop("stop_sequence"),
+			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopSequence}},
 		},
 		{
-			name:    "model_context_window_exceeded is an overflow",
-			body:    ev("message_start", msgStart) + stop("model_context_window_exceeded"),
-			want:    []runtime.Chunk{cacheUsage(1), cacheUsage(42)},
-			wantErr: runtime.KindContextOverflow,
+			Name:    "model_context_window_exceeded is an overflow",
+			Body:    ev("message_start", msgStart) + stop("model_context_window_exceeded"),
+			Want:    []runtime.Chunk{cacheUsage(1), cacheUsage(42)},
+			WantErr: runtime.KindContextOverflow,
 		},
 		{
-			name: "invalid tool arguments",
-			body: ev("message_start", msgStart) +
+			Name: "invalid tool arguments",
+			Body: ev("message_start", msgStart) +
 				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"w","input":{}}}`) +
 				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"c\":"}}`) +
 				ev("content_block_stop", `{"type":"content_block_stop","index":0}`) + stop("tool_use"),
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				cacheUsage(1),
 				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
 				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"c":`},
 			},
-			wantErr: runtime.KindServerError,
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name: "missing message_stop after output",
-			body: ev("message_start", msgStart) +
+			Name: "missing message_stop after output",
+			Body: ev("message_start", msgStart) +
 				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) +
 				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`),
-			want:    []runtime.Chunk{cacheUsage(1), {Kind: runtime.ChunkText, Text: "Hi"}},
-			wantErr: runtime.KindStreamInterrupted,
+			Want:    []runtime.Chunk{cacheUsage(1), {Kind: runtime.ChunkText, Text: "Hi"}},
+			WantErr: runtime.KindStreamInterrupted,
 		},
 		{
-			name:    "missing message_stop, no output",
-			body:    ev("message_start", msgStart),
-			want:    []runtime.Chunk{cacheUsage(1)},
-			wantErr: runtime.KindServerError,
+			Name:    "missing message_stop, no output",
+			Body:    ev("message_start", msgStart),
+			Want:    []runtime.Chunk{cacheUsage(1)},
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "empty body",
-			wantErr: runtime.KindServerError,
+			Name:    "empty body",
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "malformed event",
-			body:    ev("message_start", `{not json`),
-			wantErr: runtime.KindServerError,
+			Name:    "malformed event",
+			Body:    ev("message_start", `{not json`),
+			WantErr: runtime.KindServerError,
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, tt.body) })
-			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-			if diff := cmp.Diff(tt.want, chunks); diff != "" {
-				t.Errorf("chunks (-want +got):\n%s", diff)
-			}
-			switch {
-			case tt.wantErr == 0 && err != nil:
-				t.Errorf("Stream: %v", err)
-			case tt.wantErr != 0:
-				e := providertest.AsError(t, err)
-				if e.Kind != tt.wantErr || e.Provider != "an" || e.Message == "" {
-					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
-				}
-			}
-		})
-	}
+	providertest.StreamShapes(t, provider, simpleRequest, "an", cases)
 }
 
 func TestMidStreamError(t *testing.T) {
@@ -187,7 +162,7 @@ func TestMidStreamError(t *testing.T) {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
 	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded", Provider: "an", StatusCode: 200, RequestID: "req_mid"}
-	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), cmpError); diff != "" {
+	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), providertest.IgnoreErr); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
 }

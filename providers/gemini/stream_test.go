@@ -11,8 +11,6 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
-var cmpError = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Err" }, cmp.Ignore())
-
 func TestStreamSuccessFixture(t *testing.T) {
 	t.Parallel()
 	body := providertest.Fixture(t, "gemini_ok.sse")
@@ -52,18 +50,13 @@ func TestStreamShapes(t *testing.T) {
 	t.Parallel()
 	const usage = `"usageMetadata":{"promptTokenCount":100,"cachedContentTokenCount":60,"candidatesTokenCount":7,"thoughtsTokenCount":3}`
 	usageChunk := runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 40, OutputTokens: 10, CacheReadTokens: 60}}
-	tests := []struct {
-		name    string
-		body    string
-		want    []runtime.Chunk
-		wantErr runtime.Kind
-	}{
+	cases := []providertest.StreamCase{
 		{
-			name: "thoughts, text in two chunks, cached usage, \\n\\n framing",
-			body: data(`{"candidates":[{"content":{"parts":[{"text":"Let me think","thought":true}],"role":"model"},"index":0}]}`) +
+			Name: "thoughts, text in two chunks, cached usage, \\n\\n framing",
+			Body: data(`{"candidates":[{"content":{"parts":[{"text":"Let me think","thought":true}],"role":"model"},"index":0}]}`) +
 				data(`{"candidates":[{"content":{"parts":[{"text":"Hello"}],"role":"model"},"index":0}]}`) +
 				data(`{"candidates":[{"content":{"parts":[{"text":" there","thoughtSignature":"c2ln"}],"role":"model"},"finishReason":"STOP","index":0}],`+usage+`}`),
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkThinking, Index: 0, Text: "Let me think"},
 				{Kind: runtime.ChunkText, Text: "Hello"},
 				{Kind: runtime.ChunkThinking, Index: 1, Signature: "c2ln"},
@@ -73,9 +66,9 @@ func TestStreamShapes(t *testing.T) {
 			},
 		},
 		{
-			name: "parallel function calls with ids, \\r\\n framing",
-			body: "data: " + `{"candidates":[{"content":{"parts":[{"functionCall":{"id":"a1","name":"f","args":{"x":1}}},{"functionCall":{"id":"a2","name":"g"}}],"role":"model"},"finishReason":"STOP","index":0}]}` + "\r\n\r\n",
-			want: []runtime.Chunk{
+			Name: "parallel function calls with ids, \\r\\n framing",
+			Body: "data: " + `{"candidates":[{"content":{"parts":[{"functionCall":{"id":"a1","name":"f","args":{"x":1}}},{"functionCall":{"id":"a2","name":"g"}}],"role":"model"},"finishReason":"STOP","index":0}]}` + "\r\n\r\n",
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a1", Name: "f"},
 				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"x":1}`},
 				{Kind: runtime.ChunkToolCallEnd, Index: 0},
@@ -86,68 +79,50 @@ func TestStreamShapes(t *testing.T) {
 			},
 		},
 		{
-			name: "max tokens",
-			body: data(`{"candidates":[{"content":{"parts":[{"text":"abc"}],"role":"model"},"finishReason":"MAX_TOKENS","index":0}]}`),
-			want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "abc"}, {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
+			Name: "max tokens",
+			Body: data(`{"candidates":[{"content":{"parts":[{"text":"abc"}],"role":"model"},"finishReason":"MAX_TOKENS","index":0}]}`),
+			Want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "abc"}, {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
 		},
 		{
-			name: "safety finish is a refusal",
-			body: data(`{"candidates":[{"content":{"parts":[{"text":"I"}],"role":"model"},"finishReason":"SAFETY","index":0}]}`),
-			want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Name: "safety finish is a refusal",
+			Body: data(`{"candidates":[{"content":{"parts":[{"text":"I"}],"role":"model"},"finishReason":"SAFETY","index":0}]}`),
+			Want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
 		},
 		{
-			name: "blocked prompt is a refusal",
-			body: data(`{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},` + usage + `}`),
-			want: []runtime.Chunk{usageChunk, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Name: "blocked prompt is a refusal",
+			Body: data(`{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},` + usage + `}`),
+			Want: []runtime.Chunk{usageChunk, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
 		},
 		{
-			name:    "malformed function call",
-			body:    data(`{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL","finishMessage":"Malformed function call: print(x","index":0}]}`),
-			wantErr: runtime.KindServerError,
+			Name:    "malformed function call",
+			Body:    data(`{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL","finishMessage":"Malformed function call: print(x","index":0}]}`),
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "missing finish after output",
-			body:    data(`{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"},"index":0}]}`),
-			want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Hel"}},
-			wantErr: runtime.KindStreamInterrupted,
+			Name:    "missing finish after output",
+			Body:    data(`{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"},"index":0}]}`),
+			Want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Hel"}},
+			WantErr: runtime.KindStreamInterrupted,
 		},
 		{
-			name:    "empty body",
-			wantErr: runtime.KindServerError,
+			Name:    "empty body",
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "malformed chunk",
-			body:    data(`{not json`),
-			wantErr: runtime.KindServerError,
+			Name:    "malformed chunk",
+			Body:    data(`{not json`),
+			WantErr: runtime.KindServerError,
 		},
 		{
 			// Vertex sends a bare JSON error line without data:.
-			name: "bare JSON error line after output",
-			body: data(`{"candidates":[{"content":{"parts":[{"text":"The"}],"role":"model"},"index":0}]}`) +
+			Name: "bare JSON error line after output",
+			Body: data(`{"candidates":[{"content":{"parts":[{"text":"The"}],"role":"model"},"index":0}]}`) +
 				`{"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}}` + "\n\n",
-			want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "The"}},
-			wantErr: runtime.KindOverloaded,
+			Want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "The"}},
+			WantErr: runtime.KindOverloaded,
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, tt.body) })
-			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-			if diff := cmp.Diff(tt.want, chunks); diff != "" {
-				t.Errorf("chunks (-want +got):\n%s", diff)
-			}
-			switch {
-			case tt.wantErr == 0 && err != nil:
-				t.Errorf("Stream: %v", err)
-			case tt.wantErr != 0:
-				e := providertest.AsError(t, err)
-				if e.Kind != tt.wantErr || e.Provider != "gm" || e.Message == "" {
-					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
-				}
-			}
-		})
-	}
+	providertest.StreamShapes(t, provider, simpleRequest, "gm", cases)
 }
 
 func TestMidStreamError(t *testing.T) {
@@ -164,7 +139,7 @@ func TestMidStreamError(t *testing.T) {
 	}
 	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "The model is overloaded. Please try again later.",
 		Provider: "gm", StatusCode: 200, RequestID: "qpc2afWVFJK4vr0Pq6WiyAU"}
-	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), cmpError); diff != "" {
+	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), providertest.IgnoreErr); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
 	if n := f.Requests(); n != 1 {

@@ -49,41 +49,36 @@ func chunkLine(delta, finish string) string {
 
 func TestStreamShapes(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name    string
-		body    string
-		want    []runtime.Chunk
-		wantErr runtime.Kind
-	}{
+	cases := []providertest.StreamCase{
 		{
-			name: "text, cached usage, stop",
-			body: chunkLine(`{"role":"assistant","content":"Hel"}`, "") + chunkLine(`{"content":"lo"}`, "") +
+			Name: "text, cached usage, stop",
+			Body: chunkLine(`{"role":"assistant","content":"Hel"}`, "") + chunkLine(`{"content":"lo"}`, "") +
 				chunkLine(`{}`, "stop") +
 				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"total_tokens":105,"prompt_tokens_details":{"cached_tokens":80}}}` + "\n\n" +
 				"data: [DONE]\n\n",
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkText, Text: "Hel"}, {Kind: runtime.ChunkText, Text: "lo"},
 				{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 20, OutputTokens: 5, CacheReadTokens: 80}},
 				{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
 			},
 		},
 		{
-			name: "reasoning of compatible servers, length",
-			body: chunkLine(`{"reasoning_content":"think"}`, "") + chunkLine(`{"reasoning":"more"}`, "") +
+			Name: "reasoning of compatible servers, length",
+			Body: chunkLine(`{"reasoning_content":"think"}`, "") + chunkLine(`{"reasoning":"more"}`, "") +
 				chunkLine(`{"content":"x"}`, "length") + "data: [DONE]\n\n",
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkThinking, Text: "think"}, {Kind: runtime.ChunkThinking, Text: "more"},
 				{Kind: runtime.ChunkText, Text: "x"}, {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens},
 			},
 		},
 		{
-			name: "parallel tool calls, whole and fragmented, stop after calls",
-			body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":"}}]}`, "") +
+			Name: "parallel tool calls, whole and fragmented, stop after calls",
+			Body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":"}}]}`, "") +
 				chunkLine(`{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"g","arguments":"{}"}}]}`, "") +
 				chunkLine(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`, "") +
 				chunkLine(`{"tool_calls":[{"index":2,"id":"c","type":"function","function":{"name":"h"}}]}`, "") +
 				chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
 				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"x":`},
 				{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "b", Name: "g"},
@@ -98,85 +93,67 @@ func TestStreamShapes(t *testing.T) {
 			},
 		},
 		{
-			name: "refusal",
-			body: chunkLine(`{"refusal":"I can't"}`, "") + chunkLine(`{"refusal":" help."}`, "") + chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
-			want: []runtime.Chunk{
+			Name: "refusal",
+			Body: chunkLine(`{"refusal":"I can't"}`, "") + chunkLine(`{"refusal":" help."}`, "") + chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkText, Text: "I can't"}, {Kind: runtime.ChunkText, Text: " help."},
 				{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal},
 			},
 		},
 		{
-			name: "content filter",
-			body: chunkLine(`{"content":"I"}`, "content_filter") + "data: [DONE]\n\n",
-			want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Name: "content filter",
+			Body: chunkLine(`{"content":"I"}`, "content_filter") + "data: [DONE]\n\n",
+			Want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
 		},
 		{
-			name: "invalid tool arguments",
-			body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":"}}]}`, "tool_calls") +
+			Name: "invalid tool arguments",
+			Body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":"}}]}`, "tool_calls") +
 				"data: [DONE]\n\n",
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
 				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"x":`},
 			},
-			wantErr: runtime.KindServerError,
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name: "arguments that are not an object",
-			body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}`, "tool_calls") +
+			Name: "arguments that are not an object",
+			Body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}`, "tool_calls") +
 				"data: [DONE]\n\n",
-			want: []runtime.Chunk{
+			Want: []runtime.Chunk{
 				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
 				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `[1]`},
 			},
-			wantErr: runtime.KindServerError,
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "missing finish after output",
-			body:    chunkLine(`{"content":"Hel"}`, "") + "data: [DONE]\n\n",
-			want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Hel"}},
-			wantErr: runtime.KindStreamInterrupted,
+			Name:    "missing finish after output",
+			Body:    chunkLine(`{"content":"Hel"}`, "") + "data: [DONE]\n\n",
+			Want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Hel"}},
+			WantErr: runtime.KindStreamInterrupted,
 		},
 		{
-			name:    "missing finish, connection closed without [DONE]",
-			body:    chunkLine(`{"role":"assistant"}`, ""),
-			wantErr: runtime.KindServerError,
+			Name:    "missing finish, connection closed without [DONE]",
+			Body:    chunkLine(`{"role":"assistant"}`, ""),
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "empty body",
-			body:    "",
-			wantErr: runtime.KindServerError,
+			Name:    "empty body",
+			Body:    "",
+			WantErr: runtime.KindServerError,
 		},
 		{
 			// Old llama.cpp: the SDK drops an "error:" line and sees [DONE].
-			name:    "old llama.cpp error frame",
-			body:    `error: {"code":500,"message":"slot unavailable","type":"server_error"}` + "\n\n" + "data: [DONE]\n\n",
-			wantErr: runtime.KindServerError,
+			Name:    "old llama.cpp error frame",
+			Body:    `error: {"code":500,"message":"slot unavailable","type":"server_error"}` + "\n\n" + "data: [DONE]\n\n",
+			WantErr: runtime.KindServerError,
 		},
 		{
-			name:    "malformed event",
-			body:    "data: {not json\n\n",
-			wantErr: runtime.KindServerError,
+			Name:    "malformed event",
+			Body:    "data: {not json\n\n",
+			WantErr: runtime.KindServerError,
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, tt.body) })
-			chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-			if diff := cmp.Diff(tt.want, chunks); diff != "" {
-				t.Errorf("chunks (-want +got):\n%s", diff)
-			}
-			switch {
-			case tt.wantErr == 0 && err != nil:
-				t.Errorf("Stream: %v", err)
-			case tt.wantErr != 0:
-				e := providertest.AsError(t, err)
-				if e.Kind != tt.wantErr || e.Provider != "oa" || e.Message == "" {
-					t.Errorf("error = %+v, want kind %v", e, tt.wantErr)
-				}
-			}
-		})
-	}
+	providertest.StreamShapes(t, provider, simpleRequest, "oa", cases)
 }
 
 func TestMidStreamError(t *testing.T) {
@@ -198,15 +175,13 @@ func TestMidStreamError(t *testing.T) {
 		StatusCode: 200,
 		RequestID:  "req_mid",
 	}
-	if diff := cmp.Diff(want, e, cmpError); diff != "" {
+	if diff := cmp.Diff(want, e, providertest.IgnoreErr); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
 	if n := f.Requests(); n != 1 {
 		t.Errorf("requests = %d, want 1", n)
 	}
 }
-
-var cmpError = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Err" }, cmp.Ignore())
 
 func TestMidStreamErrorByCode(t *testing.T) {
 	t.Parallel()
