@@ -62,6 +62,15 @@ func (h *health) admit(alias string, now time.Time) admission {
 	return admission{ok: true, probe: true}
 }
 
+// available reports whether a turn could call alias now, without claiming
+// a probe.
+func (h *health) available(alias string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.models[alias]
+	return m == nil || m.until.IsZero() || (!now.Before(m.until) && !m.probing)
+}
+
 // release ends a probe whose outcome says nothing of the model's health
 // (for example the turn was cancelled).
 func (h *health) release(alias string) {

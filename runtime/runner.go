@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	mathrand "math/rand/v2"
 	"slices"
@@ -282,7 +283,7 @@ func (r *Runner) Run(ctx context.Context, req *TurnRequest, sink Sink) (res *Tur
 // Events runs a turn like [Runner.Run] and returns its events as an
 // iterator. The turn runs as the iteration proceeds, on the caller's
 // goroutine; stopping the iteration early cancels it.
-func (r *Runner) Events(ctx context.Context, req *TurnRequest) func(yield func(Event) bool) {
+func (r *Runner) Events(ctx context.Context, req *TurnRequest) iter.Seq[Event] {
 	return func(yield func(Event) bool) {
 		stopped := errors.New("iteration stopped")
 		ctx, cancel := context.WithCancelCause(ctx)
@@ -461,12 +462,7 @@ func (t *turn) nextModel(reserve bool) int {
 	now := t.r.opts.now()
 	for i := t.pos + 1; i < len(t.chain); i++ {
 		if !reserve {
-			// Peek without claiming a probe.
-			t.r.health.mu.Lock()
-			mh := t.r.health.models[t.chain[i].Alias]
-			ok := mh == nil || mh.until.IsZero() || (!now.Before(mh.until) && !mh.probing)
-			t.r.health.mu.Unlock()
-			if ok {
+			if t.r.health.available(t.chain[i].Alias, now) {
 				return i
 			}
 			continue
