@@ -29,9 +29,7 @@ func newProvider(tb testing.TB, baseURL string, client *http.Client) *Provider {
 // provider returns newProvider for the fake server s, with s's client.
 func provider(tb testing.TB, s *providertest.Server) *Provider {
 	tb.Helper()
-	client := s.Client()
-	tb.Cleanup(client.CloseIdleConnections)
-	return newProvider(tb, s.URL, client)
+	return newProvider(tb, s.URL, providertest.Client(tb, s.Server))
 }
 
 var simpleRequest = &runtime.Request{

@@ -9,7 +9,6 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -56,12 +55,7 @@ func TestRequestMapping(t *testing.T) {
 	if _, err := providertest.Collect(t, t.Context(), provider(t, f), req); err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	var got map[string]any
-	if err := json.Unmarshal(f.Bodies()[0], &got); err != nil {
-		t.Fatal(err)
-	}
-	var want map[string]any
-	if err := json.Unmarshal([]byte(`{
+	providertest.EqualJSON(t, f.Bodies()[0], `{
 		"model": "claude-sonnet-4-5",
 		"stream": true,
 		"max_tokens": 1024,
@@ -87,12 +81,7 @@ func TestRequestMapping(t *testing.T) {
 				"properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}},
 			{"name": "now", "input_schema": {"type": "object"}}
 		]
-	}`), &want); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("request body (-want +got):\n%s", diff)
-	}
+	}`)
 	h := f.Headers()[0]
 	if got := h.Get("X-Api-Key"); got != testKey {
 		t.Errorf("X-Api-Key = %q", got)
@@ -142,21 +131,8 @@ func FuzzDecode(f *testing.F) {
 		}
 		stream := ssestream.NewStream[anthropic.MessageStreamEventUnion](ssestream.NewDecoder(resp), nil)
 		defer stream.Close()
-		var last runtime.Chunk
-		var failed bool
-		p.consume(t.Context(), stream, resp, func(c runtime.Chunk, err error) bool {
-			if failed {
-				t.Fatalf("chunk after error")
-			}
-			failed = err != nil
-			if err != nil {
-				providertest.AsError(t, err)
-			}
-			last = c
-			return true
-		})
-		if !failed && last.Kind != runtime.ChunkStop {
-			t.Fatal("stream ended without stop or error")
-		}
+		yield, end := providertest.CheckYield(t)
+		p.consume(t.Context(), stream, resp, yield)
+		end()
 	})
 }

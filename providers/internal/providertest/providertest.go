@@ -11,6 +11,7 @@ package providertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -22,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/turnstile-dev/turnstile/runtime"
 )
@@ -177,4 +180,61 @@ func reset(conn net.Conn) {
 		panic(err)
 	}
 	_ = conn.Close()
+}
+
+// Client returns s's client, whose idle connections are closed when the
+// test ends.
+func Client(tb testing.TB, s *httptest.Server) *http.Client {
+	tb.Helper()
+	client := s.Client()
+	tb.Cleanup(client.CloseIdleConnections)
+	return client
+}
+
+// EqualJSON reports, as a test error, how the JSON document got differs
+// from want, compared as decoded values (key order and spacing aside).
+func EqualJSON(tb testing.TB, got []byte, want string) {
+	tb.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		tb.Fatalf("decoding %s: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		tb.Fatalf("decoding the wanted JSON: %v", err)
+	}
+	if diff := cmp.Diff(w, g); diff != "" {
+		tb.Errorf("request body (-want +got):\n%s", diff)
+	}
+}
+
+// CheckYield returns a yield function for a stream that fails tb on a
+// chunk after an error and on an error that is not a [*runtime.Error], and
+// end, which fails tb unless the stream ended with a [runtime.ChunkStop]
+// or an error. Fuzz tests use it on whatever the decoder yields.
+func CheckYield(tb testing.TB) (yield func(runtime.Chunk, error) bool, end func()) {
+	var (
+		last   runtime.Chunk
+		failed bool
+		n      int
+	)
+	yield = func(c runtime.Chunk, err error) bool {
+		tb.Helper()
+		if failed {
+			tb.Fatalf("chunk after error")
+		}
+		if err != nil {
+			failed = true
+			AsError(tb, err)
+		}
+		last = c
+		n++
+		return true
+	}
+	end = func() {
+		tb.Helper()
+		if !failed && last.Kind != runtime.ChunkStop {
+			tb.Fatalf("stream of %d chunks ended without stop or error", n)
+		}
+	}
+	return yield, end
 }

@@ -50,9 +50,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 	// provider returns the adapter's provider for s, with s's client.
 	provider := func(t *testing.T, s *httptest.Server) runtime.Provider {
 		t.Helper()
-		client := s.Client()
-		t.Cleanup(client.CloseIdleConnections)
-		return a.New(t, s.URL, client)
+		return a.New(t, s.URL, Client(t, s))
 	}
 	wantPrefix := func(t *testing.T, chunks []runtime.Chunk) {
 		t.Helper()
