@@ -34,7 +34,6 @@ package anthropic
 
 import (
 	"context"
-	"errors"
 	"iter"
 	"net/http"
 	"time"
@@ -91,12 +90,9 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	if cfg.ConnectTimeout < 0 {
-		return nil, errors.New("anthropic: negative connect timeout")
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = httpfail.NewClient(cfg.ConnectTimeout)
+	hc, err := httpfail.Client("anthropic", cfg.HTTPClient, cfg.ConnectTimeout)
+	if err != nil {
+		return nil, err
 	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
@@ -125,9 +121,7 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 		defer done()
 		params, err := buildParams(req)
 		if err != nil {
-			yield(runtime.Chunk{}, &runtime.Error{
-				Kind: runtime.KindInvalidRequest, Message: err.Error(), Provider: p.name, Err: err,
-			})
+			yield(runtime.Chunk{}, httpfail.InvalidRequest(p.name, err))
 			return
 		}
 		var resp *http.Response

@@ -97,12 +97,9 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey == "" {
 		return nil, errors.New("gemini: an API key is required")
 	}
-	if cfg.ConnectTimeout < 0 {
-		return nil, errors.New("gemini: negative connect timeout")
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = httpfail.NewClient(cfg.ConnectTimeout)
+	hc, err := httpfail.Client("gemini", cfg.HTTPClient, cfg.ConnectTimeout)
+	if err != nil {
+		return nil, err
 	}
 	wrapped := *hc
 	wrapped.Transport = recorder{next: hc.Transport}
@@ -136,9 +133,7 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 		defer done()
 		contents, config, err := buildRequest(req)
 		if err != nil {
-			yield(runtime.Chunk{}, &runtime.Error{
-				Kind: runtime.KindInvalidRequest, Message: err.Error(), Provider: p.name, Err: err,
-			})
+			yield(runtime.Chunk{}, httpfail.InvalidRequest(p.name, err))
 			return
 		}
 		rec := &response{}

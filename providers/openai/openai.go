@@ -30,7 +30,6 @@ package openai
 
 import (
 	"context"
-	"errors"
 	"iter"
 	"net/http"
 	"time"
@@ -84,12 +83,9 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	if cfg.ConnectTimeout < 0 {
-		return nil, errors.New("openai: negative connect timeout")
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = httpfail.NewClient(cfg.ConnectTimeout)
+	hc, err := httpfail.Client("openai", cfg.HTTPClient, cfg.ConnectTimeout)
+	if err != nil {
+		return nil, err
 	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
@@ -118,9 +114,7 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 		defer done()
 		params, err := buildParams(req)
 		if err != nil {
-			yield(runtime.Chunk{}, &runtime.Error{
-				Kind: runtime.KindInvalidRequest, Message: err.Error(), Provider: p.name, Err: err,
-			})
+			yield(runtime.Chunk{}, httpfail.InvalidRequest(p.name, err))
 			return
 		}
 		var resp *http.Response

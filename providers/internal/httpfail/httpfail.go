@@ -11,8 +11,10 @@
 //   - the few documented message fragments a provider leaves no typed field
 //     for ([MatchFragment]), all kept in one table.
 //
-// It also builds the HTTP client the adapters use ([NewClient]) and the
-// errors for a stream without its terminal marker ([MissingFinish]).
+// It also builds the HTTP client the adapters use ([Client], [NewClient])
+// and the errors for a request the adapter cannot map ([InvalidRequest]),
+// for a stream without its terminal marker ([MissingFinish]) and for tool
+// arguments that are not a JSON object ([BadArguments]).
 //
 // The package may import only the standard library, runtime and
 // golang.org/x/net/http2; it knows no provider SDK.
@@ -269,6 +271,13 @@ func MissingFinish(provider string, output bool, code int, requestID string) *ru
 	return e
 }
 
+// InvalidRequest returns the error for a request the adapter cannot map
+// to its API (a tool schema that is not a JSON object, for example): the
+// caller's mistake, which no retry fixes, found before anything is sent.
+func InvalidRequest(provider string, err error) *runtime.Error {
+	return &runtime.Error{Kind: runtime.KindInvalidRequest, Message: err.Error(), Provider: provider, Err: err}
+}
+
 // BadArguments returns the error for a tool call whose complete arguments
 // are not a JSON object: the model or the server produced garbage, which a
 // retry may not repeat, so it is a server error.
@@ -279,6 +288,20 @@ func BadArguments(provider, name string, err error) *runtime.Error {
 		Provider: provider,
 		Err:      err,
 	}
+}
+
+// Client returns the HTTP client an adapter uses: hc when the caller set
+// one (tests, custom transports), else [NewClient] with connectTimeout. A
+// negative connectTimeout is a configuration error, reported as
+// "<adapter>: negative connect timeout" whether or not hc is set.
+func Client(adapter string, hc *http.Client, connectTimeout time.Duration) (*http.Client, error) {
+	if connectTimeout < 0 {
+		return nil, errors.New(adapter + ": negative connect timeout")
+	}
+	if hc != nil {
+		return hc, nil
+	}
+	return NewClient(connectTimeout), nil
 }
 
 // NewClient returns an HTTP client for a provider whose connection set-up

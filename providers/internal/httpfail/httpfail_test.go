@@ -258,6 +258,36 @@ func TestNewClientConnectTimeout(t *testing.T) {
 	}
 }
 
+func TestClient(t *testing.T) {
+	t.Parallel()
+	if _, err := Client("openai", nil, -time.Second); err == nil || err.Error() != "openai: negative connect timeout" {
+		t.Errorf("Client(negative) error = %v", err)
+	}
+	if _, err := Client("openai", &http.Client{}, -time.Second); err == nil {
+		t.Error("Client(set client, negative) accepted the timeout")
+	}
+	own := &http.Client{}
+	if c, err := Client("openai", own, time.Second); err != nil || c != own {
+		t.Errorf("Client(set client) = %p, %v, want the caller's %p", c, err, own)
+	}
+	c, err := Client("openai", nil, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := c.Transport.(*http.Transport); tr.TLSHandshakeTimeout != 3*time.Second || c.Timeout != 0 {
+		t.Errorf("Client(nil, 3s): handshake %v, timeout %v", tr.TLSHandshakeTimeout, c.Timeout)
+	}
+}
+
+func TestInvalidRequest(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("tool t: schema is not a JSON object")
+	e := InvalidRequest("p", cause)
+	if e.Kind != runtime.KindInvalidRequest || e.Provider != "p" || e.Message != cause.Error() || !errors.Is(e, cause) {
+		t.Errorf("InvalidRequest = %+v", e)
+	}
+}
+
 func TestGuard(t *testing.T) {
 	t.Run("decoder panic becomes a server error", func(t *testing.T) {
 		var got []error
