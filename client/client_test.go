@@ -16,7 +16,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,13 +63,13 @@ func text(evs []*client.Event, attempt int) string {
 }
 
 // lastIsToolResult reports whether the conversation ends with tool results.
-func lastIsToolResult(req *runtime.Request) bool {
+func lastIsToolResult(req *llm.Request) bool {
 	m := req.Messages[len(req.Messages)-1]
-	return m.Role == runtime.RoleTool
+	return m.Role == llm.RoleTool
 }
 
-func serverError() *runtime.Error {
-	return &runtime.Error{Kind: runtime.KindServerError, Message: "upstream returned 500", StatusCode: 500}
+func serverError() *llm.Error {
+	return &llm.Error{Kind: llm.KindServerError, Message: "upstream returned 500", StatusCode: 500}
 }
 
 // A retryable error after a tool ran: the client resumes the turn with the
@@ -77,7 +77,7 @@ func serverError() *runtime.Error {
 // tool is not run again.
 func TestRetryableErrorResumesWithoutRepeatingTools(t *testing.T) {
 	tool := &counter{}
-	p := &scripted{fn: func(ctx context.Context, call int, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(ctx context.Context, call int, req *llm.Request) iter.Seq2[llm.Chunk, error] {
 		switch {
 		case call == 1:
 			return callTool("call_1", "counter", `{}`)
@@ -86,7 +86,7 @@ func TestRetryableErrorResumesWithoutRepeatingTools(t *testing.T) {
 		case lastIsToolResult(req):
 			return reply("The count is ", "1.")
 		}
-		return fail(&runtime.Error{Kind: runtime.KindInvalidRequest, Message: "the tool result was not re-sent"})
+		return fail(&llm.Error{Kind: llm.KindInvalidRequest, Message: "the tool result was not re-sent"})
 	}}
 	rep := newReplica(t, p, tool)
 	addr, _ := serve(t, rep)
@@ -120,13 +120,13 @@ func TestRetryableErrorResumesWithoutRepeatingTools(t *testing.T) {
 	if len(msgs) != 3 {
 		t.Fatalf("second request has %d messages, want 3: %+v", len(msgs), msgs)
 	}
-	if msgs[0].Role != runtime.RoleUser || msgs[0].Text() != "count once" {
+	if msgs[0].Role != llm.RoleUser || msgs[0].Text() != "count once" {
 		t.Errorf("message 0 = %+v, want the user's", msgs[0])
 	}
-	if calls := msgs[1].ToolCalls(); msgs[1].Role != runtime.RoleAssistant || len(calls) != 1 || calls[0].ID != "call_1" || calls[0].Name != "counter" {
+	if calls := msgs[1].ToolCalls(); msgs[1].Role != llm.RoleAssistant || len(calls) != 1 || calls[0].ID != "call_1" || calls[0].Name != "counter" {
 		t.Errorf("message 1 = %+v, want the assistant's call_1 to counter", msgs[1])
 	}
-	if p := msgs[2].Parts; msgs[2].Role != runtime.RoleTool || len(p) != 1 || p[0].ToolResult.CallID != "call_1" || p[0].ToolResult.Content != `{"count":1}` {
+	if p := msgs[2].Parts; msgs[2].Role != llm.RoleTool || len(p) != 1 || p[0].ToolResult.CallID != "call_1" || p[0].ToolResult.Content != `{"count":1}` {
 		t.Errorf("message 2 = %+v, want counter's result for call_1", msgs[2])
 	}
 	if len(req.GetMessages()) != 1 {
@@ -181,8 +181,8 @@ func TestRetryableErrorResumesWithoutRepeatingTools(t *testing.T) {
 	}
 }
 
-func alwaysFail(err *runtime.Error) *scripted {
-	return &scripted{fn: func(context.Context, int, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+func alwaysFail(err *llm.Error) *scripted {
+	return &scripted{fn: func(context.Context, int, *llm.Request) iter.Seq2[llm.Chunk, error] {
 		return fail(err)
 	}}
 }
@@ -216,7 +216,7 @@ func TestRetryableUnsetIsNotRetried(t *testing.T) {
 
 // An error event with retryable false is returned at once.
 func TestNotRetryableIsNotRetried(t *testing.T) {
-	rep := newReplica(t, alwaysFail(&runtime.Error{Kind: runtime.KindInvalidRequest, Message: "messages: bad", StatusCode: 400}))
+	rep := newReplica(t, alwaysFail(&llm.Error{Kind: llm.KindInvalidRequest, Message: "messages: bad", StatusCode: 400}))
 	addr, _ := serve(t, rep)
 	c := newClient(t, addr, client.WithMaxStepRetries(3))
 
@@ -287,7 +287,7 @@ func TestRetriesExhausted(t *testing.T) {
 func TestTransportFailureMovesToAnotherReplica(t *testing.T) {
 	tool := &counter{}
 	streaming := make(chan struct{})
-	p := &scripted{fn: func(ctx context.Context, call int, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(ctx context.Context, call int, req *llm.Request) iter.Seq2[llm.Chunk, error] {
 		switch call {
 		case 1:
 			return callTool("call_1", "counter", `{}`)
@@ -295,7 +295,7 @@ func TestTransportFailureMovesToAnotherReplica(t *testing.T) {
 			return hang(ctx, streaming, "Half an ")
 		}
 		if !lastIsToolResult(req) {
-			return fail(&runtime.Error{Kind: runtime.KindInvalidRequest, Message: "the tool result was not re-sent"})
+			return fail(&llm.Error{Kind: llm.KindInvalidRequest, Message: "the tool result was not re-sent"})
 		}
 		return reply("The count ", "is 1.")
 	}}
@@ -331,7 +331,7 @@ func TestTransportFailureMovesToAnotherReplica(t *testing.T) {
 		t.Fatalf("killed replica served %d (%v), survivor %d (%v); want attempt 1 then attempt 2", len(k), k, len(s), s)
 	}
 	resumed := survivor.served()[0].req
-	if len(resumed.Messages) != 3 || resumed.Messages[2].Role != runtime.RoleTool {
+	if len(resumed.Messages) != 3 || resumed.Messages[2].Role != llm.RoleTool {
 		t.Errorf("the resumed request has %d messages (%+v), want user, assistant, tool", len(resumed.Messages), resumed.Messages)
 	}
 	if resumed.TurnID != turn.ID() || killed.served()[0].req.TurnID != turn.ID() {
@@ -360,7 +360,7 @@ func TestTransportFailureMovesToAnotherReplica(t *testing.T) {
 // behind.
 func TestBreakCancelsTheTurn(t *testing.T) {
 	streaming := make(chan struct{})
-	p := &scripted{fn: func(ctx context.Context, call int, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(ctx context.Context, call int, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
 		if call == 1 {
 			return reply("warm")
 		}
@@ -405,7 +405,7 @@ func TestBreakCancelsTheTurn(t *testing.T) {
 // Cancelling the context during a retry delay ends the turn at once.
 func TestCancelDuringRetryDelay(t *testing.T) {
 	e := serverError()
-	e.RetryAfter, e.Hint = 30*time.Second, runtime.HintAfter
+	e.RetryAfter, e.Hint = 30*time.Second, llm.HintAfter
 	rep := newReplica(t, alwaysFail(e))
 	addr, _ := serve(t, rep)
 	c := newClient(t, addr)
@@ -483,7 +483,7 @@ func TestInvalidRequestStatus(t *testing.T) {
 
 // Concurrent turns on one client.
 func TestConcurrentTurns(t *testing.T) {
-	p := &scripted{fn: func(context.Context, int, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(context.Context, int, *llm.Request) iter.Seq2[llm.Chunk, error] {
 		return reply("ok")
 	}}
 	addr, _ := serve(t, newReplica(t, p))
@@ -503,7 +503,7 @@ func TestConcurrentTurns(t *testing.T) {
 // may have had its effect, and resuming would run it again.
 func TestTransportFailureDuringToolIsNotRetried(t *testing.T) {
 	tool := &blocker{started: make(chan struct{})}
-	p := &scripted{fn: func(context.Context, int, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(context.Context, int, *llm.Request) iter.Seq2[llm.Chunk, error] {
 		return callTool("call_1", "deploy", `{}`)
 	}}
 	rep := newReplica(t, p, tool)
@@ -545,7 +545,7 @@ func (token) RequireTransportSecurity() bool { return false }
 
 // Per-RPC credentials reach the server on every attempt.
 func TestPerRPCCredentials(t *testing.T) {
-	p := &scripted{fn: func(_ context.Context, call int, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(_ context.Context, call int, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
 		if call == 1 {
 			return fail(serverError())
 		}
@@ -570,7 +570,7 @@ func TestPerRPCCredentials(t *testing.T) {
 
 // A multi-address target spreads turns over every replica.
 func TestMultiAddressTargetSpreadsTurns(t *testing.T) {
-	p := &scripted{fn: func(context.Context, int, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(context.Context, int, *llm.Request) iter.Seq2[llm.Chunk, error] {
 		return reply("ok")
 	}}
 	a, b := newReplica(t, p), newReplica(t, p)

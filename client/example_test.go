@@ -8,15 +8,15 @@ import (
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // exampleServer starts a real turnstile server on loopback whose model is
 // overloaded on its first call and then answers; stop stops it.
 func exampleServer() (addr string, stop func()) {
-	p := &scripted{fn: func(_ context.Context, call int, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+	p := &scripted{fn: func(_ context.Context, call int, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
 		if call == 1 {
-			return fail(&runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded", StatusCode: 529}, "Hel")
+			return fail(&llm.Error{Kind: llm.KindOverloaded, Message: "Overloaded", StatusCode: 529}, "Hel")
 		}
 		return reply("Hello ", "from ", "turnstile.")
 	}}

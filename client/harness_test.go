@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/turnstile-dev/turnstile/client"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
@@ -23,7 +25,7 @@ import (
 
 // script answers model call number call (from 1, counted across every
 // turn and replica sharing the provider).
-type script func(ctx context.Context, call int, req *runtime.Request) iter.Seq2[runtime.Chunk, error]
+type script func(ctx context.Context, call int, req *llm.Request) iter.Seq2[llm.Chunk, error]
 
 // scripted is a runtime.Provider that follows a script.
 type scripted struct {
@@ -32,7 +34,7 @@ type scripted struct {
 	calls int
 }
 
-func (s *scripted) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+func (s *scripted) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
 	s.mu.Lock()
 	s.calls++
 	n := s.calls
@@ -41,28 +43,28 @@ func (s *scripted) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 }
 
 // reply streams the texts as tokens and ends the reply.
-func reply(texts ...string) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+func reply(texts ...string) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		for _, s := range texts {
-			if !yield(runtime.Chunk{Kind: runtime.ChunkText, Text: s}, nil) {
+			if !yield(llm.Chunk{Kind: llm.ChunkText, Text: s}, nil) {
 				return
 			}
 		}
-		if !yield(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: int64(len(texts))}}, nil) {
+		if !yield(llm.Chunk{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 10, OutputTokens: int64(len(texts))}}, nil) {
 			return
 		}
-		yield(runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn}, nil)
+		yield(llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn}, nil)
 	}
 }
 
 // callTool asks for tool name with args.
-func callTool(id, name, args string) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
-		for _, c := range []runtime.Chunk{
-			{Kind: runtime.ChunkToolCallStart, CallID: id, Name: name},
-			{Kind: runtime.ChunkToolCallArgs, Text: args},
-			{Kind: runtime.ChunkToolCallEnd},
-			{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+func callTool(id, name, args string) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
+		for _, c := range []llm.Chunk{
+			{Kind: llm.ChunkToolCallStart, CallID: id, Name: name},
+			{Kind: llm.ChunkToolCallArgs, Text: args},
+			{Kind: llm.ChunkToolCallEnd},
+			{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 		} {
 			if !yield(c, nil) {
 				return
@@ -72,22 +74,22 @@ func callTool(id, name, args string) iter.Seq2[runtime.Chunk, error] {
 }
 
 // fail streams the texts, then fails with err.
-func fail(err *runtime.Error, texts ...string) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+func fail(err *llm.Error, texts ...string) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		for _, s := range texts {
-			if !yield(runtime.Chunk{Kind: runtime.ChunkText, Text: s}, nil) {
+			if !yield(llm.Chunk{Kind: llm.ChunkText, Text: s}, nil) {
 				return
 			}
 		}
-		yield(runtime.Chunk{}, err)
+		yield(llm.Chunk{}, err)
 	}
 }
 
 // hang streams the texts, closes started, then hangs until ctx is done.
-func hang(ctx context.Context, started chan<- struct{}, texts ...string) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+func hang(ctx context.Context, started chan<- struct{}, texts ...string) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		for _, s := range texts {
-			if !yield(runtime.Chunk{Kind: runtime.ChunkText, Text: s}, nil) {
+			if !yield(llm.Chunk{Kind: llm.ChunkText, Text: s}, nil) {
 				return
 			}
 		}
@@ -101,27 +103,27 @@ func hang(ctx context.Context, started chan<- struct{}, texts ...string) iter.Se
 // counter is a server-side tool with side effects that counts its runs.
 type counter struct{ runs atomic.Int32 }
 
-func (c *counter) Spec() runtime.ToolSpec {
-	return runtime.ToolSpec{Name: "counter", Description: "Adds one to a counter and returns it."}
+func (c *counter) Spec() llm.ToolSpec {
+	return llm.ToolSpec{Name: "counter", Description: "Adds one to a counter and returns it."}
 }
 
-func (c *counter) Call(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+func (c *counter) Call(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
 	n := c.runs.Add(1)
-	return runtime.ToolOutput{Content: fmt.Sprintf(`{"count":%d}`, n)}, nil
+	return llm.ToolOutput{Content: fmt.Sprintf(`{"count":%d}`, n)}, nil
 }
 
 // blocker is a server-side tool that closes started and runs until its
 // context ends.
 type blocker struct{ started chan struct{} }
 
-func (b *blocker) Spec() runtime.ToolSpec {
-	return runtime.ToolSpec{Name: "deploy", Description: "Deploys the service."}
+func (b *blocker) Spec() llm.ToolSpec {
+	return llm.ToolSpec{Name: "deploy", Description: "Deploys the service."}
 }
 
-func (b *blocker) Call(ctx context.Context, _ runtime.ToolCall, _ func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+func (b *blocker) Call(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
 	close(b.started)
 	<-ctx.Done()
-	return runtime.ToolOutput{}, ctx.Err()
+	return llm.ToolOutput{}, ctx.Err()
 }
 
 // recorded is one RunTurn a replica served.
@@ -184,7 +186,7 @@ func (r *replica) served() []recorded {
 
 // newReplica returns a replica whose runner serves model "test" on p with
 // the tools given.
-func newReplica(tb testing.TB, p runtime.Provider, tools ...runtime.Tool) *replica {
+func newReplica(tb testing.TB, p llm.Provider, tools ...llm.Tool) *replica {
 	tb.Helper()
 	r, err := buildReplica(p, tools...)
 	if err != nil {
@@ -193,11 +195,11 @@ func newReplica(tb testing.TB, p runtime.Provider, tools ...runtime.Tool) *repli
 	return r
 }
 
-func buildReplica(p runtime.Provider, tools ...runtime.Tool) (*replica, error) {
+func buildReplica(p llm.Provider, tools ...llm.Tool) (*replica, error) {
 	r, err := runtime.New([]*runtime.Model{{
 		Alias: "test", ProviderName: "scripted", Provider: p, ID: "scripted-1",
 		// No retries inside the turn: the client's step retry is under test.
-		Retry: runtime.RetryConfig{MaxRetries: 0, Multiplier: 1},
+		Retry: policy.Retry{MaxRetries: 0, Multiplier: 1},
 	}}, "test", tools)
 	if err != nil {
 		return nil, err

@@ -15,9 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/turnstile-dev/turnstile/policy"
 	"gopkg.in/yaml.v3"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // DefaultListen is the address served when neither the file nor a flag says.
@@ -254,7 +253,7 @@ func (c *Config) applyDefaults() {
 // DefaultRetry returns the built-in retry settings: the runtime's
 // defaults, so the two never drift apart.
 func DefaultRetry() Retry {
-	d := runtime.DefaultRetryConfig()
+	d := policy.DefaultRetry()
 	return Retry{
 		MaxRetries:     d.MaxRetries,
 		InitialBackoff: d.InitialBackoff,

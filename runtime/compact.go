@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
+
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Compactor shortens a conversation that no longer fits a model's context
@@ -13,7 +15,7 @@ type Compactor interface {
 	// Name identifies the strategy in Compaction events.
 	Name() string
 	// Compact returns a shorter version of msgs.
-	Compact(ctx context.Context, system string, msgs []Message) ([]Message, error)
+	Compact(ctx context.Context, system string, msgs []llm.Message) ([]llm.Message, error)
 }
 
 // KeepEnds is the default [Compactor]. It keeps the first user message and
@@ -31,7 +33,7 @@ type KeepEnds struct {
 func (KeepEnds) Name() string { return "keep_ends" }
 
 // Compact implements [Compactor].
-func (k KeepEnds) Compact(_ context.Context, _ string, msgs []Message) ([]Message, error) {
+func (k KeepEnds) Compact(_ context.Context, _ string, msgs []llm.Message) ([]llm.Message, error) {
 	target, maxResult := k.Target, k.MaxToolResult
 	if target <= 0 || target >= 1 {
 		target = 0.5
@@ -42,16 +44,16 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []Message) ([]Messag
 	goal := int(float64(ConversationSize(msgs)) * target)
 
 	// First shorten oversized tool results, which are the usual culprits.
-	out := make([]Message, len(msgs))
+	out := make([]llm.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = m
 		copied := false
 		for j, p := range m.Parts {
-			if p.Kind != PartToolResult || p.ToolResult == nil || len(p.ToolResult.Content) <= maxResult {
+			if p.Kind != llm.PartToolResult || p.ToolResult == nil || len(p.ToolResult.Content) <= maxResult {
 				continue
 			}
 			if !copied {
-				out[i].Parts, copied = append([]Part(nil), m.Parts...), true
+				out[i].Parts, copied = append([]llm.Part(nil), m.Parts...), true
 			}
 			r := *p.ToolResult
 			cut := len(r.Content) - maxResult
@@ -68,7 +70,7 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []Message) ([]Messag
 	// result loses its call.
 	first := -1
 	for i, m := range out {
-		if m.Role == RoleUser {
+		if m.Role == llm.RoleUser {
 			first = i
 			break
 		}
@@ -80,7 +82,7 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []Message) ([]Messag
 	budget := goal - ConversationSize(head)
 	start := -1
 	for i := len(out) - 1; i > first; i-- {
-		if out[i].Role != RoleUser || hasToolResult(out[i]) {
+		if out[i].Role != llm.RoleUser || hasToolResult(out[i]) {
 			continue
 		}
 		// The newest clean cut is always taken; older ones while they fit.
@@ -96,16 +98,16 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []Message) ([]Messag
 	if dropped <= 0 {
 		return out, nil
 	}
-	note := Message{Role: RoleUser, Parts: []Part{TextPart(fmt.Sprintf("[%d earlier messages were omitted to fit the context window]", dropped))}}
-	res := make([]Message, 0, len(head)+1+len(out)-start)
+	note := llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(fmt.Sprintf("[%d earlier messages were omitted to fit the context window]", dropped))}}
+	res := make([]llm.Message, 0, len(head)+1+len(out)-start)
 	res = append(res, head...)
 	res = append(res, note)
 	return append(res, out[start:]...), nil
 }
 
-func hasToolResult(m Message) bool {
+func hasToolResult(m llm.Message) bool {
 	for _, p := range m.Parts {
-		if p.Kind == PartToolResult {
+		if p.Kind == llm.PartToolResult {
 			return true
 		}
 	}
@@ -114,7 +116,7 @@ func hasToolResult(m Message) bool {
 
 // ConversationSize returns the bytes of text in msgs: text, thinking, tool
 // call arguments and tool results.
-func ConversationSize(msgs []Message) int {
+func ConversationSize(msgs []llm.Message) int {
 	n := 0
 	for _, m := range msgs {
 		for _, p := range m.Parts {

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"time"
+
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // A Sink receives a turn's events in order, one at a time. Emit blocks
@@ -42,7 +44,7 @@ type Event struct {
 	Retry            *Retry
 	Fallback         *Fallback
 	Compaction       *Compaction
-	Usage            *Usage
+	Usage            *llm.Usage
 	Error            *TurnError
 	TurnCompleted    *TurnCompleted
 }
@@ -94,7 +96,7 @@ type ToolCallDelta struct {
 // MessageCompleted carries a message exactly as committed to the
 // conversation: an assistant reply after its stream completed, or the tool
 // results of a step.
-type MessageCompleted struct{ Message Message }
+type MessageCompleted struct{ Message llm.Message }
 
 // ToolStarted says a server-side tool began running.
 type ToolStarted struct {
@@ -107,7 +109,7 @@ type ToolStarted struct {
 type ToolProgressEvent struct {
 	CallID string
 	Name   string
-	ToolProgress
+	llm.ToolProgress
 }
 
 // ToolFinished says a tool call ended, with the result the model will see.
@@ -124,9 +126,9 @@ type LLMCallFinished struct {
 	Model   string
 	Attempt int
 	// Usage is the attempt's usage; failed attempts cost tokens too.
-	Usage Usage
+	Usage llm.Usage
 	// Stop is why the reply ended, when it succeeded.
-	Stop StopReason
+	Stop llm.StopReason
 	// Err is the attempt's failure, nil when it succeeded.
 	Err *TurnError
 	// Duration is the attempt's wall time.
@@ -145,7 +147,7 @@ type Retry struct {
 	// Delay is how long the runtime waits before the attempt.
 	Delay time.Duration
 	// Kind is the class of the failure that caused the retry.
-	Kind    Kind
+	Kind    llm.Kind
 	Message string
 	// DiscardPartial reports that output streamed since DiscardFromSeq
 	// belongs to the failed attempt and must be dropped by every consumer.
@@ -159,7 +161,7 @@ type Fallback struct {
 	From string
 	To   string
 	// Kind is the class of the failure that caused the move.
-	Kind    Kind
+	Kind    llm.Kind
 	Message string
 	// DiscardPartial and DiscardFromSeq are as in [Retry].
 	DiscardPartial bool
@@ -179,7 +181,7 @@ type Compaction struct {
 // TurnError is the terminal failure of a turn, or of one attempt in
 // [LLMCallFinished].
 type TurnError struct {
-	Kind    Kind
+	Kind    llm.Kind
 	Message string
 	// Retryable is nil when there is no advice; true when re-sending the
 	// conversation plus the turn's committed messages is safe and may
@@ -199,7 +201,7 @@ type ModelAttempts struct {
 	Attempts int
 	// LastKind is the class of the model's last failure, when Succeeded is
 	// false.
-	LastKind Kind
+	LastKind llm.Kind
 	// Succeeded reports that the model's last attempt succeeded.
 	Succeeded bool
 }
@@ -247,8 +249,8 @@ func (r EndReason) String() string {
 type TurnCompleted struct {
 	Reason EndReason
 	// Messages are the messages the turn added, to append to the conversation.
-	Messages []Message
-	Usage    Usage
+	Messages []llm.Message
+	Usage    llm.Usage
 	Counters Counters
 }
 

@@ -11,25 +11,27 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fastRetry is the default policy scaled down to milliseconds.
-func fastRetry() runtime.RetryConfig {
-	return runtime.RetryConfig{
+func fastRetry() policy.Retry {
+	return policy.Retry{
 		MaxRetries: 2, InitialBackoff: time.Millisecond, Multiplier: 2, MaxBackoff: 4 * time.Millisecond,
 		Jitter: 0.25, MaxRetryAfter: 50 * time.Millisecond, Cooldown: time.Minute,
 		BudgetTokens: 10, BudgetRatio: 0.1,
 	}
 }
 
-func model(alias string, p runtime.Provider, fallbacks ...string) *runtime.Model {
+func model(alias string, p llm.Provider, fallbacks ...string) *runtime.Model {
 	return &runtime.Model{Alias: alias, ProviderName: "fake", Provider: p, ID: alias + "-id", Fallbacks: fallbacks, Retry: fastRetry()}
 }
 
-func newRunner(t testing.TB, models []*runtime.Model, tools []runtime.Tool, opts ...runtime.Option) *runtime.Runner {
+func newRunner(t testing.TB, models []*runtime.Model, tools []llm.Tool, opts ...runtime.Option) *runtime.Runner {
 	t.Helper()
 	opts = append([]runtime.Option{runtime.WithJitter(func() float64 { return 0.5 })}, opts...)
 	r, err := runtime.New(models, models[0].Alias, tools, opts...)
@@ -39,8 +41,15 @@ func newRunner(t testing.TB, models []*runtime.Model, tools []runtime.Tool, opts
 	return r
 }
 
+// withLimits returns an option with the default limits changed by edit.
+func withLimits(edit func(*runtime.Limits)) runtime.Option {
+	l := runtime.DefaultLimits()
+	edit(&l)
+	return runtime.WithLimits(l)
+}
+
 func userTurn(text string) *runtime.TurnRequest {
-	return &runtime.TurnRequest{TurnID: "t1", Messages: []runtime.Message{{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart(text)}}}}
+	return &runtime.TurnRequest{TurnID: "t1", Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(text)}}}}
 }
 
 // recorder is a Sink that keeps every event.
@@ -156,8 +165,8 @@ func describeAll(evs []runtime.Event) string {
 }
 
 // providerErr returns a classified provider failure.
-func providerErr(k runtime.Kind, retryAfter time.Duration) *runtime.Error {
-	return &runtime.Error{Kind: k, Message: "upstream says " + k.String(), RetryAfter: retryAfter}
+func providerErr(k llm.Kind, retryAfter time.Duration) *llm.Error {
+	return &llm.Error{Kind: k, Message: "upstream says " + k.String(), RetryAfter: retryAfter}
 }
 
 var _ = fake.Text

@@ -12,6 +12,10 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/turnstile-dev/turnstile/policy"
+
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Model is a configured model alias: which provider serves it, under which
@@ -22,7 +26,7 @@ type Model struct {
 	// ProviderName is the configured provider's name, for events and logs.
 	ProviderName string
 	// Provider serves the model.
-	Provider Provider
+	Provider llm.Provider
 	// ID is the provider's own model id.
 	ID string
 	// Fallbacks lists aliases to move to, in order, when this model fails.
@@ -37,7 +41,7 @@ type Model struct {
 	// IdleTimeout bounds the gap between two chunks; zero is none.
 	IdleTimeout time.Duration
 	// Retry tunes retries on this model.
-	Retry RetryConfig
+	Retry policy.Retry
 	// Tools, when not nil, lists the server-side tools this model may call.
 	Tools []string
 }
@@ -51,10 +55,10 @@ type TurnRequest struct {
 	// System is the system prompt.
 	System string
 	// Messages is the conversation so far.
-	Messages []Message
+	Messages []llm.Message
 	// ClientTools are tools the client runs itself: when the model calls
 	// one, the turn ends with [EndToolCallsRequired].
-	ClientTools []ToolSpec
+	ClientTools []llm.ToolSpec
 	// MaxOutputTokens overrides the model's output limit when positive.
 	MaxOutputTokens int
 	// Temperature is passed to the provider when not nil.
@@ -74,23 +78,19 @@ const ContinuationPrompt = "Your previous reply was cut off by the output token 
 type Runner struct {
 	models       map[string]*Model
 	defaultModel string
-	tools        map[string]Tool
-	toolSpecs    []ToolSpec // sorted by name
-	health       *health
+	tools        map[string]llm.Tool
+	toolSpecs    []llm.ToolSpec // sorted by name
+	health       *policy.Health
 	opts         options
 }
 
 type options struct {
-	logger           *slog.Logger
-	now              func() time.Time
-	jitter           func() float64
-	newID            func() string
-	compactor        Compactor
-	maxModelCalls    int
-	maxContinuations int
-	toolConcurrency  int
-	toolTimeout      time.Duration
-	breakerThreshold int
+	logger    *slog.Logger
+	now       func() time.Time
+	jitter    func() float64
+	newID     func() string
+	compactor Compactor
+	limits    Limits
 }
 
 // Option configures a [Runner].
@@ -115,50 +115,29 @@ func WithIDs(f func() string) Option { return func(o *options) { o.newID = f } }
 // (default [KeepEnds] with its defaults).
 func WithCompactor(c Compactor) Option { return func(o *options) { o.compactor = c } }
 
-// WithMaxModelCalls bounds the model calls of a turn, retries included
-// (default 16).
-func WithMaxModelCalls(n int) Option { return func(o *options) { o.maxModelCalls = n } }
-
-// WithMaxContinuations bounds how often a reply cut short by the output
-// token limit is continued (default 3; 0 never continues).
-func WithMaxContinuations(n int) Option { return func(o *options) { o.maxContinuations = n } }
-
-// WithToolConcurrency bounds the tool calls running at once in a turn
-// (default 4).
-func WithToolConcurrency(n int) Option { return func(o *options) { o.toolConcurrency = n } }
-
-// WithToolTimeout bounds one tool call (default 60s). A tool can set its own
-// bound by implementing interface{ Timeout() time.Duration }.
-func WithToolTimeout(d time.Duration) Option { return func(o *options) { o.toolTimeout = d } }
-
-// WithBreakerThreshold sets after how many consecutive failures a tool is
-// disabled for the rest of a turn (default 3).
-func WithBreakerThreshold(n int) Option { return func(o *options) { o.breakerThreshold = n } }
+// WithLimits sets the limits of every turn (default [DefaultLimits]).
+func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 
 // ErrNoModels is returned by [New] when no model is configured.
 var ErrNoModels = errors.New("runtime: no models")
 
 // New returns a Runner over models, starting turns that name no model on
 // defaultModel, with the server-side tools given.
-func New(models []*Model, defaultModel string, tools []Tool, opts ...Option) (*Runner, error) {
+func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option) (*Runner, error) {
 	if len(models) == 0 {
 		return nil, ErrNoModels
 	}
 	r := &Runner{
 		models:       make(map[string]*Model, len(models)),
 		defaultModel: defaultModel,
-		tools:        make(map[string]Tool, len(tools)),
+		tools:        make(map[string]llm.Tool, len(tools)),
 		opts: options{
-			logger:           slog.New(slog.DiscardHandler),
-			now:              time.Now,
-			jitter:           mathrand.Float64,
-			newID:            randomID,
-			compactor:        KeepEnds{},
-			maxModelCalls:    16,
-			maxContinuations: 3,
-			toolConcurrency:  4,
-			toolTimeout:      60 * time.Second,
-			breakerThreshold: 3,
+			logger:    slog.New(slog.DiscardHandler),
+			now:       time.Now,
+			jitter:    mathrand.Float64,
+			newID:     randomID,
+			compactor: KeepEnds{},
+			limits:    DefaultLimits(),
 		},
 	}
 	for _, o := range opts {
@@ -190,11 +169,15 @@ func New(models []*Model, defaultModel string, tools []Tool, opts ...Option) (*R
 		}
 		r.tools[name] = t
 	}
-	if r.opts.maxModelCalls < 1 || r.opts.toolConcurrency < 1 || r.opts.maxContinuations < 0 || r.opts.breakerThreshold < 1 {
-		return nil, errors.New("runtime: limits must be positive")
+	if p := r.opts.limits.Problems(); len(p) > 0 {
+		return nil, fmt.Errorf("runtime: limits: %v", p[0])
 	}
 	r.toolSpecs = r.Tools()
-	r.health = newHealth(r.models)
+	retries := make(map[string]policy.Retry, len(r.models))
+	for alias, m := range r.models {
+		retries[alias] = m.Retry
+	}
+	r.health = policy.NewHealth(retries)
 	return r, nil
 }
 
@@ -242,12 +225,12 @@ func (r *Runner) Models() []string {
 }
 
 // Tools returns the specs of the server-side tools, sorted by name.
-func (r *Runner) Tools() []ToolSpec {
-	out := make([]ToolSpec, 0, len(r.tools))
+func (r *Runner) Tools() []llm.ToolSpec {
+	out := make([]llm.ToolSpec, 0, len(r.tools))
 	for _, t := range r.tools {
 		out = append(out, t.Spec())
 	}
-	slices.SortFunc(out, func(a, b ToolSpec) int {
+	slices.SortFunc(out, func(a, b llm.ToolSpec) int {
 		if a.Name < b.Name {
 			return -1
 		}
@@ -274,7 +257,7 @@ func (r *Runner) Run(ctx context.Context, req *TurnRequest, sink Sink) (res *Tur
 	defer func() {
 		if p := recover(); p != nil {
 			r.opts.logger.Error("turn panicked", "turn_id", t.id, "panic", p)
-			res, err = nil, t.fail(ctx, &Error{Kind: KindInternal, Message: "internal error"})
+			res, err = nil, t.fail(ctx, &llm.Error{Kind: llm.KindInternal, Message: "internal error"})
 		}
 	}()
 	return t.run(ctx)
@@ -308,7 +291,7 @@ type turn struct {
 	mu       sync.Mutex // serialises emit from parallel tools
 	seq      uint64
 	sinkErr  error
-	usage    Usage
+	usage    llm.Usage
 	counters Counters
 	attempts []ModelAttempts
 
@@ -316,8 +299,8 @@ type turn struct {
 	pos   int
 	probe string // alias being probed, released when the turn ends
 
-	conv  []Message // the conversation as the model sees it
-	added []Message // the messages the turn committed
+	conv  []llm.Message // the conversation as the model sees it
+	added []llm.Message // the messages the turn committed
 	// unsafeRunning counts the tools with side effects started since the
 	// last commit: replaying the step could run them twice.
 	unsafeRunning int
@@ -356,7 +339,7 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 	t.conv = slices.Clone(t.req.Messages)
 	defer func() {
 		if t.probe != "" {
-			r.health.release(t.probe)
+			r.health.Release(t.probe)
 		}
 	}()
 
@@ -365,7 +348,7 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 	}
 	t.pickStart()
 
-	maxCalls := r.opts.maxModelCalls
+	maxCalls := r.opts.limits.MaxModelCalls
 	if t.req.MaxModelCalls > 0 {
 		maxCalls = t.req.MaxModelCalls
 	}
@@ -393,20 +376,20 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 			continue
 		}
 		switch stop {
-		case StopMaxTokens:
-			if continuations >= r.opts.maxContinuations {
+		case llm.StopMaxTokens:
+			if continuations >= r.opts.limits.MaxContinuations {
 				return t.complete(ctx, EndMaxTokens)
 			}
 			continuations++
-			if err := t.commit(ctx, Message{Role: RoleUser, Parts: []Part{TextPart(ContinuationPrompt)}}); err != nil {
+			if err := t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(ContinuationPrompt)}}); err != nil {
 				return nil, t.sinkFailure(ctx)
 			}
-		case StopPauseTurn:
+		case llm.StopPauseTurn:
 			// The provider paused a long turn: sending the conversation
 			// again continues it.
-		case StopRefusal:
+		case llm.StopRefusal:
 			return t.complete(ctx, EndRefusal)
-		case StopSequence:
+		case llm.StopSequence:
 			return t.complete(ctx, EndStopSequence)
 		default:
 			return t.complete(ctx, EndTurn)
@@ -441,16 +424,16 @@ func (t *turn) pickStart() {
 	now := t.r.opts.now()
 	soonest, until := 0, time.Time{}
 	for i, m := range t.chain {
-		a := t.r.health.admit(m.Alias, now)
-		if a.ok {
+		a := t.r.health.Admit(m.Alias, now)
+		if a.OK {
 			t.pos = i
-			if a.probe {
+			if a.Probe {
 				t.probe = m.Alias
 			}
 			return
 		}
-		if until.IsZero() || a.until.Before(until) {
-			soonest, until = i, a.until
+		if until.IsZero() || a.Until.Before(until) {
+			soonest, until = i, a.Until
 		}
 	}
 	t.pos = soonest
@@ -462,16 +445,16 @@ func (t *turn) nextModel(reserve bool) int {
 	now := t.r.opts.now()
 	for i := t.pos + 1; i < len(t.chain); i++ {
 		if !reserve {
-			if t.r.health.available(t.chain[i].Alias, now) {
+			if t.r.health.Available(t.chain[i].Alias, now) {
 				return i
 			}
 			continue
 		}
-		a := t.r.health.admit(t.chain[i].Alias, now)
-		if a.ok {
-			if a.probe {
+		a := t.r.health.Admit(t.chain[i].Alias, now)
+		if a.OK {
+			if a.Probe {
 				if t.probe != "" {
-					t.r.health.release(t.probe)
+					t.r.health.Release(t.probe)
 				}
 				t.probe = t.chain[i].Alias
 			}
@@ -494,7 +477,7 @@ func (t *turn) hasLargerFallback(from int) bool {
 	return false
 }
 
-func (t *turn) commit(ctx context.Context, m Message) error {
+func (t *turn) commit(ctx context.Context, m llm.Message) error {
 	t.conv = append(t.conv, m)
 	t.added = append(t.added, m)
 	return t.emit(ctx, Event{MessageCompleted: &MessageCompleted{Message: m}})
@@ -510,11 +493,11 @@ func (t *turn) complete(ctx context.Context, reason EndReason) (*TurnCompleted, 
 
 // sinkFailure reports a turn that could not emit its events.
 func (t *turn) sinkFailure(ctx context.Context) *TurnError {
-	e := AsError(t.ctxErr(ctx))
+	e := llm.AsError(t.ctxErr(ctx))
 	if ctx.Err() == nil {
-		e = &Error{Kind: KindInternal, Message: "the event stream failed", Err: t.sinkErr}
+		e = &llm.Error{Kind: llm.KindInternal, Message: "the event stream failed", Err: t.sinkErr}
 	}
-	return t.toTurnError(e, Decision{})
+	return t.toTurnError(e, policy.Decision{})
 }
 
 // ctxErr returns the cause of ctx's end, or nil while it is live.
@@ -532,26 +515,23 @@ func (t *turn) fail(ctx context.Context, err error) *TurnError {
 		_ = t.emit(context.WithoutCancel(ctx), Event{Error: te})
 		return te
 	}
-	te = t.toTurnError(AsError(err), Decision{})
+	te = t.toTurnError(llm.AsError(err), policy.Decision{})
 	_ = t.emit(context.WithoutCancel(ctx), Event{Error: te})
 	return te
 }
 
 // toTurnError builds the terminal error for e, with the retry advice it
 // deserves.
-func (t *turn) toTurnError(e *Error, d Decision) *TurnError {
+func (t *turn) toTurnError(e *llm.Error, d policy.Decision) *TurnError {
 	te := &TurnError{Kind: e.Kind, Message: e.Message, Model: e.Model, Attempts: slices.Clone(t.attempts)}
 	if te.Message == "" {
 		te.Message = e.Kind.String()
 	}
-	retryable := Transient(e.Kind)
-	switch {
-	case t.unsafeRunning > 0 && retryable:
-		te.Kind = KindToolsUnsafe
+	advice := policy.Advise(e.Kind, t.unsafeRunning > 0)
+	retryable := advice.Retryable
+	if advice.Kind != e.Kind {
+		te.Kind = advice.Kind
 		te.Message += "; a tool with side effects was interrupted, check its effects before retrying"
-		retryable = false
-	case e.Kind == KindCancelled || e.Kind == KindDeadlineExceeded:
-		retryable = false
 	}
 	te.Retryable = &retryable
 	if retryable {
@@ -564,7 +544,7 @@ func (t *turn) toTurnError(e *Error, d Decision) *TurnError {
 func (e *TurnError) Error() string { return e.Kind.String() + ": " + e.Message }
 
 // countAttempt records an attempt on alias; err is nil when it succeeded.
-func (t *turn) countAttempt(alias string, err *Error) {
+func (t *turn) countAttempt(alias string, err *llm.Error) {
 	n := len(t.attempts)
 	if n == 0 || t.attempts[n-1].Model != alias {
 		t.attempts = append(t.attempts, ModelAttempts{Model: alias})

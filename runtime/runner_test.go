@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestPlainTurn(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
-		{Kind: runtime.ChunkThinking, Text: "hmm"},
-		{Kind: runtime.ChunkThinking, Signature: "sig"},
-		{Kind: runtime.ChunkText, Text: "Hello"},
-		{Kind: runtime.ChunkText, Text: ", world"},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{
+		{Kind: llm.ChunkThinking, Text: "hmm"},
+		{Kind: llm.ChunkThinking, Signature: "sig"},
+		{Kind: llm.ChunkText, Text: "Hello"},
+		{Kind: llm.ChunkText, Text: ", world"},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}},
+		{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
 	}})
 	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
 	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
@@ -36,11 +38,11 @@ func TestPlainTurn(t *testing.T) {
 		t.Fatalf("messages added = %d, want 1", len(res.Messages))
 	}
 	m := res.Messages[0]
-	if m.Role != runtime.RoleAssistant || m.Text() != "Hello, world" || len(m.Parts) != 2 ||
-		m.Parts[0].Kind != runtime.PartThinking || m.Parts[0].Text != "hmm" || m.Parts[0].Signature != "sig" {
+	if m.Role != llm.RoleAssistant || m.Text() != "Hello, world" || len(m.Parts) != 2 ||
+		m.Parts[0].Kind != llm.PartThinking || m.Parts[0].Text != "hmm" || m.Parts[0].Signature != "sig" {
 		t.Errorf("committed message = %+v", m)
 	}
-	if res.Usage != (runtime.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}) || res.Counters.ModelCalls != 1 {
+	if res.Usage != (llm.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}) || res.Counters.ModelCalls != 1 {
 		t.Errorf("usage %+v counters %+v", res.Usage, res.Counters)
 	}
 	if evs[0].TurnID != "t1" {
@@ -53,11 +55,11 @@ func TestServerToolTurn(t *testing.T) {
 		fake.Reply{Chunks: fake.Call("c1", "lookup", `{"q":"x"}`)},
 		fake.Reply{Chunks: fake.Text("found it")},
 	)
-	tool := fake.NewTool("lookup", func(_ context.Context, _ runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
-		progress(runtime.ToolProgress{Message: "searching", Progress: 1, Total: 2})
-		return runtime.ToolOutput{Content: "42"}, nil
+	tool := fake.NewTool("lookup", func(_ context.Context, _ llm.ToolCall, progress func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		progress(llm.ToolProgress{Message: "searching", Progress: 1, Total: 2})
+		return llm.ToolOutput{Content: "42"}, nil
 	})
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{tool})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{tool})
 	evs, res, terr := run(t, t.Context(), r, userTurn("look it up"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -71,7 +73,7 @@ func TestServerToolTurn(t *testing.T) {
 	}
 	second := p.Requests()[1]
 	last := second.Messages[len(second.Messages)-1]
-	if last.Role != runtime.RoleTool || last.Parts[0].ToolResult.Content != "42" || last.Parts[0].ToolResult.CallID != "c1" {
+	if last.Role != llm.RoleTool || last.Parts[0].ToolResult.Content != "42" || last.Parts[0].ToolResult.CallID != "c1" {
 		t.Errorf("second call's last message = %+v", last)
 	}
 	if n := len(second.Tools); n != 1 || second.Tools[0].Name != "lookup" {
@@ -83,7 +85,7 @@ func TestClientToolEndsTurn(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c9", "ask_user", `{}`)})
 	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
 	req := userTurn("ask me")
-	req.ClientTools = []runtime.ToolSpec{{Name: "ask_user"}}
+	req.ClientTools = []llm.ToolSpec{{Name: "ask_user"}}
 	evs, res, terr := run(t, t.Context(), r, req)
 	if terr != nil {
 		t.Fatal(terr)
@@ -98,17 +100,17 @@ func TestClientToolEndsTurn(t *testing.T) {
 }
 
 func TestMixedToolsRunServerSideFirst(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
-		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "s", Name: "lookup"},
-		{Kind: runtime.ChunkToolCallEnd, Index: 0},
-		{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "c", Name: "ask_user"},
-		{Kind: runtime.ChunkToolCallEnd, Index: 1},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{
+		{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "s", Name: "lookup"},
+		{Kind: llm.ChunkToolCallEnd, Index: 0},
+		{Kind: llm.ChunkToolCallStart, Index: 1, CallID: "c", Name: "ask_user"},
+		{Kind: llm.ChunkToolCallEnd, Index: 1},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 	}})
 	tool := fake.NewTool("lookup", nil)
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{tool})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{tool})
 	req := userTurn("both")
-	req.ClientTools = []runtime.ToolSpec{{Name: "ask_user"}}
+	req.ClientTools = []llm.ToolSpec{{Name: "ask_user"}}
 	evs, res, terr := run(t, t.Context(), r, req)
 	if terr != nil {
 		t.Fatal(terr)
@@ -124,23 +126,23 @@ func TestMixedToolsRunServerSideFirst(t *testing.T) {
 
 func TestToolFailuresGoBackToTheModel(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Chunks: []runtime.Chunk{
-			{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "nope"},
-			{Kind: runtime.ChunkToolCallEnd, Index: 0},
-			{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "b", Name: "broken"},
-			{Kind: runtime.ChunkToolCallArgs, Index: 1, Text: `{"x":`},
-			{Kind: runtime.ChunkToolCallEnd, Index: 1},
-			{Kind: runtime.ChunkToolCallStart, Index: 2, CallID: "c", Name: "broken"},
-			{Kind: runtime.ChunkToolCallArgs, Index: 2, Text: `{}`},
-			{Kind: runtime.ChunkToolCallEnd, Index: 2},
-			{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+		fake.Reply{Chunks: []llm.Chunk{
+			{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "a", Name: "nope"},
+			{Kind: llm.ChunkToolCallEnd, Index: 0},
+			{Kind: llm.ChunkToolCallStart, Index: 1, CallID: "b", Name: "broken"},
+			{Kind: llm.ChunkToolCallArgs, Index: 1, Text: `{"x":`},
+			{Kind: llm.ChunkToolCallEnd, Index: 1},
+			{Kind: llm.ChunkToolCallStart, Index: 2, CallID: "c", Name: "broken"},
+			{Kind: llm.ChunkToolCallArgs, Index: 2, Text: `{}`},
+			{Kind: llm.ChunkToolCallEnd, Index: 2},
+			{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 		}},
 		fake.Reply{Chunks: fake.Text("sorry")},
 	)
-	broken := fake.NewTool("broken", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
-		return runtime.ToolOutput{}, errors.New("disk on fire")
+	broken := fake.NewTool("broken", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		return llm.ToolOutput{}, errors.New("disk on fire")
 	})
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{broken})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{broken})
 	_, res, terr := run(t, t.Context(), r, userTurn("go"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -166,10 +168,10 @@ func TestToolFailuresGoBackToTheModel(t *testing.T) {
 
 func TestToolBreakerTrips(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("", "flaky", `{}`)})
-	flaky := fake.NewTool("flaky", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
-		return runtime.ToolOutput{IsError: true, Content: "nope"}, nil
+	flaky := fake.NewTool("flaky", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		return llm.ToolOutput{IsError: true, Content: "nope"}, nil
 	})
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{flaky}, runtime.WithMaxModelCalls(5))
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{flaky}, withLimits(func(l *runtime.Limits) { l.MaxModelCalls = 5 }))
 	_, res, terr := run(t, t.Context(), r, userTurn("loop"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -188,17 +190,17 @@ func TestToolBreakerTrips(t *testing.T) {
 
 func TestToolTimeoutAndParallelism(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Chunks: []runtime.Chunk{
-			{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "slow"},
-			{Kind: runtime.ChunkToolCallEnd, Index: 0},
-			{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "b", Name: "slow"},
-			{Kind: runtime.ChunkToolCallEnd, Index: 1},
-			{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+		fake.Reply{Chunks: []llm.Chunk{
+			{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "a", Name: "slow"},
+			{Kind: llm.ChunkToolCallEnd, Index: 0},
+			{Kind: llm.ChunkToolCallStart, Index: 1, CallID: "b", Name: "slow"},
+			{Kind: llm.ChunkToolCallEnd, Index: 1},
+			{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 		}},
 		fake.Reply{Chunks: fake.Text("done")},
 	)
 	var running, peak atomic.Int32
-	slow := fake.NewTool("slow", func(ctx context.Context, _ runtime.ToolCall, _ func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+	slow := fake.NewTool("slow", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -208,9 +210,9 @@ func TestToolTimeoutAndParallelism(t *testing.T) {
 			}
 		}
 		<-ctx.Done()
-		return runtime.ToolOutput{}, ctx.Err()
+		return llm.ToolOutput{}, ctx.Err()
 	})
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{slow}, runtime.WithToolTimeout(20*time.Millisecond))
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{slow}, withLimits(func(l *runtime.Limits) { l.ToolTimeout = 20 * time.Millisecond }))
 	_, res, terr := run(t, t.Context(), r, userTurn("go"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -227,12 +229,12 @@ func TestToolTimeoutAndParallelism(t *testing.T) {
 
 func TestToolPanicEndsTurnInternal(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "boom", `{}`)})
-	boom := fake.NewTool("boom", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+	boom := fake.NewTool("boom", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		panic("kaboom")
 	})
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{boom})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{boom})
 	evs, _, terr := run(t, t.Context(), r, userTurn("go"))
-	if terr == nil || terr.Kind != runtime.KindInternal || *terr.Retryable {
+	if terr == nil || terr.Kind != llm.KindInternal || *terr.Retryable {
 		t.Fatalf("error = %+v", terr)
 	}
 	want := "start | call m#1 | tooldelta | finished | usage | commit assistant | tool boom | error INTERNAL retryable=false"
@@ -264,24 +266,24 @@ func TestClassMatrix(t *testing.T) {
 		return noFB, sprintf("start | call a#1 | failed %[1]s"+fellBack, k)
 	}
 	type row struct {
-		kind         runtime.Kind
+		kind         llm.Kind
 		noFB, withFB string
 	}
 	var rows []row
-	for _, k := range []runtime.Kind{runtime.KindOverloaded, runtime.KindServerError, runtime.KindTimeout, runtime.KindNetwork} {
+	for _, k := range []llm.Kind{llm.KindOverloaded, llm.KindServerError, llm.KindTimeout, llm.KindNetwork} {
 		a, b := transient(k.String())
 		rows = append(rows, row{k, a, b})
 	}
-	for _, k := range []runtime.Kind{runtime.KindQuotaExhausted, runtime.KindAuth, runtime.KindNotFound} {
+	for _, k := range []llm.Kind{llm.KindQuotaExhausted, llm.KindAuth, llm.KindNotFound} {
 		a, b := final(k.String(), true)
 		rows = append(rows, row{k, a, b})
 	}
-	for _, k := range []runtime.Kind{runtime.KindInvalidRequest, runtime.KindContentFiltered, runtime.KindInternal, runtime.KindContextOverflow} {
+	for _, k := range []llm.Kind{llm.KindInvalidRequest, llm.KindContentFiltered, llm.KindInternal, llm.KindContextOverflow} {
 		a, b := final(k.String(), false)
 		rows = append(rows, row{k, a, b})
 	}
-	rl := runtime.KindRateLimited.String()
-	rows = append(rows, row{runtime.KindRateLimited,
+	rl := llm.KindRateLimited.String()
+	rows = append(rows, row{llm.KindRateLimited,
 		sprintf("start | call a#1 | "+retries+" | error %[1]s retryable=true", rl),
 		sprintf("start | call a#1 | failed %[1]s"+fellBack, rl)})
 
@@ -306,7 +308,7 @@ func TestClassMatrix(t *testing.T) {
 					t.Errorf("events:\n got %s\nwant %s", got, want)
 				}
 				if terr != nil {
-					if wantRetry := runtime.Transient(tt.kind); *terr.Retryable != wantRetry {
+					if wantRetry := policy.RuleFor(tt.kind).Transient; *terr.Retryable != wantRetry {
 						t.Errorf("retryable = %v, want %v", *terr.Retryable, wantRetry)
 					}
 					if len(terr.Attempts) == 0 || terr.Attempts[0].Model != "a" || terr.Attempts[0].LastKind != tt.kind {
@@ -326,17 +328,17 @@ func TestStreamInterruptedDiscardsPartial(t *testing.T) {
 	// the tool does not run from it.
 	p := fake.NewProvider(
 		fake.Reply{
-			Chunks: []runtime.Chunk{
-				{Kind: runtime.ChunkText, Text: "Let me "},
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
+			Chunks: []llm.Chunk{
+				{Kind: llm.ChunkText, Text: "Let me "},
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
 			},
-			Err: &runtime.Error{Kind: runtime.KindNetwork, Message: "connection reset"},
+			Err: &llm.Error{Kind: llm.KindNetwork, Message: "connection reset"},
 		},
 		fake.Reply{Chunks: fake.Text("All good.")},
 	)
 	tool := fake.NewTool("lookup", nil)
-	r := newRunner(t, []*runtime.Model{model("m", p)}, []runtime.Tool{tool})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{tool})
 	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -361,7 +363,7 @@ func TestStreamInterruptedDiscardsPartial(t *testing.T) {
 
 func TestStreamEndingWithoutStopIsInterrupted(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "half"}}},
+		fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "half"}}},
 		fake.Reply{Chunks: fake.Text("whole")},
 	)
 	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
@@ -386,7 +388,7 @@ func TestRetryAfterHonouredAndCapped(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindRateLimited, tt.retryAfter)}, fake.Reply{Chunks: fake.Text("ok")})
+			p := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindRateLimited, tt.retryAfter)}, fake.Reply{Chunks: fake.Text("ok")})
 			r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 			start := time.Now()
 			evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
@@ -410,8 +412,8 @@ func TestRetryAfterHonouredAndCapped(t *testing.T) {
 
 func TestGrowingRetryAfterHonouredEachAttempt(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Err: providerErr(runtime.KindRateLimited, 5*time.Millisecond)},
-		fake.Reply{Err: providerErr(runtime.KindRateLimited, 20*time.Millisecond)},
+		fake.Reply{Err: providerErr(llm.KindRateLimited, 5*time.Millisecond)},
+		fake.Reply{Err: providerErr(llm.KindRateLimited, 20*time.Millisecond)},
 		fake.Reply{Chunks: fake.Text("ok")},
 	)
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
@@ -435,7 +437,7 @@ func TestCooldownSkipsModelThenProbes(t *testing.T) {
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	primary := fake.NewProvider(
-		fake.Reply{Err: providerErr(runtime.KindRateLimited, 10*time.Second)},
+		fake.Reply{Err: providerErr(llm.KindRateLimited, 10*time.Second)},
 		fake.Reply{Chunks: fake.Text("primary is back")},
 	)
 	backup := fake.NewProvider(fake.Reply{Chunks: fake.Text("backup")})
@@ -467,7 +469,7 @@ func TestHalfOpenAdmitsOneProbe(t *testing.T) {
 	var now atomic.Int64
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	release := make(chan struct{})
-	primary := &gatedProvider{gate: release, first: providerErr(runtime.KindAuth, 0)}
+	primary := &gatedProvider{gate: release, first: providerErr(llm.KindAuth, 0)}
 	backup := fake.NewProvider(fake.Reply{Chunks: fake.Text("backup")})
 	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, nil, runtime.WithClock(clock))
 	run(t, t.Context(), r, userTurn("trip")) // auth failure: a cools down for a minute
@@ -506,17 +508,17 @@ func (g *gatedProvider) waitBlocked() {
 	}
 }
 
-func (g *gatedProvider) Stream(ctx context.Context, _ *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+func (g *gatedProvider) Stream(ctx context.Context, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
 	n := g.calls.Add(1)
-	return func(yield func(runtime.Chunk, error) bool) {
+	return func(yield func(llm.Chunk, error) bool) {
 		if n == 1 {
-			yield(runtime.Chunk{}, g.first)
+			yield(llm.Chunk{}, g.first)
 			return
 		}
 		select {
 		case <-g.gate:
 		case <-ctx.Done():
-			yield(runtime.Chunk{}, ctx.Err())
+			yield(llm.Chunk{}, ctx.Err())
 			return
 		}
 		for _, c := range fake.Text("a is back") {
@@ -531,7 +533,7 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 	// 200 concurrent turns hit a dead primary: the shared budget lets only
 	// a handful retry; the rest fail over at once, and later turns skip the
 	// primary entirely while it cools down.
-	dead := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindOverloaded, 0)})
+	dead := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindOverloaded, 0)})
 	backup := fake.NewProvider(fake.Reply{Chunks: fake.Text("ok")})
 	r := newRunner(t, []*runtime.Model{model("a", dead, "b"), model("b", backup)}, nil)
 	const turns = 200
@@ -568,7 +570,7 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 }
 
 func TestDeadlineCutsBackoffShort(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindOverloaded, 0)})
+	p := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindOverloaded, 0)})
 	m := model("a", p)
 	m.Retry.InitialBackoff, m.Retry.MaxBackoff = time.Second, time.Second
 	r := newRunner(t, []*runtime.Model{m}, nil)
@@ -588,7 +590,7 @@ func TestDeadlineCutsBackoffShort(t *testing.T) {
 }
 
 func TestCancelDuringBackoffReturnsFast(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindServerError, 0)})
+	p := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindServerError, 0)})
 	m := model("a", p)
 	m.Retry.InitialBackoff, m.Retry.MaxBackoff = 10*time.Second, 10*time.Second
 	r := newRunner(t, []*runtime.Model{m}, nil)
@@ -609,7 +611,7 @@ func TestCancelDuringBackoffReturnsFast(t *testing.T) {
 		t.Errorf("Run returned %v after the cancel, want under 50ms (the backoff was 10s)", took)
 	}
 	var te *runtime.TurnError
-	if !errors.As(err, &te) || te.Kind != runtime.KindCancelled || *te.Retryable {
+	if !errors.As(err, &te) || te.Kind != llm.KindCancelled || *te.Retryable {
 		t.Fatalf("err = %v", err)
 	}
 	checkSequence(t, rec.events)
@@ -619,7 +621,7 @@ func TestCancelDuringBackoffReturnsFast(t *testing.T) {
 }
 
 func TestCancelMidStreamStopsProvider(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "thinking..."}}, Hang: true})
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "thinking..."}}, Hang: true})
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	rec := &recorder{}
@@ -630,7 +632,7 @@ func TestCancelMidStreamStopsProvider(t *testing.T) {
 		return rec.Emit(ctx, ev)
 	})
 	_, err := r.Run(ctx, userTurn("hi"), sink)
-	if runtime.KindOf(err) != runtime.KindCancelled && !errors.As(err, new(*runtime.TurnError)) {
+	if llm.KindOf(err) != llm.KindCancelled && !errors.As(err, new(*runtime.TurnError)) {
 		t.Fatalf("err = %v", err)
 	}
 	if got, want := describeAll(rec.events), "start | call a#1 | text | error CANCELLED retryable=false"; got != want {
@@ -641,11 +643,11 @@ func TestCancelMidStreamStopsProvider(t *testing.T) {
 func TestIdleAndFirstTokenTimeouts(t *testing.T) {
 	tests := []struct {
 		name   string
-		chunks []runtime.Chunk
+		chunks []llm.Chunk
 		want   string
 	}{
 		{"first token", nil, "start | call a#1 | failed TIMEOUT | retry 2/3 TIMEOUT | call a#2 | text | finished | usage | commit assistant | completed end_turn"},
-		{"idle gap", []runtime.Chunk{{Kind: runtime.ChunkText, Text: "so"}}, "start | call a#1 | text | failed TIMEOUT | retry 2/3 TIMEOUT discard | call a#2 | text | finished | usage | commit assistant | completed end_turn"},
+		{"idle gap", []llm.Chunk{{Kind: llm.ChunkText, Text: "so"}}, "start | call a#1 | text | failed TIMEOUT | retry 2/3 TIMEOUT discard | call a#2 | text | finished | usage | commit assistant | completed end_turn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -666,16 +668,16 @@ func TestIdleAndFirstTokenTimeouts(t *testing.T) {
 
 func TestMaxTokensContinuation(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Chunks: []runtime.Chunk{
-			{Kind: runtime.ChunkText, Text: "The answer is"},
-			{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
-			{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
-			{Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens},
+		fake.Reply{Chunks: []llm.Chunk{
+			{Kind: llm.ChunkText, Text: "The answer is"},
+			{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
+			{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
+			{Kind: llm.ChunkStop, Stop: llm.StopMaxTokens},
 		}},
 		fake.Reply{Chunks: fake.Text(" 42.")},
 	)
 	tool := fake.NewTool("lookup", nil)
-	r := newRunner(t, []*runtime.Model{model("a", p)}, []runtime.Tool{tool})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool})
 	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -693,11 +695,11 @@ func TestMaxTokensContinuation(t *testing.T) {
 }
 
 func TestMaxTokensGivesUpAfterLimit(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
-		{Kind: runtime.ChunkText, Text: "more"},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens},
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{
+		{Kind: llm.ChunkText, Text: "more"},
+		{Kind: llm.ChunkStop, Stop: llm.StopMaxTokens},
 	}})
-	r := newRunner(t, []*runtime.Model{model("a", p)}, nil, runtime.WithMaxContinuations(2))
+	r := newRunner(t, []*runtime.Model{model("a", p)}, nil, withLimits(func(l *runtime.Limits) { l.MaxContinuations = 2 }))
 	_, res, terr := run(t, t.Context(), r, userTurn("hi"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -708,9 +710,9 @@ func TestMaxTokensGivesUpAfterLimit(t *testing.T) {
 }
 
 func TestRefusalIsAnOutcome(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{
-		{Kind: runtime.ChunkText, Text: "I can't help with that."},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal},
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{
+		{Kind: llm.ChunkText, Text: "I can't help with that."},
+		{Kind: llm.ChunkStop, Stop: llm.StopRefusal},
 	}})
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 	_, res, terr := run(t, t.Context(), r, userTurn("hi"))
@@ -721,14 +723,14 @@ func TestRefusalIsAnOutcome(t *testing.T) {
 
 func TestCompactionThenSuccess(t *testing.T) {
 	big := strings.Repeat("x", 10000)
-	msgs := []runtime.Message{
-		{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("first question")}},
-		{Role: runtime.RoleAssistant, Parts: []runtime.Part{{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "1", Name: "read", Arguments: "{}"}}}},
-		{Role: runtime.RoleTool, Parts: []runtime.Part{{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "1", Content: big}}}},
-		{Role: runtime.RoleAssistant, Parts: []runtime.Part{runtime.TextPart("that file is long")}},
-		{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("summarise it")}},
+	msgs := []llm.Message{
+		{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("first question")}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "1", Name: "read", Arguments: "{}"}}}},
+		{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "1", Content: big}}}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("that file is long")}},
+		{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("summarise it")}},
 	}
-	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindContextOverflow, 0)}, fake.Reply{Chunks: fake.Text("summary")})
+	p := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindContextOverflow, 0)}, fake.Reply{Chunks: fake.Text("summary")})
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 	evs, res, terr := run(t, t.Context(), r, &runtime.TurnRequest{Messages: msgs})
 	if terr != nil {
@@ -757,7 +759,7 @@ func TestCompactionThenSuccess(t *testing.T) {
 }
 
 func TestContextOverflowFallsBackToLargerModel(t *testing.T) {
-	small := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindContextOverflow, 0)})
+	small := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindContextOverflow, 0)})
 	large := fake.NewProvider(fake.Reply{Chunks: fake.Text("fits")})
 	a, b := model("small", small, "large"), model("large", large)
 	a.ContextWindow, b.ContextWindow = 8000, 200000
@@ -777,9 +779,9 @@ func TestFailureAfterCommittedStepsKeepsThem(t *testing.T) {
 	// message the turn committed, so a client can resume from them.
 	p := fake.NewProvider(
 		fake.Reply{Chunks: fake.Call("c1", "lookup", `{}`)},
-		fake.Reply{Err: providerErr(runtime.KindAuth, 0)},
+		fake.Reply{Err: providerErr(llm.KindAuth, 0)},
 	)
-	r := newRunner(t, []*runtime.Model{model("a", p)}, []runtime.Tool{fake.NewTool("lookup", nil)})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{fake.NewTool("lookup", nil)})
 	evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
 	want := "start | call a#1 | tooldelta | finished | usage | commit assistant | tool lookup | tooldone lookup | commit tool | call a#1 | failed AUTH | error AUTH retryable=false"
 	if got := describeAll(evs); got != want {
@@ -791,7 +793,7 @@ func TestFailureAfterCommittedStepsKeepsThem(t *testing.T) {
 }
 
 func TestMaxModelCallsIncludesRetries(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindServerError, 0)})
+	p := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindServerError, 0)})
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 	req := userTurn("hi")
 	req.MaxModelCalls = 2
@@ -807,11 +809,11 @@ func TestMaxModelCallsIncludesRetries(t *testing.T) {
 func TestSlowSinkBackpressure(t *testing.T) {
 	// Every Emit blocks until the consumer takes the event: the turn waits,
 	// nothing is dropped, nothing piles up.
-	var chunks []runtime.Chunk
+	var chunks []llm.Chunk
 	for range 50 {
-		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: "x"})
+		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: "x"})
 	}
-	chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn})
+	chunks = append(chunks, llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn})
 	p := fake.NewProvider(fake.Reply{Chunks: chunks})
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 	ch := make(chan runtime.Event)
@@ -838,7 +840,7 @@ func TestSlowSinkBackpressure(t *testing.T) {
 }
 
 func TestEventsIteratorStopsEarly(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "a"}}, Hang: true})
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "a"}}, Hang: true})
 	r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
 	n := 0
 	for ev := range r.Events(t.Context(), userTurn("hi")) {
@@ -853,13 +855,13 @@ func TestEventsIteratorStopsEarly(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	r := newRunner(t, []*runtime.Model{model("a", fake.NewProvider(fake.Reply{}))}, []runtime.Tool{fake.NewTool("lookup", nil)})
+	r := newRunner(t, []*runtime.Model{model("a", fake.NewProvider(fake.Reply{}))}, []llm.Tool{fake.NewTool("lookup", nil)})
 	tests := []struct {
 		req   runtime.TurnRequest
 		field string
 	}{
 		{runtime.TurnRequest{Model: "nope"}, "model"},
-		{runtime.TurnRequest{ClientTools: []runtime.ToolSpec{{Name: "x"}, {Name: "lookup"}}}, "tools[1].name"},
+		{runtime.TurnRequest{ClientTools: []llm.ToolSpec{{Name: "x"}, {Name: "lookup"}}}, "tools[1].name"},
 		{runtime.TurnRequest{Model: "a"}, ""},
 	}
 	for _, tt := range tests {
@@ -883,8 +885,8 @@ func TestAllModelsCoolingStillTry(t *testing.T) {
 	// first, rather than failing without trying.
 	var now atomic.Int64
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	a := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindQuotaExhausted, 0)}, fake.Reply{Chunks: fake.Text("quota is back")})
-	b := fake.NewProvider(fake.Reply{Err: providerErr(runtime.KindAuth, 0)})
+	a := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindQuotaExhausted, 0)}, fake.Reply{Chunks: fake.Text("quota is back")})
+	b := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindAuth, 0)})
 	ma, mb := model("a", a, "b"), model("b", b)
 	mb.Retry.Cooldown = 2 * time.Minute
 	r := newRunner(t, []*runtime.Model{ma, mb}, nil, runtime.WithClock(clock))

@@ -7,17 +7,21 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/turnstile-dev/turnstile/policy"
+
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // step gets one committed-ready assistant message from the model chain,
 // retrying, falling back and compacting as the policy decides.
-func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, error) {
+func (t *turn) step(ctx context.Context, maxCalls int) (llm.Message, llm.StopReason, error) {
 	r := t.r
 	number := 0 // attempts on the current model in this step
 	compacted := false
 	for {
 		if err := t.ctxErr(ctx); err != nil {
-			return Message{}, 0, err
+			return llm.Message{}, 0, err
 		}
 		m := t.chain[t.pos]
 		number++
@@ -26,7 +30,7 @@ func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, err
 			Model: m.Alias, Provider: m.ProviderName, ProviderModel: m.ID,
 			Attempt: number, Call: t.counters.ModelCalls,
 		}}); err != nil {
-			return Message{}, 0, t.sinkFailure(ctx)
+			return llm.Message{}, 0, t.sinkFailure(ctx)
 		}
 		res := t.call(ctx, m)
 		t.usage = t.usage.Add(res.usage)
@@ -39,21 +43,21 @@ func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, err
 		}
 		if ctx.Err() != nil {
 			// Nothing but the terminal event follows a cancellation.
-			t.countAttempt(m.Alias, AsError(t.ctxErr(ctx)))
-			return Message{}, 0, t.ctxErr(ctx)
+			t.countAttempt(m.Alias, llm.AsError(t.ctxErr(ctx)))
+			return llm.Message{}, 0, t.ctxErr(ctx)
 		}
 		if err := t.emit(ctx, Event{LLMCallFinished: fin}); err != nil {
-			return Message{}, 0, t.sinkFailure(ctx)
+			return llm.Message{}, 0, t.sinkFailure(ctx)
 		}
 		if !res.usage.IsZero() {
 			u := t.usage
 			if err := t.emit(ctx, Event{Usage: &u}); err != nil {
-				return Message{}, 0, t.sinkFailure(ctx)
+				return llm.Message{}, 0, t.sinkFailure(ctx)
 			}
 		}
 		t.countAttempt(m.Alias, res.err)
 		if res.err == nil {
-			r.health.success(m.Alias)
+			r.health.Success(m.Alias)
 			if t.probe == m.Alias {
 				t.probe = ""
 			}
@@ -62,13 +66,13 @@ func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, err
 
 		e := res.err
 		e.Model = m.Alias
-		exhausted := r.health.failure(m.Alias, e.Kind)
+		exhausted := r.health.Failure(m.Alias, e.Kind)
 		remaining := time.Duration(-1)
 		if dl, ok := ctx.Deadline(); ok {
 			remaining = dl.Sub(r.opts.now())
 		}
 		next := t.nextModel(false)
-		d := Policy{Retry: m.Retry}.Decide(Attempt{
+		d := policy.Policy{Retry: m.Retry}.Decide(policy.Attempt{
 			Kind: e.Kind, Hint: e.Hint, RetryAfter: e.RetryAfter,
 			Number:            number,
 			HasFallback:       next >= 0,
@@ -76,23 +80,21 @@ func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, err
 			Compacted:         compacted,
 			BudgetExhausted:   exhausted,
 			Remaining:         remaining,
+			OutOfCalls:        t.counters.ModelCalls >= maxCalls,
 			Jitter:            r.opts.jitter(),
 		})
 		if d.Cooldown > 0 {
-			r.health.cooldown(m.Alias, e.Kind, r.opts.now(), d.Cooldown)
+			r.health.Cooldown(m.Alias, e.Kind, r.opts.now(), d.Cooldown)
 		}
 		if t.probe == m.Alias {
-			r.health.release(m.Alias)
+			r.health.Release(m.Alias)
 			t.probe = ""
-		}
-		if d.Action != ActionFail && t.counters.ModelCalls >= maxCalls {
-			d = Decision{Action: ActionFail, RetryAfter: d.Delay}
 		}
 		r.opts.logger.Debug("model call failed", "turn_id", t.id, "model", m.Alias, "attempt", number,
 			"kind", e.Kind.String(), "action", d.Action.String(), "delay", d.Delay, "request_id", e.RequestID)
 
 		switch d.Action {
-		case ActionRetry:
+		case policy.ActionRetry:
 			t.counters.Retries++
 			ev := &Retry{
 				Attempt: number + 1, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias,
@@ -103,15 +105,15 @@ func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, err
 				ev.DiscardFromSeq = 0
 			}
 			if err := t.emit(ctx, Event{Retry: ev}); err != nil {
-				return Message{}, 0, t.sinkFailure(ctx)
+				return llm.Message{}, 0, t.sinkFailure(ctx)
 			}
 			if err := sleep(ctx, d.Delay); err != nil {
-				return Message{}, 0, t.ctxErr(ctx)
+				return llm.Message{}, 0, t.ctxErr(ctx)
 			}
-		case ActionFallback:
+		case policy.ActionFallback:
 			next = t.nextModel(true)
 			if next < 0 {
-				return Message{}, 0, t.toTurnError(e, d)
+				return llm.Message{}, 0, t.toTurnError(e, d)
 			}
 			t.counters.Fallbacks++
 			ev := &Fallback{
@@ -122,29 +124,29 @@ func (t *turn) step(ctx context.Context, maxCalls int) (Message, StopReason, err
 				ev.DiscardFromSeq = res.firstSeq
 			}
 			if err := t.emit(ctx, Event{Fallback: ev}); err != nil {
-				return Message{}, 0, t.sinkFailure(ctx)
+				return llm.Message{}, 0, t.sinkFailure(ctx)
 			}
 			t.pos, number, compacted = next, 0, false
-		case ActionCompact:
+		case policy.ActionCompact:
 			if res.streamed {
 				// Tell consumers to drop the failed attempt's output.
 				if err := t.emit(ctx, Event{Retry: &Retry{
 					Attempt: number + 1, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias,
 					Kind: e.Kind, Message: e.Message, DiscardPartial: true, DiscardFromSeq: res.firstSeq,
 				}}); err != nil {
-					return Message{}, 0, t.sinkFailure(ctx)
+					return llm.Message{}, 0, t.sinkFailure(ctx)
 				}
 			}
 			ok, err := t.compact(ctx)
 			if err != nil {
-				return Message{}, 0, err
+				return llm.Message{}, 0, err
 			}
 			if !ok {
-				return Message{}, 0, t.toTurnError(e, Decision{})
+				return llm.Message{}, 0, t.toTurnError(e, policy.Decision{})
 			}
 			compacted = true
 		default:
-			return Message{}, 0, t.toTurnError(e, d)
+			return llm.Message{}, 0, t.toTurnError(e, d)
 		}
 	}
 }
@@ -159,7 +161,7 @@ func (t *turn) compact(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, t.ctxErr(ctx)
 		}
-		return false, &Error{Kind: KindContextOverflow, Message: "the conversation is too long and could not be compacted", Err: err}
+		return false, &llm.Error{Kind: llm.KindContextOverflow, Message: "the conversation is too long and could not be compacted", Err: err}
 	}
 	bb, ba := ConversationSize(before), ConversationSize(after)
 	if ba >= bb {
@@ -193,10 +195,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // callResult is the outcome of one attempt at a model call.
 type callResult struct {
-	msg   Message
-	stop  StopReason
-	usage Usage
-	err   *Error
+	msg   llm.Message
+	stop  llm.StopReason
+	usage llm.Usage
+	err   *llm.Error
 	// streamed reports that output events reached the sink; firstSeq is the
 	// first of them.
 	streamed bool
@@ -237,7 +239,7 @@ func (t *turn) call(ctx context.Context, m *Model) (res callResult) {
 		}
 	}()
 
-	req := &Request{
+	req := &llm.Request{
 		Model:           m.ID,
 		System:          t.req.System,
 		Messages:        t.conv,
@@ -271,11 +273,11 @@ func (t *turn) call(ctx context.Context, m *Model) (res callResult) {
 		default:
 			timer.Reset(m.IdleTimeout)
 		}
-		if c.Kind == ChunkUsage {
+		if c.Kind == llm.ChunkUsage {
 			res.usage = c.Usage
 			continue
 		}
-		if c.Kind == ChunkStop {
+		if c.Kind == llm.ChunkStop {
 			res.stop, stopped = c.Stop, true
 			continue
 		}
@@ -285,7 +287,7 @@ func (t *turn) call(ctx context.Context, m *Model) (res callResult) {
 		}
 		seq := t.nextSeq()
 		if err := t.emit(ctx, ev); err != nil {
-			res.err = AsError(t.sinkFailure(ctx))
+			res.err = llm.AsError(t.sinkFailure(ctx))
 			return res
 		}
 		if !b.streamed {
@@ -305,38 +307,36 @@ func (t *turn) call(ctx context.Context, m *Model) (res callResult) {
 // classify turns a failed or unfinished stream into a classified error.
 // The caller's context is judged first: whatever the provider said, a
 // cancelled turn is cancelled.
-func (t *turn) classify(ctx context.Context, m *Model, err error, streamed bool, timedOut *atomic.Value) *Error {
+func (t *turn) classify(ctx context.Context, m *Model, err error, streamed bool, timedOut *atomic.Value) *llm.Error {
 	if cerr := t.ctxErr(ctx); cerr != nil {
-		return AsError(cerr)
+		return llm.AsError(cerr)
 	}
 	if what, ok := timedOut.Load().(string); ok {
-		return &Error{Kind: KindTimeout, Provider: m.ProviderName, Message: what, Err: err}
+		return &llm.Error{Kind: llm.KindTimeout, Provider: m.ProviderName, Message: what, Err: err}
 	}
 	if err == nil {
 		if streamed {
-			return &Error{Kind: KindStreamInterrupted, Provider: m.ProviderName, Message: "the model's stream ended before the reply was complete"}
+			return &llm.Error{Kind: llm.KindStreamInterrupted, Provider: m.ProviderName, Message: "the model's stream ended before the reply was complete"}
 		}
-		return &Error{Kind: KindServerError, Provider: m.ProviderName, Message: "the model's stream ended without a reply"}
+		return &llm.Error{Kind: llm.KindServerError, Provider: m.ProviderName, Message: "the model's stream ended without a reply"}
 	}
-	var e *Error
+	var e *llm.Error
 	if !errors.As(err, &e) {
 		// An unclassified provider failure: never retried blindly.
-		return &Error{Kind: KindInternal, Provider: m.ProviderName, Message: "the provider failed in an unexpected way", Err: err}
+		return &llm.Error{Kind: llm.KindInternal, Provider: m.ProviderName, Message: "the provider failed in an unexpected way", Err: err}
 	}
 	c := *e
 	if c.Provider == "" {
 		c.Provider = m.ProviderName
 	}
-	if streamed && c.Kind == KindNetwork {
-		c.Kind = KindStreamInterrupted
-	}
+	c.Kind = policy.Classify(c.Kind, streamed)
 	return &c
 }
 
 // toolSpecs lists the tools offered to model m: its allowed server tools,
 // then the client's.
-func (t *turn) toolSpecs(m *Model) []ToolSpec {
-	var specs []ToolSpec
+func (t *turn) toolSpecs(m *Model) []llm.ToolSpec {
+	var specs []llm.ToolSpec
 	for _, s := range t.r.toolSpecs {
 		if t.allowed(m, s.Name) {
 			specs = append(specs, s)
@@ -360,7 +360,7 @@ func (t *turn) allowed(m *Model, name string) bool {
 // assembler builds an assistant message from chunks and turns chunks into
 // delta events.
 type assembler struct {
-	parts    []Part
+	parts    []llm.Part
 	text     *strings.Builder
 	textAt   int
 	thinking map[int]int // chunk index -> part index
@@ -371,27 +371,27 @@ type assembler struct {
 }
 
 // add records c and returns the event to emit for it.
-func (b *assembler) add(c Chunk, newID func() string) (Event, bool) {
+func (b *assembler) add(c llm.Chunk, newID func() string) (Event, bool) {
 	switch c.Kind {
-	case ChunkText:
+	case llm.ChunkText:
 		if c.Text == "" {
 			return Event{}, false
 		}
 		if b.text == nil || b.textAt != len(b.parts)-1 {
 			b.text = &strings.Builder{}
-			b.parts = append(b.parts, Part{Kind: PartText})
+			b.parts = append(b.parts, llm.Part{Kind: llm.PartText})
 			b.textAt = len(b.parts) - 1
 		}
 		b.text.WriteString(c.Text)
 		b.parts[b.textAt].Text = b.text.String()
 		return Event{TextDelta: &TextDelta{Text: c.Text}}, true
-	case ChunkThinking:
+	case llm.ChunkThinking:
 		if b.thinking == nil {
 			b.thinking = map[int]int{}
 		}
 		i, ok := b.thinking[c.Index]
 		if !ok {
-			b.parts = append(b.parts, Part{Kind: PartThinking})
+			b.parts = append(b.parts, llm.Part{Kind: llm.PartThinking})
 			i = len(b.parts) - 1
 			b.thinking[c.Index] = i
 			b.text = nil
@@ -401,7 +401,7 @@ func (b *assembler) add(c Chunk, newID func() string) (Event, bool) {
 			b.parts[i].Signature = c.Signature
 		}
 		return Event{ThinkingDelta: &ThinkingDelta{Text: c.Text, Signature: c.Signature}}, true
-	case ChunkToolCallStart:
+	case llm.ChunkToolCallStart:
 		if b.calls == nil {
 			b.calls, b.args, b.ended = map[int]int{}, map[int]*strings.Builder{}, map[int]bool{}
 		}
@@ -409,12 +409,12 @@ func (b *assembler) add(c Chunk, newID func() string) (Event, bool) {
 		if id == "" {
 			id = "call_" + newID()
 		}
-		b.parts = append(b.parts, Part{Kind: PartToolCall, ToolCall: &ToolCall{ID: id, Name: c.Name}})
+		b.parts = append(b.parts, llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: id, Name: c.Name}})
 		b.calls[c.Index] = len(b.parts) - 1
 		b.args[c.Index] = &strings.Builder{}
 		b.text = nil
 		return Event{ToolCallDelta: &ToolCallDelta{Index: c.Index, CallID: id, Name: c.Name}}, true
-	case ChunkToolCallArgs:
+	case llm.ChunkToolCallArgs:
 		i, ok := b.calls[c.Index]
 		if !ok || c.Text == "" {
 			return Event{}, false
@@ -422,7 +422,7 @@ func (b *assembler) add(c Chunk, newID func() string) (Event, bool) {
 		b.args[c.Index].WriteString(c.Text)
 		b.parts[i].ToolCall.Arguments = b.args[c.Index].String()
 		return Event{ToolCallDelta: &ToolCallDelta{Index: c.Index, ArgumentsDelta: c.Text}}, true
-	case ChunkToolCallEnd:
+	case llm.ChunkToolCallEnd:
 		if _, ok := b.calls[c.Index]; ok {
 			b.ended[c.Index] = true
 		}
@@ -432,17 +432,17 @@ func (b *assembler) add(c Chunk, newID func() string) (Event, bool) {
 
 // message returns the assembled message. A reply cut by the output limit
 // loses the tool calls whose arguments were not complete.
-func (b *assembler) message(stop StopReason) Message {
-	m := Message{Role: RoleAssistant}
+func (b *assembler) message(stop llm.StopReason) llm.Message {
+	m := llm.Message{Role: llm.RoleAssistant}
 	for idx, p := range b.parts {
-		if p.Kind == PartToolCall {
+		if p.Kind == llm.PartToolCall {
 			complete := false
 			for ci, pi := range b.calls {
 				if pi == idx {
 					complete = b.ended[ci]
 				}
 			}
-			if !complete && stop == StopMaxTokens {
+			if !complete && stop == llm.StopMaxTokens {
 				continue
 			}
 			if p.ToolCall.Arguments == "" {

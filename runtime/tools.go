@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // toolPanic is a panic recovered in a tool call; it ends the turn.
@@ -24,13 +26,13 @@ func (p *toolPanic) Error() string { return fmt.Sprintf("tool %q panicked: %v", 
 // runTools runs the server-side tool calls of a committed assistant
 // message in parallel and commits their results. It reports done=false when
 // calls remain that the client must run.
-func (t *turn) runTools(ctx context.Context, calls []ToolCall) (done bool, err error) {
+func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, err error) {
 	m := t.chain[t.pos]
 	client := map[string]bool{}
 	for _, s := range t.req.ClientTools {
 		client[s.Name] = true
 	}
-	var server []ToolCall
+	var server []llm.ToolCall
 	pending := 0
 	for _, c := range calls {
 		if client[c.Name] {
@@ -44,9 +46,9 @@ func (t *turn) runTools(ctx context.Context, calls []ToolCall) (done bool, err e
 		if err != nil {
 			return false, err
 		}
-		msg := Message{Role: RoleTool}
+		msg := llm.Message{Role: llm.RoleTool}
 		for _, r := range results {
-			msg.Parts = append(msg.Parts, Part{Kind: PartToolResult, ToolResult: &r})
+			msg.Parts = append(msg.Parts, llm.Part{Kind: llm.PartToolResult, ToolResult: &r})
 		}
 		t.unsafeRunning = 0
 		if err := t.commit(ctx, msg); err != nil {
@@ -59,10 +61,10 @@ func (t *turn) runTools(ctx context.Context, calls []ToolCall) (done bool, err e
 // execute runs calls with bounded parallelism and returns their results in
 // call order. It fails only when the turn must end: ctx is done, the sink
 // failed, or a tool panicked.
-func (t *turn) execute(ctx context.Context, m *Model, calls []ToolCall) ([]ToolResult, error) {
+func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]llm.ToolResult, error) {
 	r := t.r
-	results := make([]ToolResult, len(calls))
-	sem := make(chan struct{}, r.opts.toolConcurrency)
+	results := make([]llm.ToolResult, len(calls))
+	sem := make(chan struct{}, r.opts.limits.ToolConcurrency)
 	var wg sync.WaitGroup
 	var panicked error
 	var mu sync.Mutex
@@ -79,8 +81,8 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []ToolCall) ([]ToolR
 			results[i] = t.refuse(c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
 			continue
 		}
-		if t.breakerCount(c.Name) >= r.opts.breakerThreshold {
-			results[i] = t.refuse(c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, r.opts.breakerThreshold))
+		if t.breakerCount(c.Name) >= r.opts.limits.ToolFailures {
+			results[i] = t.refuse(c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, r.opts.limits.ToolFailures))
 			continue
 		}
 		select {
@@ -108,7 +110,7 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []ToolCall) ([]ToolR
 		var tp *toolPanic
 		errors.As(panicked, &tp)
 		r.opts.logger.Error("tool panicked", "turn_id", t.id, "tool", tp.tool, "panic", tp.value, "stack", string(tp.stack))
-		return nil, &Error{Kind: KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", tp.tool), Err: panicked}
+		return nil, &llm.Error{Kind: llm.KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", tp.tool), Err: panicked}
 	}
 	if err := t.ctxErr(ctx); err != nil {
 		return nil, err
@@ -128,14 +130,14 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []ToolCall) ([]ToolR
 
 // refuse returns an error result for a call that is not run, and emits its
 // ToolFinished event.
-func (t *turn) refuse(c ToolCall, msg string) ToolResult {
-	res := ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
+func (t *turn) refuse(c llm.ToolCall, msg string) llm.ToolResult {
+	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
 	_ = t.emit(context.Background(), Event{ToolFinished: &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}})
 	return res
 }
 
 // callTool runs one tool call with its timeout, emitting its events.
-func (t *turn) callTool(ctx context.Context, tool Tool, c ToolCall) ToolResult {
+func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.ToolResult {
 	spec := tool.Spec()
 	if !spec.Idempotent && !spec.ReadOnly {
 		t.mu.Lock()
@@ -143,9 +145,9 @@ func (t *turn) callTool(ctx context.Context, tool Tool, c ToolCall) ToolResult {
 		t.mu.Unlock()
 	}
 	if err := t.emit(ctx, Event{ToolStarted: &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments}}); err != nil {
-		return ToolResult{CallID: c.ID, Name: c.Name, IsError: true}
+		return llm.ToolResult{CallID: c.ID, Name: c.Name, IsError: true}
 	}
-	timeout := t.r.opts.toolTimeout
+	timeout := t.r.opts.limits.ToolTimeout
 	if tt, ok := tool.(interface{ Timeout() time.Duration }); ok && tt.Timeout() > 0 {
 		timeout = tt.Timeout()
 	}
@@ -154,7 +156,7 @@ func (t *turn) callTool(ctx context.Context, tool Tool, c ToolCall) ToolResult {
 	start := time.Now()
 	var live sync.Mutex // progress may arrive from any goroutine until Call returns
 	finished := false
-	out, err := tool.Call(tctx, c, func(p ToolProgress) {
+	out, err := tool.Call(tctx, c, func(p llm.ToolProgress) {
 		live.Lock()
 		defer live.Unlock()
 		if !finished {
@@ -165,7 +167,7 @@ func (t *turn) callTool(ctx context.Context, tool Tool, c ToolCall) ToolResult {
 	finished = true
 	live.Unlock()
 	dur := time.Since(start)
-	res := ToolResult{CallID: c.ID, Name: c.Name, Content: out.Content, IsError: out.IsError}
+	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: out.Content, IsError: out.IsError}
 	switch {
 	case ctx.Err() != nil:
 		return res // the turn is ending; nothing more is emitted

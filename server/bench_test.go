@@ -6,19 +6,21 @@ import (
 	"testing"
 
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
 
 // benchReply is a reply of 50 text deltas, the shape of a short answer.
 func benchReply() fake.Reply {
-	var chunks []runtime.Chunk
+	var chunks []llm.Chunk
 	for range 50 {
-		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: "word "})
+		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: "word "})
 	}
 	chunks = append(chunks,
-		runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: 50}},
-		runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn})
+		llm.Chunk{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 10, OutputTokens: 50}},
+		llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn})
 	return fake.Reply{Chunks: chunks}
 }
 
@@ -33,7 +35,7 @@ func BenchmarkTurn(b *testing.B) {
 		sink := runtime.SinkFunc(func(context.Context, runtime.Event) error { return nil })
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := r.Run(b.Context(), &runtime.TurnRequest{Messages: []runtime.Message{{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("hello")}}}}, sink); err != nil {
+			if _, err := r.Run(b.Context(), &runtime.TurnRequest{Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("hello")}}}}, sink); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -59,7 +61,7 @@ func BenchmarkTurn(b *testing.B) {
 }
 
 func benchRunner(b *testing.B) *runtime.Runner {
-	r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: fake.NewProvider(benchReply()), ID: "fake-1", Retry: runtime.DefaultRetryConfig()}}, "sim", nil)
+	r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: fake.NewProvider(benchReply()), ID: "fake-1", Retry: policy.DefaultRetry()}}, "sim", nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -61,7 +62,7 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest) (*runtime.TurnRequest, error
 			return nil, bad(field+".name", "%q is declared twice", t.GetName())
 		}
 		seen[t.GetName()] = true
-		spec := runtime.ToolSpec{Name: t.GetName(), Description: t.GetDescription()}
+		spec := llm.ToolSpec{Name: t.GetName(), Description: t.GetDescription()}
 		if s := t.GetInputSchema(); s != nil {
 			b, err := protojson.Marshal(s)
 			if err != nil {
@@ -104,18 +105,18 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest) (*runtime.TurnRequest, error
 	return tr, nil
 }
 
-func toMessage(field string, m *turnstilev1.Message) (runtime.Message, error) {
+func toMessage(field string, m *turnstilev1.Message) (llm.Message, error) {
 	bad := func(f, format string, args ...any) error {
 		return &runtime.FieldError{Field: f, Description: fmt.Sprintf(format, args...)}
 	}
-	var msg runtime.Message
+	var msg llm.Message
 	switch m.GetRole() {
 	case turnstilev1.Role_ROLE_USER:
-		msg.Role = runtime.RoleUser
+		msg.Role = llm.RoleUser
 	case turnstilev1.Role_ROLE_ASSISTANT:
-		msg.Role = runtime.RoleAssistant
+		msg.Role = llm.RoleAssistant
 	case turnstilev1.Role_ROLE_TOOL:
-		msg.Role = runtime.RoleTool
+		msg.Role = llm.RoleTool
 	default:
 		return msg, bad(field+".role", "must be ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL")
 	}
@@ -124,19 +125,19 @@ func toMessage(field string, m *turnstilev1.Message) (runtime.Message, error) {
 	}
 	for j, p := range m.GetParts() {
 		pf := fmt.Sprintf("%s.parts[%d]", field, j)
-		var part runtime.Part
+		var part llm.Part
 		switch k := p.GetKind().(type) {
 		case *turnstilev1.Part_Text:
-			part = runtime.TextPart(k.Text)
+			part = llm.TextPart(k.Text)
 		case *turnstilev1.Part_Thinking:
-			if msg.Role != runtime.RoleAssistant {
+			if msg.Role != llm.RoleAssistant {
 				return msg, bad(pf+".thinking", "only assistant messages hold thinking")
 			}
-			part = runtime.Part{Kind: runtime.PartThinking, Text: k.Thinking.GetText(), Signature: k.Thinking.GetSignature()}
+			part = llm.Part{Kind: llm.PartThinking, Text: k.Thinking.GetText(), Signature: k.Thinking.GetSignature()}
 		case *turnstilev1.Part_ToolCall:
 			tc := k.ToolCall
 			switch {
-			case msg.Role != runtime.RoleAssistant:
+			case msg.Role != llm.RoleAssistant:
 				return msg, bad(pf+".tool_call", "only assistant messages hold tool calls")
 			case tc.GetId() == "":
 				return msg, bad(pf+".tool_call.id", "required")
@@ -145,13 +146,13 @@ func toMessage(field string, m *turnstilev1.Message) (runtime.Message, error) {
 			case tc.GetArguments() != "" && !json.Valid([]byte(tc.GetArguments())):
 				return msg, bad(pf+".tool_call.arguments", "must be JSON text")
 			}
-			part = runtime.Part{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArguments()}}
+			part = llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArguments()}}
 		case *turnstilev1.Part_ToolResult:
 			tr := k.ToolResult
 			if tr.GetCallId() == "" {
 				return msg, bad(pf+".tool_result.call_id", "required")
 			}
-			part = runtime.Part{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{
+			part = llm.Part{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{
 				CallID: tr.GetCallId(), Name: tr.GetName(), Content: tr.GetContent(), IsError: tr.GetIsError(),
 			}}
 		default:
@@ -163,18 +164,18 @@ func toMessage(field string, m *turnstilev1.Message) (runtime.Message, error) {
 }
 
 // fromMessage converts a runtime message for the wire.
-func fromMessage(m runtime.Message) *turnstilev1.Message {
+func fromMessage(m llm.Message) *turnstilev1.Message {
 	out := &turnstilev1.Message{Role: turnstilev1.Role(m.Role)}
 	for _, p := range m.Parts {
 		pp := &turnstilev1.Part{}
 		switch p.Kind {
-		case runtime.PartText:
+		case llm.PartText:
 			pp.Kind = &turnstilev1.Part_Text{Text: p.Text}
-		case runtime.PartThinking:
+		case llm.PartThinking:
 			pp.Kind = &turnstilev1.Part_Thinking{Thinking: &turnstilev1.Thinking{Text: p.Text, Signature: p.Signature}}
-		case runtime.PartToolCall:
+		case llm.PartToolCall:
 			pp.Kind = &turnstilev1.Part_ToolCall{ToolCall: &turnstilev1.ToolCall{Id: p.ToolCall.ID, Name: p.ToolCall.Name, Arguments: p.ToolCall.Arguments}}
-		case runtime.PartToolResult:
+		case llm.PartToolResult:
 			r := p.ToolResult
 			pp.Kind = &turnstilev1.Part_ToolResult{ToolResult: &turnstilev1.ToolResult{CallId: r.CallID, Name: r.Name, Content: r.Content, IsError: r.IsError}}
 		default:
@@ -185,7 +186,7 @@ func fromMessage(m runtime.Message) *turnstilev1.Message {
 	return out
 }
 
-func fromUsage(u runtime.Usage) *turnstilev1.Usage {
+func fromUsage(u llm.Usage) *turnstilev1.Usage {
 	return &turnstilev1.Usage{
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens,
@@ -193,7 +194,7 @@ func fromUsage(u runtime.Usage) *turnstilev1.Usage {
 }
 
 // errorCode maps a runtime kind to the wire's error code.
-func errorCode(k runtime.Kind) turnstilev1.ErrorCode {
+func errorCode(k llm.Kind) turnstilev1.ErrorCode {
 	if v, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+k.String()]; ok {
 		return turnstilev1.ErrorCode(v)
 	}

@@ -13,6 +13,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -20,7 +21,7 @@ import (
 // still reaches the server is refused before any event with a retryable
 // UNAVAILABLE, so the client goes to another replica.
 func TestDrainingRefusesNewTurns(t *testing.T) {
-	r, err := runtime.New([]*runtime.Model{{Alias: "m", Provider: fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")}), ID: "m", Retry: runtime.DefaultRetryConfig()}}, "m", nil)
+	r, err := runtime.New([]*runtime.Model{{Alias: "m", Provider: fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")}), ID: "m", Retry: policy.DefaultRetry()}}, "m", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
@@ -62,9 +64,9 @@ func start(t testing.TB, r *runtime.Runner, opts server.Options) *testServer {
 	return &testServer{srv: srv, conn: conn, client: turnstilev1.NewAgentServiceClient(conn), addr: lis.Addr().String()}
 }
 
-func runner(t *testing.T, p runtime.Provider, tools ...runtime.Tool) *runtime.Runner {
+func runner(t *testing.T, p llm.Provider, tools ...llm.Tool) *runtime.Runner {
 	t.Helper()
-	retry := runtime.DefaultRetryConfig()
+	retry := policy.DefaultRetry()
 	retry.InitialBackoff, retry.MaxBackoff = time.Millisecond, 2*time.Millisecond
 	r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: p, ID: "fake-1", Retry: retry}}, "sim", tools)
 	if err != nil {
@@ -84,7 +86,7 @@ func TestTurnsOverGRPC(t *testing.T) {
 	tests := []struct {
 		name    string
 		replies []fake.Reply
-		tools   []runtime.Tool
+		tools   []llm.Tool
 		req     func() *turnstilev1.RunTurnRequest
 		want    string
 		code    codes.Code
@@ -100,7 +102,7 @@ func TestTurnsOverGRPC(t *testing.T) {
 		{
 			name:    "server-side tool",
 			replies: []fake.Reply{{Chunks: fake.Call("c1", "lookup", `{"q":"x"}`)}, {Chunks: fake.Text("It is 42")}},
-			tools:   []runtime.Tool{fake.NewTool("lookup", nil)},
+			tools:   []llm.Tool{fake.NewTool("lookup", nil)},
 			req:     hello,
 			want:    "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolStarted ToolFinished MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
 			reason:  turnstilev1.EndReason_END_REASON_END_TURN,
@@ -119,7 +121,7 @@ func TestTurnsOverGRPC(t *testing.T) {
 		{
 			name:    "panic in a tool",
 			replies: []fake.Reply{{Chunks: fake.Call("c1", "boom", `{}`)}},
-			tools: []runtime.Tool{fake.NewTool("boom", func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+			tools: []llm.Tool{fake.NewTool("boom", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
 				panic("kaboom")
 			})},
 			req:  hello,
@@ -128,14 +130,14 @@ func TestTurnsOverGRPC(t *testing.T) {
 		},
 		{
 			name:    "provider auth failure",
-			replies: []fake.Reply{{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid x-api-key"}}},
+			replies: []fake.Reply{{Err: &llm.Error{Kind: llm.KindAuth, Message: "invalid x-api-key"}}},
 			req:     hello,
 			want:    "TurnStarted LlmCallStarted LlmCallFinished Error",
 			code:    codes.FailedPrecondition,
 		},
 		{
 			name:    "overloaded until retries run out",
-			replies: []fake.Reply{{Err: &runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded"}}},
+			replies: []fake.Reply{{Err: &llm.Error{Kind: llm.KindOverloaded, Message: "Overloaded"}}},
 			req:     hello,
 			want:    "TurnStarted LlmCallStarted LlmCallFinished Retry LlmCallStarted LlmCallFinished Retry LlmCallStarted LlmCallFinished Error",
 			code:    codes.Unavailable,
@@ -245,7 +247,7 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 func TestClientCancelMidStream(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "streaming"}}, Hang: true})
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "streaming"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -263,7 +265,7 @@ func TestClientCancelMidStream(t *testing.T) {
 }
 
 func TestDeadline(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "slow"}}, Hang: true})
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "slow"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
@@ -304,7 +306,7 @@ func TestHealthAndReflection(t *testing.T) {
 }
 
 func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
-	p := fake.NewProvider(fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "long answer"}}, Hang: true})
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "long answer"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{ShutdownGrace: 50 * time.Millisecond, DrainDelay: 300 * time.Millisecond})
 	health := healthpb.NewHealthClient(ts.conn)
 	started := make(chan struct{})
@@ -355,7 +357,7 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 
 func TestNoSecretInErrors(t *testing.T) {
 	const key = "sk-secret-123"
-	p := fake.NewProvider(fake.Reply{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid api key", Err: errors.New("Authorization: Bearer " + key)}})
+	p := fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindAuth, Message: "invalid api key", Err: errors.New("Authorization: Bearer " + key)}})
 	ts := start(t, runner(t, p), server.Options{})
 	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
 	for _, ev := range evs {

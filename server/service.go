@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -99,7 +100,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 func drainError() *runtime.TurnError {
 	yes := true
 	return &runtime.TurnError{
-		Kind: runtime.KindUnavailable, Message: "the server is shutting down; retry the turn", Retryable: &yes,
+		Kind: llm.KindUnavailable, Message: "the server is shutting down; retry the turn", Retryable: &yes,
 	}
 }
 
@@ -131,7 +132,7 @@ func (s *service) drain() {
 func (s *service) cancelAll() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cause := &runtime.Error{Kind: runtime.KindUnavailable, Message: "the server is shutting down; retry the turn"}
+	cause := &llm.Error{Kind: llm.KindUnavailable, Message: "the server is shutting down; retry the turn"}
 	for t := range s.active {
 		t.cancel(cause)
 	}

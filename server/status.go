@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
@@ -20,22 +21,22 @@ const ErrorDomain = "turnstile"
 // rate limits), which clients and meshes know to retry; a misconfigured
 // upstream (auth, unknown model) is FAILED_PRECONDITION, since the caller's
 // own credentials are not at fault.
-func grpcCode(k runtime.Kind) codes.Code {
+func grpcCode(k llm.Kind) codes.Code {
 	switch k {
-	case runtime.KindRateLimited, runtime.KindQuotaExhausted:
+	case llm.KindRateLimited, llm.KindQuotaExhausted:
 		return codes.ResourceExhausted
-	case runtime.KindOverloaded, runtime.KindServerError, runtime.KindTimeout, runtime.KindNetwork,
-		runtime.KindStreamInterrupted, runtime.KindUnavailable:
+	case llm.KindOverloaded, llm.KindServerError, llm.KindTimeout, llm.KindNetwork,
+		llm.KindStreamInterrupted, llm.KindUnavailable:
 		return codes.Unavailable
-	case runtime.KindContextOverflow, runtime.KindInvalidRequest, runtime.KindContentFiltered:
+	case llm.KindContextOverflow, llm.KindInvalidRequest, llm.KindContentFiltered:
 		return codes.InvalidArgument
-	case runtime.KindAuth, runtime.KindNotFound:
+	case llm.KindAuth, llm.KindNotFound:
 		return codes.FailedPrecondition
-	case runtime.KindCancelled:
+	case llm.KindCancelled:
 		return codes.Canceled
-	case runtime.KindDeadlineExceeded:
+	case llm.KindDeadlineExceeded:
 		return codes.DeadlineExceeded
-	case runtime.KindToolsUnsafe:
+	case llm.KindToolsUnsafe:
 		return codes.Aborted
 	}
 	return codes.Internal
@@ -61,7 +62,7 @@ func turnStatus(e *runtime.TurnError) *status.Status {
 func invalidArgument(fe *runtime.FieldError) *status.Status {
 	st := status.New(codes.InvalidArgument, fe.Error())
 	return withDetails(st,
-		&errdetails.ErrorInfo{Reason: runtime.KindInvalidRequest.String(), Domain: ErrorDomain, Metadata: map[string]string{"field": fe.Field}},
+		&errdetails.ErrorInfo{Reason: llm.KindInvalidRequest.String(), Domain: ErrorDomain, Metadata: map[string]string{"field": fe.Field}},
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Description}}},
 	)
 }

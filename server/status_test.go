@@ -9,31 +9,32 @@ import (
 	"google.golang.org/grpc/codes"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestKindMapping(t *testing.T) {
 	tests := []struct {
-		kind runtime.Kind
+		kind llm.Kind
 		code codes.Code
 	}{
-		{runtime.KindInternal, codes.Internal},
-		{runtime.KindRateLimited, codes.ResourceExhausted},
-		{runtime.KindQuotaExhausted, codes.ResourceExhausted},
-		{runtime.KindOverloaded, codes.Unavailable},
-		{runtime.KindServerError, codes.Unavailable},
-		{runtime.KindTimeout, codes.Unavailable},
-		{runtime.KindNetwork, codes.Unavailable},
-		{runtime.KindStreamInterrupted, codes.Unavailable},
-		{runtime.KindContextOverflow, codes.InvalidArgument},
-		{runtime.KindInvalidRequest, codes.InvalidArgument},
-		{runtime.KindAuth, codes.FailedPrecondition},
-		{runtime.KindNotFound, codes.FailedPrecondition},
-		{runtime.KindContentFiltered, codes.InvalidArgument},
-		{runtime.KindCancelled, codes.Canceled},
-		{runtime.KindDeadlineExceeded, codes.DeadlineExceeded},
-		{runtime.KindUnavailable, codes.Unavailable},
-		{runtime.KindToolsUnsafe, codes.Aborted},
+		{llm.KindInternal, codes.Internal},
+		{llm.KindRateLimited, codes.ResourceExhausted},
+		{llm.KindQuotaExhausted, codes.ResourceExhausted},
+		{llm.KindOverloaded, codes.Unavailable},
+		{llm.KindServerError, codes.Unavailable},
+		{llm.KindTimeout, codes.Unavailable},
+		{llm.KindNetwork, codes.Unavailable},
+		{llm.KindStreamInterrupted, codes.Unavailable},
+		{llm.KindContextOverflow, codes.InvalidArgument},
+		{llm.KindInvalidRequest, codes.InvalidArgument},
+		{llm.KindAuth, codes.FailedPrecondition},
+		{llm.KindNotFound, codes.FailedPrecondition},
+		{llm.KindContentFiltered, codes.InvalidArgument},
+		{llm.KindCancelled, codes.Canceled},
+		{llm.KindDeadlineExceeded, codes.DeadlineExceeded},
+		{llm.KindUnavailable, codes.Unavailable},
+		{llm.KindToolsUnsafe, codes.Aborted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind.String(), func(t *testing.T) {
@@ -58,8 +59,8 @@ func TestTurnStatusDetails(t *testing.T) {
 		err       runtime.TurnError
 		wantRetry bool
 	}{
-		{"retryable carries RetryInfo", runtime.TurnError{Kind: runtime.KindRateLimited, Message: "slow down", Retryable: &yes, RetryAfter: 3 * time.Second, Model: "fast"}, true},
-		{"permanent carries none", runtime.TurnError{Kind: runtime.KindAuth, Message: "bad key", Retryable: &no}, false},
+		{"retryable carries RetryInfo", runtime.TurnError{Kind: llm.KindRateLimited, Message: "slow down", Retryable: &yes, RetryAfter: 3 * time.Second, Model: "fast"}, true},
+		{"permanent carries none", runtime.TurnError{Kind: llm.KindAuth, Message: "bad key", Retryable: &no}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,12 +89,12 @@ func TestTurnStatusDetails(t *testing.T) {
 }
 
 func TestEnumsMatchTheWire(t *testing.T) {
-	for r := runtime.RoleUser; r <= runtime.RoleTool; r++ {
+	for r := llm.RoleUser; r <= llm.RoleTool; r++ {
 		if got := turnstilev1.Role(r).String(); got != "ROLE_"+strings.ToUpper(r.String()) {
 			t.Errorf("role %v maps to %v", r, got)
 		}
 	}
-	for s := runtime.StopEndTurn; s <= runtime.StopPauseTurn; s++ {
+	for s := llm.StopEndTurn; s <= llm.StopPauseTurn; s++ {
 		if got := turnstilev1.StopReason(s).String(); got != "STOP_REASON_"+strings.ToUpper(s.String()) {
 			t.Errorf("stop %v maps to %v", s, got)
 		}

@@ -5,16 +5,16 @@ import (
 	"os"
 
 	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/anthropic"
 	"github.com/turnstile-dev/turnstile/providers/gemini"
 	"github.com/turnstile-dev/turnstile/providers/openai"
 	"github.com/turnstile-dev/turnstile/providers/sim"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // newProvider builds the provider a configuration entry describes. API
 // keys come only from the environment variable the entry names.
-func newProvider(name string, pc config.Provider) (runtime.Provider, error) {
+func newProvider(name string, pc config.Provider) (llm.Provider, error) {
 	switch pc.Type {
 	case "simulator":
 		return sim.New(name, sim.Config{TokenDelay: pc.TokenDelay, Script: pc.Script})

@@ -15,6 +15,8 @@ import (
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
@@ -23,11 +25,11 @@ import (
 // loopback port, with model "test" answering as p says, and returns its
 // address. The runtime does not retry by itself, so the client's step
 // retry is what the tests see.
-func startTestServer(t *testing.T, p runtime.Provider, tools ...runtime.Tool) string {
+func startTestServer(t *testing.T, p llm.Provider, tools ...llm.Tool) string {
 	t.Helper()
 	r, err := runtime.New([]*runtime.Model{{
 		Alias: "test", ProviderName: "fake", Provider: p, ID: "fake-1",
-		Retry: runtime.RetryConfig{MaxRetries: 0, Multiplier: 1},
+		Retry: policy.Retry{MaxRetries: 0, Multiplier: 1},
 	}}, "test", tools)
 	if err != nil {
 		t.Fatal(err)
@@ -63,18 +65,18 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-func thinking(text string) runtime.Chunk {
-	return runtime.Chunk{Kind: runtime.ChunkThinking, Text: text}
+func thinking(text string) llm.Chunk {
+	return llm.Chunk{Kind: llm.ChunkThinking, Text: text}
 }
 
-func serverError() *runtime.Error {
-	return &runtime.Error{Kind: runtime.KindServerError, Message: "upstream returned 500", StatusCode: 500}
+func serverError() *llm.Error {
+	return &llm.Error{Kind: llm.KindServerError, Message: "upstream returned 500", StatusCode: 500}
 }
 
 func TestRunRendersTheTurn(t *testing.T) {
 	p := fake.NewProvider(
 		fake.Reply{Chunks: fake.Call("call_1", "lookup", `{"city":"Oslo"}`)},
-		fake.Reply{Chunks: append([]runtime.Chunk{thinking("The tool says ok.")}, fake.Text("It is sunny in Oslo.")...)},
+		fake.Reply{Chunks: append([]llm.Chunk{thinking("The tool says ok.")}, fake.Text("It is sunny in Oslo.")...)},
 	)
 	tool := fake.NewTool("lookup", nil)
 	addr := startTestServer(t, p, tool)
@@ -114,7 +116,7 @@ func TestRunRendersTheTurn(t *testing.T) {
 
 func TestRunStepRetryThenSuccess(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Half a rep"}}, Err: serverError()},
+		fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "Half a rep"}}, Err: serverError()},
 		fake.Reply{Chunks: fake.Text("A whole reply.")},
 	)
 	addr := startTestServer(t, p)
@@ -151,7 +153,7 @@ func TestRunRetryableFailureExits3(t *testing.T) {
 }
 
 func TestRunPermanentFailureExits1(t *testing.T) {
-	addr := startTestServer(t, fake.NewProvider(fake.Reply{Err: &runtime.Error{Kind: runtime.KindAuth, Message: "invalid x-api-key", StatusCode: 401}}))
+	addr := startTestServer(t, fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindAuth, Message: "invalid x-api-key", StatusCode: 401}}))
 	code, _, errOut := runCLI(t, "--addr", addr, "hello")
 	if code != exitPermanent {
 		t.Errorf("exit code %d, want %d", code, exitPermanent)
@@ -194,7 +196,7 @@ func TestRunTimeout(t *testing.T) {
 
 func TestRunJSON(t *testing.T) {
 	p := fake.NewProvider(
-		fake.Reply{Chunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Half"}}, Err: serverError()},
+		fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "Half"}}, Err: serverError()},
 		fake.Reply{Chunks: fake.Text("Whole.")},
 	)
 	addr := startTestServer(t, p)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
@@ -102,7 +104,7 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 // buildRunner turns the configuration into a runner, and returns a function
 // that releases what it opened (MCP server connections and processes).
 func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
-	providers := map[string]runtime.Provider{}
+	providers := map[string]llm.Provider{}
 	for name, pc := range cfg.Providers {
 		p, err := newProvider(name, pc)
 		if err != nil {
@@ -134,13 +136,12 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if maxCont < 0 {
 		maxCont = 0
 	}
-	r, err := runtime.New(models, cfg.DefaultModel, tools,
-		runtime.WithLogger(logger),
-		runtime.WithMaxModelCalls(cfg.Turn.MaxModelCalls),
-		runtime.WithMaxContinuations(maxCont),
-		runtime.WithToolConcurrency(cfg.Turn.ToolConcurrency),
-		runtime.WithToolTimeout(cfg.Turn.ToolTimeout),
-	)
+	limits := runtime.DefaultLimits()
+	limits.MaxModelCalls = cfg.Turn.MaxModelCalls
+	limits.MaxContinuations = maxCont
+	limits.ToolConcurrency = cfg.Turn.ToolConcurrency
+	limits.ToolTimeout = cfg.Turn.ToolTimeout
+	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(limits))
 	if err != nil {
 		closeTools()
 		return nil, nil, err
@@ -159,8 +160,8 @@ func allowedTools(names []string) []string {
 
 // buildTools connects to the configured MCP servers and returns every
 // server-side tool, each validating its arguments against its schema.
-func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([]runtime.Tool, func(), error) {
-	tools := []runtime.Tool{clock.Tool{}}
+func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([]llm.Tool, func(), error) {
+	tools := []llm.Tool{clock.Tool{}}
 	if len(cfg.MCPServers) == 0 {
 		return tools, func() {}, nil
 	}
@@ -195,12 +196,12 @@ func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([
 	return tools, func() { _ = ts.Close() }, nil
 }
 
-func retryConfig(r config.Retry) runtime.RetryConfig {
+func retryConfig(r config.Retry) policy.Retry {
 	n := r.MaxRetries
 	if n < 0 {
 		n = 0
 	}
-	return runtime.RetryConfig{
+	return policy.Retry{
 		MaxRetries:     n,
 		InitialBackoff: r.InitialBackoff,
 		Multiplier:     r.Multiplier,

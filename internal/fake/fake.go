@@ -9,13 +9,13 @@ import (
 	"iter"
 	"sync"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Reply is one scripted model call: Chunks are yielded in order, then Err
 // when set. With Hang the call blocks after its chunks until ctx is done.
 type Reply struct {
-	Chunks []runtime.Chunk
+	Chunks []llm.Chunk
 	Err    error
 	Hang   bool
 }
@@ -25,27 +25,27 @@ type Reply struct {
 type Provider struct {
 	mu       sync.Mutex
 	replies  []Reply
-	requests []*runtime.Request
+	requests []*llm.Request
 }
 
-var _ runtime.Provider = (*Provider)(nil)
+var _ llm.Provider = (*Provider)(nil)
 
 // NewProvider returns a Provider scripted with replies.
 func NewProvider(replies ...Reply) *Provider { return &Provider{replies: replies} }
 
 // Stream implements [runtime.Provider].
-func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
+func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
 	p.mu.Lock()
 	n := len(p.requests)
 	clone := *req
-	clone.Messages = append([]runtime.Message(nil), req.Messages...)
+	clone.Messages = append([]llm.Message(nil), req.Messages...)
 	p.requests = append(p.requests, &clone)
 	r := p.replies[min(n, len(p.replies)-1)]
 	p.mu.Unlock()
-	return func(yield func(runtime.Chunk, error) bool) {
+	return func(yield func(llm.Chunk, error) bool) {
 		for _, c := range r.Chunks {
 			if ctx.Err() != nil {
-				yield(runtime.Chunk{}, ctx.Err())
+				yield(llm.Chunk{}, ctx.Err())
 				return
 			}
 			if !yield(c, nil) {
@@ -54,11 +54,11 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 		}
 		if r.Hang {
 			<-ctx.Done()
-			yield(runtime.Chunk{}, ctx.Err())
+			yield(llm.Chunk{}, ctx.Err())
 			return
 		}
 		if r.Err != nil {
-			yield(runtime.Chunk{}, r.Err)
+			yield(llm.Chunk{}, r.Err)
 		}
 	}
 }
@@ -71,66 +71,66 @@ func (p *Provider) Calls() int {
 }
 
 // Requests returns the requests received, in order.
-func (p *Provider) Requests() []*runtime.Request {
+func (p *Provider) Requests() []*llm.Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]*runtime.Request(nil), p.requests...)
+	return append([]*llm.Request(nil), p.requests...)
 }
 
 // Text returns the chunks of a reply that says text and ends the turn.
-func Text(text string) []runtime.Chunk {
-	return []runtime.Chunk{
-		{Kind: runtime.ChunkText, Text: text},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: 5}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
+func Text(text string) []llm.Chunk {
+	return []llm.Chunk{
+		{Kind: llm.ChunkText, Text: text},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 10, OutputTokens: 5}},
+		{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
 	}
 }
 
 // Call returns the chunks of a reply that calls tool name with args.
-func Call(id, name, args string) []runtime.Chunk {
-	return []runtime.Chunk{
-		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: id, Name: name},
-		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: args},
-		{Kind: runtime.ChunkToolCallEnd, Index: 0},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: 5}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+func Call(id, name, args string) []llm.Chunk {
+	return []llm.Chunk{
+		{Kind: llm.ChunkToolCallStart, Index: 0, CallID: id, Name: name},
+		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: args},
+		{Kind: llm.ChunkToolCallEnd, Index: 0},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 10, OutputTokens: 5}},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 	}
 }
 
 // Tool is a server-side tool that records its calls and answers with Fn.
 type Tool struct {
-	ToolSpec runtime.ToolSpec
+	ToolSpec llm.ToolSpec
 	// Fn computes the result; nil answers {"ok":true}.
-	Fn func(ctx context.Context, call runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error)
+	Fn func(ctx context.Context, call llm.ToolCall, progress func(llm.ToolProgress)) (llm.ToolOutput, error)
 
 	mu    sync.Mutex
-	calls []runtime.ToolCall
+	calls []llm.ToolCall
 }
 
-var _ runtime.Tool = (*Tool)(nil)
+var _ llm.Tool = (*Tool)(nil)
 
 // NewTool returns a Tool named name with an object schema.
-func NewTool(name string, fn func(context.Context, runtime.ToolCall, func(runtime.ToolProgress)) (runtime.ToolOutput, error)) *Tool {
-	return &Tool{ToolSpec: runtime.ToolSpec{Name: name, Description: "test tool " + name, Schema: json.RawMessage(`{"type":"object"}`)}, Fn: fn}
+func NewTool(name string, fn func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error)) *Tool {
+	return &Tool{ToolSpec: llm.ToolSpec{Name: name, Description: "test tool " + name, Schema: json.RawMessage(`{"type":"object"}`)}, Fn: fn}
 }
 
 // Spec implements [runtime.Tool].
-func (t *Tool) Spec() runtime.ToolSpec { return t.ToolSpec }
+func (t *Tool) Spec() llm.ToolSpec { return t.ToolSpec }
 
 // Call implements [runtime.Tool].
-func (t *Tool) Call(ctx context.Context, call runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+func (t *Tool) Call(ctx context.Context, call llm.ToolCall, progress func(llm.ToolProgress)) (llm.ToolOutput, error) {
 	t.mu.Lock()
 	t.calls = append(t.calls, call)
 	t.mu.Unlock()
 	if t.Fn == nil {
-		return runtime.ToolOutput{Content: `{"ok":true}`}, nil
+		return llm.ToolOutput{Content: `{"ok":true}`}, nil
 	}
 	return t.Fn(ctx, call, progress)
 }
 
 // Calls returns the calls received.
-func (t *Tool) Calls() []runtime.ToolCall {
+func (t *Tool) Calls() []llm.ToolCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]runtime.ToolCall(nil), t.calls...)
+	return append([]llm.ToolCall(nil), t.calls...)
 }

@@ -1,6 +1,6 @@
 // Package anthropic is turnstile's provider for the Anthropic Messages API.
 //
-// It maps a [runtime.Request] to a streamed message: the system prompt to
+// It maps a [llm.Request] to a streamed message: the system prompt to
 // the system field, user text and tool results to user turns (tool results
 // as tool_result blocks, with is_error), assistant text, tool calls and
 // thinking blocks to assistant turns — a thinking part goes back with its
@@ -8,14 +8,14 @@
 // dropped — tools to custom tools, and MaxOutputTokens (default
 // [DefaultMaxTokens]), Temperature and StopSequences to their fields;
 // consecutive messages of one role are merged into one turn. The stream
-// becomes [runtime.Chunk]s: text, thinking text and signatures (Index
+// becomes [llm.Chunk]s: text, thinking text and signatures (Index
 // counts the reply's thinking blocks), tool calls with their JSON
 // fragments (closed, after checking they are a JSON object, at
 // content_block_stop), usage (input, output, cache read and cache write
 // tokens, from message_start and message_delta) and the stop reason.
 // Redacted thinking blocks are skipped.
 //
-// Every failure is classified as a [*runtime.Error] from the error type in
+// Every failure is classified as a [*llm.Error] from the error type in
 // the body (rate_limit_error, overloaded_error, billing_error, …), its
 // details.error_code, a documented message fragment for the plain 400s
 // that have nothing else ("prompt is too long", "credit balance is too
@@ -28,7 +28,7 @@
 // done its error is returned unchanged. The SDK's retries are off: one
 // Stream is at most one HTTP request.
 //
-// The package imports only runtime, providers/internal/httpfail and the
+// The package imports only llm, providers/internal/httpfail and the
 // official SDK, github.com/anthropics/anthropic-sdk-go.
 package anthropic
 
@@ -42,8 +42,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
@@ -79,7 +79,7 @@ type Provider struct {
 	messages anthropic.MessageService
 }
 
-var _ runtime.Provider = (*Provider)(nil)
+var _ llm.Provider = (*Provider)(nil)
 
 // New returns a provider for cfg. It reads nothing from the environment:
 // the SDK's ANTHROPIC_* variables are ignored.
@@ -114,14 +114,14 @@ func New(cfg Config) (*Provider, error) {
 }
 
 // Stream sends req as one streamed message and yields its chunks, ending
-// with a [runtime.ChunkStop] or with one classified error.
-func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+// with a [llm.ChunkStop] or with one classified error.
+func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		yield, done := httpfail.Guard(p.name, yield)
 		defer done()
 		params, err := buildParams(req)
 		if err != nil {
-			yield(runtime.Chunk{}, httpfail.InvalidRequest(p.name, err))
+			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
 			return
 		}
 		var resp *http.Response
@@ -133,11 +133,11 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 
 // consume turns the SDK's event stream into chunks. resp is the HTTP
 // response, nil when none arrived.
-func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[anthropic.MessageStreamEventUnion], resp *http.Response, yield func(runtime.Chunk, error) bool) {
+func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[anthropic.MessageStreamEventUnion], resp *http.Response, yield func(llm.Chunk, error) bool) {
 	d := decoder{provider: p.name}
-	emit := func(c runtime.Chunk) bool {
+	emit := func(c llm.Chunk) bool {
 		switch c.Kind {
-		case runtime.ChunkText, runtime.ChunkThinking, runtime.ChunkToolCallStart, runtime.ChunkToolCallArgs:
+		case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
 			d.output = true
 		}
 		return yield(c, nil)
@@ -151,7 +151,7 @@ func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[anthrop
 		ok, err := d.event(stream.Current(), emit)
 		if err != nil {
 			err.StatusCode, err.RequestID = code, httpfail.RequestID(h)
-			yield(runtime.Chunk{}, err)
+			yield(llm.Chunk{}, err)
 			return
 		}
 		if !ok {
@@ -159,16 +159,16 @@ func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[anthrop
 		}
 	}
 	if err := stream.Err(); err != nil {
-		yield(runtime.Chunk{}, p.classify(ctx, err, resp))
+		yield(llm.Chunk{}, p.classify(ctx, err, resp))
 		return
 	}
 	if err := ctx.Err(); err != nil {
-		yield(runtime.Chunk{}, err)
+		yield(llm.Chunk{}, err)
 		return
 	}
 	if !d.finished {
-		yield(runtime.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, httpfail.RequestID(h)))
+		yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, httpfail.RequestID(h)))
 		return
 	}
-	yield(runtime.Chunk{Kind: runtime.ChunkStop, Stop: d.stop}, nil)
+	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // decoder holds the state of one streamed message.
@@ -18,10 +18,10 @@ type decoder struct {
 	blocks    map[int64]*block
 	toolCalls int
 	thinking  int
-	usage     runtime.Usage
+	usage     llm.Usage
 	output    bool
 	finished  bool
-	stop      runtime.StopReason
+	stop      llm.StopReason
 }
 
 type blockKind uint8
@@ -46,20 +46,20 @@ type block struct {
 // event yields the runtime chunks of one stream event through emit. It
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object or a reply that overflowed the context.
-func (d *decoder) event(ev anthropic.MessageStreamEventUnion, emit func(runtime.Chunk) bool) (bool, *runtime.Error) {
+func (d *decoder) event(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	if d.blocks == nil {
 		d.blocks = map[int64]*block{}
 	}
 	switch ev.Type {
 	case "message_start":
 		u := ev.Message.Usage
-		d.usage = runtime.Usage{
+		d.usage = llm.Usage{
 			InputTokens:      u.InputTokens,
 			OutputTokens:     u.OutputTokens,
 			CacheReadTokens:  u.CacheReadInputTokens,
 			CacheWriteTokens: u.CacheCreationInputTokens,
 		}
-		return emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: d.usage}), nil
+		return emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: d.usage}), nil
 	case "content_block_start":
 		return d.start(ev, emit), nil
 	case "content_block_delta":
@@ -82,12 +82,12 @@ func (d *decoder) event(ev anthropic.MessageStreamEventUnion, emit func(runtime.
 		if u.JSON.CacheCreationInputTokens.Valid() {
 			d.usage.CacheWriteTokens = u.CacheCreationInputTokens
 		}
-		if !emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: d.usage}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: d.usage}) {
 			return false, nil
 		}
 		if ev.Delta.StopReason == "model_context_window_exceeded" {
-			return false, &runtime.Error{
-				Kind:     runtime.KindContextOverflow,
+			return false, &llm.Error{
+				Kind:     llm.KindContextOverflow,
 				Message:  "the reply reached the model's context window (model_context_window_exceeded)",
 				Provider: d.provider,
 				Err:      errors.New("stop_reason: model_context_window_exceeded"),
@@ -102,7 +102,7 @@ func (d *decoder) event(ev anthropic.MessageStreamEventUnion, emit func(runtime.
 	return true, nil
 }
 
-func (d *decoder) start(ev anthropic.MessageStreamEventUnion, emit func(runtime.Chunk) bool) bool {
+func (d *decoder) start(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) bool {
 	cb := ev.ContentBlock
 	b := &block{}
 	d.blocks[ev.Index] = b
@@ -110,31 +110,31 @@ func (d *decoder) start(ev anthropic.MessageStreamEventUnion, emit func(runtime.
 	case "text":
 		b.kind = blockText
 		if cb.Text != "" {
-			return emit(runtime.Chunk{Kind: runtime.ChunkText, Text: cb.Text})
+			return emit(llm.Chunk{Kind: llm.ChunkText, Text: cb.Text})
 		}
 	case "thinking":
 		b.kind, b.index = blockThinking, d.thinking
 		d.thinking++
 		if cb.Thinking != "" || cb.Signature != "" {
-			return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: b.index, Text: cb.Thinking, Signature: cb.Signature})
+			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Text: cb.Thinking, Signature: cb.Signature})
 		}
 	case "tool_use":
 		b.kind, b.index, b.name = blockTool, d.toolCalls, cb.Name
 		d.toolCalls++
-		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: b.index, CallID: cb.ID, Name: cb.Name}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: b.index, CallID: cb.ID, Name: cb.Name}) {
 			return false
 		}
 		// The input arrives in deltas; a start that already carries a
 		// non-empty input (some proxies) is passed on whole.
 		if raw := cb.JSON.Input.Raw(); raw != "" && raw != "{}" && raw != "null" {
 			b.args.WriteString(raw)
-			return emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: b.index, Text: raw})
+			return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: b.index, Text: raw})
 		}
 	}
 	return true
 }
 
-func (d *decoder) delta(ev anthropic.MessageStreamEventUnion, emit func(runtime.Chunk) bool) bool {
+func (d *decoder) delta(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) bool {
 	b, ok := d.blocks[ev.Index]
 	if !ok || b.closed {
 		return true
@@ -143,20 +143,20 @@ func (d *decoder) delta(ev anthropic.MessageStreamEventUnion, emit func(runtime.
 	switch delta.Type {
 	case "text_delta":
 		if delta.Text != "" {
-			return emit(runtime.Chunk{Kind: runtime.ChunkText, Text: delta.Text})
+			return emit(llm.Chunk{Kind: llm.ChunkText, Text: delta.Text})
 		}
 	case "thinking_delta":
 		if b.kind == blockThinking && delta.Thinking != "" {
-			return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: b.index, Text: delta.Thinking})
+			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Text: delta.Thinking})
 		}
 	case "signature_delta":
 		if b.kind == blockThinking && delta.Signature != "" {
-			return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: b.index, Signature: delta.Signature})
+			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Signature: delta.Signature})
 		}
 	case "input_json_delta":
 		if b.kind == blockTool && delta.PartialJSON != "" {
 			b.args.WriteString(delta.PartialJSON)
-			return emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: b.index, Text: delta.PartialJSON})
+			return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: b.index, Text: delta.PartialJSON})
 		}
 	}
 	return true
@@ -164,7 +164,7 @@ func (d *decoder) delta(ev anthropic.MessageStreamEventUnion, emit func(runtime.
 
 // stopBlock closes a tool call, checking its arguments; a call with no
 // arguments gets "{}".
-func (d *decoder) stopBlock(index int64, emit func(runtime.Chunk) bool) (bool, *runtime.Error) {
+func (d *decoder) stopBlock(index int64, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	b, ok := d.blocks[index]
 	if !ok || b.closed || b.kind != blockTool {
 		return true, nil
@@ -172,7 +172,7 @@ func (d *decoder) stopBlock(index int64, emit func(runtime.Chunk) bool) (bool, *
 	b.closed = true
 	if len(bytes.TrimSpace(b.args.Bytes())) == 0 {
 		b.args.WriteString("{}")
-		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: b.index, Text: "{}"}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: b.index, Text: "{}"}) {
 			return false, nil
 		}
 	}
@@ -184,24 +184,24 @@ func (d *decoder) stopBlock(index int64, emit func(runtime.Chunk) bool) (bool, *
 	if err != nil {
 		return false, httpfail.BadArguments(d.provider, b.name, err)
 	}
-	return emit(runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: b.index}), nil
+	return emit(llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: b.index}), nil
 }
 
 // stopReason maps a stop_reason.
-func stopReason(r anthropic.StopReason) runtime.StopReason {
+func stopReason(r anthropic.StopReason) llm.StopReason {
 	switch r {
 	case "end_turn":
-		return runtime.StopEndTurn
+		return llm.StopEndTurn
 	case "tool_use":
-		return runtime.StopToolUse
+		return llm.StopToolUse
 	case "max_tokens":
-		return runtime.StopMaxTokens
+		return llm.StopMaxTokens
 	case "stop_sequence":
-		return runtime.StopSequence
+		return llm.StopSequence
 	case "refusal":
-		return runtime.StopRefusal
+		return llm.StopRefusal
 	case "pause_turn":
-		return runtime.StopPauseTurn
+		return llm.StopPauseTurn
 	}
-	return runtime.StopUnspecified
+	return llm.StopUnspecified
 }

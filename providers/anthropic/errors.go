@@ -10,8 +10,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // apiError is an Anthropic error body:
@@ -39,26 +39,26 @@ func parseError(raw string) apiError {
 }
 
 // typeKinds maps the error types Anthropic documents to their class.
-var typeKinds = map[string]runtime.Kind{
-	"authentication_error": runtime.KindAuth,
-	"permission_error":     runtime.KindAuth,
-	"billing_error":        runtime.KindQuotaExhausted,
-	"not_found_error":      runtime.KindNotFound,
-	"request_too_large":    runtime.KindContextOverflow,
-	"rate_limit_error":     runtime.KindRateLimited,
-	"api_error":            runtime.KindServerError,
-	"timeout_error":        runtime.KindServerError,
-	"conflict_error":       runtime.KindServerError,
-	"overloaded_error":     runtime.KindOverloaded,
+var typeKinds = map[string]llm.Kind{
+	"authentication_error": llm.KindAuth,
+	"permission_error":     llm.KindAuth,
+	"billing_error":        llm.KindQuotaExhausted,
+	"not_found_error":      llm.KindNotFound,
+	"request_too_large":    llm.KindContextOverflow,
+	"rate_limit_error":     llm.KindRateLimited,
+	"api_error":            llm.KindServerError,
+	"timeout_error":        llm.KindServerError,
+	"conflict_error":       llm.KindServerError,
+	"overloaded_error":     llm.KindOverloaded,
 }
 
 // kindOf classifies an error of HTTP status code (200 for event: error
 // mid-stream): a spend limit in details.error_code first, then a
 // documented message fragment for invalid requests, then the error type,
 // then the status.
-func kindOf(code int, e apiError) runtime.Kind {
+func kindOf(code int, e apiError) llm.Kind {
 	if strings.Contains(e.ErrorCode, "spend_limit") {
-		return runtime.KindQuotaExhausted
+		return llm.KindQuotaExhausted
 	}
 	if e.Type == "invalid_request_error" || e.Type == "" && code >= 400 && code < 500 {
 		if k, ok := httpfail.MatchFragment(httpfail.ScopeAnthropic, e.Message); ok {
@@ -69,12 +69,12 @@ func kindOf(code int, e apiError) runtime.Kind {
 		return k
 	}
 	if e.Type == "invalid_request_error" {
-		return runtime.KindInvalidRequest
+		return llm.KindInvalidRequest
 	}
 	return httpfail.StatusKind(code)
 }
 
-// classify turns the error that ended a stream into a [*runtime.Error], or
+// classify turns the error that ended a stream into a [*llm.Error], or
 // returns the caller's context error when ctx is done.
 func (p *Provider) classify(ctx context.Context, err error, resp *http.Response) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -91,7 +91,7 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 		code, h = resp.StatusCode, resp.Header
 	}
 	if !errors.As(err, &ae) {
-		e := &runtime.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
+		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
 		if k, ok := httpfail.Network(err); ok {
 			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
 			return e
@@ -99,10 +99,10 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 		var syn *json.SyntaxError
 		var typ *json.UnmarshalTypeError
 		if errors.As(err, &syn) || errors.As(err, &typ) {
-			e.Kind, e.Message = runtime.KindServerError, "the provider sent a malformed stream event"
+			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
 			return e
 		}
-		e.Kind, e.Message = runtime.KindInternal, "unexpected failure calling the provider"
+		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
 		return e
 	}
 	code = ae.StatusCode
@@ -112,7 +112,7 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 	body := parseError(ae.RawJSON())
 	kind := kindOf(code, body)
 	var after time.Duration
-	if kind == runtime.KindRateLimited || kind == runtime.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
+	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
 		after = retryAfter(h, time.Now())
 	}
 	msg := httpfail.Redact(body.Message, p.apiKey)
@@ -127,7 +127,7 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 	if id == "" {
 		id = httpfail.RequestID(h)
 	}
-	return &runtime.Error{
+	return &llm.Error{
 		Kind:       kind,
 		Message:    msg,
 		Provider:   p.name,

@@ -7,13 +7,12 @@ import (
 	"maps"
 
 	"github.com/anthropics/anthropic-sdk-go"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // buildParams maps req to the Messages request. It fails only on a request
 // the API could not accept, such as a tool schema that is not a JSON object.
-func buildParams(req *runtime.Request) (anthropic.MessageNewParams, error) {
+func buildParams(req *llm.Request) (anthropic.MessageNewParams, error) {
 	if req == nil {
 		return anthropic.MessageNewParams{}, errors.New("no request")
 	}
@@ -59,12 +58,12 @@ func buildParams(req *runtime.Request) (anthropic.MessageNewParams, error) {
 
 // turn maps one message to a role and its content blocks. Empty text is
 // dropped (the API rejects it), as is thinking without a signature.
-func turn(m runtime.Message) (anthropic.MessageParamRole, []anthropic.ContentBlockParamUnion, error) {
+func turn(m llm.Message) (anthropic.MessageParamRole, []anthropic.ContentBlockParamUnion, error) {
 	var role anthropic.MessageParamRole
 	switch m.Role {
-	case runtime.RoleUser, runtime.RoleTool:
+	case llm.RoleUser, llm.RoleTool:
 		role = anthropic.MessageParamRoleUser
-	case runtime.RoleAssistant:
+	case llm.RoleAssistant:
 		role = anthropic.MessageParamRoleAssistant
 	default:
 		return "", nil, fmt.Errorf("unknown role %v", m.Role)
@@ -72,15 +71,15 @@ func turn(m runtime.Message) (anthropic.MessageParamRole, []anthropic.ContentBlo
 	var blocks []anthropic.ContentBlockParamUnion
 	for _, p := range m.Parts {
 		switch p.Kind {
-		case runtime.PartText:
+		case llm.PartText:
 			if p.Text != "" {
 				blocks = append(blocks, anthropic.NewTextBlock(p.Text))
 			}
-		case runtime.PartThinking:
-			if p.Signature != "" && m.Role == runtime.RoleAssistant {
+		case llm.PartThinking:
+			if p.Signature != "" && m.Role == llm.RoleAssistant {
 				blocks = append(blocks, anthropic.NewThinkingBlock(p.Signature, p.Text))
 			}
-		case runtime.PartToolCall:
+		case llm.PartToolCall:
 			if p.ToolCall == nil {
 				return "", nil, errors.New("tool call part without a call")
 			}
@@ -92,7 +91,7 @@ func turn(m runtime.Message) (anthropic.MessageParamRole, []anthropic.ContentBlo
 				return "", nil, fmt.Errorf("tool call %q: arguments are not JSON", p.ToolCall.Name)
 			}
 			blocks = append(blocks, anthropic.NewToolUseBlock(p.ToolCall.ID, json.RawMessage(args), p.ToolCall.Name))
-		case runtime.PartToolResult:
+		case llm.PartToolResult:
 			r := p.ToolResult
 			if r == nil {
 				return "", nil, errors.New("tool result part without a result")
@@ -113,7 +112,7 @@ func turn(m runtime.Message) (anthropic.MessageParamRole, []anthropic.ContentBlo
 
 // toolParam maps a tool spec; the schema's properties and required go to
 // their fields, any other keyword rides along as is.
-func toolParam(t runtime.ToolSpec) (*anthropic.ToolParam, error) {
+func toolParam(t llm.ToolSpec) (*anthropic.ToolParam, error) {
 	schema := map[string]any{}
 	if len(t.Schema) > 0 {
 		if err := json.Unmarshal(t.Schema, &schema); err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestRequestMapping(t *testing.T) {
@@ -25,25 +25,25 @@ func TestRequestMapping(t *testing.T) {
 		providertest.WriteSSE(w, body)
 	})
 	temp := 0.5
-	req := &runtime.Request{
+	req := &llm.Request{
 		Model:  "claude-sonnet-4-5",
 		System: "Be brief.",
-		Messages: []runtime.Message{
-			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Weather in SF and LA?")}},
-			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
-				{Kind: runtime.PartThinking, Text: "Two calls.", Signature: "EqQBCgIYAhIM"},
-				{Kind: runtime.PartThinking, Text: "unsigned, dropped"},
-				runtime.TextPart("Checking."),
-				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"SF"}`}},
-				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "toolu_2", Name: "get_weather", Arguments: `{"city":"LA"}`}},
+		Messages: []llm.Message{
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("Weather in SF and LA?")}},
+			{Role: llm.RoleAssistant, Parts: []llm.Part{
+				{Kind: llm.PartThinking, Text: "Two calls.", Signature: "EqQBCgIYAhIM"},
+				{Kind: llm.PartThinking, Text: "unsigned, dropped"},
+				llm.TextPart("Checking."),
+				{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"SF"}`}},
+				{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "toolu_2", Name: "get_weather", Arguments: `{"city":"LA"}`}},
 			}},
-			{Role: runtime.RoleTool, Parts: []runtime.Part{
-				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "toolu_1", Name: "get_weather", Content: "18C"}},
-				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "toolu_2", Name: "get_weather", Content: "boom", IsError: true}},
+			{Role: llm.RoleTool, Parts: []llm.Part{
+				{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "toolu_1", Name: "get_weather", Content: "18C"}},
+				{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "toolu_2", Name: "get_weather", Content: "boom", IsError: true}},
 			}},
-			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("And NYC?")}},
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("And NYC?")}},
 		},
-		Tools: []runtime.ToolSpec{
+		Tools: []llm.ToolSpec{
 			{Name: "get_weather", Description: "Current weather",
 				Schema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`)},
 			{Name: "now"},
@@ -103,7 +103,7 @@ func TestRequestDefaultsMaxTokens(t *testing.T) {
 	if params.MaxTokens != DefaultMaxTokens {
 		t.Errorf("MaxTokens = %d, want %d", params.MaxTokens, DefaultMaxTokens)
 	}
-	if _, err := buildParams(&runtime.Request{Model: "m", Tools: []runtime.ToolSpec{{Name: "t", Schema: json.RawMessage(`null`)}}}); err == nil {
+	if _, err := buildParams(&llm.Request{Model: "m", Tools: []llm.ToolSpec{{Name: "t", Schema: json.RawMessage(`null`)}}}); err == nil {
 		t.Error("a null schema was accepted")
 	}
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestStreamSuccessFixture(t *testing.T) {
@@ -18,14 +18,14 @@ func TestStreamSuccessFixture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	want := []runtime.Chunk{
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 1}},
-		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_017QoD96fYwGzCWvLfaPADWg", Name: "get_weather"},
-		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"city": "Sa`},
-		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `n Francisco"}`},
-		{Kind: runtime.ChunkToolCallEnd, Index: 0},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 79}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+	want := []llm.Chunk{
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 394, OutputTokens: 1}},
+		{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "toolu_017QoD96fYwGzCWvLfaPADWg", Name: "get_weather"},
+		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"city": "Sa`},
+		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `n Francisco"}`},
+		{Kind: llm.ChunkToolCallEnd, Index: 0},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 394, OutputTokens: 79}},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
@@ -45,8 +45,8 @@ func TestStreamShapes(t *testing.T) {
 		return ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+reason+`","stop_sequence":null},"usage":{"output_tokens":42}}`) +
 			ev("message_stop", `{"type":"message_stop"}`)
 	}
-	cacheUsage := func(out int64) runtime.Chunk {
-		return runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: out, CacheReadTokens: 3000, CacheWriteTokens: 200}}
+	cacheUsage := func(out int64) llm.Chunk {
+		return llm.Chunk{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 10, OutputTokens: out, CacheReadTokens: 3000, CacheWriteTokens: 200}}
 	}
 	cases := []providertest.StreamCase{
 		{
@@ -65,46 +65,46 @@ func TestStreamShapes(t *testing.T) {
 				ev("content_block_start", `{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_b","name":"now","input":{}}}`) +
 				ev("content_block_stop", `{"type":"content_block_stop","index":3}`) +
 				stop("tool_use"),
-			Want: []runtime.Chunk{
+			Want: []llm.Chunk{
 				cacheUsage(1),
-				{Kind: runtime.ChunkThinking, Index: 0, Text: "Two cities."},
-				{Kind: runtime.ChunkThinking, Index: 0, Signature: "EqQBCgIYAhIM"},
-				{Kind: runtime.ChunkText, Text: "Checking."},
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"c":"SF"}`},
-				{Kind: runtime.ChunkToolCallEnd, Index: 0},
-				{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "toolu_b", Name: "now"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 1, Text: `{}`},
-				{Kind: runtime.ChunkToolCallEnd, Index: 1},
+				{Kind: llm.ChunkThinking, Index: 0, Text: "Two cities."},
+				{Kind: llm.ChunkThinking, Index: 0, Signature: "EqQBCgIYAhIM"},
+				{Kind: llm.ChunkText, Text: "Checking."},
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"c":"SF"}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 0},
+				{Kind: llm.ChunkToolCallStart, Index: 1, CallID: "toolu_b", Name: "now"},
+				{Kind: llm.ChunkToolCallArgs, Index: 1, Text: `{}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 1},
 				cacheUsage(42),
-				{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+				{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 			},
 		},
 		{
 			Name: "stop reasons: max_tokens",
 			Body: ev("message_start", msgStart) + stop("max_tokens"),
-			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens}},
 		},
 		{
 			Name: "stop reasons: refusal",
 			Body: ev("message_start", msgStart) + stop("refusal"),
-			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopRefusal}},
 		},
 		{
 			Name: "stop reasons: pause_turn",
 			Body: ev("message_start", msgStart) + stop("pause_turn"),
-			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopPauseTurn}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopPauseTurn}},
 		},
 		{
 			Name: "stop reasons: stop_sequence",
 			Body: ev("message_start", msgStart) + stop("stop_sequence"),
-			Want: []runtime.Chunk{cacheUsage(1), cacheUsage(42), {Kind: runtime.ChunkStop, Stop: runtime.StopSequence}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopSequence}},
 		},
 		{
 			Name:    "model_context_window_exceeded is an overflow",
 			Body:    ev("message_start", msgStart) + stop("model_context_window_exceeded"),
-			Want:    []runtime.Chunk{cacheUsage(1), cacheUsage(42)},
-			WantErr: runtime.KindContextOverflow,
+			Want:    []llm.Chunk{cacheUsage(1), cacheUsage(42)},
+			WantErr: llm.KindContextOverflow,
 		},
 		{
 			Name: "invalid tool arguments",
@@ -112,35 +112,35 @@ func TestStreamShapes(t *testing.T) {
 				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"w","input":{}}}`) +
 				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"c\":"}}`) +
 				ev("content_block_stop", `{"type":"content_block_stop","index":0}`) + stop("tool_use"),
-			Want: []runtime.Chunk{
+			Want: []llm.Chunk{
 				cacheUsage(1),
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"c":`},
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "toolu_a", Name: "w"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"c":`},
 			},
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name: "missing message_stop after output",
 			Body: ev("message_start", msgStart) +
 				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) +
 				ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`),
-			Want:    []runtime.Chunk{cacheUsage(1), {Kind: runtime.ChunkText, Text: "Hi"}},
-			WantErr: runtime.KindStreamInterrupted,
+			Want:    []llm.Chunk{cacheUsage(1), {Kind: llm.ChunkText, Text: "Hi"}},
+			WantErr: llm.KindStreamInterrupted,
 		},
 		{
 			Name:    "missing message_stop, no output",
 			Body:    ev("message_start", msgStart),
-			Want:    []runtime.Chunk{cacheUsage(1)},
-			WantErr: runtime.KindServerError,
+			Want:    []llm.Chunk{cacheUsage(1)},
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "empty body",
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "malformed event",
 			Body:    ev("message_start", `{not json`),
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 	}
 	providertest.StreamShapes(t, provider, simpleRequest, "an", cases)
@@ -154,14 +154,14 @@ func TestMidStreamError(t *testing.T) {
 		providertest.WriteSSE(w, body)
 	})
 	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-	want := []runtime.Chunk{
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 394, OutputTokens: 1}},
-		{Kind: runtime.ChunkText, Text: "I'd be"},
+	want := []llm.Chunk{
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 394, OutputTokens: 1}},
+		{Kind: llm.ChunkText, Text: "I'd be"},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "Overloaded", Provider: "an", StatusCode: 200, RequestID: "req_mid"}
+	wantErr := &llm.Error{Kind: llm.KindOverloaded, Message: "Overloaded", Provider: "an", StatusCode: 200, RequestID: "req_mid"}
 	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), providertest.IgnoreErr); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
@@ -170,16 +170,16 @@ func TestMidStreamError(t *testing.T) {
 func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 	providertest.TransportFailures(t, providertest.Adapter{
-		New: func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider {
+		New: func(tb testing.TB, baseURL string, client *http.Client) llm.Provider {
 			return newProvider(tb, baseURL, client)
 		},
 		Request: simpleRequest,
 		Prefix: ev("message_start", msgStart) +
 			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) +
 			ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`),
-		PrefixChunks: []runtime.Chunk{
-			{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 10, OutputTokens: 1, CacheReadTokens: 3000, CacheWriteTokens: 200}},
-			{Kind: runtime.ChunkText, Text: "Hi"},
+		PrefixChunks: []llm.Chunk{
+			{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 10, OutputTokens: 1, CacheReadTokens: 3000, CacheWriteTokens: 200}},
+			{Kind: llm.ChunkText, Text: "Hi"},
 		},
 	})
 }
@@ -193,7 +193,7 @@ func TestBodyCutShortBeforeOutput(t *testing.T) {
 		panic(http.ErrAbortHandler)
 	})
 	_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-	if e := providertest.AsError(t, err); e.Kind != runtime.KindNetwork {
+	if e := providertest.AsError(t, err); e.Kind != llm.KindNetwork {
 		t.Errorf("error = %+v, want NETWORK", e)
 	}
 	if n := f.Requests(); n != 1 {

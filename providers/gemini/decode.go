@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"google.golang.org/genai"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // decoder holds the state of one streamed reply.
@@ -21,13 +20,13 @@ type decoder struct {
 	inThought bool
 	output    bool
 	finished  bool
-	stop      runtime.StopReason
+	stop      llm.StopReason
 }
 
 // response yields the runtime chunks of one streamed response through
 // emit. It returns false when emit did, and an error for a finish that
 // means the reply is unusable.
-func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(runtime.Chunk) bool) (bool, *runtime.Error) {
+func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	if resp == nil {
 		return true, nil
 	}
@@ -51,8 +50,8 @@ func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(runtim
 				if msg == "" {
 					msg = "the model produced an invalid function call"
 				}
-				return false, &runtime.Error{
-					Kind:     runtime.KindServerError,
+				return false, &llm.Error{
+					Kind:     llm.KindServerError,
 					Message:  fmt.Sprintf("%s (%s)", msg, c.FinishReason),
 					Provider: d.provider,
 					Err:      fmt.Errorf("finishReason %s", c.FinishReason),
@@ -62,15 +61,15 @@ func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(runtim
 		}
 	}
 	if fb := resp.PromptFeedback; fb != nil && fb.BlockReason != "" && fb.BlockReason != genai.BlockedReasonUnspecified {
-		d.finished, d.stop = true, runtime.StopRefusal
+		d.finished, d.stop = true, llm.StopRefusal
 	}
 	if u := resp.UsageMetadata; u != nil {
-		usage := runtime.Usage{
+		usage := llm.Usage{
 			InputTokens:     max(int64(u.PromptTokenCount)+int64(u.ToolUsePromptTokenCount)-int64(u.CachedContentTokenCount), 0),
 			OutputTokens:    int64(u.CandidatesTokenCount) + int64(u.ThoughtsTokenCount),
 			CacheReadTokens: int64(u.CachedContentTokenCount),
 		}
-		if !emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: usage}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: usage}) {
 			return false, nil
 		}
 	}
@@ -78,7 +77,7 @@ func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(runtim
 }
 
 // part yields one content part.
-func (d *decoder) part(p *genai.Part, emit func(runtime.Chunk) bool) bool {
+func (d *decoder) part(p *genai.Part, emit func(llm.Chunk) bool) bool {
 	sig := ""
 	if len(p.ThoughtSignature) > 0 {
 		sig = base64.StdEncoding.EncodeToString(p.ThoughtSignature)
@@ -89,7 +88,7 @@ func (d *decoder) part(p *genai.Part, emit func(runtime.Chunk) bool) bool {
 			d.inThought = true
 			d.thinking++
 		}
-		return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.thinking - 1, Text: p.Text, Signature: sig})
+		return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: d.thinking - 1, Text: p.Text, Signature: sig})
 	case p.FunctionCall != nil:
 		d.inThought = false
 		if sig != "" && !d.signature(sig, emit) {
@@ -111,16 +110,16 @@ func (d *decoder) part(p *genai.Part, emit func(runtime.Chunk) bool) bool {
 				args = b
 			}
 		}
-		return emit(runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: index, CallID: id, Name: fc.Name}) &&
-			emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: index, Text: string(args)}) &&
-			emit(runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: index})
+		return emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: index, CallID: id, Name: fc.Name}) &&
+			emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: index, Text: string(args)}) &&
+			emit(llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: index})
 	default:
 		d.inThought = false
 		if sig != "" && !d.signature(sig, emit) {
 			return false
 		}
 		if p.Text != "" {
-			return emit(runtime.Chunk{Kind: runtime.ChunkText, Text: p.Text})
+			return emit(llm.Chunk{Kind: llm.ChunkText, Text: p.Text})
 		}
 	}
 	return true
@@ -128,31 +127,31 @@ func (d *decoder) part(p *genai.Part, emit func(runtime.Chunk) bool) bool {
 
 // signature yields a thought signature that belongs to the part after it
 // as a thinking block of its own with no text.
-func (d *decoder) signature(sig string, emit func(runtime.Chunk) bool) bool {
+func (d *decoder) signature(sig string, emit func(llm.Chunk) bool) bool {
 	d.thinking++
-	return emit(runtime.Chunk{Kind: runtime.ChunkThinking, Index: d.thinking - 1, Signature: sig})
+	return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: d.thinking - 1, Signature: sig})
 }
 
 // finishReason maps a finishReason; failed reports a finish that makes the
 // reply unusable (a malformed or unexpected function call).
-func finishReason(r genai.FinishReason, calls bool) (stop runtime.StopReason, failed bool) {
+func finishReason(r genai.FinishReason, calls bool) (stop llm.StopReason, failed bool) {
 	switch r {
 	case genai.FinishReasonStop:
 		if calls {
-			return runtime.StopToolUse, false
+			return llm.StopToolUse, false
 		}
-		return runtime.StopEndTurn, false
+		return llm.StopEndTurn, false
 	case genai.FinishReasonMaxTokens:
-		return runtime.StopMaxTokens, false
+		return llm.StopMaxTokens, false
 	case genai.FinishReasonSafety, genai.FinishReasonProhibitedContent, genai.FinishReasonBlocklist,
 		genai.FinishReasonSPII, genai.FinishReasonRecitation, genai.FinishReasonImageSafety,
 		genai.FinishReasonImageProhibitedContent, genai.FinishReasonImageRecitation:
-		return runtime.StopRefusal, false
+		return llm.StopRefusal, false
 	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
-		return runtime.StopUnspecified, true
+		return llm.StopUnspecified, true
 	}
 	if calls {
-		return runtime.StopToolUse, false
+		return llm.StopToolUse, false
 	}
-	return runtime.StopUnspecified, false
+	return llm.StopUnspecified, false
 }

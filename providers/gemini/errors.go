@@ -10,26 +10,26 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // statusKinds maps the google.rpc status names Gemini sends to a class,
 // for errors that say nothing more specific.
-var statusKinds = map[string]runtime.Kind{
-	"INVALID_ARGUMENT":    runtime.KindInvalidRequest,
-	"FAILED_PRECONDITION": runtime.KindAuth, // unsupported location, billing not enabled
-	"OUT_OF_RANGE":        runtime.KindInvalidRequest,
-	"UNAUTHENTICATED":     runtime.KindAuth,
-	"PERMISSION_DENIED":   runtime.KindAuth,
-	"NOT_FOUND":           runtime.KindNotFound,
-	"RESOURCE_EXHAUSTED":  runtime.KindRateLimited,
-	"UNAVAILABLE":         runtime.KindOverloaded,
-	"INTERNAL":            runtime.KindServerError,
-	"UNKNOWN":             runtime.KindServerError,
-	"DEADLINE_EXCEEDED":   runtime.KindServerError,
-	"ABORTED":             runtime.KindServerError,
-	"CANCELLED":           runtime.KindServerError,
+var statusKinds = map[string]llm.Kind{
+	"INVALID_ARGUMENT":    llm.KindInvalidRequest,
+	"FAILED_PRECONDITION": llm.KindAuth, // unsupported location, billing not enabled
+	"OUT_OF_RANGE":        llm.KindInvalidRequest,
+	"UNAUTHENTICATED":     llm.KindAuth,
+	"PERMISSION_DENIED":   llm.KindAuth,
+	"NOT_FOUND":           llm.KindNotFound,
+	"RESOURCE_EXHAUSTED":  llm.KindRateLimited,
+	"UNAVAILABLE":         llm.KindOverloaded,
+	"INTERNAL":            llm.KindServerError,
+	"UNKNOWN":             llm.KindServerError,
+	"DEADLINE_EXCEEDED":   llm.KindServerError,
+	"ABORTED":             llm.KindServerError,
+	"CANCELLED":           llm.KindServerError,
 }
 
 // details are the google.rpc details of an error that classification uses.
@@ -73,17 +73,17 @@ func parseDetails(ds []map[string]any) details {
 // kindOf classifies an APIError: credentials and quota details first, a
 // documented fragment for an oversized input, then the status name, then
 // the HTTP code.
-func kindOf(e genai.APIError, det details) runtime.Kind {
+func kindOf(e genai.APIError, det details) llm.Kind {
 	for _, r := range det.reasons {
 		switch r {
 		case "API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED":
-			return runtime.KindAuth
+			return llm.KindAuth
 		}
 	}
 	if e.Code == http.StatusTooManyRequests || e.Status == "RESOURCE_EXHAUSTED" {
 		for _, id := range det.quotaIDs {
 			if strings.Contains(id, "PerDay") {
-				return runtime.KindQuotaExhausted
+				return llm.KindQuotaExhausted
 			}
 		}
 	}
@@ -96,10 +96,10 @@ func kindOf(e genai.APIError, det details) runtime.Kind {
 	if e.Code != 0 {
 		return httpfail.StatusKind(e.Code)
 	}
-	return runtime.KindServerError
+	return llm.KindServerError
 }
 
-// classify turns the error that ended a stream into a [*runtime.Error], or
+// classify turns the error that ended a stream into a [*llm.Error], or
 // returns the caller's context error when ctx is done. rec holds the HTTP
 // response's status and headers; responseID is the last response id
 // streamed, used when the headers carry no request id.
@@ -116,7 +116,7 @@ func (p *Provider) classify(ctx context.Context, err error, rec *response, respo
 	h := rec.headers()
 	var ae genai.APIError
 	if !errors.As(err, &ae) {
-		e := &runtime.Error{Provider: p.name, StatusCode: code, RequestID: id, Err: err}
+		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: id, Err: err}
 		if k, ok := httpfail.Network(err); ok {
 			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
 			return e
@@ -126,10 +126,10 @@ func (p *Provider) classify(ctx context.Context, err error, rec *response, respo
 		if errors.As(err, &syn) || errors.As(err, &typ) || strings.Contains(err.Error(), "iterateResponseStream") {
 			// The SDK reports an undecodable chunk with fmt.Errorf and no
 			// type; its function name is the only mark it leaves.
-			e.Kind, e.Message = runtime.KindServerError, "the provider sent a malformed stream event"
+			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
 			return e
 		}
-		e.Kind, e.Message = runtime.KindInternal, "unexpected failure calling the provider"
+		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
 		return e
 	}
 	det := parseDetails(ae.Details)
@@ -139,7 +139,7 @@ func (p *Provider) classify(ctx context.Context, err error, rec *response, respo
 		status = ae.Code
 	}
 	var after time.Duration
-	if kind == runtime.KindRateLimited || kind == runtime.KindOverloaded || ae.Code >= 500 {
+	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || ae.Code >= 500 {
 		after = det.retryDelay
 		if after == 0 {
 			after = httpfail.RetryAfter(h, time.Now())
@@ -151,7 +151,7 @@ func (p *Provider) classify(ctx context.Context, err error, rec *response, respo
 		// (an HTML page from a proxy, say): not a message for people.
 		msg = httpfail.StatusMessage(ae.Code)
 	}
-	return &runtime.Error{
+	return &llm.Error{
 		Kind:       kind,
 		Message:    msg,
 		Provider:   p.name,

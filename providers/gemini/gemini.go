@@ -2,20 +2,20 @@
 // (generativelanguage.googleapis.com, the Gemini API backend of
 // google.golang.org/genai).
 //
-// It maps a [runtime.Request] to a streamed generateContent call: the
+// It maps a [llm.Request] to a streamed generateContent call: the
 // system prompt to systemInstruction, user text to user turns, assistant
 // text, thoughts and function calls to model turns, tool results to
 // functionResponse parts ({"output": …} or, for a failed tool,
 // {"error": …}), tools to function declarations with their JSON Schema,
 // and MaxOutputTokens, Temperature and StopSequences to the generation
 // config; consecutive messages of one role are merged into one turn.
-// Gemini's thought signatures travel in [runtime.PartThinking] parts: a
+// Gemini's thought signatures travel in [llm.PartThinking] parts: a
 // signature streamed on a function call or text part is yielded as a
-// [runtime.ChunkThinking] with an empty text just before that part, and a
+// [llm.ChunkThinking] with an empty text just before that part, and a
 // thinking part without text is sent back as the signature of the part
 // that follows it, as the API requires.
 //
-// The stream becomes [runtime.Chunk]s: text, thought text, function calls
+// The stream becomes [llm.Chunk]s: text, thought text, function calls
 // (which arrive whole, so start, arguments and end come together; a call
 // without an id gets one), usage (input tokens exclude cached ones, which
 // count as cache reads; thought tokens count as output) and the stop
@@ -23,7 +23,7 @@
 // MALFORMED_FUNCTION_CALL or UNEXPECTED_TOOL_CALL finish is a server error
 // worth one retry.
 //
-// Every failure is classified as a [*runtime.Error] from the google.rpc
+// Every failure is classified as a [*llm.Error] from the google.rpc
 // status and its details (QuotaFailure quota ids: per-day quotas are
 // exhausted, per-minute ones rate limits; RetryInfo's retryDelay is the
 // RetryAfter; ErrorInfo API_KEY_INVALID is auth), a documented message
@@ -34,7 +34,7 @@
 // SDK's HTTP retries and its automatic stream continuation are off: one
 // Stream is at most one HTTP request.
 //
-// The package imports only runtime, providers/internal/httpfail and the
+// The package imports only llm, providers/internal/httpfail and the
 // official SDK, google.golang.org/genai.
 package gemini
 
@@ -48,8 +48,8 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
@@ -83,7 +83,7 @@ type Provider struct {
 	models *genai.Models
 }
 
-var _ runtime.Provider = (*Provider)(nil)
+var _ llm.Provider = (*Provider)(nil)
 
 // New returns a provider for cfg. It reads nothing from the environment:
 // the SDK's GOOGLE_* and GEMINI_* variables are ignored.
@@ -126,35 +126,35 @@ func New(cfg Config) (*Provider, error) {
 }
 
 // Stream sends req as one streamed generateContent call and yields its
-// chunks, ending with a [runtime.ChunkStop] or with one classified error.
-func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+// chunks, ending with a [llm.ChunkStop] or with one classified error.
+func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		yield, done := httpfail.Guard(p.name, yield)
 		defer done()
 		contents, config, err := buildRequest(req)
 		if err != nil {
-			yield(runtime.Chunk{}, httpfail.InvalidRequest(p.name, err))
+			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
 			return
 		}
 		rec := &response{}
 		rctx := context.WithValue(ctx, responseKey{}, rec)
 		d := decoder{provider: p.name}
-		emit := func(c runtime.Chunk) bool {
+		emit := func(c llm.Chunk) bool {
 			switch c.Kind {
-			case runtime.ChunkText, runtime.ChunkThinking, runtime.ChunkToolCallStart, runtime.ChunkToolCallArgs:
+			case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
 				d.output = true
 			}
 			return yield(c, nil)
 		}
 		for resp, err := range p.models.GenerateContentStream(rctx, req.Model, contents, config) {
 			if err != nil {
-				yield(runtime.Chunk{}, p.classify(ctx, err, rec, d.responseID))
+				yield(llm.Chunk{}, p.classify(ctx, err, rec, d.responseID))
 				return
 			}
 			ok, ferr := d.response(resp, emit)
 			if ferr != nil {
 				ferr.StatusCode, ferr.RequestID = rec.get()
-				yield(runtime.Chunk{}, ferr)
+				yield(llm.Chunk{}, ferr)
 				return
 			}
 			if !ok {
@@ -162,7 +162,7 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			yield(runtime.Chunk{}, err)
+			yield(llm.Chunk{}, err)
 			return
 		}
 		if !d.finished {
@@ -170,10 +170,10 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 			if id == "" {
 				id = d.responseID
 			}
-			yield(runtime.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
+			yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
 			return
 		}
-		yield(runtime.Chunk{Kind: runtime.ChunkStop, Stop: d.stop}, nil)
+		yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
 	}
 }
 

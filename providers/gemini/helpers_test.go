@@ -6,8 +6,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestMain(m *testing.M) {
@@ -35,7 +35,7 @@ func provider(tb testing.TB, s *providertest.Server) *Provider {
 	return newProvider(tb, s.URL, providertest.Client(tb, s.Server))
 }
 
-var simpleRequest = &runtime.Request{
+var simpleRequest = &llm.Request{
 	Model:    "gemini-2.5-flash",
-	Messages: []runtime.Message{{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("hi")}}},
+	Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("hi")}}},
 }

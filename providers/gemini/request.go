@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"google.golang.org/genai"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // buildRequest maps req to contents and a generation config. It fails only
 // on a request the API could not accept, such as a tool schema that is not
 // a JSON object or a signature that is not base64.
-func buildRequest(req *runtime.Request) ([]*genai.Content, *genai.GenerateContentConfig, error) {
+func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentConfig, error) {
 	if req == nil {
 		return nil, nil, errors.New("no request")
 	}
@@ -69,12 +68,12 @@ func buildRequest(req *runtime.Request) ([]*genai.Content, *genai.GenerateConten
 
 // content maps one message. A thinking part with a signature but no text
 // carries the signature of the part after it.
-func content(m runtime.Message) (*genai.Content, error) {
+func content(m llm.Message) (*genai.Content, error) {
 	c := &genai.Content{}
 	switch m.Role {
-	case runtime.RoleUser, runtime.RoleTool:
+	case llm.RoleUser, llm.RoleTool:
 		c.Role = genai.RoleUser
-	case runtime.RoleAssistant:
+	case llm.RoleAssistant:
 		c.Role = genai.RoleModel
 	default:
 		return nil, fmt.Errorf("unknown role %v", m.Role)
@@ -96,12 +95,12 @@ func content(m runtime.Message) (*genai.Content, error) {
 			sig = b
 		}
 		switch p.Kind {
-		case runtime.PartText:
+		case llm.PartText:
 			if p.Text != "" {
 				add(&genai.Part{Text: p.Text, ThoughtSignature: sig})
 			}
-		case runtime.PartThinking:
-			if m.Role != runtime.RoleAssistant {
+		case llm.PartThinking:
+			if m.Role != llm.RoleAssistant {
 				continue
 			}
 			if p.Text == "" {
@@ -109,7 +108,7 @@ func content(m runtime.Message) (*genai.Content, error) {
 				continue
 			}
 			add(&genai.Part{Text: p.Text, Thought: true, ThoughtSignature: sig})
-		case runtime.PartToolCall:
+		case llm.PartToolCall:
 			tc := p.ToolCall
 			if tc == nil {
 				return nil, errors.New("tool call part without a call")
@@ -121,7 +120,7 @@ func content(m runtime.Message) (*genai.Content, error) {
 				}
 			}
 			add(&genai.Part{FunctionCall: &genai.FunctionCall{ID: tc.ID, Name: tc.Name, Args: args}, ThoughtSignature: sig})
-		case runtime.PartToolResult:
+		case llm.PartToolResult:
 			r := p.ToolResult
 			if r == nil {
 				return nil, errors.New("tool result part without a result")

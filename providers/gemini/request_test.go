@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestRequestMapping(t *testing.T) {
@@ -16,26 +16,26 @@ func TestRequestMapping(t *testing.T) {
 	body := providertest.Fixture(t, "gemini_ok.sse")
 	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
 	temp := 0.5
-	req := &runtime.Request{
+	req := &llm.Request{
 		Model:  "gemini-2.5-flash",
 		System: "Be brief.",
-		Messages: []runtime.Message{
-			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Weather in Tokyo and Paris?")}},
-			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
-				{Kind: runtime.PartThinking, Text: "Two calls.", Signature: "dGhvdWdodA=="},
+		Messages: []llm.Message{
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("Weather in Tokyo and Paris?")}},
+			{Role: llm.RoleAssistant, Parts: []llm.Part{
+				{Kind: llm.PartThinking, Text: "Two calls.", Signature: "dGhvdWdodA=="},
 				// A signature streamed on the function call part rides in a
 				// text-less thinking part just before it.
-				{Kind: runtime.PartThinking, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
-				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "call_0_getWeather", Name: "getWeather", Arguments: `{"location":"Tokyo"}`}},
-				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "call_1_getWeather", Name: "getWeather", Arguments: `{"location":"Paris"}`}},
+				{Kind: llm.PartThinking, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
+				{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "call_0_getWeather", Name: "getWeather", Arguments: `{"location":"Tokyo"}`}},
+				{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "call_1_getWeather", Name: "getWeather", Arguments: `{"location":"Paris"}`}},
 			}},
-			{Role: runtime.RoleTool, Parts: []runtime.Part{
-				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "call_0_getWeather", Name: "getWeather", Content: "18C"}},
-				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "call_1_getWeather", Name: "getWeather", Content: "boom", IsError: true}},
+			{Role: llm.RoleTool, Parts: []llm.Part{
+				{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "call_0_getWeather", Name: "getWeather", Content: "18C"}},
+				{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "call_1_getWeather", Name: "getWeather", Content: "boom", IsError: true}},
 			}},
-			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Thanks.")}},
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("Thanks.")}},
 		},
-		Tools: []runtime.ToolSpec{
+		Tools: []llm.ToolSpec{
 			{Name: "getWeather", Description: "Current weather",
 				Schema: json.RawMessage(`{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}`)},
 			{Name: "now"},
@@ -76,8 +76,8 @@ func TestRequestMapping(t *testing.T) {
 
 func TestRequestRejectsBadSignature(t *testing.T) {
 	t.Parallel()
-	_, _, err := buildRequest(&runtime.Request{Model: "m", Messages: []runtime.Message{{Role: runtime.RoleAssistant,
-		Parts: []runtime.Part{{Kind: runtime.PartThinking, Text: "x", Signature: "not base64!"}}}}})
+	_, _, err := buildRequest(&llm.Request{Model: "m", Messages: []llm.Message{{Role: llm.RoleAssistant,
+		Parts: []llm.Part{{Kind: llm.PartThinking, Text: "x", Signature: "not base64!"}}}}})
 	if err == nil {
 		t.Error("a signature that is not base64 was accepted")
 	}

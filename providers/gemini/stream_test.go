@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestStreamSuccessFixture(t *testing.T) {
@@ -25,13 +25,13 @@ func TestStreamSuccessFixture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	want := []runtime.Chunk{
-		{Kind: runtime.ChunkThinking, Index: 0, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
-		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "call_0_getWeather", Name: "getWeather"},
-		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"location":"Tokyo"}`},
-		{Kind: runtime.ChunkToolCallEnd, Index: 0},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 83, OutputTokens: 14 + 104}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+	want := []llm.Chunk{
+		{Kind: llm.ChunkThinking, Index: 0, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
+		{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "call_0_getWeather", Name: "getWeather"},
+		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"location":"Tokyo"}`},
+		{Kind: llm.ChunkToolCallEnd, Index: 0},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 83, OutputTokens: 14 + 104}},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
@@ -49,77 +49,77 @@ func data(json string) string { return "data: " + json + "\n\n" }
 func TestStreamShapes(t *testing.T) {
 	t.Parallel()
 	const usage = `"usageMetadata":{"promptTokenCount":100,"cachedContentTokenCount":60,"candidatesTokenCount":7,"thoughtsTokenCount":3}`
-	usageChunk := runtime.Chunk{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 40, OutputTokens: 10, CacheReadTokens: 60}}
+	usageChunk := llm.Chunk{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 40, OutputTokens: 10, CacheReadTokens: 60}}
 	cases := []providertest.StreamCase{
 		{
 			Name: "thoughts, text in two chunks, cached usage, \\n\\n framing",
 			Body: data(`{"candidates":[{"content":{"parts":[{"text":"Let me think","thought":true}],"role":"model"},"index":0}]}`) +
 				data(`{"candidates":[{"content":{"parts":[{"text":"Hello"}],"role":"model"},"index":0}]}`) +
 				data(`{"candidates":[{"content":{"parts":[{"text":" there","thoughtSignature":"c2ln"}],"role":"model"},"finishReason":"STOP","index":0}],`+usage+`}`),
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkThinking, Index: 0, Text: "Let me think"},
-				{Kind: runtime.ChunkText, Text: "Hello"},
-				{Kind: runtime.ChunkThinking, Index: 1, Signature: "c2ln"},
-				{Kind: runtime.ChunkText, Text: " there"},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkThinking, Index: 0, Text: "Let me think"},
+				{Kind: llm.ChunkText, Text: "Hello"},
+				{Kind: llm.ChunkThinking, Index: 1, Signature: "c2ln"},
+				{Kind: llm.ChunkText, Text: " there"},
 				usageChunk,
-				{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
+				{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
 			},
 		},
 		{
 			Name: "parallel function calls with ids, \\r\\n framing",
 			Body: "data: " + `{"candidates":[{"content":{"parts":[{"functionCall":{"id":"a1","name":"f","args":{"x":1}}},{"functionCall":{"id":"a2","name":"g"}}],"role":"model"},"finishReason":"STOP","index":0}]}` + "\r\n\r\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a1", Name: "f"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"x":1}`},
-				{Kind: runtime.ChunkToolCallEnd, Index: 0},
-				{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "a2", Name: "g"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 1, Text: `{}`},
-				{Kind: runtime.ChunkToolCallEnd, Index: 1},
-				{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "a1", Name: "f"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"x":1}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 0},
+				{Kind: llm.ChunkToolCallStart, Index: 1, CallID: "a2", Name: "g"},
+				{Kind: llm.ChunkToolCallArgs, Index: 1, Text: `{}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 1},
+				{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 			},
 		},
 		{
 			Name: "max tokens",
 			Body: data(`{"candidates":[{"content":{"parts":[{"text":"abc"}],"role":"model"},"finishReason":"MAX_TOKENS","index":0}]}`),
-			Want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "abc"}, {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens}},
+			Want: []llm.Chunk{{Kind: llm.ChunkText, Text: "abc"}, {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens}},
 		},
 		{
 			Name: "safety finish is a refusal",
 			Body: data(`{"candidates":[{"content":{"parts":[{"text":"I"}],"role":"model"},"finishReason":"SAFETY","index":0}]}`),
-			Want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Want: []llm.Chunk{{Kind: llm.ChunkText, Text: "I"}, {Kind: llm.ChunkStop, Stop: llm.StopRefusal}},
 		},
 		{
 			Name: "blocked prompt is a refusal",
 			Body: data(`{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},` + usage + `}`),
-			Want: []runtime.Chunk{usageChunk, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Want: []llm.Chunk{usageChunk, {Kind: llm.ChunkStop, Stop: llm.StopRefusal}},
 		},
 		{
 			Name:    "malformed function call",
 			Body:    data(`{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL","finishMessage":"Malformed function call: print(x","index":0}]}`),
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "missing finish after output",
 			Body:    data(`{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"},"index":0}]}`),
-			Want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Hel"}},
-			WantErr: runtime.KindStreamInterrupted,
+			Want:    []llm.Chunk{{Kind: llm.ChunkText, Text: "Hel"}},
+			WantErr: llm.KindStreamInterrupted,
 		},
 		{
 			Name:    "empty body",
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "malformed chunk",
 			Body:    data(`{not json`),
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			// Vertex sends a bare JSON error line without data:.
 			Name: "bare JSON error line after output",
 			Body: data(`{"candidates":[{"content":{"parts":[{"text":"The"}],"role":"model"},"index":0}]}`) +
 				`{"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}}` + "\n\n",
-			Want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "The"}},
-			WantErr: runtime.KindOverloaded,
+			Want:    []llm.Chunk{{Kind: llm.ChunkText, Text: "The"}},
+			WantErr: llm.KindOverloaded,
 		},
 	}
 	providertest.StreamShapes(t, provider, simpleRequest, "gm", cases)
@@ -130,14 +130,14 @@ func TestMidStreamError(t *testing.T) {
 	body := providertest.Fixture(t, "gemini_midstream_error.sse")
 	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
 	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-	want := []runtime.Chunk{
-		{Kind: runtime.ChunkText, Text: "The weather"},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 83}},
+	want := []llm.Chunk{
+		{Kind: llm.ChunkText, Text: "The weather"},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 83}},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	wantErr := &runtime.Error{Kind: runtime.KindOverloaded, Message: "The model is overloaded. Please try again later.",
+	wantErr := &llm.Error{Kind: llm.KindOverloaded, Message: "The model is overloaded. Please try again later.",
 		Provider: "gm", StatusCode: 200, RequestID: "qpc2afWVFJK4vr0Pq6WiyAU"}
 	if diff := cmp.Diff(wantErr, providertest.AsError(t, err), providertest.IgnoreErr); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
@@ -150,12 +150,12 @@ func TestMidStreamError(t *testing.T) {
 func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 	providertest.TransportFailures(t, providertest.Adapter{
-		New: func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider {
+		New: func(tb testing.TB, baseURL string, client *http.Client) llm.Provider {
 			return newProvider(tb, baseURL, client)
 		},
 		Request:      simpleRequest,
 		Prefix:       data(`{"candidates":[{"content":{"parts":[{"text":"partial"}],"role":"model"},"index":0}]}`),
-		PrefixChunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "partial"}},
+		PrefixChunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "partial"}},
 	})
 }
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // decoder holds the state of one streamed reply.
@@ -22,7 +22,7 @@ type decoder struct {
 	output   bool
 	refused  bool
 	finished bool
-	stop     runtime.StopReason
+	stop     llm.StopReason
 }
 
 type toolCall struct {
@@ -34,14 +34,14 @@ type toolCall struct {
 // chunk yields the runtime chunks of one stream chunk through emit. It
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object.
-func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) bool) (bool, error) {
+func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, error) {
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
 			continue // only one choice is asked for
 		}
 		delta := choice.Delta
 		if r := reasoning(delta); r != "" {
-			if !emit(runtime.Chunk{Kind: runtime.ChunkThinking, Text: r}) {
+			if !emit(llm.Chunk{Kind: llm.ChunkThinking, Text: r}) {
 				return false, nil
 			}
 		}
@@ -49,7 +49,7 @@ func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) b
 			d.refused = true
 		}
 		for _, text := range []string{delta.Content, delta.Refusal} {
-			if text != "" && !emit(runtime.Chunk{Kind: runtime.ChunkText, Text: text}) {
+			if text != "" && !emit(llm.Chunk{Kind: llm.ChunkText, Text: text}) {
 				return false, nil
 			}
 		}
@@ -62,7 +62,7 @@ func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) b
 			d.finished = true
 			d.stop = stopReason(choice.FinishReason, len(d.calls) > 0)
 			if d.refused {
-				d.stop = runtime.StopRefusal
+				d.stop = llm.StopRefusal
 			}
 			if ok, err := d.closeCalls(emit); !ok || err != nil {
 				return ok, err
@@ -72,13 +72,13 @@ func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) b
 	if c.JSON.Usage.Valid() {
 		u := c.Usage
 		cached := u.PromptTokensDetails.CachedTokens
-		usage := runtime.Usage{
+		usage := llm.Usage{
 			InputTokens:      max(u.PromptTokens-cached, 0),
 			OutputTokens:     u.CompletionTokens,
 			CacheReadTokens:  cached,
 			CacheWriteTokens: u.PromptTokensDetails.CacheWriteTokens,
 		}
-		if !emit(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: usage}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: usage}) {
 			return false, nil
 		}
 	}
@@ -88,7 +88,7 @@ func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(runtime.Chunk) b
 // toolDelta opens a tool call on its first fragment and passes on its
 // argument fragments. A fragment with a new id at a known index opens a
 // new call, for servers that reuse index 0.
-func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, emit func(runtime.Chunk) bool) bool {
+func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, emit func(llm.Chunk) bool) bool {
 	if d.byIndex == nil {
 		d.byIndex = map[int64]int{}
 	}
@@ -97,14 +97,14 @@ func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, em
 		pos = len(d.calls)
 		d.byIndex[tc.Index] = pos
 		d.calls = append(d.calls, &toolCall{id: tc.ID, name: tc.Function.Name})
-		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: pos, CallID: tc.ID, Name: tc.Function.Name}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: pos, CallID: tc.ID, Name: tc.Function.Name}) {
 			return false
 		}
 	}
 	call := d.calls[pos]
 	if frag := tc.Function.Arguments; frag != "" && !call.closed {
 		call.args.WriteString(frag)
-		return emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: pos, Text: frag})
+		return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: pos, Text: frag})
 	}
 	return true
 }
@@ -112,7 +112,7 @@ func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, em
 // closeCalls ends every open tool call, checking its arguments. A call
 // with no arguments at all gets "{}", as tools without parameters do on
 // some servers.
-func (d *decoder) closeCalls(emit func(runtime.Chunk) bool) (bool, error) {
+func (d *decoder) closeCalls(emit func(llm.Chunk) bool) (bool, error) {
 	for i, call := range d.calls {
 		if call.closed {
 			continue
@@ -120,14 +120,14 @@ func (d *decoder) closeCalls(emit func(runtime.Chunk) bool) (bool, error) {
 		call.closed = true
 		if len(bytes.TrimSpace(call.args.Bytes())) == 0 {
 			call.args.WriteString("{}")
-			if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: i, Text: "{}"}) {
+			if !emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: i, Text: "{}"}) {
 				return false, nil
 			}
 		}
 		if err := jsonObject(call.args.Bytes()); err != nil {
 			return false, httpfail.BadArguments(d.provider, call.name, err)
 		}
-		if !emit(runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: i}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: i}) {
 			return false, nil
 		}
 	}
@@ -166,22 +166,22 @@ func reasoning(delta openai.ChatCompletionChunkChoiceDelta) string {
 
 // stopReason maps a finish_reason. Some compatible servers say "stop"
 // after tool calls; the calls decide.
-func stopReason(reason string, calls bool) runtime.StopReason {
+func stopReason(reason string, calls bool) llm.StopReason {
 	switch reason {
 	case "tool_calls", "function_call":
-		return runtime.StopToolUse
+		return llm.StopToolUse
 	case "length":
-		return runtime.StopMaxTokens
+		return llm.StopMaxTokens
 	case "content_filter":
-		return runtime.StopRefusal
+		return llm.StopRefusal
 	case "stop":
 		if calls {
-			return runtime.StopToolUse
+			return llm.StopToolUse
 		}
-		return runtime.StopEndTurn
+		return llm.StopEndTurn
 	}
 	if calls {
-		return runtime.StopToolUse
+		return llm.StopToolUse
 	}
-	return runtime.StopUnspecified
+	return llm.StopUnspecified
 }

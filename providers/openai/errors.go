@@ -14,8 +14,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // apiError is an error body as OpenAI and compatible servers send it:
@@ -78,20 +78,20 @@ var quotaCodes = map[string]bool{
 // kindOf classifies an error body of a response with HTTP status code
 // (200 for an error event mid-stream): by code and type first, then by a
 // documented message fragment, then by status.
-func kindOf(code int, e apiError) runtime.Kind {
+func kindOf(code int, e apiError) llm.Kind {
 	switch {
 	case quotaCodes[e.Code] || quotaCodes[e.Type] || strings.HasSuffix(e.Code, "_spend_limit_exceeded"):
-		return runtime.KindQuotaExhausted
+		return llm.KindQuotaExhausted
 	case e.Code == "context_length_exceeded" || e.Type == "exceed_context_size_error":
-		return runtime.KindContextOverflow
+		return llm.KindContextOverflow
 	case e.Code == "invalid_api_key" || e.Code == "unsupported_country_region_territory" || e.Type == "authentication_error":
-		return runtime.KindAuth
+		return llm.KindAuth
 	case e.Code == "model_not_found":
-		return runtime.KindNotFound
+		return llm.KindNotFound
 	case e.Code == "content_policy_violation" || e.Code == "content_filter":
-		return runtime.KindContentFiltered
+		return llm.KindContentFiltered
 	case e.Code == "server_is_overloaded" || e.Type == "service_unavailable_error" || e.Type == "overloaded_error":
-		return runtime.KindOverloaded
+		return llm.KindOverloaded
 	}
 	if code >= 400 && code < 500 {
 		if k, ok := httpfail.MatchFragment(httpfail.ScopeOpenAI, e.Message); ok {
@@ -100,16 +100,16 @@ func kindOf(code int, e apiError) runtime.Kind {
 	}
 	switch {
 	case e.Code == "rate_limit_exceeded" || e.Code == "slow_down" || e.Type == "rate_limit_error":
-		return runtime.KindRateLimited
+		return llm.KindRateLimited
 	case code >= 400:
 		return httpfail.StatusKind(code)
 	case e.Type == "invalid_request_error":
-		return runtime.KindInvalidRequest
+		return llm.KindInvalidRequest
 	}
-	return runtime.KindServerError
+	return llm.KindServerError
 }
 
-// classify turns the error that ended a stream into a [*runtime.Error], or
+// classify turns the error that ended a stream into a [*llm.Error], or
 // returns the caller's context error when ctx is done. resp is the HTTP
 // response, nil when none arrived.
 func (p *Provider) classify(ctx context.Context, err error, resp *http.Response) error {
@@ -149,7 +149,7 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 		// {"error":"text"}.
 		body = rereadError(resp)
 	default:
-		e := &runtime.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
+		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
 		if k, ok := httpfail.Network(err); ok {
 			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
 			return e
@@ -157,15 +157,15 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 		var syn *json.SyntaxError
 		var typ *json.UnmarshalTypeError
 		if errors.As(err, &syn) || errors.As(err, &typ) {
-			e.Kind, e.Message = runtime.KindServerError, "the provider sent a malformed stream event"
+			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
 			return e
 		}
-		e.Kind, e.Message = runtime.KindInternal, "unexpected failure calling the provider"
+		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
 		return e
 	}
 	kind := kindOf(code, body)
 	var after time.Duration
-	if kind == runtime.KindRateLimited || kind == runtime.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
+	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
 		after = retryAfter(h)
 	}
 	msg := httpfail.Redact(body.Message, p.apiKey)
@@ -176,7 +176,7 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 			msg = "the provider reported an error while streaming"
 		}
 	}
-	return &runtime.Error{
+	return &llm.Error{
 		Kind:       kind,
 		Message:    msg,
 		Provider:   p.name,

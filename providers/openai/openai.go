@@ -2,19 +2,19 @@
 // and the servers that speak it (vLLM, Ollama, llama.cpp, OpenRouter, Groq
 // and others: set [Config.BaseURL]; fields a server adds are ignored).
 //
-// It maps a [runtime.Request] to a streamed chat completion: the system
+// It maps a [llm.Request] to a streamed chat completion: the system
 // prompt becomes a system message, user text a user message, assistant
 // text and tool calls an assistant message, each tool result a tool
 // message, tools function tools, and MaxOutputTokens, Temperature and
 // StopSequences their request fields. Thinking parts are not sent back:
 // Chat Completions has no field for them. The stream becomes
-// [runtime.Chunk]s: text, reasoning (the reasoning_content or reasoning
+// [llm.Chunk]s: text, reasoning (the reasoning_content or reasoning
 // delta of compatible servers), tool calls with their argument fragments
 // (closed, after checking they are a JSON object, when the finish reason
 // arrives), usage (input tokens exclude cached ones, which count as cache
 // reads) and the stop reason.
 //
-// Every failure is classified as a [*runtime.Error]: from the error body's
+// Every failure is classified as a [*llm.Error]: from the error body's
 // code and type (insufficient_quota, context_length_exceeded,
 // rate_limit_exceeded, …), then the HTTP status, with retry-after-ms,
 // retry-after, x-ratelimit-reset-*, x-should-retry and x-request-id read
@@ -24,7 +24,7 @@
 // error is returned unchanged. The SDK's own retries are off: one Stream is
 // at most one HTTP request.
 //
-// The package imports only runtime, providers/internal/httpfail and the
+// The package imports only llm, providers/internal/httpfail and the
 // official SDK, github.com/openai/openai-go/v3.
 package openai
 
@@ -38,8 +38,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
@@ -72,7 +72,7 @@ type Provider struct {
 	chat   openai.ChatCompletionService
 }
 
-var _ runtime.Provider = (*Provider)(nil)
+var _ llm.Provider = (*Provider)(nil)
 
 // New returns a provider for cfg. It reads nothing from the environment:
 // the SDK's OPENAI_* variables are ignored.
@@ -107,14 +107,14 @@ func New(cfg Config) (*Provider, error) {
 }
 
 // Stream sends req as one streamed chat completion and yields its chunks,
-// ending with a [runtime.ChunkStop] or with one classified error.
-func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+// ending with a [llm.ChunkStop] or with one classified error.
+func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		yield, done := httpfail.Guard(p.name, yield)
 		defer done()
 		params, err := buildParams(req)
 		if err != nil {
-			yield(runtime.Chunk{}, httpfail.InvalidRequest(p.name, err))
+			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
 			return
 		}
 		var resp *http.Response
@@ -126,11 +126,11 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 
 // consume turns the SDK's stream into chunks. resp is the HTTP response,
 // nil when none arrived.
-func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], resp *http.Response, yield func(runtime.Chunk, error) bool) {
+func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], resp *http.Response, yield func(llm.Chunk, error) bool) {
 	d := decoder{provider: p.name}
-	emit := func(c runtime.Chunk) bool {
+	emit := func(c llm.Chunk) bool {
 		switch c.Kind {
-		case runtime.ChunkText, runtime.ChunkThinking, runtime.ChunkToolCallStart, runtime.ChunkToolCallArgs:
+		case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
 			d.output = true
 		}
 		return yield(c, nil)
@@ -138,7 +138,7 @@ func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.
 	for stream.Next() {
 		ok, err := d.chunk(stream.Current(), emit)
 		if err != nil {
-			yield(runtime.Chunk{}, err)
+			yield(llm.Chunk{}, err)
 			return
 		}
 		if !ok {
@@ -146,11 +146,11 @@ func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.
 		}
 	}
 	if err := stream.Err(); err != nil {
-		yield(runtime.Chunk{}, p.classify(ctx, err, resp))
+		yield(llm.Chunk{}, p.classify(ctx, err, resp))
 		return
 	}
 	if err := ctx.Err(); err != nil {
-		yield(runtime.Chunk{}, err)
+		yield(llm.Chunk{}, err)
 		return
 	}
 	if !d.finished {
@@ -158,8 +158,8 @@ func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.
 		if resp != nil {
 			code, id = resp.StatusCode, httpfail.RequestID(resp.Header)
 		}
-		yield(runtime.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
+		yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
 		return
 	}
-	yield(runtime.Chunk{Kind: runtime.ChunkStop, Stop: d.stop}, nil)
+	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
 }

@@ -9,13 +9,12 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // buildParams maps req to the chat completion request. It fails only on a
 // request no server could accept, such as a tool schema that is not JSON.
-func buildParams(req *runtime.Request) (openai.ChatCompletionNewParams, error) {
+func buildParams(req *llm.Request) (openai.ChatCompletionNewParams, error) {
 	if req == nil {
 		return openai.ChatCompletionNewParams{}, errors.New("no request")
 	}
@@ -62,7 +61,7 @@ func buildParams(req *runtime.Request) (openai.ChatCompletionNewParams, error) {
 
 // messages maps one conversation message to chat messages: tool results
 // become one tool message each, whatever the role that carries them.
-func messages(m runtime.Message) ([]openai.ChatCompletionMessageParamUnion, error) {
+func messages(m llm.Message) ([]openai.ChatCompletionMessageParamUnion, error) {
 	var (
 		out   []openai.ChatCompletionMessageParamUnion
 		texts []string
@@ -70,11 +69,11 @@ func messages(m runtime.Message) ([]openai.ChatCompletionMessageParamUnion, erro
 	)
 	for _, p := range m.Parts {
 		switch p.Kind {
-		case runtime.PartText:
+		case llm.PartText:
 			texts = append(texts, p.Text)
-		case runtime.PartThinking:
+		case llm.PartThinking:
 			// Chat Completions takes no reasoning back.
-		case runtime.PartToolCall:
+		case llm.PartToolCall:
 			if p.ToolCall == nil {
 				return nil, errors.New("tool call part without a call")
 			}
@@ -90,7 +89,7 @@ func messages(m runtime.Message) ([]openai.ChatCompletionMessageParamUnion, erro
 					},
 				},
 			})
-		case runtime.PartToolResult:
+		case llm.PartToolResult:
 			if p.ToolResult == nil {
 				return nil, errors.New("tool result part without a result")
 			}
@@ -100,11 +99,11 @@ func messages(m runtime.Message) ([]openai.ChatCompletionMessageParamUnion, erro
 		}
 	}
 	switch m.Role {
-	case runtime.RoleUser, runtime.RoleTool:
+	case llm.RoleUser, llm.RoleTool:
 		if len(texts) > 0 {
 			out = append(out, userMessage(texts))
 		}
-	case runtime.RoleAssistant:
+	case llm.RoleAssistant:
 		if len(texts) == 0 && len(calls) == 0 {
 			break
 		}

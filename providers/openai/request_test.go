@@ -10,8 +10,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestRequestMapping(t *testing.T) {
@@ -25,24 +25,24 @@ func TestRequestMapping(t *testing.T) {
 		providertest.WriteSSE(w, body)
 	})
 	temp := 0.2
-	req := &runtime.Request{
+	req := &llm.Request{
 		Model:  "gpt-4o",
 		System: "Be brief.",
-		Messages: []runtime.Message{
-			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Weather in SF and LA?")}},
-			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
-				{Kind: runtime.PartThinking, Text: "two calls", Signature: "sig"},
-				runtime.TextPart("Checking."),
-				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"SF"}`}},
-				{Kind: runtime.PartToolCall, ToolCall: &runtime.ToolCall{ID: "call_2", Name: "get_weather", Arguments: `{"city":"LA"}`}},
+		Messages: []llm.Message{
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("Weather in SF and LA?")}},
+			{Role: llm.RoleAssistant, Parts: []llm.Part{
+				{Kind: llm.PartThinking, Text: "two calls", Signature: "sig"},
+				llm.TextPart("Checking."),
+				{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"SF"}`}},
+				{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "call_2", Name: "get_weather", Arguments: `{"city":"LA"}`}},
 			}},
-			{Role: runtime.RoleTool, Parts: []runtime.Part{
-				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "call_1", Name: "get_weather", Content: "18C"}},
-				{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{CallID: "call_2", Name: "get_weather", Content: "boom", IsError: true}},
+			{Role: llm.RoleTool, Parts: []llm.Part{
+				{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "call_1", Name: "get_weather", Content: "18C"}},
+				{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "call_2", Name: "get_weather", Content: "boom", IsError: true}},
 			}},
-			{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("Thanks. "), runtime.TextPart("And NYC?")}},
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("Thanks. "), llm.TextPart("And NYC?")}},
 		},
-		Tools: []runtime.ToolSpec{
+		Tools: []llm.ToolSpec{
 			{Name: "get_weather", Description: "Current weather", Schema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
 			{Name: "now"},
 		},
@@ -110,9 +110,9 @@ func TestRequestRejectsBadSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &runtime.Request{Model: "m", Tools: []runtime.ToolSpec{{Name: "t", Schema: json.RawMessage(`[`)}}}
+	req := &llm.Request{Model: "m", Tools: []llm.ToolSpec{{Name: "t", Schema: json.RawMessage(`[`)}}}
 	_, err = providertest.Collect(t, t.Context(), p, req)
-	if e := providertest.AsError(t, err); e.Kind != runtime.KindInvalidRequest {
+	if e := providertest.AsError(t, err); e.Kind != llm.KindInvalidRequest {
 		t.Errorf("error = %+v, want INVALID_REQUEST", e)
 	}
 }

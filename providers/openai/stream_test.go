@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestStreamSuccessFixture(t *testing.T) {
@@ -21,13 +21,13 @@ func TestStreamSuccessFixture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	want := []runtime.Chunk{
-		{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "call_2Uzw0AEZQeOex2CP2TKjcLKc", Name: "get_weather"},
-		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"location":"`},
-		{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `San Francisco, CA"}`},
-		{Kind: runtime.ChunkToolCallEnd, Index: 0},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 61, OutputTokens: 16}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+	want := []llm.Chunk{
+		{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "call_2Uzw0AEZQeOex2CP2TKjcLKc", Name: "get_weather"},
+		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"location":"`},
+		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `San Francisco, CA"}`},
+		{Kind: llm.ChunkToolCallEnd, Index: 0},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 61, OutputTokens: 16}},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
@@ -56,19 +56,19 @@ func TestStreamShapes(t *testing.T) {
 				chunkLine(`{}`, "stop") +
 				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"total_tokens":105,"prompt_tokens_details":{"cached_tokens":80}}}` + "\n\n" +
 				"data: [DONE]\n\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkText, Text: "Hel"}, {Kind: runtime.ChunkText, Text: "lo"},
-				{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 20, OutputTokens: 5, CacheReadTokens: 80}},
-				{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkText, Text: "Hel"}, {Kind: llm.ChunkText, Text: "lo"},
+				{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 20, OutputTokens: 5, CacheReadTokens: 80}},
+				{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
 			},
 		},
 		{
 			Name: "reasoning of compatible servers, length",
 			Body: chunkLine(`{"reasoning_content":"think"}`, "") + chunkLine(`{"reasoning":"more"}`, "") +
 				chunkLine(`{"content":"x"}`, "length") + "data: [DONE]\n\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkThinking, Text: "think"}, {Kind: runtime.ChunkThinking, Text: "more"},
-				{Kind: runtime.ChunkText, Text: "x"}, {Kind: runtime.ChunkStop, Stop: runtime.StopMaxTokens},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkThinking, Text: "think"}, {Kind: llm.ChunkThinking, Text: "more"},
+				{Kind: llm.ChunkText, Text: "x"}, {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens},
 			},
 		},
 		{
@@ -78,79 +78,79 @@ func TestStreamShapes(t *testing.T) {
 				chunkLine(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`, "") +
 				chunkLine(`{"tool_calls":[{"index":2,"id":"c","type":"function","function":{"name":"h"}}]}`, "") +
 				chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"x":`},
-				{Kind: runtime.ChunkToolCallStart, Index: 1, CallID: "b", Name: "g"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 1, Text: `{}`},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `1}`},
-				{Kind: runtime.ChunkToolCallStart, Index: 2, CallID: "c", Name: "h"},
-				{Kind: runtime.ChunkToolCallEnd, Index: 0},
-				{Kind: runtime.ChunkToolCallEnd, Index: 1},
-				{Kind: runtime.ChunkToolCallArgs, Index: 2, Text: `{}`},
-				{Kind: runtime.ChunkToolCallEnd, Index: 2},
-				{Kind: runtime.ChunkStop, Stop: runtime.StopToolUse},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"x":`},
+				{Kind: llm.ChunkToolCallStart, Index: 1, CallID: "b", Name: "g"},
+				{Kind: llm.ChunkToolCallArgs, Index: 1, Text: `{}`},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `1}`},
+				{Kind: llm.ChunkToolCallStart, Index: 2, CallID: "c", Name: "h"},
+				{Kind: llm.ChunkToolCallEnd, Index: 0},
+				{Kind: llm.ChunkToolCallEnd, Index: 1},
+				{Kind: llm.ChunkToolCallArgs, Index: 2, Text: `{}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 2},
+				{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
 			},
 		},
 		{
 			Name: "refusal",
 			Body: chunkLine(`{"refusal":"I can't"}`, "") + chunkLine(`{"refusal":" help."}`, "") + chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkText, Text: "I can't"}, {Kind: runtime.ChunkText, Text: " help."},
-				{Kind: runtime.ChunkStop, Stop: runtime.StopRefusal},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkText, Text: "I can't"}, {Kind: llm.ChunkText, Text: " help."},
+				{Kind: llm.ChunkStop, Stop: llm.StopRefusal},
 			},
 		},
 		{
 			Name: "content filter",
 			Body: chunkLine(`{"content":"I"}`, "content_filter") + "data: [DONE]\n\n",
-			Want: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "I"}, {Kind: runtime.ChunkStop, Stop: runtime.StopRefusal}},
+			Want: []llm.Chunk{{Kind: llm.ChunkText, Text: "I"}, {Kind: llm.ChunkStop, Stop: llm.StopRefusal}},
 		},
 		{
 			Name: "invalid tool arguments",
 			Body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":"}}]}`, "tool_calls") +
 				"data: [DONE]\n\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `{"x":`},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"x":`},
 			},
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name: "arguments that are not an object",
 			Body: chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}`, "tool_calls") +
 				"data: [DONE]\n\n",
-			Want: []runtime.Chunk{
-				{Kind: runtime.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
-				{Kind: runtime.ChunkToolCallArgs, Index: 0, Text: `[1]`},
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "a", Name: "f"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `[1]`},
 			},
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "missing finish after output",
 			Body:    chunkLine(`{"content":"Hel"}`, "") + "data: [DONE]\n\n",
-			Want:    []runtime.Chunk{{Kind: runtime.ChunkText, Text: "Hel"}},
-			WantErr: runtime.KindStreamInterrupted,
+			Want:    []llm.Chunk{{Kind: llm.ChunkText, Text: "Hel"}},
+			WantErr: llm.KindStreamInterrupted,
 		},
 		{
 			Name:    "missing finish, connection closed without [DONE]",
 			Body:    chunkLine(`{"role":"assistant"}`, ""),
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "empty body",
 			Body:    "",
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			// Old llama.cpp: the SDK drops an "error:" line and sees [DONE].
 			Name:    "old llama.cpp error frame",
 			Body:    `error: {"code":500,"message":"slot unavailable","type":"server_error"}` + "\n\n" + "data: [DONE]\n\n",
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 		{
 			Name:    "malformed event",
 			Body:    "data: {not json\n\n",
-			WantErr: runtime.KindServerError,
+			WantErr: llm.KindServerError,
 		},
 	}
 	providertest.StreamShapes(t, provider, simpleRequest, "oa", cases)
@@ -164,12 +164,12 @@ func TestMidStreamError(t *testing.T) {
 		providertest.WriteSSE(w, body)
 	})
 	chunks, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-	if diff := cmp.Diff([]runtime.Chunk{{Kind: runtime.ChunkText, Text: "Let me"}}, chunks); diff != "" {
+	if diff := cmp.Diff([]llm.Chunk{{Kind: llm.ChunkText, Text: "Let me"}}, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
 	e := providertest.AsError(t, err)
-	want := &runtime.Error{
-		Kind:       runtime.KindServerError,
+	want := &llm.Error{
+		Kind:       llm.KindServerError,
 		Message:    "The server had an error while processing your request. Sorry about that!",
 		Provider:   "oa",
 		StatusCode: 200,
@@ -189,7 +189,7 @@ func TestMidStreamErrorByCode(t *testing.T) {
 		`data: {"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}` + "\n\n"
 	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
 	_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
-	if e := providertest.AsError(t, err); e.Kind != runtime.KindRateLimited || e.Message != "Rate limit reached" {
+	if e := providertest.AsError(t, err); e.Kind != llm.KindRateLimited || e.Message != "Rate limit reached" {
 		t.Errorf("error = %+v, want RATE_LIMITED", e)
 	}
 }
@@ -197,12 +197,12 @@ func TestMidStreamErrorByCode(t *testing.T) {
 func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 	providertest.TransportFailures(t, providertest.Adapter{
-		New: func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider {
+		New: func(tb testing.TB, baseURL string, client *http.Client) llm.Provider {
 			return newProvider(tb, baseURL, client)
 		},
 		Request:      simpleRequest,
 		Prefix:       chunkLine(`{"content":"partial"}`, ""),
-		PrefixChunks: []runtime.Chunk{{Kind: runtime.ChunkText, Text: "partial"}},
+		PrefixChunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "partial"}},
 	})
 }
 
@@ -211,7 +211,7 @@ func TestStopEarly(t *testing.T) {
 	body := providertest.Fixture(t, "openai_ok.sse")
 	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
 	for c, err := range provider(t, f).Stream(t.Context(), simpleRequest) {
-		if err != nil || c.Kind != runtime.ChunkToolCallStart {
+		if err != nil || c.Kind != llm.ChunkToolCallStart {
 			t.Fatalf("first = %+v, %v", c, err)
 		}
 		break

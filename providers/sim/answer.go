@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // greeting answers a conversation without a question.
@@ -54,7 +54,7 @@ func gist(q string) string {
 
 // toolAnswer is the reply once the tools called for question returned
 // results.
-func toolAnswer(question string, results []runtime.ToolResult) string {
+func toolAnswer(question string, results []llm.ToolResult) string {
 	var b strings.Builder
 	for _, r := range results {
 		name := r.Name

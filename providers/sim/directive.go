@@ -13,7 +13,7 @@ import (
 )
 
 // ErrInvalidDirective is wrapped by every error about a malformed directive,
-// from [New] for Config.Script and in the Err of the [runtime.Error] a call
+// from [New] for Config.Script and in the Err of the [llm.Error] a call
 // fails with for a malformed prompt directive.
 var ErrInvalidDirective = errors.New("invalid simulator directive")
 

@@ -1,21 +1,21 @@
 // Package sim is turnstile's embedded deterministic model, the simulator: the
 // default model of a fresh install (no API key, no network) and the model the
-// project's tests and demos run on. It implements [runtime.Provider] and
+// project's tests and demos run on. It implements [llm.Provider] and
 // behaves like a real streaming model, so the runtime's retries, fallbacks,
 // continuations and compaction can be exercised through it. It imports only
 // the standard library and package runtime.
 //
 // # Default behaviour
 //
-// A call answers the last user message (the last [runtime.RoleUser] message
+// A call answers the last user message (the last [llm.RoleUser] message
 // with a text part) with a plausible reply of a couple of sentences derived
 // from its text; the same text always gets the same reply. The reply is
-// streamed as [runtime.ChunkText] tokens, each a word with the spaces after
+// streamed as [llm.ChunkText] tokens, each a word with the spaces after
 // it, each after the provider's token delay (Config.TokenDelay, 15ms by
-// default). Then come a [runtime.ChunkUsage] (input tokens: the request's
+// default). Then come a [llm.ChunkUsage] (input tokens: the request's
 // text bytes / 4, at least 1; output tokens: the tokens streamed, reasoning and
-// tool-call argument fragments included) and a [runtime.ChunkStop] with
-// [runtime.StopEndTurn].
+// tool-call argument fragments included) and a [llm.ChunkStop] with
+// [llm.StopEndTurn].
 //
 // The request's text is the system prompt plus every part's text, signature,
 // tool call name and arguments, and tool result content: the size the
@@ -23,9 +23,9 @@
 // input tokens and is what above=BYTES compares against.
 //
 // Request.MaxOutputTokens caps the text tokens of every call: a longer reply
-// stops after that many with [runtime.StopMaxTokens]. When the reply would
+// stops after that many with [llm.StopMaxTokens]. When the reply would
 // contain one of Request.StopSequences, it stops just before it with
-// [runtime.StopSequence].
+// [llm.StopSequence].
 //
 // A reply cut short is continued: when the conversation ends with the cut
 // assistant text followed by a user message without directives (the
@@ -36,7 +36,7 @@
 //
 // Conversations are checked as providers check them: every tool call needs
 // exactly one tool result and every result a call; otherwise the call fails
-// with [runtime.KindInvalidRequest] (400).
+// with [llm.KindInvalidRequest] (400).
 //
 // When ctx is done the stream stops at once and yields nothing more (not even
 // an error: classifying the cancellation is the runtime's job).
@@ -93,7 +93,7 @@
 //	delay=D        wait D before the first token
 //	  model=IDS
 //
-// Failure classes and the [runtime.Error] each yields, as a real adapter
+// Failure classes and the [llm.Error] each yields, as a real adapter
 // would classify the same failure (Kind, StatusCode, Message):
 //
 //	rate_limit        KindRateLimited     429  RetryAfter (default 1s), HintAfter

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/sim"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // The simulator streams a reply token by token, then usage and the stop.
@@ -16,9 +16,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	req := &runtime.Request{
+	req := &llm.Request{
 		Model:    "turnstile-sim-1",
-		Messages: []runtime.Message{{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart(`[sim reply="Hello there, friend."] Hi!`)}}},
+		Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(`[sim reply="Hello there, friend."] Hi!`)}}},
 	}
 	for c, err := range p.Stream(context.Background(), req) {
 		if err != nil {
@@ -26,11 +26,11 @@ func Example() {
 			return
 		}
 		switch c.Kind {
-		case runtime.ChunkText:
+		case llm.ChunkText:
 			fmt.Printf("text %q\n", c.Text)
-		case runtime.ChunkUsage:
+		case llm.ChunkUsage:
 			fmt.Printf("usage in=%d out=%d\n", c.Usage.InputTokens, c.Usage.OutputTokens)
-		case runtime.ChunkStop:
+		case llm.ChunkStop:
 			fmt.Println("stop", c.Stop)
 		}
 	}
@@ -49,18 +49,18 @@ func Example_failure() {
 	if err != nil {
 		panic(err)
 	}
-	req := &runtime.Request{
+	req := &llm.Request{
 		Model:    "sim-primary",
-		Messages: []runtime.Message{{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart("[sim fail=rate_limit retry_after=2s times=1] Hi!")}}},
+		Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("[sim fail=rate_limit retry_after=2s times=1] Hi!")}}},
 	}
 	for attempt := 1; attempt <= 2; attempt++ {
 		var text strings.Builder
 		for c, err := range p.Stream(context.Background(), req) {
-			var e *runtime.Error
+			var e *llm.Error
 			if errors.As(err, &e) {
 				fmt.Printf("attempt %d: %v %d retry after %v\n", attempt, e.Kind, e.StatusCode, e.RetryAfter)
 			}
-			if c.Kind == runtime.ChunkStop {
+			if c.Kind == llm.ChunkStop {
 				fmt.Printf("attempt %d: %s\n", attempt, c.Stop)
 			}
 			text.WriteString(c.Text)

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // defaultRetryAfter is the Retry-After of fail=rate_limit without retry_after.
@@ -19,7 +19,7 @@ const (
 
 // failClass describes how a real adapter reports one kind of failure.
 type failClass struct {
-	kind   runtime.Kind
+	kind   llm.Kind
 	status int
 	// message returns the provider's message for a call of model whose
 	// request text measures size bytes.
@@ -34,24 +34,24 @@ func fixed(s string) func(string, int, *directive) string {
 // messages follow what OpenAI, Anthropic and Gemini send for the same fault
 // (see reference/provider-errors.md).
 var failClasses = map[string]failClass{
-	"rate_limit": {runtime.KindRateLimited, 429, func(_ string, _ int, d *directive) string {
+	"rate_limit": {llm.KindRateLimited, 429, func(_ string, _ int, d *directive) string {
 		return fmt.Sprintf("Rate limit reached for requests. Please try again in %s.", d.retryAfterOr(defaultRetryAfter))
 	}},
-	"quota": {runtime.KindQuotaExhausted, 429,
+	"quota": {llm.KindQuotaExhausted, 429,
 		fixed("You exceeded your current quota, please check your plan and billing details.")},
-	"overloaded":   {runtime.KindOverloaded, 529, fixed("Overloaded")},
-	"unavailable":  {runtime.KindOverloaded, 503, fixed("The model is overloaded. Please try again later.")},
-	"server_error": {runtime.KindServerError, 500, fixed("The server had an error while processing your request. Sorry about that!")},
-	"bad_gateway":  {runtime.KindServerError, 502, fixed("502 Bad Gateway")},
-	"gateway_timeout": {runtime.KindServerError, 504,
+	"overloaded":   {llm.KindOverloaded, 529, fixed("Overloaded")},
+	"unavailable":  {llm.KindOverloaded, 503, fixed("The model is overloaded. Please try again later.")},
+	"server_error": {llm.KindServerError, 500, fixed("The server had an error while processing your request. Sorry about that!")},
+	"bad_gateway":  {llm.KindServerError, 502, fixed("502 Bad Gateway")},
+	"gateway_timeout": {llm.KindServerError, 504,
 		fixed("504 Gateway Timeout")},
-	"auth":      {runtime.KindAuth, 401, fixed("invalid x-api-key")},
-	"forbidden": {runtime.KindAuth, 403, fixed("Your API key does not have permission to use the specified resource.")},
-	"not_found": {runtime.KindNotFound, 404, func(model string, _ int, _ *directive) string {
+	"auth":      {llm.KindAuth, 401, fixed("invalid x-api-key")},
+	"forbidden": {llm.KindAuth, 403, fixed("Your API key does not have permission to use the specified resource.")},
+	"not_found": {llm.KindNotFound, 404, func(model string, _ int, _ *directive) string {
 		return fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)
 	}},
-	"invalid": {runtime.KindInvalidRequest, 400, fixed("The request is invalid.")},
-	"context_overflow": {runtime.KindContextOverflow, 400, func(_ string, size int, d *directive) string {
+	"invalid": {llm.KindInvalidRequest, 400, fixed("The request is invalid.")},
+	"context_overflow": {llm.KindContextOverflow, 400, func(_ string, size int, d *directive) string {
 		tokens := tokensOf(size)
 		limit := tokens - 1
 		if d.above > 0 {
@@ -59,12 +59,12 @@ var failClasses = map[string]failClass{
 		}
 		return fmt.Sprintf("prompt is too long: %d tokens > %d maximum", tokens, limit)
 	}},
-	"content_filter": {runtime.KindContentFiltered, 400,
+	"content_filter": {llm.KindContentFiltered, 400,
 		fixed("The response was filtered due to the prompt triggering content management policy. Please modify your prompt and retry.")},
 	// disconnect's kind depends on whether output was streamed; see [failure.error].
-	classDisconnect: {runtime.KindNetwork, 0, nil},
+	classDisconnect: {llm.KindNetwork, 0, nil},
 	// timeout yields no error: the stream hangs until its context is done.
-	classTimeout: {runtime.KindTimeout, 0, nil},
+	classTimeout: {llm.KindTimeout, 0, nil},
 }
 
 // classAliases are accepted spellings of a class.
@@ -101,9 +101,9 @@ func (d *directive) retryAfterOr(def time.Duration) time.Duration {
 // failureError returns the error a call fails with under d after streamed
 // paced chunks, or nil for a stall. name is the provider name, model the
 // request's model id and size the request's text size in bytes.
-func failureError(d *directive, name, model string, size, streamed int, requestID string) *runtime.Error {
+func failureError(d *directive, name, model string, size, streamed int, requestID string) *llm.Error {
 	c := failClasses[d.class]
-	e := &runtime.Error{
+	e := &llm.Error{
 		Kind:       c.kind,
 		Provider:   name,
 		StatusCode: c.status,
@@ -115,7 +115,7 @@ func failureError(d *directive, name, model string, size, streamed int, requestI
 		return nil
 	case classDisconnect:
 		if streamed > 0 {
-			e.Kind = runtime.KindStreamInterrupted
+			e.Kind = llm.KindStreamInterrupted
 			e.Message = "the stream was cut short: unexpected EOF"
 		} else {
 			e.Message = "read: connection reset by peer"
@@ -128,16 +128,16 @@ func failureError(d *directive, name, model string, size, streamed int, requestI
 	}
 	if d.class == "rate_limit" || d.hasRetryAfter {
 		e.RetryAfter = d.retryAfterOr(defaultRetryAfter)
-		e.Hint = runtime.HintAfter
+		e.Hint = llm.HintAfter
 	}
 	return e
 }
 
 // invalidRequest is the error a call fails with when the request itself is
 // malformed, as a provider's 400 invalid_request_error.
-func invalidRequest(name string, err error) *runtime.Error {
-	return &runtime.Error{
-		Kind:       runtime.KindInvalidRequest,
+func invalidRequest(name string, err error) *llm.Error {
+	return &llm.Error{
+		Kind:       llm.KindInvalidRequest,
 		Message:    err.Error(),
 		Provider:   name,
 		StatusCode: 400,

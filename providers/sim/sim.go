@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // DefaultTokenDelay paces the output when Config.TokenDelay is zero.
@@ -55,7 +55,7 @@ type Provider struct {
 	order  []string // keys of counts, oldest first
 }
 
-var _ runtime.Provider = (*Provider)(nil)
+var _ llm.Provider = (*Provider)(nil)
 
 // New returns a simulator named name, the provider name its errors report
 // ("sim" when empty). It fails when a script directive is malformed; the
@@ -81,14 +81,14 @@ func New(name string, cfg Config) (*Provider, error) {
 // Stream answers req as described in the package documentation. Nothing
 // happens until the sequence is ranged over; each range is one model call.
 // When ctx is done the sequence ends at once without yielding anything more.
-func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		if ctx.Err() != nil {
 			return
 		}
 		pl, err := p.prepare(req)
 		if err != nil {
-			yield(runtime.Chunk{}, err)
+			yield(llm.Chunk{}, err)
 			return
 		}
 		p.run(ctx, pl, yield)
@@ -97,9 +97,9 @@ func (p *Provider) Stream(ctx context.Context, req *runtime.Request) iter.Seq2[r
 
 // plan is one call worked out in advance: what to stream and how it ends.
 type plan struct {
-	delay     time.Duration   // before the first chunk
-	chunks    []runtime.Chunk // content, in order
-	stop      runtime.StopReason
+	delay     time.Duration // before the first chunk
+	chunks    []llm.Chunk   // content, in order
+	stop      llm.StopReason
 	input     int        // input tokens
 	fail      *directive // the failure injected, nil when none
 	model     string
@@ -119,13 +119,13 @@ type view struct {
 type outcome struct {
 	text      string
 	refusal   bool
-	calls     []runtime.ToolCall
+	calls     []llm.ToolCall
 	maxTokens int // from a max_tokens directive, 0 when none
 }
 
 // prepare works out the call req: the failure to inject, if any, and the
 // chunks of the reply. It fails when the request is malformed.
-func (p *Provider) prepare(req *runtime.Request) (*plan, *runtime.Error) {
+func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 	if req == nil {
 		return nil, invalidRequest(p.name, errors.New("sim: nil request"))
 	}
@@ -158,16 +158,16 @@ func (p *Provider) prepare(req *runtime.Request) (*plan, *runtime.Error) {
 	switch {
 	case o.refusal:
 		pl.chunks = appendText(pl.chunks, tokenize(o.text))
-		pl.stop = runtime.StopRefusal
+		pl.stop = llm.StopRefusal
 	case len(o.calls) > 0:
 		for i, c := range o.calls {
-			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name})
+			pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name})
 			for _, f := range fragments(c.Arguments) {
-				pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkToolCallArgs, Index: i, Text: f})
+				pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: i, Text: f})
 			}
-			pl.chunks = append(pl.chunks, runtime.Chunk{Kind: runtime.ChunkToolCallEnd, Index: i})
+			pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: i})
 		}
-		pl.stop = runtime.StopToolUse
+		pl.stop = llm.StopToolUse
 	default:
 		limit := req.MaxOutputTokens
 		if o.maxTokens > 0 && (limit <= 0 || o.maxTokens < limit) {
@@ -208,7 +208,7 @@ func (p *Provider) pickFailure(ds []directive, key string, size int) (*directive
 
 // reasoning returns the chunks of v's think directive, if any: the reasoning
 // token by token, then the block's signature.
-func reasoning(v view) []runtime.Chunk {
+func reasoning(v view) []llm.Chunk {
 	i := slices.IndexFunc(v.ds, func(d directive) bool { return d.action == actThink })
 	if i < 0 {
 		return nil
@@ -217,26 +217,26 @@ func reasoning(v view) []runtime.Chunk {
 	if !v.ds[i].hasText {
 		text = thinkingText(v.question)
 	}
-	var chunks []runtime.Chunk
+	var chunks []llm.Chunk
 	for _, t := range tokenize(text) {
-		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Text: t})
+		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkThinking, Text: t})
 	}
-	return append(chunks, runtime.Chunk{Kind: runtime.ChunkThinking, Signature: signature(text)})
+	return append(chunks, llm.Chunk{Kind: llm.ChunkThinking, Signature: signature(text)})
 }
 
-func appendText(chunks []runtime.Chunk, tokens []string) []runtime.Chunk {
+func appendText(chunks []llm.Chunk, tokens []string) []llm.Chunk {
 	for _, t := range tokens {
-		chunks = append(chunks, runtime.Chunk{Kind: runtime.ChunkText, Text: t})
+		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: t})
 	}
 	return chunks
 }
 
 // run streams pl, pacing each token, and ends with usage and the stop, or
 // with the injected failure.
-func (p *Provider) run(ctx context.Context, pl *plan, yield func(runtime.Chunk, error) bool) {
+func (p *Provider) run(ctx context.Context, pl *plan, yield func(llm.Chunk, error) bool) {
 	var pc pacer
 	defer pc.stop()
-	send := func(c runtime.Chunk) bool { return ctx.Err() == nil && yield(c, nil) }
+	send := func(c llm.Chunk) bool { return ctx.Err() == nil && yield(c, nil) }
 	streamed := 0
 	fail := func() {
 		e := failureError(pl.fail, p.name, pl.model, pl.size, streamed, pl.requestID)
@@ -245,7 +245,7 @@ func (p *Provider) run(ctx context.Context, pl *plan, yield func(runtime.Chunk, 
 			return
 		}
 		if ctx.Err() == nil {
-			yield(runtime.Chunk{}, e)
+			yield(llm.Chunk{}, e)
 		}
 	}
 	if !pc.wait(ctx, pl.delay) {
@@ -270,19 +270,19 @@ func (p *Provider) run(ctx context.Context, pl *plan, yield func(runtime.Chunk, 
 		fail()
 		return
 	}
-	usage := runtime.Usage{InputTokens: int64(pl.input), OutputTokens: int64(streamed)}
-	if send(runtime.Chunk{Kind: runtime.ChunkUsage, Usage: usage}) {
-		send(runtime.Chunk{Kind: runtime.ChunkStop, Stop: pl.stop})
+	usage := llm.Usage{InputTokens: int64(pl.input), OutputTokens: int64(streamed)}
+	if send(llm.Chunk{Kind: llm.ChunkUsage, Usage: usage}) {
+		send(llm.Chunk{Kind: llm.ChunkStop, Stop: pl.stop})
 	}
 }
 
 // paced reports whether c is a token of output, streamed after a delay and
 // counted in the usage.
-func paced(c runtime.Chunk) bool {
+func paced(c llm.Chunk) bool {
 	switch c.Kind {
-	case runtime.ChunkText, runtime.ChunkToolCallArgs:
+	case llm.ChunkText, llm.ChunkToolCallArgs:
 		return true
-	case runtime.ChunkThinking:
+	case llm.ChunkThinking:
 		return c.Text != ""
 	}
 	return false
@@ -335,10 +335,10 @@ func (p *Provider) count(key string) int {
 
 // view finds the last user message with text in msgs and the directives
 // that apply to model: the script's, then the message's.
-func (p *Provider) view(model string, msgs []runtime.Message) (view, error) {
+func (p *Provider) view(model string, msgs []llm.Message) (view, error) {
 	v := view{user: -1}
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == runtime.RoleUser && hasText(msgs[i]) {
+		if msgs[i].Role == llm.RoleUser && hasText(msgs[i]) {
 			v.user = i
 			break
 		}
@@ -361,7 +361,7 @@ func (p *Provider) view(model string, msgs []runtime.Message) (view, error) {
 // compose works out the reply to msgs under v: a refusal, the tool calls of
 // the current step, or text (the reply directive's, an answer from the tool
 // results, or the default answer).
-func compose(v view, msgs []runtime.Message) outcome {
+func compose(v view, msgs []llm.Message) outcome {
 	var o outcome
 	var reply *directive
 	for i := range v.ds {
@@ -382,13 +382,13 @@ func compose(v view, msgs []runtime.Message) outcome {
 	}
 
 	steps := 0
-	var results []runtime.ToolResult
+	var results []llm.ToolResult
 	for _, m := range msgs[v.user+1:] {
-		if m.Role == runtime.RoleAssistant && len(m.ToolCalls()) > 0 {
+		if m.Role == llm.RoleAssistant && len(m.ToolCalls()) > 0 {
 			steps++
 		}
 		for _, part := range m.Parts {
-			if part.Kind == runtime.PartToolResult && part.ToolResult != nil {
+			if part.Kind == llm.PartToolResult && part.ToolResult != nil {
 				results = append(results, *part.ToolResult)
 			}
 		}
@@ -399,7 +399,7 @@ func compose(v view, msgs []runtime.Message) outcome {
 			if args == "" {
 				args = "{}"
 			}
-			o.calls = append(o.calls, runtime.ToolCall{Name: d.tool, Arguments: args})
+			o.calls = append(o.calls, llm.ToolCall{Name: d.tool, Arguments: args})
 		}
 	}
 	if len(o.calls) > 0 {
@@ -429,12 +429,12 @@ func compose(v view, msgs []runtime.Message) outcome {
 // prompt without directives (or, for the last one, by nothing), and their
 // text is a strict prefix of the reply the earlier conversation calls for.
 // It returns the rest of that reply and the view it was answered under.
-func (p *Provider) continuation(model string, msgs []runtime.Message) (string, view, bool) {
+func (p *Provider) continuation(model string, msgs []llm.Message) (string, view, bool) {
 	j := len(msgs) - 1
 	if j < 0 {
 		return "", view{}, false
 	}
-	if msgs[j].Role == runtime.RoleUser {
+	if msgs[j].Role == llm.RoleUser {
 		if !isPrompt(msgs[j]) {
 			return "", view{}, false
 		}
@@ -442,7 +442,7 @@ func (p *Provider) continuation(model string, msgs []runtime.Message) (string, v
 	}
 	var partial []string
 	for range maxContinuations {
-		if j < 1 || msgs[j].Role != runtime.RoleAssistant || !plainText(msgs[j]) || msgs[j].Text() == "" {
+		if j < 1 || msgs[j].Role != llm.RoleAssistant || !plainText(msgs[j]) || msgs[j].Text() == "" {
 			return "", view{}, false
 		}
 		partial = append([]string{msgs[j].Text()}, partial...)
@@ -457,7 +457,7 @@ func (p *Provider) continuation(model string, msgs []runtime.Message) (string, v
 			}
 		}
 		// msgs[j] may itself be an earlier continuation prompt.
-		if msgs[j].Role != runtime.RoleUser || !isPrompt(msgs[j]) {
+		if msgs[j].Role != llm.RoleUser || !isPrompt(msgs[j]) {
 			return "", view{}, false
 		}
 		j--
@@ -467,7 +467,7 @@ func (p *Provider) continuation(model string, msgs []runtime.Message) (string, v
 
 // isPrompt reports whether m is plain text holding no directive, as the
 // runtime's continuation prompt is.
-func isPrompt(m runtime.Message) bool {
+func isPrompt(m llm.Message) bool {
 	if !plainText(m) {
 		return false
 	}
@@ -476,26 +476,26 @@ func isPrompt(m runtime.Message) bool {
 }
 
 // plainText reports whether m has no tool calls or results.
-func plainText(m runtime.Message) bool {
+func plainText(m llm.Message) bool {
 	for _, part := range m.Parts {
-		if part.Kind != runtime.PartText && part.Kind != runtime.PartThinking {
+		if part.Kind != llm.PartText && part.Kind != llm.PartThinking {
 			return false
 		}
 	}
 	return true
 }
 
-func hasText(m runtime.Message) bool {
-	return slices.ContainsFunc(m.Parts, func(p runtime.Part) bool { return p.Kind == runtime.PartText })
+func hasText(m llm.Message) bool {
+	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText })
 }
 
 // cut splits text into the tokens a call streams under an output limit
 // (0: none) and stop sequences, and says why the reply ends.
-func cut(text string, limit int, stops []string) ([]string, runtime.StopReason) {
-	end, stop := len(text), runtime.StopEndTurn
+func cut(text string, limit int, stops []string) ([]string, llm.StopReason) {
+	end, stop := len(text), llm.StopEndTurn
 	for _, s := range stops {
 		if i := strings.Index(text, s); s != "" && i >= 0 && i < end {
-			end, stop = i, runtime.StopSequence
+			end, stop = i, llm.StopSequence
 		}
 	}
 	var pieces []string
@@ -505,7 +505,7 @@ func cut(text string, limit int, stops []string) ([]string, runtime.StopReason) 
 			break
 		}
 		if limit > 0 && len(pieces) == limit {
-			return pieces, runtime.StopMaxTokens
+			return pieces, llm.StopMaxTokens
 		}
 		pieces = append(pieces, tok[:min(len(tok), end-pos)])
 		pos += len(tok)
@@ -515,17 +515,17 @@ func cut(text string, limit int, stops []string) ([]string, runtime.StopReason) 
 
 // checkToolPairs rejects a conversation whose tool calls and results do not
 // match one to one, as providers do.
-func checkToolPairs(msgs []runtime.Message) error {
+func checkToolPairs(msgs []llm.Message) error {
 	calls := map[string]bool{} // id -> answered
 	for i, m := range msgs {
 		for _, part := range m.Parts {
 			switch {
-			case part.Kind == runtime.PartToolCall && part.ToolCall != nil:
+			case part.Kind == llm.PartToolCall && part.ToolCall != nil:
 				if _, dup := calls[part.ToolCall.ID]; dup {
 					return fmt.Errorf("messages.%d: tool call id %q is used twice", i, part.ToolCall.ID)
 				}
 				calls[part.ToolCall.ID] = false
-			case part.Kind == runtime.PartToolResult && part.ToolResult != nil:
+			case part.Kind == llm.PartToolResult && part.ToolResult != nil:
 				answered, ok := calls[part.ToolResult.CallID]
 				if !ok {
 					return fmt.Errorf("messages.%d: tool result for unknown tool call id %q", i, part.ToolResult.CallID)
@@ -550,7 +550,7 @@ func checkToolPairs(msgs []runtime.Message) error {
 // textSize measures the request's text in bytes: the system prompt and every
 // part's text, signature, tool call name and arguments and tool result, the
 // measure the runtime's compaction reports, plus the system prompt.
-func textSize(req *runtime.Request) int {
+func textSize(req *llm.Request) int {
 	n := len(req.System)
 	for _, m := range req.Messages {
 		for _, part := range m.Parts {
@@ -568,7 +568,7 @@ func textSize(req *runtime.Request) int {
 
 // fingerprint identifies the request's conversation: its system prompt and
 // messages.
-func fingerprint(req *runtime.Request) string {
+func fingerprint(req *llm.Request) string {
 	h := sha256.New()
 	var buf [8]byte
 	field := func(s string) {

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/sim"
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,21 +28,21 @@ func newSim(tb testing.TB, script ...string) *sim.Provider {
 	return p
 }
 
-func user(text string) runtime.Message {
-	return runtime.Message{Role: runtime.RoleUser, Parts: []runtime.Part{runtime.TextPart(text)}}
+func user(text string) llm.Message {
+	return llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(text)}}
 }
 
-func assistant(text string) runtime.Message {
-	return runtime.Message{Role: runtime.RoleAssistant, Parts: []runtime.Part{runtime.TextPart(text)}}
+func assistant(text string) llm.Message {
+	return llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart(text)}}
 }
 
-func ask(model, text string) *runtime.Request {
-	return &runtime.Request{Model: model, Messages: []runtime.Message{user(text)}}
+func ask(model, text string) *llm.Request {
+	return &llm.Request{Model: model, Messages: []llm.Message{user(text)}}
 }
 
 // result is what one call streamed.
 type result struct {
-	chunks []runtime.Chunk
+	chunks []llm.Chunk
 	err    error
 }
 
@@ -50,7 +50,7 @@ type result struct {
 func (r result) text() string {
 	var b strings.Builder
 	for _, c := range r.chunks {
-		if c.Kind == runtime.ChunkText {
+		if c.Kind == llm.ChunkText {
 			b.WriteString(c.Text)
 		}
 	}
@@ -58,7 +58,7 @@ func (r result) text() string {
 }
 
 // count counts the chunks of kind k.
-func (r result) count(k runtime.ChunkKind) int {
+func (r result) count(k llm.ChunkKind) int {
 	n := 0
 	for _, c := range r.chunks {
 		if c.Kind == k {
@@ -70,20 +70,20 @@ func (r result) count(k runtime.ChunkKind) int {
 
 // stop returns the stop reason, or fails the test when the call did not end
 // with usage then a stop.
-func (r result) stop(tb testing.TB) runtime.StopReason {
+func (r result) stop(tb testing.TB) llm.StopReason {
 	tb.Helper()
 	if r.err != nil {
 		tb.Fatalf("call failed: %v", r.err)
 	}
 	n := len(r.chunks)
-	if n < 2 || r.chunks[n-2].Kind != runtime.ChunkUsage || r.chunks[n-1].Kind != runtime.ChunkStop {
+	if n < 2 || r.chunks[n-2].Kind != llm.ChunkUsage || r.chunks[n-1].Kind != llm.ChunkStop {
 		tb.Fatalf("call did not end with usage and stop: %+v", r.chunks)
 	}
 	return r.chunks[n-1].Stop
 }
 
 // usage returns the call's usage chunk.
-func (r result) usage(tb testing.TB) runtime.Usage {
+func (r result) usage(tb testing.TB) llm.Usage {
 	tb.Helper()
 	r.stop(tb)
 	return r.chunks[len(r.chunks)-2].Usage
@@ -91,9 +91,9 @@ func (r result) usage(tb testing.TB) runtime.Usage {
 
 // rtErr returns the call's error as a *runtime.Error, failing the test when
 // there is none.
-func (r result) rtErr(tb testing.TB) *runtime.Error {
+func (r result) rtErr(tb testing.TB) *llm.Error {
 	tb.Helper()
-	var e *runtime.Error
+	var e *llm.Error
 	if !errors.As(r.err, &e) {
 		tb.Fatalf("call error = %v (chunks %+v), want a *runtime.Error", r.err, r.chunks)
 	}
@@ -102,12 +102,12 @@ func (r result) rtErr(tb testing.TB) *runtime.Error {
 
 // call runs one model call to its end, checking that an error comes at most
 // once and last.
-func call(tb testing.TB, p *sim.Provider, req *runtime.Request) result {
+func call(tb testing.TB, p *sim.Provider, req *llm.Request) result {
 	tb.Helper()
 	return callCtx(tb, tb.Context(), p, req)
 }
 
-func callCtx(tb testing.TB, ctx context.Context, p *sim.Provider, req *runtime.Request) result {
+func callCtx(tb testing.TB, ctx context.Context, p *sim.Provider, req *llm.Request) result {
 	tb.Helper()
 	var r result
 	for c, err := range p.Stream(ctx, req) {
@@ -128,11 +128,11 @@ func TestDefaultAnswer(t *testing.T) {
 	const q = "What is the capital of France?"
 	p := newSim(t)
 	first := call(t, p, ask("m", q))
-	if got := first.stop(t); got != runtime.StopEndTurn {
+	if got := first.stop(t); got != llm.StopEndTurn {
 		t.Fatalf("stop = %v, want end_turn", got)
 	}
 	for i, c := range first.chunks[:len(first.chunks)-2] {
-		if c.Kind != runtime.ChunkText || c.Text == "" {
+		if c.Kind != llm.ChunkText || c.Text == "" {
 			t.Fatalf("chunk %d = %+v, want a text token", i, c)
 		}
 		if strings.TrimSpace(c.Text) == "" || strings.Contains(strings.TrimRight(c.Text, " "), " ") {
@@ -146,7 +146,7 @@ func TestDefaultAnswer(t *testing.T) {
 	if n := strings.Count(text, ". "); n < 1 {
 		t.Errorf("answer %q is not a couple of sentences", text)
 	}
-	wantUsage := runtime.Usage{InputTokens: int64(len(q) / 4), OutputTokens: int64(first.count(runtime.ChunkText))}
+	wantUsage := llm.Usage{InputTokens: int64(len(q) / 4), OutputTokens: int64(first.count(llm.ChunkText))}
 	if got := first.usage(t); got != wantUsage {
 		t.Errorf("usage = %+v, want %+v", got, wantUsage)
 	}
@@ -167,21 +167,21 @@ func TestDefaultAnswer(t *testing.T) {
 	if got := call(t, p, ask("m", "[sim delay=0]")).text(); !strings.HasPrefix(got, "Hello!") {
 		t.Errorf("answer to an empty question = %q, want a greeting", got)
 	}
-	if got := call(t, p, &runtime.Request{Model: "m"}).usage(t).InputTokens; got != 1 {
+	if got := call(t, p, &llm.Request{Model: "m"}).usage(t).InputTokens; got != 1 {
 		t.Errorf("input tokens of an empty request = %d, want 1", got)
 	}
 }
 
 func TestUsageCountsWholeRequest(t *testing.T) {
 	t.Parallel()
-	req := &runtime.Request{
+	req := &llm.Request{
 		Model:  "m",
 		System: strings.Repeat("s", 400),
-		Messages: []runtime.Message{
+		Messages: []llm.Message{
 			user(strings.Repeat("u", 200)),
-			{Role: runtime.RoleAssistant, Parts: []runtime.Part{
-				{Kind: runtime.PartThinking, Text: strings.Repeat("t", 40), Signature: strings.Repeat("s", 60)},
-				runtime.TextPart(strings.Repeat("a", 200)),
+			{Role: llm.RoleAssistant, Parts: []llm.Part{
+				{Kind: llm.PartThinking, Text: strings.Repeat("t", 40), Signature: strings.Repeat("s", 60)},
+				llm.TextPart(strings.Repeat("a", 200)),
 			}},
 			user("ok"),
 		},
@@ -201,7 +201,7 @@ func TestPacing(t *testing.T) {
 	start := time.Now()
 	r := call(t, p, ask("m", "[sim reply=\"one two three four five six seven eight\"]"))
 	elapsed := time.Since(start)
-	if n := r.count(runtime.ChunkText); n != 8 {
+	if n := r.count(llm.ChunkText); n != 8 {
 		t.Fatalf("streamed %d tokens, want 8", n)
 	}
 	if elapsed < 8*delay {
@@ -279,33 +279,33 @@ func TestFailures(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		prompt     string
-		kind       runtime.Kind
+		kind       llm.Kind
 		status     int
 		retryAfter time.Duration
-		hint       runtime.Hint
+		hint       llm.Hint
 		message    string // a fragment of the message
 		tokens     int    // text tokens streamed before the failure
 	}{
-		{"[sim fail=rate_limit]", runtime.KindRateLimited, 429, time.Second, runtime.HintAfter, "try again in 1s", 0},
-		{"[sim fail=rate_limit retry_after=3s]", runtime.KindRateLimited, 429, 3 * time.Second, runtime.HintAfter, "try again in 3s", 0},
-		{"[sim fail=rate_limit retry_after=2]", runtime.KindRateLimited, 429, 2 * time.Second, runtime.HintAfter, "", 0},
-		{"[sim fail=quota]", runtime.KindQuotaExhausted, 429, 0, runtime.HintDefault, "exceeded your current quota", 0},
-		{"[sim fail=overloaded]", runtime.KindOverloaded, 529, 0, runtime.HintDefault, "Overloaded", 0},
-		{"[sim fail=overloaded retry_after=500ms]", runtime.KindOverloaded, 529, 500 * time.Millisecond, runtime.HintAfter, "Overloaded", 0},
-		{"[sim fail=unavailable]", runtime.KindOverloaded, 503, 0, runtime.HintDefault, "overloaded", 0},
-		{"[sim fail=server_error]", runtime.KindServerError, 500, 0, runtime.HintDefault, "server had an error", 0},
-		{"[sim fail=bad_gateway]", runtime.KindServerError, 502, 0, runtime.HintDefault, "Bad Gateway", 0},
-		{"[sim fail=gateway_timeout]", runtime.KindServerError, 504, 0, runtime.HintDefault, "", 0},
-		{"[sim fail=auth]", runtime.KindAuth, 401, 0, runtime.HintDefault, "", 0},
-		{"[sim fail=forbidden]", runtime.KindAuth, 403, 0, runtime.HintDefault, "", 0},
-		{"[sim fail=not_found]", runtime.KindNotFound, 404, 0, runtime.HintDefault, "`sim-x` does not exist", 0},
-		{"[sim fail=invalid]", runtime.KindInvalidRequest, 400, 0, runtime.HintDefault, "", 0},
-		{"[sim fail=context_overflow]", runtime.KindContextOverflow, 400, 0, runtime.HintDefault, "prompt is too long", 0},
-		{"[sim fail=content_filter]", runtime.KindContentFiltered, 400, 0, runtime.HintDefault, "content management policy", 0},
-		{"[sim fail=disconnect]", runtime.KindNetwork, 0, 0, runtime.HintDefault, "connection reset", 0},
-		{"[sim fail=disconnect after=4]", runtime.KindStreamInterrupted, 0, 0, runtime.HintDefault, "cut short", 4},
-		{"[sim fail=overloaded after=3]", runtime.KindOverloaded, 529, 0, runtime.HintDefault, "Overloaded", 3},
-		{`[sim fail=server_error message="upstream exploded"]`, runtime.KindServerError, 500, 0, runtime.HintDefault, "upstream exploded", 0},
+		{"[sim fail=rate_limit]", llm.KindRateLimited, 429, time.Second, llm.HintAfter, "try again in 1s", 0},
+		{"[sim fail=rate_limit retry_after=3s]", llm.KindRateLimited, 429, 3 * time.Second, llm.HintAfter, "try again in 3s", 0},
+		{"[sim fail=rate_limit retry_after=2]", llm.KindRateLimited, 429, 2 * time.Second, llm.HintAfter, "", 0},
+		{"[sim fail=quota]", llm.KindQuotaExhausted, 429, 0, llm.HintDefault, "exceeded your current quota", 0},
+		{"[sim fail=overloaded]", llm.KindOverloaded, 529, 0, llm.HintDefault, "Overloaded", 0},
+		{"[sim fail=overloaded retry_after=500ms]", llm.KindOverloaded, 529, 500 * time.Millisecond, llm.HintAfter, "Overloaded", 0},
+		{"[sim fail=unavailable]", llm.KindOverloaded, 503, 0, llm.HintDefault, "overloaded", 0},
+		{"[sim fail=server_error]", llm.KindServerError, 500, 0, llm.HintDefault, "server had an error", 0},
+		{"[sim fail=bad_gateway]", llm.KindServerError, 502, 0, llm.HintDefault, "Bad Gateway", 0},
+		{"[sim fail=gateway_timeout]", llm.KindServerError, 504, 0, llm.HintDefault, "", 0},
+		{"[sim fail=auth]", llm.KindAuth, 401, 0, llm.HintDefault, "", 0},
+		{"[sim fail=forbidden]", llm.KindAuth, 403, 0, llm.HintDefault, "", 0},
+		{"[sim fail=not_found]", llm.KindNotFound, 404, 0, llm.HintDefault, "`sim-x` does not exist", 0},
+		{"[sim fail=invalid]", llm.KindInvalidRequest, 400, 0, llm.HintDefault, "", 0},
+		{"[sim fail=context_overflow]", llm.KindContextOverflow, 400, 0, llm.HintDefault, "prompt is too long", 0},
+		{"[sim fail=content_filter]", llm.KindContentFiltered, 400, 0, llm.HintDefault, "content management policy", 0},
+		{"[sim fail=disconnect]", llm.KindNetwork, 0, 0, llm.HintDefault, "connection reset", 0},
+		{"[sim fail=disconnect after=4]", llm.KindStreamInterrupted, 0, 0, llm.HintDefault, "cut short", 4},
+		{"[sim fail=overloaded after=3]", llm.KindOverloaded, 529, 0, llm.HintDefault, "Overloaded", 3},
+		{`[sim fail=server_error message="upstream exploded"]`, llm.KindServerError, 500, 0, llm.HintDefault, "upstream exploded", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.prompt, func(t *testing.T) {
@@ -329,7 +329,7 @@ func TestFailures(t *testing.T) {
 			if e.RequestID == "" || e.Err == nil {
 				t.Errorf("RequestID = %q, Err = %v; want both set", e.RequestID, e.Err)
 			}
-			if got := r.count(runtime.ChunkText); got != tt.tokens || len(r.chunks) != tt.tokens {
+			if got := r.count(llm.ChunkText); got != tt.tokens || len(r.chunks) != tt.tokens {
 				t.Errorf("streamed %d chunks (%d text) before the failure, want %d text chunks only", len(r.chunks), got, tt.tokens)
 			}
 		})
@@ -339,28 +339,28 @@ func TestFailures(t *testing.T) {
 func TestContextOverflowAbove(t *testing.T) {
 	t.Parallel()
 	p := newSim(t, "fail=context_overflow above=1000")
-	long := &runtime.Request{Model: "m", Messages: []runtime.Message{
+	long := &llm.Request{Model: "m", Messages: []llm.Message{
 		user(strings.Repeat("history ", 100)), assistant(strings.Repeat("answer ", 100)), user("and now?"),
 	}}
 	e := call(t, p, long).rtErr(t)
-	if e.Kind != runtime.KindContextOverflow || e.StatusCode != 400 {
+	if e.Kind != llm.KindContextOverflow || e.StatusCode != 400 {
 		t.Fatalf("long request: error = %v, want a 400 context overflow", e)
 	}
 	if want := "prompt is too long: 377 tokens > 250 maximum"; e.Message != want {
 		t.Errorf("Message = %q, want %q", e.Message, want)
 	}
 	// The same request after compaction fits and succeeds, every time.
-	compacted := &runtime.Request{Model: "m", Messages: []runtime.Message{
+	compacted := &llm.Request{Model: "m", Messages: []llm.Message{
 		user("Summary: the user asked about history."), assistant("Noted."), user("and now?"),
 	}}
 	for range 2 {
-		if got := call(t, p, compacted).stop(t); got != runtime.StopEndTurn {
+		if got := call(t, p, compacted).stop(t); got != llm.StopEndTurn {
 			t.Errorf("compacted request: stop = %v, want end_turn", got)
 		}
 	}
 	// The limit counts the system prompt too.
-	withSystem := &runtime.Request{Model: "m", System: strings.Repeat("x", 1001), Messages: []runtime.Message{user("hi")}}
-	if k := runtime.KindOf(call(t, p, withSystem).err); k != runtime.KindContextOverflow {
+	withSystem := &llm.Request{Model: "m", System: strings.Repeat("x", 1001), Messages: []llm.Message{user("hi")}}
+	if k := llm.KindOf(call(t, p, withSystem).err); k != llm.KindContextOverflow {
 		t.Errorf("large system prompt: kind = %v, want CONTEXT_OVERFLOW", k)
 	}
 }
@@ -373,7 +373,7 @@ func TestTimes(t *testing.T) {
 	for range 4 {
 		r := call(t, p, req)
 		if r.err != nil {
-			kinds = append(kinds, runtime.KindOf(r.err).String())
+			kinds = append(kinds, llm.KindOf(r.err).String())
 		} else {
 			kinds = append(kinds, r.stop(t).String())
 		}
@@ -385,16 +385,16 @@ func TestTimes(t *testing.T) {
 
 	// Another conversation, or the same one on another model, counts afresh.
 	other := ask("m", "[sim fail=overloaded times=2] Is the other one working?")
-	if k := runtime.KindOf(call(t, p, other).err); k != runtime.KindOverloaded {
+	if k := llm.KindOf(call(t, p, other).err); k != llm.KindOverloaded {
 		t.Errorf("other conversation, first call: kind = %v, want OVERLOADED", k)
 	}
-	if k := runtime.KindOf(call(t, p, ask("m2", req.Messages[0].Text())).err); k != runtime.KindOverloaded {
+	if k := llm.KindOf(call(t, p, ask("m2", req.Messages[0].Text())).err); k != llm.KindOverloaded {
 		t.Errorf("other model, first call: kind = %v, want OVERLOADED", k)
 	}
 	// Without times, a failure applies to every call.
 	always := ask("m", "[sim fail=server_error] again")
 	for i := range 3 {
-		if k := runtime.KindOf(call(t, p, always).err); k != runtime.KindServerError {
+		if k := llm.KindOf(call(t, p, always).err); k != llm.KindServerError {
 			t.Errorf("call %d: kind = %v, want SERVER_ERROR", i+1, k)
 		}
 	}
@@ -405,11 +405,11 @@ func TestTimesSequence(t *testing.T) {
 	// Failures apply in order: a script's first, then the prompt's.
 	p := newSim(t, "fail=rate_limit times=1")
 	req := ask("m", "[sim fail=server_error times=1] [sim fail=disconnect times=1] go")
-	var got []runtime.Kind
+	var got []llm.Kind
 	for range 4 {
-		got = append(got, runtime.KindOf(call(t, p, req).err))
+		got = append(got, llm.KindOf(call(t, p, req).err))
 	}
-	want := []runtime.Kind{runtime.KindRateLimited, runtime.KindServerError, runtime.KindNetwork, runtime.KindInternal}
+	want := []llm.Kind{llm.KindRateLimited, llm.KindServerError, llm.KindNetwork, llm.KindInternal}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("kinds (-want +got):\n%s", diff)
 	}
@@ -419,7 +419,7 @@ func TestModelTargeting(t *testing.T) {
 	t.Parallel()
 	p := newSim(t)
 	const prompt = "[sim fail=quota model=sim-primary] [sim reply=\"from the fallback\" model=sim-fallback,sim-other] Hello"
-	if k := runtime.KindOf(call(t, p, ask("sim-primary", prompt)).err); k != runtime.KindQuotaExhausted {
+	if k := llm.KindOf(call(t, p, ask("sim-primary", prompt)).err); k != llm.KindQuotaExhausted {
 		t.Errorf("primary: kind = %v, want QUOTA_EXHAUSTED", k)
 	}
 	for _, model := range []string{"sim-fallback", "sim-other"} {
@@ -435,15 +435,15 @@ func TestModelTargeting(t *testing.T) {
 func TestScript(t *testing.T) {
 	t.Parallel()
 	p := newSim(t, "[sim fail=unavailable times=1 model=a] [sim think model=b]", `reply="scripted"`)
-	if k := runtime.KindOf(call(t, p, ask("a", "hi")).err); k != runtime.KindOverloaded {
+	if k := llm.KindOf(call(t, p, ask("a", "hi")).err); k != llm.KindOverloaded {
 		t.Errorf("a, first call: kind = %v, want OVERLOADED", k)
 	}
 	if got := call(t, p, ask("a", "hi")).text(); got != "scripted" {
 		t.Errorf("a, second call: text = %q, want scripted", got)
 	}
 	b := call(t, p, ask("b", "hi"))
-	if b.count(runtime.ChunkThinking) == 0 || b.text() != "scripted" {
-		t.Errorf("b: %d thinking chunks, text %q; want reasoning and the scripted reply", b.count(runtime.ChunkThinking), b.text())
+	if b.count(llm.ChunkThinking) == 0 || b.text() != "scripted" {
+		t.Errorf("b: %d thinking chunks, text %q; want reasoning and the scripted reply", b.count(llm.ChunkThinking), b.text())
 	}
 }
 
@@ -490,7 +490,7 @@ func TestBadPromptDirective(t *testing.T) {
 			t.Parallel()
 			r := call(t, p, ask("m", "please "+d+" thanks"))
 			e := r.rtErr(t)
-			if e.Kind != runtime.KindInvalidRequest || e.StatusCode != 400 {
+			if e.Kind != llm.KindInvalidRequest || e.StatusCode != 400 {
 				t.Errorf("error = %v (status %d), want INVALID_REQUEST 400", e, e.StatusCode)
 			}
 			if !strings.Contains(e.Message, d) || !errors.Is(e, sim.ErrInvalidDirective) {
@@ -508,39 +508,39 @@ func TestBadPromptDirective(t *testing.T) {
 
 // toolTurn returns the messages of a turn in which the assistant called
 // calls and each got a result.
-func toolTurn(calls []runtime.ToolCall, contents ...string) []runtime.Message {
-	a := runtime.Message{Role: runtime.RoleAssistant}
-	res := runtime.Message{Role: runtime.RoleTool}
+func toolTurn(calls []llm.ToolCall, contents ...string) []llm.Message {
+	a := llm.Message{Role: llm.RoleAssistant}
+	res := llm.Message{Role: llm.RoleTool}
 	for i, c := range calls {
-		a.Parts = append(a.Parts, runtime.Part{Kind: runtime.PartToolCall, ToolCall: &c})
-		res.Parts = append(res.Parts, runtime.Part{Kind: runtime.PartToolResult, ToolResult: &runtime.ToolResult{
+		a.Parts = append(a.Parts, llm.Part{Kind: llm.PartToolCall, ToolCall: &c})
+		res.Parts = append(res.Parts, llm.Part{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{
 			CallID: c.ID, Name: c.Name, Content: contents[i],
 		}})
 	}
-	return []runtime.Message{a, res}
+	return []llm.Message{a, res}
 }
 
 // calls collects the tool calls a call streamed, checking their framing.
-func calls(tb testing.TB, r result) []runtime.ToolCall {
+func calls(tb testing.TB, r result) []llm.ToolCall {
 	tb.Helper()
-	var out []runtime.ToolCall
+	var out []llm.ToolCall
 	open := -1
 	frags := 0
 	for _, c := range r.chunks {
 		switch c.Kind {
-		case runtime.ChunkToolCallStart:
+		case llm.ChunkToolCallStart:
 			if open != -1 || c.Index != len(out) {
 				tb.Fatalf("start of call %d while call %d is open, or out of order", c.Index, open)
 			}
 			open, frags = c.Index, 0
-			out = append(out, runtime.ToolCall{ID: c.CallID, Name: c.Name})
-		case runtime.ChunkToolCallArgs:
+			out = append(out, llm.ToolCall{ID: c.CallID, Name: c.Name})
+		case llm.ChunkToolCallArgs:
 			if c.Index != open {
 				tb.Fatalf("arguments for call %d while call %d is open", c.Index, open)
 			}
 			out[open].Arguments += c.Text
 			frags++
-		case runtime.ChunkToolCallEnd:
+		case llm.ChunkToolCallEnd:
 			if c.Index != open {
 				tb.Fatalf("end of call %d while call %d is open", c.Index, open)
 			}
@@ -562,11 +562,11 @@ func TestToolCalls(t *testing.T) {
 	const prompt = `[sim tool=current_time args={"zone": "UTC"}] [sim tool=weather args={"city":"Oslo","days":[1,2]}] What time is it, and the weather?`
 	req := ask("m", prompt)
 	r := call(t, p, req)
-	if got := r.stop(t); got != runtime.StopToolUse {
+	if got := r.stop(t); got != llm.StopToolUse {
 		t.Fatalf("stop = %v, want tool_use", got)
 	}
 	got := calls(t, r)
-	want := []runtime.ToolCall{
+	want := []llm.ToolCall{
 		{ID: "call_1", Name: "current_time", Arguments: `{"zone":"UTC"}`},
 		{ID: "call_2", Name: "weather", Arguments: `{"city":"Oslo","days":[1,2]}`},
 	}
@@ -578,17 +578,17 @@ func TestToolCalls(t *testing.T) {
 			t.Errorf("arguments %q are not JSON", c.Arguments)
 		}
 	}
-	if r.count(runtime.ChunkText) != 0 {
+	if r.count(llm.ChunkText) != 0 {
 		t.Errorf("tool call message has text %q", r.text())
 	}
-	if u := r.usage(t); u.OutputTokens != int64(r.count(runtime.ChunkToolCallArgs)) {
-		t.Errorf("output tokens = %d, want one per argument fragment (%d)", u.OutputTokens, r.count(runtime.ChunkToolCallArgs))
+	if u := r.usage(t); u.OutputTokens != int64(r.count(llm.ChunkToolCallArgs)) {
+		t.Errorf("output tokens = %d, want one per argument fragment (%d)", u.OutputTokens, r.count(llm.ChunkToolCallArgs))
 	}
 
 	// With the results in, the model answers from them instead.
 	req.Messages = append(req.Messages, toolTurn(got, `{"time":"12:00Z"}`, "sunny, 21C")...)
 	follow := call(t, p, req)
-	if got := follow.stop(t); got != runtime.StopEndTurn {
+	if got := follow.stop(t); got != llm.StopEndTurn {
 		t.Fatalf("follow-up stop = %v, want end_turn", got)
 	}
 	for _, s := range []string{`{"time":"12:00Z"}`, "sunny, 21C", "current_time", "weather"} {
@@ -596,7 +596,7 @@ func TestToolCalls(t *testing.T) {
 			t.Errorf("follow-up %q does not mention %q", follow.text(), s)
 		}
 	}
-	if follow.count(runtime.ChunkToolCallStart) != 0 {
+	if follow.count(llm.ChunkToolCallStart) != 0 {
 		t.Error("follow-up called tools again")
 	}
 
@@ -622,7 +622,7 @@ func TestToolSteps(t *testing.T) {
 	}
 	req.Messages = append(req.Messages, toolTurn(step2, "page body")...)
 	final := call(t, p, req)
-	if final.stop(t) != runtime.StopEndTurn || !strings.Contains(final.text(), "found x") || !strings.Contains(final.text(), "page body") {
+	if final.stop(t) != llm.StopEndTurn || !strings.Contains(final.text(), "found x") || !strings.Contains(final.text(), "page body") {
 		t.Errorf("final answer %q, want both results mentioned", final.text())
 	}
 }
@@ -630,19 +630,19 @@ func TestToolSteps(t *testing.T) {
 func TestToolResultError(t *testing.T) {
 	t.Parallel()
 	p := newSim(t)
-	c := runtime.ToolCall{ID: "call_1", Name: "current_time", Arguments: "{}"}
-	msgs := append([]runtime.Message{user("[sim tool=current_time] time?")}, toolTurn([]runtime.ToolCall{c}, "clock broken")...)
+	c := llm.ToolCall{ID: "call_1", Name: "current_time", Arguments: "{}"}
+	msgs := append([]llm.Message{user("[sim tool=current_time] time?")}, toolTurn([]llm.ToolCall{c}, "clock broken")...)
 	msgs[2].Parts[0].ToolResult.IsError = true
-	if got := call(t, p, &runtime.Request{Model: "m", Messages: msgs}).text(); !strings.Contains(got, "failed: clock broken") {
+	if got := call(t, p, &llm.Request{Model: "m", Messages: msgs}).text(); !strings.Contains(got, "failed: clock broken") {
 		t.Errorf("answer %q, want the tool failure reported", got)
 	}
 }
 
 func TestUnpairedToolCalls(t *testing.T) {
 	t.Parallel()
-	c := runtime.ToolCall{ID: "call_1", Name: "t", Arguments: "{}"}
-	turn := toolTurn([]runtime.ToolCall{c}, "ok")
-	tests := map[string][]runtime.Message{
+	c := llm.ToolCall{ID: "call_1", Name: "t", Arguments: "{}"}
+	turn := toolTurn([]llm.ToolCall{c}, "ok")
+	tests := map[string][]llm.Message{
 		"call without result": {user("q"), turn[0], user("next")},
 		"result without call": {user("q"), turn[1]},
 		"duplicate call id":   {user("q"), turn[0], turn[1], turn[0], turn[1]},
@@ -650,8 +650,8 @@ func TestUnpairedToolCalls(t *testing.T) {
 	for name, msgs := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := call(t, newSim(t), &runtime.Request{Model: "m", Messages: msgs}).rtErr(t)
-			if e.Kind != runtime.KindInvalidRequest || e.StatusCode != 400 || !strings.Contains(e.Message, "call_1") {
+			e := call(t, newSim(t), &llm.Request{Model: "m", Messages: msgs}).rtErr(t)
+			if e.Kind != llm.KindInvalidRequest || e.StatusCode != 400 || !strings.Contains(e.Message, "call_1") {
 				t.Errorf("error = %v, want a 400 invalid request naming call_1", e)
 			}
 		})
@@ -666,7 +666,7 @@ func TestThinking(t *testing.T) {
 	sawSig, sawText := false, false
 	for _, c := range r.chunks {
 		switch c.Kind {
-		case runtime.ChunkThinking:
+		case llm.ChunkThinking:
 			if sawSig || sawText {
 				t.Fatalf("reasoning chunk %+v after the signature or the answer", c)
 			}
@@ -678,33 +678,33 @@ func TestThinking(t *testing.T) {
 				continue
 			}
 			reasoning += c.Text
-		case runtime.ChunkText:
+		case llm.ChunkText:
 			if !sawSig {
 				t.Fatal("answer before the reasoning's signature")
 			}
 			sawText = true
 		}
 	}
-	if reasoning == "" || !sawSig || !sawText || r.stop(t) != runtime.StopEndTurn {
+	if reasoning == "" || !sawSig || !sawText || r.stop(t) != llm.StopEndTurn {
 		t.Fatalf("reasoning %q, signature %v, answer %v: want all three", reasoning, sawSig, sawText)
 	}
-	if r.count(runtime.ChunkThinking) < 3 {
-		t.Errorf("reasoning came in %d chunks, want several fragments", r.count(runtime.ChunkThinking))
+	if r.count(llm.ChunkThinking) < 3 {
+		t.Errorf("reasoning came in %d chunks, want several fragments", r.count(llm.ChunkThinking))
 	}
-	if got, want := r.usage(t).OutputTokens, int64(r.count(runtime.ChunkThinking)-1+r.count(runtime.ChunkText)); got != want {
+	if got, want := r.usage(t).OutputTokens, int64(r.count(llm.ChunkThinking)-1+r.count(llm.ChunkText)); got != want {
 		t.Errorf("output tokens = %d, want %d (reasoning and text)", got, want)
 	}
 
 	custom := call(t, p, ask("m", `[sim think="Check the docs first."] [sim reply=Done.] Why?`))
-	if diff := cmp.Diff([]runtime.Chunk{
-		{Kind: runtime.ChunkThinking, Text: "Check "},
-		{Kind: runtime.ChunkThinking, Text: "the "},
-		{Kind: runtime.ChunkThinking, Text: "docs "},
-		{Kind: runtime.ChunkThinking, Text: "first."},
-		{Kind: runtime.ChunkThinking, Signature: custom.chunks[4].Signature},
-		{Kind: runtime.ChunkText, Text: "Done."},
-		{Kind: runtime.ChunkUsage, Usage: runtime.Usage{InputTokens: 14, OutputTokens: 5}},
-		{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn},
+	if diff := cmp.Diff([]llm.Chunk{
+		{Kind: llm.ChunkThinking, Text: "Check "},
+		{Kind: llm.ChunkThinking, Text: "the "},
+		{Kind: llm.ChunkThinking, Text: "docs "},
+		{Kind: llm.ChunkThinking, Text: "first."},
+		{Kind: llm.ChunkThinking, Signature: custom.chunks[4].Signature},
+		{Kind: llm.ChunkText, Text: "Done."},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 14, OutputTokens: 5}},
+		{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
 	}, custom.chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
@@ -723,7 +723,7 @@ func TestRefusal(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := call(t, p, ask("m", tt.prompt))
-		if got := r.stop(t); got != runtime.StopRefusal || r.text() != tt.text {
+		if got := r.stop(t); got != llm.StopRefusal || r.text() != tt.text {
 			t.Errorf("%s: stop %v, text %q; want refusal, %q", tt.prompt, got, r.text(), tt.text)
 		}
 	}
@@ -737,8 +737,8 @@ func TestMaxTokensAndContinuation(t *testing.T) {
 
 	req := ask("m", "[sim max_tokens=6] "+q)
 	first := call(t, p, req)
-	if got := first.stop(t); got != runtime.StopMaxTokens || first.count(runtime.ChunkText) != 6 {
-		t.Fatalf("first call: stop %v after %d tokens, want max_tokens after 6", got, first.count(runtime.ChunkText))
+	if got := first.stop(t); got != llm.StopMaxTokens || first.count(llm.ChunkText) != 6 {
+		t.Fatalf("first call: stop %v after %d tokens, want max_tokens after 6", got, first.count(llm.ChunkText))
 	}
 	if first.usage(t).OutputTokens != 6 {
 		t.Errorf("output tokens = %d, want 6", first.usage(t).OutputTokens)
@@ -746,18 +746,18 @@ func TestMaxTokensAndContinuation(t *testing.T) {
 
 	tests := []struct {
 		name string
-		msgs []runtime.Message
+		msgs []llm.Message
 	}{
-		{"continuation prompt", []runtime.Message{assistant(first.text()), user("Continue exactly where you stopped.")}},
-		{"trimmed partial", []runtime.Message{assistant(strings.TrimSpace(first.text())), user("Please continue.")}},
-		{"assistant prefill", []runtime.Message{assistant(first.text())}},
+		{"continuation prompt", []llm.Message{assistant(first.text()), user("Continue exactly where you stopped.")}},
+		{"trimmed partial", []llm.Message{assistant(strings.TrimSpace(first.text())), user("Please continue.")}},
+		{"assistant prefill", []llm.Message{assistant(first.text())}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cont := &runtime.Request{Model: "m", Messages: append([]runtime.Message{req.Messages[0]}, tt.msgs...)}
+			cont := &llm.Request{Model: "m", Messages: append([]llm.Message{req.Messages[0]}, tt.msgs...)}
 			second := call(t, p, cont)
-			if got := second.stop(t); got != runtime.StopEndTurn {
+			if got := second.stop(t); got != llm.StopEndTurn {
 				t.Fatalf("continuation stop = %v, want end_turn", got)
 			}
 			if got := first.text() + second.text(); strings.Join(strings.Fields(got), " ") != full {
@@ -768,16 +768,16 @@ func TestMaxTokensAndContinuation(t *testing.T) {
 
 	// Request.MaxOutputTokens caps every call: the reply takes several
 	// continuations, deterministically.
-	msgs := []runtime.Message{user(q)}
+	msgs := []llm.Message{user(q)}
 	var parts []string
 	for i := range 20 {
-		r := call(t, p, &runtime.Request{Model: "m", Messages: msgs, MaxOutputTokens: 10})
+		r := call(t, p, &llm.Request{Model: "m", Messages: msgs, MaxOutputTokens: 10})
 		parts = append(parts, r.text())
-		if r.stop(t) == runtime.StopEndTurn {
+		if r.stop(t) == llm.StopEndTurn {
 			break
 		}
-		if r.stop(t) != runtime.StopMaxTokens || r.count(runtime.ChunkText) != 10 {
-			t.Fatalf("call %d: stop %v after %d tokens, want max_tokens after 10", i+1, r.stop(t), r.count(runtime.ChunkText))
+		if r.stop(t) != llm.StopMaxTokens || r.count(llm.ChunkText) != 10 {
+			t.Fatalf("call %d: stop %v after %d tokens, want max_tokens after 10", i+1, r.stop(t), r.count(llm.ChunkText))
 		}
 		msgs = append(msgs, assistant(r.text()), user("Continue."))
 	}
@@ -786,8 +786,8 @@ func TestMaxTokensAndContinuation(t *testing.T) {
 	}
 
 	// A new question after a complete answer is answered, not continued.
-	next := []runtime.Message{user(q), assistant(full), user("Thanks! What about revolving doors?")}
-	if got, want := call(t, p, &runtime.Request{Model: "m", Messages: next}).text(), call(t, p, ask("m", "Thanks! What about revolving doors?")).text(); got != want {
+	next := []llm.Message{user(q), assistant(full), user("Thanks! What about revolving doors?")}
+	if got, want := call(t, p, &llm.Request{Model: "m", Messages: next}).text(), call(t, p, ask("m", "Thanks! What about revolving doors?")).text(); got != want {
 		t.Errorf("next question answered %q, want %q", got, want)
 	}
 }
@@ -795,15 +795,15 @@ func TestMaxTokensAndContinuation(t *testing.T) {
 func TestToolAnswerContinuation(t *testing.T) {
 	t.Parallel()
 	p := newSim(t)
-	c := runtime.ToolCall{ID: "call_1", Name: "current_time", Arguments: "{}"}
-	base := append([]runtime.Message{user("[sim tool=current_time] [sim max_tokens=4] time?")}, toolTurn([]runtime.ToolCall{c}, "noon")...)
-	first := call(t, p, &runtime.Request{Model: "m", Messages: base})
-	if first.stop(t) != runtime.StopMaxTokens {
+	c := llm.ToolCall{ID: "call_1", Name: "current_time", Arguments: "{}"}
+	base := append([]llm.Message{user("[sim tool=current_time] [sim max_tokens=4] time?")}, toolTurn([]llm.ToolCall{c}, "noon")...)
+	first := call(t, p, &llm.Request{Model: "m", Messages: base})
+	if first.stop(t) != llm.StopMaxTokens {
 		t.Fatalf("stop = %v, want max_tokens", first.stop(t))
 	}
 	cont := append(base[:len(base):len(base)], assistant(first.text()), user("Continue."))
-	second := call(t, p, &runtime.Request{Model: "m", Messages: cont})
-	if second.stop(t) != runtime.StopEndTurn || !strings.Contains(first.text()+second.text(), "noon") {
+	second := call(t, p, &llm.Request{Model: "m", Messages: cont})
+	if second.stop(t) != llm.StopEndTurn || !strings.Contains(first.text()+second.text(), "noon") {
 		t.Errorf("continued tool answer %q + %q, want it to end the turn and mention noon", first.text(), second.text())
 	}
 }
@@ -814,15 +814,15 @@ func TestStopSequences(t *testing.T) {
 	req := ask("m", `[sim reply="alpha beta STOP gamma"] go`)
 	req.StopSequences = []string{"gamma", "STOP"}
 	r := call(t, p, req)
-	if got := r.stop(t); got != runtime.StopSequence || r.text() != "alpha beta " {
+	if got := r.stop(t); got != llm.StopSequence || r.text() != "alpha beta " {
 		t.Errorf("stop %v, text %q; want stop_sequence, %q", got, r.text(), "alpha beta ")
 	}
 	req.StopSequences = []string{"ta ST"}
-	if r := call(t, p, req); r.stop(t) != runtime.StopSequence || r.text() != "alpha be" {
+	if r := call(t, p, req); r.stop(t) != llm.StopSequence || r.text() != "alpha be" {
 		t.Errorf("mid-token stop: stop %v, text %q; want stop_sequence, %q", r.stop(t), r.text(), "alpha be")
 	}
 	req.StopSequences = []string{"absent"}
-	if r := call(t, p, req); r.stop(t) != runtime.StopEndTurn {
+	if r := call(t, p, req); r.stop(t) != llm.StopEndTurn {
 		t.Errorf("absent stop sequence: stop %v, want end_turn", r.stop(t))
 	}
 }

@@ -3,7 +3,7 @@
 // mistyped arguments gets a clear error result it can correct, and the tool
 // never sees them.
 //
-// It imports runtime and a JSON Schema library, nothing else of turnstile.
+// It imports llm and a JSON Schema library, nothing else of turnstile.
 // Schemas may be written in JSON Schema drafts 4, 6, 7, 2019-09 or 2020-12
 // (by their "$schema"; 2020-12 when absent). References to other documents
 // are never fetched: a schema whose "$ref" leaves the document is rejected at
@@ -20,10 +20,9 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/turnstile-dev/turnstile/llm"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // schemaURL names the schema document inside the compiler; it never leaves
@@ -38,12 +37,12 @@ var printer = message.NewPrinter(language.English)
 // Wrap returns a tool that behaves like t but first checks each call's
 // arguments against t.Spec().Schema (an empty schema means
 // {"type":"object"}). Arguments that are not one JSON object, or that the
-// schema rejects, produce a [runtime.ToolOutput] with IsError set and a
+// schema rejects, produce a [llm.ToolOutput] with IsError set and a
 // message naming each failing property; t is not called. Wrap compiles the
 // schema once and fails if it is not a valid JSON Schema.
 //
 // The returned tool is safe for concurrent use if t is.
-func Wrap(t runtime.Tool) (runtime.Tool, error) {
+func Wrap(t llm.Tool) (llm.Tool, error) {
 	spec := t.Spec()
 	raw := bytes.TrimSpace(spec.Schema)
 	if len(raw) == 0 {
@@ -71,18 +70,18 @@ func Wrap(t runtime.Tool) (runtime.Tool, error) {
 
 // checked is a tool whose arguments are validated before it runs.
 type checked struct {
-	tool   runtime.Tool
+	tool   llm.Tool
 	name   string
 	schema *jsonschema.Schema
 }
 
 // Spec returns the wrapped tool's spec unchanged.
-func (c *checked) Spec() runtime.ToolSpec { return c.tool.Spec() }
+func (c *checked) Spec() llm.ToolSpec { return c.tool.Spec() }
 
 // Call validates call.Arguments and, if they pass, calls the wrapped tool.
-func (c *checked) Call(ctx context.Context, call runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+func (c *checked) Call(ctx context.Context, call llm.ToolCall, progress func(llm.ToolProgress)) (llm.ToolOutput, error) {
 	if msg := c.check(call.Arguments); msg != "" {
-		return runtime.ToolOutput{Content: msg, IsError: true}, nil
+		return llm.ToolOutput{Content: msg, IsError: true}, nil
 	}
 	return c.tool.Call(ctx, call, progress)
 }

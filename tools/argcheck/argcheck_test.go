@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 )
 
@@ -17,13 +17,13 @@ type countingTool struct {
 	calls  atomic.Int32
 }
 
-func (c *countingTool) Spec() runtime.ToolSpec {
-	return runtime.ToolSpec{Name: "lookup", Schema: json.RawMessage(c.schema)}
+func (c *countingTool) Spec() llm.ToolSpec {
+	return llm.ToolSpec{Name: "lookup", Schema: json.RawMessage(c.schema)}
 }
 
-func (c *countingTool) Call(_ context.Context, call runtime.ToolCall, _ func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+func (c *countingTool) Call(_ context.Context, call llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
 	c.calls.Add(1)
-	return runtime.ToolOutput{Content: "ran with " + call.Arguments}, nil
+	return llm.ToolOutput{Content: "ran with " + call.Arguments}, nil
 }
 
 const schema = `{
@@ -71,7 +71,7 @@ func TestCall(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Wrap: %v", err)
 			}
-			out, err := tool.Call(t.Context(), runtime.ToolCall{ID: "1", Name: "lookup", Arguments: tt.args}, nil)
+			out, err := tool.Call(t.Context(), llm.ToolCall{ID: "1", Name: "lookup", Arguments: tt.args}, nil)
 			if err != nil {
 				t.Fatalf("Call(%s) error = %v, want nil", tt.args, err)
 			}
@@ -135,7 +135,7 @@ func TestWrapSchemas(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Wrap(%s): %v", tt.schema, err)
 			}
-			out, err := tool.Call(t.Context(), runtime.ToolCall{Arguments: tt.args}, nil)
+			out, err := tool.Call(t.Context(), llm.ToolCall{Arguments: tt.args}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 func TestCall(t *testing.T) {
@@ -21,7 +21,7 @@ func TestCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := tool.Call(t.Context(), runtime.ToolCall{Name: Name, Arguments: tt.args}, nil)
+			out, err := tool.Call(t.Context(), llm.ToolCall{Name: Name, Arguments: tt.args}, nil)
 			if err != nil {
 				t.Fatalf("Call: %v", err)
 			}

@@ -9,7 +9,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
@@ -52,7 +52,7 @@ func Example() {
 	fmt.Println(spec.Name, spec.ReadOnly, spec.Idempotent)
 
 	for _, args := range []string{`{"name":"Ada"}`, `{"name":42}`} {
-		out, err := greet.Call(ctx, runtime.ToolCall{ID: "1", Name: "greet", Arguments: args}, nil)
+		out, err := greet.Call(ctx, llm.ToolCall{ID: "1", Name: "greet", Arguments: args}, nil)
 		fmt.Printf("%q %v %v\n", out.Content, out.IsError, err)
 	}
 	// Output:

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
 
@@ -107,18 +107,18 @@ func TestStreamableHTTP(t *testing.T) {
 
 	var (
 		mu  sync.Mutex
-		got []runtime.ToolProgress
+		got []llm.ToolProgress
 	)
-	out, err := count.Call(t.Context(), runtime.ToolCall{Arguments: `{"label":"x"}`}, func(p runtime.ToolProgress) {
+	out, err := count.Call(t.Context(), llm.ToolCall{Arguments: `{"label":"x"}`}, func(p llm.ToolProgress) {
 		mu.Lock()
 		got = append(got, p)
 		mu.Unlock()
 	})
-	if err != nil || out != (runtime.ToolOutput{Content: "counted x"}) {
+	if err != nil || out != (llm.ToolOutput{Content: "counted x"}) {
 		t.Fatalf("count() = %+v, %v", out, err)
 	}
 	mu.Lock()
-	want := []runtime.ToolProgress{
+	want := []llm.ToolProgress{
 		{Message: "x 1", Progress: 1, Total: 3},
 		{Message: "x 2", Progress: 2, Total: 3},
 		{Message: "x 3", Progress: 3, Total: 3},
@@ -128,7 +128,7 @@ func TestStreamableHTTP(t *testing.T) {
 	}
 	mu.Unlock()
 
-	if out := call(t, toolNamed(t, ts, "broken"), `{}`); out != (runtime.ToolOutput{Content: "no", IsError: true}) {
+	if out := call(t, toolNamed(t, ts, "broken"), `{}`); out != (llm.ToolOutput{Content: "no", IsError: true}) {
 		t.Errorf("broken() = %+v, want an error result", out)
 	}
 	if n := srv.calls.Load(); n != 2 {
@@ -156,7 +156,7 @@ func TestStreamableHTTPReconnect(t *testing.T) {
 		t.Fatalf("count() = %+v", out)
 	}
 	srv.restart()
-	_, err := count.Call(t.Context(), runtime.ToolCall{Arguments: `{"label":"b"}`}, nil)
+	_, err := count.Call(t.Context(), llm.ToolCall{Arguments: `{"label":"b"}`}, nil)
 	if err == nil || !strings.Contains(err.Error(), `mcp server "remote"`) {
 		t.Fatalf("count() after restart = %v, want an error naming the server", err)
 	}
@@ -176,7 +176,7 @@ func TestReconnectBackoff(t *testing.T) {
 	srv.restart()
 	srv.down.Store(true)
 	try := func() error {
-		_, err := count.Call(t.Context(), runtime.ToolCall{Arguments: `{"label":"x"}`}, nil)
+		_, err := count.Call(t.Context(), llm.ToolCall{Arguments: `{"label":"x"}`}, nil)
 		return err
 	}
 	if err := try(); err == nil || !strings.Contains(err.Error(), "reconnected on the next call") {

@@ -14,8 +14,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // errClosed is returned by calls made after [Toolset.Close].
@@ -327,11 +326,11 @@ func (e *redactedError) Unwrap() error { return e.err }
 // returns.
 type progressSink struct {
 	mu   sync.Mutex
-	fn   func(runtime.ToolProgress)
+	fn   func(llm.ToolProgress)
 	done bool
 }
 
-func (p *progressSink) send(tp runtime.ToolProgress) {
+func (p *progressSink) send(tp llm.ToolProgress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.done {
@@ -349,7 +348,7 @@ func (p *progressSink) stop() {
 
 // watchProgress registers fn for a new progress token and returns the token
 // and a func that unregisters it.
-func (s *server) watchProgress(fn func(runtime.ToolProgress)) (string, func()) {
+func (s *server) watchProgress(fn func(llm.ToolProgress)) (string, func()) {
 	token := fmt.Sprintf("turnstile-%d", s.nextToken.Add(1))
 	sink := &progressSink{fn: fn}
 	s.progress.Store(token, sink)
@@ -368,7 +367,7 @@ func (s *server) onProgress(_ context.Context, req *sdk.ProgressNotificationClie
 		return
 	}
 	if v, ok := s.progress.Load(token); ok {
-		v.(*progressSink).send(runtime.ToolProgress{
+		v.(*progressSink).send(llm.ToolProgress{
 			Message:  req.Params.Message,
 			Progress: req.Params.Progress,
 			Total:    req.Params.Total,

@@ -12,19 +12,18 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
-// tool is one MCP server tool seen as a [runtime.Tool].
+// tool is one MCP server tool seen as a [llm.Tool].
 type tool struct {
 	srv     *server
 	remote  string // the tool's name on the server
-	spec    runtime.ToolSpec
+	spec    llm.ToolSpec
 	timeout time.Duration
 }
 
-var _ runtime.Tool = (*tool)(nil)
+var _ llm.Tool = (*tool)(nil)
 
 // newTool maps an MCP tool to a spec. ReadOnly and Idempotent come from the
 // readOnlyHint and idempotentHint annotations (a read-only tool is also
@@ -37,7 +36,7 @@ func newTool(s *server, t *sdk.Tool, ov ToolOverride) (*tool, error) {
 	if bytes.Equal(schema, []byte("null")) {
 		schema = nil
 	}
-	spec := runtime.ToolSpec{
+	spec := llm.ToolSpec{
 		Name:        s.cfg.ToolPrefix + t.Name,
 		Description: t.Description,
 		Schema:      schema,
@@ -61,8 +60,8 @@ func newTool(s *server, t *sdk.Tool, ov ToolOverride) (*tool, error) {
 	return &tool{srv: s, remote: t.Name, spec: spec, timeout: ov.Timeout}, nil
 }
 
-// Spec implements [runtime.Tool].
-func (t *tool) Spec() runtime.ToolSpec { return t.spec }
+// Spec implements [llm.Tool].
+func (t *tool) Spec() llm.ToolSpec { return t.spec }
 
 // Timeout returns the tool's configured time limit (tool_overrides.timeout),
 // zero when it has none; the runtime bounds each call by it.
@@ -73,16 +72,16 @@ func (t *tool) Timeout() time.Duration { return t.timeout }
 // nil) until Call returns. A result the server marks isError is returned as
 // an output with IsError; a failure to get a result (server unreachable or
 // gone mid-call, protocol error, timeout, cancellation) is an error.
-func (t *tool) Call(ctx context.Context, call runtime.ToolCall, progress func(runtime.ToolProgress)) (runtime.ToolOutput, error) {
+func (t *tool) Call(ctx context.Context, call llm.ToolCall, progress func(llm.ToolProgress)) (llm.ToolOutput, error) {
 	args := strings.TrimSpace(call.Arguments)
 	if args == "" {
 		args = "{}"
 	}
 	if !json.Valid([]byte(args)) {
-		return runtime.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they are not valid JSON.", t.spec.Name)}, nil
+		return llm.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they are not valid JSON.", t.spec.Name)}, nil
 	}
 	if args[0] != '{' {
-		return runtime.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they must be a JSON object.", t.spec.Name)}, nil
+		return llm.ToolOutput{IsError: true, Content: fmt.Sprintf("Invalid arguments for tool %q: they must be a JSON object.", t.spec.Name)}, nil
 	}
 
 	parent := ctx
@@ -95,13 +94,13 @@ func (t *tool) Call(ctx context.Context, call runtime.ToolCall, progress func(ru
 	defer cancel()
 	untrack, err := t.srv.track(cancel)
 	if err != nil {
-		return runtime.ToolOutput{}, t.fail(err)
+		return llm.ToolOutput{}, t.fail(err)
 	}
 	defer untrack()
 
 	sess, err := t.srv.session(ctx)
 	if err != nil {
-		return runtime.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
+		return llm.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
 	}
 	params := &sdk.CallToolParams{Name: t.remote, Arguments: json.RawMessage(args)}
 	if progress != nil {
@@ -112,11 +111,11 @@ func (t *tool) Call(ctx context.Context, call runtime.ToolCall, progress func(ru
 	res, err := sess.CallTool(ctx, params)
 	if err != nil {
 		if ctx.Err() != nil {
-			return runtime.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
+			return llm.ToolOutput{}, t.fail(t.ctxErr(parent, ctx, err))
 		}
-		return runtime.ToolOutput{}, t.fail(t.callErr(sess, err))
+		return llm.ToolOutput{}, t.fail(t.callErr(sess, err))
 	}
-	return runtime.ToolOutput{Content: resultText(res), IsError: res.IsError}, nil
+	return llm.ToolOutput{Content: resultText(res), IsError: res.IsError}, nil
 }
 
 // codeRejected is the JSON-RPC error code the SDK gives a request its

@@ -1,7 +1,7 @@
 // Package mcp exposes the tools of MCP (Model Context Protocol) servers as
 // turnstile tools. A [Toolset] connects to each configured server at start,
 // over stdio (a child process) or streamable HTTP, lists its tools and
-// offers each as a [runtime.Tool] whose calls run on that server.
+// offers each as a [llm.Tool] whose calls run on that server.
 //
 // The tool list is read once, by [New]; later list changes on a server are
 // not followed. A server that dies or forgets the session fails the calls in
@@ -13,7 +13,7 @@
 // on as they are: wrap the tools with tools/argcheck to validate them against
 // their schemas first.
 //
-// It imports runtime and the official MCP Go SDK; runtime does not import it.
+// It imports llm and the official MCP Go SDK; neither llm nor the runtime imports it.
 package mcp
 
 import (
@@ -28,8 +28,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Toolset is the set of tools offered by the configured MCP servers. Create
@@ -193,8 +192,8 @@ func (s *server) expose(list []*sdk.Tool) ([]*tool, error) {
 }
 
 // Tools returns every tool of the toolset, sorted by name.
-func (ts *Toolset) Tools() []runtime.Tool {
-	out := make([]runtime.Tool, len(ts.tools))
+func (ts *Toolset) Tools() []llm.Tool {
+	out := make([]llm.Tool, len(ts.tools))
 	for i, t := range ts.tools {
 		out[i] = t
 	}
@@ -204,11 +203,11 @@ func (ts *Toolset) Tools() []runtime.Tool {
 // Select returns the tools with the given names, in that order, or every tool
 // when names is empty (a model's tools list). It fails on a name that no
 // server offers.
-func (ts *Toolset) Select(names []string) ([]runtime.Tool, error) {
+func (ts *Toolset) Select(names []string) ([]llm.Tool, error) {
 	if len(names) == 0 {
 		return ts.Tools(), nil
 	}
-	out := make([]runtime.Tool, 0, len(names))
+	out := make([]llm.Tool, 0, len(names))
 	for _, name := range names {
 		i, ok := slices.BinarySearchFunc(ts.tools, name, func(t *tool, n string) int {
 			switch {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
@@ -46,7 +46,7 @@ func newToolset(t *testing.T, servers ...mcp.ServerConfig) *mcp.Toolset {
 	return ts
 }
 
-func toolNamed(t *testing.T, ts *mcp.Toolset, name string) runtime.Tool {
+func toolNamed(t *testing.T, ts *mcp.Toolset, name string) llm.Tool {
 	t.Helper()
 	tools, err := ts.Select([]string{name})
 	if err != nil {
@@ -55,7 +55,7 @@ func toolNamed(t *testing.T, ts *mcp.Toolset, name string) runtime.Tool {
 	return tools[0]
 }
 
-func names(tools []runtime.Tool) []string {
+func names(tools []llm.Tool) []string {
 	var out []string
 	for _, t := range tools {
 		out = append(out, t.Spec().Name)
@@ -76,9 +76,9 @@ func lines(t *testing.T, file string) int {
 	return strings.Count(string(b), "\n")
 }
 
-func call(t *testing.T, tool runtime.Tool, args string) runtime.ToolOutput {
+func call(t *testing.T, tool llm.Tool, args string) llm.ToolOutput {
 	t.Helper()
-	out, err := tool.Call(t.Context(), runtime.ToolCall{ID: "c1", Name: tool.Spec().Name, Arguments: args}, nil)
+	out, err := tool.Call(t.Context(), llm.ToolCall{ID: "c1", Name: tool.Spec().Name, Arguments: args}, nil)
 	if err != nil {
 		t.Fatalf("%s(%s): %v", tool.Spec().Name, args, err)
 	}
@@ -96,12 +96,12 @@ func TestSpecs(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  mcp.ServerConfig
-		want map[string]runtime.ToolSpec // by tool name, schema left out
+		want map[string]llm.ToolSpec // by tool name, schema left out
 	}{
 		{
 			name: "from annotations",
 			cfg:  cfg,
-			want: map[string]runtime.ToolSpec{
+			want: map[string]llm.ToolSpec{
 				"lookup":   {Name: "lookup", Description: "Looks a key up.", ReadOnly: true, Idempotent: true},
 				"append":   {Name: "append", Description: "Appends a line to a file."},
 				"progress": {Name: "progress", Description: "Reports progress three times."},
@@ -110,7 +110,7 @@ func TestSpecs(t *testing.T) {
 		{
 			name: "overridden",
 			cfg:  overridden,
-			want: map[string]runtime.ToolSpec{
+			want: map[string]llm.ToolSpec{
 				"lookup": {Name: "lookup", Description: "Looks a key up."},
 				"append": {Name: "append", Description: "Appends a line to a file.", Idempotent: true},
 			},
@@ -155,9 +155,9 @@ func TestProgress(t *testing.T) {
 	ts := newToolset(t, cfg)
 	var (
 		mu  sync.Mutex
-		got []runtime.ToolProgress
+		got []llm.ToolProgress
 	)
-	out, err := toolNamed(t, ts, "progress").Call(t.Context(), runtime.ToolCall{Arguments: `{}`}, func(p runtime.ToolProgress) {
+	out, err := toolNamed(t, ts, "progress").Call(t.Context(), llm.ToolCall{Arguments: `{}`}, func(p llm.ToolProgress) {
 		mu.Lock()
 		got = append(got, p)
 		mu.Unlock()
@@ -170,7 +170,7 @@ func TestProgress(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []runtime.ToolProgress{
+	want := []llm.ToolProgress{
 		{Message: "step 1", Progress: 1, Total: 3},
 		{Message: "step 2", Progress: 2, Total: 3},
 		{Message: "step 3", Progress: 3, Total: 3},
@@ -185,13 +185,13 @@ func TestResults(t *testing.T) {
 	ts := newToolset(t, cfg)
 	tests := []struct {
 		tool, args string
-		want       runtime.ToolOutput
+		want       llm.ToolOutput
 	}{
-		{tool: "fail", args: `{}`, want: runtime.ToolOutput{Content: "the widget is broken", IsError: true}},
-		{tool: "lookup", args: `{"key":"a"}`, want: runtime.ToolOutput{Content: "found a\n{\"key\":\"a\",\"value\":\"v-a\"}"}},
-		{tool: "progress", args: ``, want: runtime.ToolOutput{Content: "done"}}, // no progress callback, empty arguments
-		{tool: "lookup", args: `{"key":`, want: runtime.ToolOutput{Content: `Invalid arguments for tool "lookup": they are not valid JSON.`, IsError: true}},
-		{tool: "lookup", args: `["a"]`, want: runtime.ToolOutput{Content: `Invalid arguments for tool "lookup": they must be a JSON object.`, IsError: true}},
+		{tool: "fail", args: `{}`, want: llm.ToolOutput{Content: "the widget is broken", IsError: true}},
+		{tool: "lookup", args: `{"key":"a"}`, want: llm.ToolOutput{Content: "found a\n{\"key\":\"a\",\"value\":\"v-a\"}"}},
+		{tool: "progress", args: ``, want: llm.ToolOutput{Content: "done"}}, // no progress callback, empty arguments
+		{tool: "lookup", args: `{"key":`, want: llm.ToolOutput{Content: `Invalid arguments for tool "lookup": they are not valid JSON.`, IsError: true}},
+		{tool: "lookup", args: `["a"]`, want: llm.ToolOutput{Content: `Invalid arguments for tool "lookup": they must be a JSON object.`, IsError: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool, func(t *testing.T) {
@@ -205,12 +205,12 @@ func TestResults(t *testing.T) {
 
 // startHang calls the hang tool in the background and returns the server's
 // pid once the tool runs, and a channel with the call's outcome.
-func startHang(t *testing.T, ctx context.Context, tool runtime.Tool) (int, <-chan error) {
+func startHang(t *testing.T, ctx context.Context, tool llm.Tool) (int, <-chan error) {
 	t.Helper()
 	pids := make(chan int, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := tool.Call(ctx, runtime.ToolCall{Arguments: `{}`}, func(p runtime.ToolProgress) {
+		_, err := tool.Call(ctx, llm.ToolCall{Arguments: `{}`}, func(p llm.ToolProgress) {
 			if m := regexp.MustCompile(`pid=(\d+)`).FindStringSubmatch(p.Message); m != nil {
 				pid, _ := strconv.Atoi(m[1])
 				pids <- pid
@@ -262,7 +262,7 @@ func TestTimeoutOverride(t *testing.T) {
 	cfg, _ := stdioServer(t, "local")
 	cfg.Overrides = map[string]mcp.ToolOverride{"hang": {Timeout: 100 * time.Millisecond}}
 	ts := newToolset(t, cfg)
-	_, err := toolNamed(t, ts, "hang").Call(t.Context(), runtime.ToolCall{Arguments: `{}`}, nil)
+	_, err := toolNamed(t, ts, "hang").Call(t.Context(), llm.ToolCall{Arguments: `{}`}, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 100ms") {
 		t.Fatalf("hang() = %v, want a timeout after 100ms", err)
 	}
@@ -418,7 +418,7 @@ func TestCloseStopsCalls(t *testing.T) {
 	if err := waitErr(t, done, time.Second); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("hang() during Close = %v, want a closed error", err)
 	}
-	if _, err := toolNamed(t, ts, "lookup").Call(t.Context(), runtime.ToolCall{Arguments: `{"key":"a"}`}, nil); err == nil || !strings.Contains(err.Error(), "closed") {
+	if _, err := toolNamed(t, ts, "lookup").Call(t.Context(), llm.ToolCall{Arguments: `{"key":"a"}`}, nil); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("lookup after Close = %v, want a closed error", err)
 	}
 	ts.Close() // idempotent
@@ -431,7 +431,7 @@ func TestEnvironmentIsNotInherited(t *testing.T) {
 	t.Setenv("APPEND_FILE", file)
 	cfg := mcp.ServerConfig{Name: "local", Command: serverBin}
 	ts := newToolset(t, cfg)
-	out, err := toolNamed(t, ts, "append").Call(t.Context(), runtime.ToolCall{Arguments: `{"line":"x"}`}, nil)
+	out, err := toolNamed(t, ts, "append").Call(t.Context(), llm.ToolCall{Arguments: `{"line":"x"}`}, nil)
 	if err == nil && !out.IsError {
 		t.Fatalf("append without APPEND_FILE = %+v, want a failure", out)
 	}
@@ -470,15 +470,15 @@ func TestConcurrentCalls(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			key := strconv.Itoa(i)
-			out, err := lookup.Call(t.Context(), runtime.ToolCall{Arguments: `{"key":"` + key + `"}`}, nil)
+			out, err := lookup.Call(t.Context(), llm.ToolCall{Arguments: `{"key":"` + key + `"}`}, nil)
 			if err != nil || !strings.HasPrefix(out.Content, "found "+key+"\n") {
 				errs <- fmt.Errorf("lookup(%s) = %+v, %v", key, out, err)
 			}
 		})
 		wg.Go(func() {
-			var got []runtime.ToolProgress
+			var got []llm.ToolProgress
 			var mu sync.Mutex
-			_, err := progress.Call(t.Context(), runtime.ToolCall{Arguments: `{}`}, func(p runtime.ToolProgress) {
+			_, err := progress.Call(t.Context(), llm.ToolCall{Arguments: `{}`}, func(p llm.ToolProgress) {
 				mu.Lock()
 				got = append(got, p)
 				mu.Unlock()
@@ -490,7 +490,7 @@ func TestConcurrentCalls(t *testing.T) {
 			}
 		})
 		wg.Go(func() {
-			if _, err := appendTool.Call(t.Context(), runtime.ToolCall{Arguments: `{"line":"l"}`}, nil); err != nil {
+			if _, err := appendTool.Call(t.Context(), llm.ToolCall{Arguments: `{"line":"l"}`}, nil); err != nil {
 				errs <- err
 			}
 		})

@@ -16,7 +16,7 @@
 // for a stream without its terminal marker ([MissingFinish]) and for tool
 // arguments that are not a JSON object ([BadArguments]).
 //
-// The package may import only the standard library, runtime and
+// The package may import only the standard library, llm and
 // golang.org/x/net/http2; it knows no provider SDK.
 package httpfail
 
@@ -32,9 +32,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"golang.org/x/net/http2"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // Network classifies err as a transport failure. It reports KindTimeout for
@@ -44,13 +43,13 @@ import (
 // GOAWAY, and false when err is none of these. Call it only after
 // checking that the caller's own context is not done: when it is, the
 // failure is the caller's cancellation whatever err says.
-func Network(err error) (runtime.Kind, bool) {
+func Network(err error) (llm.Kind, bool) {
 	if err == nil {
 		return 0, false
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return runtime.KindTimeout, true
+		return llm.KindTimeout, true
 	}
 	var (
 		dns   *net.DNSError
@@ -62,12 +61,12 @@ func Network(err error) (runtime.Kind, bool) {
 	)
 	for _, target := range conns {
 		if errors.Is(err, target) {
-			return runtime.KindNetwork, true
+			return llm.KindNetwork, true
 		}
 	}
 	switch {
 	case errors.As(err, &dns), errors.As(err, &op), errors.As(err, &se), errors.As(err, &ga):
-		return runtime.KindNetwork, true
+		return llm.KindNetwork, true
 	}
 	// net/http's bundled HTTP/2 client has no exported GOAWAY error.
 	if k, ok := MatchFragment(ScopeNetHTTP, err.Error()); ok {
@@ -78,10 +77,10 @@ func Network(err error) (runtime.Kind, bool) {
 
 // NetworkMessage returns a short, safe description of a transport failure
 // of kind k, without addresses or URLs.
-func NetworkMessage(k runtime.Kind, err error) string {
+func NetworkMessage(k llm.Kind, err error) string {
 	var dns *net.DNSError
 	switch {
-	case k == runtime.KindTimeout:
+	case k == llm.KindTimeout:
 		return "timed out talking to the provider"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused"
@@ -108,29 +107,29 @@ func NetworkMessage(k runtime.Kind, err error) string {
 // large), 429 rate limited, 503 and 529 overloaded, 500, 502, 504 and other
 // 5xx server error. Anything else, including 2xx, is KindServerError: the
 // adapter calls it only for a response it could not use.
-func StatusKind(code int) runtime.Kind {
+func StatusKind(code int) llm.Kind {
 	switch code {
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return runtime.KindAuth
+		return llm.KindAuth
 	case http.StatusPaymentRequired:
-		return runtime.KindQuotaExhausted
+		return llm.KindQuotaExhausted
 	case http.StatusNotFound:
-		return runtime.KindNotFound
+		return llm.KindNotFound
 	case http.StatusRequestTimeout:
-		return runtime.KindTimeout
+		return llm.KindTimeout
 	case http.StatusConflict:
-		return runtime.KindServerError
+		return llm.KindServerError
 	case http.StatusRequestEntityTooLarge:
-		return runtime.KindContextOverflow
+		return llm.KindContextOverflow
 	case http.StatusTooManyRequests:
-		return runtime.KindRateLimited
+		return llm.KindRateLimited
 	case http.StatusServiceUnavailable, 529:
-		return runtime.KindOverloaded
+		return llm.KindOverloaded
 	}
 	if code >= 400 && code < 500 {
-		return runtime.KindInvalidRequest
+		return llm.KindInvalidRequest
 	}
-	return runtime.KindServerError
+	return llm.KindServerError
 }
 
 // StatusMessage returns a message for a failed response that carried none:
@@ -179,20 +178,20 @@ func RetryAfter(h http.Header, now time.Time) time.Duration {
 // Hint returns the server's retry advice: HintNever when x-should-retry is
 // "false"; otherwise HintAfter when retryAfter is positive, HintBackoff when
 // x-should-retry is "true", and HintDefault when the server said nothing.
-func Hint(h http.Header, retryAfter time.Duration) runtime.Hint {
+func Hint(h http.Header, retryAfter time.Duration) llm.Hint {
 	var should string
 	if h != nil {
 		should = strings.ToLower(strings.TrimSpace(h.Get("x-should-retry")))
 	}
 	switch {
 	case should == "false":
-		return runtime.HintNever
+		return llm.HintNever
 	case retryAfter > 0:
-		return runtime.HintAfter
+		return llm.HintAfter
 	case should == "true":
-		return runtime.HintBackoff
+		return llm.HintBackoff
 	}
-	return runtime.HintDefault
+	return llm.HintDefault
 }
 
 // RequestID returns the provider's request id from x-request-id (OpenAI and
@@ -234,7 +233,7 @@ func Redact(msg, secret string) string {
 }
 
 // RedactErr returns err with secret redacted from its text, as [Redact]
-// does, for the Err field of a [runtime.Error] that ends up in logs. The
+// does, for the Err field of a [llm.Error] that ends up in logs. The
 // result unwraps to err, so errors.Is and errors.As still see the SDK's
 // error. It returns err itself when there is nothing to redact.
 func RedactErr(err error, secret string) error {
@@ -255,9 +254,9 @@ func (r *redacted) Unwrap() error { return r.err }
 // MissingFinish returns the error for a stream that ended cleanly without
 // its terminal marker: KindStreamInterrupted when output had been yielded,
 // since the reply is incomplete, and KindServerError otherwise.
-func MissingFinish(provider string, output bool, code int, requestID string) *runtime.Error {
-	e := &runtime.Error{
-		Kind:       runtime.KindServerError,
+func MissingFinish(provider string, output bool, code int, requestID string) *llm.Error {
+	e := &llm.Error{
+		Kind:       llm.KindServerError,
 		Message:    "the stream ended without a finish (missing finish)",
 		Provider:   provider,
 		StatusCode: code,
@@ -265,7 +264,7 @@ func MissingFinish(provider string, output bool, code int, requestID string) *ru
 		Err:        io.ErrUnexpectedEOF,
 	}
 	if output {
-		e.Kind = runtime.KindStreamInterrupted
+		e.Kind = llm.KindStreamInterrupted
 		e.Message = "the stream ended without a finish after partial output (missing finish)"
 	}
 	return e
@@ -274,16 +273,16 @@ func MissingFinish(provider string, output bool, code int, requestID string) *ru
 // InvalidRequest returns the error for a request the adapter cannot map
 // to its API (a tool schema that is not a JSON object, for example): the
 // caller's mistake, which no retry fixes, found before anything is sent.
-func InvalidRequest(provider string, err error) *runtime.Error {
-	return &runtime.Error{Kind: runtime.KindInvalidRequest, Message: err.Error(), Provider: provider, Err: err}
+func InvalidRequest(provider string, err error) *llm.Error {
+	return &llm.Error{Kind: llm.KindInvalidRequest, Message: err.Error(), Provider: provider, Err: err}
 }
 
 // BadArguments returns the error for a tool call whose complete arguments
 // are not a JSON object: the model or the server produced garbage, which a
 // retry may not repeat, so it is a server error.
-func BadArguments(provider, name string, err error) *runtime.Error {
-	return &runtime.Error{
-		Kind:     runtime.KindServerError,
+func BadArguments(provider, name string, err error) *llm.Error {
+	return &llm.Error{
+		Kind:     llm.KindServerError,
 		Message:  fmt.Sprintf("the arguments of tool call %q are not a JSON object", name),
 		Provider: provider,
 		Err:      err,
@@ -333,9 +332,9 @@ func NewClient(connectTimeout time.Duration) *http.Client {
 //
 // done turns such a panic into one KindServerError yielded last. A panic
 // raised by the consumer inside yield is passed on unchanged.
-func Guard(provider string, yield func(runtime.Chunk, error) bool) (guarded func(runtime.Chunk, error) bool, done func()) {
+func Guard(provider string, yield func(llm.Chunk, error) bool) (guarded func(llm.Chunk, error) bool, done func()) {
 	inYield := false
-	guarded = func(c runtime.Chunk, err error) bool {
+	guarded = func(c llm.Chunk, err error) bool {
 		inYield = true
 		ok := yield(c, err)
 		inYield = false
@@ -349,8 +348,8 @@ func Guard(provider string, yield func(runtime.Chunk, error) bool) (guarded func
 		if inYield {
 			panic(r)
 		}
-		yield(runtime.Chunk{}, &runtime.Error{
-			Kind:     runtime.KindServerError,
+		yield(llm.Chunk{}, &llm.Error{
+			Kind:     llm.KindServerError,
 			Provider: provider,
 			Message:  "the provider sent a response that could not be read",
 			Err:      fmt.Errorf("%s: decoding the response panicked: %v", provider, r),

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"golang.org/x/net/http2"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 type timeoutErr struct{}
@@ -30,20 +29,20 @@ func TestNetwork(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want runtime.Kind
+		want llm.Kind
 		ok   bool
 	}{
-		{"connection refused", fmt.Errorf("Post %q: %w", "http://x", refused), runtime.KindNetwork, true},
-		{"connection reset", fmt.Errorf("read body: %w", reset), runtime.KindNetwork, true},
-		{"closed before headers", fmt.Errorf("Post %q: %w", "http://x", io.EOF), runtime.KindNetwork, true},
-		{"body cut short", fmt.Errorf("stream: %w", io.ErrUnexpectedEOF), runtime.KindNetwork, true},
-		{"dns", &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, runtime.KindNetwork, true},
-		{"http2 rst_stream", fmt.Errorf("read: %w", http2.StreamError{StreamID: 1, Code: http2.ErrCodeInternal}), runtime.KindNetwork, true},
-		{"http2 goaway typed", http2.GoAwayError{ErrCode: http2.ErrCodeNo}, runtime.KindNetwork, true},
-		{"http2 goaway text", errors.New("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=NO_ERROR, debug=\"\""), runtime.KindNetwork, true},
-		{"header timeout", fmt.Errorf("Post: %w", timeoutErr{}), runtime.KindTimeout, true},
-		{"attempt deadline", fmt.Errorf("Post: %w", context.DeadlineExceeded), runtime.KindTimeout, true},
-		{"dial timeout", &net.OpError{Op: "dial", Err: timeoutErr{}}, runtime.KindTimeout, true},
+		{"connection refused", fmt.Errorf("Post %q: %w", "http://x", refused), llm.KindNetwork, true},
+		{"connection reset", fmt.Errorf("read body: %w", reset), llm.KindNetwork, true},
+		{"closed before headers", fmt.Errorf("Post %q: %w", "http://x", io.EOF), llm.KindNetwork, true},
+		{"body cut short", fmt.Errorf("stream: %w", io.ErrUnexpectedEOF), llm.KindNetwork, true},
+		{"dns", &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, llm.KindNetwork, true},
+		{"http2 rst_stream", fmt.Errorf("read: %w", http2.StreamError{StreamID: 1, Code: http2.ErrCodeInternal}), llm.KindNetwork, true},
+		{"http2 goaway typed", http2.GoAwayError{ErrCode: http2.ErrCodeNo}, llm.KindNetwork, true},
+		{"http2 goaway text", errors.New("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=NO_ERROR, debug=\"\""), llm.KindNetwork, true},
+		{"header timeout", fmt.Errorf("Post: %w", timeoutErr{}), llm.KindTimeout, true},
+		{"attempt deadline", fmt.Errorf("Post: %w", context.DeadlineExceeded), llm.KindTimeout, true},
+		{"dial timeout", &net.OpError{Op: "dial", Err: timeoutErr{}}, llm.KindTimeout, true},
 		{"unrelated", errors.New("json: cannot unmarshal"), 0, false},
 		{"nil", nil, 0, false},
 		{"canceled is not network", context.Canceled, 0, false},
@@ -62,34 +61,34 @@ func TestNetworkMessage(t *testing.T) {
 	t.Parallel()
 	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 443},
 		Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	if got := NetworkMessage(runtime.KindNetwork, refused); got != "connection refused" {
+	if got := NetworkMessage(llm.KindNetwork, refused); got != "connection refused" {
 		t.Errorf("NetworkMessage(refused) = %q", got)
 	}
-	if got := NetworkMessage(runtime.KindTimeout, timeoutErr{}); got != "timed out talking to the provider" {
+	if got := NetworkMessage(llm.KindTimeout, timeoutErr{}); got != "timed out talking to the provider" {
 		t.Errorf("NetworkMessage(timeout) = %q", got)
 	}
 }
 
 func TestStatusKind(t *testing.T) {
 	t.Parallel()
-	tests := map[int]runtime.Kind{
-		400: runtime.KindInvalidRequest,
-		401: runtime.KindAuth,
-		402: runtime.KindQuotaExhausted,
-		403: runtime.KindAuth,
-		404: runtime.KindNotFound,
-		408: runtime.KindTimeout,
-		409: runtime.KindServerError,
-		413: runtime.KindContextOverflow,
-		422: runtime.KindInvalidRequest,
-		429: runtime.KindRateLimited,
-		500: runtime.KindServerError,
-		502: runtime.KindServerError,
-		503: runtime.KindOverloaded,
-		504: runtime.KindServerError,
-		529: runtime.KindOverloaded,
-		599: runtime.KindServerError,
-		200: runtime.KindServerError,
+	tests := map[int]llm.Kind{
+		400: llm.KindInvalidRequest,
+		401: llm.KindAuth,
+		402: llm.KindQuotaExhausted,
+		403: llm.KindAuth,
+		404: llm.KindNotFound,
+		408: llm.KindTimeout,
+		409: llm.KindServerError,
+		413: llm.KindContextOverflow,
+		422: llm.KindInvalidRequest,
+		429: llm.KindRateLimited,
+		500: llm.KindServerError,
+		502: llm.KindServerError,
+		503: llm.KindOverloaded,
+		504: llm.KindServerError,
+		529: llm.KindOverloaded,
+		599: llm.KindServerError,
+		200: llm.KindServerError,
 	}
 	for code, want := range tests {
 		if got := StatusKind(code); got != want {
@@ -145,14 +144,14 @@ func TestHint(t *testing.T) {
 	tests := []struct {
 		should string
 		after  time.Duration
-		want   runtime.Hint
+		want   llm.Hint
 	}{
-		{"", 0, runtime.HintDefault},
-		{"", time.Second, runtime.HintAfter},
-		{"false", time.Second, runtime.HintNever},
-		{"False", 0, runtime.HintNever},
-		{"true", 0, runtime.HintBackoff},
-		{"true", time.Second, runtime.HintAfter},
+		{"", 0, llm.HintDefault},
+		{"", time.Second, llm.HintAfter},
+		{"false", time.Second, llm.HintNever},
+		{"False", 0, llm.HintNever},
+		{"true", 0, llm.HintBackoff},
+		{"true", time.Second, llm.HintAfter},
 	}
 	for _, tt := range tests {
 		h := http.Header{}
@@ -163,7 +162,7 @@ func TestHint(t *testing.T) {
 			t.Errorf("Hint(x-should-retry=%q, %v) = %v, want %v", tt.should, tt.after, got, tt.want)
 		}
 	}
-	if got := Hint(nil, 0); got != runtime.HintDefault {
+	if got := Hint(nil, 0); got != llm.HintDefault {
 		t.Errorf("Hint(nil, 0) = %v", got)
 	}
 }
@@ -241,10 +240,10 @@ func TestRedactErr(t *testing.T) {
 
 func TestMissingFinish(t *testing.T) {
 	t.Parallel()
-	if e := MissingFinish("p", false, 200, "r"); e.Kind != runtime.KindServerError || e.Provider != "p" || e.RequestID != "r" {
+	if e := MissingFinish("p", false, 200, "r"); e.Kind != llm.KindServerError || e.Provider != "p" || e.RequestID != "r" {
 		t.Errorf("MissingFinish(no output) = %+v", e)
 	}
-	if e := MissingFinish("p", true, 200, ""); e.Kind != runtime.KindStreamInterrupted {
+	if e := MissingFinish("p", true, 200, ""); e.Kind != llm.KindStreamInterrupted {
 		t.Errorf("MissingFinish(output) = %+v", e)
 	}
 }
@@ -283,7 +282,7 @@ func TestInvalidRequest(t *testing.T) {
 	t.Parallel()
 	cause := errors.New("tool t: schema is not a JSON object")
 	e := InvalidRequest("p", cause)
-	if e.Kind != runtime.KindInvalidRequest || e.Provider != "p" || e.Message != cause.Error() || !errors.Is(e, cause) {
+	if e.Kind != llm.KindInvalidRequest || e.Provider != "p" || e.Message != cause.Error() || !errors.Is(e, cause) {
 		t.Errorf("InvalidRequest = %+v", e)
 	}
 }
@@ -292,13 +291,13 @@ func TestGuard(t *testing.T) {
 	t.Run("decoder panic becomes a server error", func(t *testing.T) {
 		var got []error
 		func() {
-			yield, done := Guard("p", func(_ runtime.Chunk, err error) bool { got = append(got, err); return true })
+			yield, done := Guard("p", func(_ llm.Chunk, err error) bool { got = append(got, err); return true })
 			defer done()
-			yield(runtime.Chunk{Kind: runtime.ChunkText, Text: "a"}, nil)
+			yield(llm.Chunk{Kind: llm.ChunkText, Text: "a"}, nil)
 			panic("interface conversion")
 		}()
-		var e *runtime.Error
-		if len(got) != 2 || !errors.As(got[1], &e) || e.Kind != runtime.KindServerError || e.Provider != "p" {
+		var e *llm.Error
+		if len(got) != 2 || !errors.As(got[1], &e) || e.Kind != llm.KindServerError || e.Provider != "p" {
 			t.Errorf("yielded %v", got)
 		}
 	})
@@ -308,8 +307,8 @@ func TestGuard(t *testing.T) {
 				t.Errorf("recovered %v, want the consumer's panic", r)
 			}
 		}()
-		yield, done := Guard("p", func(runtime.Chunk, error) bool { panic("consumer") })
+		yield, done := Guard("p", func(llm.Chunk, error) bool { panic("consumer") })
 		defer done()
-		yield(runtime.Chunk{}, nil)
+		yield(llm.Chunk{}, nil)
 	})
 }

@@ -1,7 +1,7 @@
 // Package providertest holds the test helpers that the provider adapters
 // under providers/ share: a fake upstream server that records what it is
 // sent, SSE and fixture helpers, a stream collector that checks the
-// [runtime.Provider] stream invariants, and [TransportFailures], the
+// [llm.Provider] stream invariants, and [TransportFailures], the
 // conformance tests every adapter must pass for transport failures.
 //
 // It is imported only by tests (_test.go files); no production package may
@@ -25,8 +25,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Server is a fake upstream: an [httptest.Server] that counts its requests
@@ -110,11 +109,11 @@ func Fixture(tb testing.TB, name string) string {
 // Collect runs one Stream of p with ctx and returns its chunks and its
 // error. It fails the test when the stream breaks an invariant: an error
 // that comes with a chunk, anything after an error (an error comes at most
-// once, and last), or anything after a [runtime.ChunkStop].
-func Collect(tb testing.TB, ctx context.Context, p runtime.Provider, req *runtime.Request) ([]runtime.Chunk, error) {
+// once, and last), or anything after a [llm.ChunkStop].
+func Collect(tb testing.TB, ctx context.Context, p llm.Provider, req *llm.Request) ([]llm.Chunk, error) {
 	tb.Helper()
 	var (
-		chunks []runtime.Chunk
+		chunks []llm.Chunk
 		failed error
 	)
 	for c, err := range p.Stream(ctx, req) {
@@ -122,13 +121,13 @@ func Collect(tb testing.TB, ctx context.Context, p runtime.Provider, req *runtim
 			tb.Fatalf("chunk %+v after error %v", c, failed)
 		}
 		if err != nil {
-			if c != (runtime.Chunk{}) {
+			if c != (llm.Chunk{}) {
 				tb.Errorf("error %v came with chunk %+v", err, c)
 			}
 			failed = err
 			continue
 		}
-		if len(chunks) > 0 && chunks[len(chunks)-1].Kind == runtime.ChunkStop {
+		if len(chunks) > 0 && chunks[len(chunks)-1].Kind == llm.ChunkStop {
 			tb.Fatalf("chunk %+v after stop", c)
 		}
 		chunks = append(chunks, c)
@@ -136,11 +135,11 @@ func Collect(tb testing.TB, ctx context.Context, p runtime.Provider, req *runtim
 	return chunks, failed
 }
 
-// AsError returns err as a [*runtime.Error], failing the test when it is
+// AsError returns err as a [*llm.Error], failing the test when it is
 // not one.
-func AsError(tb testing.TB, err error) *runtime.Error {
+func AsError(tb testing.TB, err error) *llm.Error {
 	tb.Helper()
-	var e *runtime.Error
+	var e *llm.Error
 	if !errors.As(err, &e) {
 		tb.Fatalf("error %v (%T) is not a *runtime.Error", err, err)
 	}
@@ -208,16 +207,16 @@ func EqualJSON(tb testing.TB, got []byte, want string) {
 }
 
 // CheckYield returns a yield function for a stream that fails tb on a
-// chunk after an error and on an error that is not a [*runtime.Error], and
-// end, which fails tb unless the stream ended with a [runtime.ChunkStop]
+// chunk after an error and on an error that is not a [*llm.Error], and
+// end, which fails tb unless the stream ended with a [llm.ChunkStop]
 // or an error. Fuzz tests use it on whatever the decoder yields.
-func CheckYield(tb testing.TB) (yield func(runtime.Chunk, error) bool, end func()) {
+func CheckYield(tb testing.TB) (yield func(llm.Chunk, error) bool, end func()) {
 	var (
-		last   runtime.Chunk
+		last   llm.Chunk
 		failed bool
 		n      int
 	)
-	yield = func(c runtime.Chunk, err error) bool {
+	yield = func(c llm.Chunk, err error) bool {
 		tb.Helper()
 		if failed {
 			tb.Fatalf("chunk after error")
@@ -232,7 +231,7 @@ func CheckYield(tb testing.TB) (yield func(runtime.Chunk, error) bool, end func(
 	}
 	end = func() {
 		tb.Helper()
-		if !failed && last.Kind != runtime.ChunkStop {
+		if !failed && last.Kind != llm.ChunkStop {
 			tb.Fatalf("stream of %d chunks ended without stop or error", n)
 		}
 	}

@@ -8,12 +8,12 @@ import (
 	goruntime "runtime"
 	"testing"
 
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // item is one value a script provider yields.
 type item struct {
-	c   runtime.Chunk
+	c   llm.Chunk
 	err error
 }
 
@@ -21,8 +21,8 @@ type item struct {
 // request.
 type script []item
 
-func (s script) Stream(context.Context, *runtime.Request) iter.Seq2[runtime.Chunk, error] {
-	return func(yield func(runtime.Chunk, error) bool) {
+func (s script) Stream(context.Context, *llm.Request) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
 		for _, it := range s {
 			if !yield(it.c, it.err) {
 				return
@@ -64,9 +64,9 @@ func run(t *testing.T, f func(tb testing.TB)) []string {
 
 func TestCollectInvariants(t *testing.T) {
 	t.Parallel()
-	text := runtime.Chunk{Kind: runtime.ChunkText, Text: "a"}
-	stop := runtime.Chunk{Kind: runtime.ChunkStop, Stop: runtime.StopEndTurn}
-	boom := &runtime.Error{Kind: runtime.KindServerError, Message: "boom"}
+	text := llm.Chunk{Kind: llm.ChunkText, Text: "a"}
+	stop := llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn}
+	boom := &llm.Error{Kind: llm.KindServerError, Message: "boom"}
 	tests := []struct {
 		name  string
 		items script
@@ -92,16 +92,16 @@ func TestCollectInvariants(t *testing.T) {
 
 func TestCheckYield(t *testing.T) {
 	t.Parallel()
-	boom := &runtime.Error{Kind: runtime.KindServerError, Message: "boom"}
+	boom := &llm.Error{Kind: llm.KindServerError, Message: "boom"}
 	tests := []struct {
 		name  string
 		items []item
 		fails bool
 	}{
-		{name: "stop", items: []item{{c: runtime.Chunk{Kind: runtime.ChunkStop}}}},
+		{name: "stop", items: []item{{c: llm.Chunk{Kind: llm.ChunkStop}}}},
 		{name: "error", items: []item{{err: boom}}},
-		{name: "neither stop nor error", items: []item{{c: runtime.Chunk{Kind: runtime.ChunkText}}}, fails: true},
-		{name: "chunk after error", items: []item{{err: boom}, {c: runtime.Chunk{Kind: runtime.ChunkStop}}}, fails: true},
+		{name: "neither stop nor error", items: []item{{c: llm.Chunk{Kind: llm.ChunkText}}}, fails: true},
+		{name: "chunk after error", items: []item{{err: boom}, {c: llm.Chunk{Kind: llm.ChunkStop}}}, fails: true},
 		{name: "not a runtime.Error", items: []item{{err: errors.New("plain")}}, fails: true},
 	}
 	for _, tt := range tests {

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
-// IgnoreErr is a cmp option that ignores a [runtime.Error]'s Err field,
+// IgnoreErr is a cmp option that ignores a [llm.Error]'s Err field,
 // the wrapped SDK error kept for logs.
 var IgnoreErr = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Err" }, cmp.Ignore())
 
@@ -22,10 +21,10 @@ type StreamCase struct {
 	// Body is the whole SSE body the server sends with status 200.
 	Body string
 	// Want are the chunks the provider must yield, in order.
-	Want []runtime.Chunk
+	Want []llm.Chunk
 	// WantErr, when set, is the kind of the error that must end the
 	// stream; when zero the stream must end without error.
-	WantErr runtime.Kind
+	WantErr llm.Kind
 }
 
 // StreamShapes runs each case as a parallel subtest against a fresh fake
@@ -33,7 +32,7 @@ type StreamCase struct {
 // must yield exactly the case's chunks, then either nothing more or one
 // error of the case's kind that names the provider (name) and has a
 // message.
-func StreamShapes[P runtime.Provider](t *testing.T, provider func(testing.TB, *Server) P, req *runtime.Request, name string, cases []StreamCase) {
+func StreamShapes[P llm.Provider](t *testing.T, provider func(testing.TB, *Server) P, req *llm.Request, name string, cases []StreamCase) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {
@@ -67,7 +66,7 @@ type HTTPFailure struct {
 	Body    string
 	// Want is the error the provider must yield. Its Provider and
 	// StatusCode are filled in by HTTPFailures, and Err is ignored.
-	Want runtime.Error
+	Want llm.Error
 	// MinAfter, when set, checks RetryAfter loosely (for HTTP dates): it
 	// must be at least MinAfter, and is then not compared with Want's.
 	MinAfter time.Duration
@@ -80,7 +79,7 @@ type HTTPFailure struct {
 // the HTTP status, with the SDK's error kept in Err and without secret in
 // its text, after exactly one request: SDK retries must be off. secret
 // must not be empty.
-func HTTPFailures[P runtime.Provider](t *testing.T, provider func(testing.TB, *Server) P, req *runtime.Request, name, secret string, cases []HTTPFailure) {
+func HTTPFailures[P llm.Provider](t *testing.T, provider func(testing.TB, *Server) P, req *llm.Request, name, secret string, cases []HTTPFailure) {
 	t.Helper()
 	if secret == "" {
 		t.Fatal("HTTPFailures needs the secret that must not leak")

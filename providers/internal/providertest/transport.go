@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/turnstile-dev/turnstile/llm"
 	"golang.org/x/net/http2"
-
-	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // Adapter describes the provider under test to [TransportFailures].
@@ -19,40 +18,40 @@ type Adapter struct {
 	// New returns the provider under test, talking to the server at
 	// baseURL (scheme, host and port, without any API path) through
 	// client. It fails tb when the provider cannot be built.
-	New func(tb testing.TB, baseURL string, client *http.Client) runtime.Provider
+	New func(tb testing.TB, baseURL string, client *http.Client) llm.Provider
 	// Request is the request each test streams.
-	Request *runtime.Request
+	Request *llm.Request
 	// Prefix is the start of a well-formed streamed reply, without its
 	// terminal marker, in the provider's wire format.
 	Prefix string
 	// PrefixChunks are the chunks the provider yields for Prefix; the
-	// last one must be a [runtime.ChunkText].
-	PrefixChunks []runtime.Chunk
+	// last one must be a [llm.ChunkText].
+	PrefixChunks []llm.Chunk
 }
 
 // TransportFailures runs the transport conformance tests every adapter
 // must pass, each as a parallel subtest: a refused connection, a reset
 // before the response headers and one mid-body, a body cut short over
-// HTTP/1.1 and an HTTP/2 stream reset mid-body are [runtime.KindNetwork]
+// HTTP/1.1 and an HTTP/2 stream reset mid-body are [llm.KindNetwork]
 // failures, costing exactly one request where the server sees it; the
-// client's own timeout is [runtime.KindTimeout]; the caller's cancellation
+// client's own timeout is [llm.KindTimeout]; the caller's cancellation
 // mid-stream and the caller's deadline come back as the caller's context
 // error (CANCELLED and DEADLINE_EXCEEDED), promptly.
 func TransportFailures(t *testing.T, a Adapter) {
 	t.Helper()
-	if n := len(a.PrefixChunks); n == 0 || a.PrefixChunks[n-1].Kind != runtime.ChunkText {
+	if n := len(a.PrefixChunks); n == 0 || a.PrefixChunks[n-1].Kind != llm.ChunkText {
 		t.Fatalf("Adapter.PrefixChunks = %+v, want chunks ending with text", a.PrefixChunks)
 	}
-	collect := func(t *testing.T, p runtime.Provider) ([]runtime.Chunk, error) {
+	collect := func(t *testing.T, p llm.Provider) ([]llm.Chunk, error) {
 		t.Helper()
 		return Collect(t, t.Context(), p, a.Request)
 	}
 	// provider returns the adapter's provider for s, with s's client.
-	provider := func(t *testing.T, s *httptest.Server) runtime.Provider {
+	provider := func(t *testing.T, s *httptest.Server) llm.Provider {
 		t.Helper()
 		return a.New(t, s.URL, Client(t, s))
 	}
-	wantPrefix := func(t *testing.T, chunks []runtime.Chunk) {
+	wantPrefix := func(t *testing.T, chunks []llm.Chunk) {
 		t.Helper()
 		if diff := cmp.Diff(a.PrefixChunks, chunks); diff != "" {
 			t.Errorf("chunks (-want +got), want the partial reply:\n%s", diff)
@@ -62,7 +61,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 	t.Run("connection refused", func(t *testing.T) {
 		t.Parallel()
 		_, err := collect(t, a.New(t, RefusedURL(t), &http.Client{}))
-		if e := AsError(t, err); e.Kind != runtime.KindNetwork || e.Message != "connection refused" {
+		if e := AsError(t, err); e.Kind != llm.KindNetwork || e.Message != "connection refused" {
 			t.Errorf("error = %+v, want NETWORK connection refused", e)
 		}
 	})
@@ -70,7 +69,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 		t.Parallel()
 		s := NewServer(t, func(w http.ResponseWriter, r *http.Request) { ResetConnection(w) })
 		_, err := collect(t, provider(t, s.Server))
-		if e := AsError(t, err); e.Kind != runtime.KindNetwork {
+		if e := AsError(t, err); e.Kind != llm.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
 		if n := s.Requests(); n != 1 {
@@ -91,7 +90,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 		})
 		chunks, err := collect(t, provider(t, s.Server))
 		wantPrefix(t, chunks)
-		if e := AsError(t, err); e.Kind != runtime.KindNetwork {
+		if e := AsError(t, err); e.Kind != llm.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
 		if n := s.Requests(); n != 1 {
@@ -106,7 +105,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 		})
 		chunks, err := collect(t, provider(t, s.Server))
 		wantPrefix(t, chunks)
-		if e := AsError(t, err); e.Kind != runtime.KindNetwork {
+		if e := AsError(t, err); e.Kind != llm.KindNetwork {
 			t.Errorf("error = %+v, want NETWORK", e)
 		}
 		if n := s.Requests(); n != 1 {
@@ -126,7 +125,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 		wantPrefix(t, chunks)
 		e := AsError(t, err)
 		var se http2.StreamError
-		if e.Kind != runtime.KindNetwork || !errors.As(e, &se) {
+		if e.Kind != llm.KindNetwork || !errors.As(e, &se) {
 			t.Errorf("error = %+v (%v), want NETWORK from an HTTP/2 stream error", e, e.Err)
 		}
 	})
@@ -141,7 +140,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 		})
 		defer close(release)
 		_, err := collect(t, a.New(t, s.URL, &http.Client{Timeout: 50 * time.Millisecond}))
-		if e := AsError(t, err); e.Kind != runtime.KindTimeout {
+		if e := AsError(t, err); e.Kind != llm.KindTimeout {
 			t.Errorf("error = %+v, want TIMEOUT", e)
 		}
 	})
@@ -161,15 +160,15 @@ func TransportFailures(t *testing.T, a Adapter) {
 				got = err
 				break
 			}
-			if c.Kind == runtime.ChunkText {
+			if c.Kind == llm.ChunkText {
 				cancel()
 			}
 		}
 		if !errors.Is(got, context.Canceled) {
 			t.Errorf("error = %v, want context.Canceled", got)
 		}
-		if runtime.KindOf(got) != runtime.KindCancelled {
-			t.Errorf("KindOf = %v, want CANCELLED", runtime.KindOf(got))
+		if llm.KindOf(got) != llm.KindCancelled {
+			t.Errorf("KindOf = %v, want CANCELLED", llm.KindOf(got))
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("Stream took %v to stop after cancel", d)
@@ -181,7 +180,7 @@ func TransportFailures(t *testing.T, a Adapter) {
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		_, err := Collect(t, ctx, provider(t, s.Server), a.Request)
-		if !errors.Is(err, context.DeadlineExceeded) || runtime.KindOf(err) != runtime.KindDeadlineExceeded {
+		if !errors.Is(err, context.DeadlineExceeded) || llm.KindOf(err) != llm.KindDeadlineExceeded {
 			t.Errorf("error = %v, want the caller's deadline", err)
 		}
 	})

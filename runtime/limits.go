@@ -1,0 +1,62 @@
+package runtime
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/policy"
+)
+
+// Limits bound every turn of a [Runner]. Every field means what it says:
+// MaxContinuations 0 never continues a truncated reply. [DefaultLimits]
+// gives the built-in values. The yaml names are the configuration file's
+// keys (its turn block).
+type Limits struct {
+	// MaxModelCalls bounds the model calls of a turn, retries included; a
+	// request may lower or raise it for itself. At least 1.
+	MaxModelCalls int `yaml:"max_model_calls"`
+	// MaxContinuations bounds how often a reply cut short by the output
+	// token limit is continued; 0 never continues.
+	MaxContinuations int `yaml:"max_continuations"`
+	// ToolConcurrency bounds the tool calls of one message running at
+	// once. At least 1.
+	ToolConcurrency int `yaml:"tool_concurrency"`
+	// ToolTimeout bounds one tool call; a tool may set its own bound by
+	// implementing interface{ Timeout() time.Duration }. Positive.
+	ToolTimeout time.Duration `yaml:"tool_timeout"`
+	// ToolFailures is how many consecutive failures disable a tool for
+	// the rest of a turn. At least 1.
+	ToolFailures int `yaml:"tool_failures"`
+}
+
+// DefaultLimits returns the built-in limits: 16 model calls, 3
+// continuations, 4 tool calls at once, 60s per tool call, and a tool
+// disabled after 3 consecutive failures.
+func DefaultLimits() Limits {
+	return Limits{MaxModelCalls: 16, MaxContinuations: 3, ToolConcurrency: 4, ToolTimeout: 60 * time.Second, ToolFailures: 3}
+}
+
+// Problems lists every limit that is out of range, in field order; none
+// when l is valid.
+func (l Limits) Problems() []policy.Problem {
+	var out []policy.Problem
+	bad := func(field, format string, args ...any) {
+		out = append(out, policy.Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if l.MaxModelCalls < 1 {
+		bad("max_model_calls", "must be at least 1")
+	}
+	if l.MaxContinuations < 0 {
+		bad("max_continuations", "must not be negative (0 means never)")
+	}
+	if l.ToolConcurrency < 1 {
+		bad("tool_concurrency", "must be at least 1")
+	}
+	if l.ToolTimeout <= 0 {
+		bad("tool_timeout", "must be positive")
+	}
+	if l.ToolFailures < 1 {
+		bad("tool_failures", "must be at least 1")
+	}
+	return out
+}
