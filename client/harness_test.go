@@ -162,10 +162,10 @@ func (r *replica) Run(ctx context.Context, req *runtime.TurnRequest, sink runtim
 	if r.clearRetryable {
 		inner := sink
 		sink = runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
-			if ev.Error != nil {
-				e := *ev.Error
+			if te, ok := ev.Payload.(*runtime.TurnError); ok {
+				e := *te
 				e.Retryable, e.RetryAfter = nil, 0
-				ev.Error = &e
+				ev.Payload = &e
 			}
 			return inner.Emit(ctx, ev)
 		})

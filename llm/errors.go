@@ -77,6 +77,15 @@ var kindNames = [...]string{
 	KindToolsUnsafe:       "TOOLS_UNSAFE",
 }
 
+// Kinds returns every class of failure, in the order of their values.
+func Kinds() []Kind {
+	out := make([]Kind, len(kindNames))
+	for i := range out {
+		out[i] = Kind(i)
+	}
+	return out
+}
+
 // String returns the kind's stable UPPER_SNAKE name, e.g. "RATE_LIMITED".
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +67,14 @@ func TestDecide(t *testing.T) {
 			policy.Decision{Action: policy.ActionFail}},
 		{"cancelled never retried", policy.Attempt{Kind: llm.KindCancelled, Number: 1, HasFallback: true, Remaining: noDeadline},
 			policy.Decision{Action: policy.ActionFail}},
+		{"out of calls: no retry", policy.Attempt{Kind: llm.KindServerError, Number: 1, OutOfCalls: true, Remaining: noDeadline, Jitter: 0.5},
+			policy.Decision{Action: policy.ActionFail, RetryAfter: 500 * time.Millisecond}},
+		{"out of calls: no fallback, cooldown kept", policy.Attempt{Kind: llm.KindQuotaExhausted, Number: 1, HasFallback: true, OutOfCalls: true, Remaining: noDeadline},
+			policy.Decision{Action: policy.ActionFail, Cooldown: 30 * time.Second}},
+		{"out of calls: no compaction", policy.Attempt{Kind: llm.KindContextOverflow, Number: 1, OutOfCalls: true, Remaining: noDeadline},
+			policy.Decision{Action: policy.ActionFail}},
+		{"unknown class fails", policy.Attempt{Kind: llm.Kind(200), Number: 1, HasFallback: true, Remaining: noDeadline},
+			policy.Decision{Action: policy.ActionFail}},
 		{"unclassified never retried", policy.Attempt{Kind: llm.KindInternal, Number: 1, HasFallback: true, Remaining: noDeadline},
 			policy.Decision{Action: policy.ActionFail}},
 	}
@@ -99,5 +108,45 @@ func TestBackoffJitterBounds(t *testing.T) {
 				t.Errorf("attempt %d, jitter %v: %+v outside [%v, %v]", n, u, d, lo, hi)
 			}
 		}
+	}
+}
+
+// TestZeroMeansNone holds the settings whose zero value turns a feature
+// off to their word: max_retries 0 never retries, jitter 0 waits exactly
+// the backoff, budget_tokens 0 never exhausts.
+func TestZeroMeansNone(t *testing.T) {
+	r := policy.DefaultRetry()
+	r.MaxRetries, r.Jitter, r.BudgetTokens = 0, 0, 0
+	p := policy.Policy{Retry: r}
+	if d := p.Decide(policy.Attempt{Kind: llm.KindOverloaded, Number: 1, Remaining: -1}); d.Action != policy.ActionFail {
+		t.Errorf("max_retries 0: %+v, want fail", d)
+	}
+	r.MaxRetries = 5
+	p = policy.Policy{Retry: r}
+	for _, u := range []float64{0, 0.3, 0.999} {
+		if d := p.Decide(policy.Attempt{Kind: llm.KindOverloaded, Number: 2, Remaining: -1, Jitter: u}); d.Delay != time.Second {
+			t.Errorf("jitter 0, draw %v: delay %v, want exactly 1s", u, d.Delay)
+		}
+	}
+	h := policy.NewHealth(map[string]policy.Retry{"m": r})
+	for range 100 {
+		if h.Failure("m", llm.KindOverloaded) {
+			t.Fatal("budget_tokens 0: the budget ran out")
+		}
+	}
+}
+
+func TestRetryProblems(t *testing.T) {
+	r := policy.Retry{MaxRetries: -1, InitialBackoff: -1, Multiplier: 0.5, Jitter: 1.5, BudgetTokens: -1, BudgetRatio: -0.1}
+	var got []string
+	for _, p := range r.Problems() {
+		got = append(got, p.Field)
+	}
+	want := "max_retries initial_backoff multiplier jitter budget_tokens budget_ratio"
+	if strings.Join(got, " ") != want {
+		t.Errorf("Problems fields = %v, want %s", got, want)
+	}
+	if p := policy.DefaultRetry().Problems(); len(p) != 0 {
+		t.Errorf("the defaults have problems: %v", p)
 	}
 }

@@ -1,6 +1,10 @@
 package policy
 
-import "github.com/turnstile-dev/turnstile/llm"
+import (
+	"slices"
+
+	"github.com/turnstile-dev/turnstile/llm"
+)
 
 // Fallback says when a class of failure moves a turn down its chain.
 type Fallback uint8
@@ -102,11 +106,10 @@ func RuleFor(k llm.Kind) Rule { return rules[k] }
 // their values.
 func Kinds() []llm.Kind {
 	out := make([]llm.Kind, 0, len(rules))
-	for k := llm.Kind(0); int(k) < 256; k++ {
-		if _, ok := rules[k]; ok {
-			out = append(out, k)
-		}
+	for k := range rules {
+		out = append(out, k)
 	}
+	slices.Sort(out)
 	return out
 }
 

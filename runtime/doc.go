@@ -1,11 +1,21 @@
-// Package runtime runs agent turns: it calls a model through a [Provider],
-// streams the model's output as [Event] values into a [Sink], runs the tools
-// the model asks for, and survives provider failures by retrying, falling
-// back along a chain of models, or compacting the conversation, as its
-// [Policy] decides.
+// Package runtime runs agent turns: it calls a model through an
+// [llm.Provider], streams the model's output as [Event] values into a
+// [Sink], runs the tools the model asks for, and survives provider
+// failures by retrying, falling back along a chain of models, or
+// compacting the conversation, as package policy decides.
 //
-// The package knows nothing of gRPC, protobuf or any provider SDK: it may
-// import only the standard library and golang.org/x/sync. Providers
-// (package providers/...) implement [Provider] and classify their own errors
-// as [*Error]; the server maps [Event] values to the wire.
+// A turn is built from a few pieces, each in its own file: the loop
+// (turn.go: steps until the model is done, tools in between, the outcome),
+// a step (step.go: one assistant message — attempts, and the policy's
+// decision after each failed one), an attempt (attempt.go: one model call
+// with its watchdog, its output assembled and streamed, its failure
+// classified), the chain (chain.go: which model next, asking the shared
+// health state) and tools (tools.go). An [Observer] sees every turn,
+// attempt, decision and tool call from outside the loop; that is where
+// telemetry attaches.
+//
+// The package knows nothing of gRPC, protobuf or any provider SDK: it
+// imports only the standard library, llm and policy (internal/layering
+// holds that rule). Providers implement [llm.Provider] and classify their
+// own errors as [*llm.Error]; the server maps [Event] values to the wire.
 package runtime

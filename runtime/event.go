@@ -9,7 +9,8 @@ import (
 
 // A Sink receives a turn's events in order, one at a time. Emit blocks
 // while the consumer is slow, which slows the turn down: no event is dropped
-// and nothing is buffered without bound. An error from Emit ends the turn.
+// and nothing is buffered without bound. An error from Emit ends the turn:
+// the runner cancels the turn's context once and emits nothing more.
 type Sink interface {
 	Emit(ctx context.Context, ev Event) error
 }
@@ -21,8 +22,8 @@ type SinkFunc func(ctx context.Context, ev Event) error
 func (f SinkFunc) Emit(ctx context.Context, ev Event) error { return f(ctx, ev) }
 
 // Event is one step of a turn, a plain value that can be stored and replayed.
-// Seq starts at 1 and has no gaps within a turn; exactly one payload field is
-// set. The last event of every turn is TurnCompleted or Error.
+// Seq starts at 1 and has no gaps within a turn. The last event of every
+// turn has a *TurnCompleted or a *TurnError payload.
 type Event struct {
 	// Seq numbers the event within its turn, from 1.
 	Seq uint64
@@ -30,27 +31,46 @@ type Event struct {
 	Time time.Time
 	// TurnID identifies the turn.
 	TurnID string
-
-	TurnStarted      *TurnStarted
-	LLMCallStarted   *LLMCallStarted
-	TextDelta        *TextDelta
-	ThinkingDelta    *ThinkingDelta
-	ToolCallDelta    *ToolCallDelta
-	MessageCompleted *MessageCompleted
-	ToolStarted      *ToolStarted
-	ToolProgress     *ToolProgressEvent
-	ToolFinished     *ToolFinished
-	LLMCallFinished  *LLMCallFinished
-	Retry            *Retry
-	Fallback         *Fallback
-	Compaction       *Compaction
-	Usage            *llm.Usage
-	Error            *TurnError
-	TurnCompleted    *TurnCompleted
+	// Payload is what happened: one of the payload types of this package.
+	Payload Payload
 }
 
 // Terminal reports whether ev ends its turn.
-func (ev Event) Terminal() bool { return ev.Error != nil || ev.TurnCompleted != nil }
+func (ev Event) Terminal() bool {
+	switch ev.Payload.(type) {
+	case *TurnCompleted, *TurnError:
+		return true
+	}
+	return false
+}
+
+// Payload is the content of an [Event]. The set of payloads is closed:
+// *TurnStarted, *LLMCallStarted, *TextDelta, *ThinkingDelta,
+// *ToolCallDelta, *LLMCallFinished, *UsageUpdated, *Retry, *Fallback,
+// *Compaction, *MessageCompleted, *ToolStarted, *ToolProgress,
+// *ToolFinished, *TurnCompleted and *TurnError. A consumer that maps them
+// (the server does, to the wire) must handle every one; the server's tests
+// fail when a payload of this package has no mapping.
+type Payload interface {
+	isPayload()
+}
+
+func (*TurnStarted) isPayload()      {}
+func (*LLMCallStarted) isPayload()   {}
+func (*TextDelta) isPayload()        {}
+func (*ThinkingDelta) isPayload()    {}
+func (*ToolCallDelta) isPayload()    {}
+func (*LLMCallFinished) isPayload()  {}
+func (*UsageUpdated) isPayload()     {}
+func (*Retry) isPayload()            {}
+func (*Fallback) isPayload()         {}
+func (*Compaction) isPayload()       {}
+func (*MessageCompleted) isPayload() {}
+func (*ToolStarted) isPayload()      {}
+func (*ToolProgress) isPayload()     {}
+func (*ToolFinished) isPayload()     {}
+func (*TurnCompleted) isPayload()    {}
+func (*TurnError) isPayload()        {}
 
 // TurnStarted opens a turn.
 type TurnStarted struct {
@@ -105,8 +125,8 @@ type ToolStarted struct {
 	Arguments string
 }
 
-// ToolProgressEvent relays a running tool's progress report.
-type ToolProgressEvent struct {
+// ToolProgress relays a running tool's progress report.
+type ToolProgress struct {
 	CallID string
 	Name   string
 	llm.ToolProgress
@@ -135,6 +155,12 @@ type LLMCallFinished struct {
 	Duration time.Duration
 	// TimeToFirstChunk is the delay before the first output, zero if none.
 	TimeToFirstChunk time.Duration
+}
+
+// UsageUpdated carries the turn's running token totals, after each attempt
+// that used tokens.
+type UsageUpdated struct {
+	Total llm.Usage
 }
 
 // Retry says a failed attempt will be retried on the same model.
@@ -176,34 +202,6 @@ type Compaction struct {
 	// BytesBefore and BytesAfter measure the conversation's text size.
 	BytesBefore int
 	BytesAfter  int
-}
-
-// TurnError is the terminal failure of a turn, or of one attempt in
-// [LLMCallFinished].
-type TurnError struct {
-	Kind    llm.Kind
-	Message string
-	// Retryable is nil when there is no advice; true when re-sending the
-	// conversation plus the turn's committed messages is safe and may
-	// succeed; false when a person must act.
-	Retryable *bool
-	// RetryAfter is the delay a client should wait before retrying.
-	RetryAfter time.Duration
-	// Model is the model alias the error concerns.
-	Model string
-	// Attempts lists the attempts made, per model, in order.
-	Attempts []ModelAttempts
-}
-
-// ModelAttempts counts the attempts made on one model.
-type ModelAttempts struct {
-	Model    string
-	Attempts int
-	// LastKind is the class of the model's last failure, when Succeeded is
-	// false.
-	LastKind llm.Kind
-	// Succeeded reports that the model's last attempt succeeded.
-	Succeeded bool
 }
 
 // EndReason says why a turn completed.
@@ -262,4 +260,40 @@ type Counters struct {
 	Compactions int
 	ToolCalls   int
 	ToolErrors  int
+}
+
+// TurnError is the terminal failure of a turn, or of one attempt in
+// [LLMCallFinished]. It is also the error [Runner.Run] returns.
+type TurnError struct {
+	Kind    llm.Kind
+	Message string
+	// Retryable is nil when there is no advice; true when re-sending the
+	// conversation plus the turn's committed messages is safe and may
+	// succeed; false when a person must act.
+	Retryable *bool
+	// RetryAfter is the delay a client should wait before retrying.
+	RetryAfter time.Duration
+	// Model is the model alias the error concerns.
+	Model string
+	// Attempts lists the attempts made, per model, in order.
+	Attempts []ModelAttempts
+	// Cause is the underlying failure, for logs only: its text may hold
+	// details (addresses, the provider's raw answer) that must never reach
+	// a client. Nil when there is nothing more than Message. TurnError does
+	// not unwrap to it: the error's class is Kind, whatever Cause says.
+	Cause error
+}
+
+// Error returns the kind and message.
+func (e *TurnError) Error() string { return e.Kind.String() + ": " + e.Message }
+
+// ModelAttempts counts the attempts made on one model.
+type ModelAttempts struct {
+	Model    string
+	Attempts int
+	// LastKind is the class of the model's last failure, when Succeeded is
+	// false.
+	LastKind llm.Kind
+	// Succeeded reports that the model's last attempt succeeded.
+	Succeeded bool
 }

@@ -96,57 +96,57 @@ func checkSequence(t testing.TB, evs []runtime.Event) {
 
 // describe renders an event compactly for sequence assertions.
 func describe(ev runtime.Event) string {
-	switch {
-	case ev.TurnStarted != nil:
+	switch p := ev.Payload.(type) {
+	case *runtime.TurnStarted:
 		return "start"
-	case ev.LLMCallStarted != nil:
-		return fmt.Sprintf("call %s#%d", ev.LLMCallStarted.Model, ev.LLMCallStarted.Attempt)
-	case ev.TextDelta != nil:
+	case *runtime.LLMCallStarted:
+		return fmt.Sprintf("call %s#%d", p.Model, p.Attempt)
+	case *runtime.TextDelta:
 		return "text"
-	case ev.ThinkingDelta != nil:
+	case *runtime.ThinkingDelta:
 		return "thinking"
-	case ev.ToolCallDelta != nil:
+	case *runtime.ToolCallDelta:
 		return "tooldelta"
-	case ev.MessageCompleted != nil:
-		return "commit " + ev.MessageCompleted.Message.Role.String()
-	case ev.ToolStarted != nil:
-		return "tool " + ev.ToolStarted.Name
-	case ev.ToolProgress != nil:
+	case *runtime.MessageCompleted:
+		return "commit " + p.Message.Role.String()
+	case *runtime.ToolStarted:
+		return "tool " + p.Name
+	case *runtime.ToolProgress:
 		return "progress"
-	case ev.ToolFinished != nil:
-		if ev.ToolFinished.IsError {
-			return "toolerr " + ev.ToolFinished.Name
+	case *runtime.ToolFinished:
+		if p.IsError {
+			return "toolerr " + p.Name
 		}
-		return "tooldone " + ev.ToolFinished.Name
-	case ev.LLMCallFinished != nil:
-		if e := ev.LLMCallFinished.Err; e != nil {
+		return "tooldone " + p.Name
+	case *runtime.LLMCallFinished:
+		if e := p.Err; e != nil {
 			return "failed " + e.Kind.String()
 		}
 		return "finished"
-	case ev.Retry != nil:
-		s := fmt.Sprintf("retry %d/%d %s", ev.Retry.Attempt, ev.Retry.MaxAttempts, ev.Retry.Kind)
-		if ev.Retry.DiscardPartial {
+	case *runtime.Retry:
+		s := fmt.Sprintf("retry %d/%d %s", p.Attempt, p.MaxAttempts, p.Kind)
+		if p.DiscardPartial {
 			s += " discard"
 		}
 		return s
-	case ev.Fallback != nil:
-		s := fmt.Sprintf("fallback %s>%s %s", ev.Fallback.From, ev.Fallback.To, ev.Fallback.Kind)
-		if ev.Fallback.DiscardPartial {
+	case *runtime.Fallback:
+		s := fmt.Sprintf("fallback %s>%s %s", p.From, p.To, p.Kind)
+		if p.DiscardPartial {
 			s += " discard"
 		}
 		return s
-	case ev.Compaction != nil:
+	case *runtime.Compaction:
 		return "compaction"
-	case ev.Usage != nil:
+	case *runtime.UsageUpdated:
 		return "usage"
-	case ev.Error != nil:
+	case *runtime.TurnError:
 		r := "unset"
-		if ev.Error.Retryable != nil {
-			r = fmt.Sprint(*ev.Error.Retryable)
+		if p.Retryable != nil {
+			r = fmt.Sprint(*p.Retryable)
 		}
-		return fmt.Sprintf("error %s retryable=%s", ev.Error.Kind, r)
-	case ev.TurnCompleted != nil:
-		return "completed " + ev.TurnCompleted.Reason.String()
+		return fmt.Sprintf("error %s retryable=%s", p.Kind, r)
+	case *runtime.TurnCompleted:
+		return "completed " + p.Reason.String()
 	}
 	return "?"
 }

@@ -349,8 +349,8 @@ func TestStreamInterruptedDiscardsPartial(t *testing.T) {
 	}
 	var retry *runtime.Retry
 	for _, ev := range evs {
-		if ev.Retry != nil {
-			retry = ev.Retry
+		if r, ok := ev.Payload.(*runtime.Retry); ok {
+			retry = r
 		}
 	}
 	if retry.DiscardFromSeq != 3 {
@@ -396,8 +396,8 @@ func TestRetryAfterHonouredAndCapped(t *testing.T) {
 				t.Errorf("events:\n got %s\nwant %s", got, tt.want)
 			}
 			for _, ev := range evs {
-				if ev.Retry != nil && ev.Retry.Delay != tt.retryAfter {
-					t.Errorf("retry delay = %v, want %v", ev.Retry.Delay, tt.retryAfter)
+				if r, ok := ev.Payload.(*runtime.Retry); ok && r.Delay != tt.retryAfter {
+					t.Errorf("retry delay = %v, want %v", r.Delay, tt.retryAfter)
 				}
 			}
 			if terr == nil && time.Since(start) < tt.retryAfter {
@@ -423,8 +423,8 @@ func TestGrowingRetryAfterHonouredEachAttempt(t *testing.T) {
 	}
 	var delays []time.Duration
 	for _, ev := range evs {
-		if ev.Retry != nil {
-			delays = append(delays, ev.Retry.Delay)
+		if r, ok := ev.Payload.(*runtime.Retry); ok {
+			delays = append(delays, r.Delay)
 		}
 	}
 	if len(delays) != 2 || delays[0] != 5*time.Millisecond || delays[1] != 20*time.Millisecond {
@@ -598,7 +598,7 @@ func TestCancelDuringBackoffReturnsFast(t *testing.T) {
 	rec := &recorder{}
 	var cancelled atomic.Int64
 	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
-		if ev.Retry != nil {
+		if _, ok := ev.Payload.(*runtime.Retry); ok {
 			time.AfterFunc(5*time.Millisecond, func() {
 				cancelled.Store(time.Now().UnixNano())
 				cancel()
@@ -626,7 +626,7 @@ func TestCancelMidStreamStopsProvider(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	rec := &recorder{}
 	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
-		if ev.TextDelta != nil {
+		if _, ok := ev.Payload.(*runtime.TextDelta); ok {
 			cancel()
 		}
 		return rec.Emit(ctx, ev)
@@ -742,8 +742,8 @@ func TestCompactionThenSuccess(t *testing.T) {
 	}
 	var c *runtime.Compaction
 	for _, ev := range evs {
-		if ev.Compaction != nil {
-			c = ev.Compaction
+		if cp, ok := ev.Payload.(*runtime.Compaction); ok {
+			c = cp
 		}
 	}
 	if c.BytesAfter >= c.BytesBefore || c.Strategy != "keep_ends" {
@@ -845,7 +845,7 @@ func TestEventsIteratorStopsEarly(t *testing.T) {
 	n := 0
 	for ev := range r.Events(t.Context(), userTurn("hi")) {
 		n++
-		if ev.TextDelta != nil {
+		if _, ok := ev.Payload.(*runtime.TextDelta); ok {
 			break
 		}
 	}

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -27,7 +26,6 @@ func (p *toolPanic) Error() string { return fmt.Sprintf("tool %q panicked: %v", 
 // message in parallel and commits their results. It reports done=false when
 // calls remain that the client must run.
 func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, err error) {
-	m := t.chain[t.pos]
 	client := map[string]bool{}
 	for _, s := range t.req.ClientTools {
 		client[s.Name] = true
@@ -41,55 +39,52 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 		}
 		server = append(server, c)
 	}
-	if len(server) > 0 {
-		results, err := t.execute(ctx, m, server)
-		if err != nil {
-			return false, err
-		}
-		msg := llm.Message{Role: llm.RoleTool}
-		for _, r := range results {
-			msg.Parts = append(msg.Parts, llm.Part{Kind: llm.PartToolResult, ToolResult: &r})
-		}
-		t.unsafeRunning = 0
-		if err := t.commit(ctx, msg); err != nil {
-			return false, t.sinkFailure(ctx)
-		}
+	if len(server) == 0 {
+		return pending == 0, nil
 	}
+	results, err := t.execute(ctx, t.chain.current(), server)
+	if err != nil {
+		return false, err
+	}
+	msg := llm.Message{Role: llm.RoleTool, Parts: make([]llm.Part, len(results))}
+	for i := range results {
+		msg.Parts[i] = llm.Part{Kind: llm.PartToolResult, ToolResult: &results[i]}
+	}
+	t.mu.Lock()
+	t.unsafeRunning = 0
+	t.mu.Unlock()
+	t.commit(ctx, msg)
 	return pending == 0, nil
 }
 
 // execute runs calls with bounded parallelism and returns their results in
-// call order. It fails only when the turn must end: ctx is done, the sink
-// failed, or a tool panicked.
+// call order. It fails only when the turn must end: it stopped (cancelled,
+// or its sink failed) or a tool panicked.
 func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]llm.ToolResult, error) {
-	r := t.r
+	limits := t.r.opts.limits
 	results := make([]llm.ToolResult, len(calls))
-	sem := make(chan struct{}, r.opts.limits.ToolConcurrency)
+	sem := make(chan struct{}, limits.ToolConcurrency)
 	var wg sync.WaitGroup
-	var panicked error
 	var mu sync.Mutex
+	var panicked *toolPanic
 	for i, c := range calls {
-		tool, ok := r.tools[c.Name]
-		if ok && !t.allowed(m, c.Name) {
-			ok = false
-		}
-		if !ok {
-			results[i] = t.refuse(c, fmt.Sprintf("unknown tool %q; available tools: %s", c.Name, strings.Join(t.toolNames(m), ", ")))
+		tool, ok := t.r.tools[c.Name]
+		switch {
+		case !ok || !allowed(m, c.Name):
+			results[i] = t.refuse(ctx, c, fmt.Sprintf("unknown tool %q; available tools: %s", c.Name, strings.Join(t.toolNames(m), ", ")))
 			continue
-		}
-		if !json.Valid([]byte(c.Arguments)) || !strings.HasPrefix(strings.TrimSpace(c.Arguments), "{") {
-			results[i] = t.refuse(c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
+		case !json.Valid([]byte(c.Arguments)) || !strings.HasPrefix(strings.TrimSpace(c.Arguments), "{"):
+			results[i] = t.refuse(ctx, c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
 			continue
-		}
-		if t.breakerCount(c.Name) >= r.opts.limits.ToolFailures {
-			results[i] = t.refuse(c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, r.opts.limits.ToolFailures))
+		case t.breakerCount(c.Name) >= limits.ToolFailures:
+			results[i] = t.refuse(ctx, c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, limits.ToolFailures))
 			continue
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
-			return nil, t.ctxErr(ctx)
+			return nil, t.stopped(ctx)
 		}
 		wg.Add(1)
 		go func() {
@@ -107,16 +102,11 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]l
 	}
 	wg.Wait()
 	if panicked != nil {
-		var tp *toolPanic
-		errors.As(panicked, &tp)
-		r.opts.logger.Error("tool panicked", "turn_id", t.id, "tool", tp.tool, "panic", tp.value, "stack", string(tp.stack))
-		return nil, &llm.Error{Kind: llm.KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", tp.tool), Err: panicked}
+		t.r.opts.logger.Error("tool panicked", "turn_id", t.info.TurnID, "tool", panicked.tool, "panic", fmt.Sprint(panicked.value), "stack", string(panicked.stack))
+		return nil, &llm.Error{Kind: llm.KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", panicked.tool), Err: panicked}
 	}
-	if err := t.ctxErr(ctx); err != nil {
+	if err := t.stopped(ctx); err != nil {
 		return nil, err
-	}
-	if t.sinkErr != nil {
-		return nil, t.sinkFailure(ctx)
 	}
 	for _, res := range results {
 		t.counters.ToolCalls++
@@ -130,10 +120,9 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]l
 
 // refuse returns an error result for a call that is not run, and emits its
 // ToolFinished event.
-func (t *turn) refuse(c llm.ToolCall, msg string) llm.ToolResult {
-	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
-	_ = t.emit(context.Background(), Event{ToolFinished: &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}})
-	return res
+func (t *turn) refuse(ctx context.Context, c llm.ToolCall, msg string) llm.ToolResult {
+	t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true})
+	return llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
 }
 
 // callTool runs one tool call with its timeout, emitting its events.
@@ -144,14 +133,14 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 		t.unsafeRunning++
 		t.mu.Unlock()
 	}
-	if err := t.emit(ctx, Event{ToolStarted: &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments}}); err != nil {
-		return llm.ToolResult{CallID: c.ID, Name: c.Name, IsError: true}
-	}
+	info := ToolInfo{TurnID: t.info.TurnID, CallID: c.ID, Name: c.Name, Arguments: c.Arguments, ReadOnly: spec.ReadOnly, Idempotent: spec.Idempotent}
+	t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	timeout := t.r.opts.limits.ToolTimeout
 	if tt, ok := tool.(interface{ Timeout() time.Duration }); ok && tt.Timeout() > 0 {
 		timeout = tt.Timeout()
 	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
+	octx := t.obs.ToolStart(ctx, info)
+	tctx, cancel := context.WithTimeout(octx, timeout)
 	defer cancel()
 	start := time.Now()
 	var live sync.Mutex // progress may arrive from any goroutine until Call returns
@@ -160,7 +149,7 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 		live.Lock()
 		defer live.Unlock()
 		if !finished {
-			_ = t.emit(ctx, Event{ToolProgress: &ToolProgressEvent{CallID: c.ID, Name: c.Name, ToolProgress: p}})
+			t.out.emit(ctx, &ToolProgress{CallID: c.ID, Name: c.Name, ToolProgress: p})
 		}
 	})
 	live.Lock()
@@ -170,20 +159,43 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: out.Content, IsError: out.IsError}
 	switch {
 	case ctx.Err() != nil:
-		return res // the turn is ending; nothing more is emitted
 	case err != nil && tctx.Err() != nil:
 		res.Content, res.IsError = fmt.Sprintf("tool %q timed out after %s", c.Name, timeout), true
 	case err != nil:
 		res.Content, res.IsError = fmt.Sprintf("tool %q failed: %v", c.Name, err), true
 	}
-	_ = t.emit(ctx, Event{ToolFinished: &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur}})
+	t.obs.ToolEnd(octx, info, ToolEnd{Content: res.Content, IsError: res.IsError, Duration: dur})
+	if ctx.Err() != nil {
+		return res // the turn is ending; nothing more is emitted
+	}
+	t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur})
 	return res
+}
+
+// toolSpecs lists the tools offered to model m: its allowed server tools,
+// then the client's.
+func (t *turn) toolSpecs(m *Model) []llm.ToolSpec {
+	if m.Tools == nil && len(t.req.ClientTools) == 0 {
+		return t.r.toolSpecs
+	}
+	var specs []llm.ToolSpec
+	for _, s := range t.r.toolSpecs {
+		if allowed(m, s.Name) {
+			specs = append(specs, s)
+		}
+	}
+	return append(specs, t.req.ClientTools...)
+}
+
+// allowed reports whether model m may call server-side tool name.
+func allowed(m *Model, name string) bool {
+	return m.Tools == nil || slices.Contains(m.Tools, name)
 }
 
 func (t *turn) toolNames(m *Model) []string {
 	var names []string
 	for name := range t.r.tools {
-		if t.allowed(m, name) {
+		if allowed(m, name) {
 			names = append(names, name)
 		}
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -223,43 +224,43 @@ func optDuration(d time.Duration) *durationpb.Duration {
 	return durationpb.New(d)
 }
 
-// fromEvent converts a runtime event for the wire.
-func fromEvent(ev runtime.Event) *turnstilev1.AgentEvent {
+// errUnmapped is the failure of an event whose payload has no wire form:
+// a bug, caught by the tests that hold the runtime's payloads and the
+// proto's oneof to this mapping.
+var errUnmapped = errors.New("server: event payload has no wire mapping")
+
+// fromEvent converts a runtime event for the wire. A payload it does not
+// know is an error, never an event without a payload.
+func fromEvent(ev runtime.Event) (*turnstilev1.AgentEvent, error) {
 	out := &turnstilev1.AgentEvent{Seq: ev.Seq, Time: timestamppb.New(ev.Time), TurnId: ev.TurnID}
-	switch {
-	case ev.TurnStarted != nil:
-		out.Payload = &turnstilev1.AgentEvent_TurnStarted{TurnStarted: &turnstilev1.TurnStarted{Model: ev.TurnStarted.Model}}
-	case ev.LLMCallStarted != nil:
-		e := ev.LLMCallStarted
+	switch e := ev.Payload.(type) {
+	case *runtime.TurnStarted:
+		out.Payload = &turnstilev1.AgentEvent_TurnStarted{TurnStarted: &turnstilev1.TurnStarted{Model: e.Model}}
+	case *runtime.LLMCallStarted:
 		out.Payload = &turnstilev1.AgentEvent_LlmCallStarted{LlmCallStarted: &turnstilev1.LlmCallStarted{
 			Model: e.Model, Provider: e.Provider, ProviderModel: e.ProviderModel, Attempt: uint32(e.Attempt), Call: uint32(e.Call),
 		}}
-	case ev.TextDelta != nil:
-		out.Payload = &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: ev.TextDelta.Text}}
-	case ev.ThinkingDelta != nil:
-		out.Payload = &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: ev.ThinkingDelta.Text, Signature: ev.ThinkingDelta.Signature}}
-	case ev.ToolCallDelta != nil:
-		e := ev.ToolCallDelta
+	case *runtime.TextDelta:
+		out.Payload = &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: e.Text}}
+	case *runtime.ThinkingDelta:
+		out.Payload = &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: e.Text, Signature: e.Signature}}
+	case *runtime.ToolCallDelta:
 		out.Payload = &turnstilev1.AgentEvent_ToolCallDelta{ToolCallDelta: &turnstilev1.ToolCallDelta{
 			Index: uint32(e.Index), CallId: e.CallID, Name: e.Name, ArgumentsDelta: e.ArgumentsDelta,
 		}}
-	case ev.MessageCompleted != nil:
-		out.Payload = &turnstilev1.AgentEvent_MessageCompleted{MessageCompleted: &turnstilev1.MessageCompleted{Message: fromMessage(ev.MessageCompleted.Message)}}
-	case ev.ToolStarted != nil:
-		e := ev.ToolStarted
+	case *runtime.MessageCompleted:
+		out.Payload = &turnstilev1.AgentEvent_MessageCompleted{MessageCompleted: &turnstilev1.MessageCompleted{Message: fromMessage(e.Message)}}
+	case *runtime.ToolStarted:
 		out.Payload = &turnstilev1.AgentEvent_ToolStarted{ToolStarted: &turnstilev1.ToolStarted{CallId: e.CallID, Name: e.Name, Arguments: e.Arguments}}
-	case ev.ToolProgress != nil:
-		e := ev.ToolProgress
+	case *runtime.ToolProgress:
 		out.Payload = &turnstilev1.AgentEvent_ToolProgress{ToolProgress: &turnstilev1.ToolProgress{
 			CallId: e.CallID, Name: e.Name, Message: e.Message, Progress: e.Progress, Total: e.Total,
 		}}
-	case ev.ToolFinished != nil:
-		e := ev.ToolFinished
+	case *runtime.ToolFinished:
 		out.Payload = &turnstilev1.AgentEvent_ToolFinished{ToolFinished: &turnstilev1.ToolFinished{
 			CallId: e.CallID, Name: e.Name, Content: e.Content, IsError: e.IsError, Duration: durationpb.New(e.Duration),
 		}}
-	case ev.LLMCallFinished != nil:
-		e := ev.LLMCallFinished
+	case *runtime.LLMCallFinished:
 		f := &turnstilev1.LlmCallFinished{
 			Model: e.Model, Attempt: uint32(e.Attempt), Usage: fromUsage(e.Usage),
 			StopReason: turnstilev1.StopReason(e.Stop), Duration: durationpb.New(e.Duration),
@@ -269,31 +270,27 @@ func fromEvent(ev runtime.Event) *turnstilev1.AgentEvent {
 			f.Error = fromTurnError(e.Err)
 		}
 		out.Payload = &turnstilev1.AgentEvent_LlmCallFinished{LlmCallFinished: f}
-	case ev.Retry != nil:
-		e := ev.Retry
+	case *runtime.Retry:
 		out.Payload = &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{
 			Attempt: uint32(e.Attempt), MaxAttempts: uint32(e.MaxAttempts), Model: e.Model,
 			Delay: durationpb.New(e.Delay), Reason: errorCode(e.Kind), Message: e.Message,
 			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq,
 		}}
-	case ev.Fallback != nil:
-		e := ev.Fallback
+	case *runtime.Fallback:
 		out.Payload = &turnstilev1.AgentEvent_Fallback{Fallback: &turnstilev1.Fallback{
 			FromModel: e.From, ToModel: e.To, Reason: errorCode(e.Kind), Message: e.Message,
 			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq,
 		}}
-	case ev.Compaction != nil:
-		e := ev.Compaction
+	case *runtime.Compaction:
 		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: &turnstilev1.Compaction{
 			Strategy: e.Strategy, MessagesBefore: uint32(e.MessagesBefore), MessagesAfter: uint32(e.MessagesAfter),
 			BytesBefore: uint64(e.BytesBefore), BytesAfter: uint64(e.BytesAfter),
 		}}
-	case ev.Usage != nil:
-		out.Payload = &turnstilev1.AgentEvent_Usage{Usage: fromUsage(*ev.Usage)}
-	case ev.Error != nil:
-		out.Payload = &turnstilev1.AgentEvent_Error{Error: fromTurnError(ev.Error)}
-	case ev.TurnCompleted != nil:
-		e := ev.TurnCompleted
+	case *runtime.UsageUpdated:
+		out.Payload = &turnstilev1.AgentEvent_Usage{Usage: fromUsage(e.Total)}
+	case *runtime.TurnError:
+		out.Payload = &turnstilev1.AgentEvent_Error{Error: fromTurnError(e)}
+	case *runtime.TurnCompleted:
 		tc := &turnstilev1.TurnCompleted{
 			EndReason: turnstilev1.EndReason(e.Reason), Usage: fromUsage(e.Usage),
 			Counters: &turnstilev1.TurnCounters{
@@ -306,6 +303,8 @@ func fromEvent(ev runtime.Event) *turnstilev1.AgentEvent {
 			tc.Messages = append(tc.Messages, fromMessage(m))
 		}
 		out.Payload = &turnstilev1.AgentEvent_TurnCompleted{TurnCompleted: tc}
+	default:
+		return nil, fmt.Errorf("%w: %T", errUnmapped, ev.Payload)
 	}
-	return out
+	return out, nil
 }

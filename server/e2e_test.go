@@ -1,9 +1,11 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -368,4 +370,48 @@ func TestNoSecretInErrors(t *testing.T) {
 	if strings.Contains(fmt.Sprint(st.Proto()), key) {
 		t.Errorf("status leaks the key: %v", st)
 	}
+}
+
+// TestInternalFailureLogsItsCause runs a turn whose provider fails in a
+// way nobody classified (as a base_url without a scheme did): the client
+// gets INTERNAL with a generic message, and the RPC's log line holds the
+// root cause.
+func TestInternalFailureLogsItsCause(t *testing.T) {
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cause := errors.New(`Post "api.example.com/v1/chat/completions": unsupported protocol scheme ""`)
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Err: cause})), server.Options{Logger: logger})
+	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
+	if st.Code() != codes.Internal || strings.Contains(st.Message(), "scheme") {
+		t.Errorf("status = %v %q; want INTERNAL without the cause", st.Code(), st.Message())
+	}
+	if got := evs[len(evs)-1].GetError().GetMessage(); strings.Contains(got, "scheme") {
+		t.Errorf("the error event leaks the cause: %q", got)
+	}
+	// The interceptor logs after the handler returned.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "unsupported protocol scheme") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "unsupported protocol scheme") {
+		t.Errorf("no log line holds the root cause:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

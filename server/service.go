@@ -81,7 +81,11 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	defer s.untrack(t)
 
 	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
-		return stream.Send(&turnstilev1.RunTurnResponse{Event: fromEvent(ev)})
+		out, err := fromEvent(ev)
+		if err != nil {
+			return err
+		}
+		return stream.Send(&turnstilev1.RunTurnResponse{Event: out})
 	})
 	res, err := s.runner.Run(ctx, tr, sink)
 	var te *runtime.TurnError
@@ -90,7 +94,12 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		logging.AddFields(stream.Context(), logging.Fields{"end_reason", res.Reason.String(), "model_calls", res.Counters.ModelCalls})
 		return nil
 	case errors.As(err, &te):
-		logging.AddFields(stream.Context(), logging.Fields{"error_code", te.Kind.String()})
+		fields := logging.Fields{"error_code", te.Kind.String()}
+		if te.Cause != nil {
+			// The root cause, for operators only: it never reaches the client.
+			fields = append(fields, "cause", te.Cause.Error())
+		}
+		logging.AddFields(stream.Context(), fields)
 		return turnStatus(te).Err()
 	}
 	return status.Error(codes.Internal, "internal error")

@@ -1,0 +1,124 @@
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/turnstile-dev/turnstile/"
+
+// floors says, for each package of the module (matched by prefix, the
+// longest match wins), which of the module's packages it may import
+// directly. The order follows ARCHITECTURE.md, bottom floor first.
+var floors = []struct {
+	pkg   string
+	may   []string
+	notes string
+}{
+	{"llm", nil, "the vocabulary: the standard library only"},
+	{"policy", []string{"llm"}, "the retry decision and per-model health"},
+	{"runtime", []string{"llm", "policy"}, "the turn loop"},
+	{"providers/internal/", []string{"llm", "providers/internal/"}, "what the adapters share"},
+	{"providers/registry", []string{"llm", "policy", "providers/"}, "one line per provider type"},
+	{"providers/", []string{"llm", "providers/internal/"}, "an adapter: its SDK and the vocabulary, no other adapter"},
+	{"tools/", []string{"llm", "tools/"}, "server-side tools"},
+	{"gen/", nil, "generated code"},
+	{"server", []string{"gen/", "llm", "policy", "runtime"}, "the gRPC face of the runtime; never names a provider or a tool"},
+	{"client", []string{"gen/"}, "the Go client: the contract over gRPC and nothing of the server"},
+	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server"}, "the file's shape; no wire"},
+	{"internal/fake", []string{"llm"}, "scripted upstreams for tests"},
+	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
+	{"internal/layering", nil, "this test"},
+	{"cmd/", []string{""}, "wiring: may import anything"},
+}
+
+// external lists, for the floors that must stay free of them, module paths
+// no package of the floor may depend on, even indirectly.
+var external = map[string][]string{
+	"llm":     {"google.golang.org/", "github.com/"},
+	"policy":  {"google.golang.org/", "github.com/"},
+	"runtime": {"google.golang.org/", "github.com/"},
+	"client":  {mod + "runtime", mod + "server", mod + "providers", mod + "config", mod + "tools"},
+}
+
+func rule(pkg string) (may []string, ok bool) {
+	best := -1
+	for i, f := range floors {
+		if (pkg == f.pkg || strings.HasPrefix(pkg, strings.TrimSuffix(f.pkg, "/")+"/")) && (best < 0 || len(f.pkg) > len(floors[best].pkg)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, false
+	}
+	return floors[best].may, true
+}
+
+func goList(t *testing.T, format string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", format, "./...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// TestFloors fails on a direct import between the module's packages that
+// the floors table does not allow, and on a package the table does not
+// place.
+func TestFloors(t *testing.T) {
+	for _, line := range goList(t, `{{.ImportPath}} {{join .Imports " "}}`) {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], mod)
+		may, ok := rule(pkg)
+		if !ok {
+			t.Errorf("package %s is on no floor: add it to the table and to ARCHITECTURE.md", pkg)
+			continue
+		}
+	imports:
+		for _, imp := range fields[1:] {
+			dep, ours := strings.CutPrefix(imp, mod)
+			if !ours {
+				continue
+			}
+			for _, m := range may {
+				if dep == m || strings.HasPrefix(dep, m) && (m == "" || strings.HasSuffix(m, "/")) || strings.HasPrefix(dep, m+"/") {
+					continue imports
+				}
+			}
+			t.Errorf("%s imports %s, which its floor does not allow", pkg, dep)
+		}
+	}
+}
+
+// TestFloorsStayLight fails when a low floor depends, even indirectly, on
+// what it must stay free of (gRPC, protobuf, an SDK, the server side).
+func TestFloorsStayLight(t *testing.T) {
+	for _, line := range goList(t, `{{.ImportPath}} {{join .Deps " "}}`) {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, bad := range external[pkg] {
+			for _, dep := range fields[1:] {
+				if strings.HasPrefix(dep, bad) && !(strings.HasPrefix(dep, mod) && allowedOwn(pkg, dep)) {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+}
+
+// allowedOwn reports whether dep, one of the module's packages, is a floor
+// pkg may stand on.
+func allowedOwn(pkg, dep string) bool {
+	may, _ := rule(pkg)
+	dep = strings.TrimPrefix(dep, mod)
+	for _, m := range may {
+		if dep == m || strings.HasPrefix(dep, m+"/") {
+			return true
+		}
+	}
+	return false
+}

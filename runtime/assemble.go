@@ -1,0 +1,119 @@
+package runtime
+
+import (
+	"strings"
+
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// assembler builds an assistant message from a model call's chunks, and
+// turns the chunks into delta events.
+type assembler struct {
+	parts    []llm.Part
+	text     *strings.Builder
+	textAt   int
+	thinking map[int]int // chunk index -> part index
+	calls    map[int]int // chunk index -> part index
+	args     map[int]*strings.Builder
+	ended    map[int]bool
+	streamed bool
+}
+
+// add records c and returns the event payload to emit for it, nil for
+// none.
+func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
+	switch c.Kind {
+	case llm.ChunkText:
+		if c.Text == "" {
+			return nil
+		}
+		if b.text == nil || b.textAt != len(b.parts)-1 {
+			b.text = &strings.Builder{}
+			b.parts = append(b.parts, llm.Part{Kind: llm.PartText})
+			b.textAt = len(b.parts) - 1
+		}
+		b.text.WriteString(c.Text)
+		return &TextDelta{Text: c.Text}
+	case llm.ChunkThinking:
+		if b.thinking == nil {
+			b.thinking = map[int]int{}
+		}
+		i, ok := b.thinking[c.Index]
+		if !ok {
+			b.parts = append(b.parts, llm.Part{Kind: llm.PartThinking})
+			i = len(b.parts) - 1
+			b.thinking[c.Index] = i
+			b.closeText()
+		}
+		b.parts[i].Text += c.Text
+		if c.Signature != "" {
+			b.parts[i].Signature = c.Signature
+		}
+		return &ThinkingDelta{Text: c.Text, Signature: c.Signature}
+	case llm.ChunkToolCallStart:
+		if b.calls == nil {
+			b.calls, b.args, b.ended = map[int]int{}, map[int]*strings.Builder{}, map[int]bool{}
+		}
+		id := c.CallID
+		if id == "" {
+			id = "call_" + newID()
+		}
+		b.closeText()
+		b.parts = append(b.parts, llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: id, Name: c.Name}})
+		b.calls[c.Index] = len(b.parts) - 1
+		b.args[c.Index] = &strings.Builder{}
+		return &ToolCallDelta{Index: c.Index, CallID: id, Name: c.Name}
+	case llm.ChunkToolCallArgs:
+		if _, ok := b.calls[c.Index]; !ok || c.Text == "" {
+			return nil
+		}
+		b.args[c.Index].WriteString(c.Text)
+		return &ToolCallDelta{Index: c.Index, ArgumentsDelta: c.Text}
+	case llm.ChunkToolCallEnd:
+		if _, ok := b.calls[c.Index]; ok {
+			b.ended[c.Index] = true
+		}
+	}
+	return nil
+}
+
+// closeText ends the text part being written, so later text opens a new
+// part after what comes between.
+func (b *assembler) closeText() {
+	if b.text != nil {
+		b.parts[b.textAt].Text = b.text.String()
+		b.text = nil
+	}
+}
+
+// message returns the assembled message. A reply cut by the output limit
+// loses the tool calls whose arguments were not complete.
+func (b *assembler) message(stop llm.StopReason) llm.Message {
+	b.closeText()
+	complete := make(map[int]bool, len(b.calls)) // part index -> arguments complete
+	for ci, pi := range b.calls {
+		if b.ended[ci] {
+			complete[pi] = true
+		}
+	}
+	argsOf := make(map[int]string, len(b.calls))
+	for ci, pi := range b.calls {
+		argsOf[pi] = b.args[ci].String()
+	}
+	m := llm.Message{Role: llm.RoleAssistant, Parts: make([]llm.Part, 0, len(b.parts))}
+	for i, p := range b.parts {
+		if p.Kind == llm.PartToolCall {
+			if !complete[i] && stop == llm.StopMaxTokens {
+				continue
+			}
+			tc := *p.ToolCall
+			tc.Arguments = argsOf[i]
+			if tc.Arguments == "" {
+				tc.Arguments = "{}"
+			}
+			p.ToolCall = &tc
+		}
+		m.Parts = append(m.Parts, p)
+	}
+	return m
+}

@@ -1,0 +1,143 @@
+package runtime
+
+import (
+	"time"
+
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
+)
+
+// chain is a turn's model chain: the model it asked for, then that
+// model's fallbacks, and which of them the turn is on. It asks the shared
+// health state which models may be called, and holds the half-open probe
+// of a model the turn was admitted to test.
+type chain struct {
+	models []*Model
+	pos    int
+	health *policy.Health
+	now    func() time.Time
+	// probe is the alias the turn probes after its cooldown, released
+	// when the turn ends without reporting on it.
+	probe string
+}
+
+// newChain resolves alias and its fallbacks, in order, without repeats.
+// Fallbacks of fallbacks are not followed.
+func newChain(r *Runner, alias string) chain {
+	c := chain{health: r.health, now: r.opts.now}
+	seen := map[string]bool{}
+	for _, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
+		if m := r.models[a]; m != nil && !seen[a] {
+			seen[a] = true
+			c.models = append(c.models, m)
+		}
+	}
+	return c
+}
+
+// current returns the model the turn is on.
+func (c *chain) current() *Model { return c.models[c.pos] }
+
+// start places the turn on the first model of its chain that is not
+// cooling down. When every model is, the turn still gets its one chance on
+// the model whose cooldown ends first: cooldowns steer turns to healthy
+// models, they never take away a turn's only option. The retry budget then
+// keeps such turns from retrying a model that keeps failing.
+func (c *chain) start() {
+	now := c.now()
+	soonest, until := 0, time.Time{}
+	for i, m := range c.models {
+		a := c.health.Admit(m.Alias, now)
+		if a.OK {
+			c.pos = i
+			if a.Probe {
+				c.probe = m.Alias
+			}
+			return
+		}
+		if until.IsZero() || a.Until.Before(until) {
+			soonest, until = i, a.Until
+		}
+	}
+	c.pos = soonest
+}
+
+// next returns the index of the next model after the current one that is
+// not cooling down, or -1; it claims nothing.
+func (c *chain) next() int {
+	now := c.now()
+	for i := c.pos + 1; i < len(c.models); i++ {
+		if c.health.Available(c.models[i].Alias, now) {
+			return i
+		}
+	}
+	return -1
+}
+
+// advance moves the turn to the next model it is admitted to and returns
+// it, or nil when none is left.
+func (c *chain) advance() *Model {
+	now := c.now()
+	for i := c.pos + 1; i < len(c.models); i++ {
+		a := c.health.Admit(c.models[i].Alias, now)
+		if !a.OK {
+			continue
+		}
+		if a.Probe {
+			c.releaseProbe()
+			c.probe = c.models[i].Alias
+		}
+		c.pos = i
+		return c.models[i]
+	}
+	return nil
+}
+
+// largerAfter reports whether a model from index from on has a larger
+// context window than the current one.
+func (c *chain) largerAfter(from int) bool {
+	cur := c.current().ContextWindow
+	if cur == 0 || from < 0 {
+		return false
+	}
+	for _, m := range c.models[from:] {
+		if m.ContextWindow > cur {
+			return true
+		}
+	}
+	return false
+}
+
+// succeeded records a successful call of alias.
+func (c *chain) succeeded(alias string) {
+	c.health.Success(alias)
+	if c.probe == alias {
+		c.probe = ""
+	}
+}
+
+// failed records a failed call of alias of class k: it spends the retry
+// budget and reports whether the budget forbids retries now.
+func (c *chain) failed(alias string, k llm.Kind) (budgetExhausted bool) {
+	return c.health.Failure(alias, k)
+}
+
+// decided applies a decision's cooldown to alias and ends a probe of it.
+func (c *chain) decided(alias string, k llm.Kind, cooldown time.Duration) {
+	if cooldown > 0 {
+		c.health.Cooldown(alias, k, c.now(), cooldown)
+	}
+	if c.probe == alias {
+		c.releaseProbe()
+	}
+}
+
+func (c *chain) releaseProbe() {
+	if c.probe != "" {
+		c.health.Release(c.probe)
+		c.probe = ""
+	}
+}
+
+// close releases a probe the turn still holds.
+func (c *chain) close() { c.releaseProbe() }

@@ -1,0 +1,223 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
+)
+
+// turn is the state of one running turn. Its methods are spread over the
+// files of its pieces: turn.go (the loop: steps, tools, the outcome),
+// step.go (one assistant message: attempts and the policy's decisions),
+// attempt.go (one model call), chain.go (which model next) and tools.go
+// (server-side tool calls).
+type turn struct {
+	r     *Runner
+	req   *TurnRequest
+	info  TurnInfo
+	obs   Observer
+	out   emitter
+	chain chain
+	// parent is the caller's context: its end is told apart from a sink
+	// failure, which cancels only the turn's own context.
+	parent   context.Context
+	maxCalls int
+
+	conv     []llm.Message // the conversation as the model sees it
+	added    []llm.Message // the messages the turn committed
+	usage    llm.Usage
+	counters Counters
+	attempts []ModelAttempts
+	steps    int
+	// servedBy is the alias whose reply was last committed.
+	servedBy string
+	// firstOutput is when the turn's first output event was emitted,
+	// measured from its start; waited sums its backoff waits.
+	firstOutput time.Duration
+	waited      time.Duration
+
+	mu sync.Mutex // guards what parallel tool calls touch below
+	// unsafeRunning counts the tools with side effects started since the
+	// last commit: replaying the step could run them twice.
+	unsafeRunning int
+	// breaker counts each tool's consecutive failures in this turn.
+	breaker map[string]int
+}
+
+// newTurn prepares a turn of req and returns it with the turn's context,
+// which the sink's failure or the caller's cancellation ends, and its
+// cancel function.
+func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn, context.Context, context.CancelCauseFunc) {
+	id := req.TurnID
+	if id == "" {
+		id = r.opts.newID()
+	}
+	alias := req.Model
+	if alias == "" {
+		alias = r.defaultModel
+	}
+	tctx, cancel := context.WithCancelCause(ctx)
+	t := &turn{
+		r:        r,
+		req:      req,
+		info:     TurnInfo{TurnID: id, Model: alias, Request: req, Start: time.Now()},
+		obs:      r.opts.observer,
+		out:      emitter{sink: sink, turnID: id, now: r.opts.now, cancel: cancel},
+		chain:    newChain(r, alias),
+		parent:   ctx,
+		maxCalls: r.opts.limits.MaxModelCalls,
+		conv:     slices.Clone(req.Messages),
+	}
+	if req.MaxModelCalls > 0 {
+		t.maxCalls = req.MaxModelCalls
+	}
+	return t, tctx, cancel
+}
+
+// run runs the turn to its end: steps until the model is done, with the
+// tools its replies call in between.
+func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
+	t.out.emit(ctx, &TurnStarted{Model: t.info.Model})
+	t.chain.start()
+	continuations := 0
+	for {
+		if err := t.stopped(ctx); err != nil {
+			return nil, t.fail(ctx, err)
+		}
+		if t.counters.ModelCalls >= t.maxCalls {
+			return t.complete(ctx, EndMaxModelCalls)
+		}
+		msg, stop, err := t.step(ctx)
+		if err != nil {
+			return nil, t.fail(ctx, err)
+		}
+		t.commit(ctx, msg)
+		if calls := msg.ToolCalls(); len(calls) > 0 {
+			done, err := t.runTools(ctx, calls)
+			if err != nil {
+				return nil, t.fail(ctx, err)
+			}
+			if !done {
+				return t.complete(ctx, EndToolCallsRequired)
+			}
+			continue
+		}
+		switch stop {
+		case llm.StopMaxTokens:
+			if continuations >= t.r.opts.limits.MaxContinuations {
+				return t.complete(ctx, EndMaxTokens)
+			}
+			continuations++
+			t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(ContinuationPrompt)}})
+		case llm.StopPauseTurn:
+			// The provider paused a long turn: sending the conversation
+			// again continues it.
+		case llm.StopRefusal:
+			return t.complete(ctx, EndRefusal)
+		case llm.StopSequence:
+			return t.complete(ctx, EndStopSequence)
+		default:
+			return t.complete(ctx, EndTurn)
+		}
+	}
+}
+
+// stopped returns why the turn must stop now, nil while it may go on: the
+// caller's cancellation or deadline, a shutdown's cause, or the failure of
+// the sink.
+func (t *turn) stopped(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	if t.parent.Err() != nil {
+		return context.Cause(t.parent)
+	}
+	if err := t.out.sinkErr(); err != nil {
+		return &llm.Error{Kind: llm.KindInternal, Message: "the event stream failed", Err: err}
+	}
+	return context.Cause(ctx)
+}
+
+// commit adds m to the conversation and to the turn's result.
+func (t *turn) commit(ctx context.Context, m llm.Message) {
+	t.conv = append(t.conv, m)
+	t.added = append(t.added, m)
+	t.out.emit(ctx, &MessageCompleted{Message: m})
+}
+
+// complete ends the turn with its outcome; when the outcome cannot be
+// emitted, the turn fails instead.
+func (t *turn) complete(ctx context.Context, reason EndReason) (*TurnCompleted, error) {
+	tc := &TurnCompleted{Reason: reason, Messages: t.added, Usage: t.usage, Counters: t.counters}
+	if t.out.emit(ctx, tc) == 0 {
+		return nil, t.toTurnError(llm.AsError(t.stopped(ctx)), 0)
+	}
+	return tc, nil
+}
+
+// fail emits the terminal error for err, unless the sink has failed, and
+// returns it.
+func (t *turn) fail(ctx context.Context, err error) *TurnError {
+	var te *TurnError
+	if !errors.As(err, &te) {
+		te = t.toTurnError(llm.AsError(err), 0)
+	}
+	t.out.emit(context.WithoutCancel(ctx), te)
+	return te
+}
+
+// toTurnError builds the terminal error for e, with the advice the policy
+// gives the client, and retryAfter as the least delay it advises.
+func (t *turn) toTurnError(e *llm.Error, retryAfter time.Duration) *TurnError {
+	t.mu.Lock()
+	unsafe := t.unsafeRunning > 0
+	t.mu.Unlock()
+	advice := policy.Advise(e.Kind, unsafe)
+	te := &TurnError{Kind: advice.Kind, Message: e.Message, Model: e.Model, Attempts: slices.Clone(t.attempts), Retryable: &advice.Retryable}
+	if te.Message == "" {
+		te.Message = e.Kind.String()
+	}
+	if advice.Kind != e.Kind {
+		te.Message += "; a tool with side effects was interrupted, check its effects before retrying"
+	}
+	if advice.Retryable {
+		te.RetryAfter = max(retryAfter, e.RetryAfter)
+	}
+	if e.Err != nil {
+		te.Cause = e
+	}
+	return te
+}
+
+// countAttempt records an attempt on alias; err is nil when it succeeded.
+func (t *turn) countAttempt(alias string, err *llm.Error) {
+	n := len(t.attempts)
+	if n == 0 || t.attempts[n-1].Model != alias {
+		t.attempts = append(t.attempts, ModelAttempts{Model: alias})
+		n++
+	}
+	a := &t.attempts[n-1]
+	a.Attempts++
+	a.Succeeded = err == nil
+	if err != nil {
+		a.LastKind = err.Kind
+	}
+}
+
+// end tells the observer how the turn ended and releases what the turn
+// held.
+func (t *turn) end(ctx context.Context, res *TurnCompleted, err error) {
+	t.chain.close()
+	end := TurnEnd{
+		Completed: res, Usage: t.usage, Counters: t.counters, Attempts: t.attempts,
+		ServedBy: t.servedBy, TimeToFirstOutput: t.firstOutput, Waited: t.waited,
+		Duration: time.Since(t.info.Start),
+	}
+	errors.As(err, &end.Err)
+	t.obs.TurnEnd(ctx, t.info, end)
+}
