@@ -34,7 +34,7 @@ type toolCall struct {
 // chunk yields the runtime chunks of one stream chunk through emit. It
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object.
-func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, error) {
+func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
 			continue // only one choice is asked for
@@ -112,7 +112,7 @@ func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, em
 // closeCalls ends every open tool call, checking its arguments. A call
 // with no arguments at all gets "{}", as tools without parameters do on
 // some servers.
-func (d *decoder) closeCalls(emit func(llm.Chunk) bool) (bool, error) {
+func (d *decoder) closeCalls(emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	for i, call := range d.calls {
 		if call.closed {
 			continue

@@ -138,6 +138,9 @@ func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.
 	for stream.Next() {
 		ok, err := d.chunk(stream.Current(), emit)
 		if err != nil {
+			if resp != nil {
+				err.StatusCode, err.RequestID = resp.StatusCode, httpfail.RequestID(resp.Header)
+			}
 			yield(llm.Chunk{}, err)
 			return
 		}
