@@ -154,6 +154,9 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 			ok, ferr := d.response(resp, emit)
 			if ferr != nil {
 				ferr.StatusCode, ferr.RequestID = rec.get()
+				if ferr.RequestID == "" {
+					ferr.RequestID = d.responseID
+				}
 				yield(llm.Chunk{}, ferr)
 				return
 			}
