@@ -122,12 +122,8 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 		se   *ssestream.StreamError
 		ae   *openai.Error
 		body apiError
-		code int
-		h    http.Header
 	)
-	if resp != nil {
-		code, h = resp.StatusCode, resp.Header
-	}
+	code, h := httpfail.Response(resp)
 	switch {
 	case errors.As(err, &se):
 		body = parseError(se.Event.Data)
@@ -144,48 +140,18 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 				body = rereadError(ae.Response)
 			}
 		}
-	case resp != nil && resp.StatusCode >= 400:
+	case code >= 400:
 		// A body the SDK could not read as its error type, such as
 		// {"error":"text"}.
 		body = rereadError(resp)
 	default:
-		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
-		if k, ok := httpfail.Network(err); ok {
-			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
-			return e
-		}
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &syn) || errors.As(err, &typ) {
-			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
-			return e
-		}
-		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
-		return e
+		return httpfail.Untyped(p.name, code, httpfail.RequestID(h), err)
 	}
-	kind := kindOf(code, body)
-	var after time.Duration
-	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
-		after = retryAfter(h)
+	r := httpfail.Reported{Kind: kindOf(code, body), Message: body.Message, StatusCode: code, Header: h}
+	if httpfail.Waits(r.Kind, code) {
+		r.RetryAfter = retryAfter(h)
 	}
-	msg := httpfail.Redact(body.Message, p.apiKey)
-	if msg == "" {
-		if code >= 400 {
-			msg = httpfail.StatusMessage(code)
-		} else {
-			msg = "the provider reported an error while streaming"
-		}
-	}
-	return &llm.Error{
-		Kind:       kind,
-		Message:    msg,
-		Provider:   p.name,
-		StatusCode: code,
-		RequestID:  httpfail.RequestID(h),
-		RetryAfter: after,
-		Hint:       httpfail.Hint(h, after),
-		Err:        err,
-	}
+	return r.Error(p.name, p.apiKey, err)
 }
 
 // rereadError parses the error body of resp, which the SDK read and put
