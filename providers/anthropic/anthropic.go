@@ -28,8 +28,9 @@
 // done its error is returned unchanged. The SDK's retries are off: one
 // Stream is at most one HTTP request.
 //
-// The package imports only llm, providers/internal/httpfail and the
-// official SDK, github.com/anthropics/anthropic-sdk-go.
+// The package imports only llm, the shared adapter code under
+// providers/internal (httpfail, stream) and the official SDK,
+// github.com/anthropics/anthropic-sdk-go.
 package anthropic
 
 import (
@@ -40,10 +41,10 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
-	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
@@ -116,59 +117,5 @@ func New(cfg Config) (*Provider, error) {
 // Stream sends req as one streamed message and yields its chunks, ending
 // with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return func(yield func(llm.Chunk, error) bool) {
-		yield, done := httpfail.Guard(p.name, yield)
-		defer done()
-		params, err := buildParams(req)
-		if err != nil {
-			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
-			return
-		}
-		var resp *http.Response
-		stream := p.messages.NewStreaming(ctx, params, option.WithResponseInto(&resp))
-		defer stream.Close()
-		p.consume(ctx, stream, resp, yield)
-	}
-}
-
-// consume turns the SDK's event stream into chunks. resp is the HTTP
-// response, nil when none arrived.
-func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[anthropic.MessageStreamEventUnion], resp *http.Response, yield func(llm.Chunk, error) bool) {
-	d := decoder{provider: p.name}
-	emit := func(c llm.Chunk) bool {
-		switch c.Kind {
-		case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
-			d.output = true
-		}
-		return yield(c, nil)
-	}
-	var code int
-	var h http.Header
-	if resp != nil {
-		code, h = resp.StatusCode, resp.Header
-	}
-	for stream.Next() {
-		ok, err := d.event(stream.Current(), emit)
-		if err != nil {
-			err.StatusCode, err.RequestID = code, httpfail.RequestID(h)
-			yield(llm.Chunk{}, err)
-			return
-		}
-		if !ok {
-			return
-		}
-	}
-	if err := stream.Err(); err != nil {
-		yield(llm.Chunk{}, p.classify(ctx, err, resp))
-		return
-	}
-	if err := ctx.Err(); err != nil {
-		yield(llm.Chunk{}, err)
-		return
-	}
-	if !d.finished {
-		yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, httpfail.RequestID(h)))
-		return
-	}
-	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
+	return stream.Stainless(ctx, p.name, req, buildParams, p.messages.NewStreaming, option.WithResponseInto, p.consume)
 }

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -74,12 +73,9 @@ func kindOf(code int, e apiError) llm.Kind {
 	return httpfail.StatusKind(code)
 }
 
-// classify turns the error that ended a stream into a [*llm.Error], or
-// returns the caller's context error when ctx is done.
-func (p *Provider) classify(ctx context.Context, err error, resp *http.Response) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
+// classify turns the error that ended a stream into a [*llm.Error]. resp
+// is the HTTP response, nil when none arrived.
+func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
 	err = httpfail.RedactErr(err, p.apiKey)
 	var ae *anthropic.Error

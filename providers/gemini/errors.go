@@ -1,7 +1,6 @@
 package gemini
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -99,14 +98,10 @@ func kindOf(e genai.APIError, det details) llm.Kind {
 	return llm.KindServerError
 }
 
-// classify turns the error that ended a stream into a [*llm.Error], or
-// returns the caller's context error when ctx is done. rec holds the HTTP
-// response's status and headers; responseID is the last response id
-// streamed, used when the headers carry no request id.
-func (p *Provider) classify(ctx context.Context, err error, rec *response, responseID string) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
+// classify turns the error that ended a stream into a [*llm.Error]. rec
+// holds the HTTP response's status and headers; responseID is the last
+// response id streamed, used when the headers carry no request id.
+func (p *Provider) classify(err error, rec *response, responseID string) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
 	err = httpfail.RedactErr(err, p.apiKey)
 	code, id := rec.get()

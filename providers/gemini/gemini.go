@@ -34,8 +34,9 @@
 // SDK's HTTP retries and its automatic stream continuation are off: one
 // Stream is at most one HTTP request.
 //
-// The package imports only llm, providers/internal/httpfail and the
-// official SDK, google.golang.org/genai.
+// The package imports only llm, the shared adapter code under
+// providers/internal (httpfail, stream) and the official SDK,
+// google.golang.org/genai.
 package gemini
 
 import (
@@ -50,6 +51,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
@@ -128,56 +130,23 @@ func New(cfg Config) (*Provider, error) {
 // Stream sends req as one streamed generateContent call and yields its
 // chunks, ending with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return func(yield func(llm.Chunk, error) bool) {
-		yield, done := httpfail.Guard(p.name, yield)
-		defer done()
-		contents, config, err := buildRequest(req)
-		if err != nil {
-			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
-			return
-		}
+	return stream.Run(p.name, req, buildCall, func(c call, yield func(llm.Chunk, error) bool) {
 		rec := &response{}
-		rctx := context.WithValue(ctx, responseKey{}, rec)
-		d := decoder{provider: p.name}
-		emit := func(c llm.Chunk) bool {
-			switch c.Kind {
-			case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
-				d.output = true
-			}
-			return yield(c, nil)
-		}
-		for resp, err := range p.models.GenerateContentStream(rctx, req.Model, contents, config) {
-			if err != nil {
-				yield(llm.Chunk{}, p.classify(ctx, err, rec, d.responseID))
-				return
-			}
-			ok, ferr := d.response(resp, emit)
-			if ferr != nil {
-				ferr.StatusCode, ferr.RequestID = rec.get()
-				if ferr.RequestID == "" {
-					ferr.RequestID = d.responseID
+		d := &decoder{provider: p.name}
+		events := p.models.GenerateContentStream(context.WithValue(ctx, responseKey{}, rec), c.model, c.contents, c.config)
+		stream.Consume(ctx, p.name, stream.Call[*genai.GenerateContentResponse]{
+			Events:   events,
+			Decoder:  d,
+			Classify: func(err error) *llm.Error { return p.classify(err, rec, d.responseID) },
+			Response: func() (int, string) {
+				code, id := rec.get()
+				if id == "" {
+					id = d.responseID
 				}
-				yield(llm.Chunk{}, ferr)
-				return
-			}
-			if !ok {
-				return
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			yield(llm.Chunk{}, err)
-			return
-		}
-		if !d.finished {
-			code, id := rec.get()
-			if id == "" {
-				id = d.responseID
-			}
-			yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
-			return
-		}
-		yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
-	}
+				return code, id
+			},
+		}, yield)
+	})
 }
 
 // responseKey marks the request context that carries a *response.

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -109,13 +108,9 @@ func kindOf(code int, e apiError) llm.Kind {
 	return llm.KindServerError
 }
 
-// classify turns the error that ended a stream into a [*llm.Error], or
-// returns the caller's context error when ctx is done. resp is the HTTP
-// response, nil when none arrived.
-func (p *Provider) classify(ctx context.Context, err error, resp *http.Response) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
+// classify turns the error that ended a stream into a [*llm.Error]. resp
+// is the HTTP response, nil when none arrived.
+func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
 	err = httpfail.RedactErr(err, p.apiKey)
 	var (

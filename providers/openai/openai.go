@@ -24,8 +24,9 @@
 // error is returned unchanged. The SDK's own retries are off: one Stream is
 // at most one HTTP request.
 //
-// The package imports only llm, providers/internal/httpfail and the
-// official SDK, github.com/openai/openai-go/v3.
+// The package imports only llm, the shared adapter code under
+// providers/internal (httpfail, stream) and the official SDK,
+// github.com/openai/openai-go/v3.
 package openai
 
 import (
@@ -36,10 +37,10 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
@@ -109,60 +110,5 @@ func New(cfg Config) (*Provider, error) {
 // Stream sends req as one streamed chat completion and yields its chunks,
 // ending with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return func(yield func(llm.Chunk, error) bool) {
-		yield, done := httpfail.Guard(p.name, yield)
-		defer done()
-		params, err := buildParams(req)
-		if err != nil {
-			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
-			return
-		}
-		var resp *http.Response
-		stream := p.chat.NewStreaming(ctx, params, option.WithResponseInto(&resp))
-		defer stream.Close()
-		p.consume(ctx, stream, resp, yield)
-	}
-}
-
-// consume turns the SDK's stream into chunks. resp is the HTTP response,
-// nil when none arrived.
-func (p *Provider) consume(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], resp *http.Response, yield func(llm.Chunk, error) bool) {
-	d := decoder{provider: p.name}
-	emit := func(c llm.Chunk) bool {
-		switch c.Kind {
-		case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
-			d.output = true
-		}
-		return yield(c, nil)
-	}
-	for stream.Next() {
-		ok, err := d.chunk(stream.Current(), emit)
-		if err != nil {
-			if resp != nil {
-				err.StatusCode, err.RequestID = resp.StatusCode, httpfail.RequestID(resp.Header)
-			}
-			yield(llm.Chunk{}, err)
-			return
-		}
-		if !ok {
-			return
-		}
-	}
-	if err := stream.Err(); err != nil {
-		yield(llm.Chunk{}, p.classify(ctx, err, resp))
-		return
-	}
-	if err := ctx.Err(); err != nil {
-		yield(llm.Chunk{}, err)
-		return
-	}
-	if !d.finished {
-		code, id := 0, ""
-		if resp != nil {
-			code, id = resp.StatusCode, httpfail.RequestID(resp.Header)
-		}
-		yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
-		return
-	}
-	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
+	return stream.Stainless(ctx, p.name, req, buildParams, p.chat.NewStreaming, option.WithResponseInto, p.consume)
 }
