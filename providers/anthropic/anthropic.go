@@ -29,21 +29,19 @@
 // Stream is at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream) and the official SDK,
+// providers/internal (httpfail, stream, endpoint) and the official SDK,
 // github.com/anthropics/anthropic-sdk-go.
 package anthropic
 
 import (
 	"context"
 	"iter"
-	"net/http"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 
 	"github.com/turnstile-dev/turnstile/llm"
-	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/endpoint"
 	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
@@ -54,24 +52,21 @@ const DefaultBaseURL = "https://api.anthropic.com/"
 // the Messages API requires one.
 const DefaultMaxTokens = 4096
 
-// Config configures a [Provider].
-type Config struct {
-	// Name is the configured provider name, reported on every error.
-	Name string
-	// BaseURL is the API endpoint, without /v1; empty means [DefaultBaseURL].
-	BaseURL string
-	// APIKey is sent as x-api-key, already read from the environment by the
-	// caller.
-	APIKey string
-	// Headers are extra HTTP headers sent with every request, for example
-	// anthropic-beta.
-	Headers map[string]string
-	// ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
-	// ignored when HTTPClient is set.
-	ConnectTimeout time.Duration
-	// HTTPClient replaces the default HTTP client, for tests.
-	HTTPClient *http.Client
-}
+// Config configures a [Provider]. Its fields are those of every HTTP
+// provider (see providers/README.md); for Anthropic:
+//
+//   - Name is the configured provider name, reported on every error;
+//     empty means "anthropic".
+//   - BaseURL is the API endpoint, without /v1; empty means
+//     [DefaultBaseURL].
+//   - APIKey is sent as x-api-key, already read from the environment by
+//     the caller.
+//   - Headers are extra HTTP headers sent with every request, for example
+//     anthropic-beta.
+//   - ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
+//     ignored when HTTPClient is set.
+//   - HTTPClient replaces the default HTTP client, for tests.
+type Config endpoint.Config
 
 // Provider streams Anthropic messages. It is safe for concurrent use.
 type Provider struct {
@@ -85,33 +80,11 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a provider for cfg. It reads nothing from the environment:
 // the SDK's ANTHROPIC_* variables are ignored.
 func New(cfg Config) (*Provider, error) {
-	if cfg.Name == "" {
-		cfg.Name = "anthropic"
-	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	hc, err := httpfail.Client("anthropic", cfg.HTTPClient, cfg.ConnectTimeout)
+	c, opts, err := endpoint.Stainless(endpoint.Config(cfg), "anthropic", DefaultBaseURL, option.WithBaseURL, option.WithHTTPClient, option.WithMaxRetries, option.WithAPIKey, option.WithHeader)
 	if err != nil {
 		return nil, err
 	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(hc),
-		// The runtime owns retries; the SDK would retry 408/409/429/5xx twice.
-		option.WithMaxRetries(0),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	for k, v := range cfg.Headers {
-		opts = append(opts, option.WithHeader(k, v))
-	}
-	return &Provider{
-		name:     cfg.Name,
-		apiKey:   cfg.APIKey,
-		messages: anthropic.NewMessageService(opts...),
-	}, nil
+	return &Provider{name: c.Name, apiKey: c.APIKey, messages: anthropic.NewMessageService(opts...)}, nil
 }
 
 // Stream sends req as one streamed message and yields its chunks, ending

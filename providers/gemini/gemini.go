@@ -35,7 +35,7 @@
 // Stream is at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream) and the official SDK,
+// providers/internal (httpfail, stream, endpoint) and the official SDK,
 // google.golang.org/genai.
 package gemini
 
@@ -45,11 +45,11 @@ import (
 	"iter"
 	"net/http"
 	"sync"
-	"time"
 
 	"google.golang.org/genai"
 
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/endpoint"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
 	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
@@ -57,26 +57,22 @@ import (
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
 const DefaultBaseURL = "https://generativelanguage.googleapis.com/"
 
-// Config configures a [Provider].
-type Config struct {
-	// Name is the configured provider name, reported on every error.
-	Name string
-	// BaseURL is the API endpoint, without the API version; empty means
-	// [DefaultBaseURL].
-	BaseURL string
-	// APIKey is the Gemini API key, already read from the environment by
-	// the caller. It is required.
-	APIKey string
-	// Headers are extra HTTP headers sent with every request.
-	Headers map[string]string
-	// ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
-	// ignored when HTTPClient is set.
-	ConnectTimeout time.Duration
-	// HTTPClient replaces the default HTTP client, for tests. The provider
-	// uses a copy whose transport also records each response's status and
-	// headers for classification.
-	HTTPClient *http.Client
-}
+// Config configures a [Provider]. Its fields are those of every HTTP
+// provider (see providers/README.md); for Gemini:
+//
+//   - Name is the configured provider name, reported on every error;
+//     empty means "gemini".
+//   - BaseURL is the API endpoint, without the API version; empty means
+//     [DefaultBaseURL].
+//   - APIKey is the Gemini API key, already read from the environment by
+//     the caller. It is required.
+//   - Headers are extra HTTP headers sent with every request.
+//   - ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
+//     ignored when HTTPClient is set.
+//   - HTTPClient replaces the default HTTP client, for tests. The provider
+//     uses a copy whose transport also records each response's status and
+//     headers for classification.
+type Config endpoint.Config
 
 // Provider streams Gemini replies. It is safe for concurrent use.
 type Provider struct {
@@ -90,31 +86,25 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a provider for cfg. It reads nothing from the environment:
 // the SDK's GOOGLE_* and GEMINI_* variables are ignored.
 func New(cfg Config) (*Provider, error) {
-	if cfg.Name == "" {
-		cfg.Name = "gemini"
-	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
 	if cfg.APIKey == "" {
 		return nil, errors.New("gemini: an API key is required")
 	}
-	hc, err := httpfail.Client("gemini", cfg.HTTPClient, cfg.ConnectTimeout)
+	c, err := endpoint.Config(cfg).Resolve("gemini", DefaultBaseURL)
 	if err != nil {
 		return nil, err
 	}
-	wrapped := *hc
-	wrapped.Transport = recorder{next: hc.Transport}
+	wrapped := *c.HTTPClient
+	wrapped.Transport = recorder{next: c.HTTPClient.Transport}
 	headers := http.Header{}
-	for k, v := range cfg.Headers {
+	for k, v := range c.Headers {
 		headers.Set(k, v)
 	}
 	client, err := genai.NewClient(context.Background(), &genai.ClientConfig{
-		APIKey:     cfg.APIKey,
+		APIKey:     c.APIKey,
 		Backend:    genai.BackendGeminiAPI,
 		HTTPClient: &wrapped,
 		HTTPOptions: genai.HTTPOptions{
-			BaseURL: cfg.BaseURL,
+			BaseURL: c.BaseURL,
 			Headers: headers,
 			// One attempt: the runtime owns retries.
 			RetryOptions: &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)},
@@ -124,7 +114,7 @@ func New(cfg Config) (*Provider, error) {
 		// The SDK's message may print the whole config, key included.
 		return nil, errors.New("gemini: cannot create the client")
 	}
-	return &Provider{name: cfg.Name, apiKey: cfg.APIKey, models: client.Models}, nil
+	return &Provider{name: c.Name, apiKey: c.APIKey, models: client.Models}, nil
 }
 
 // Stream sends req as one streamed generateContent call and yields its

@@ -8,8 +8,8 @@ import (
 
 // TestImportBoundaries enforces the house layout for providers/: no
 // provider depends on another, none imports gRPC, gen/, config or the
-// server itself (an SDK may pull gRPC in), httpfail and stream know no
-// SDK, and providertest is for tests only: it knows no provider or
+// server itself (an SDK may pull gRPC in), httpfail, stream and endpoint
+// know no SDK, and providertest is for tests only: it knows no provider or
 // SDK, and no package's non-test code depends on it.
 func TestImportBoundaries(t *testing.T) {
 	if testing.Short() {
@@ -43,7 +43,7 @@ func TestImportBoundaries(t *testing.T) {
 		"github.com/openai/", "github.com/anthropics/", "google.golang.org/genai", "google.golang.org/grpc",
 		mod + "providers/openai", mod + "providers/anthropic", mod + "providers/gemini",
 	}
-	for _, shared := range []string{httpfail, mod + "providers/internal/stream"} {
+	for _, shared := range []string{httpfail, mod + "providers/internal/stream", mod + "providers/internal/endpoint"} {
 		check(shared, list(shared, allDeps), append(sdksAndProviders, providertest))
 	}
 	check(providertest, list(providertest, allDeps), sdksAndProviders)
