@@ -2,16 +2,21 @@ package anthropic
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 
 	"github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
-// decoder holds the state of one streamed message.
+// decoder holds the state of one streamed message: it is the
+// stream.Decoder of a Messages event stream.
 type decoder struct {
 	provider string
 	// blocks maps a content block index to what it is.
@@ -19,10 +24,12 @@ type decoder struct {
 	toolCalls int
 	thinking  int
 	usage     llm.Usage
-	output    bool
 	finished  bool
 	stop      llm.StopReason
 }
+
+// Finish reports the stop reason and whether message_stop arrived.
+func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
 
 type blockKind uint8
 
@@ -43,10 +50,10 @@ type block struct {
 	closed bool
 }
 
-// event yields the runtime chunks of one stream event through emit. It
+// Decode yields the runtime chunks of one stream event through emit. It
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object or a reply that overflowed the context.
-func (d *decoder) event(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) (bool, *llm.Error) {
+func (d *decoder) Decode(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	if d.blocks == nil {
 		d.blocks = map[int64]*block{}
 	}
@@ -204,4 +211,10 @@ func stopReason(r anthropic.StopReason) llm.StopReason {
 		return llm.StopPauseTurn
 	}
 	return llm.StopUnspecified
+}
+
+// consume turns the SDK's event stream into chunks. resp is the HTTP
+// response, nil when none arrived.
+func (p *Provider) consume(ctx context.Context, s *ssestream.Stream[anthropic.MessageStreamEventUnion], resp *http.Response, yield func(llm.Chunk, error) bool) {
+	stream.Consume(ctx, p.name, stream.SSE(s, resp, &decoder{provider: p.name}, p.classify), yield)
 }

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -74,69 +73,27 @@ func kindOf(code int, e apiError) llm.Kind {
 	return httpfail.StatusKind(code)
 }
 
-// classify turns the error that ended a stream into a [*llm.Error], or
-// returns the caller's context error when ctx is done.
-func (p *Provider) classify(ctx context.Context, err error, resp *http.Response) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
+// classify turns the error that ended a stream into a [*llm.Error]. resp
+// is the HTTP response, nil when none arrived.
+func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
 	err = httpfail.RedactErr(err, p.apiKey)
-	var (
-		ae   *anthropic.Error
-		code int
-		h    http.Header
-	)
-	if resp != nil {
-		code, h = resp.StatusCode, resp.Header
-	}
+	var ae *anthropic.Error
 	if !errors.As(err, &ae) {
-		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
-		if k, ok := httpfail.Network(err); ok {
-			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
-			return e
-		}
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &syn) || errors.As(err, &typ) {
-			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
-			return e
-		}
-		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
-		return e
-	}
-	code = ae.StatusCode
-	if ae.Response != nil {
-		h = ae.Response.Header
+		code, h := httpfail.Response(resp)
+		return httpfail.Untyped(p.name, code, httpfail.RequestID(h), err)
 	}
 	body := parseError(ae.RawJSON())
-	kind := kindOf(code, body)
-	var after time.Duration
-	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
-		after = retryAfter(h, time.Now())
+	r := httpfail.Reported{Kind: kindOf(ae.StatusCode, body), Message: body.Message, StatusCode: ae.StatusCode, RequestID: ae.RequestID}
+	if ae.Response != nil {
+		r.Header = ae.Response.Header
+	} else if resp != nil {
+		r.Header = resp.Header
 	}
-	msg := httpfail.Redact(body.Message, p.apiKey)
-	if msg == "" {
-		if code >= 400 {
-			msg = httpfail.StatusMessage(code)
-		} else {
-			msg = "the provider reported an error while streaming"
-		}
+	if httpfail.Waits(r.Kind, r.StatusCode) {
+		r.RetryAfter = retryAfter(r.Header, time.Now())
 	}
-	id := ae.RequestID
-	if id == "" {
-		id = httpfail.RequestID(h)
-	}
-	return &llm.Error{
-		Kind:       kind,
-		Message:    msg,
-		Provider:   p.name,
-		StatusCode: code,
-		RequestID:  id,
-		RetryAfter: after,
-		Hint:       httpfail.Hint(h, after),
-		Err:        err,
-	}
+	return r.Error(p.name, p.apiKey, err)
 }
 
 // retryAfter reads the wait a response asks for: retry-after-ms or

@@ -13,16 +13,14 @@ import (
 // buildParams maps req to the Messages request. It fails only on a request
 // the API could not accept, such as a tool schema that is not a JSON object.
 func buildParams(req *llm.Request) (anthropic.MessageNewParams, error) {
-	if req == nil {
-		return anthropic.MessageNewParams{}, errors.New("no request")
+	maxTokens := int64(DefaultMaxTokens)
+	if req.MaxOutputTokens > 0 {
+		maxTokens = int64(req.MaxOutputTokens)
 	}
 	params := anthropic.MessageNewParams{
 		Model:         anthropic.Model(req.Model),
-		MaxTokens:     DefaultMaxTokens,
+		MaxTokens:     maxTokens,
 		StopSequences: req.StopSequences,
-	}
-	if req.MaxOutputTokens > 0 {
-		params.MaxTokens = int64(req.MaxOutputTokens)
 	}
 	if req.Temperature != nil {
 		params.Temperature = anthropic.Float(*req.Temperature)

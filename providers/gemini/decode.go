@@ -9,7 +9,8 @@ import (
 	"google.golang.org/genai"
 )
 
-// decoder holds the state of one streamed reply.
+// decoder holds the state of one streamed reply: it is the
+// stream.Decoder of a generateContent stream.
 type decoder struct {
 	provider   string
 	responseID string
@@ -18,15 +19,18 @@ type decoder struct {
 	// inThought reports that the last part was a thought, so more thought
 	// text continues the same block.
 	inThought bool
-	output    bool
 	finished  bool
 	stop      llm.StopReason
 }
 
-// response yields the runtime chunks of one streamed response through
-// emit. It returns false when emit did, and an error for a finish that
-// means the reply is unusable.
-func (d *decoder) response(resp *genai.GenerateContentResponse, emit func(llm.Chunk) bool) (bool, *llm.Error) {
+// Finish reports the stop reason and whether a finishReason (or a blocked
+// prompt) arrived.
+func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
+
+// Decode yields the runtime chunks of one streamed response through emit.
+// It returns false when emit did, and an error for a finish that means the
+// reply is unusable.
+func (d *decoder) Decode(resp *genai.GenerateContentResponse, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	if resp == nil {
 		return true, nil
 	}

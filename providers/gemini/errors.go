@@ -1,7 +1,6 @@
 package gemini
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -99,68 +98,43 @@ func kindOf(e genai.APIError, det details) llm.Kind {
 	return llm.KindServerError
 }
 
-// classify turns the error that ended a stream into a [*llm.Error], or
-// returns the caller's context error when ctx is done. rec holds the HTTP
-// response's status and headers; responseID is the last response id
-// streamed, used when the headers carry no request id.
-func (p *Provider) classify(ctx context.Context, err error, rec *response, responseID string) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
+// classify turns the error that ended a stream into a [*llm.Error]. rec
+// holds the HTTP response's status and headers; responseID is the last
+// response id streamed, used when the headers carry no request id.
+func (p *Provider) classify(err error, rec *response, responseID string) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
 	err = httpfail.RedactErr(err, p.apiKey)
 	code, id := rec.get()
 	if id == "" {
 		id = responseID
 	}
-	h := rec.headers()
 	var ae genai.APIError
 	if !errors.As(err, &ae) {
-		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: id, Err: err}
-		if k, ok := httpfail.Network(err); ok {
-			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
-			return e
-		}
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &syn) || errors.As(err, &typ) || strings.Contains(err.Error(), "iterateResponseStream") {
+		e := httpfail.Untyped(p.name, code, id, err)
+		if e.Kind == llm.KindInternal && strings.Contains(err.Error(), "iterateResponseStream") {
 			// The SDK reports an undecodable chunk with fmt.Errorf and no
 			// type; its function name is the only mark it leaves.
-			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
-			return e
+			e.Kind, e.Message = llm.KindServerError, httpfail.MalformedEvent
 		}
-		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
 		return e
 	}
 	det := parseDetails(ae.Details)
-	kind := kindOf(ae, det)
-	status := code
-	if status == 0 {
-		status = ae.Code
+	r := httpfail.Reported{Kind: kindOf(ae, det), Message: ae.Message, StatusCode: code, RequestID: id, Header: rec.headers()}
+	if r.StatusCode == 0 {
+		r.StatusCode = ae.Code
 	}
-	var after time.Duration
-	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || ae.Code >= 500 {
-		after = det.retryDelay
-		if after == 0 {
-			after = httpfail.RetryAfter(h, time.Now())
-		}
-	}
-	msg := httpfail.Redact(ae.Message, p.apiKey)
-	if msg == "" || !rpcStatus(ae.Status) {
+	if r.Message == "" || !rpcStatus(ae.Status) {
 		// Without a google.rpc status the SDK put the raw body in Message
 		// (an HTML page from a proxy, say): not a message for people.
-		msg = httpfail.StatusMessage(ae.Code)
+		r.Message = httpfail.StatusMessage(ae.Code)
 	}
-	return &llm.Error{
-		Kind:       kind,
-		Message:    msg,
-		Provider:   p.name,
-		StatusCode: status,
-		RequestID:  id,
-		RetryAfter: after,
-		Hint:       httpfail.Hint(h, after),
-		Err:        err,
+	if r.Kind == llm.KindRateLimited || r.Kind == llm.KindOverloaded || ae.Code >= 500 {
+		r.RetryAfter = det.retryDelay
+		if r.RetryAfter == 0 {
+			r.RetryAfter = httpfail.RetryAfter(r.Header, time.Now())
+		}
 	}
+	return r.Error(p.name, p.apiKey, err)
 }
 
 // rpcStatus reports whether s is a google.rpc status name such as

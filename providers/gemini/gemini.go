@@ -34,8 +34,9 @@
 // SDK's HTTP retries and its automatic stream continuation are off: one
 // Stream is at most one HTTP request.
 //
-// The package imports only llm, providers/internal/httpfail and the
-// official SDK, google.golang.org/genai.
+// The package imports only llm, the shared adapter code under
+// providers/internal (httpfail, stream, endpoint) and the official SDK,
+// google.golang.org/genai.
 package gemini
 
 import (
@@ -44,37 +45,34 @@ import (
 	"iter"
 	"net/http"
 	"sync"
-	"time"
 
 	"google.golang.org/genai"
 
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/endpoint"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
 // DefaultBaseURL is the endpoint used when [Config.BaseURL] is empty.
 const DefaultBaseURL = "https://generativelanguage.googleapis.com/"
 
-// Config configures a [Provider].
-type Config struct {
-	// Name is the configured provider name, reported on every error.
-	Name string
-	// BaseURL is the API endpoint, without the API version; empty means
-	// [DefaultBaseURL].
-	BaseURL string
-	// APIKey is the Gemini API key, already read from the environment by
-	// the caller. It is required.
-	APIKey string
-	// Headers are extra HTTP headers sent with every request.
-	Headers map[string]string
-	// ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
-	// ignored when HTTPClient is set.
-	ConnectTimeout time.Duration
-	// HTTPClient replaces the default HTTP client, for tests. The provider
-	// uses a copy whose transport also records each response's status and
-	// headers for classification.
-	HTTPClient *http.Client
-}
+// Config configures a [Provider]. Its fields are those of every HTTP
+// provider (see providers/README.md); for Gemini:
+//
+//   - Name is the configured provider name, reported on every error;
+//     empty means "gemini".
+//   - BaseURL is the API endpoint, without the API version; empty means
+//     [DefaultBaseURL].
+//   - APIKey is the Gemini API key, already read from the environment by
+//     the caller. It is required.
+//   - Headers are extra HTTP headers sent with every request.
+//   - ConnectTimeout bounds dialling and the TLS handshake (0: 10s). It is
+//     ignored when HTTPClient is set.
+//   - HTTPClient replaces the default HTTP client, for tests. The provider
+//     uses a copy whose transport also records each response's status and
+//     headers for classification.
+type Config endpoint.Config
 
 // Provider streams Gemini replies. It is safe for concurrent use.
 type Provider struct {
@@ -88,31 +86,25 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a provider for cfg. It reads nothing from the environment:
 // the SDK's GOOGLE_* and GEMINI_* variables are ignored.
 func New(cfg Config) (*Provider, error) {
-	if cfg.Name == "" {
-		cfg.Name = "gemini"
-	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
 	if cfg.APIKey == "" {
 		return nil, errors.New("gemini: an API key is required")
 	}
-	hc, err := httpfail.Client("gemini", cfg.HTTPClient, cfg.ConnectTimeout)
+	c, err := endpoint.Config(cfg).Resolve("gemini", DefaultBaseURL)
 	if err != nil {
 		return nil, err
 	}
-	wrapped := *hc
-	wrapped.Transport = recorder{next: hc.Transport}
+	wrapped := *c.HTTPClient
+	wrapped.Transport = recorder{next: c.HTTPClient.Transport}
 	headers := http.Header{}
-	for k, v := range cfg.Headers {
+	for k, v := range c.Headers {
 		headers.Set(k, v)
 	}
 	client, err := genai.NewClient(context.Background(), &genai.ClientConfig{
-		APIKey:     cfg.APIKey,
+		APIKey:     c.APIKey,
 		Backend:    genai.BackendGeminiAPI,
 		HTTPClient: &wrapped,
 		HTTPOptions: genai.HTTPOptions{
-			BaseURL: cfg.BaseURL,
+			BaseURL: c.BaseURL,
 			Headers: headers,
 			// One attempt: the runtime owns retries.
 			RetryOptions: &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)},
@@ -122,59 +114,29 @@ func New(cfg Config) (*Provider, error) {
 		// The SDK's message may print the whole config, key included.
 		return nil, errors.New("gemini: cannot create the client")
 	}
-	return &Provider{name: cfg.Name, apiKey: cfg.APIKey, models: client.Models}, nil
+	return &Provider{name: c.Name, apiKey: c.APIKey, models: client.Models}, nil
 }
 
 // Stream sends req as one streamed generateContent call and yields its
 // chunks, ending with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return func(yield func(llm.Chunk, error) bool) {
-		yield, done := httpfail.Guard(p.name, yield)
-		defer done()
-		contents, config, err := buildRequest(req)
-		if err != nil {
-			yield(llm.Chunk{}, httpfail.InvalidRequest(p.name, err))
-			return
-		}
+	return stream.Run(p.name, req, buildCall, func(c call, yield func(llm.Chunk, error) bool) {
 		rec := &response{}
-		rctx := context.WithValue(ctx, responseKey{}, rec)
-		d := decoder{provider: p.name}
-		emit := func(c llm.Chunk) bool {
-			switch c.Kind {
-			case llm.ChunkText, llm.ChunkThinking, llm.ChunkToolCallStart, llm.ChunkToolCallArgs:
-				d.output = true
-			}
-			return yield(c, nil)
-		}
-		for resp, err := range p.models.GenerateContentStream(rctx, req.Model, contents, config) {
-			if err != nil {
-				yield(llm.Chunk{}, p.classify(ctx, err, rec, d.responseID))
-				return
-			}
-			ok, ferr := d.response(resp, emit)
-			if ferr != nil {
-				ferr.StatusCode, ferr.RequestID = rec.get()
-				yield(llm.Chunk{}, ferr)
-				return
-			}
-			if !ok {
-				return
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			yield(llm.Chunk{}, err)
-			return
-		}
-		if !d.finished {
-			code, id := rec.get()
-			if id == "" {
-				id = d.responseID
-			}
-			yield(llm.Chunk{}, httpfail.MissingFinish(p.name, d.output, code, id))
-			return
-		}
-		yield(llm.Chunk{Kind: llm.ChunkStop, Stop: d.stop}, nil)
-	}
+		d := &decoder{provider: p.name}
+		events := p.models.GenerateContentStream(context.WithValue(ctx, responseKey{}, rec), c.model, c.contents, c.config)
+		stream.Consume(ctx, p.name, stream.Call[*genai.GenerateContentResponse]{
+			Events:   events,
+			Decoder:  d,
+			Classify: func(err error) *llm.Error { return p.classify(err, rec, d.responseID) },
+			Response: func() (int, string) {
+				code, id := rec.get()
+				if id == "" {
+					id = d.responseID
+				}
+				return code, id
+			},
+		}, yield)
+	})
 }
 
 // responseKey marks the request context that carries a *response.

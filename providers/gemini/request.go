@@ -10,13 +10,23 @@ import (
 	"google.golang.org/genai"
 )
 
+// call is one generateContent request.
+type call struct {
+	model    string
+	contents []*genai.Content
+	config   *genai.GenerateContentConfig
+}
+
+// buildCall maps req to its call (see buildRequest).
+func buildCall(req *llm.Request) (call, error) {
+	contents, config, err := buildRequest(req)
+	return call{model: req.Model, contents: contents, config: config}, err
+}
+
 // buildRequest maps req to contents and a generation config. It fails only
 // on a request the API could not accept, such as a tool schema that is not
 // a JSON object or a signature that is not base64.
 func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentConfig, error) {
-	if req == nil {
-		return nil, nil, errors.New("no request")
-	}
 	config := &genai.GenerateContentConfig{
 		// A dropped stream is the runtime's to retry, not the SDK's to resume.
 		AutomaticContinuation: genai.Ptr(false),

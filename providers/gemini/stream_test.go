@@ -165,3 +165,15 @@ func TestNewRequiresKey(t *testing.T) {
 		t.Errorf("New without a key = %v, want an error", err)
 	}
 }
+
+// A failure the decoder finds mid-stream carries the status and, as the
+// Gemini API sends no request id header, the streamed responseId.
+func TestDecodeErrorCarriesResponseID(t *testing.T) {
+	t.Parallel()
+	body := data(`{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL","index":0}],"responseId":"resp_bad_call"}`)
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+	if e := providertest.AsError(t, err); e.Kind != llm.KindServerError || e.StatusCode != 200 || e.RequestID != "resp_bad_call" {
+		t.Errorf("error = %+v, want SERVER_ERROR with status 200 and request id resp_bad_call", e)
+	}
+}

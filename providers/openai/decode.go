@@ -2,28 +2,34 @@ package openai
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/httpfail"
+	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
-// decoder holds the state of one streamed reply.
+// decoder holds the state of one streamed reply: it is the
+// stream.Decoder of a chat completion stream.
 type decoder struct {
 	provider string
 	// calls are the reply's tool calls in order; byIndex maps the wire's
 	// tool call index to a position in calls.
-	calls   []*toolCall
-	byIndex map[int64]int
-	// output reports that text, reasoning or a tool call was yielded.
-	output   bool
+	calls    []*toolCall
+	byIndex  map[int64]int
 	refused  bool
 	finished bool
 	stop     llm.StopReason
 }
+
+// Finish reports the stop reason and whether a finish reason arrived.
+func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
 
 type toolCall struct {
 	id, name string
@@ -31,10 +37,10 @@ type toolCall struct {
 	closed   bool
 }
 
-// chunk yields the runtime chunks of one stream chunk through emit. It
+// Decode yields the runtime chunks of one stream chunk through emit. It
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object.
-func (d *decoder) chunk(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, error) {
+func (d *decoder) Decode(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
 			continue // only one choice is asked for
@@ -112,7 +118,7 @@ func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, em
 // closeCalls ends every open tool call, checking its arguments. A call
 // with no arguments at all gets "{}", as tools without parameters do on
 // some servers.
-func (d *decoder) closeCalls(emit func(llm.Chunk) bool) (bool, error) {
+func (d *decoder) closeCalls(emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	for i, call := range d.calls {
 		if call.closed {
 			continue
@@ -184,4 +190,10 @@ func stopReason(reason string, calls bool) llm.StopReason {
 		return llm.StopToolUse
 	}
 	return llm.StopUnspecified
+}
+
+// consume turns the SDK's stream into chunks. resp is the HTTP response,
+// nil when none arrived.
+func (p *Provider) consume(ctx context.Context, s *ssestream.Stream[openai.ChatCompletionChunk], resp *http.Response, yield func(llm.Chunk, error) bool) {
+	stream.Consume(ctx, p.name, stream.SSE(s, resp, &decoder{provider: p.name}, p.classify), yield)
 }

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -109,25 +108,17 @@ func kindOf(code int, e apiError) llm.Kind {
 	return llm.KindServerError
 }
 
-// classify turns the error that ended a stream into a [*llm.Error], or
-// returns the caller's context error when ctx is done. resp is the HTTP
-// response, nil when none arrived.
-func (p *Provider) classify(ctx context.Context, err error, resp *http.Response) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
+// classify turns the error that ended a stream into a [*llm.Error]. resp
+// is the HTTP response, nil when none arrived.
+func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
 	err = httpfail.RedactErr(err, p.apiKey)
 	var (
 		se   *ssestream.StreamError
 		ae   *openai.Error
 		body apiError
-		code int
-		h    http.Header
 	)
-	if resp != nil {
-		code, h = resp.StatusCode, resp.Header
-	}
+	code, h := httpfail.Response(resp)
 	switch {
 	case errors.As(err, &se):
 		body = parseError(se.Event.Data)
@@ -144,48 +135,18 @@ func (p *Provider) classify(ctx context.Context, err error, resp *http.Response)
 				body = rereadError(ae.Response)
 			}
 		}
-	case resp != nil && resp.StatusCode >= 400:
+	case code >= 400:
 		// A body the SDK could not read as its error type, such as
 		// {"error":"text"}.
 		body = rereadError(resp)
 	default:
-		e := &llm.Error{Provider: p.name, StatusCode: code, RequestID: httpfail.RequestID(h), Err: err}
-		if k, ok := httpfail.Network(err); ok {
-			e.Kind, e.Message = k, httpfail.NetworkMessage(k, err)
-			return e
-		}
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &syn) || errors.As(err, &typ) {
-			e.Kind, e.Message = llm.KindServerError, "the provider sent a malformed stream event"
-			return e
-		}
-		e.Kind, e.Message = llm.KindInternal, "unexpected failure calling the provider"
-		return e
+		return httpfail.Untyped(p.name, code, httpfail.RequestID(h), err)
 	}
-	kind := kindOf(code, body)
-	var after time.Duration
-	if kind == llm.KindRateLimited || kind == llm.KindOverloaded || code == http.StatusTooManyRequests || code >= 500 {
-		after = retryAfter(h)
+	r := httpfail.Reported{Kind: kindOf(code, body), Message: body.Message, StatusCode: code, Header: h}
+	if httpfail.Waits(r.Kind, code) {
+		r.RetryAfter = retryAfter(h)
 	}
-	msg := httpfail.Redact(body.Message, p.apiKey)
-	if msg == "" {
-		if code >= 400 {
-			msg = httpfail.StatusMessage(code)
-		} else {
-			msg = "the provider reported an error while streaming"
-		}
-	}
-	return &llm.Error{
-		Kind:       kind,
-		Message:    msg,
-		Provider:   p.name,
-		StatusCode: code,
-		RequestID:  httpfail.RequestID(h),
-		RetryAfter: after,
-		Hint:       httpfail.Hint(h, after),
-		Err:        err,
-	}
+	return r.Error(p.name, p.apiKey, err)
 }
 
 // rereadError parses the error body of resp, which the SDK read and put

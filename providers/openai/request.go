@@ -15,9 +15,6 @@ import (
 // buildParams maps req to the chat completion request. It fails only on a
 // request no server could accept, such as a tool schema that is not JSON.
 func buildParams(req *llm.Request) (openai.ChatCompletionNewParams, error) {
-	if req == nil {
-		return openai.ChatCompletionNewParams{}, errors.New("no request")
-	}
 	params := openai.ChatCompletionNewParams{
 		Model: req.Model,
 		// Ask for the usage chunk that follows the finish reason.

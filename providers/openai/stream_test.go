@@ -217,3 +217,18 @@ func TestStopEarly(t *testing.T) {
 		break
 	}
 }
+
+// A failure the decoder finds in the stream carries the response's status
+// and request id, as every other error does.
+func TestDecodeErrorCarriesResponse(t *testing.T) {
+	t.Parallel()
+	body := chunkLine(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}`, "tool_calls")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-request-id", "req_args")
+		providertest.WriteSSE(w, body)
+	})
+	_, err := providertest.Collect(t, t.Context(), provider(t, f), simpleRequest)
+	if e := providertest.AsError(t, err); e.Kind != llm.KindServerError || e.StatusCode != 200 || e.RequestID != "req_args" {
+		t.Errorf("error = %+v, want SERVER_ERROR with status 200 and request id req_args", e)
+	}
+}

@@ -8,9 +8,9 @@ import (
 
 // TestImportBoundaries enforces the house layout for providers/: no
 // provider depends on another, none imports gRPC, gen/, config or the
-// server itself (an SDK may pull gRPC in), httpfail knows no SDK, and
-// providertest is for tests only: it knows no provider or SDK, and no
-// package's non-test code depends on it.
+// server itself (an SDK may pull gRPC in), httpfail, stream and endpoint
+// know no SDK, and providertest is for tests only: it knows no provider or
+// SDK, and no package's non-test code depends on it.
 func TestImportBoundaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -43,7 +43,9 @@ func TestImportBoundaries(t *testing.T) {
 		"github.com/openai/", "github.com/anthropics/", "google.golang.org/genai", "google.golang.org/grpc",
 		mod + "providers/openai", mod + "providers/anthropic", mod + "providers/gemini",
 	}
-	check(httpfail, list(httpfail, allDeps), append(sdksAndProviders, providertest))
+	for _, shared := range []string{httpfail, mod + "providers/internal/stream", mod + "providers/internal/endpoint"} {
+		check(shared, list(shared, allDeps), append(sdksAndProviders, providertest))
+	}
 	check(providertest, list(providertest, allDeps), sdksAndProviders)
 	for _, p := range providers {
 		pkg := mod + "providers/" + p

@@ -12,9 +12,12 @@
 //     for ([MatchFragment]), all kept in one table.
 //
 // It also builds the HTTP client the adapters use ([Client], [NewClient])
-// and the errors for a request the adapter cannot map ([InvalidRequest]),
-// for a stream without its terminal marker ([MissingFinish]) and for tool
-// arguments that are not a JSON object ([BadArguments]).
+// and the errors the adapters share: a failure the provider reported in an
+// error body or event, once the adapter has read its class from the typed
+// fields ([Reported], [Waits]); a failure without one ([Untyped]); a
+// request the adapter cannot map ([InvalidRequest]); a stream without its
+// terminal marker ([MissingFinish]); and tool arguments that are not a
+// JSON object ([BadArguments]).
 //
 // The package may import only the standard library, llm and
 // golang.org/x/net/http2; it knows no provider SDK.
