@@ -34,7 +34,8 @@
 // SDK's HTTP retries and its automatic stream continuation are off: one
 // Stream is at most one HTTP request.
 //
-// The package imports only llm, providers/internal/httpfail and the
+// The package imports only llm, policy, providers/internal/httpfail and
+// providers/internal/endpoint (for its configuration [Settings]), and the
 // official SDK, google.golang.org/genai.
 package gemini
 

@@ -24,7 +24,8 @@
 // error is returned unchanged. The SDK's own retries are off: one Stream is
 // at most one HTTP request.
 //
-// The package imports only llm, providers/internal/httpfail and the
+// The package imports only llm, policy, providers/internal/httpfail and
+// providers/internal/endpoint (for its configuration [Settings]), and the
 // official SDK, github.com/openai/openai-go/v3.
 package openai
 
