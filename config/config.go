@@ -1,69 +1,74 @@
-// Package config reads and validates turnstile's YAML configuration. It knows
-// the file's shape and its defaults (taking the retry defaults from the
-// runtime), and nothing of the wire; cmd/turnstile turns a [Config] into
-// running parts.
+// Package config reads and validates turnstile's YAML configuration file.
+//
+// Parsing yields the values the running parts take as they are: the retry
+// settings as a [policy.Retry], the turn limits as a [runtime.Limits], each
+// providers entry as its type's settings from [registry]. A key the file
+// leaves out keeps its default; a key it sets means what it says, 0
+// included (jitter: 0 is no jitter, budget_tokens: 0 no budget). Every
+// problem of a file is reported at once, as an [*Errors] holding each with
+// its YAML path and line, and no secret is ever quoted.
+//
+// The package knows nothing of the wire; cmd/turnstile turns a [Config]
+// into running parts.
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"slices"
-	"sort"
-	"strings"
+	"reflect"
+	"regexp"
+	"strconv"
 	"time"
 
-	"github.com/turnstile-dev/turnstile/policy"
 	"gopkg.in/yaml.v3"
+
+	"github.com/turnstile-dev/turnstile/policy"
+	"github.com/turnstile-dev/turnstile/providers/registry"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // DefaultListen is the address served when neither the file nor a flag says.
 const DefaultListen = "127.0.0.1:7700"
 
-// Config is the whole configuration file.
+// Config is the whole configuration file. Build one with [Parse], [Load]
+// or [Default]; the zero value is not valid.
 type Config struct {
 	// Listen is the gRPC listen address.
 	Listen string `yaml:"listen"`
-	// Providers maps a provider name to its settings.
+	// Providers maps a provider name to its entry.
 	Providers map[string]Provider `yaml:"providers"`
 	// Models maps a model alias, which clients name in requests, to a
 	// provider's model.
 	Models map[string]Model `yaml:"models"`
-	// DefaultModel is the alias used when a request names none.
+	// DefaultModel is the alias used when a request names none; a file
+	// with one model and no default_model gets that model.
 	DefaultModel string `yaml:"default_model"`
-	// Retry is the retry policy of every model that does not set its own.
-	Retry Retry `yaml:"retry"`
+	// Retry is the retry policy of every model, each key of which a model
+	// may override.
+	Retry policy.Retry `yaml:"retry"`
 	// Turn bounds each turn.
-	Turn Turn `yaml:"turn"`
+	Turn runtime.Limits `yaml:"turn"`
 	// Server tunes the gRPC server.
 	Server Server `yaml:"server"`
 	// Log sets the log format and level.
 	Log Log `yaml:"log"`
 	// MCPServers maps a name to an MCP server whose tools models may call.
 	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
+
+	// file names the source in errors.
+	file string
+	// lines maps the YAML path of every key and list item the file sets to
+	// its line; nil for a Config built in code.
+	lines map[string]int
 }
 
-// Provider configures one model provider.
+// Provider is one entry of providers: its type, and the entry's other keys
+// decoded into that type's settings.
 type Provider struct {
-	// Type selects the implementation: simulator, openai, anthropic, gemini.
-	Type string `yaml:"type"`
-	// BaseURL overrides the provider's API endpoint.
-	BaseURL string `yaml:"base_url"`
-	// APIKeyEnv names the environment variable holding the API key. Keys
-	// are never read from the file.
-	APIKeyEnv string `yaml:"api_key_env"`
-	// Headers are extra HTTP headers sent with every request.
-	Headers map[string]string `yaml:"headers"`
-	// ConnectTimeout bounds connecting to the provider (0: 10s).
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	// TokenDelay paces the simulator's output, per token (0: 15ms; a
-	// negative value: no pacing at all).
-	TokenDelay time.Duration `yaml:"token_delay"`
-	// Script lists directives the simulator applies to every call, in the
-	// same syntax as the prompt directives (see providers/sim).
-	Script []string `yaml:"script"`
+	// Type names the provider type in the [registry].
+	Type string
+	// Settings holds the entry's settings; nil when Type is unknown.
+	Settings registry.Settings
 }
 
 // Model configures one model alias.
@@ -73,74 +78,43 @@ type Model struct {
 	// Model is the provider's own model id.
 	Model string `yaml:"model"`
 	// Fallbacks lists aliases to move to, in order, when this model fails.
+	// They are not followed transitively: a turn on this model tries it,
+	// then these, and none of their own fallbacks.
 	Fallbacks []string `yaml:"fallbacks"`
 	// ContextWindow is the model's context size in tokens, used to choose a
-	// larger fallback on context overflow (0: unknown).
+	// larger fallback on context overflow; 0 is unknown.
 	ContextWindow int `yaml:"context_window"`
-	// MaxOutputTokens is the default output limit per call (0: provider's).
+	// MaxOutputTokens is the default output limit per call; 0 leaves it to
+	// the provider.
 	MaxOutputTokens int `yaml:"max_output_tokens"`
-	// FirstTokenTimeout bounds the wait for the first output (0: 60s).
+	// FirstTokenTimeout bounds the wait for the first output (default 60s;
+	// 0 is none).
 	FirstTokenTimeout time.Duration `yaml:"first_token_timeout"`
-	// IdleTimeout bounds the gap between two chunks (0: 60s).
+	// IdleTimeout bounds the gap between two chunks (default 60s; 0 is
+	// none).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// Retry overrides the top-level retry policy for this model; fields left
-	// zero keep the top-level value.
-	Retry *Retry `yaml:"retry"`
+	// Retry is this model's retry policy: the top-level retry, with each
+	// key the model's retry block sets replaced.
+	Retry policy.Retry `yaml:"retry"`
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
 }
 
-// Retry configures retries and backoff. Zero fields take the defaults.
-type Retry struct {
-	// MaxRetries is the number of retries per model and step (default 2;
-	// set -1 for none).
-	MaxRetries int `yaml:"max_retries"`
-	// InitialBackoff is the first backoff delay (default 500ms).
-	InitialBackoff time.Duration `yaml:"initial_backoff"`
-	// Multiplier grows the backoff per attempt (default 2).
-	Multiplier float64 `yaml:"multiplier"`
-	// MaxBackoff caps a backoff delay (default 16s).
-	MaxBackoff time.Duration `yaml:"max_backoff"`
-	// Jitter spreads each delay by ± this fraction (default 0.25).
-	Jitter float64 `yaml:"jitter"`
-	// MaxRetryAfter is the longest provider-requested wait honoured (default 60s).
-	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
-	// Cooldown is how long a failing model is skipped by new turns when the
-	// provider gave no Retry-After (default 30s).
-	Cooldown time.Duration `yaml:"cooldown"`
-	// BudgetTokens sizes the per-model retry budget shared by all turns
-	// (default 10): retries stop when fewer than half remain.
-	BudgetTokens float64 `yaml:"budget_tokens"`
-	// BudgetRatio is what each success earns back (default 0.1).
-	BudgetRatio float64 `yaml:"budget_ratio"`
-}
-
-// Turn bounds each turn.
-type Turn struct {
-	// MaxModelCalls is the default limit of model calls per turn (default 16).
-	MaxModelCalls int `yaml:"max_model_calls"`
-	// MaxContinuations is how often a reply cut by the output limit is
-	// continued (default 3; -1 for never).
-	MaxContinuations int `yaml:"max_continuations"`
-	// ToolConcurrency bounds the tool calls run at once (default 4).
-	ToolConcurrency int `yaml:"tool_concurrency"`
-	// ToolTimeout bounds one tool call (default 60s).
-	ToolTimeout time.Duration `yaml:"tool_timeout"`
-}
-
 // Server tunes the gRPC server.
 type Server struct {
 	// ShutdownGrace is how long running turns may finish after SIGTERM
-	// before they are cancelled with a retryable error (default 30s).
+	// before they are cancelled with a retryable error (default 30s;
+	// positive).
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// DrainDelay is how long health reports NOT_SERVING before the server
 	// stops accepting turns, so load balancers notice (default 0).
 	DrainDelay time.Duration `yaml:"drain_delay"`
 	// KeepaliveTime is the server's ping interval on idle connections
-	// (default 30s).
+	// (default 30s; positive).
 	KeepaliveTime time.Duration `yaml:"keepalive_time"`
-	// MaxConcurrentStreams bounds the streams of one connection (default 256).
+	// MaxConcurrentStreams bounds the streams of one connection (default
+	// 256; at least 1).
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
 }
 
@@ -152,265 +126,163 @@ type Log struct {
 	Level string `yaml:"level"`
 }
 
-// ProviderTypes lists the known provider types.
-var ProviderTypes = []string{"simulator", "openai", "anthropic", "gemini"}
+// defaults returns a configuration holding every default and no provider
+// or model.
+func defaults() *Config {
+	return &Config{
+		Listen: DefaultListen,
+		Retry:  policy.DefaultRetry(),
+		Turn:   runtime.DefaultLimits(),
+		Server: Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256},
+		Log:    Log{Format: "text", Level: "info"},
+	}
+}
+
+// newModel returns the model a models entry starts from: the default
+// timeouts and the top-level retry policy r.
+func newModel(r policy.Retry) Model {
+	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r}
+}
 
 // Default returns the configuration used when no file is given: the
 // embedded simulator as the only provider and the default model.
 func Default() *Config {
-	c := &Config{
-		Providers:    map[string]Provider{"sim": {Type: "simulator"}},
-		Models:       map[string]Model{"sim": {Provider: "sim", Model: "turnstile-sim-1", ContextWindow: 32000}},
-		DefaultModel: "sim",
-	}
-	c.applyDefaults()
+	c := defaults()
+	t, _ := registry.Lookup("simulator")
+	c.Providers = map[string]Provider{"sim": {Type: t.Name, Settings: t.New()}}
+	m := newModel(c.Retry)
+	m.Provider, m.Model, m.ContextWindow = "sim", "turnstile-sim-1", 32000
+	c.Models = map[string]Model{"sim": m}
+	c.DefaultModel = "sim"
 	return c
 }
 
-// Load reads and validates the file at path.
+// Load reads and validates the file at path. Problems with its content
+// come as an [*Errors] naming path.
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := Parse(b)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return Parse(path, b)
 }
 
-// Parse decodes and validates YAML. Unknown keys are errors.
-func Parse(b []byte) (*Config, error) {
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+// Parse decodes and validates the YAML b; name is the file's name, used in
+// messages. It returns every problem found as an [*Errors].
+func Parse(name string, b []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, newErrors(name, []Problem{syntaxProblem(err)})
 	}
-	c.applyDefaults()
-	if err := c.Validate(); err != nil {
-		return nil, err
+	c := defaults()
+	c.file = name
+	d := newDecoder()
+	d.starts[reflect.TypeFor[Model]()] = func() reflect.Value { return reflect.ValueOf(newModel(c.Retry)) }
+	d.starts[reflect.TypeFor[MCPServer]()] = func() reflect.Value { return reflect.ValueOf(newMCPServer()) }
+	if n := d.resolve(&root, ""); n != nil {
+		// The top-level retry first: each model's retry starts from it,
+		// wherever the file puts it.
+		if n.Kind == yaml.MappingNode {
+			var retry *pair
+			for _, p := range d.pairs(n, "") {
+				if p.key.Kind == yaml.ScalarNode && p.key.Value == "retry" {
+					retry = &p
+				}
+			}
+			if retry != nil {
+				d.lines["retry"] = retry.key.Line
+				d.decode(retry.value, reflect.ValueOf(&c.Retry).Elem(), "retry")
+			}
+		}
+		d.decodeStruct(n, reflect.ValueOf(c).Elem(), "", []string{"retry"}, nil)
 	}
-	return &c, nil
-}
-
-func (c *Config) applyDefaults() {
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	c.Retry = c.Retry.WithDefaults(DefaultRetry())
-	if c.Turn.MaxModelCalls == 0 {
-		c.Turn.MaxModelCalls = 16
-	}
-	if c.Turn.MaxContinuations == 0 {
-		c.Turn.MaxContinuations = 3
-	}
-	if c.Turn.ToolConcurrency == 0 {
-		c.Turn.ToolConcurrency = 4
-	}
-	if c.Turn.ToolTimeout == 0 {
-		c.Turn.ToolTimeout = 60 * time.Second
-	}
-	if c.Server.ShutdownGrace == 0 {
-		c.Server.ShutdownGrace = 30 * time.Second
-	}
-	if c.Server.KeepaliveTime == 0 {
-		c.Server.KeepaliveTime = 30 * time.Second
-	}
-	if c.Server.MaxConcurrentStreams == 0 {
-		c.Server.MaxConcurrentStreams = 256
-	}
-	if c.Log.Format == "" {
-		c.Log.Format = "text"
-	}
-	if c.Log.Level == "" {
-		c.Log.Level = "info"
-	}
-	if len(c.Models) == 1 && c.DefaultModel == "" {
+	c.lines = d.lines
+	if _, set := c.lines["default_model"]; !set && len(c.Models) == 1 {
 		for alias := range c.Models {
 			c.DefaultModel = alias
 		}
 	}
-	for alias, m := range c.Models {
-		if m.FirstTokenTimeout == 0 {
-			m.FirstTokenTimeout = 60 * time.Second
-		}
-		if m.IdleTimeout == 0 {
-			m.IdleTimeout = 60 * time.Second
-		}
-		if m.Retry == nil {
-			r := c.Retry
-			m.Retry = &r
-		} else {
-			r := m.Retry.WithDefaults(c.Retry)
-			m.Retry = &r
-		}
-		c.Models[alias] = m
+	if err := newErrors(name, append(d.problems, c.problems()...)); err != nil {
+		return nil, err
 	}
+	return c, nil
 }
 
-// DefaultRetry returns the built-in retry settings: the runtime's
-// defaults, so the two never drift apart.
-func DefaultRetry() Retry {
-	d := policy.DefaultRetry()
-	return Retry{
-		MaxRetries:     d.MaxRetries,
-		InitialBackoff: d.InitialBackoff,
-		Multiplier:     d.Multiplier,
-		MaxBackoff:     d.MaxBackoff,
-		Jitter:         d.Jitter,
-		MaxRetryAfter:  d.MaxRetryAfter,
-		Cooldown:       d.Cooldown,
-		BudgetTokens:   d.BudgetTokens,
-		BudgetRatio:    d.BudgetRatio,
+// yamlError matches the line yaml.v3 puts in its syntax errors.
+var yamlError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxProblem turns a YAML syntax error into a Problem.
+func syntaxProblem(err error) Problem {
+	if m := yamlError.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return Problem{Line: line, Message: "invalid YAML: " + m[2]}
 	}
+	return Problem{Message: "invalid YAML: " + err.Error()}
 }
 
-// WithDefaults returns r with each zero field taken from d.
-func (r Retry) WithDefaults(d Retry) Retry {
-	if r.MaxRetries == 0 {
-		r.MaxRetries = d.MaxRetries
+// decodeNode decodes a providers entry: its type first, then the other
+// keys into that type's settings, so an unknown key is suggested one of
+// the type's own.
+func (p *Provider) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.expected(n, path, "a block of key: value pairs with a type")
+		return
 	}
-	if r.InitialBackoff == 0 {
-		r.InitialBackoff = d.InitialBackoff
-	}
-	if r.Multiplier == 0 {
-		r.Multiplier = d.Multiplier
-	}
-	if r.MaxBackoff == 0 {
-		r.MaxBackoff = d.MaxBackoff
-	}
-	if r.Jitter == 0 {
-		r.Jitter = d.Jitter
-	}
-	if r.MaxRetryAfter == 0 {
-		r.MaxRetryAfter = d.MaxRetryAfter
-	}
-	if r.Cooldown == 0 {
-		r.Cooldown = d.Cooldown
-	}
-	if r.BudgetTokens == 0 {
-		r.BudgetTokens = d.BudgetTokens
-	}
-	if r.BudgetRatio == 0 {
-		r.BudgetRatio = d.BudgetRatio
-	}
-	return r
-}
-
-// Validate reports the first problem found, naming the field.
-func (c *Config) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if len(c.Providers) == 0 {
-		add("providers: at least one provider is required")
-	}
-	for _, name := range sortedKeys(c.Providers) {
-		p := c.Providers[name]
-		field := "providers." + name
-		if !slices.Contains(ProviderTypes, p.Type) {
-			add("%s.type: %q is not one of %s", field, p.Type, strings.Join(ProviderTypes, ", "))
+	typePath := join(path, "type")
+	var typeNode *yaml.Node
+	for _, pr := range d.pairs(n, path) {
+		if pr.key.Kind == yaml.ScalarNode && pr.key.Value == "type" {
+			typeNode = pr.value
+			d.lines[typePath] = pr.key.Line
 		}
-		if p.Type == "simulator" {
-			if p.BaseURL != "" || p.APIKeyEnv != "" || len(p.Headers) > 0 {
-				add("%s: base_url, api_key_env and headers do not apply to type simulator", field)
+	}
+	if typeNode == nil {
+		d.problem(n.Line, typePath, "required: one of %s", list(registry.Names()))
+		return
+	}
+	before := len(d.problems)
+	d.decode(typeNode, reflect.ValueOf(&p.Type).Elem(), typePath)
+	if len(d.problems) > before {
+		return
+	}
+	if p.Type == "" {
+		d.problem(typeNode.Line, typePath, "required: one of %s", list(registry.Names()))
+		return
+	}
+	t, ok := registry.Lookup(p.Type)
+	if !ok {
+		d.problem(typeNode.Line, typePath, "unknown provider type %q%s (known types: %s)", p.Type, didYouMean(p.Type, registry.Names()), list(registry.Names()))
+		return
+	}
+	p.Settings = t.New()
+	d.decodeStruct(n, reflect.ValueOf(p.Settings).Elem(), path, []string{"type"}, func(key string) string {
+		return otherTypesKey(key, t.Name)
+	})
+}
+
+// otherTypesKey explains a key unknown to provider type typ that is, or
+// looks like, a key of other types.
+func otherTypesKey(key, typ string) string {
+	byKey := map[string][]string{}
+	var all []string
+	for _, name := range registry.Names() {
+		if name == typ {
+			continue
+		}
+		other, _ := registry.Lookup(name)
+		for _, k := range keys(reflect.TypeOf(other.New()).Elem()) {
+			if byKey[k] == nil {
+				all = append(all, k)
 			}
-		} else if p.TokenDelay != 0 || len(p.Script) > 0 {
-			add("%s: token_delay and script apply only to type simulator", field)
-		}
-		if p.APIKeyEnv != "" && strings.ContainsAny(p.APIKeyEnv, " =") {
-			add("%s.api_key_env: %q must be an environment variable name", field, p.APIKeyEnv)
-		}
-		if p.ConnectTimeout < 0 {
-			add("%s: durations must not be negative", field)
+			byKey[k] = append(byKey[k], name)
 		}
 	}
-	if len(c.Models) == 0 {
-		add("models: at least one model is required")
+	if in := byKey[key]; in != nil {
+		return fmt.Sprintf("%s is a key of %s %s, not of %s", key, plural(len(in), "type", "types"), list(in), typ)
 	}
-	for _, alias := range sortedKeys(c.Models) {
-		m := c.Models[alias]
-		field := "models." + alias
-		if _, ok := c.Providers[m.Provider]; !ok {
-			add("%s.provider: %q is not a configured provider", field, m.Provider)
-		}
-		if m.Model == "" {
-			add("%s.model: required", field)
-		}
-		seen := map[string]bool{alias: true}
-		for i, fb := range m.Fallbacks {
-			if _, ok := c.Models[fb]; !ok {
-				add("%s.fallbacks[%d]: %q is not a configured model", field, i, fb)
-			}
-			if seen[fb] {
-				add("%s.fallbacks[%d]: %q appears twice in the chain", field, i, fb)
-			}
-			seen[fb] = true
-		}
-		if m.ContextWindow < 0 || m.MaxOutputTokens < 0 || m.FirstTokenTimeout < 0 || m.IdleTimeout < 0 {
-			add("%s: numbers and durations must not be negative", field)
-		}
-		if m.Retry != nil {
-			if err := m.Retry.validate(field + ".retry"); err != nil {
-				errs = append(errs, err)
-			}
-		}
+	if s := suggest(key, all); s != "" {
+		in := byKey[s]
+		return fmt.Sprintf("did you mean %s? that is a key of %s %s, not of %s", s, plural(len(in), "type", "types"), list(in), typ)
 	}
-	if c.DefaultModel == "" {
-		add("default_model: required when several models are configured")
-	} else if _, ok := c.Models[c.DefaultModel]; !ok {
-		add("default_model: %q is not a configured model", c.DefaultModel)
-	}
-	if err := c.Retry.validate("retry"); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Turn.MaxModelCalls < 1 {
-		add("turn.max_model_calls: must be at least 1")
-	}
-	if c.Turn.MaxContinuations < -1 {
-		add("turn.max_continuations: must be -1 or more")
-	}
-	if c.Turn.ToolConcurrency < 1 {
-		add("turn.tool_concurrency: must be at least 1")
-	}
-	if c.Turn.ToolTimeout < 0 {
-		add("turn.tool_timeout: must not be negative")
-	}
-	if c.Server.ShutdownGrace < 0 || c.Server.DrainDelay < 0 || c.Server.KeepaliveTime < 0 {
-		add("server: durations must not be negative")
-	}
-	if c.Log.Format != "text" && c.Log.Format != "json" {
-		add("log.format: %q is not text or json", c.Log.Format)
-	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
-		add("log.level: %q is not debug, info, warn or error", c.Log.Level)
-	}
-	errs = append(errs, c.validateMCP()...)
-	return errors.Join(errs...)
-}
-
-func (r Retry) validate(field string) error {
-	switch {
-	case r.MaxRetries < -1:
-		return fmt.Errorf("%s.max_retries: must be -1 (none) or more", field)
-	case r.InitialBackoff < 0 || r.MaxBackoff < 0 || r.MaxRetryAfter < 0 || r.Cooldown < 0:
-		return fmt.Errorf("%s: durations must not be negative", field)
-	case r.Multiplier < 1:
-		return fmt.Errorf("%s.multiplier: must be at least 1", field)
-	case r.Jitter < 0 || r.Jitter > 1:
-		return fmt.Errorf("%s.jitter: must be between 0 and 1", field)
-	case r.BudgetTokens < 0 || r.BudgetRatio < 0:
-		return fmt.Errorf("%s: budget_tokens and budget_ratio must not be negative", field)
-	}
-	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return ""
 }

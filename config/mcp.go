@@ -41,9 +41,17 @@ type MCPServer struct {
 	ToolPrefix string `yaml:"tool_prefix"`
 	// ToolOverrides adjusts tools, keyed by the server's tool name.
 	ToolOverrides map[string]MCPToolOverride `yaml:"tool_overrides"`
-	// ConnectTimeout bounds each connect to the server (0: 10s).
+	// ConnectTimeout bounds each connect to the server (default 10s;
+	// positive).
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 }
+
+// DefaultMCPConnectTimeout bounds each connect to an MCP server whose
+// entry does not set connect_timeout.
+const DefaultMCPConnectTimeout = 10 * time.Second
+
+// newMCPServer returns the value an mcp_servers entry starts from.
+func newMCPServer() MCPServer { return MCPServer{ConnectTimeout: DefaultMCPConnectTimeout} }
 
 // MCPToolOverride replaces what an MCP server says about one tool.
 type MCPToolOverride struct {
@@ -51,7 +59,8 @@ type MCPToolOverride struct {
 	ReadOnly *bool `yaml:"read_only"`
 	// Idempotent, when set, replaces the tool's idempotentHint.
 	Idempotent *bool `yaml:"idempotent"`
-	// Timeout, when positive, bounds each call of the tool (0: turn.tool_timeout).
+	// Timeout bounds each call of the tool; positive when set. Left out (0
+	// in code), the tool gets turn.tool_timeout.
 	Timeout time.Duration `yaml:"timeout"`
 }
 
@@ -65,115 +74,119 @@ var (
 	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
 
-// validateMCP checks mcp_servers and the models' tools lists. Messages name
-// the field and never repeat environment or header values, nor the URL (it
-// may carry a token).
-func (c *Config) validateMCP() []error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// checkMCP checks mcp_servers and the models' tools lists. Messages never
+// repeat environment or header values, nor the URL (it may carry a token).
+func (c *Config) checkMCP(v *checker) {
 	for _, name := range sortedKeys(c.MCPServers) {
 		s := c.MCPServers[name]
-		field := "mcp_servers." + name
+		path := "mcp_servers." + name
 		if !mcpName.MatchString(name) {
-			add("%s: the name may only hold letters, digits, _ and -", field)
+			v.at(path, "the name may only hold letters, digits, _ and -")
 		}
 		switch {
 		case s.Command == "" && s.URL == "":
-			add("%s.command: required unless url is set", field)
+			v.at(path+".command", "required unless url is set")
 		case s.Command != "" && s.URL != "":
-			add("%s: set either command or url, not both", field)
+			v.at(path, "set either command or url, not both")
 		case s.URL != "":
 			if len(s.Args) > 0 || len(s.Env) > 0 || len(s.EnvFrom) > 0 {
-				add("%s: args, env and env_from apply only to command servers", field)
+				v.at(path, "args, env and env_from apply only to command servers")
 			}
 			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				add("%s.url: must be an absolute http or https URL", field)
+				v.at(path+".url", "must be an absolute http or https URL")
 			}
 		default:
 			if len(s.Headers) > 0 || len(s.HeadersFromEnv) > 0 {
-				add("%s: headers and headers_from_env apply only to url servers", field)
+				v.at(path, "headers and headers_from_env apply only to url servers")
 			}
 		}
 		for _, k := range sortedKeys(s.Env) {
 			if !envName.MatchString(k) {
-				add("%s.env: %q is not an environment variable name", field, k)
+				v.at(path+".env", "%q is not an environment variable name", k)
 			}
 		}
 		for i, k := range s.EnvFrom {
+			at := fmt.Sprintf("%s.env_from[%d]", path, i)
 			switch {
 			case !envName.MatchString(k):
-				add("%s.env_from[%d]: %q is not an environment variable name", field, i, k)
+				v.at(at, "%q is not an environment variable name", k)
 			case slices.Contains(s.EnvFrom[:i], k):
-				add("%s.env_from[%d]: %q appears twice", field, i, k)
+				v.at(at, "%q appears twice", k)
 			}
 			if _, ok := s.Env[k]; ok {
-				add("%s.env_from[%d]: %q is also set in env", field, i, k)
+				v.at(at, "%q is also set in env", k)
 			}
 		}
 		for _, k := range sortedKeys(s.Headers) {
 			if !headerName.MatchString(k) {
-				add("%s.headers: %q is not a header name", field, k)
+				v.at(path+".headers", "%q is not a header name", k)
 			}
 			if strings.ContainsAny(s.Headers[k], "\r\n") {
-				add("%s.headers.%s: the value must be one line", field, k)
+				v.at(path+".headers."+k, "the value must be one line")
 			}
 		}
 		for _, k := range sortedKeys(s.HeadersFromEnv) {
 			if !headerName.MatchString(k) {
-				add("%s.headers_from_env: %q is not a header name", field, k)
+				v.at(path+".headers_from_env", "%q is not a header name", k)
 			}
-			if v := s.HeadersFromEnv[k]; !envName.MatchString(v) {
-				add("%s.headers_from_env.%s: %q is not an environment variable name", field, k, v)
+			if name := s.HeadersFromEnv[k]; !envName.MatchString(name) {
+				v.at(path+".headers_from_env."+k, "%q is not an environment variable name", name)
 			}
 			if _, ok := s.Headers[k]; ok {
-				add("%s.headers_from_env.%s: also set in headers", field, k)
+				v.at(path+".headers_from_env."+k, "also set in headers")
 			}
 		}
 		for i, tool := range s.Tools {
+			at := fmt.Sprintf("%s.tools[%d]", path, i)
 			switch {
 			case tool == "":
-				add("%s.tools[%d]: empty tool name", field, i)
+				v.at(at, "empty tool name")
 			case slices.Contains(s.Tools[:i], tool):
-				add("%s.tools[%d]: %q appears twice", field, i, tool)
+				v.at(at, "%q appears twice", tool)
 			}
 		}
 		if s.ToolPrefix != "" && !mcpName.MatchString(s.ToolPrefix) {
-			add("%s.tool_prefix: may only hold letters, digits, _ and -", field)
+			v.at(path+".tool_prefix", "may only hold letters, digits, _ and -")
 		}
 		for _, tool := range sortedKeys(s.ToolOverrides) {
 			o := s.ToolOverrides[tool]
+			at := path + ".tool_overrides." + tool
 			if len(s.Tools) > 0 && !slices.Contains(s.Tools, tool) {
-				add("%s.tool_overrides.%s: not in the tools allowlist", field, tool)
+				v.at(at, "not in the tools allowlist")
 			}
-			if o.Timeout < 0 {
-				add("%s.tool_overrides.%s.timeout: must not be negative", field, tool)
+			_, set := c.lines[at+".timeout"]
+			switch {
+			case o.Timeout < 0:
+				v.at(at+".timeout", "must not be negative")
+			case o.Timeout == 0 && set:
+				v.at(at+".timeout", "must be positive: leave it out for turn.tool_timeout")
 			}
 		}
-		if s.ConnectTimeout < 0 {
-			add("%s.connect_timeout: must not be negative", field)
+		if s.ConnectTimeout <= 0 {
+			v.at(path+".connect_timeout", "must be positive")
 		}
 	}
 
 	known, complete := c.mcpToolNames()
 	for _, alias := range sortedKeys(c.Models) {
 		m := c.Models[alias]
-		field := "models." + alias + ".tools"
+		path := "models." + alias + ".tools"
 		if len(m.Tools) > 0 && len(c.MCPServers) == 0 {
-			add("%s: no mcp_servers are configured", field)
+			v.at(path, "no mcp_servers are configured")
 			continue
 		}
 		for i, tool := range m.Tools {
+			at := fmt.Sprintf("%s[%d]", path, i)
 			switch {
 			case tool == "":
-				add("%s[%d]: empty tool name", field, i)
+				v.at(at, "empty tool name")
 			case slices.Contains(m.Tools[:i], tool):
-				add("%s[%d]: %q appears twice", field, i, tool)
+				v.at(at, "%q appears twice", tool)
 			case complete && !known[tool]:
-				add("%s[%d]: %q is not in any mcp_servers tools allowlist", field, i, tool)
+				v.at(at, "%q is not in any mcp_servers tools allowlist", tool)
 			}
 		}
 	}
-	return errs
 }
 
 // mcpToolNames returns the tool names models may see, as far as the file

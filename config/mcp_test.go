@@ -17,7 +17,7 @@ models:
 `
 
 func TestParseMCP(t *testing.T) {
-	c, err := Parse([]byte(base + `
+	c, err := Parse("config.yaml", []byte(base+`
 mcp_servers:
   files:
     command: /usr/bin/files-mcp
@@ -53,6 +53,7 @@ mcp_servers:
 			Headers:        map[string]string{"X-Team": "core"},
 			HeadersFromEnv: map[string]string{"Authorization": "SEARCH_AUTH"},
 			ToolPrefix:     "search_",
+			ConnectTimeout: DefaultMCPConnectTimeout,
 		},
 	}
 	if diff := cmp.Diff(want, c.MCPServers); diff != "" {
@@ -148,7 +149,7 @@ mcp_servers:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(base + tt.yaml))
+			_, err := Parse("config.yaml", []byte(base+tt.yaml))
 			if len(tt.want) == 0 {
 				if err != nil {
 					t.Fatalf("Parse = %v, want nil", err)
@@ -210,7 +211,7 @@ models:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte("providers:\n  sim: {type: simulator}\n" + tt.yaml))
+			_, err := Parse("config.yaml", []byte("providers:\n  sim: {type: simulator}\n"+tt.yaml))
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Parse = %v, want nil", err)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Retry tunes retries on one model. Every field means what it says,
@@ -57,21 +59,12 @@ func DefaultRetry() Retry {
 	}
 }
 
-// Problem is a setting that is out of range. Field is its yaml name.
-type Problem struct {
-	Field   string
-	Message string
-}
-
-// Error returns "Field: Message".
-func (p Problem) Error() string { return p.Field + ": " + p.Message }
-
 // Problems lists every setting of r that is out of range, in field order;
 // none when r is valid.
-func (r Retry) Problems() []Problem {
-	var out []Problem
+func (r Retry) Problems() []llm.Problem {
+	var out []llm.Problem
 	bad := func(field, format string, args ...any) {
-		out = append(out, Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+		out = append(out, llm.Problem{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
 	if r.MaxRetries < 0 {
 		bad("max_retries", "must not be negative (0 means no retries)")

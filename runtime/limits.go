@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/turnstile-dev/turnstile/policy"
+	"github.com/turnstile-dev/turnstile/llm"
 )
 
 // Limits bound every turn of a [Runner]. Every field means what it says:
@@ -38,10 +38,10 @@ func DefaultLimits() Limits {
 
 // Problems lists every limit that is out of range, in field order; none
 // when l is valid.
-func (l Limits) Problems() []policy.Problem {
-	var out []policy.Problem
+func (l Limits) Problems() []llm.Problem {
+	var out []llm.Problem
 	bad := func(field, format string, args ...any) {
-		out = append(out, policy.Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+		out = append(out, llm.Problem{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
 	if l.MaxModelCalls < 1 {
 		bad("max_model_calls", "must be at least 1")

@@ -30,7 +30,7 @@ func main() {
 	var code int
 	switch os.Args[1] {
 	case "serve":
-		code = serve(os.Args[2:])
+		code = serve(os.Args[2:], os.Stderr)
 	case "run":
 		code = run(os.Args[2:])
 	case "help", "-h", "--help":

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -191,18 +192,21 @@ func TestProvidersThroughServer(t *testing.T) {
 	}
 }
 
+// TestProviderKeyMissing: a provider in use whose key variable is empty
+// stops serve with the variable's name and the key's place in the file.
 func TestProviderKeyMissing(t *testing.T) {
 	for _, pc := range providerCases(t) {
 		t.Run(pc.typ, func(t *testing.T) {
 			t.Setenv(pc.keyEnv, "")
-			_, err := newProvider("up", configProvider(pc, "http://127.0.0.1:1"))
-			if err == nil || !strings.Contains(err.Error(), pc.keyEnv) {
-				t.Errorf("err = %v, want it to name %s", err, pc.keyEnv)
+			cfg, err := config.Parse("config.yaml", []byte(providerYAML(pc, "http://127.0.0.1:1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = buildRunner(t.Context(), cfg, slog.New(slog.DiscardHandler))
+			want := fmt.Sprintf("config.yaml:3: providers.up.api_key_env: the environment variable %s is empty", pc.keyEnv)
+			if err == nil || err.Error() != want {
+				t.Errorf("buildRunner error = %v, want %q", err, want)
 			}
 		})
 	}
-}
-
-func configProvider(pc providerCase, url string) config.Provider {
-	return config.Provider{Type: pc.typ, BaseURL: url, APIKeyEnv: pc.keyEnv}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/providers/sim"
 )
 
 // startSimServer serves what "turnstile serve" serves with no
@@ -15,13 +16,9 @@ import (
 func startSimServer(t *testing.T) string {
 	t.Helper()
 	cfg := config.Default()
-	p := cfg.Providers["sim"]
-	p.TokenDelay = -1
-	cfg.Providers["sim"] = p
+	cfg.Providers["sim"].Settings.(*sim.Settings).TokenDelay = 0
 	m := cfg.Models["sim"]
-	r := *m.Retry
-	r.InitialBackoff, r.MaxBackoff = 5*time.Millisecond, 20*time.Millisecond
-	m.Retry = &r
+	m.Retry.InitialBackoff, m.Retry.MaxBackoff = 5*time.Millisecond, 20*time.Millisecond
 	cfg.Models["sim"] = m
 
 	runner, closeAll, err := buildRunner(t.Context(), cfg, slog.New(slog.DiscardHandler))

@@ -14,7 +14,6 @@ import (
 
 	"github.com/turnstile-dev/turnstile/config"
 	"github.com/turnstile-dev/turnstile/llm"
-	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
@@ -22,8 +21,9 @@ import (
 	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
 
-func serve(args []string) int {
+func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	configPath := fs.String("config", os.Getenv("TURNSTILE_CONFIG"), "YAML configuration `file` (env TURNSTILE_CONFIG); none serves the embedded simulator")
 	listen := fs.String("listen", "", "listen `address`, overriding the file's listen (default 127.0.0.1:7700)")
 	if err := fs.Parse(args); err != nil {
@@ -33,7 +33,7 @@ func serve(args []string) int {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "turnstile serve: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "turnstile serve: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
 
@@ -41,7 +41,7 @@ func serve(args []string) int {
 	if *configPath != "" {
 		c, err := config.Load(*configPath)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "turnstile serve: %v\n", err)
+			printError(stderr, err)
 			return exitPermanent
 		}
 		cfg = c
@@ -49,19 +49,35 @@ func serve(args []string) int {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
-	logger, err := newLogger(os.Stderr, cfg.Log)
+	logger, err := newLogger(stderr, cfg.Log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "turnstile serve: %v\n", err)
+		fmt.Fprintf(stderr, "turnstile serve: %v\n", err)
 		return exitPermanent
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveConfig(ctx, cfg, logger); err != nil {
-		logger.Error("serve failed", "error", err)
+		var cerr *config.Errors
+		if errors.As(err, &cerr) {
+			printError(stderr, err)
+		} else {
+			logger.Error("serve failed", "error", err)
+		}
 		return exitPermanent
 	}
 	return exitOK
+}
+
+// printError prints a configuration error: an [*config.Errors] as its
+// list, one problem per line, anything else after the command's name.
+func printError(w io.Writer, err error) {
+	var cerr *config.Errors
+	if errors.As(err, &cerr) {
+		fmt.Fprintln(w, cerr)
+		return
+	}
+	fmt.Fprintf(w, "turnstile serve: %v\n", err)
 }
 
 // serveConfig builds everything cfg describes and serves until ctx is done,
@@ -103,10 +119,20 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 
 // buildRunner turns the configuration into a runner, and returns a function
 // that releases what it opened (MCP server connections and processes).
+// Only the providers some model uses are built; the others are named in a
+// warning, and their environment variables are not needed. Unset variables
+// of the providers in use come back together as a [*config.Errors].
 func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
+	used, unused := cfg.ProvidersInUse()
+	if len(unused) > 0 {
+		logger.Warn("providers no model uses are not built", "providers", unused)
+	}
+	if err := cfg.CheckEnv(os.LookupEnv); err != nil {
+		return nil, nil, err
+	}
 	providers := map[string]llm.Provider{}
-	for name, pc := range cfg.Providers {
-		p, err := newProvider(name, pc)
+	for _, name := range used {
+		p, err := cfg.Providers[name].Settings.Build(name, os.Getenv)
 		if err != nil {
 			return nil, nil, fmt.Errorf("providers.%s: %w", name, err)
 		}
@@ -124,7 +150,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			MaxOutputTokens:   mc.MaxOutputTokens,
 			FirstTokenTimeout: mc.FirstTokenTimeout,
 			IdleTimeout:       mc.IdleTimeout,
-			Retry:             retryConfig(*mc.Retry),
+			Retry:             mc.Retry,
 			Tools:             allowedTools(mc.Tools),
 		})
 	}
@@ -132,16 +158,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	maxCont := cfg.Turn.MaxContinuations
-	if maxCont < 0 {
-		maxCont = 0
-	}
-	limits := runtime.DefaultLimits()
-	limits.MaxModelCalls = cfg.Turn.MaxModelCalls
-	limits.MaxContinuations = maxCont
-	limits.ToolConcurrency = cfg.Turn.ToolConcurrency
-	limits.ToolTimeout = cfg.Turn.ToolTimeout
-	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(limits))
+	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn))
 	if err != nil {
 		closeTools()
 		return nil, nil, err
@@ -194,24 +211,6 @@ func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([
 	}
 	logger.Info("MCP tools ready", "servers", len(servers), "tools", len(tools)-1)
 	return tools, func() { _ = ts.Close() }, nil
-}
-
-func retryConfig(r config.Retry) policy.Retry {
-	n := r.MaxRetries
-	if n < 0 {
-		n = 0
-	}
-	return policy.Retry{
-		MaxRetries:     n,
-		InitialBackoff: r.InitialBackoff,
-		Multiplier:     r.Multiplier,
-		MaxBackoff:     r.MaxBackoff,
-		Jitter:         r.Jitter,
-		MaxRetryAfter:  r.MaxRetryAfter,
-		Cooldown:       r.Cooldown,
-		BudgetTokens:   r.BudgetTokens,
-		BudgetRatio:    r.BudgetRatio,
-	}
 }
 
 func newLogger(w io.Writer, c config.Log) (*slog.Logger, error) {

@@ -68,7 +68,7 @@ type wired struct {
 
 func serveYAML(t *testing.T, yaml string) *wired {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse("config.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

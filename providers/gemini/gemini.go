@@ -35,8 +35,8 @@
 // Stream is at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream, endpoint) and the official SDK,
-// google.golang.org/genai.
+// providers/internal (httpfail, stream, endpoint, which also holds its
+// configuration [Settings]) and the official SDK, google.golang.org/genai.
 package gemini
 
 import (

@@ -25,8 +25,8 @@
 // at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream, endpoint) and the official SDK,
-// github.com/openai/openai-go/v3.
+// providers/internal (httpfail, stream, endpoint, which also holds its
+// configuration [Settings]) and the official SDK, github.com/openai/openai-go/v3.
 package openai
 
 import (

@@ -3,7 +3,7 @@
 // project's tests and demos run on. It implements [llm.Provider] and
 // behaves like a real streaming model, so the runtime's retries, fallbacks,
 // continuations and compaction can be exercised through it. It imports only
-// the standard library and package runtime.
+// the standard library and llm.
 //
 // # Default behaviour
 //

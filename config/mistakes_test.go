@@ -1,0 +1,243 @@
+package config
+
+import (
+	"testing"
+)
+
+// TestOperatorMistakes runs real mistakes an operator makes through what
+// turnstile serve does with a file (Parse, then CheckEnv with the
+// environment) and compares the exact output serve prints; an empty want
+// means the file is accepted, and check then looks at what it means.
+func TestOperatorMistakes(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		env   map[string]string
+		want  string
+		check func(t *testing.T, c *Config)
+	}{{
+		name: "fallback instead of fallbacks",
+		yaml: `
+providers:
+  openai: {type: openai, api_key_env: OPENAI_API_KEY}
+models:
+  fast: {provider: openai, model: gpt-4.1-mini, fallback: [fast2]}
+  fast2: {provider: openai, model: gpt-4.1-nano}
+default_model: fast
+`,
+		want: `config.yaml:5: models.fast.fallback: unknown key; did you mean fallbacks?`,
+	}, {
+		name: "api_key instead of api_key_env",
+		yaml: `
+providers:
+  openai:
+    type: openai
+    api_key: sk-proj-4f9Qx2LmZ8
+models:
+  fast: {provider: openai, model: gpt-4.1-mini}
+`,
+		want: `config.yaml:5: providers.openai.api_key: unknown key; did you mean api_key_env?`,
+	}, {
+		name: "a key pasted into api_key_env",
+		yaml: `
+providers:
+  openai:
+    type: openai
+    api_key_env: sk-proj-4f9Qx2LmZ8aB7cD6eF5gH4
+models:
+  fast: {provider: openai, model: gpt-4.1-mini}
+`,
+		want: `config.yaml:5: providers.openai.api_key_env: must be the name of an environment variable (letters, digits and _), not the key itself: put the key in a variable and name the variable here (the value is not shown)`,
+	}, {
+		name: "base_url without scheme",
+		yaml: `
+providers:
+  openai: {type: openai, base_url: api.openai.com/v1}
+models:
+  fast: {provider: openai, model: gpt-4.1-mini}
+`,
+		want: `config.yaml:3: providers.openai.base_url: has no scheme: start it with https:// (or http:// for a server without TLS)`,
+	}, {
+		name: "jitter: 0 means no jitter",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+retry:
+  jitter: 0
+`,
+		check: func(t *testing.T, c *Config) {
+			if j := c.Models["a"].Retry.Jitter; j != 0 {
+				t.Errorf("jitter = %v, want 0", j)
+			}
+		},
+	}, {
+		name: "budget_tokens: 0 means no budget",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, retry: {budget_tokens: 0}}
+`,
+		check: func(t *testing.T, c *Config) {
+			if b := c.Models["a"].Retry.BudgetTokens; b != 0 {
+				t.Errorf("budget_tokens = %v, want 0", b)
+			}
+			if b := c.Retry.BudgetTokens; b != 10 {
+				t.Errorf("top-level budget_tokens = %v, want the default 10", b)
+			}
+		},
+	}, {
+		name: "max_retries: -1 for none",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+retry:
+  max_retries: -1
+`,
+		want: `config.yaml:7: retry.max_retries: must not be negative: 0 now means no retries (-1 used to)`,
+	}, {
+		name: "a duration without unit",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, idle_timeout: 30}
+`,
+		want: `config.yaml:5: models.a.idle_timeout: expected a duration such as 500ms or 2s, got 30 without a unit (write 30s for seconds)`,
+	}, {
+		name: "a fallback cycle",
+		yaml: `
+providers:
+  openai: {type: openai}
+  claude: {type: anthropic, api_key_env: ANTHROPIC_API_KEY}
+models:
+  fast: {provider: openai, model: gpt-4.1-mini, fallbacks: [sonnet]}
+  sonnet: {provider: claude, model: claude-sonnet-4-5, fallbacks: [fast]}
+default_model: fast
+`,
+		want: `config.yaml:6: models.fast.fallbacks[0]: fallback cycle fast -> sonnet -> fast: fallbacks are not followed transitively (a turn on fast tries fast, then fast's own fallbacks, not those of sonnet), so list each model's whole chain in its own fallbacks`,
+	}, {
+		name: "a typo in a provider type",
+		yaml: `
+providers:
+  claude: {type: antropic, api_key_env: ANTHROPIC_API_KEY}
+models:
+  sonnet: {provider: claude, model: claude-sonnet-4-5}
+`,
+		want: `config.yaml:3: providers.claude.type: unknown provider type "antropic"; did you mean anthropic? (known types: simulator, openai, anthropic, gemini)`,
+	}, {
+		name: "two errors reported together, sorted by line",
+		yaml: `
+models:
+  a: {provider: sim, model: m, max_retries: 4}
+providers:
+  sim: {type: simulator, token_delay: 15}
+default_model: b
+`,
+		want: `config.yaml:3: models.a.max_retries: unknown key; did you mean retry.max_retries?
+config.yaml:5: providers.sim.token_delay: expected a duration such as 500ms or 2s, got 15 without a unit (write 15s for seconds)
+config.yaml:6: default_model: "b" is not a configured model`,
+	}, {
+		name: "a top-level retry error once, though three models inherit it",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+  b: {provider: sim, model: m, retry: {max_retries: 1}}
+  c: {provider: sim, model: m, retry: {jitter: 2}}
+default_model: a
+retry:
+  multiplier: 0.5
+`,
+		want: `config.yaml:7: models.c.retry.jitter: must be between 0 and 1
+config.yaml:10: retry.multiplier: must be a finite number of at least 1`,
+	}, {
+		name: "missing environment variables of two providers, together",
+		yaml: `
+providers:
+  openai: {type: openai, api_key_env: OPENAI_API_KEY}
+  claude: {type: anthropic, api_key_env: ANTHROPIC_API_KEY}
+  gemini: {type: gemini, api_key_env: GEMINI_API_KEY}
+models:
+  fast: {provider: openai, model: gpt-4.1-mini, fallbacks: [sonnet, flash]}
+  sonnet: {provider: claude, model: claude-sonnet-4-5}
+  flash: {provider: gemini, model: gemini-2.5-flash}
+default_model: fast
+`,
+		env: map[string]string{"OPENAI_API_KEY": "", "GEMINI_API_KEY": "AIzaSyD-secret"},
+		want: `config.yaml:3: providers.openai.api_key_env: the environment variable OPENAI_API_KEY is empty
+config.yaml:4: providers.claude.api_key_env: the environment variable ANTHROPIC_API_KEY is not set`,
+	}, {
+		name: "an unused provider with a missing variable does not stop the server",
+		yaml: `
+providers:
+  sim: {type: simulator}
+  claude: {type: anthropic, api_key_env: ANTHROPIC_API_KEY}
+models:
+  a: {provider: sim, model: m}
+`,
+		check: func(t *testing.T, c *Config) {
+			if _, unused := c.ProvidersInUse(); len(unused) != 1 || unused[0] != "claude" {
+				t.Errorf("unused = %v, want [claude]", unused)
+			}
+		},
+	}, {
+		name: "a simulator key on an HTTP provider",
+		yaml: `
+providers:
+  local: {type: openai, base_url: "http://127.0.0.1:11434/v1", token_delay: 1ms}
+models:
+  a: {provider: local, model: qwen3:8b}
+`,
+		want: `config.yaml:3: providers.local.token_delay: unknown key; token_delay is a key of type simulator, not of openai`,
+	}, {
+		name: "a model named twice",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+  a: {provider: sim, model: n}
+`,
+		want: `config.yaml:6: models.a: appears twice (first on line 5)`,
+	}, {
+		name: "max_continuations: -1 and a header value on two lines",
+		yaml: `
+providers:
+  openai:
+    type: openai
+    headers: {Authorization: "Bearer hunter2\r\nX-Evil: 1"}
+models:
+  a: {provider: openai, model: m}
+turn: {max_continuations: -1}
+`,
+		want: `config.yaml:5: providers.openai.headers.Authorization: the value must be one line without control characters (the value is not shown)
+config.yaml:8: turn.max_continuations: must not be negative: 0 now means no continuations (-1 used to)`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("config.yaml", []byte(tt.yaml))
+			if err == nil {
+				err = c.CheckEnv(func(name string) (string, bool) {
+					v, ok := tt.env[name]
+					return v, ok
+				})
+			}
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("output:\n%s\nwant:\n%s", got, tt.want)
+			}
+			if tt.check != nil && c != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}

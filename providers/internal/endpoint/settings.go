@@ -1,0 +1,147 @@
+package endpoint
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// DefaultConnectTimeout bounds dialling and the TLS handshake when the
+// file does not set connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
+// Settings are the keys every HTTP provider block has. The yaml names are
+// the configuration file's keys.
+type Settings struct {
+	// BaseURL is the API endpoint, an absolute http or https URL.
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable holding the API key; empty
+	// sends no key. The key itself is never in the file.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Headers are extra HTTP headers sent with every request.
+	Headers map[string]string `yaml:"headers"`
+	// ConnectTimeout bounds dialling and the TLS handshake; positive.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+}
+
+// Defaults returns the settings of a block that sets nothing but its
+// type: baseURL, no key, no extra header, [DefaultConnectTimeout].
+func Defaults(baseURL string) Settings {
+	return Settings{BaseURL: baseURL, ConnectTimeout: DefaultConnectTimeout}
+}
+
+var (
+	// envName is a portable environment variable name.
+	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// headerName is an HTTP header field name (an RFC 9110 token).
+	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	// keyPrefixes start API keys of well-known providers.
+	keyPrefixes = []string{"sk-", "sk_", "AIza", "xai-", "gsk_", "hf_", "Bearer "}
+)
+
+// Check lists every setting that is wrong without looking at the
+// environment, in field order; typ names the provider type in messages
+// and keyRequired says whether api_key_env must be set. No message quotes
+// the value of api_key_env, of base_url or of a header: any of them may
+// hold a secret.
+func (s Settings) Check(typ string, keyRequired bool) []llm.Problem {
+	var out []llm.Problem
+	bad := func(field, format string, args ...any) {
+		out = append(out, llm.Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if msg := checkURL(s.BaseURL); msg != "" {
+		bad("base_url", "%s", msg)
+	}
+	switch {
+	case s.APIKeyEnv == "" && keyRequired:
+		bad("api_key_env", "required for type %s: name the environment variable holding the API key", typ)
+	case s.APIKeyEnv != "" && (looksLikeKey(s.APIKeyEnv) || !envName.MatchString(s.APIKeyEnv)):
+		bad("api_key_env", "must be the name of an environment variable (letters, digits and _), not the key itself: put the key in a variable and name the variable here (the value is not shown)")
+	}
+	names := make([]string, 0, len(s.Headers))
+	for k := range s.Headers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !headerName.MatchString(k) {
+			bad("headers", "%q is not a header name", k)
+			continue
+		}
+		if strings.ContainsFunc(s.Headers[k], func(r rune) bool { return r != '\t' && unicode.IsControl(r) }) {
+			bad("headers."+k, "the value must be one line without control characters (the value is not shown)")
+		}
+	}
+	if s.ConnectTimeout <= 0 {
+		bad("connect_timeout", "must be positive")
+	}
+	return out
+}
+
+// checkURL returns what is wrong with a base URL, or "".
+func checkURL(raw string) string {
+	if raw == "" {
+		return "must not be empty: leave the key out for the provider's own endpoint"
+	}
+	if !strings.Contains(raw, "://") {
+		return "has no scheme: start it with https:// (or http:// for a server without TLS)"
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "is not a valid URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "must be an http or https URL"
+	case u.Host == "":
+		return "has no host"
+	}
+	return ""
+}
+
+// looksLikeKey reports whether s, given where an environment variable
+// name belongs, is more likely a secret pasted in: it starts like a
+// well-known API key, holds a character no variable name can, or is long
+// and random-looking (upper and lower case letters and digits mixed).
+func looksLikeKey(s string) bool {
+	for _, p := range keyPrefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	if strings.ContainsFunc(s, func(r rune) bool {
+		return !(r == '_' || r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z')
+	}) {
+		return true
+	}
+	if len(s) < 20 {
+		return false
+	}
+	lower := strings.ContainsFunc(s, unicode.IsLower)
+	upper := strings.ContainsFunc(s, unicode.IsUpper)
+	digit := strings.ContainsFunc(s, unicode.IsDigit)
+	return lower && upper && digit || len(s) >= 32 && !strings.Contains(s, "_")
+}
+
+// EnvVars maps api_key_env to the variable it names, when it names one:
+// the variables the provider reads when it is built.
+func (s Settings) EnvVars() map[string]string {
+	if s.APIKeyEnv == "" {
+		return nil
+	}
+	return map[string]string{"api_key_env": s.APIKeyEnv}
+}
+
+// APIKey returns the key read through getenv from the variable APIKeyEnv
+// names, or "" when it names none.
+func (s Settings) APIKey(getenv func(string) string) string {
+	if s.APIKeyEnv == "" {
+		return ""
+	}
+	return getenv(s.APIKeyEnv)
+}
