@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/turnstile-dev/turnstile/policy"
-	"github.com/turnstile-dev/turnstile/providers/openai"
 	"github.com/turnstile-dev/turnstile/providers/sim"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
@@ -35,9 +35,10 @@ func TestParseExample(t *testing.T) {
 	if c.DefaultModel != "fast" || c.Models["fast"].Fallbacks[0] != "claude" {
 		t.Errorf("parsed %+v", c)
 	}
-	o, ok := c.Providers["openai"].Settings.(*openai.Settings)
-	if !ok || o.APIKeyEnv != "OPENAI_API_KEY" || o.BaseURL != "https://api.openai.com/v1" || o.ConnectTimeout != 10*time.Second {
-		t.Errorf("openai settings = %#v", c.Providers["openai"].Settings)
+	o := c.Providers["openai"].Settings
+	if got := fmt.Sprintf("%+v", o); o.EnvVars()["api_key_env"] != "OPENAI_API_KEY" ||
+		!strings.Contains(got, "BaseURL:https://api.openai.com/v1 ") || !strings.Contains(got, "ConnectTimeout:10s") {
+		t.Errorf("openai settings = %s", got)
 	}
 	if diff := cmp.Diff(policy.DefaultRetry(), c.Models["claude"].Retry); diff != "" {
 		t.Errorf("claude's retry (-want +got):\n%s", diff)

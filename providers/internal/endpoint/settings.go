@@ -145,3 +145,33 @@ func (s Settings) APIKey(getenv func(string) string) string {
 	}
 	return getenv(s.APIKeyEnv)
 }
+
+// Entry is a providers entry of an HTTP adapter's type: the shared
+// [Settings], and what the adapter adds to them — its type's name, whether
+// it needs a key, and its constructor. Each adapter's DefaultSettings
+// returns one; the registry lists it.
+type Entry struct {
+	Settings `yaml:",inline"`
+
+	typ         string
+	keyRequired bool
+	build       func(Config) (llm.Provider, error)
+}
+
+// NewEntry returns the entry of adapter typ with the defaults of a block
+// that sets nothing but its type ([Defaults] with baseURL); keyRequired
+// says whether api_key_env must be set, and build makes the provider from
+// its Config.
+func NewEntry(typ, baseURL string, keyRequired bool, build func(Config) (llm.Provider, error)) *Entry {
+	return &Entry{Settings: Defaults(baseURL), typ: typ, keyRequired: keyRequired, build: build}
+}
+
+// Problems lists every setting that is wrong, without looking at the
+// environment; none when e is valid. Field is the setting's yaml key.
+func (e *Entry) Problems() []llm.Problem { return e.Check(e.typ, e.keyRequired) }
+
+// Build returns the provider named name, its API key read through getenv
+// from the variable api_key_env names.
+func (e *Entry) Build(name string, getenv func(string) string) (llm.Provider, error) {
+	return e.build(Config{Name: name, BaseURL: e.BaseURL, APIKey: e.APIKey(getenv), Headers: e.Headers, ConnectTimeout: e.ConnectTimeout})
+}
