@@ -26,10 +26,15 @@ type decoder struct {
 	refused  bool
 	finished bool
 	stop     llm.StopReason
+	// model is the model every chunk names; the first one is kept.
+	model string
 }
 
 // Finish reports the stop reason and whether a finish reason arrived.
 func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
+
+// Model returns the model the chunks named.
+func (d *decoder) Model() string { return d.model }
 
 type toolCall struct {
 	id, name string
@@ -41,6 +46,9 @@ type toolCall struct {
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object.
 func (d *decoder) Decode(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
+	if d.model == "" {
+		d.model = c.Model
+	}
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
 			continue // only one choice is asked for
