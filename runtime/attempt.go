@@ -24,6 +24,8 @@ type attemptResult struct {
 	firstSeq uint64
 	duration time.Duration
 	ttfc     time.Duration
+	// model is the model the provider said served the reply.
+	model string
 }
 
 // attempt makes attempt number on m: one model call, its output streamed
@@ -44,7 +46,7 @@ func (t *turn) attempt(ctx context.Context, m *Model, number int) attemptResult 
 	res := t.call(actx, ctx, m, req, info)
 	t.usage = t.usage.Add(res.usage)
 	end := AttemptEnd{
-		Usage: res.usage, Stop: res.stop, Err: res.err, Streamed: res.streamed,
+		Usage: res.usage, Stop: res.stop, ResponseModel: res.model, Err: res.err, Streamed: res.streamed,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
 	}
 	if res.err == nil {
@@ -117,7 +119,7 @@ func (t *turn) call(actx, ctx context.Context, m *Model, req *llm.Request, info 
 			res.usage = c.Usage
 			continue
 		case llm.ChunkStop:
-			res.stop, stopped = c.Stop, true
+			res.stop, res.model, stopped = c.Stop, c.Model, true
 			continue
 		}
 		p := b.add(c, t.r.opts.newID)
