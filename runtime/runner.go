@@ -67,6 +67,9 @@ type TurnRequest struct {
 	StopSequences []string
 	// MaxModelCalls overrides the runner's limit when positive.
 	MaxModelCalls int
+	// Client is the name of the client key that sent the turn, for logs,
+	// spans and metrics; empty when the server runs without auth.
+	Client string
 }
 
 // ContinuationPrompt is the user message the runner adds after a reply cut
@@ -238,6 +241,10 @@ func (r *Runner) Models() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Health returns the shared state of every model (retry budget, cooldown),
+// sorted by alias: a copy, for gauges and status pages.
+func (r *Runner) Health() []policy.ModelHealth { return r.health.Snapshot() }
 
 // Tools returns the specs of the server-side tools, sorted by name.
 func (r *Runner) Tools() []llm.ToolSpec {
