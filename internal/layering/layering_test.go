@@ -27,6 +27,7 @@ var floors = []struct {
 	{"server", []string{"gen/", "llm", "policy", "runtime"}, "the gRPC face of the runtime; never names a provider or a tool"},
 	{"client", []string{"gen/"}, "the Go client: the contract over gRPC and nothing of the server"},
 	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server"}, "the file's shape; no wire"},
+	{"telemetry", []string{"llm", "policy", "runtime"}, "traces, metrics and the turn's log line, as observers"},
 	{"internal/fake", []string{"llm"}, "scripted upstreams for tests"},
 	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
 	{"internal/layering", nil, "this test"},
