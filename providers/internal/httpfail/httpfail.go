@@ -19,8 +19,9 @@
 // terminal marker ([MissingFinish]); and tool arguments that are not a
 // JSON object ([BadArguments]).
 //
-// The package may import only the standard library, llm and
-// golang.org/x/net/http2; it knows no provider SDK.
+// The package may import only the standard library, llm,
+// golang.org/x/net/http2 and OpenTelemetry's HTTP instrumentation
+// (otelhttp); it knows no provider SDK.
 package httpfail
 
 import (
@@ -309,8 +310,14 @@ func Client(adapter string, hc *http.Client, connectTimeout time.Duration) (*htt
 // NewClient returns an HTTP client for a provider whose connection set-up
 // (dial and TLS handshake) is bounded by connectTimeout, 10s when zero. It
 // sets no overall timeout: a streamed reply may last minutes, and the
-// runtime bounds the first token and the gaps between chunks itself.
+// runtime bounds the first token and the gaps between chunks itself. Its
+// requests carry the caller's trace context and are traced (see traced).
 func NewClient(connectTimeout time.Duration) *http.Client {
+	return &http.Client{Transport: traced(newTransport(connectTimeout))}
+}
+
+// newTransport returns the transport under NewClient's instrumentation.
+func newTransport(connectTimeout time.Duration) *http.Transport {
 	if connectTimeout <= 0 {
 		connectTimeout = 10 * time.Second
 	}
@@ -322,7 +329,7 @@ func NewClient(connectTimeout time.Duration) *http.Client {
 	}
 	t.DialContext = (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = connectTimeout
-	return &http.Client{Transport: t}
+	return t
 }
 
 // Guard protects a provider's stream from its SDK's decoder: some SDK

@@ -23,8 +23,8 @@
 // calls return a stream reader rather than an iterator.
 //
 // The package imports only the standard library, llm and
-// providers/internal/httpfail (itself only the standard library, llm and
-// golang.org/x/net); it knows no provider SDK.
+// providers/internal/httpfail (itself only the standard library, llm,
+// golang.org/x/net and otelhttp); it knows no provider SDK.
 package stream
 
 import (
