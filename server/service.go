@@ -22,6 +22,10 @@ import (
 // attempts at one turn id, so logs tie them together.
 const AttemptHeader = "turnstile-attempt"
 
+// turnRanField marks the log line of a RunTurn that ran a turn: the turn
+// ends with a line of its own, so the RPC's goes to DEBUG.
+const turnRanField = "turn_ran"
+
 // turnRunner is what the service needs from the runtime.
 type turnRunner interface {
 	Validate(req *runtime.TurnRequest) error
@@ -59,6 +63,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	if fe, ok := asFieldError(err); ok {
 		return invalidArgument(fe).Err()
 	} else if err != nil {
+		s.logger.ErrorContext(stream.Context(), "request validation failed", "error", err)
 		return status.Error(codes.Internal, "internal error")
 	}
 	if tr.TurnID == "" {
@@ -79,6 +84,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		return turnStatus(drainError()).Err()
 	}
 	defer s.untrack(t)
+	logging.AddFields(stream.Context(), logging.Fields{turnRanField, true})
 
 	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
 		out, err := fromEvent(ev)
@@ -87,21 +93,16 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		}
 		return stream.Send(&turnstilev1.RunTurnResponse{Event: out})
 	})
-	res, err := s.runner.Run(ctx, tr, sink)
+	// The turn's outcome and root cause are in its own log line.
+	_, err = s.runner.Run(ctx, tr, sink)
 	var te *runtime.TurnError
 	switch {
 	case err == nil:
-		logging.AddFields(stream.Context(), logging.Fields{"end_reason", res.Reason.String(), "model_calls", res.Counters.ModelCalls})
 		return nil
 	case errors.As(err, &te):
-		fields := logging.Fields{"error_code", te.Kind.String()}
-		if te.Cause != nil {
-			// The root cause, for operators only: it never reaches the client.
-			fields = append(fields, "cause", te.Cause.Error())
-		}
-		logging.AddFields(stream.Context(), fields)
 		return turnStatus(te).Err()
 	}
+	s.logger.ErrorContext(stream.Context(), "turn failed without a turn error", "turn_id", tr.TurnID, "error", err)
 	return status.Error(codes.Internal, "internal error")
 }
 
