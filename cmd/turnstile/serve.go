@@ -10,12 +10,18 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/turnstile-dev/turnstile/config"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/telemetry"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/clock"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
@@ -83,15 +89,60 @@ func printError(w io.Writer, err error) {
 // serveConfig builds everything cfg describes and serves until ctx is done,
 // then drains.
 func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
-	runner, closeAll, err := buildRunner(ctx, cfg, logger)
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var ops net.Listener
+	if cfg.Ops.Listen != "" {
+		if ops, err = net.Listen("tcp", cfg.Ops.Listen); err != nil {
+			lis.Close()
+			return fmt.Errorf("ops.listen: %w", err)
+		}
+	}
+	return serveOn(ctx, cfg, logger, lis, ops)
+}
+
+// serveOn serves the gRPC API on lis and, when ops is not nil, the ops
+// listener's /metrics (and profiles) on ops, until ctx is done; then it
+// drains, and flushes the telemetry. It closes both listeners.
+func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, ops net.Listener) (err error) {
+	defer lis.Close()
+	if ops != nil {
+		defer ops.Close()
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{Prometheus: ops != nil, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if ferr := tel.Shutdown(flush); ferr != nil {
+			logger.Warn("telemetry flush failed", "error", ferr)
+		}
+	}()
+
+	var built atomic.Pointer[runtime.Runner]
+	obs, err := observers(cfg, logger, tel, func() []policy.ModelHealth {
+		if r := built.Load(); r != nil {
+			return r.Health()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	runner, closeAll, err := buildRunner(ctx, cfg, logger, runtime.WithObserver(obs))
 	if err != nil {
 		return err
 	}
 	defer closeAll()
+	built.Store(runner)
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	var grpcOpts []grpc.ServerOption
+	if h := tel.ServerHandler(); h != nil {
+		grpcOpts = append(grpcOpts, grpc.StatsHandler(h))
 	}
 	srv := server.New(runner, server.Options{
 		Logger:               logger,
@@ -99,10 +150,16 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 		DrainDelay:           cfg.Server.DrainDelay,
 		KeepaliveTime:        cfg.Server.KeepaliveTime,
 		MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams,
+		GRPCOptions:          grpcOpts,
 	})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	logger.Info("serving", "address", lis.Addr().String(), "default_model", cfg.DefaultModel, "models", runner.Models())
+	logger.Info("serving", "address", lis.Addr().String(), "default_model", cfg.DefaultModel, "models", runner.Models(),
+		"tracing", tel.Tracing, "metrics", tel.Metrics)
+	if ops != nil {
+		stopOps := serveOps(ops, tel, cfg.Ops.PProf, logger)
+		defer stopOps()
+	}
 
 	select {
 	case err := <-served:
@@ -117,12 +174,13 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 	return <-served
 }
 
-// buildRunner turns the configuration into a runner, and returns a function
-// that releases what it opened (MCP server connections and processes).
+// buildRunner turns the configuration into a runner, with the options
+// given, and returns a function that releases what it opened (MCP server
+// connections and processes).
 // Only the providers some model uses are built; the others are named in a
 // warning, and their environment variables are not needed. Unset variables
 // of the providers in use come back together as a [*config.Errors].
-func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
+func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts ...runtime.Option) (*runtime.Runner, func(), error) {
 	used, unused := cfg.ProvidersInUse()
 	if len(unused) > 0 {
 		logger.Warn("providers no model uses are not built", "providers", unused)
@@ -158,7 +216,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn))
+	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn)}, opts...)
+	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()
 		return nil, nil, err
