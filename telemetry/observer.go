@@ -407,7 +407,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth) (instrum
 		budget, err := m.Float64ObservableGauge(metricRetryBudget, metric.WithUnit("{token}"),
 			metric.WithDescription("Retry budget left per model; retries stop at half of the budget or less."))
 		errs = append(errs, err)
-		cooling, err := m.Int64ObservableGauge(metricCoolingDown, metric.WithUnit("1"),
+		cooling, err := m.Int64ObservableGauge(metricCoolingDown,
 			metric.WithDescription("1 while new turns skip the model (cooldown or half-open probe), else 0."))
 		errs = append(errs, err)
 		if err := errors.Join(errs...); err != nil {

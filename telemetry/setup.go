@@ -133,10 +133,12 @@ func Setup(ctx context.Context, opts Options) (*Providers, error) {
 		readers = append(readers, sdkmetric.WithReader(exp))
 		p.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	}
-	mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
-	p.MeterProvider, p.Metrics = mp, true
-	p.shutdown = append(p.shutdown, mp.Shutdown)
-	otel.SetMeterProvider(mp)
+	if len(readers) > 0 {
+		mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
+		p.MeterProvider, p.Metrics = mp, true
+		p.shutdown = append(p.shutdown, mp.Shutdown)
+		otel.SetMeterProvider(mp)
+	}
 	return p, nil
 }
 

@@ -280,6 +280,14 @@ func newLogger(w io.Writer, c config.Log) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch c.Format {
 	case "json":
+		// JSON would write a duration as integer nanoseconds; write it as
+		// the text format does, a Go duration string ("1.5s").
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				return slog.String(a.Key, a.Value.Duration().String())
+			}
+			return a
+		}
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
