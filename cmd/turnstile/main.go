@@ -32,6 +32,7 @@ func main() {
 	var code int
 	switch os.Args[1] {
 	case "serve":
+		setGCDefaults()
 		startDebug(slog.Default())
 		code = serve(os.Args[2:])
 	case "run":
