@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -137,6 +138,8 @@ type Report struct {
 	// SlowOpen how many had streamed a delta when it was measured.
 	Slow, SlowOpen       int
 	SlowRSS, SlowPerTurn int64
+	// SlowErr describes the slow turns that failed, if any.
+	SlowErr string
 	// FastUnderSlow is a sequential phase run while the slow turns are
 	// open.
 	FastUnderSlow Phase
@@ -257,9 +260,16 @@ func slowPhase(ctx context.Context, cfg Config, srv *child, rep *Report, fast tu
 	logf("holding %d slow turns open over %d connections", cfg.Slow, conns)
 	sctx, cancel := context.WithCancel(ctx)
 	var (
-		wg      sync.WaitGroup
-		started = make(chan struct{}, cfg.Slow)
+		wg       sync.WaitGroup
+		started  = make(chan struct{}, cfg.Slow)
+		failed   atomic.Int64
+		firstErr atomic.Value
 	)
+	fail := func(err error) {
+		if failed.Add(1) == 1 {
+			firstErr.Store(err.Error())
+		}
+	}
 	for range cfg.Slow {
 		c := client()
 		wg.Go(func() {
@@ -271,12 +281,16 @@ func slowPhase(ctx context.Context, cfg Config, srv *child, rep *Report, fast tu
 				}},
 			})
 			if err != nil {
+				fail(err)
 				return
 			}
 			signalled := false
 			for {
 				resp, err := stream.Recv()
 				if err != nil {
+					if !signalled {
+						fail(err)
+					}
 					return
 				}
 				if !signalled && resp.GetEvent().GetTextDelta() != nil {
@@ -298,6 +312,9 @@ wait:
 		}
 	}
 	rep.Slow, rep.SlowOpen = cfg.Slow, open
+	if e, ok := firstErr.Load().(string); ok {
+		rep.SlowErr = fmt.Sprintf("%d slow turns failed before streaming; the first: %s", failed.Load(), e)
+	}
 	logf("%d slow turns streaming; measuring", open)
 	runtimeGC(srv)
 	with, err := srv.stats()

@@ -48,6 +48,9 @@ func (r *Report) Write(w io.Writer) {
 	if r.Slow > 0 {
 		fmt.Fprintf(w, "slow turns: %d held open (%d streaming when measured): RSS %s, %s KiB per turn\n",
 			r.Slow, r.SlowOpen, mib(r.SlowRSS), kib(r.SlowPerTurn))
+		if r.SlowErr != "" {
+			fmt.Fprintln(w, r.SlowErr)
+		}
 		f := r.FastUnderSlow
 		fmt.Fprintf(w, "fast turns beside them: first delta p50 / p99 / max %s / %s / %s, total p99 %s (alone: first delta p99 %s, total p99 %s); %d errors\n",
 			ms(f.FirstDeltaP50), ms(f.FirstDeltaP99), ms(f.FirstDeltaMax), ms(f.TotalP99), ms(r.ServerSeq.FirstDeltaP99), ms(r.ServerSeq.TotalP99), f.Errors)
