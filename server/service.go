@@ -87,11 +87,11 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	logging.AddFields(stream.Context(), logging.Fields{turnRanField, true})
 
 	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
-		out, err := fromEvent(ev)
+		resp, err := toResponse(ev)
 		if err != nil {
 			return err
 		}
-		return stream.Send(&turnstilev1.RunTurnResponse{Event: out})
+		return stream.Send(resp)
 	})
 	// The turn's outcome and root cause are in its own log line.
 	_, err = s.runner.Run(ctx, tr, sink)
