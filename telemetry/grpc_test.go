@@ -82,22 +82,7 @@ func TestClientTraceparentParentsTheTurn(t *testing.T) {
 		TracerProvider: p.tp, MeterProvider: p.mp, Tracing: true, Metrics: true,
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(r, server.Options{GRPCOptions: []grpc.ServerOption{grpc.StatsHandler(providers.ServerHandler())}})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		conn.Close()
-		srv.Stop()
-		<-served
-	}()
+	conn := serve(t, r, providers)
 
 	const (
 		clientTrace = "0af7651916cd43dd8448eb211c80319c"
@@ -148,6 +133,29 @@ func TestClientTraceparentParentsTheTurn(t *testing.T) {
 	}
 }
 
+// serve serves r on loopback with providers' stats handler, as serve
+// does, and returns a client connection; both stop with the test.
+func serve(t *testing.T, r *runtime.Runner, providers *telemetry.Providers) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(r, server.Options{GRPCOptions: []grpc.ServerOption{grpc.StatsHandler(providers.ServerHandler())}})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+		<-served
+	})
+	return conn
+}
+
 func hasSpan(p *pipeline, name string) bool {
 	for _, s := range p.spans.Ended() {
 		if s.Name() == name {
@@ -166,22 +174,7 @@ func TestHealthChecksAreNotTraced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(r, server.Options{GRPCOptions: []grpc.ServerOption{grpc.StatsHandler(providers.ServerHandler())}})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		conn.Close()
-		srv.Stop()
-		<-served
-	}()
+	conn := serve(t, r, providers)
 	for range 3 {
 		if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
 			t.Fatal(err)

@@ -182,7 +182,9 @@ ops: {listen: "127.0.0.1:0"}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	// slog's handler serializes its writes; logs is read once serveOn has
+	// returned.
+	var logs strings.Builder
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- serveOn(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil)), lis, ops) }()
@@ -310,24 +312,6 @@ ops: {listen: "127.0.0.1:0"}
 	if line := logs.String(); !strings.Contains(line, `"msg":"turn ended"`) || !strings.Contains(line, `"trace_id":"`+clientTrace+`"`) {
 		t.Errorf("no turn line with the client's trace id:\n%s", line)
 	}
-}
-
-// syncBuffer is a strings.Builder safe for the logger's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestJSONLogDurations: in JSON logs a duration is a Go duration string
