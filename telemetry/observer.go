@@ -129,22 +129,19 @@ func (o *Observer) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.
 	span.End(trace.WithTimestamp(t.Start.Add(end.Duration)))
 
 	model := keyModel.String(t.Model)
-	o.m.active.Add(ctx, -1, metric.WithAttributes(model))
-	turnAttrs := []attribute.KeyValue{model, outcome}
+	var byClient []attribute.KeyValue
 	if c := client(t); c != "" {
-		turnAttrs = append(turnAttrs, keyClient.String(c))
+		byClient = []attribute.KeyValue{keyClient.String(c)}
 	}
-	o.m.turns.Add(ctx, 1, metric.WithAttributes(turnAttrs...))
+	o.m.active.Add(ctx, -1, metric.WithAttributes(model))
+	o.m.turns.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{model, outcome}, byClient...)...))
 	durAttrs := []attribute.KeyValue{model}
 	if end.Err != nil {
 		durAttrs = append(durAttrs, outcome)
 	}
 	o.m.agentDuration.Record(ctx, end.Duration.Seconds(), metric.WithAttributes(durAttrs...))
 	o.m.turnWait.Record(ctx, end.Waited.Seconds(), metric.WithAttributes(model))
-	tokenAttrs := []attribute.KeyValue{model, keyTokenType.String("input")}
-	if c := client(t); c != "" {
-		tokenAttrs = append(tokenAttrs, keyClient.String(c))
-	}
+	tokenAttrs := append([]attribute.KeyValue{model, keyTokenType.String("input")}, byClient...)
 	if in := inputTokens(end.Usage); in > 0 {
 		o.m.turnTokens.Add(ctx, in, metric.WithAttributes(tokenAttrs...))
 	}
