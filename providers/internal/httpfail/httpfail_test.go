@@ -254,7 +254,7 @@ func TestMissingFinish(t *testing.T) {
 func TestNewClientConnectTimeout(t *testing.T) {
 	t.Parallel()
 	c := NewClient(0)
-	if _, ok := c.Transport.(hideQuery); !ok || c.Timeout != 0 {
+	if _, ok := c.Transport.(tracedTransport); !ok || c.Timeout != 0 {
 		t.Errorf("NewClient(0): transport %T, timeout %v; want the traced transport and no timeout", c.Transport, c.Timeout)
 	}
 	if tr := newTransport(0); tr.TLSHandshakeTimeout != 10*time.Second {
@@ -278,7 +278,7 @@ func TestClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Transport.(hideQuery); !ok || c.Timeout != 0 {
+	if _, ok := c.Transport.(tracedTransport); !ok || c.Timeout != 0 {
 		t.Errorf("Client(nil, 3s): transport %T, timeout %v", c.Transport, c.Timeout)
 	}
 	if tr := newTransport(3 * time.Second); tr.TLSHandshakeTimeout != 3*time.Second {

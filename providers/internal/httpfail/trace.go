@@ -5,44 +5,50 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // traced wraps base with OpenTelemetry's HTTP client instrumentation
-// (otelhttp): each request carries the caller's trace context in W3C
-// traceparent and tracestate headers, through OpenTelemetry's global
-// propagator, and is recorded as an HTTP client span, a child of the span
-// in the request's context (the model call's), with the HTTP metrics.
-// With OpenTelemetry's no-op globals it adds no header and records
-// nothing.
+// (otelhttp) for the requests of a traced call, those whose context holds
+// a span context (the model call's span): each carries the trace context
+// in W3C traceparent and tracestate headers, through OpenTelemetry's
+// global propagator, and is recorded as an HTTP client span, a child of
+// the call's, with the HTTP client metrics. A request without a span
+// context (telemetry off) goes straight to base, at no cost.
 //
 // The span's url.full never holds the query string: a base_url may carry
 // a key there. The query is taken off the request otelhttp sees and put
 // back on the one sent.
 func traced(base http.RoundTripper) http.RoundTripper {
-	return hideQuery{next: otelhttp.NewTransport(restoreQuery{next: base})}
+	return tracedTransport{base: base, otel: otelhttp.NewTransport(restoreQuery{next: base})}
 }
 
-// queryKey carries a hidden query string from hideQuery to restoreQuery.
+// tracedTransport sends traced requests through otel, the others
+// through base.
+type tracedTransport struct {
+	base, otel http.RoundTripper
+}
+
+// queryKey carries a hidden query string to restoreQuery.
 type queryKey struct{}
 
-// hideQuery passes the request on without its query string, which it
-// keeps in the request's context.
-type hideQuery struct{ next http.RoundTripper }
-
-func (h hideQuery) RoundTrip(r *http.Request) (*http.Response, error) {
+func (t tracedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !trace.SpanContextFromContext(r.Context()).IsValid() {
+		return t.base.RoundTrip(r)
+	}
 	if r.URL == nil || r.URL.RawQuery == "" {
-		return h.next.RoundTrip(r)
+		return t.otel.RoundTrip(r)
 	}
 	hidden := r.Clone(context.WithValue(r.Context(), queryKey{}, r.URL.RawQuery))
 	hidden.URL.RawQuery = ""
-	resp, err := h.next.RoundTrip(hidden)
+	resp, err := t.otel.RoundTrip(hidden)
 	if resp != nil {
 		resp.Request = r
 	}
 	return resp, err
 }
 
-// restoreQuery puts back the query string hideQuery kept.
+// restoreQuery puts back the query string tracedTransport took off.
 type restoreQuery struct{ next http.RoundTripper }
 
 func (q restoreQuery) RoundTrip(r *http.Request) (*http.Response, error) {

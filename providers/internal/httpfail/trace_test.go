@@ -14,10 +14,10 @@ import (
 )
 
 // TestTracedRequests sends requests through NewClient's client to a
-// server that records what it receives: without OpenTelemetry set up
-// nothing is added; with it, the request carries the caller's trace
-// context and is a child span of the caller's, whose url.full leaves out
-// the query string the server still receives.
+// server that records what it receives: a request outside a traced call
+// is sent as it is, even with OpenTelemetry set up; one inside carries
+// the caller's trace context and is a child span of the caller's, whose
+// url.full leaves out the query string the server still receives.
 func TestTracedRequests(t *testing.T) {
 	var (
 		mu   sync.Mutex
@@ -57,6 +57,10 @@ func TestTracedRequests(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(t.Context())
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/x", nil)
+	if got := get(req); got.Header.Get("traceparent") != "" || len(rec.Ended()) != 0 {
+		t.Errorf("a request outside a traced call: traceparent %q, %d spans", got.Header.Get("traceparent"), len(rec.Ended()))
+	}
 	ctx, parent := tp.Tracer("test").Start(t.Context(), "chat m")
 	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/x?key=s3cret&alt=sse", strings.NewReader("{}"))
 	got := get(req)
