@@ -2064,7 +2064,9 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x12END_REASON_REFUSAL\x10\x05\x12\x1c\n" +
 	"\x18END_REASON_STOP_SEQUENCE\x10\x062X\n" +
 	"\fAgentService\x12H\n" +
-	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01B\x95\x01\n" +
+	"\x10dev.turnstile.v1B\n" +
+	"AgentProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_agent_proto_rawDescOnce sync.Once
