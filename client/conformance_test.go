@@ -1,17 +1,13 @@
 package client_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/livetest"
 )
 
 // The conformance scenarios every client runs against a live server; the
@@ -37,64 +34,6 @@ type conformance struct {
 		CancelOn string         `json:"cancel_on"`
 		Expect   map[string]any `json:"expect"`
 	} `json:"scenarios"`
-}
-
-// startTurnstile runs `turnstile serve` with the conformance configuration
-// on a free loopback port and returns its address. TURNSTILE_BIN names a
-// built binary; without it the test builds one.
-func startTurnstile(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("TURNSTILE_BIN")
-	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "turnstile")
-		build := exec.Command("go", "build", "-o", bin, "../cmd/turnstile")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./cmd/turnstile: %v\n%s", err, out)
-		}
-	}
-	cmd := exec.Command(bin, "serve", "--config", filepath.Join(conformanceDir, "server.yaml"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	addr := make(chan string, 1)
-	var logTail strings.Builder
-	go func() {
-		defer close(exited)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line struct{ Msg, Address string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-				addr <- line.Address
-			} else if logTail.Len() < 1<<14 {
-				logTail.WriteString(sc.Text() + "\n")
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	select {
-	case a := <-addr:
-		return a
-	case <-exited:
-		t.Fatalf("turnstile serve exited before serving:\n%s", logTail.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("turnstile serve did not log its address within 30s")
-	}
-	return ""
 }
 
 // observation is what a runner saw of one scenario, in the scenario
@@ -256,7 +195,7 @@ func TestConformance(t *testing.T) {
 	if err := json.Unmarshal(b, &conf); err != nil {
 		t.Fatal(err)
 	}
-	addr := startTurnstile(t)
+	addr := livetest.Serve(t, "..", filepath.Join(conformanceDir, "server.yaml"))
 	c, err := client.New(addr, client.WithInsecure(),
 		client.WithMaxStepRetries(conf.Client.MaxStepRetries),
 		client.WithBackoff(client.Backoff{
