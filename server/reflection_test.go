@@ -33,6 +33,7 @@ func TestEmbeddedContractMatchesGeneratedCode(t *testing.T) {
 		turnstilev1.File_turnstile_v1_agent_proto,
 		turnstilev1.File_turnstile_v1_conversation_proto,
 		turnstilev1.File_turnstile_v1_errors_proto,
+		turnstilev1.File_turnstile_v1_client_proto,
 	} {
 		doc, err := files.FindFileByPath(gen.Path())
 		if err != nil {
