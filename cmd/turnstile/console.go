@@ -20,24 +20,33 @@ type console struct {
 	errColor bool // stderr: ANSI styles
 	spinner  bool // stderr may animate a line
 	width    int  // stdout's width in columns; 0: no wrapping
+	errWidth int  // stderr's width in columns; 0: no wrapping
 }
 
 // detectConsole looks at the streams and the environment: styles only on a
 // terminal (a real one: /dev/null is a character device, not a terminal),
 // never with NO_COLOR set (https://no-color.org) or TERM=dumb, which also
-// rules out the spinner's cursor movements; wrapping at the terminal's
-// width.
+// rules out the spinner's cursor movements; wrapping the reply and the
+// notices at their terminal's width.
 func detectConsole(stdout, stderr *os.File, getenv func(string) string) console {
 	outTTY, errTTY := isTerminal(stdout), isTerminal(stderr)
 	dumb := getenv("TERM") == "dumb"
 	styled := getenv("NO_COLOR") == "" && !dumb
 	c := console{color: outTTY && styled, errColor: errTTY && styled, spinner: errTTY && !dumb}
-	if outTTY {
-		if w, _, err := term.GetSize(int(stdout.Fd())); err == nil && w > 0 {
-			c.width = w
-		}
-	}
+	c.width, c.errWidth = termWidth(stdout, outTTY), termWidth(stderr, errTTY)
 	return c
+}
+
+// termWidth returns the width of the terminal f, or 0.
+func termWidth(f *os.File, tty bool) int {
+	if !tty {
+		return 0
+	}
+	w, _, err := term.GetSize(int(f.Fd()))
+	if err != nil || w <= 0 {
+		return 0
+	}
+	return w
 }
 
 func isTerminal(f *os.File) bool { return f != nil && term.IsTerminal(int(f.Fd())) }

@@ -65,11 +65,11 @@ func TestDetectConsole(t *testing.T) {
 		getenv         func(string) string
 		want           console
 	}{
-		{"a terminal", tty, tty, env("TERM", "xterm-256color"), console{color: true, errColor: true, spinner: true, width: 40}},
+		{"a terminal", tty, tty, env("TERM", "xterm-256color"), console{color: true, errColor: true, spinner: true, width: 40, errWidth: 40}},
 		{"/dev/null is no terminal", devnull, devnull, env("TERM", "xterm"), console{}},
-		{"stdout piped", devnull, tty, env(), console{errColor: true, spinner: true}},
-		{"NO_COLOR", tty, tty, env("NO_COLOR", "1"), console{spinner: true, width: 40}},
-		{"TERM=dumb", tty, tty, env("TERM", "dumb"), console{width: 40}},
+		{"stdout piped", devnull, tty, env(), console{errColor: true, spinner: true, errWidth: 40}},
+		{"NO_COLOR", tty, tty, env("NO_COLOR", "1"), console{spinner: true, width: 40, errWidth: 40}},
+		{"TERM=dumb", tty, tty, env("TERM", "dumb"), console{width: 40, errWidth: 40}},
 	} {
 		if got := detectConsole(tt.stdout, tt.stderr, tt.getenv); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
@@ -223,5 +223,15 @@ func TestTextRendererWraps(t *testing.T) {
 	)
 	if want := "The quick brown \nfox jumps over \nthe lazy dog.\n"; out != want {
 		t.Errorf("stdout = %q, want %q", out, want)
+	}
+}
+
+// Notices wrap at stderr's width too.
+func TestNoticesWrap(t *testing.T) {
+	_, errOut := renderAll(t, console{errWidth: 30},
+		agent(&turnstilev1.Retry{Attempt: 2, MaxAttempts: 3, Model: "m", Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded", Delay: durationpb.New(time.Second)}),
+	)
+	if want := "turnstile: model m: \nOVERLOADED: Overloaded; \nretrying in 1s (retry 1 of 2)\n"; errOut != want {
+		t.Errorf("stderr = %q, want %q", errOut, want)
 	}
 }

@@ -239,8 +239,8 @@ func resultLine(t *turnstilev1.ToolFinished) string {
 		label = t.GetName() + " error:"
 	}
 	s := fmt.Sprintf("  ↳ %s %s", label, clip(t.GetContent(), 300))
-	if d := t.GetDuration(); d != nil {
-		s += fmt.Sprintf(" (%s)", roundDelay(d.AsDuration()))
+	if d := t.GetDuration().AsDuration(); d > 0 {
+		s += fmt.Sprintf(" (%s)", roundDelay(d))
 	}
 	return s
 }
@@ -313,10 +313,20 @@ func (r *textRenderer) line(mode, s string) error {
 func (r *textRenderer) notice(msg string) {
 	r.stopSpinner()
 	r.endLine()
+	msg = r.wrapErr("turnstile: " + msg)
 	if r.con.errColor {
 		msg = ansiYellow + msg + ansiReset
 	}
-	fmt.Fprintf(r.errw, "turnstile: %s\n", msg)
+	fmt.Fprintln(r.errw, msg)
+}
+
+// wrapErr wraps a line for stderr at its terminal's width.
+func (r *textRenderer) wrapErr(s string) string {
+	if r.con.errWidth <= 0 {
+		return s
+	}
+	w := wrapper{width: r.con.errWidth}
+	return w.text(s, "", "") + w.flush("", "")
 }
 
 func (r *textRenderer) waiting() {
@@ -371,6 +381,7 @@ func (r *textRenderer) done(res *client.Result) {
 	if res.Attempts > 1 {
 		line += " · " + plural(res.Attempts-1, "resume")
 	}
+	line = r.wrapErr(line)
 	if r.con.errColor {
 		line = ansiDim + line + ansiReset
 	}

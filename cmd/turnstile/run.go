@@ -188,6 +188,10 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitOK
 	}
 	r.close()
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The caller (Ctrl-C) stopped the turn: it knows why.
+		return exitPermanent
+	}
 	var te *client.TurnError
 	if !errors.As(turn.Err(), &te) {
 		fmt.Fprintf(stderr, "turnstile run: %v\n", turn.Err())
