@@ -76,50 +76,34 @@ func reflectionClient(t *testing.T) *grpc.ClientConn {
 }
 
 // fileContaining asks the reflection service (v1, or v1alpha as older
-// grpcurl builds do) for the files defining symbol and its dependencies,
-// and links them as a reflection client does.
+// grpcurl builds do; the two are the same on the wire) for the files
+// defining symbol and its dependencies, and links them as a reflection
+// client does.
 func fileContaining(t *testing.T, conn *grpc.ClientConn, alpha bool, symbol string) *protoregistry.Files {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var raw [][]byte
+	method := reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName
 	if alpha {
-		stream, err := reflectionv1alpha.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := &reflectionv1alpha.ServerReflectionRequest{MessageRequest: &reflectionv1alpha.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}
-		if err := stream.Send(req); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := resp.GetErrorResponse(); e != nil {
-			t.Fatalf("reflection error for %s: %v", symbol, e)
-		}
-		raw = resp.GetFileDescriptorResponse().GetFileDescriptorProto()
-	} else {
-		stream, err := reflectionv1.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := &reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}
-		if err := stream.Send(req); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := resp.GetErrorResponse(); e != nil {
-			t.Fatalf("reflection error for %s: %v", symbol, e)
-		}
-		raw = resp.GetFileDescriptorResponse().GetFileDescriptorProto()
+		method = reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName
+	}
+	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}
+	if err := stream.SendMsg(req); err != nil {
+		t.Fatal(err)
+	}
+	resp := &reflectionv1.ServerReflectionResponse{}
+	if err := stream.RecvMsg(resp); err != nil {
+		t.Fatal(err)
+	}
+	if e := resp.GetErrorResponse(); e != nil {
+		t.Fatalf("reflection error for %s: %v", symbol, e)
 	}
 	set := &descriptorpb.FileDescriptorSet{}
-	for _, b := range raw {
+	for _, b := range resp.GetFileDescriptorResponse().GetFileDescriptorProto() {
 		fd := &descriptorpb.FileDescriptorProto{}
 		if err := proto.Unmarshal(b, fd); err != nil {
 			t.Fatal(err)

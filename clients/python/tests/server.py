@@ -10,6 +10,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import unittest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 CONFORMANCE = REPO / "clients" / "conformance"
@@ -71,3 +72,17 @@ class Server:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+
+
+class ServerTestCase(unittest.TestCase):
+    """A test case whose tests share one live server, started for the class."""
+
+    server: Server
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()

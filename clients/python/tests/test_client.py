@@ -13,7 +13,7 @@ from google.rpc import error_details_pb2, status_pb2
 from turnstile.v1 import conversation_pb2, errors_pb2
 from turnstile_client._errors import from_status
 
-from .server import Server
+from .server import ServerTestCase
 from .test_conformance import user_request
 
 
@@ -113,15 +113,7 @@ class FromStatusTest(unittest.TestCase):
         self.assertFalse(f.retry)
 
 
-class LiveTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
-
+class LiveTest(ServerTestCase):
     def client(self, **kw) -> ts.Client:
         c = ts.Client(self.server.addr, backoff=ts.Backoff(initial=0.005, maximum=0.01, jitter=0), **kw)
         self.addCleanup(c.close)

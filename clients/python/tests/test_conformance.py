@@ -9,7 +9,7 @@ import unittest
 import turnstile_client as ts
 from turnstile.v1 import agent_pb2, conversation_pb2
 
-from .server import CONFORMANCE, Server
+from .server import CONFORMANCE, ServerTestCase
 
 
 def user_request(text: str) -> agent_pb2.RunTurnRequest:
@@ -109,11 +109,11 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
     return obs
 
 
-class ConformanceTest(unittest.TestCase):
+class ConformanceTest(ServerTestCase):
     @classmethod
     def setUpClass(cls) -> None:
+        super().setUpClass()
         cls.conf = json.loads((CONFORMANCE / "scenarios.json").read_text())
-        cls.server = Server()
         cc = cls.conf["client"]
         cls.client = ts.Client(
             cls.server.addr,
@@ -124,7 +124,7 @@ class ConformanceTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls) -> None:
         cls.client.close()
-        cls.server.stop()
+        super().tearDownClass()
 
 
 

@@ -7,18 +7,10 @@ import subprocess
 import sys
 import unittest
 
-from .server import REPO, Server
+from .server import REPO, ServerTestCase
 
 
-class ExampleTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
-
+class ExampleTest(ServerTestCase):
     def run_example(self, *args: str) -> subprocess.CompletedProcess:
         env = dict(os.environ, TURNSTILE_ADDR=self.server.addr)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "clients" / "python"), str(REPO / "gen" / "python")])
