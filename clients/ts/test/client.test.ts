@@ -113,6 +113,18 @@ describe("against a server", () => {
     });
   });
 
+  it("a timeout ends the turn DEADLINE_EXCEEDED", async () => {
+    const c = new Client(`http://${server.addr}`);
+    const started = Date.now();
+    await assert.rejects(c.runTurn(ask("[sim fail=timeout] hangs"), { timeoutMs: 300 }).wait(), (e: unknown) => {
+      assert.ok(e instanceof TurnError);
+      assert.equal(e.code, ErrorCode.DEADLINE_EXCEEDED);
+      assert.equal(e.attempts, 1);
+      return true;
+    });
+    assert.ok(Date.now() - started < 5000);
+  });
+
   it("decodes the status details off the wire: an unknown model names the field", async () => {
     const c = new Client(`http://${server.addr}`);
     await assert.rejects(c.runTurn({ model: "nope", ...ask("hi") }).wait(), (e: unknown) => {
