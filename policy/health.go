@@ -1,26 +1,58 @@
 package policy
 
 import (
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
 
+// creditHalfLife is how fast the tokens that working retries earned beyond
+// a budget's size fade: half of them are gone after this long, so a model
+// that was healthy a few seconds ago is not trusted for long.
+const creditHalfLife = 2 * time.Second
+
 // Health tracks, per model alias and across every turn of a process, the
-// cooldowns that keep new turns off a failing model and the retry budget
-// that stops retry storms (in the spirit of gRPC's retryThrottling). It is
-// safe for concurrent use. The zero value is not usable; call [NewHealth].
+// cooldowns that keep new turns off a failing model and the adaptive retry
+// budget that stops retry storms. It reads time from the clock given to
+// [NewHealth], so tests can drive it. It is safe for concurrent use. The
+// zero value is not usable; call NewHealth.
+//
+// # The retry budget
+//
+// The budget decides from whether retries work, not from whether calls
+// fail. A model's budget holds Retry.BudgetTokens tokens. Each retry (and
+// each hedged call) takes one token when it is decided and holds it until
+// the model answers it (its first chunk) or it fails; retries stop while
+// less than one token is left. When the retried call ends, a retry that
+// worked (its call succeeded) gives its token back and earns one more; one
+// that failed does not give its token back; one the caller cancelled gives
+// it back and earns nothing. So retries sustain themselves while at least
+// half of them work, and an outage, where every retry fails, stops them
+// after BudgetTokens failed retries. Spent tokens come back with time,
+// Retry.BudgetRefill per second: a quiet or idle model recovers, and during
+// an outage the refill lets through about one retry per 1/BudgetRefill
+// seconds, the probes that find the model answering again. Tokens earned
+// beyond the budget's size let busy models keep many retries in flight;
+// they fade with a half-life of two seconds.
 type Health struct {
+	now    func() time.Time
 	mu     sync.Mutex
 	models map[string]*modelHealth
 }
 
 type modelHealth struct {
 	cfg Retry
-	// tokens is the retry budget; retries are allowed while it is above
-	// half of cfg.BudgetTokens.
-	tokens float64
+	// earned is what retry outcomes added to the budget (negative: what
+	// failed retries took), as of at; pending counts the retries that hold
+	// a token while they wait for an answer. The budget's level is
+	// cfg.BudgetTokens + earned - pending.
+	earned  float64
+	at      time.Time
+	pending int
 	// until ends the cooldown; zero when the model is healthy.
 	until time.Time
 	// kind is the class of failure that started the cooldown.
@@ -31,12 +63,16 @@ type modelHealth struct {
 }
 
 // NewHealth returns the state of the models given, each with its retry
-// settings. Aliases it does not know are always admitted and never cool
-// down.
-func NewHealth(models map[string]Retry) *Health {
-	h := &Health{models: make(map[string]*modelHealth, len(models))}
+// settings, reading time from now (time.Now when nil). Aliases it does not
+// know are always admitted, never cool down and have no retry budget.
+func NewHealth(models map[string]Retry, now func() time.Time) *Health {
+	if now == nil {
+		now = time.Now
+	}
+	h := &Health{now: now, models: make(map[string]*modelHealth, len(models))}
+	t := now()
 	for alias, r := range models {
-		h.models[alias] = &modelHealth{cfg: r, tokens: r.BudgetTokens}
+		h.models[alias] = &modelHealth{cfg: r, at: t}
 	}
 	return h
 }
@@ -57,7 +93,8 @@ type Admission struct {
 // Admit reports whether a turn may call alias now. After a cooldown ends,
 // the first turn admitted probes the model; others are refused until the
 // probe reports.
-func (h *Health) Admit(alias string, now time.Time) Admission {
+func (h *Health) Admit(alias string) Admission {
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := h.models[alias]
@@ -73,11 +110,21 @@ func (h *Health) Admit(alias string, now time.Time) Admission {
 
 // Available reports whether a turn could call alias now, without claiming
 // a probe.
-func (h *Health) Available(alias string, now time.Time) bool {
+func (h *Health) Available(alias string) bool {
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := h.models[alias]
 	return m == nil || m.until.IsZero() || (!now.Before(m.until) && !m.probing)
+}
+
+// Healthy reports whether alias has no cooldown at all, ended or not: the
+// model may take extra load, such as a hedged call.
+func (h *Health) Healthy(alias string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.models[alias]
+	return m == nil || m.until.IsZero()
 }
 
 // Release ends a probe whose outcome says nothing of the model's health
@@ -90,38 +137,19 @@ func (h *Health) Release(alias string) {
 	}
 }
 
-// Success records a successful call: it ends any cooldown and earns back
-// part of the retry budget.
+// Success records a successful call: it ends any cooldown.
 func (h *Health) Success(alias string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.models[alias]
-	if m == nil {
-		return
+	if m := h.models[alias]; m != nil {
+		m.until, m.probing = time.Time{}, false
 	}
-	m.until, m.probing = time.Time{}, false
-	m.tokens = min(m.tokens+m.cfg.BudgetRatio, m.cfg.BudgetTokens)
 }
 
-// Failure records a failed call of class k, spending a budget token when
-// the class is transient ([Rule.Transient]), and reports whether the
-// budget now forbids retries. A model without a budget never exhausts it.
-func (h *Health) Failure(alias string, k llm.Kind) (exhausted bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.models[alias]
-	if m == nil || m.cfg.BudgetTokens <= 0 {
-		return false
-	}
-	if RuleFor(k).Transient {
-		m.tokens = max(m.tokens-1, 0)
-	}
-	return m.tokens <= m.cfg.BudgetTokens/2
-}
-
-// Cooldown keeps new turns off alias until now+d, or ends a failed probe
+// Cooldown keeps new turns off alias for d from now, or ends a failed probe
 // with a fresh cooldown. A shorter cooldown never cuts a longer one short.
-func (h *Health) Cooldown(alias string, k llm.Kind, now time.Time, d time.Duration) {
+func (h *Health) Cooldown(alias string, k llm.Kind, d time.Duration) {
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := h.models[alias]
@@ -132,4 +160,151 @@ func (h *Health) Cooldown(alias string, k llm.Kind, now time.Time, d time.Durati
 		m.until, m.kind = until, k
 	}
 	m.probing = false
+}
+
+// Reserve takes a token of alias's retry budget for a retry or a hedged
+// call about to be made, and reports whether one was left. The ticket it
+// returns must be told when the call is answered and how it ended; it is
+// nil (and its methods do nothing) when the model has no budget. When no
+// token is left it returns nil, false and takes nothing.
+func (h *Health) Reserve(alias string) (*Ticket, bool) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.models[alias]
+	if m == nil || m.cfg.BudgetTokens <= 0 {
+		return nil, true
+	}
+	if m.level(now) < 1 {
+		return nil, false
+	}
+	m.pending++
+	return &Ticket{h: h, m: m}, true
+}
+
+// level returns the budget's tokens at now, after the refill and the fading
+// of earned tokens since the last update.
+func (m *modelHealth) level(now time.Time) float64 {
+	m.settle(now)
+	return m.cfg.BudgetTokens + m.earned - float64(m.pending)
+}
+
+// settle brings earned up to now: spent tokens come back at BudgetRefill
+// per second, tokens earned beyond the budget's size fade with
+// creditHalfLife.
+func (m *modelHealth) settle(now time.Time) {
+	dt := now.Sub(m.at).Seconds()
+	if dt <= 0 {
+		return
+	}
+	m.at = now
+	switch {
+	case m.earned < 0:
+		m.earned = min(m.earned+m.cfg.BudgetRefill*dt, 0)
+	case m.earned > 0:
+		m.earned *= math.Exp2(-dt / creditHalfLife.Seconds())
+	}
+}
+
+// Ticket is a retry's or a hedged call's claim on a model's retry budget,
+// from [Health.Reserve]. Its methods may be called from any goroutine; only
+// the first that reports an outcome counts. A nil Ticket does nothing.
+type Ticket struct {
+	h        *Health
+	m        *modelHealth
+	answered bool
+	done     bool
+}
+
+// Answered reports that the model answered the call (its first chunk
+// arrived): the call no longer holds a token while it streams.
+func (t *Ticket) Answered() {
+	if t == nil {
+		return
+	}
+	t.h.mu.Lock()
+	defer t.h.mu.Unlock()
+	t.answer()
+}
+
+func (t *Ticket) answer() {
+	if !t.answered && !t.done {
+		t.answered = true
+		t.m.pending--
+	}
+}
+
+// Settle reports how the call ended: worked (it succeeded) earns the
+// budget a token, a failure spends one.
+func (t *Ticket) Settle(worked bool) {
+	if t == nil {
+		return
+	}
+	t.finish(func(m *modelHealth) {
+		if worked {
+			m.earned++
+		} else {
+			m.earned--
+		}
+	})
+}
+
+// Cancel reports that the call ended without saying anything of the model
+// (the turn was cancelled, or a hedged pair's other call won): its token
+// comes back and nothing is earned.
+func (t *Ticket) Cancel() {
+	if t == nil {
+		return
+	}
+	t.finish(func(*modelHealth) {})
+}
+
+func (t *Ticket) finish(apply func(*modelHealth)) {
+	now := t.h.now()
+	t.h.mu.Lock()
+	defer t.h.mu.Unlock()
+	if t.done {
+		return
+	}
+	t.answer()
+	t.done = true
+	t.m.settle(now)
+	apply(t.m)
+}
+
+// ModelState is a read-only view of one model's shared state, for gauges
+// and debugging.
+type ModelState struct {
+	Alias string
+	// Budget is the retry budget's tokens now (retries are allowed while
+	// at least one is left) and BudgetSize its configured size; both are
+	// zero when the model has no budget.
+	Budget     float64
+	BudgetSize float64
+	// PendingRetries counts the retries and hedged calls holding a token
+	// while they wait for the model's answer.
+	PendingRetries int
+	// CooldownUntil ends the model's cooldown, zero when it has none;
+	// CooldownKind is the class of failure that started it.
+	CooldownUntil time.Time
+	CooldownKind  llm.Kind
+	// Probing reports that a turn is probing the model after its cooldown.
+	Probing bool
+}
+
+// Snapshot returns the state of every model it tracks, sorted by alias.
+func (h *Health) Snapshot() []ModelState {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]ModelState, 0, len(h.models))
+	for alias, m := range h.models {
+		s := ModelState{Alias: alias, PendingRetries: m.pending, CooldownUntil: m.until, CooldownKind: m.kind, Probing: m.probing}
+		if m.cfg.BudgetTokens > 0 {
+			s.Budget, s.BudgetSize = m.level(now), m.cfg.BudgetTokens
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b ModelState) int { return strings.Compare(a.Alias, b.Alias) })
+	return out
 }

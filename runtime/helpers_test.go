@@ -23,7 +23,7 @@ func fastRetry() policy.Retry {
 	return policy.Retry{
 		MaxRetries: 2, InitialBackoff: time.Millisecond, Multiplier: 2, MaxBackoff: 4 * time.Millisecond,
 		Jitter: 0.25, MaxRetryAfter: 50 * time.Millisecond, Cooldown: time.Minute,
-		BudgetTokens: 10, BudgetRatio: 0.1,
+		BudgetTokens: 10, BudgetRefill: 1,
 	}
 }
 
