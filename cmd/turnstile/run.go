@@ -294,7 +294,7 @@ func (r *textRenderer) render(ev *client.Event) error {
 		if e.GetDiscardPartial() {
 			msg += "; the partial output above is discarded"
 		}
-		r.notice(msg)
+		r.noticeAt(msg, e.GetDiscardPartial())
 		r.waiting()
 	case *turnstilev1.AgentEvent_Fallback:
 		e := p.Fallback
@@ -302,7 +302,11 @@ func (r *textRenderer) render(ev *client.Event) error {
 		if e.GetDiscardPartial() {
 			msg += "; the partial output above is discarded"
 		}
-		r.notice(msg)
+		r.noticeAt(msg, e.GetDiscardPartial())
+		r.waiting()
+	case *turnstilev1.AgentEvent_Hedge:
+		e := p.Hedge
+		r.notice(fmt.Sprintf("model %s: no output after %s; asking model %s in parallel", e.GetFromModel(), roundDelay(e.GetAfter().AsDuration()), e.GetToModel()))
 		r.waiting()
 	case *turnstilev1.AgentEvent_Compaction:
 		e := p.Compaction
@@ -360,9 +364,14 @@ func (r *textRenderer) line(mode, s string) error {
 }
 
 // notice writes a line to stderr, ending stdout's line first.
-func (r *textRenderer) notice(msg string) {
+func (r *textRenderer) notice(msg string) { r.noticeAt(msg, true) }
+
+// noticeAt prints a notice; with endLine false, stdout's text line is ended
+// only on a terminal, so a reply that goes on after the notice (a cut
+// stream continued) stays as the model wrote it in a file.
+func (r *textRenderer) noticeAt(msg string, endLine bool) {
 	r.stopSpinner()
-	if r.midLine {
+	if r.midLine && (endLine || r.color) {
 		_, _ = io.WriteString(r.out, "\n")
 		r.midLine = false
 	}
