@@ -28,14 +28,14 @@ type turn struct {
 	parent   context.Context
 	maxCalls int
 
-	conv     []llm.Message // the conversation as the model sees it
-	added    []llm.Message // the messages the turn committed
+	conv  []llm.Message // the conversation as the model sees it
+	added []llm.Message // the messages the turn committed
 	// reply holds the parts of a reply cut by the output token limit,
 	// being continued: committed, merged with the rest, once it ends. cut
 	// holds the text the current step kept from cut streams. While either
 	// is set, each call continues them (see [continuation]).
-	reply []llm.Part
-	cut   []llm.Part
+	reply    []llm.Part
+	cut      []llm.Part
 	usage    llm.Usage
 	counters Counters
 	attempts []ModelAttempts
