@@ -85,8 +85,8 @@ models:
 			if b := c.Models["a"].Retry.BudgetTokens; b != 0 {
 				t.Errorf("budget_tokens = %v, want 0", b)
 			}
-			if b := c.Retry.BudgetTokens; b != 10 {
-				t.Errorf("top-level budget_tokens = %v, want the default 10", b)
+			if b := c.Retry.BudgetTokens; b != 20 {
+				t.Errorf("top-level budget_tokens = %v, want the default 20", b)
 			}
 		},
 	}, {

@@ -34,10 +34,14 @@ const creditHalfLife = 2 * time.Second
 // half of them work, and an outage, where every retry fails, stops them
 // after BudgetTokens failed retries. Spent tokens come back with time,
 // Retry.BudgetRefill per second: a quiet or idle model recovers, and during
-// an outage the refill lets through about one retry per 1/BudgetRefill
-// seconds, the probes that find the model answering again. Tokens earned
-// beyond the budget's size let busy models keep many retries in flight;
-// they fade with a half-life of two seconds.
+// an outage the budget, once spent, is half-open each time the refill
+// brings a token back (about every 1/BudgetRefill seconds): the model's
+// next call is a probe. When it succeeds — a first attempt or a retry —
+// the model is answering again, and what failed retries spent is forgiven
+// at once; when it fails, the token is spent again, so a model that keeps
+// failing gets no retries at all. Tokens earned beyond the budget's size
+// let busy models keep many retries in flight; they fade with a half-life
+// of two seconds.
 type Health struct {
 	now    func() time.Time
 	mu     sync.Mutex
@@ -53,6 +57,9 @@ type modelHealth struct {
 	earned  float64
 	at      time.Time
 	pending int
+	// spent is set when a retry found no token left, until a probe finds
+	// the model answering or the refill makes the budget whole.
+	spent bool
 	// until ends the cooldown; zero when the model is healthy.
 	until time.Time
 	// kind is the class of failure that started the cooldown.
@@ -137,12 +144,32 @@ func (h *Health) Release(alias string) {
 	}
 }
 
-// Success records a successful call: it ends any cooldown.
+// Success records a successful call: it ends any cooldown, and a call
+// that probes a spent retry budget (see [Health]) makes it whole again.
 func (h *Health) Success(alias string) {
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if m := h.models[alias]; m != nil {
-		m.until, m.probing = time.Time{}, false
+	m := h.models[alias]
+	if m == nil {
+		return
+	}
+	m.until, m.probing = time.Time{}, false
+	if m.halfOpen(now) {
+		m.forgive()
+	}
+}
+
+// Failure records a failed call that holds no [Ticket] (a first attempt)
+// and failed with a class of kind k. It changes nothing unless the call
+// probes a spent retry budget: a transient failure then spends the token
+// the refill brought back, and the budget stays spent.
+func (h *Health) Failure(alias string, k llm.Kind) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m := h.models[alias]; m != nil && RuleFor(k).Transient && m.halfOpen(now) {
+		m.earned--
 	}
 }
 
@@ -176,10 +203,11 @@ func (h *Health) Reserve(alias string) (*Ticket, bool) {
 		return nil, true
 	}
 	if m.level(now) < 1 {
+		m.spent = true
 		return nil, false
 	}
 	m.pending++
-	return &Ticket{h: h, m: m}, true
+	return &Ticket{h: h, m: m, probe: m.spent}, true
 }
 
 // level returns the budget's tokens at now, after the refill and the fading
@@ -191,7 +219,7 @@ func (m *modelHealth) level(now time.Time) float64 {
 
 // settle brings earned up to now: spent tokens come back at BudgetRefill
 // per second, tokens earned beyond the budget's size fade with
-// creditHalfLife.
+// creditHalfLife. A budget refilled whole is no longer spent.
 func (m *modelHealth) settle(now time.Time) {
 	dt := now.Sub(m.at).Seconds()
 	if dt <= 0 {
@@ -204,6 +232,21 @@ func (m *modelHealth) settle(now time.Time) {
 	case m.earned > 0:
 		m.earned *= math.Exp2(-dt / creditHalfLife.Seconds())
 	}
+	if m.earned >= 0 {
+		m.spent = false
+	}
+}
+
+// halfOpen reports whether the budget was spent and has refilled a token
+// since: the model's next call probes it.
+func (m *modelHealth) halfOpen(now time.Time) bool {
+	return m.cfg.BudgetTokens > 0 && m.spent && m.level(now) >= 1
+}
+
+// forgive ends a spent budget: the model answered a probe, so what failed
+// retries spent is forgiven.
+func (m *modelHealth) forgive() {
+	m.earned, m.spent = max(m.earned, 0), false
 }
 
 // Ticket is a retry's or a hedged call's claim on a model's retry budget,
@@ -212,6 +255,7 @@ func (m *modelHealth) settle(now time.Time) {
 type Ticket struct {
 	h        *Health
 	m        *modelHealth
+	probe    bool // the call was admitted by a spent budget's refill
 	answered bool
 	done     bool
 }
@@ -235,16 +279,22 @@ func (t *Ticket) answer() {
 }
 
 // Settle reports how the call ended: worked (it succeeded) earns the
-// budget a token, a failure spends one.
+// budget a token, a failure spends one. A retry admitted by a spent
+// budget's refill that works is a probe that found the model answering
+// again: what failed retries spent is forgiven.
 func (t *Ticket) Settle(worked bool) {
 	if t == nil {
 		return
 	}
 	t.finish(func(m *modelHealth) {
-		if worked {
-			m.earned++
-		} else {
+		switch {
+		case !worked:
 			m.earned--
+		case t.probe && m.spent:
+			m.forgive()
+			m.earned++
+		default:
+			m.earned++
 		}
 	})
 }

@@ -30,8 +30,12 @@ func (c *clock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// budgetHealth returns the health of one model, m, with a budget of 10
+// tokens refilling at one per second.
 func budgetHealth(c *clock) *policy.Health {
-	return policy.NewHealth(map[string]policy.Retry{"m": policy.DefaultRetry()}, c.now)
+	r := policy.DefaultRetry()
+	r.BudgetTokens, r.BudgetRefill = 10, 1
+	return policy.NewHealth(map[string]policy.Retry{"m": r}, c.now)
 }
 
 func budget(h *policy.Health) float64 {
@@ -114,6 +118,37 @@ func TestBudgetStopsFailingRetries(t *testing.T) {
 		if !retry(h, true) {
 			t.Fatalf("retry %d after the model came back was refused (budget %.2f)", i, budget(h))
 		}
+	}
+}
+
+// TestBudgetHalfOpen: once spent, the budget is half-open each time the
+// refill brings a token back, and the model's next call probes it: a first
+// attempt that fails spends the token (no retry follows it), one that
+// succeeds forgives what failed retries spent — the outage is over. A
+// success while no token has come back yet proves nothing.
+func TestBudgetHalfOpen(t *testing.T) {
+	c := newClock()
+	h := budgetHealth(c)
+	for range 11 {
+		retry(h, false)
+	}
+	h.Success("m") // no token back yet: not a probe
+	if retry(h, true) {
+		t.Fatal("a retry got through a spent budget")
+	}
+	c.advance(time.Second)
+	h.Failure("m", llm.KindOverloaded) // the probe: a first attempt fails
+	if retry(h, true) {
+		t.Error("the failed probe's retry got through")
+	}
+	c.advance(time.Second)
+	h.Failure("m", llm.KindContextOverflow) // not the model's health: no probe
+	h.Success("m")                          // the probe: the model answers
+	if got := budget(h); got != 10 {
+		t.Errorf("budget after a successful probe = %v, want 10", got)
+	}
+	if !retry(h, false) {
+		t.Error("no retry after the model came back")
 	}
 }
 

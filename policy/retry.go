@@ -39,15 +39,15 @@ type Retry struct {
 	// disables the budget: only MaxRetries bounds retries.
 	BudgetTokens float64 `yaml:"budget_tokens"`
 	// BudgetRefill is how many spent tokens come back per second, so an
-	// idle model recovers and an outage is probed about once every
-	// 1/BudgetRefill seconds. Positive when the budget is on.
+	// idle model recovers; once spent, the budget is probed (see [Health])
+	// each time a token comes back. Positive when the budget is on.
 	BudgetRefill float64 `yaml:"budget_refill"`
 }
 
 // DefaultRetry returns the built-in retry settings: 2 retries, 500ms
 // initial backoff doubling up to 16s with ±25% jitter, Retry-After honoured
-// up to 60s, a 30s cooldown, and a retry budget of 10 tokens refilling at
-// one per second.
+// up to 60s, a 30s cooldown, and a retry budget of 20 tokens refilling at
+// two per second.
 func DefaultRetry() Retry {
 	return Retry{
 		MaxRetries:     2,
@@ -57,8 +57,8 @@ func DefaultRetry() Retry {
 		Jitter:         0.25,
 		MaxRetryAfter:  60 * time.Second,
 		Cooldown:       30 * time.Second,
-		BudgetTokens:   10,
-		BudgetRefill:   1,
+		BudgetTokens:   20,
+		BudgetRefill:   2,
 	}
 }
 

@@ -117,8 +117,10 @@ func (t *turn) close(ctx context.Context, c *call) {
 	case c.lost, t.stopped(ctx) != nil, res.err != nil && callersKind(res.err.Kind):
 		// Says nothing of the model.
 		c.ticket.Cancel()
-	default:
+	case c.ticket != nil:
 		c.ticket.Settle(res.err == nil)
+	case res.err != nil:
+		t.r.health.Failure(c.m.Alias, res.err.Kind)
 	}
 	if err := t.stopped(ctx); err != nil {
 		// Nothing but the terminal event follows a cancellation.
