@@ -52,6 +52,9 @@ type call struct {
 	// lost is set when the call was cancelled because the other call of
 	// its hedged pair answered first.
 	lost bool
+	// answeredAt is when the call's first output (or its end) came, from
+	// its start; zero until then. Hedge delays are drawn from it.
+	answeredAt time.Duration
 	res  attemptResult
 }
 
@@ -196,6 +199,9 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 		if inline {
 			if res.ttfc == 0 {
 				t.firstChunk(c, time.Since(c.start))
+			}
+			if c.answeredAt == 0 && answers(ch) {
+				c.answeredAt = max(time.Since(c.start), 1)
 			}
 			c.wd.chunk()
 		}

@@ -134,6 +134,7 @@ func (t *turn) race(ctx context.Context, primary *call, delay time.Duration) att
 		switch {
 		case open && it.err == nil && answers(it.c):
 			r.buf = append(r.buf, it.c)
+			r.c.answeredAt = max(it.at, 1)
 			return t.win(ctx, r, p, h)
 		case open && it.err == nil:
 			r.buf = append(r.buf, it.c)
@@ -231,15 +232,16 @@ func (t *turn) hedgeDelay(m *Model) (time.Duration, bool) {
 	return t.r.latencies[m.Alias].quantile(d.quantile)
 }
 
-// recordLatency adds c's time to first chunk to its model's samples, when
-// the model hedges at a quantile. A call cancelled by its hedge counts as
-// the time it ran: its answer would have come later still.
+// recordLatency adds the time c took to answer (its first output) to its
+// model's samples, when the model hedges at a quantile. A call cancelled by
+// its hedge counts as the time it ran: its answer would have come later
+// still.
 func (t *turn) recordLatency(c *call) {
 	l := t.r.latencies[c.m.Alias]
 	switch {
 	case l == nil:
-	case c.res.ttfc > 0:
-		l.add(c.res.ttfc)
+	case c.answeredAt > 0:
+		l.add(c.answeredAt)
 	case c.lost:
 		l.add(c.res.duration)
 	}

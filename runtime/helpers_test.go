@@ -135,6 +135,8 @@ func describe(ev runtime.Event) string {
 			s += " discard"
 		}
 		return s
+	case *runtime.Hedge:
+		return fmt.Sprintf("hedge %s>%s", p.From, p.To)
 	case *runtime.Compaction:
 		return "compaction"
 	case *runtime.UsageUpdated:
