@@ -55,7 +55,7 @@ type call struct {
 	// answeredAt is when the call's first output (or its end) came, from
 	// its start; zero until then. Hedge delays are drawn from it.
 	answeredAt time.Duration
-	res  attemptResult
+	res        attemptResult
 }
 
 // attempt makes attempt number on m: one model call, its output streamed
