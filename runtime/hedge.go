@@ -20,7 +20,6 @@ type racer struct {
 	items chan item // closed when the stream ends
 	// buf holds what the call yielded before the race was decided.
 	buf    []llm.Chunk
-	closed bool // items is closed: the stream ended
 	failed bool // the call failed before it answered, and was closed
 }
 
@@ -69,7 +68,6 @@ func (r *racer) drain(cause error) {
 			r.c.res.usage = it.c.Usage
 		}
 	}
-	r.closed = true
 }
 
 // rest returns the call's stream from where the race left it: the chunks
@@ -126,9 +124,7 @@ func (t *turn) race(ctx context.Context, primary *call, delay time.Duration) att
 			}
 			continue
 		}
-		if !open {
-			r.closed = true
-		} else if it.err == nil && r.c.res.ttfc == 0 {
+		if open && it.err == nil && r.c.res.ttfc == 0 {
 			t.firstChunk(r.c, it.at)
 		}
 		switch {
