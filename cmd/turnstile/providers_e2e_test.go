@@ -95,6 +95,14 @@ func providerCases(t *testing.T) []providerCase {
 	return cases
 }
 
+// openaiAnswer is a Chat Completions stream answering text.
+func openaiAnswer(text string) string {
+	return `data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"role":"assistant","content":` + jsonString(text) + `},"finish_reason":null}]}` + "\n\n" +
+		`data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+		`data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[],"usage":{"prompt_tokens":30,"completion_tokens":4,"total_tokens":34}}` + "\n\n" +
+		"data: [DONE]\n\n"
+}
+
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -112,12 +120,7 @@ func providerCaseList(t *testing.T) []providerCase {
 			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\n" +
 			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25}}` + "\n\n" +
 			"data: [DONE]\n\n",
-		answerText: func(text string) string {
-			return `data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"role":"assistant","content":` + jsonString(text) + `},"finish_reason":null}]}` + "\n\n" +
-				`data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
-				`data: {"id":"c2","object":"chat.completion.chunk","model":"gpt-4.1-mini","choices":[],"usage":{"prompt_tokens":30,"completion_tokens":4,"total_tokens":34}}` + "\n\n" +
-				"data: [DONE]\n\n"
-		},
+		answerText: openaiAnswer,
 		midStream:  readFixture(t, "../../providers/openai/testdata/openai_midstream_error.sse"),
 		midKind:    turnstilev1.ErrorCode_ERROR_CODE_SERVER_ERROR,
 		midText:    "Let me",
