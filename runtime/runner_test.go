@@ -556,7 +556,8 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 	}
 	// Without a budget: 3 attempts per turn = 600 calls. With it: at most
 	// one call per turn that started before the cooldown, plus the few
-	// retries the budget allowed (10 tokens, retries stop at 5).
+	// retries the budget allowed (10 tokens: at most 10 retries wait for
+	// an answer at once, and each that fails keeps its token).
 	calls := dead.Calls()
 	t.Logf("calls to the dead primary: %d for %d turns", calls, turns)
 	if calls > turns+10 {
