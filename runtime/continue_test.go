@@ -1,6 +1,8 @@
 package runtime_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -56,7 +58,8 @@ func TestStreamCutContinues(t *testing.T) {
 			p.Prefill = tt.prefill
 			m := model("a", p)
 			m.OnStreamCut = runtime.StreamCutContinue
-			r := newRunner(t, []*runtime.Model{m}, nil)
+			obs := &continuesLog{}
+			r := newRunner(t, []*runtime.Model{m}, nil, runtime.WithObserver(obs))
 			evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
 			if terr != nil {
 				t.Fatal(terr)
@@ -74,8 +77,25 @@ func TestStreamCutContinues(t *testing.T) {
 			if diff := cmp.Diff(tt.tail, p.Requests()[1].Messages[1:]); diff != "" {
 				t.Errorf("continuing request (-want +got):\n%s", diff)
 			}
+			if diff := cmp.Diff([]bool{false, true}, obs.continues); diff != "" {
+				t.Errorf("AttemptInfo.Continues per call (-want +got):\n%s", diff)
+			}
 		})
 	}
+}
+
+// continuesLog notes, per call, whether it continues a reply.
+type continuesLog struct {
+	runtime.NopObserver
+	mu        sync.Mutex
+	continues []bool
+}
+
+func (o *continuesLog) AttemptStart(ctx context.Context, a runtime.AttemptInfo) context.Context {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.continues = append(o.continues, a.Continues)
+	return ctx
 }
 
 // TestStreamCutContinueEdges: what continue does not keep, and where it
