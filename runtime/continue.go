@@ -91,6 +91,9 @@ func joinText(parts []llm.Part) string {
 // mergeParts returns the parts of a reply written in pieces: a followed by
 // b, where a text part ending a and one starting b become one part.
 func mergeParts(a, b []llm.Part) []llm.Part {
+	if len(a) == 0 {
+		return b
+	}
 	out := make([]llm.Part, 0, len(a)+len(b))
 	out = append(out, a...)
 	for _, p := range b {
