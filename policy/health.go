@@ -2,8 +2,6 @@ package policy
 
 import (
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -320,41 +318,4 @@ func (t *Ticket) finish(apply func(*modelHealth)) {
 	t.done = true
 	t.m.settle(now)
 	apply(t.m)
-}
-
-// ModelState is a read-only view of one model's shared state, for gauges
-// and debugging.
-type ModelState struct {
-	Alias string
-	// Budget is the retry budget's tokens now (retries are allowed while
-	// at least one is left) and BudgetSize its configured size; both are
-	// zero when the model has no budget.
-	Budget     float64
-	BudgetSize float64
-	// PendingRetries counts the retries and hedged calls holding a token
-	// while they wait for the model's answer.
-	PendingRetries int
-	// CooldownUntil ends the model's cooldown, zero when it has none;
-	// CooldownKind is the class of failure that started it.
-	CooldownUntil time.Time
-	CooldownKind  llm.Kind
-	// Probing reports that a turn is probing the model after its cooldown.
-	Probing bool
-}
-
-// Snapshot returns the state of every model it tracks, sorted by alias.
-func (h *Health) Snapshot() []ModelState {
-	now := h.now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]ModelState, 0, len(h.models))
-	for alias, m := range h.models {
-		s := ModelState{Alias: alias, PendingRetries: m.pending, CooldownUntil: m.until, CooldownKind: m.kind, Probing: m.probing}
-		if m.cfg.BudgetTokens > 0 {
-			s.Budget, s.BudgetSize = m.level(now), m.cfg.BudgetTokens
-		}
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b ModelState) int { return strings.Compare(a.Alias, b.Alias) })
-	return out
 }

@@ -41,7 +41,7 @@ func budgetHealth(c *clock) *policy.Health {
 func budget(h *policy.Health) float64 {
 	for _, s := range h.Snapshot() {
 		if s.Alias == "m" {
-			return s.Budget
+			return s.BudgetTokens
 		}
 	}
 	return -1
@@ -276,6 +276,9 @@ func TestCooldownAndProbe(t *testing.T) {
 	if a := h.Admit("m"); a.OK || a.Kind != llm.KindRateLimited || h.Healthy("m") {
 		t.Fatalf("cooling model admitted: %+v", a)
 	}
+	if s := h.Snapshot()[0]; !s.CoolingDown(c.now()) || s.CooldownKind != llm.KindRateLimited {
+		t.Errorf("snapshot during the cooldown = %+v", s)
+	}
 	c.advance(11 * time.Second)
 	if a := h.Admit("m"); !a.OK || !a.Probe {
 		t.Fatalf("after the cooldown: %+v, want the probe", a)
@@ -288,7 +291,7 @@ func TestCooldownAndProbe(t *testing.T) {
 		t.Error("a successful probe did not end the cooldown")
 	}
 	s := h.Snapshot()[0]
-	if !s.CooldownUntil.IsZero() || s.Probing || s.Budget != 10 || s.BudgetSize != 10 {
+	if !s.CooldownUntil.IsZero() || s.Probing || s.CoolingDown(c.now()) || s.BudgetTokens != 10 || s.BudgetMax != 10 {
 		t.Errorf("snapshot = %+v", s)
 	}
 }

@@ -211,7 +211,7 @@ type Hedge struct {
 	// call goes to (From itself when the model hedges to itself).
 	From string
 	To   string
-	// After is how long the slow call had gone without a chunk.
+	// After is how long the slow call had gone without output.
 	After time.Duration
 }
 

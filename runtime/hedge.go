@@ -96,7 +96,7 @@ func answers(c llm.Chunk) bool {
 	return false
 }
 
-// race runs primary, a call of a model with a hedge, and, when no chunk has
+// race runs primary, a call of a model with a hedge, and, when no output has
 // come after delay, a hedged call of the same request (see [turn.hedge]).
 // The first call to answer wins: the other is cancelled (its usage counted,
 // its LLMCallFinished emitted before any output) and only the winner's
@@ -217,7 +217,7 @@ func (t *turn) hedge(ctx context.Context, primary *call, delay time.Duration) *r
 	return spawn(c)
 }
 
-// hedgeDelay returns how long a call of m may go without a chunk before it
+// hedgeDelay returns how long a call of m may go without output before it
 // is hedged, and false when it must not be (a quantile delay with too few
 // samples yet).
 func (t *turn) hedgeDelay(m *Model) (time.Duration, bool) {

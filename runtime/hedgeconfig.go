@@ -10,14 +10,14 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 )
 
-// HedgeConfig configures hedged first tokens on a model: when a call has yielded
-// no chunk After into it, the same request goes to To as well, in
-// parallel; the first of the two to answer wins and streams, the other is
-// cancelled. A hedge spends the target's retry budget and is never sent to
-// a model that is cooling down. The yaml names are the configuration
-// file's keys (a model's hedge block).
+// HedgeConfig configures hedged first tokens on a model: when a call has
+// yielded no output (text, reasoning or a tool call) After into it, the
+// same request goes to To as well, in parallel; the first of the two to
+// answer wins and streams, the other is cancelled. A hedge spends the
+// target's retry budget and is never sent to a model that is cooling down.
+// The yaml names are the configuration file's keys (a model's hedge block).
 type HedgeConfig struct {
-	// After is how long a call may go without a chunk before it is hedged.
+	// After is how long a call may go without output before it is hedged.
 	After HedgeDelay `yaml:"after"`
 	// To is where the hedged call goes; empty means [HedgeNext].
 	To HedgeTarget `yaml:"to"`
@@ -58,7 +58,7 @@ func (h *HedgeConfig) target() HedgeTarget {
 	return h.To
 }
 
-// HedgeDelay is how long a call may go without a chunk before it is
+// HedgeDelay is how long a call may go without output before it is
 // hedged: a fixed duration (0 hedges at once, racing the two calls), or a
 // quantile of the model's recent times to first chunk. Build one with
 // [HedgeAfter] or [HedgeQuantile], or decode one from text with

@@ -94,7 +94,7 @@ type AttemptInfo struct {
 	// Request is what is sent. Observers must not change it.
 	Request *llm.Request
 	// HedgeFrom is set on a hedged call: the alias of the slow call it
-	// races, which had gone HedgeAfter without a chunk.
+	// races, which had gone HedgeAfter without output.
 	HedgeFrom  string
 	HedgeAfter time.Duration
 	// Continues reports that the call continues a reply cut short (by the
