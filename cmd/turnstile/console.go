@@ -16,6 +16,7 @@ import (
 // console says what the command's stdout and stderr are, so the text
 // renderer styles and wraps only what a person reads on a terminal.
 type console struct {
+	tty      bool // stdout is a terminal
 	color    bool // stdout: ANSI styles
 	errColor bool // stderr: ANSI styles
 	spinner  bool // stderr may animate a line
@@ -32,7 +33,7 @@ func detectConsole(stdout, stderr *os.File, getenv func(string) string) console 
 	outTTY, errTTY := isTerminal(stdout), isTerminal(stderr)
 	dumb := getenv("TERM") == "dumb"
 	styled := getenv("NO_COLOR") == "" && !dumb
-	c := console{color: outTTY && styled, errColor: errTTY && styled, spinner: errTTY && !dumb}
+	c := console{tty: outTTY, color: outTTY && styled, errColor: errTTY && styled, spinner: errTTY && !dumb}
 	c.width, c.errWidth = termWidth(stdout, outTTY), termWidth(stderr, errTTY)
 	return c
 }

@@ -65,11 +65,11 @@ func TestDetectConsole(t *testing.T) {
 		getenv         func(string) string
 		want           console
 	}{
-		{"a terminal", tty, tty, env("TERM", "xterm-256color"), console{color: true, errColor: true, spinner: true, width: 40, errWidth: 40}},
+		{"a terminal", tty, tty, env("TERM", "xterm-256color"), console{tty: true, color: true, errColor: true, spinner: true, width: 40, errWidth: 40}},
 		{"/dev/null is no terminal", devnull, devnull, env("TERM", "xterm"), console{}},
 		{"stdout piped", devnull, tty, env(), console{errColor: true, spinner: true, errWidth: 40}},
-		{"NO_COLOR", tty, tty, env("NO_COLOR", "1"), console{spinner: true, width: 40, errWidth: 40}},
-		{"TERM=dumb", tty, tty, env("TERM", "dumb"), console{width: 40, errWidth: 40}},
+		{"NO_COLOR", tty, tty, env("NO_COLOR", "1"), console{tty: true, spinner: true, width: 40, errWidth: 40}},
+		{"TERM=dumb", tty, tty, env("TERM", "dumb"), console{tty: true, width: 40, errWidth: 40}},
 	} {
 		if got := detectConsole(tt.stdout, tt.stderr, tt.getenv); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)

@@ -183,7 +183,7 @@ func (r *textRenderer) render(ev *client.Event) error {
 		if e.GetDiscardPartial() && r.discard(len(r.shownCommitted)) {
 			msg += discarded
 		}
-		r.notice(msg)
+		r.noticeAt(msg, e.GetDiscardPartial())
 		r.waiting()
 	case *turnstilev1.AgentEvent_Fallback:
 		e := p.Fallback
@@ -191,7 +191,11 @@ func (r *textRenderer) render(ev *client.Event) error {
 		if e.GetDiscardPartial() && r.discard(len(r.shownCommitted)) {
 			msg += discarded
 		}
-		r.notice(msg)
+		r.noticeAt(msg, e.GetDiscardPartial())
+		r.waiting()
+	case *turnstilev1.AgentEvent_Hedge:
+		e := p.Hedge
+		r.notice(fmt.Sprintf("model %s: no output after %s; asking model %s in parallel", e.GetFromModel(), roundDelay(e.GetAfter().AsDuration()), e.GetToModel()))
 		r.waiting()
 	case *turnstilev1.AgentEvent_Compaction:
 		e := p.Compaction
@@ -310,9 +314,16 @@ func (r *textRenderer) line(mode, s string) error {
 }
 
 // notice writes a line to stderr, ending stdout's line first.
-func (r *textRenderer) notice(msg string) {
+func (r *textRenderer) notice(msg string) { r.noticeAt(msg, true) }
+
+// noticeAt writes a notice; with endLine false, stdout's text line is ended
+// only on a terminal, so a reply that goes on after the notice (a cut
+// stream continued) stays as the model wrote it in a file.
+func (r *textRenderer) noticeAt(msg string, endLine bool) {
 	r.stopSpinner()
-	r.endLine()
+	if endLine || r.con.tty {
+		r.endLine()
+	}
 	msg = r.wrapErr("turnstile: " + msg)
 	if r.con.errColor {
 		msg = ansiYellow + msg + ansiReset
@@ -377,6 +388,9 @@ func (r *textRenderer) done(res *client.Result) {
 	}
 	if n := c.GetFallbacks(); n > 0 {
 		line += " · " + plural(int(n), "fallback")
+	}
+	if n := c.GetHedges(); n > 0 {
+		line += " · " + plural(int(n), "hedge")
 	}
 	if res.Attempts > 1 {
 		line += " · " + plural(res.Attempts-1, "resume")

@@ -413,6 +413,8 @@ def _observe(ev: agent_pb2.AgentEvent, out: _Outcome) -> Optional[errors_pb2.Err
             out.partial = False
     elif kind == "compaction" and counters is not None:
         counters.compactions += 1
+    elif kind == "hedge" and counters is not None:
+        counters.hedges += 1
     elif kind == "usage":
         out.usage = ev.usage
     elif kind == "error":
@@ -458,6 +460,7 @@ def _add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounter
     dst.tool_calls += c.tool_calls
     dst.tool_errors += c.tool_errors
     dst.compactions += c.compactions
+    dst.hedges += c.hedges
 
 
 __all__ = ["ATTEMPT_HEADER", "Backoff", "Client", "Event", "Result", "StepRetry", "Turn", "standing", "code_name"]

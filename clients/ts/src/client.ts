@@ -440,6 +440,9 @@ function observe(ev: AgentEvent, out: AttemptOutcome, onError: (e: ErrorEvent) =
     case "compaction":
       out.counters!.compactions++;
       break;
+    case "hedge":
+      out.counters!.hedges++;
+      break;
     case "usage":
       out.usage = p.value;
       break;
@@ -482,6 +485,7 @@ function addCounters(dst: TurnCounters, c: TurnCounters | undefined): void {
   dst.toolCalls += c.toolCalls;
   dst.toolErrors += c.toolErrors;
   dst.compactions += c.compactions;
+  dst.hedges += c.hedges;
 }
 
 /** sleep waits ms or until signal aborts; it reports whether the wait ran out. */

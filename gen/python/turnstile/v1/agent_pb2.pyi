@@ -25,10 +25,11 @@ STOP_REASON_TOOL_USE: StopReason
 STOP_REASON_UNSPECIFIED: StopReason
 
 class AgentEvent(_message.Message):
-    __slots__ = ["compaction", "error", "fallback", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "text_delta", "thinking_delta", "time", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
+    __slots__ = ["compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "text_delta", "thinking_delta", "time", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
     COMPACTION_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_FIELD_NUMBER: _ClassVar[int]
     LLM_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
     LLM_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COMPLETED_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +49,7 @@ class AgentEvent(_message.Message):
     compaction: Compaction
     error: _errors_pb2.Error
     fallback: Fallback
+    hedge: Hedge
     llm_call_finished: LlmCallFinished
     llm_call_started: LlmCallStarted
     message_completed: MessageCompleted
@@ -64,7 +66,7 @@ class AgentEvent(_message.Message):
     turn_id: str
     turn_started: TurnStarted
     usage: _conversation_pb2.Usage
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ...) -> None: ...
 
 class Compaction(_message.Message):
     __slots__ = ["bytes_after", "bytes_before", "messages_after", "messages_before", "strategy"]
@@ -105,6 +107,16 @@ class GenerationOptions(_message.Message):
     stop_sequences: _containers.RepeatedScalarFieldContainer[str]
     temperature: float
     def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Hedge(_message.Message):
+    __slots__ = ["after", "from_model", "to_model"]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    FROM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TO_MODEL_FIELD_NUMBER: _ClassVar[int]
+    after: _duration_pb2.Duration
+    from_model: str
+    to_model: str
+    def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LlmCallFinished(_message.Message):
     __slots__ = ["attempt", "duration", "error", "model", "stop_reason", "time_to_first_chunk", "usage"]
@@ -265,20 +277,22 @@ class TurnCompleted(_message.Message):
     def __init__(self, end_reason: _Optional[_Union[EndReason, str]] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., counters: _Optional[_Union[TurnCounters, _Mapping]] = ...) -> None: ...
 
 class TurnCounters(_message.Message):
-    __slots__ = ["compactions", "fallbacks", "model_calls", "retries", "tool_calls", "tool_errors"]
+    __slots__ = ["compactions", "fallbacks", "hedges", "model_calls", "retries", "tool_calls", "tool_errors"]
     COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
     FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    HEDGES_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_ERRORS_FIELD_NUMBER: _ClassVar[int]
     compactions: int
     fallbacks: int
+    hedges: int
     model_calls: int
     retries: int
     tool_calls: int
     tool_errors: int
-    def __init__(self, model_calls: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_errors: _Optional[int] = ..., compactions: _Optional[int] = ...) -> None: ...
+    def __init__(self, model_calls: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_errors: _Optional[int] = ..., compactions: _Optional[int] = ..., hedges: _Optional[int] = ...) -> None: ...
 
 class TurnLimits(_message.Message):
     __slots__ = ["max_model_calls"]

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file turnstile/v1/agent.proto.
  */
 export const file_turnstile_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSL1AQoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzIosBChFHZW5lcmF0aW9uT3B0aW9ucxIeChFtYXhfb3V0cHV0X3Rva2VucxgBIAEoBUgAiAEBEhgKC3RlbXBlcmF0dXJlGAIgASgBSAGIAQESFgoOc3RvcF9zZXF1ZW5jZXMYAyADKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zQg4KDF90ZW1wZXJhdHVyZSI+CgpUdXJuTGltaXRzEhwKD21heF9tb2RlbF9jYWxscxgBIAEoBUgAiAEBQhIKEF9tYXhfbW9kZWxfY2FsbHMiOgoPUnVuVHVyblJlc3BvbnNlEicKBWV2ZW50GAEgASgLMhgudHVybnN0aWxlLnYxLkFnZW50RXZlbnQihQcKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3R1cm5faWQYAyABKAkSMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIAEIJCgdwYXlsb2FkIhwKC1R1cm5TdGFydGVkEg0KBW1vZGVsGAEgASgJImgKDkxsbUNhbGxTdGFydGVkEg0KBW1vZGVsGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEhYKDnByb3ZpZGVyX21vZGVsGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SDAoEY2FsbBgFIAEoDSIZCglUZXh0RGVsdGESDAoEdGV4dBgBIAEoCSIwCg1UaGlua2luZ0RlbHRhEgwKBHRleHQYASABKAkSEQoJc2lnbmF0dXJlGAIgASgJIlYKDVRvb2xDYWxsRGVsdGESDQoFaW5kZXgYASABKA0SDwoHY2FsbF9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEhcKD2FyZ3VtZW50c19kZWx0YRgEIAEoCSI6ChBNZXNzYWdlQ29tcGxldGVkEiYKB21lc3NhZ2UYASABKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZSI/CgtUb29sU3RhcnRlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIl8KDFRvb2xQcm9ncmVzcxIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRIQCghwcm9ncmVzcxgEIAEoARINCgV0b3RhbBgFIAEoASJ9CgxUb29sRmluaXNoZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSEAoIaXNfZXJyb3IYBCABKAgSKwoIZHVyYXRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ijQIKD0xsbUNhbGxGaW5pc2hlZBINCgVtb2RlbBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEiIKBXVzYWdlGAMgASgLMhMudHVybnN0aWxlLnYxLlVzYWdlEi0KC3N0b3BfcmVhc29uGAQgASgOMhgudHVybnN0aWxlLnYxLlN0b3BSZWFzb24SIgoFZXJyb3IYBSABKAsyEy50dXJuc3RpbGUudjEuRXJyb3ISKwoIZHVyYXRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNgoTdGltZV90b19maXJzdF9jaHVuaxgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLUAQoFUmV0cnkSDwoHYXR0ZW1wdBgBIAEoDRIUCgxtYXhfYXR0ZW1wdHMYAiABKA0SDQoFbW9kZWwYAyABKAkSKAoFZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoGcmVhc29uGAUgASgOMhcudHVybnN0aWxlLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAYgASgJEhcKD2Rpc2NhcmRfcGFydGlhbBgHIAEoCBIYChBkaXNjYXJkX2Zyb21fc2VxGAggASgEIp0BCghGYWxsYmFjaxISCgpmcm9tX21vZGVsGAEgASgJEhAKCHRvX21vZGVsGAIgASgJEicKBnJlYXNvbhgDIAEoDjIXLnR1cm5zdGlsZS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgEIAEoCRIXCg9kaXNjYXJkX3BhcnRpYWwYBSABKAgSGAoQZGlzY2FyZF9mcm9tX3NlcRgGIAEoBCJ6CgpDb21wYWN0aW9uEhAKCHN0cmF0ZWd5GAEgASgJEhcKD21lc3NhZ2VzX2JlZm9yZRgCIAEoDRIWCg5tZXNzYWdlc19hZnRlchgDIAEoDRIUCgxieXRlc19iZWZvcmUYBCABKAQSEwoLYnl0ZXNfYWZ0ZXIYBSABKAQitwEKDVR1cm5Db21wbGV0ZWQSKwoKZW5kX3JlYXNvbhgBIAEoDjIXLnR1cm5zdGlsZS52MS5FbmRSZWFzb24SJwoIbWVzc2FnZXMYAiADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIiCgV1c2FnZRgDIAEoCzITLnR1cm5zdGlsZS52MS5Vc2FnZRIsCghjb3VudGVycxgEIAEoCzIaLnR1cm5zdGlsZS52MS5UdXJuQ291bnRlcnMihQEKDFR1cm5Db3VudGVycxITCgttb2RlbF9jYWxscxgBIAEoDRIPCgdyZXRyaWVzGAIgASgNEhEKCWZhbGxiYWNrcxgDIAEoDRISCgp0b29sX2NhbGxzGAQgASgNEhMKC3Rvb2xfZXJyb3JzGAUgASgNEhMKC2NvbXBhY3Rpb25zGAYgASgNKs0BCgpTdG9wUmVhc29uEhsKF1NUT1BfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoUU1RPUF9SRUFTT05fRU5EX1RVUk4QARIYChRTVE9QX1JFQVNPTl9UT09MX1VTRRACEhoKFlNUT1BfUkVBU09OX01BWF9UT0tFTlMQAxIdChlTVE9QX1JFQVNPTl9TVE9QX1NFUVVFTkNFEAQSFwoTU1RPUF9SRUFTT05fUkVGVVNBTBAFEhoKFlNUT1BfUkVBU09OX1BBVVNFX1RVUk4QBirVAQoJRW5kUmVhc29uEhoKFkVORF9SRUFTT05fVU5TUEVDSUZJRUQQABIXChNFTkRfUkVBU09OX0VORF9UVVJOEAESIgoeRU5EX1JFQVNPTl9UT09MX0NBTExTX1JFUVVJUkVEEAISHgoaRU5EX1JFQVNPTl9NQVhfTU9ERUxfQ0FMTFMQAxIZChVFTkRfUkVBU09OX01BWF9UT0tFTlMQBBIWChJFTkRfUkVBU09OX1JFRlVTQUwQBRIcChhFTkRfUkVBU09OX1NUT1BfU0VRVUVOQ0UQBjJYCgxBZ2VudFNlcnZpY2USSAoHUnVuVHVybhIcLnR1cm5zdGlsZS52MS5SdW5UdXJuUmVxdWVzdBodLnR1cm5zdGlsZS52MS5SdW5UdXJuUmVzcG9uc2UwAUKVAQoQZGV2LnR1cm5zdGlsZS52MUIKQWdlbnRQcm90b1ABWj9naXRodWIuY29tL3R1cm5zdGlsZS1kZXYvdHVybnN0aWxlL2dlbi90dXJuc3RpbGUvdjE7dHVybnN0aWxldjGiAgNUWFiqAgxUdXJuc3RpbGUuVjHKAgxUdXJuc3RpbGVcVjHqAg1UdXJuc3RpbGU6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
+  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSL1AQoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzIosBChFHZW5lcmF0aW9uT3B0aW9ucxIeChFtYXhfb3V0cHV0X3Rva2VucxgBIAEoBUgAiAEBEhgKC3RlbXBlcmF0dXJlGAIgASgBSAGIAQESFgoOc3RvcF9zZXF1ZW5jZXMYAyADKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zQg4KDF90ZW1wZXJhdHVyZSI+CgpUdXJuTGltaXRzEhwKD21heF9tb2RlbF9jYWxscxgBIAEoBUgAiAEBQhIKEF9tYXhfbW9kZWxfY2FsbHMiOgoPUnVuVHVyblJlc3BvbnNlEicKBWV2ZW50GAEgASgLMhgudHVybnN0aWxlLnYxLkFnZW50RXZlbnQiqwcKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3R1cm5faWQYAyABKAkSMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIABIkCgVoZWRnZRgaIAEoCzITLnR1cm5zdGlsZS52MS5IZWRnZUgAQgkKB3BheWxvYWQiHAoLVHVyblN0YXJ0ZWQSDQoFbW9kZWwYASABKAkiaAoOTGxtQ2FsbFN0YXJ0ZWQSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSFgoOcHJvdmlkZXJfbW9kZWwYAyABKAkSDwoHYXR0ZW1wdBgEIAEoDRIMCgRjYWxsGAUgASgNIhkKCVRleHREZWx0YRIMCgR0ZXh0GAEgASgJIjAKDVRoaW5raW5nRGVsdGESDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiVgoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoDRIPCgdjYWxsX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAQgASgJIjoKEE1lc3NhZ2VDb21wbGV0ZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIj8KC1Rvb2xTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiXwoMVG9vbFByb2dyZXNzEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhAKCHByb2dyZXNzGAQgASgBEg0KBXRvdGFsGAUgASgBIn0KDFRvb2xGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHY29udGVudBgDIAEoCRIQCghpc19lcnJvchgEIAEoCBIrCghkdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKNAgoPTGxtQ2FsbEZpbmlzaGVkEg0KBW1vZGVsGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLQoLc3RvcF9yZWFzb24YBCABKA4yGC50dXJuc3RpbGUudjEuU3RvcFJlYXNvbhIiCgVlcnJvchgFIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvchIrCghkdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI2ChN0aW1lX3RvX2ZpcnN0X2NodW5rGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItQBCgVSZXRyeRIPCgdhdHRlbXB0GAEgASgNEhQKDG1heF9hdHRlbXB0cxgCIAEoDRINCgVtb2RlbBgDIAEoCRIoCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgZyZWFzb24YBSABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBiABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAcgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYCCABKAQinQEKCEZhbGxiYWNrEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSJwoGcmVhc29uGAMgASgOMhcudHVybnN0aWxlLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAQgASgJEhcKD2Rpc2NhcmRfcGFydGlhbBgFIAEoCBIYChBkaXNjYXJkX2Zyb21fc2VxGAYgASgEIlcKBUhlZGdlEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iegoKQ29tcGFjdGlvbhIQCghzdHJhdGVneRgBIAEoCRIXCg9tZXNzYWdlc19iZWZvcmUYAiABKA0SFgoObWVzc2FnZXNfYWZ0ZXIYAyABKA0SFAoMYnl0ZXNfYmVmb3JlGAQgASgEEhMKC2J5dGVzX2FmdGVyGAUgASgEIrcBCg1UdXJuQ29tcGxldGVkEisKCmVuZF9yZWFzb24YASABKA4yFy50dXJuc3RpbGUudjEuRW5kUmVhc29uEicKCG1lc3NhZ2VzGAIgAygLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2USIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLAoIY291bnRlcnMYBCABKAsyGi50dXJuc3RpbGUudjEuVHVybkNvdW50ZXJzIpUBCgxUdXJuQ291bnRlcnMSEwoLbW9kZWxfY2FsbHMYASABKA0SDwoHcmV0cmllcxgCIAEoDRIRCglmYWxsYmFja3MYAyABKA0SEgoKdG9vbF9jYWxscxgEIAEoDRITCgt0b29sX2Vycm9ycxgFIAEoDRITCgtjb21wYWN0aW9ucxgGIAEoDRIOCgZoZWRnZXMYByABKA0qzQEKClN0b3BSZWFzb24SGwoXU1RPUF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRTVE9QX1JFQVNPTl9FTkRfVFVSThABEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAISGgoWU1RPUF9SRUFTT05fTUFYX1RPS0VOUxADEh0KGVNUT1BfUkVBU09OX1NUT1BfU0VRVUVOQ0UQBBIXChNTVE9QX1JFQVNPTl9SRUZVU0FMEAUSGgoWU1RPUF9SRUFTT05fUEFVU0VfVFVSThAGKtUBCglFbmRSZWFzb24SGgoWRU5EX1JFQVNPTl9VTlNQRUNJRklFRBAAEhcKE0VORF9SRUFTT05fRU5EX1RVUk4QARIiCh5FTkRfUkVBU09OX1RPT0xfQ0FMTFNfUkVRVUlSRUQQAhIeChpFTkRfUkVBU09OX01BWF9NT0RFTF9DQUxMUxADEhkKFUVORF9SRUFTT05fTUFYX1RPS0VOUxAEEhYKEkVORF9SRUFTT05fUkVGVVNBTBAFEhwKGEVORF9SRUFTT05fU1RPUF9TRVFVRU5DRRAGMlgKDEFnZW50U2VydmljZRJICgdSdW5UdXJuEhwudHVybnN0aWxlLnYxLlJ1blR1cm5SZXF1ZXN0Gh0udHVybnN0aWxlLnYxLlJ1blR1cm5SZXNwb25zZTABQpUBChBkZXYudHVybnN0aWxlLnYxQgpBZ2VudFByb3RvUAFaP2dpdGh1Yi5jb20vdHVybnN0aWxlLWRldi90dXJuc3RpbGUvZ2VuL3R1cm5zdGlsZS92MTt0dXJuc3RpbGV2MaICA1RYWKoCDFR1cm5zdGlsZS5WMcoCDFR1cm5zdGlsZVxWMeoCDVR1cm5zdGlsZTo6VjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
 
 /**
  * RunTurnRequest asks for one turn of a conversation.
@@ -325,6 +325,15 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
      */
     value: TurnCompleted;
     case: "turnCompleted";
+  } | {
+    /**
+     * A model call was slow to answer, so the same request went to another
+     * call in parallel.
+     *
+     * @generated from field: turnstile.v1.Hedge hedge = 26;
+     */
+    value: Hedge;
+    case: "hedge";
   } | { case: undefined; value?: undefined };
 };
 
@@ -500,6 +509,14 @@ export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
  * MessageCompleted carries a message exactly as committed to the
  * conversation: an assistant reply once its stream completed, or the tool
  * results of a step. A client resuming a failed turn appends these.
+ *
+ * A reply may take several model calls: one cut by the output token limit
+ * is continued by the next call, and one whose stream was cut may be
+ * continued (a retry or fallback with discard_partial false after streamed
+ * text). Every delta until the reply's message_completed extends it, and the
+ * reply is committed once, whole, when its last call completes. A turn that
+ * fails or reaches its model-call limit while continuing a reply cut by the
+ * output limit commits the reply as far as it got before its last event.
  *
  * @generated from message turnstile.v1.MessageCompleted
  */
@@ -764,9 +781,11 @@ export type Retry = Message<"turnstile.v1.Retry"> & {
   message: string;
 
   /**
-   * True when the failed attempt had streamed output: every consumer must
-   * drop the deltas of events from discard_from_seq on, which are never
-   * committed.
+   * True when streamed output must be dropped: every consumer must drop the
+   * deltas of events from discard_from_seq on, which are never committed.
+   * False after streamed output when that output is kept and the next call
+   * continues it (the model's on_stream_cut is continue): its deltas extend
+   * the text already shown.
    *
    * @generated from field: bool discard_partial = 7;
    */
@@ -845,6 +864,47 @@ export const FallbackSchema: GenMessage<Fallback> = /*@__PURE__*/
   messageDesc(file_turnstile_v1_agent, 16);
 
 /**
+ * Hedge says a model call had no output after a delay, so the same request
+ * went to another model (or the same one) in parallel. The LlmCallStarted
+ * of the hedged call follows. The first of the two calls to produce output
+ * wins: the other ends with an LlmCallFinished whose error is
+ * ERROR_CODE_CANCELLED before any of the winner's deltas, so the deltas of
+ * the two never mix.
+ *
+ * @generated from message turnstile.v1.Hedge
+ */
+export type Hedge = Message<"turnstile.v1.Hedge"> & {
+  /**
+   * The model alias of the slow call.
+   *
+   * @generated from field: string from_model = 1;
+   */
+  fromModel: string;
+
+  /**
+   * The model alias the hedged call goes to; from_model when the model
+   * hedges to itself.
+   *
+   * @generated from field: string to_model = 2;
+   */
+  toModel: string;
+
+  /**
+   * How long the slow call had gone without output.
+   *
+   * @generated from field: google.protobuf.Duration after = 3;
+   */
+  after?: Duration | undefined;
+};
+
+/**
+ * Describes the message turnstile.v1.Hedge.
+ * Use `create(HedgeSchema)` to create a new message.
+ */
+export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 17);
+
+/**
  * Compaction says the conversation was shortened to fit a context window.
  *
  * @generated from message turnstile.v1.Compaction
@@ -891,7 +951,7 @@ export type Compaction = Message<"turnstile.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 17);
+  messageDesc(file_turnstile_v1_agent, 18);
 
 /**
  * TurnCompleted ends a turn that reached an outcome.
@@ -935,7 +995,7 @@ export type TurnCompleted = Message<"turnstile.v1.TurnCompleted"> & {
  * Use `create(TurnCompletedSchema)` to create a new message.
  */
 export const TurnCompletedSchema: GenMessage<TurnCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 18);
+  messageDesc(file_turnstile_v1_agent, 19);
 
 /**
  * TurnCounters count what happened during a turn.
@@ -984,6 +1044,13 @@ export type TurnCounters = Message<"turnstile.v1.TurnCounters"> & {
    * @generated from field: uint32 compactions = 6;
    */
   compactions: number;
+
+  /**
+   * Hedged model calls started (they count in model_calls too).
+   *
+   * @generated from field: uint32 hedges = 7;
+   */
+  hedges: number;
 };
 
 /**
@@ -991,7 +1058,7 @@ export type TurnCounters = Message<"turnstile.v1.TurnCounters"> & {
  * Use `create(TurnCountersSchema)` to create a new message.
  */
 export const TurnCountersSchema: GenMessage<TurnCounters> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 19);
+  messageDesc(file_turnstile_v1_agent, 20);
 
 /**
  * StopReason says why a model reply ended.
