@@ -235,3 +235,21 @@ func TestNoticesWrap(t *testing.T) {
 		t.Errorf("stderr = %q, want %q", errOut, want)
 	}
 }
+
+// A retry that keeps the streamed text (a cut stream continued) leaves the
+// reply whole in a file; on a terminal the notice gets a line of its own.
+func TestTextRendererContinuedStream(t *testing.T) {
+	retry := agent(&turnstilev1.Retry{Attempt: 2, MaxAttempts: 3, Model: "m", Reason: turnstilev1.ErrorCode_ERROR_CODE_STREAM_INTERRUPTED, Message: "cut"})
+	for _, tt := range []struct {
+		con  console
+		want string
+	}{
+		{console{}, "Half a reply.\n"},
+		{console{tty: true}, "Half a\n reply.\n"},
+	} {
+		out, errOut := renderAll(t, tt.con, agent(&turnstilev1.TextDelta{Text: "Half a"}), retry, agent(&turnstilev1.TextDelta{Text: " reply."}))
+		if out != tt.want || strings.Contains(errOut, "discarded") {
+			t.Errorf("tty %v: stdout %q, stderr %q; want stdout %q and no discard", tt.con.tty, out, errOut, tt.want)
+		}
+	}
+}
