@@ -113,7 +113,10 @@ func TestObserverSeesTheWholeTurn(t *testing.T) {
 		return llm.ToolOutput{Content: "42"}, nil
 	})
 	obs := &hookRecorder{}
-	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, []llm.Tool{tool}, runtime.WithObserver(obs))
+	// A still clock keeps the budget from refilling while the turn runs.
+	still := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, []llm.Tool{tool},
+		runtime.WithObserver(obs), runtime.WithClock(func() time.Time { return still }))
 	_, _, terr := run(t, t.Context(), r, userTurn("hi"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -149,14 +152,14 @@ func TestObserverSeesTheWholeTurn(t *testing.T) {
 	if toolCtx != "c1" {
 		t.Errorf("tool context value = %v, want c1", toolCtx)
 	}
-	// The shared state the gauges read: a's three transient failures spent
-	// three tokens of its budget; b's successes earned nothing past full.
+	// The shared state the gauges read: a's two retries failed, spending
+	// the token each took; b, never retried, keeps its budget full.
 	var budgets []string
 	for _, m := range r.Health() {
 		budgets = append(budgets, fmt.Sprintf("%s=%g/%g", m.Alias, m.BudgetTokens, m.BudgetMax))
 	}
-	if got := strings.Join(budgets, " "); got != "a=7/10 b=10/10" {
-		t.Errorf("Health budgets = %s, want a=7/10 b=10/10", got)
+	if got := strings.Join(budgets, " "); got != "a=8/10 b=10/10" {
+		t.Errorf("Health budgets = %s, want a=8/10 b=10/10", got)
 	}
 }
 

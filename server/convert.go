@@ -320,6 +320,10 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 			FromModel: e.From, ToModel: e.To, Reason: errorCode(e.Kind), Message: e.Message,
 			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq,
 		}}
+	case *runtime.Hedge:
+		out.Payload = &turnstilev1.AgentEvent_Hedge{Hedge: &turnstilev1.Hedge{
+			FromModel: e.From, ToModel: e.To, After: durationpb.New(e.After),
+		}}
 	case *runtime.Compaction:
 		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: &turnstilev1.Compaction{
 			Strategy: e.Strategy, MessagesBefore: uint32(e.MessagesBefore), MessagesAfter: uint32(e.MessagesAfter),
@@ -336,6 +340,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 				ModelCalls: uint32(e.Counters.ModelCalls), Retries: uint32(e.Counters.Retries),
 				Fallbacks: uint32(e.Counters.Fallbacks), ToolCalls: uint32(e.Counters.ToolCalls),
 				ToolErrors: uint32(e.Counters.ToolErrors), Compactions: uint32(e.Counters.Compactions),
+				Hedges: uint32(e.Counters.Hedges),
 			},
 		}
 		for _, m := range e.Messages {

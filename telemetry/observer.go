@@ -28,6 +28,9 @@ type ObserverOptions struct {
 	// Health reads the models' shared state for the retry-budget and
 	// cooldown gauges (runtime.Runner.Health); nil reports no gauges.
 	Health func() []policy.ModelHealth
+	// Now is the clock of the runner whose state Health reads
+	// (runtime.WithClock); nil is time.Now.
+	Now func() time.Time
 }
 
 // Observer is a [runtime.Observer] that turns each turn into spans and
@@ -52,7 +55,10 @@ func NewObserver(tp trace.TracerProvider, mp metric.MeterProvider, opts Observer
 		tracer: tp.Tracer(instrumentationURL),
 		opts:   opts,
 	}
-	m, err := newInstruments(mp.Meter(instrumentationURL), opts.Health)
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	m, err := newInstruments(mp.Meter(instrumentationURL), opts.Health, opts.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +373,7 @@ var (
 	agentBuckets   = []float64{0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 204.8, 409.6}
 )
 
-func newInstruments(m metric.Meter, health func() []policy.ModelHealth) (instruments, error) {
+func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock func() time.Time) (instruments, error) {
 	var (
 		in   instruments
 		errs []error
@@ -402,7 +408,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth) (instrum
 	errs = append(errs, err)
 	if health != nil {
 		budget, err := m.Float64ObservableGauge(metricRetryBudget, metric.WithUnit("{token}"),
-			metric.WithDescription("Retry budget left per model; retries stop at half of the budget or less."))
+			metric.WithDescription("Retry budget left per model; retries stop while less than one token is left."))
 		errs = append(errs, err)
 		cooling, err := m.Int64ObservableGauge(metricCoolingDown,
 			metric.WithDescription("1 while new turns skip the model (cooldown or half-open probe), else 0."))
@@ -411,7 +417,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth) (instrum
 			return in, err
 		}
 		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
-			now := time.Now()
+			now := clock()
 			for _, h := range health() {
 				attrs := metric.WithAttributes(keyModel.String(h.Alias))
 				if h.BudgetMax > 0 {

@@ -70,7 +70,7 @@ func providerErr(k llm.Kind) error {
 func fastRetry() policy.Retry {
 	return policy.Retry{
 		MaxRetries: 2, InitialBackoff: time.Millisecond, Multiplier: 2, MaxBackoff: 4 * time.Millisecond,
-		MaxRetryAfter: time.Second, Cooldown: time.Minute, BudgetTokens: 10, BudgetRatio: 0.1,
+		MaxRetryAfter: time.Second, Cooldown: time.Minute, BudgetTokens: 10, BudgetRefill: 1,
 	}
 }
 
@@ -95,7 +95,9 @@ func scenario(t *testing.T, obs runtime.Observer, req *runtime.TurnRequest) *run
 		{Alias: "a", ProviderName: "oai", Provider: a, ID: "a-id", Fallbacks: []string{"b"}, Retry: fastRetry()},
 		{Alias: "b", ProviderName: "claude", Provider: b, ID: "b-id", Retry: fastRetry()},
 	}, "a", []llm.Tool{lookup}, runtime.WithObserver(obs), runtime.WithIDs(func() string { return "t1" }),
-		runtime.WithJitter(func() float64 { return 0.5 }))
+		runtime.WithJitter(func() float64 { return 0.5 }),
+		// A still clock keeps the retry budget from refilling during the turn.
+		runtime.WithClock(still))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +109,9 @@ func scenario(t *testing.T, obs runtime.Observer, req *runtime.TurnRequest) *run
 	}
 	return r
 }
+
+// still is the clock of the scenario's runner: it does not move.
+func still() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 func userTurn(text string) *runtime.TurnRequest {
 	return &runtime.TurnRequest{Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(text)}}}}
@@ -359,7 +364,7 @@ func TestMetrics(t *testing.T) {
 	var r *runtime.Runner
 	req := userTurn("hi")
 	req.Client = "team-a"
-	obs := observer(t, p, telemetry.ObserverOptions{Health: func() []policy.ModelHealth { return r.Health() }})
+	obs := observer(t, p, telemetry.ObserverOptions{Health: func() []policy.ModelHealth { return r.Health() }, Now: still})
 	r = scenario(t, obs, req)
 	got := p.metrics(t)
 
@@ -398,8 +403,9 @@ func TestMetrics(t *testing.T) {
 			"gen_ai.token.type=input,turnstile.client=team-a,turnstile.model=a 57",
 			"gen_ai.token.type=output,turnstile.client=team-a,turnstile.model=a 11",
 		},
-		// a spent three tokens; a is cooling down after the fallback.
-		"turnstile.model.retry_budget": {"turnstile.model=a 7", "turnstile.model=b 10"},
+		// a's two retries failed, spending the token each took; a is
+		// cooling down after the fallback.
+		"turnstile.model.retry_budget": {"turnstile.model=a 8", "turnstile.model=b 10"},
 		"turnstile.model.cooling_down": {"turnstile.model=a 1", "turnstile.model=b 0"},
 	}
 	for name, w := range want {

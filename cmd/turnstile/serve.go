@@ -209,6 +209,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			FirstTokenTimeout: mc.FirstTokenTimeout,
 			IdleTimeout:       mc.IdleTimeout,
 			Retry:             mc.Retry,
+			Hedge:             mc.Hedge,
+			OnStreamCut:       mc.OnStreamCut,
 			Tools:             allowedTools(mc.Tools),
 		})
 	}

@@ -31,7 +31,9 @@ var floors = []struct {
 	{"internal/fake", []string{"llm"}, "scripted upstreams for tests"},
 	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
 	{"internal/bench", []string{"gen/"}, "the benchmark: the server as a child process, over the wire"},
+	{"internal/livetest", nil, "starts turnstile serve for tests over the wire"},
 	{"internal/layering", nil, "this test"},
+	{"examples/", []string{"client", "gen/"}, "runnable examples: the clients' public API only"},
 	{"cmd/", []string{""}, "wiring: may import anything"},
 }
 

@@ -333,7 +333,8 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\x14ERROR_CODE_CANCELLED\x10\x0e\x12 \n" +
 	"\x1cERROR_CODE_DEADLINE_EXCEEDED\x10\x0f\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x10\x12\x1b\n" +
-	"\x17ERROR_CODE_TOOLS_UNSAFE\x10\x11BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\x17ERROR_CODE_TOOLS_UNSAFE\x10\x11B\x96\x01\n" +
+	"\x10dev.turnstile.v1B\vErrorsProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_errors_proto_rawDescOnce sync.Once
