@@ -28,9 +28,9 @@ func NewTurnLog(logger *slog.Logger) *TurnLog { return &TurnLog{logger: logger} 
 // when the turn is traced; client when a key sent it; model (the alias
 // asked for); attempts, a group of the models tried, in order, with the
 // model calls each got; served_by (the model whose reply was last
-// committed); model_calls, retries, fallbacks, compactions, tool_calls;
-// input_tokens (cached input excluded), output_tokens, cache_read_tokens,
-// cache_write_tokens; ttft_ms (to the first streamed output), wait_ms
+// committed); model_calls, retries, fallbacks, hedges, compactions,
+// tool_calls; input_tokens (cached input excluded), output_tokens,
+// cache_read_tokens, cache_write_tokens; ttft_ms (to the first streamed output), wait_ms
 // (backoff), duration_ms; then end_reason for a completed turn, or
 // error_code, retryable and the root cause for a failed one. Durations are
 // milliseconds and every count a number. No prompt or completion text is
@@ -77,6 +77,7 @@ func (l *TurnLog) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.T
 		slog.Int("model_calls", c.ModelCalls),
 		slog.Int("retries", c.Retries),
 		slog.Int("fallbacks", c.Fallbacks),
+		slog.Int("hedges", c.Hedges),
 		slog.Int("compactions", c.Compactions),
 		slog.Int("tool_calls", c.ToolCalls),
 		slog.Int64("input_tokens", u.InputTokens),

@@ -62,7 +62,7 @@ func TestTurnLogCompleted(t *testing.T) {
 	want := map[string]any{
 		"level": "INFO", "msg": "turn ended", "turn_id": "t1", "trace_id": traceID, "client": "team-a", "model": "a",
 		"attempts": map[string]any{"a": 3.0, "b": 2.0}, "served_by": "b",
-		"model_calls": 5.0, "retries": 2.0, "fallbacks": 1.0, "compactions": 0.0, "tool_calls": 1.0,
+		"model_calls": 5.0, "retries": 2.0, "fallbacks": 1.0, "hedges": 0.0, "compactions": 0.0, "tool_calls": 1.0,
 		"input_tokens": 27.0, "output_tokens": 11.0, "cache_read_tokens": 30.0, "cache_write_tokens": 0.0,
 		"end_reason": "end_turn",
 	}
@@ -107,7 +107,7 @@ func TestTurnLogFailed(t *testing.T) {
 			delete(line, "duration_ms")
 			want := map[string]any{
 				"level": tt.level, "msg": "turn ended", "turn_id": "t2", "model": "a", "attempts": map[string]any{"a": 1.0},
-				"model_calls": 1.0, "retries": 0.0, "fallbacks": 0.0, "compactions": 0.0, "tool_calls": 0.0,
+				"model_calls": 1.0, "retries": 0.0, "fallbacks": 0.0, "hedges": 0.0, "compactions": 0.0, "tool_calls": 0.0,
 				"input_tokens": 0.0, "output_tokens": 0.0, "cache_read_tokens": 0.0, "cache_write_tokens": 0.0,
 				"error_code": tt.kind.String(), "retryable": false, "error": "upstream said no", "cause": "oai: " + tt.kind.String() + ": upstream said no: " + cause.Error(),
 			}

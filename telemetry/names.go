@@ -74,6 +74,11 @@ const (
 	keyCooldown    = attribute.Key("turnstile.cooldown")
 	keyFallbackTo  = attribute.Key("turnstile.fallback.to")
 	keyRetryable   = attribute.Key("turnstile.retryable")
+	keyHedges      = attribute.Key("turnstile.hedges")
+	keyHedgeFrom   = attribute.Key("turnstile.hedge.from")
+	keyHedgeAfter  = attribute.Key("turnstile.hedge.after")
+	keyHedgeLost   = attribute.Key("turnstile.hedge.lost")
+	keyContinues   = attribute.Key("turnstile.continues")
 )
 
 // Span event names.
@@ -83,6 +88,7 @@ const (
 	eventCompaction = "turnstile.compaction"
 	eventCooldown   = "turnstile.cooldown"
 	eventGiveUp     = "turnstile.give_up"
+	eventHedge      = "turnstile.hedge"
 )
 
 // Metric names. The GenAI ones follow the conventions; the others are
@@ -98,6 +104,7 @@ const (
 	metricRetries      = "turnstile.retries"
 	metricFallbacks    = "turnstile.fallbacks"
 	metricCooldowns    = "turnstile.cooldowns"
+	metricHedges       = "turnstile.hedges"
 	metricTurns        = "turnstile.turns"
 	metricTurnsActive  = "turnstile.turns.active"
 	metricTurnWait     = "turnstile.turn.wait"

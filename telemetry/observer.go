@@ -112,6 +112,7 @@ func (o *Observer) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.
 			keyModelCalls.Int(end.Counters.ModelCalls),
 			keyRetries.Int(end.Counters.Retries),
 			keyFallbacks.Int(end.Counters.Fallbacks),
+			keyHedges.Int(end.Counters.Hedges),
 			keyCompactions.Int(end.Counters.Compactions),
 			keyToolCalls.Int(end.Counters.ToolCalls),
 			keyWaited.Float64(end.Waited.Seconds()),
@@ -192,8 +193,13 @@ func usageAttrs(u llm.Usage) []attribute.KeyValue {
 
 // AttemptStart starts the model call's chat span, a child of the turn's,
 // so the provider's HTTP request (instrumented in the providers) is its
-// child.
+// child. A hedged call is also an event of the turn's span, and counted.
 func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) context.Context {
+	if a.HedgeFrom != "" {
+		from, to := keyModel.String(a.HedgeFrom), keyFallbackTo.String(a.Model)
+		o.m.hedges.Add(ctx, 1, metric.WithAttributes(from, to))
+		trace.SpanFromContext(ctx).AddEvent(eventHedge, trace.WithAttributes(from, to, keyHedgeAfter.Float64(a.HedgeAfter.Seconds())))
+	}
 	ctx, span := o.tracer.Start(ctx, opChat+" "+a.ProviderModel, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			keyOperationName.String(opChat),
@@ -211,6 +217,12 @@ func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) cont
 		keyAttempt.Int(a.Attempt),
 		keyCall.Int(a.Call),
 		keyStep.Int(a.Step),
+	}
+	if a.HedgeFrom != "" {
+		attrs = append(attrs, keyHedgeFrom.String(a.HedgeFrom), keyHedgeAfter.Float64(a.HedgeAfter.Seconds()))
+	}
+	if a.Continues {
+		attrs = append(attrs, keyContinues.Bool(true))
 	}
 	if r := a.Request; r != nil {
 		if r.MaxOutputTokens > 0 {
@@ -243,7 +255,12 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		if end.TimeToFirstChunk > 0 {
 			attrs = append(attrs, keyTimeToFirstChunk.Float64(end.TimeToFirstChunk.Seconds()))
 		}
-		if e := end.Err; e != nil {
+		switch e := end.Err; {
+		case end.Lost:
+			// Cancelled because the other call of its hedged pair answered
+			// first: not a failure.
+			attrs = append(attrs, keyErrorType.String(hedgeLost), keyHedgeLost.Bool(true))
+		case e != nil:
 			attrs = append(attrs, keyErrorType.String(e.Kind.String()))
 			if e.RequestID != "" {
 				attrs = append(attrs, keyRequestID.String(e.RequestID))
@@ -252,7 +269,7 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 				attrs = append(attrs, keyStatusCode.Int(e.StatusCode))
 			}
 			span.SetStatus(codes.Error, e.Message)
-		} else {
+		default:
 			attrs = append(attrs, keyFinishReasons.StringSlice([]string{end.Stop.String()}))
 			if o.opts.CaptureContent {
 				attrs = append(attrs, keyOutputMessages.String(outputMessages(end.Message, end.Stop)))
@@ -269,7 +286,10 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		keyModel.String(a.Model),
 		keyProvider.String(a.Provider),
 	}
-	if end.Err != nil {
+	switch {
+	case end.Lost:
+		attrs = append(attrs, keyErrorType.String(hedgeLost))
+	case end.Err != nil:
 		attrs = append(attrs, keyErrorType.String(end.Err.Kind.String()))
 	}
 	set := metric.WithAttributes(attrs...)
@@ -330,8 +350,13 @@ func (o *Observer) ToolStart(ctx context.Context, t runtime.ToolInfo) context.Co
 	return ctx
 }
 
-// toolError is error.type for a tool call whose result is an error.
-const toolError = "tool_error"
+// toolError is error.type for a tool call whose result is an error, and
+// hedgeLost for a model call cancelled because the other call of its
+// hedged pair answered first.
+const (
+	toolError = "tool_error"
+	hedgeLost = "hedge_lost"
+)
 
 // ToolEnd ends the tool call's span and records its duration.
 func (o *Observer) ToolEnd(ctx context.Context, t runtime.ToolInfo, end runtime.ToolEnd) {
@@ -360,6 +385,7 @@ type instruments struct {
 	retries           metric.Int64Counter
 	fallbacks         metric.Int64Counter
 	cooldowns         metric.Int64Counter
+	hedges            metric.Int64Counter
 	turns             metric.Int64Counter
 	active            metric.Int64UpDownCounter
 	turnWait          metric.Float64Histogram
@@ -402,6 +428,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 	in.retries = counter(metricRetries, "{retry}", "Retries on the same model, by model and error class.")
 	in.fallbacks = counter(metricFallbacks, "{fallback}", "Moves to the next model of a chain, by model, target and error class.")
 	in.cooldowns = counter(metricCooldowns, "{cooldown}", "Cooldowns started on a model, by model and error class.")
+	in.hedges = counter(metricHedges, "{call}", "Hedged calls started, by the slow call's model and the hedge's.")
 	in.turns = counter(metricTurns, "{turn}", "Turns ended, by model asked, end reason or error code, and client.")
 	in.turnTokens = counter(metricTurnTokens, "{token}", "Tokens used by turns, by model asked, type and client.")
 	in.active, err = m.Int64UpDownCounter(metricTurnsActive, metric.WithUnit("{turn}"), metric.WithDescription("Turns in flight, by model asked."))

@@ -463,3 +463,40 @@ func TestFailedTurn(t *testing.T) {
 		t.Errorf("turnstile.turns = %v, want %v", turns, w)
 	}
 }
+
+// TestHedgedCall runs a turn whose first call gives no output until a
+// hedge to the next model answers: the hedge is an event of the turn's
+// span and a chat span of its own, the slow call's span says it lost the
+// race without an error status, and both are counted apart from failures.
+func TestHedgedCall(t *testing.T) {
+	p := newPipeline(t)
+	slow := fake.NewProvider(fake.Reply{Hang: true})
+	fast := fake.NewProvider(fake.Reply{Chunks: fake.Text("quick")})
+	a := &runtime.Model{Alias: "a", ProviderName: "oai", Provider: slow, ID: "a-id", Fallbacks: []string{"b"}, Retry: fastRetry(),
+		Hedge: &runtime.HedgeConfig{After: runtime.HedgeAfter(20 * time.Millisecond)}}
+	b := &runtime.Model{Alias: "b", ProviderName: "claude", Provider: fast, ID: "b-id", Retry: fastRetry()}
+	r, err := runtime.New([]*runtime.Model{a, b}, "a", nil, runtime.WithObserver(observer(t, p, telemetry.ObserverOptions{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Run(t.Context(), userTurn("hi"), runtime.SinkFunc(func(context.Context, runtime.Event) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	got := tree(p.spans.Ended(), "turnstile.model", "turnstile.hedge.from", "turnstile.hedge.lost", "error.type", "turnstile.hedges")
+	want := `invoke_agent [internal] turnstile.model=a turnstile.hedges=1
+  @turnstile.hedge turnstile.model=a turnstile.fallback.to=b turnstile.hedge.after=0.02
+  chat a-id [client] turnstile.model=a error.type=hedge_lost turnstile.hedge.lost=true
+  chat b-id [client] turnstile.model=b turnstile.hedge.from=a
+`
+	if got != want {
+		t.Errorf("span tree:\n%s\nwant:\n%s", got, want)
+	}
+	m := p.metrics(t)
+	if g, w := points(t, m["turnstile.hedges"]), []string{"turnstile.fallback.to=b,turnstile.model=a 1"}; !slices.Equal(g, w) {
+		t.Errorf("turnstile.hedges = %v, want %v", g, w)
+	}
+	attempts := strings.Join(points(t, m["turnstile.attempts"]), "\n")
+	if !strings.Contains(attempts, "error.type=hedge_lost,") || strings.Contains(attempts, "CANCELLED") {
+		t.Errorf("turnstile.attempts:\n%s\nwant the lost call as hedge_lost", attempts)
+	}
+}
