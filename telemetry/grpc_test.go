@@ -113,6 +113,9 @@ func TestClientTraceparentParentsTheTurn(t *testing.T) {
 	if got := root.Parent().SpanID().String(); got != clientSpan || !root.Parent().IsRemote() {
 		t.Errorf("server span's parent = %s (remote %v), want the client's span %s", got, root.Parent().IsRemote(), clientSpan)
 	}
+	if got := attrs(root)["turnstile.turn.id"]; got != "turn-tp" {
+		t.Errorf("server span's turnstile.turn.id = %q, want turn-tp", got)
+	}
 	got := tree(spans, "gen_ai.response.model", "http.response.status_code")
 	want := `turnstile.v1.AgentService/RunTurn [server]
   invoke_agent [internal]

@@ -84,8 +84,12 @@ func (o *Observer) genAIProvider(name string) string {
 }
 
 // TurnStart starts the turn's invoke_agent span and counts the turn in
-// flight.
+// flight. The span it starts under, the gRPC server span, gets the turn
+// id too.
 func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Context {
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		parent.SetAttributes(keyTurnID.String(t.TurnID))
+	}
 	attrs := []attribute.KeyValue{
 		keyOperationName.String(opInvokeAgent),
 		keyTurnID.String(t.TurnID),
