@@ -1753,9 +1753,14 @@ type TurnCompleted struct {
 	// Total tokens used by the turn, failed attempts included.
 	Usage *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	// What happened during the turn.
-	Counters      *TurnCounters `protobuf:"bytes,4,opt,name=counters,proto3" json:"counters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Counters *TurnCounters `protobuf:"bytes,4,opt,name=counters,proto3" json:"counters,omitempty"`
+	// True when messages is empty because the event would have been larger than
+	// the server's event size limit (server.max_event_bytes). The messages the
+	// turn added are then exactly those of its message_completed events, in
+	// order: a client rebuilds them from those.
+	MessagesOmitted bool `protobuf:"varint,5,opt,name=messages_omitted,json=messagesOmitted,proto3" json:"messages_omitted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TurnCompleted) Reset() {
@@ -1814,6 +1819,13 @@ func (x *TurnCompleted) GetCounters() *TurnCounters {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *TurnCompleted) GetMessagesOmitted() bool {
+	if x != nil {
+		return x.MessagesOmitted
+	}
+	return false
 }
 
 // TurnCounters count what happened during a turn.
@@ -2029,13 +2041,14 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0emessages_after\x18\x03 \x01(\rR\rmessagesAfter\x12!\n" +
 	"\fbytes_before\x18\x04 \x01(\x04R\vbytesBefore\x12\x1f\n" +
 	"\vbytes_after\x18\x05 \x01(\x04R\n" +
-	"bytesAfter\"\xdd\x01\n" +
+	"bytesAfter\"\x88\x02\n" +
 	"\rTurnCompleted\x126\n" +
 	"\n" +
 	"end_reason\x18\x01 \x01(\x0e2\x17.turnstile.v1.EndReasonR\tendReason\x121\n" +
 	"\bmessages\x18\x02 \x03(\v2\x15.turnstile.v1.MessageR\bmessages\x12)\n" +
 	"\x05usage\x18\x03 \x01(\v2\x13.turnstile.v1.UsageR\x05usage\x126\n" +
-	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\"\xc9\x01\n" +
+	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\x12)\n" +
+	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xc9\x01\n" +
 	"\fTurnCounters\x12\x1f\n" +
 	"\vmodel_calls\x18\x01 \x01(\rR\n" +
 	"modelCalls\x12\x18\n" +
