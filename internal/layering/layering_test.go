@@ -30,6 +30,7 @@ var floors = []struct {
 	{"internal/fake", []string{"llm"}, "scripted upstreams for tests"},
 	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
 	{"internal/layering", nil, "this test"},
+	{"internal/memprobe", []string{"gen/"}, "a measurement command run by hand: a real server process and its clients"},
 	{"cmd/", []string{""}, "wiring: may import anything"},
 }
 
