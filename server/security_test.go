@@ -32,22 +32,22 @@ import (
 // required.
 type tlsServer struct {
 	*testServer
-	ca                *testCA
+	ca                *wiretest.CA
 	dir               string
 	certFile, keyFile string
-	clientCA          *testCA
+	clientCA          *wiretest.CA
 	clientCAFile      string
 	files             server.TLSFiles
 }
 
 func startTLS(t *testing.T, mtls bool) *tlsServer {
 	t.Helper()
-	s := &tlsServer{ca: newCA(t, "server CA"), dir: t.TempDir()}
-	c, k := s.ca.issue(t, "turnstile", true)
-	s.files = server.TLSFiles{CertFile: writeFile(t, s.dir, "cert.pem", c), KeyFile: writeFile(t, s.dir, "key.pem", k)}
+	s := &tlsServer{ca: wiretest.NewCA(t, "server CA"), dir: t.TempDir()}
+	c, k := s.ca.Issue(t, "turnstile", true)
+	s.files = server.TLSFiles{CertFile: wiretest.WriteFile(t, s.dir, "cert.pem", c), KeyFile: wiretest.WriteFile(t, s.dir, "key.pem", k)}
 	if mtls {
-		s.clientCA = newCA(t, "client CA")
-		s.files.ClientCAFile = writeFile(t, s.dir, "clients.pem", s.clientCA.pem)
+		s.clientCA = wiretest.NewCA(t, "client CA")
+		s.files.ClientCAFile = wiretest.WriteFile(t, s.dir, "clients.pem", s.clientCA.PEM)
 	}
 	cfg, err := server.LoadTLS(s.files, nil)
 	if err != nil {
@@ -95,8 +95,8 @@ func turnStatus(t *testing.T, c turnstilev1.AgentServiceClient, ctx context.Cont
 
 func TestTLS(t *testing.T) {
 	s := startTLS(t, false)
-	trusting := credentials.NewTLS(&tls.Config{RootCAs: s.ca.pool()})
-	other := newCA(t, "someone else")
+	trusting := credentials.NewTLS(&tls.Config{RootCAs: s.ca.Pool()})
+	other := wiretest.NewCA(t, "someone else")
 	tests := []struct {
 		name  string
 		creds credentials.TransportCredentials
@@ -104,7 +104,7 @@ func TestTLS(t *testing.T) {
 	}{
 		{"client trusting the server's CA", trusting, codes.OK},
 		{"plaintext client", insecure.NewCredentials(), codes.Unavailable},
-		{"client trusting another CA", credentials.NewTLS(&tls.Config{RootCAs: other.pool()}), codes.Unavailable},
+		{"client trusting another CA", credentials.NewTLS(&tls.Config{RootCAs: other.Pool()}), codes.Unavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,15 +117,15 @@ func TestTLS(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	s := startTLS(t, true)
-	stranger := newCA(t, "stranger CA")
+	stranger := wiretest.NewCA(t, "stranger CA")
 	withCert := func(c *tls.Certificate) credentials.TransportCredentials {
-		cfg := &tls.Config{RootCAs: s.ca.pool()}
+		cfg := &tls.Config{RootCAs: s.ca.Pool()}
 		if c != nil {
 			cfg.Certificates = []tls.Certificate{*c}
 		}
 		return credentials.NewTLS(cfg)
 	}
-	good, bad := s.clientCA.clientCert(t, "client"), stranger.clientCert(t, "intruder")
+	good, bad := s.clientCA.ClientCert(t, "client"), stranger.ClientCert(t, "intruder")
 	tests := []struct {
 		name  string
 		creds credentials.TransportCredentials
@@ -149,20 +149,20 @@ func TestMutualTLS(t *testing.T) {
 // in use.
 func TestTLSRotation(t *testing.T) {
 	s := startTLS(t, false)
-	next := newCA(t, "next CA")
-	trustNext := credentials.NewTLS(&tls.Config{RootCAs: next.pool()})
+	next := wiretest.NewCA(t, "next CA")
+	trustNext := credentials.NewTLS(&tls.Config{RootCAs: next.Pool()})
 	if got := turnCode(t, dial(t, s.addr, trustNext), t.Context()); got != codes.Unavailable {
 		t.Fatalf("before rotation a client trusting only the next CA got %v", got)
 	}
 	// A half-done rotation (a new certificate, the old key) does not load.
-	c, k := next.issue(t, "turnstile", true)
-	writeFile(t, s.dir, "cert.pem", c)
-	trustOld := credentials.NewTLS(&tls.Config{RootCAs: s.ca.pool()})
+	c, k := next.Issue(t, "turnstile", true)
+	wiretest.WriteFile(t, s.dir, "cert.pem", c)
+	trustOld := credentials.NewTLS(&tls.Config{RootCAs: s.ca.Pool()})
 	waitRecheck()
 	if got := turnCode(t, dial(t, s.addr, trustOld), t.Context()); got != codes.OK {
 		t.Fatalf("with a mismatched key file the old certificate should stay, got %v", got)
 	}
-	writeFile(t, s.dir, "key.pem", k)
+	wiretest.WriteFile(t, s.dir, "key.pem", k)
 	deadline := time.Now().Add(10 * time.Second)
 	for turnCode(t, dial(t, s.addr, trustNext), t.Context()) != codes.OK {
 		if time.Now().After(deadline) {
@@ -180,16 +180,16 @@ func waitRecheck() { time.Sleep(1100 * time.Millisecond) }
 
 func TestLoadTLSErrors(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "ca")
-	c, k := ca.issue(t, "s", true)
-	cert, key := writeFile(t, dir, "c.pem", c), writeFile(t, dir, "k.pem", k)
+	ca := wiretest.NewCA(t, "ca")
+	c, k := ca.Issue(t, "s", true)
+	cert, key := wiretest.WriteFile(t, dir, "c.pem", c), wiretest.WriteFile(t, dir, "k.pem", k)
 	tests := []struct {
 		name  string
 		files server.TLSFiles
 	}{
 		{"missing cert file", server.TLSFiles{CertFile: dir + "/nope.pem", KeyFile: key}},
-		{"key of another cert", server.TLSFiles{CertFile: cert, KeyFile: writeFile(t, dir, "k2.pem", func() []byte { _, k := ca.issue(t, "x", true); return k }())}},
-		{"client CA without a certificate", server.TLSFiles{CertFile: cert, KeyFile: key, ClientCAFile: writeFile(t, dir, "ca.pem", []byte("not pem"))}},
+		{"key of another cert", server.TLSFiles{CertFile: cert, KeyFile: wiretest.WriteFile(t, dir, "k2.pem", func() []byte { _, k := ca.Issue(t, "x", true); return k }())}},
+		{"client CA without a certificate", server.TLSFiles{CertFile: cert, KeyFile: key, ClientCAFile: wiretest.WriteFile(t, dir, "ca.pem", []byte("not pem"))}},
 	}
 	for _, tt := range tests {
 		if _, err := server.LoadTLS(tt.files, nil); err == nil || !strings.HasPrefix(err.Error(), "server.tls") {
