@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -32,13 +34,44 @@ const runUsage = `Usage: turnstile run [flags] PROMPT...
 
 Runs one agent turn on a turnstile server and streams it: the reply on
 stdout as it arrives, notices (retries, fallbacks) and the final usage line
-on stderr. A PROMPT of "-" is read from stdin.
+on stderr. A PROMPT of "-" is read from stdin. The client key of a server
+with auth is read from the environment variable TURNSTILE_TOKEN.
 
 Exit codes: 0 the turn completed; 1 it failed and retrying won't help;
 2 bad flags or arguments; 3 it failed but may succeed if run again.
 
 Flags:
 `
+
+// clientTLS returns the TLS configuration the flags ask for, nil for
+// plaintext.
+func clientTLS(useTLS bool, caFile, certFile, keyFile string) (*tls.Config, error) {
+	if !useTLS && caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca: no PEM certificate in %s", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
 
 // runCommand is run with its streams and context given, for tests.
 func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -59,6 +92,9 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	timeout := fs.Duration("timeout", 0, "give up after this `duration`, retries included (default: no limit)")
 	retries := fs.Int("retries", 1, "times a failed step is run again when the server says it may succeed (0: never)")
 	useTLS := fs.Bool("tls", false, "connect over TLS with the system's root certificates (default: plaintext)")
+	caFile := fs.String("ca", "", "connect over TLS trusting the CA certificates in this PEM `file`")
+	certFile := fs.String("cert", "", "client certificate PEM `file`, for servers that require one (mutual TLS); with --key")
+	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -88,10 +124,18 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 
 	opts := []client.Option{client.WithMaxStepRetries(*retries)}
-	if *useTLS {
-		opts = append(opts, client.WithTLS(nil))
+	tlsCfg, err := clientTLS(*useTLS, *caFile, *certFile, *keyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
+	}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLS(tlsCfg))
 	} else {
 		opts = append(opts, client.WithInsecure())
+	}
+	if token := os.Getenv("TURNSTILE_TOKEN"); token != "" {
+		opts = append(opts, client.WithBearerToken(token))
 	}
 	c, err := client.New(*addr, opts...)
 	if err != nil {
