@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -10,6 +11,9 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // grpc-go turns any failure of the codec's Unmarshal into INTERNAL ("failed
@@ -51,13 +55,24 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal implements [encoding.CodecV2]. Decoding into a *decodeTarget
-// never fails: the failure is recorded in the target.
+// never fails: the failure is recorded in the target. A RunTurnRequest
+// with too many items ([countItems]) is refused before it is decoded.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	t, ok := v.(*decodeTarget)
 	if !ok {
 		return c.base.Unmarshal(data, v)
 	}
-	t.err = c.base.Unmarshal(data, t.Message)
+	if _, isRequest := t.Message.(*turnstilev1.RunTurnRequest); !isRequest {
+		t.err = c.base.Unmarshal(data, t.Message)
+		return nil
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if fe := countItems(buf.ReadOnlyData()); fe != nil {
+		t.err = fe
+		return nil
+	}
+	t.err = proto.Unmarshal(buf.ReadOnlyData(), t.Message)
 	return nil
 }
 
@@ -88,6 +103,10 @@ func (s *decodingStream) RecvMsg(m any) error {
 // malformedRequest is the status of a request that is not a valid message:
 // broken wire format, or a string that is not UTF-8.
 func malformedRequest(err error) *status.Status {
+	var fe *runtime.FieldError
+	if errors.As(err, &fe) {
+		return invalidArgument(violations{fe})
+	}
 	msg := "the request is not a valid protobuf message"
 	if strings.Contains(strings.ToLower(err.Error()), "utf-8") {
 		msg = "the request holds a string that is not valid UTF-8"

@@ -25,6 +25,7 @@ const (
 	maxModelLen          = 128
 	maxMessages          = 10000
 	maxPartsPerMessage   = 1000
+	maxParts             = 20000
 	maxCallIDLen         = 256
 	maxTools             = 128
 	maxToolNameLength    = 64
@@ -67,6 +68,13 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) err
 		TurnID: req.GetTurnId(),
 		Model:  req.GetModel(),
 		System: req.GetSystem(),
+	}
+	parts := 0
+	for _, m := range req.GetMessages() {
+		parts += len(m.GetParts())
+	}
+	if parts > maxParts {
+		bad.add("messages", "at most %d parts are allowed in all messages, got %d", maxParts, parts)
 	}
 	if len(bad) == 0 {
 		for i, m := range req.GetMessages() {

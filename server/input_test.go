@@ -122,6 +122,16 @@ func TestRequestValidation(t *testing.T) {
 			fields: []string{"tools[0].input_schema", "tools[1].input_schema", "tools[2].input_schema", "tools[3].input_schema", "tools[4].input_schema", "tools[5].input_schema"},
 		},
 		{
+			name:   "too many messages",
+			req:    &turnstilev1.RunTurnRequest{Messages: manyMessages(10001, 1)},
+			fields: []string{"messages"},
+		},
+		{
+			name:   "too many parts",
+			req:    &turnstilev1.RunTurnRequest{Messages: manyMessages(21, 1000)},
+			fields: []string{"messages"},
+		},
+		{
 			name:   "too many tools",
 			req:    &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{msg(user, text("hi"))}, Tools: manyTools(129)},
 			fields: []string{"tools"},
@@ -174,6 +184,19 @@ func TestValidConversationsPass(t *testing.T) {
 	if _, st := wiretest.Collect(t, t.Context(), ts.client, req, nil); st.Code() != codes.OK {
 		t.Errorf("status %v", st)
 	}
+}
+
+// manyMessages returns n user messages of parts text parts each.
+func manyMessages(n, parts int) []*turnstilev1.Message {
+	var ps []*turnstilev1.Part
+	for range parts {
+		ps = append(ps, text("w"))
+	}
+	out := make([]*turnstilev1.Message, n)
+	for i := range out {
+		out[i] = msg(user, ps...)
+	}
+	return out
 }
 
 func manyTools(n int) []*turnstilev1.ToolDefinition {

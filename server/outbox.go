@@ -19,12 +19,15 @@ import (
 //
 // grpc-go's Send blocks while the client's flow-control window is full,
 // and nothing but the end of the handler unblocks it. So Send runs on a
-// goroutine of the outbox's own, and Emit waits for it at most sendTimeout:
-// a client that accepts no event for that long has its turn cancelled (the
-// model call and tools stop, the upstream connection is closed) and the
-// handler returns, which ends the stream and the blocked Send with it.
-// The runtime waits for each event to be sent before it makes the next, so
-// the outbox holds at most one event: nothing queues without bound.
+// goroutine of the outbox's own, which takes one event at a time: Emit
+// hands an event over once the previous one was sent, waiting at most
+// sendTimeout from when that one was handed over. A client that accepts no
+// event for that long has its turn cancelled (the model call and tools
+// stop, the upstream connection is closed) and the handler returns, which
+// ends the stream and the blocked Send with it. While a Send is under way
+// the outbox says it is busy ([runtime.BusySink]), and the runtime merges
+// the deltas that come meanwhile: a slow client gets fewer, larger events,
+// and at most one event waits here.
 type outbox struct {
 	stream   grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]
 	cancel   context.CancelCauseFunc // the turn's
@@ -37,14 +40,18 @@ type outbox struct {
 	done  chan struct{}
 	timer *time.Timer
 
-	turnID  string
-	sent    uint64 // seq of the last event sent
-	failed  error  // the first failure; every later Emit returns it
-	stalled bool   // a Send did not return within the timeout
+	turnID   string
+	sent     uint64    // seq of the last event handed over
+	inflight bool      // an event was handed over and its Send has not been acknowledged
+	handedAt time.Time // when it was
+	failed   error     // the first failure; every later Emit returns it
+	stalled  bool      // a Send did not return within the timeout
 	// tooLarge is set when an event could not be made to fit: the turn
 	// ends with an error event the outbox sends itself.
 	tooLarge bool
 }
+
+var _ runtime.BusySink = (*outbox)(nil)
 
 func newOutbox(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse], cancel context.CancelCauseFunc,
 	timeout time.Duration, maxBytes int, usage *usageCharger) *outbox {
@@ -64,6 +71,9 @@ func (o *outbox) sender() {
 		o.acks <- o.stream.Send(m)
 	}
 }
+
+// Busy implements [runtime.BusySink]: a Send is under way.
+func (o *outbox) Busy() bool { return o.inflight && len(o.acks) == 0 }
 
 // Emit implements [runtime.Sink].
 func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
@@ -86,7 +96,7 @@ func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
 		o.cancel(err)
 		return err
 	}
-	if err := o.send(resp); err != nil {
+	if err := o.hand(resp); err != nil {
 		return err
 	}
 	o.sent = ev.Seq
@@ -120,25 +130,43 @@ func (o *outbox) fit(resp *turnstilev1.RunTurnResponse) error {
 	}
 }
 
-// send hands resp to the sender and waits until the stream took it, at
-// most the send timeout.
-func (o *outbox) send(resp *turnstilev1.RunTurnResponse) error {
-	o.timer.Reset(o.timeout)
-	defer o.timer.Stop()
-	select {
-	case o.msgs <- resp:
-	case <-o.timer.C:
-		return o.stall()
+// hand gives resp to the sender once it has sent the previous event.
+func (o *outbox) hand(resp *turnstilev1.RunTurnResponse) error {
+	if err := o.wait(); err != nil {
+		return err
+	}
+	o.msgs <- resp // the sender is idle: it takes it at once
+	o.inflight, o.handedAt = true, time.Now()
+	return nil
+}
+
+// wait waits until the event in flight, if any, was sent: at most the
+// send timeout from when it was handed over.
+func (o *outbox) wait() error {
+	if !o.inflight {
+		return nil
 	}
 	select {
 	case err := <-o.acks:
-		if err != nil {
-			o.failed = err
-		}
-		return err
+		return o.acked(err)
+	default:
+	}
+	o.timer.Reset(o.timeout - time.Since(o.handedAt))
+	defer o.timer.Stop()
+	select {
+	case err := <-o.acks:
+		return o.acked(err)
 	case <-o.timer.C:
 		return o.stall()
 	}
+}
+
+func (o *outbox) acked(err error) error {
+	o.inflight = false
+	if err != nil {
+		o.failed = err
+	}
+	return err
 }
 
 // stall cancels the turn of a client that stopped reading.
@@ -154,18 +182,27 @@ func (o *outbox) stall() error {
 
 // finish ends a turn whose outcome is te (nil when it completed): when an
 // event was too large to send, it sends te as the turn's last event in its
-// place. It returns once the sender is gone, unless a Send is stuck, which
-// ends with the handler.
-func (o *outbox) finish(te *runtime.TurnError) {
+// place. It waits for the last event to be sent, at most the send timeout,
+// and returns the stall's error if it was not (the turn's outcome was not
+// delivered). It returns once the sender is gone, unless a Send is stuck,
+// which ends with the handler.
+func (o *outbox) finish(te *runtime.TurnError) error {
 	if o.tooLarge && te != nil && !o.stalled {
 		out, err := fromEvent(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
 		if err == nil {
 			o.failed = nil
-			_ = o.send(&turnstilev1.RunTurnResponse{Event: out})
+			_ = o.hand(&turnstilev1.RunTurnResponse{Event: out})
+		}
+	}
+	var err error
+	if !o.stalled {
+		if werr := o.wait(); o.stalled {
+			err = werr
 		}
 	}
 	close(o.msgs)
 	if !o.stalled {
 		<-o.done
 	}
+	return err
 }

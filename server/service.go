@@ -92,7 +92,10 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	res, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
 	errors.As(err, &te)
-	out.finish(te)
+	if stall := out.finish(te); stall != nil {
+		// The outcome was never delivered: the client stopped reading.
+		res, err, te = nil, stall, &runtime.TurnError{Kind: llm.KindDeadlineExceeded, Message: llm.AsError(stall).Message}
+	}
 	switch {
 	case err == nil:
 		logging.AddFields(stream.Context(), logging.Fields{"end_reason", res.Reason.String(), "model_calls", res.Counters.ModelCalls})

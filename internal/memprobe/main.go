@@ -54,6 +54,7 @@ func main() {
 	big := flag.Int("big", 8, "concurrent large requests")
 	bigBytes := flag.Int("big-bytes", 3_600_000, "bytes of each large request")
 	bigShape := flag.String("big-shape", "messages", "`shape` of a large request: text (one long user message) or messages (many short ones)")
+	window := flag.Int("client-window", 64<<10, "HTTP/2 receive `window` of the non-reading clients, fixed; 0: gRPC's default, which grows with the bandwidth-delay estimate up to 16 MiB a stream, so the server can push a turn's whole reply into the client's memory")
 	extra := flag.String("config", "", "YAML `lines` appended to the generated configuration (e.g. server settings)")
 	flag.Parse()
 
@@ -70,7 +71,7 @@ func main() {
 	for s := range strings.SplitSeq(*scenarios, ",") {
 		switch s {
 		case "streams":
-			probeStreams(*bin, *extra, *streams, *perConn, *words, *settle)
+			probeStreams(*bin, *extra, *streams, *perConn, *words, *settle, *window)
 		case "silent":
 			probeSilent(*bin, *extra, *silent, *silentWait)
 		case "big":
@@ -183,7 +184,7 @@ func request(text string) *turnstilev1.RunTurnRequest {
 }
 
 // probeStreams opens streams whose clients never read.
-func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration) {
+func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration, window int) {
 	s := startServer(bin, extra, words)
 	defer s.stop()
 	rss0, _ := s.mem()
@@ -193,7 +194,11 @@ func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration
 	opened, refused := 0, map[string]int{}
 	var wg sync.WaitGroup
 	for i := 0; i < n; i += perConn {
-		conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if window > 0 {
+			opts = append(opts, grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window)))
+		}
+		conn, err := grpc.NewClient(s.addr, opts...)
 		check(err)
 		conns = append(conns, conn)
 		client := turnstilev1.NewAgentServiceClient(conn)
@@ -214,7 +219,7 @@ func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration
 		}
 	}
 	wg.Wait()
-	fmt.Printf("streams: %d opened, %d refused %v; sampling for %s\n", opened, n-opened, refused, settle)
+	fmt.Printf("streams: %d opened (client window %d), %d refused %v; sampling for %s\n", opened, window, n-opened, refused, settle)
 	peak := sample(s, settle)
 	ok, took := s.healthy()
 	rss, hwm := s.mem()
