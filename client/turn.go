@@ -335,6 +335,8 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 			}
 		case *turnstilev1.AgentEvent_Compaction:
 			out.counters.Compactions++
+		case *turnstilev1.AgentEvent_Hedge:
+			out.counters.Hedges++
 		case *turnstilev1.AgentEvent_Usage:
 			out.usage = p.Usage
 		case *turnstilev1.AgentEvent_Error:
@@ -391,6 +393,7 @@ func addCounters(dst, c *turnstilev1.TurnCounters) {
 	dst.ToolCalls += c.GetToolCalls()
 	dst.ToolErrors += c.GetToolErrors()
 	dst.Compactions += c.GetCompactions()
+	dst.Hedges += c.GetHedges()
 }
 
 // sleep waits for d or until ctx is done.

@@ -65,6 +65,13 @@ type Config struct {
 	lines map[string]int
 }
 
+// retiredKeys explains, per type decoded into, keys it no longer has.
+var retiredKeys = map[reflect.Type]map[string]string{
+	reflect.TypeFor[policy.Retry](): {
+		"budget_ratio": "no longer used: the retry budget now earns a token back from each retry that works, not from every success, and refills with time (budget_refill); remove it",
+	},
+}
+
 // Provider is one entry of providers: its type, and the entry's other keys
 // decoded into that type's settings.
 type Provider struct {
@@ -99,6 +106,12 @@ type Model struct {
 	// Retry is this model's retry policy: the top-level retry, with each
 	// key the model's retry block sets replaced.
 	Retry policy.Retry `yaml:"retry"`
+	// Hedge, when set, races a second call against a call of this model
+	// that has no output after hedge.after (see [runtime.HedgeConfig]).
+	Hedge *runtime.HedgeConfig `yaml:"hedge"`
+	// OnStreamCut is restart (default: text a cut stream showed is dropped
+	// and the reply asked for anew) or continue (it is kept and continued).
+	OnStreamCut runtime.StreamCut `yaml:"on_stream_cut"`
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
@@ -218,7 +231,7 @@ func defaults() *Config {
 // newModel returns the model a models entry starts from: the default
 // timeouts and the top-level retry policy r.
 func newModel(r policy.Retry) Model {
-	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r}
+	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r, OnStreamCut: runtime.StreamCutRestart}
 }
 
 // Default returns the configuration used when no file is given: the
@@ -279,7 +292,19 @@ func Parse(name string, b []byte) (*Config, error) {
 			c.DefaultModel = alias
 		}
 	}
-	if err := newErrors(name, append(d.problems, c.problems()...)); err != nil {
+	// A key that could not be decoded is reported once, by what was wrong
+	// with it, not again by the checks of the value it left behind.
+	undecoded := map[string]bool{}
+	for _, p := range d.problems {
+		undecoded[p.Path] = true
+	}
+	problems := d.problems
+	for _, p := range c.problems() {
+		if !undecoded[p.Path] {
+			problems = append(problems, p)
+		}
+	}
+	if err := newErrors(name, problems); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // Validate checks c as a whole: the sections' ranges, the providers' own
@@ -188,6 +189,15 @@ func (c *Config) checkModels(v *checker) {
 			v.at(path+".idle_timeout", "must not be negative (0 means none)")
 		}
 		v.settings(path+".retry", m.Retry.Problems(), true)
+		if h := m.Hedge; h != nil {
+			v.settings(path+".hedge", h.Problems(), false)
+			if (h.To == "" || h.To == runtime.HedgeNext) && len(m.Fallbacks) == 0 {
+				v.at(path+".hedge.to", "next needs a model in fallbacks to hedge to (or hedge to self)")
+			}
+		}
+		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
+			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
+		}
 	}
 	c.checkCycles(v)
 	switch _, ok := c.Models[c.DefaultModel]; {

@@ -29,8 +29,14 @@ type turn struct {
 	parent   context.Context
 	maxCalls int
 
-	conv     []llm.Message // the conversation as the model sees it
-	added    []llm.Message // the messages the turn committed
+	conv  []llm.Message // the conversation as the model sees it
+	added []llm.Message // the messages the turn committed
+	// reply holds the parts of a reply cut by the output token limit,
+	// being continued: committed, merged with the rest, once it ends. cut
+	// holds the text the current step kept from cut streams. While either
+	// is set, each call continues them (see [continuation]).
+	reply    []llm.Part
+	cut      []llm.Part
 	usage    llm.Usage
 	counters Counters
 	attempts []ModelAttempts
@@ -104,14 +110,28 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 			return nil, t.fail(ctx, err)
 		}
 		if t.counters.ModelCalls >= t.maxCalls {
+			t.commitReply(ctx)
 			return t.complete(ctx, EndMaxModelCalls)
 		}
 		msg, stop, err := t.step(ctx)
 		if err != nil {
+			if t.stopped(ctx) == nil {
+				t.commitReply(ctx)
+			}
 			return nil, t.fail(ctx, err)
 		}
+		msg.Parts = mergeParts(t.reply, msg.Parts)
+		t.reply = nil
+		calls := msg.ToolCalls()
+		if stop == llm.StopMaxTokens && len(calls) == 0 && continuations < t.r.opts.limits.MaxContinuations {
+			// Cut by the output limit: the next call continues the reply,
+			// which is committed once it ends.
+			continuations++
+			t.reply = msg.Parts
+			continue
+		}
 		t.commit(ctx, msg)
-		if calls := msg.ToolCalls(); len(calls) > 0 {
+		if len(calls) > 0 {
 			done, err := t.runTools(ctx, calls)
 			if err != nil {
 				return nil, t.fail(ctx, err)
@@ -123,11 +143,7 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		switch stop {
 		case llm.StopMaxTokens:
-			if continuations >= t.r.opts.limits.MaxContinuations {
-				return t.complete(ctx, EndMaxTokens)
-			}
-			continuations++
-			t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(ContinuationPrompt)}})
+			return t.complete(ctx, EndMaxTokens)
 		case llm.StopPauseTurn:
 			// The provider paused a long turn: sending the conversation
 			// again continues it.
@@ -138,6 +154,16 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		default:
 			return t.complete(ctx, EndTurn)
 		}
+	}
+}
+
+// commitReply commits the reply cut by the output limit that the turn was
+// continuing, as far as it got, when the turn ends before it is complete,
+// so a client resuming the turn keeps it.
+func (t *turn) commitReply(ctx context.Context) {
+	if len(t.reply) > 0 {
+		t.commit(ctx, llm.Message{Role: llm.RoleAssistant, Parts: t.reply})
+		t.reply = nil
 	}
 }
 

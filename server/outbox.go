@@ -84,12 +84,11 @@ func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
 	if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
 		o.usage.total(u.Total)
 	}
-	out, err := fromEvent(ev)
+	resp, err := toResponse(ev)
 	if err != nil {
 		o.failed = err
 		return err
 	}
-	resp := &turnstilev1.RunTurnResponse{Event: out}
 	if err := o.fit(resp); err != nil {
 		o.tooLarge = true
 		o.failed = err
@@ -188,10 +187,10 @@ func (o *outbox) stall() error {
 // which ends with the handler.
 func (o *outbox) finish(te *runtime.TurnError) error {
 	if o.tooLarge && te != nil && !o.stalled {
-		out, err := fromEvent(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
+		resp, err := toResponse(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
 		if err == nil {
 			o.failed = nil
-			_ = o.hand(&turnstilev1.RunTurnResponse{Event: out})
+			_ = o.hand(resp)
 		}
 	}
 	var err error

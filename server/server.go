@@ -223,7 +223,12 @@ func New(runner turnRunner, opts Options) *Server {
 	turnstilev1.RegisterAgentServiceServer(s.grpc, s.service)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if !opts.NoReflection {
-		reflection.Register(s.grpc)
+		if err := registerReflection(s.grpc); err != nil {
+			// Only a broken build gets here (the contract is embedded);
+			// serve the generated descriptors, without their documentation.
+			logger.Error("reflection without documentation", "error", err)
+			reflection.Register(s.grpc)
+		}
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -202,6 +202,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			FirstTokenTimeout: mc.FirstTokenTimeout,
 			IdleTimeout:       mc.IdleTimeout,
 			Retry:             mc.Retry,
+			Hedge:             mc.Hedge,
+			OnStreamCut:       mc.OnStreamCut,
 			Tools:             allowedTools(mc.Tools),
 		})
 	}

@@ -88,6 +88,13 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{name: c.Name, secrets: c.Secrets(), messages: anthropic.NewMessageService(opts...)}, nil
 }
 
+// SupportsPrefill reports true: the Messages API continues a conversation
+// that ends with an assistant message from where its text ends (assistant
+// prefill), so the runtime continues a cut reply that way instead of with
+// a continuation prompt. The API rejects a final assistant text ending in
+// white space; the runtime trims it.
+func (p *Provider) SupportsPrefill() bool { return true }
+
 // Stream sends req as one streamed message and yields its chunks, ending
 // with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {

@@ -78,6 +78,11 @@ func New(name string, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// SupportsPrefill reports true: like Anthropic's API, the simulator
+// continues a conversation that ends with assistant text from where that
+// text ends.
+func (p *Provider) SupportsPrefill() bool { return true }
+
 // Stream answers req as described in the package documentation. Nothing
 // happens until the sequence is ranged over; each range is one model call.
 // When ctx is done the sequence ends at once without yielding anything more.
@@ -162,22 +167,24 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 		return nil, invalidRequest(p.name, err)
 	}
 	size := textSize(req)
-	fp := fingerprint(req)
+	rest, v, base, cont := p.continuation(req.Model, req.Messages)
+	if !cont {
+		var err error
+		if v, err = p.view(req.Model, req.Messages); err != nil {
+			return nil, invalidRequest(p.name, err)
+		}
+		base = len(req.Messages)
+	}
+	// A call continuing a cut reply counts as a call of the request it
+	// continues.
+	fp := fingerprint(req.System, req.Messages[:base])
 	pl := &plan{
 		input:     tokensOf(size),
 		model:     req.Model,
 		size:      size,
 		requestID: fmt.Sprintf("req_sim_%s_%d", fp[:12], p.calls.Add(1)),
 	}
-
-	rest, v, cont := p.continuation(req.Model, req.Messages)
-	if !cont {
-		var err error
-		if v, err = p.view(req.Model, req.Messages); err != nil {
-			return nil, invalidRequest(p.name, err)
-		}
-	}
-	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+fp, size)
+	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+req.TurnID+"\x00"+fp, size)
 	pl.segments = reasoning(v)
 
 	o := outcome{text: rest}
@@ -451,22 +458,23 @@ func compose(v view, msgs []llm.Message) outcome {
 // one or more assistant messages of plain text, each followed by a user
 // prompt without directives (or, for the last one, by nothing), and their
 // text is a strict prefix of the reply the earlier conversation calls for.
-// It returns the rest of that reply and the view it was answered under.
-func (p *Provider) continuation(model string, msgs []llm.Message) (string, view, bool) {
+// It returns the rest of that reply, the view it was answered under, and
+// the length of the earlier conversation.
+func (p *Provider) continuation(model string, msgs []llm.Message) (string, view, int, bool) {
 	j := len(msgs) - 1
 	if j < 0 {
-		return "", view{}, false
+		return "", view{}, 0, false
 	}
 	if msgs[j].Role == llm.RoleUser {
 		if !isPrompt(msgs[j]) {
-			return "", view{}, false
+			return "", view{}, 0, false
 		}
 		j--
 	}
 	var partial []string
 	for range maxContinuations {
 		if j < 1 || msgs[j].Role != llm.RoleAssistant || !plainText(msgs[j]) || msgs[j].Text() == "" {
-			return "", view{}, false
+			return "", view{}, 0, false
 		}
 		partial = append([]string{msgs[j].Text()}, partial...)
 		j--
@@ -475,17 +483,17 @@ func (p *Provider) continuation(model string, msgs []llm.Message) (string, view,
 			o := compose(v, base)
 			if !o.refusal && len(o.calls) == 0 {
 				if i, ok := resumeAt(o.text, strings.Join(partial, "")); ok {
-					return o.text[i:], v, true
+					return o.text[i:], v, len(base), true
 				}
 			}
 		}
 		// msgs[j] may itself be an earlier continuation prompt.
 		if msgs[j].Role != llm.RoleUser || !isPrompt(msgs[j]) {
-			return "", view{}, false
+			return "", view{}, 0, false
 		}
 		j--
 	}
-	return "", view{}, false
+	return "", view{}, 0, false
 }
 
 // isPrompt reports whether m is plain text holding no directive, as the
@@ -587,9 +595,8 @@ func textSize(req *llm.Request) int {
 	return n
 }
 
-// fingerprint identifies the request's conversation: its system prompt and
-// messages.
-func fingerprint(req *llm.Request) string {
+// fingerprint identifies a conversation: its system prompt and messages.
+func fingerprint(system string, msgs []llm.Message) string {
 	h := sha256.New()
 	var buf [8]byte
 	field := func(s string) {
@@ -597,8 +604,8 @@ func fingerprint(req *llm.Request) string {
 		h.Write(buf[:])
 		h.Write([]byte(s))
 	}
-	field(req.System)
-	for _, m := range req.Messages {
+	field(system)
+	for _, m := range msgs {
 		field("m" + m.Role.String())
 		for _, part := range m.Parts {
 			field(strconv.Itoa(int(part.Kind)))

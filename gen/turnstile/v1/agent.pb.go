@@ -455,6 +455,7 @@ type AgentEvent struct {
 	//	*AgentEvent_Usage
 	//	*AgentEvent_Error
 	//	*AgentEvent_TurnCompleted
+	//	*AgentEvent_Hedge
 	Payload       isAgentEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -662,6 +663,15 @@ func (x *AgentEvent) GetTurnCompleted() *TurnCompleted {
 	return nil
 }
 
+func (x *AgentEvent) GetHedge() *Hedge {
+	if x != nil {
+		if x, ok := x.Payload.(*AgentEvent_Hedge); ok {
+			return x.Hedge
+		}
+	}
+	return nil
+}
+
 type isAgentEvent_Payload interface {
 	isAgentEvent_Payload()
 }
@@ -746,6 +756,12 @@ type AgentEvent_TurnCompleted struct {
 	TurnCompleted *TurnCompleted `protobuf:"bytes,25,opt,name=turn_completed,json=turnCompleted,proto3,oneof"`
 }
 
+type AgentEvent_Hedge struct {
+	// A model call was slow to answer, so the same request went to another
+	// call in parallel.
+	Hedge *Hedge `protobuf:"bytes,26,opt,name=hedge,proto3,oneof"`
+}
+
 func (*AgentEvent_TurnStarted) isAgentEvent_Payload() {}
 
 func (*AgentEvent_LlmCallStarted) isAgentEvent_Payload() {}
@@ -777,6 +793,8 @@ func (*AgentEvent_Usage) isAgentEvent_Payload() {}
 func (*AgentEvent_Error) isAgentEvent_Payload() {}
 
 func (*AgentEvent_TurnCompleted) isAgentEvent_Payload() {}
+
+func (*AgentEvent_Hedge) isAgentEvent_Payload() {}
 
 // TurnStarted opens a turn.
 type TurnStarted struct {
@@ -1083,6 +1101,14 @@ func (x *ToolCallDelta) GetArgumentsDelta() string {
 // MessageCompleted carries a message exactly as committed to the
 // conversation: an assistant reply once its stream completed, or the tool
 // results of a step. A client resuming a failed turn appends these.
+//
+// A reply may take several model calls: one cut by the output token limit
+// is continued by the next call, and one whose stream was cut may be
+// continued (a retry or fallback with discard_partial false after streamed
+// text). Every delta until the reply's message_completed extends it, and the
+// reply is committed once, whole, when its last call completes. A turn that
+// fails or reaches its model-call limit while continuing a reply cut by the
+// output limit commits the reply as far as it got before its last event.
 type MessageCompleted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The committed message.
@@ -1471,9 +1497,11 @@ type Retry struct {
 	Reason ErrorCode `protobuf:"varint,5,opt,name=reason,proto3,enum=turnstile.v1.ErrorCode" json:"reason,omitempty"`
 	// The failure, fit to show a person.
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	// True when the failed attempt had streamed output: every consumer must
-	// drop the deltas of events from discard_from_seq on, which are never
-	// committed.
+	// True when streamed output must be dropped: every consumer must drop the
+	// deltas of events from discard_from_seq on, which are never committed.
+	// False after streamed output when that output is kept and the next call
+	// continues it (the model's on_stream_cut is continue): its deltas extend
+	// the text already shown.
 	DiscardPartial bool `protobuf:"varint,7,opt,name=discard_partial,json=discardPartial,proto3" json:"discard_partial,omitempty"`
 	// The seq of the first event of the failed attempt's output; set when
 	// discard_partial is true.
@@ -1659,6 +1687,76 @@ func (x *Fallback) GetDiscardFromSeq() uint64 {
 	return 0
 }
 
+// Hedge says a model call had no output after a delay, so the same request
+// went to another model (or the same one) in parallel. The LlmCallStarted
+// of the hedged call follows. The first of the two calls to produce output
+// wins: the other ends with an LlmCallFinished whose error is
+// ERROR_CODE_CANCELLED before any of the winner's deltas, so the deltas of
+// the two never mix.
+type Hedge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model alias of the slow call.
+	FromModel string `protobuf:"bytes,1,opt,name=from_model,json=fromModel,proto3" json:"from_model,omitempty"`
+	// The model alias the hedged call goes to; from_model when the model
+	// hedges to itself.
+	ToModel string `protobuf:"bytes,2,opt,name=to_model,json=toModel,proto3" json:"to_model,omitempty"`
+	// How long the slow call had gone without output.
+	After         *durationpb.Duration `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hedge) Reset() {
+	*x = Hedge{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hedge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hedge) ProtoMessage() {}
+
+func (x *Hedge) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
+func (*Hedge) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Hedge) GetFromModel() string {
+	if x != nil {
+		return x.FromModel
+	}
+	return ""
+}
+
+func (x *Hedge) GetToModel() string {
+	if x != nil {
+		return x.ToModel
+	}
+	return ""
+}
+
+func (x *Hedge) GetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
 // Compaction says the conversation was shortened to fit a context window.
 type Compaction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1678,7 +1776,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1788,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1801,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -1765,7 +1863,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1875,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1888,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -1842,14 +1940,16 @@ type TurnCounters struct {
 	// Tool calls that ended in error.
 	ToolErrors uint32 `protobuf:"varint,5,opt,name=tool_errors,json=toolErrors,proto3" json:"tool_errors,omitempty"`
 	// Times the conversation was compacted.
-	Compactions   uint32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	Compactions uint32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	// Hedged model calls started (they count in model_calls too).
+	Hedges        uint32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1961,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1974,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -1919,6 +2019,13 @@ func (x *TurnCounters) GetCompactions() uint32 {
 	return 0
 }
 
+func (x *TurnCounters) GetHedges() uint32 {
+	if x != nil {
+		return x.Hedges
+	}
+	return 0
+}
+
 var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
@@ -1945,7 +2052,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0fmax_model_calls\x18\x01 \x01(\x05H\x00R\rmaxModelCalls\x88\x01\x01B\x12\n" +
 	"\x10_max_model_calls\"A\n" +
 	"\x0fRunTurnResponse\x12.\n" +
-	"\x05event\x18\x01 \x01(\v2\x18.turnstile.v1.AgentEventR\x05event\"\xe4\b\n" +
+	"\x05event\x18\x01 \x01(\v2\x18.turnstile.v1.AgentEventR\x05event\"\x91\t\n" +
 	"\n" +
 	"AgentEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
@@ -1970,7 +2077,8 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"compaction\x12+\n" +
 	"\x05usage\x18\x17 \x01(\v2\x13.turnstile.v1.UsageH\x00R\x05usage\x12+\n" +
 	"\x05error\x18\x18 \x01(\v2\x13.turnstile.v1.ErrorH\x00R\x05error\x12D\n" +
-	"\x0eturn_completed\x18\x19 \x01(\v2\x1b.turnstile.v1.TurnCompletedH\x00R\rturnCompletedB\t\n" +
+	"\x0eturn_completed\x18\x19 \x01(\v2\x1b.turnstile.v1.TurnCompletedH\x00R\rturnCompleted\x12+\n" +
+	"\x05hedge\x18\x1a \x01(\v2\x13.turnstile.v1.HedgeH\x00R\x05hedgeB\t\n" +
 	"\apayload\"#\n" +
 	"\vTurnStarted\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"\x97\x01\n" +
@@ -2033,7 +2141,12 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
 	"\x0fdiscard_partial\x18\x05 \x01(\bR\x0ediscardPartial\x12(\n" +
-	"\x10discard_from_seq\x18\x06 \x01(\x04R\x0ediscardFromSeq\"\xbc\x01\n" +
+	"\x10discard_from_seq\x18\x06 \x01(\x04R\x0ediscardFromSeq\"r\n" +
+	"\x05Hedge\x12\x1d\n" +
+	"\n" +
+	"from_model\x18\x01 \x01(\tR\tfromModel\x12\x19\n" +
+	"\bto_model\x18\x02 \x01(\tR\atoModel\x12/\n" +
+	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\"\xbc\x01\n" +
 	"\n" +
 	"Compaction\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12'\n" +
@@ -2048,7 +2161,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x15.turnstile.v1.MessageR\bmessages\x12)\n" +
 	"\x05usage\x18\x03 \x01(\v2\x13.turnstile.v1.UsageR\x05usage\x126\n" +
 	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\x12)\n" +
-	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xc9\x01\n" +
+	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xe1\x01\n" +
 	"\fTurnCounters\x12\x1f\n" +
 	"\vmodel_calls\x18\x01 \x01(\rR\n" +
 	"modelCalls\x12\x18\n" +
@@ -2058,7 +2171,8 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x01(\rR\ttoolCalls\x12\x1f\n" +
 	"\vtool_errors\x18\x05 \x01(\rR\n" +
 	"toolErrors\x12 \n" +
-	"\vcompactions\x18\x06 \x01(\rR\vcompactions*\xcd\x01\n" +
+	"\vcompactions\x18\x06 \x01(\rR\vcompactions\x12\x16\n" +
+	"\x06hedges\x18\a \x01(\rR\x06hedges*\xcd\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2077,7 +2191,9 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x12END_REASON_REFUSAL\x10\x05\x12\x1c\n" +
 	"\x18END_REASON_STOP_SEQUENCE\x10\x062X\n" +
 	"\fAgentService\x12H\n" +
-	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01B\x95\x01\n" +
+	"\x10dev.turnstile.v1B\n" +
+	"AgentProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_agent_proto_rawDescOnce sync.Once
@@ -2092,7 +2208,7 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_turnstile_v1_agent_proto_goTypes = []any{
 	(StopReason)(0),               // 0: turnstile.v1.StopReason
 	(EndReason)(0),                // 1: turnstile.v1.EndReason
@@ -2113,24 +2229,25 @@ var file_turnstile_v1_agent_proto_goTypes = []any{
 	(*LlmCallFinished)(nil),       // 16: turnstile.v1.LlmCallFinished
 	(*Retry)(nil),                 // 17: turnstile.v1.Retry
 	(*Fallback)(nil),              // 18: turnstile.v1.Fallback
-	(*Compaction)(nil),            // 19: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),         // 20: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),          // 21: turnstile.v1.TurnCounters
-	(*Message)(nil),               // 22: turnstile.v1.Message
-	(*ToolDefinition)(nil),        // 23: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*Usage)(nil),                 // 25: turnstile.v1.Usage
-	(*Error)(nil),                 // 26: turnstile.v1.Error
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
-	(ErrorCode)(0),                // 28: turnstile.v1.ErrorCode
+	(*Hedge)(nil),                 // 19: turnstile.v1.Hedge
+	(*Compaction)(nil),            // 20: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),         // 21: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),          // 22: turnstile.v1.TurnCounters
+	(*Message)(nil),               // 23: turnstile.v1.Message
+	(*ToolDefinition)(nil),        // 24: turnstile.v1.ToolDefinition
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*Usage)(nil),                 // 26: turnstile.v1.Usage
+	(*Error)(nil),                 // 27: turnstile.v1.Error
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(ErrorCode)(0),                // 29: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	22, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	23, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	23, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	24, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
 	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
 	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
 	6,  // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	24, // 5: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 5: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
 	7,  // 6: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
 	8,  // 7: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
 	9,  // 8: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
@@ -2143,31 +2260,33 @@ var file_turnstile_v1_agent_proto_depIdxs = []int32{
 	16, // 15: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
 	17, // 16: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
 	18, // 17: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	19, // 18: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	25, // 19: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	26, // 20: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	20, // 21: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	22, // 22: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	27, // 23: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	25, // 24: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 25: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	26, // 26: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	27, // 27: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	27, // 28: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	27, // 29: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	28, // 30: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	28, // 31: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	1,  // 32: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	22, // 33: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	25, // 34: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	21, // 35: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 36: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	5,  // 37: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	37, // [37:38] is the sub-list for method output_type
-	36, // [36:37] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	20, // 18: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	26, // 19: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	27, // 20: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	21, // 21: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	19, // 22: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	23, // 23: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	28, // 24: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	26, // 25: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	0,  // 26: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	27, // 27: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	28, // 28: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	28, // 29: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	28, // 30: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	29, // 31: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	29, // 32: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	28, // 33: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	1,  // 34: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	23, // 35: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	26, // 36: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	22, // 37: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	2,  // 38: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	5,  // 39: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	39, // [39:40] is the sub-list for method output_type
+	38, // [38:39] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -2196,6 +2315,7 @@ func file_turnstile_v1_agent_proto_init() {
 		(*AgentEvent_Usage)(nil),
 		(*AgentEvent_Error)(nil),
 		(*AgentEvent_TurnCompleted)(nil),
+		(*AgentEvent_Hedge)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2203,7 +2323,7 @@ func file_turnstile_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

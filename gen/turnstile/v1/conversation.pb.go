@@ -631,7 +631,8 @@ const file_turnstile_v1_conversation_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_USER\x10\x01\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x02\x12\r\n" +
-	"\tROLE_TOOL\x10\x03BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\tROLE_TOOL\x10\x03B\x9c\x01\n" +
+	"\x10dev.turnstile.v1B\x11ConversationProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_conversation_proto_rawDescOnce sync.Once

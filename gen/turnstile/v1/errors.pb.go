@@ -352,7 +352,8 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\x17ERROR_CODE_TOOLS_UNSAFE\x10\x11\x12\x1e\n" +
 	"\x1aERROR_CODE_UNAUTHENTICATED\x10\x12\x12 \n" +
 	"\x1cERROR_CODE_PERMISSION_DENIED\x10\x13\x12\x1d\n" +
-	"\x19ERROR_CODE_LIMIT_EXCEEDED\x10\x14BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\x19ERROR_CODE_LIMIT_EXCEEDED\x10\x14B\x96\x01\n" +
+	"\x10dev.turnstile.v1B\vErrorsProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_errors_proto_rawDescOnce sync.Once
