@@ -113,3 +113,19 @@ func TestSecurityMistakes(t *testing.T) {
 		})
 	}
 }
+
+// TestDeployConfig: the configuration the container image serves holds
+// TLS and a client key, reflection off, and needs only the key's variable.
+func TestDeployConfig(t *testing.T) {
+	c, err := Load("../deploy/turnstile.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "0.0.0.0:7700" || c.Server.TLS == nil || c.Server.Reflection || len(c.Auth.Keys) != 1 {
+		t.Errorf("listen %s, tls %v, reflection %v, keys %d", c.Listen, c.Server.TLS, c.Server.Reflection, len(c.Auth.Keys))
+	}
+	err = c.CheckEnv(func(string) (string, bool) { return "", false })
+	if err == nil || !strings.Contains(err.Error(), "TURNSTILE_KEY is not set") || strings.Count(err.Error(), "\n") != 0 {
+		t.Errorf("CheckEnv without variables = %v, want only TURNSTILE_KEY", err)
+	}
+}

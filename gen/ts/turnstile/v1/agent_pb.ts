@@ -34,7 +34,9 @@ export type RunTurnRequest = Message<"turnstile.v1.RunTurnRequest"> & {
   turnId: string;
 
   /**
-   * A model alias from the server's configuration; empty means its default.
+   * A model alias from the server's configuration, at most 128 bytes; empty
+   * means its default (or, for a client key limited to some models, the
+   * key's first when it may not use the default).
    *
    * @generated from field: string model = 2;
    */
@@ -49,7 +51,11 @@ export type RunTurnRequest = Message<"turnstile.v1.RunTurnRequest"> & {
 
   /**
    * The conversation so far, oldest first. Must not be empty; the last
-   * message is usually the user's.
+   * message is usually the user's. At most 10,000 messages and 20,000 parts
+   * in all. Tool calls and results must pair up as providers require: every
+   * call id is unique; the calls of an assistant message are each answered
+   * by exactly one result in the tool messages right after it, before any
+   * other message; every result answers such a call.
    *
    * @generated from field: repeated turnstile.v1.Message messages = 4;
    */
@@ -57,7 +63,7 @@ export type RunTurnRequest = Message<"turnstile.v1.RunTurnRequest"> & {
 
   /**
    * Tools the client runs itself and offers to the model, beside the
-   * server's own tools. Names must be unique.
+   * server's own tools. Names must be unique; at most 128 tools.
    *
    * @generated from field: repeated turnstile.v1.ToolDefinition tools = 5;
    */
@@ -100,14 +106,16 @@ export type GenerationOptions = Message<"turnstile.v1.GenerationOptions"> & {
   maxOutputTokens?: number | undefined;
 
   /**
-   * The sampling temperature, 0 to 2; unset means the provider's default.
+   * The sampling temperature, a number from 0 to 2 (not NaN, not infinite);
+   * unset means the provider's default.
    *
    * @generated from field: optional double temperature = 2;
    */
   temperature?: number | undefined;
 
   /**
-   * Sequences that end a reply when generated; at most 8.
+   * Sequences that end a reply when generated; at most 8, each of 1 to 128
+   * bytes.
    *
    * @generated from field: repeated string stop_sequences = 3;
    */
@@ -1211,8 +1219,16 @@ export const AgentService: GenService<{
    * reached an outcome; the RPC ends OK) or error (the turn failed; the RPC
    * ends with a matching status whose details hold google.rpc.ErrorInfo with
    * the error code as reason, and google.rpc.RetryInfo when retryable).
-   * A request that fails validation ends with INVALID_ARGUMENT and a
-   * google.rpc.BadRequest naming the field, before any event.
+   * A request that fails validation, or is not a valid message, ends with
+   * INVALID_ARGUMENT and a google.rpc.BadRequest naming every field that is
+   * wrong, before any event. A server with client keys refuses a call
+   * without a valid "authorization: Bearer <token>" with UNAUTHENTICATED, a
+   * model the key may not use with PERMISSION_DENIED, and a turn over a
+   * limit (the key's, or the server's turns at once) with RESOURCE_EXHAUSTED
+   * and ErrorInfo LIMIT_EXCEEDED, before any event. A request larger than
+   * the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
+   * read. No event is larger than the server's event size limit (2 MiB by
+   * default).
    *
    * @generated from rpc turnstile.v1.AgentService.RunTurn
    */
