@@ -23,7 +23,6 @@ import (
 	"github.com/turnstile-dev/turnstile/config"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
-	"github.com/turnstile-dev/turnstile/server"
 )
 
 // planted are distinct secrets, one in every place the configuration can
@@ -221,24 +220,8 @@ func TestPlantedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer routeStdLog(logger)()
-	runner, closeAll, err := buildRunner(t.Context(), cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
-	opts, err := serverOptions(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(runner, opts)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	defer func() { srv.Stop(); <-done }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr, stop := serveAsServe(t, cfg, logger)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,8 +274,7 @@ func TestPlantedSecrets(t *testing.T) {
 		sinks.add("the start-up error", err.Error())
 		logger.Error("serve failed", "error", err)
 	}
-	srv.Stop()
-	<-done
+	stop() // its last log lines are written
 	sinks.check(t)
 	if !strings.Contains(logs.String(), `"msg":"a library quotes [redacted]","source":"stdlog"`) {
 		t.Error("the standard logger's line is not a redacted slog line")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/turnstile-dev/turnstile/config"
@@ -42,25 +43,7 @@ auth:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.DiscardHandler)
-	runner, closeAll, err := buildRunner(t.Context(), cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeAll)
-	opts, err := serverOptions(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(runner, opts)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
-	addr := lis.Addr().String()
+	addr, _ := serveAsServe(t, cfg, slog.New(slog.DiscardHandler))
 
 	full := []string{"--addr", addr, "--ca", files["ca"], "--cert", files["ccert"], "--key", files["ckey"], "--retries", "0"}
 	tests := []struct {
@@ -85,4 +68,31 @@ auth:
 			}
 		})
 	}
+}
+
+// serveAsServe builds what serve builds from cfg (the runner, the server's
+// options) and serves it on a loopback port; stop, also run at cleanup,
+// stops it and waits for it.
+func serveAsServe(t *testing.T, cfg *config.Config, logger *slog.Logger) (addr string, stop func()) {
+	t.Helper()
+	runner, closeAll, err := buildRunner(t.Context(), cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeAll)
+	opts, err := serverOptions(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(runner, opts)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { srv.Stop(); <-done }) }
+	t.Cleanup(stop)
+	return lis.Addr().String(), stop
 }
