@@ -346,3 +346,47 @@ func TestIdleConnectionsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestSendTimeoutOnTheLastEvent: a turn whose reply is larger than what
+// the client's window and gRPC's queue take, and whose client reads
+// nothing, ends DEADLINE_EXCEEDED after send_timeout: what the client reads
+// later has no outcome, and the status says why. (TestOutboxFinishStalls
+// holds the case where the last event is the one left.)
+func TestSendTimeoutOnTheLastEvent(t *testing.T) {
+	var logs syncBuffer
+	reply := []llm.Chunk{
+		{Kind: llm.ChunkText, Text: strings.Repeat("z", 100<<10)},
+		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 1, OutputTokens: 1}},
+		{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
+	}
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: reply})), server.Options{SendTimeout: 300 * time.Millisecond, Logger: newLogger(&logs)})
+	conn, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := turnstilev1.NewAgentServiceClient(conn).RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "error_code=DEADLINE_EXCEEDED") })
+	var evs []*turnstilev1.AgentEvent
+	var st *status.Status
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			st = status.Convert(err)
+			break
+		}
+		evs = append(evs, resp.GetEvent())
+	}
+	// How far the events got before gRPC's queue filled depends on timing;
+	// the turn's outcome never arrives.
+	if got, all := wiretest.Names(evs), "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted"; len(evs) < 3 || !strings.HasPrefix(all, got) {
+		t.Errorf("events:\n got %s\nwant a prefix of %s", got, all)
+	}
+	if st.Code() != codes.DeadlineExceeded || !strings.Contains(st.Message(), "server.send_timeout") {
+		t.Errorf("status %v", st)
+	}
+}
