@@ -193,10 +193,15 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 		if tc := out.completed; tc != nil {
 			addCounters(counters, tc.GetCounters())
 			addUsage(usage, tc.GetUsage())
+			added := tc.GetMessages()
+			if tc.GetMessagesOmitted() {
+				// Too large for one event: they are those committed.
+				added = out.committed
+			}
 			return &Result{
 				TurnID:    t.ID(),
 				EndReason: tc.GetEndReason(),
-				Messages:  append(carried, tc.GetMessages()...),
+				Messages:  append(carried, added...),
 				Usage:     usage,
 				Counters:  counters,
 				Attempts:  n,

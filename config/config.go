@@ -25,6 +25,7 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/registry"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server"
 )
 
 // DefaultListen is the address served when neither the file nor a flag says.
@@ -60,6 +61,8 @@ type Config struct {
 	Ops Ops `yaml:"ops"`
 	// MCPServers maps a name to an MCP server whose tools models may call.
 	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
+	// Auth lists the client keys; none serves every caller.
+	Auth Auth `yaml:"auth"`
 
 	// file names the source in errors.
 	file string
@@ -135,6 +138,80 @@ type Server struct {
 	// MaxConcurrentStreams bounds the streams of one connection (default
 	// 256; at least 1).
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+
+	// TLS, when set, serves over TLS from these files; without it the
+	// server speaks plaintext.
+	TLS *server.TLSFiles `yaml:"tls"`
+	// Reflection serves the gRPC reflection service (default true). With
+	// auth keys, reflection needs a key too.
+	Reflection bool `yaml:"reflection"`
+
+	// MaxConcurrentTurns bounds the turns running at once (default 512;
+	// at least 1).
+	MaxConcurrentTurns int `yaml:"max_concurrent_turns"`
+	// MaxConnections bounds the connections open at once (default 1024;
+	// at least 1).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionIdle closes a connection without RPCs for this long
+	// (default 5m; positive).
+	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
+	// MaxConnectionAge closes connections this old gracefully (default
+	// 0: never).
+	MaxConnectionAge time.Duration `yaml:"max_connection_age"`
+	// MaxConnectionAgeGrace is how long RPCs may go on on a connection
+	// closed for its age (default 0: until they end; else at least
+	// turn.max_duration).
+	MaxConnectionAgeGrace time.Duration `yaml:"max_connection_age_grace"`
+	// HandshakeTimeout closes a connection that has not completed its TLS
+	// and HTTP/2 handshake in this time (default 10s; positive).
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
+	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxEventBytes bounds every event sent (default 2 MiB; at least
+	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
+	// one event).
+	MaxEventBytes int `yaml:"max_event_bytes"`
+	// SendTimeout cancels a turn whose client accepted no event for this
+	// long (default 30s; positive).
+	SendTimeout time.Duration `yaml:"send_timeout"`
+}
+
+// defaultServer returns the server block's defaults.
+func defaultServer() Server {
+	return Server{
+		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256,
+		Reflection:         true,
+		MaxConcurrentTurns: server.DefaultMaxConcurrentTurns,
+		MaxConnections:     server.DefaultMaxConnections,
+		MaxConnectionIdle:  server.DefaultMaxConnectionIdle,
+		HandshakeTimeout:   server.DefaultHandshakeTimeout,
+		MaxRequestBytes:    server.DefaultMaxRequestBytes,
+		MaxEventBytes:      server.DefaultMaxEventBytes,
+		SendTimeout:        server.DefaultSendTimeout,
+	}
+}
+
+// Auth lists the client keys. With at least one key, every RPC but health
+// checks needs one.
+type Auth struct {
+	// Keys are the client keys.
+	Keys []AuthKey `yaml:"keys"`
+}
+
+// AuthKey is one client key. Its token is never in the file: the file
+// names the environment variable holding it (token_env) or gives its
+// SHA-256 digest (token_sha256), exactly one of the two.
+type AuthKey struct {
+	// Name identifies the key in logs; unique.
+	Name string `yaml:"name"`
+	// TokenEnv names the environment variable holding the bearer token.
+	TokenEnv string `yaml:"token_env"`
+	// TokenSHA256 is the SHA-256 digest of the token, 64 hex digits.
+	TokenSHA256 string `yaml:"token_sha256"`
+	// Models lists the model aliases the key may use; empty: every model.
+	Models []string `yaml:"models"`
+	// Limits bound what the key may use; a limit left out is none.
+	Limits server.KeyLimits `yaml:"limits"`
 }
 
 // Log sets logging.
@@ -168,7 +245,7 @@ func defaults() *Config {
 		Listen: DefaultListen,
 		Retry:  policy.DefaultRetry(),
 		Turn:   runtime.DefaultLimits(),
-		Server: Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256},
+		Server: defaultServer(),
 		Log:    Log{Format: "text", Level: "info"},
 	}
 }

@@ -236,18 +236,24 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
 // Validate checks what only the runner knows about a request: that its
-// model exists and its client tools do not clash with server tools.
+// model exists and its client tools do not clash with server tools. It
+// returns every problem, each a [*FieldError], joined with [errors.Join].
 func (r *Runner) Validate(req *TurnRequest) error {
+	var errs []error
 	if req.Model != "" && r.models[req.Model] == nil {
-		return &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %q; configured: %v", req.Model, r.Models())}
+		// %.64q: the client's text is quoted back, but not all of it.
+		errs = append(errs, &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %.64q; configured: %v", req.Model, r.Models())})
 	}
 	for i, t := range req.ClientTools {
 		if r.tools[t.Name] != nil {
-			return &FieldError{Field: fmt.Sprintf("tools[%d].name", i), Description: fmt.Sprintf("%q is a server-side tool", t.Name)}
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("tools[%d].name", i), Description: fmt.Sprintf("%q is a server-side tool", t.Name)})
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// DefaultModel returns the alias of the model a request naming none runs on.
+func (r *Runner) DefaultModel() string { return r.defaultModel }
 
 // Models returns the configured aliases, sorted.
 func (r *Runner) Models() []string {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -67,7 +68,20 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	if alias == "" {
 		alias = r.defaultModel
 	}
-	tctx, cancel := context.WithCancelCause(ctx)
+	stopTimer := func() {}
+	if d := r.opts.limits.MaxDuration; d > 0 {
+		// The turn's own parent: its end is reported like the caller's.
+		var cancelTimer context.CancelFunc
+		ctx, cancelTimer = context.WithTimeoutCause(ctx, d, &llm.Error{
+			Kind: llm.KindDeadlineExceeded, Message: fmt.Sprintf("the turn reached its time limit (%s)", d),
+		})
+		stopTimer = cancelTimer
+	}
+	tctx, cancelTurn := context.WithCancelCause(ctx)
+	cancel := func(cause error) {
+		cancelTurn(cause)
+		stopTimer()
+	}
 	t := &turn{
 		r:        r,
 		req:      req,

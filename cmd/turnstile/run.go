@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,7 +52,8 @@ const runUsage = `Usage: turnstile run [flags] PROMPT...
 Runs one agent turn on a turnstile server and streams it: the reply on
 stdout as it arrives, notices (retries, fallbacks, resumes) and the final
 usage line on stderr. A PROMPT of "-" is read from stdin. Flags may come
-before or after the prompt; "--" ends them.
+before or after the prompt; "--" ends them. The client key of a server
+with auth is read from the environment variable TURNSTILE_TOKEN.
 
 Words: a "retry" is the server calling the model again within the turn; a
 "resume" is this command running a failed turn again from what it
@@ -109,6 +112,9 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	timeout := fs.Duration("timeout", 0, "give up after this `duration`, retries and resumes included (default: no limit)")
 	retries := fs.Int("retries", 1, "times a failed turn is resumed when the server says it may succeed (0: never)")
 	useTLS := fs.Bool("tls", false, "connect over TLS with the system's root certificates (default: plaintext)")
+	caFile := fs.String("ca", "", "connect over TLS trusting the CA certificates in this PEM `file`")
+	certFile := fs.String("cert", "", "client certificate PEM `file`, for servers that require one (mutual TLS); with --key")
+	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
 	words, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -139,10 +145,18 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 
 	opts := []client.Option{client.WithMaxStepRetries(*retries)}
-	if *useTLS {
-		opts = append(opts, client.WithTLS(nil))
+	tlsCfg, err := clientTLS(*useTLS, *caFile, *certFile, *keyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
+	}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLS(tlsCfg))
 	} else {
 		opts = append(opts, client.WithInsecure())
+	}
+	if token := os.Getenv("TURNSTILE_TOKEN"); token != "" {
+		opts = append(opts, client.WithBearerToken(token))
 	}
 	c, err := client.New(*addr, opts...)
 	if err != nil {
@@ -202,6 +216,36 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitRetryable
 	}
 	return exitPermanent
+}
+
+// clientTLS returns the TLS configuration the flags ask for, nil for
+// plaintext.
+func clientTLS(useTLS bool, caFile, certFile, keyFile string) (*tls.Config, error) {
+	if !useTLS && caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca: no PEM certificate in %s", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // describeFailure says what failed, how often the turn was resumed and

@@ -318,7 +318,7 @@ ops: {listen: "127.0.0.1:0"}
 // and a count a number.
 func TestJSONLogDurations(t *testing.T) {
 	var b strings.Builder
-	l, err := newLogger(&b, config.Log{Format: "json", Level: "info"})
+	l, err := newLogger(&b, config.Log{Format: "json", Level: "info"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,8 +70,9 @@ type Config endpoint.Config
 
 // Provider streams Anthropic messages. It is safe for concurrent use.
 type Provider struct {
-	name     string
-	apiKey   string
+	name string
+	// secrets are the API key and header values, redacted from errors.
+	secrets  []string
 	messages anthropic.MessageService
 }
 
@@ -84,7 +85,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{name: c.Name, apiKey: c.APIKey, messages: anthropic.NewMessageService(opts...)}, nil
+	return &Provider{name: c.Name, secrets: c.Secrets(), messages: anthropic.NewMessageService(opts...)}, nil
 }
 
 // SupportsPrefill reports true: the Messages API continues a conversation

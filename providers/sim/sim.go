@@ -102,8 +102,11 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 
 // plan is one call worked out in advance: what to stream and how it ends.
 type plan struct {
-	delay     time.Duration // before the first chunk
-	chunks    []llm.Chunk   // content, in order
+	delay time.Duration // before the first chunk
+	// segments are the reply's content, in order. Text is kept whole and
+	// cut into tokens as it streams, so a long reply costs its text, not
+	// a chunk per word.
+	segments  []segment
 	stop      llm.StopReason
 	input     int        // input tokens
 	fail      *directive // the failure injected, nil when none
@@ -111,6 +114,32 @@ type plan struct {
 	size      int // request text bytes
 	requestID string
 }
+
+// segment is a run of text or reasoning streamed a token at a time, or
+// one chunk as it is.
+type segment struct {
+	// words, when not empty, is streamed token by token as chunks of kind.
+	words string
+	kind  llm.ChunkKind
+	// chunk is the segment when words is empty.
+	chunk llm.Chunk
+}
+
+// chunks calls yield with each chunk of the segment, until it returns
+// false; it reports whether yield always returned true.
+func (s segment) chunks(yield func(llm.Chunk) bool) bool {
+	if s.words == "" {
+		return yield(s.chunk)
+	}
+	for tok, rest := nextToken(s.words); tok != ""; tok, rest = nextToken(rest) {
+		if !yield(llm.Chunk{Kind: s.kind, Text: tok}) {
+			return false
+		}
+	}
+	return true
+}
+
+func one(c llm.Chunk) segment { return segment{chunk: c} }
 
 // view is what a call answers: the user message that asks and the
 // directives that apply.
@@ -156,7 +185,7 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 		requestID: fmt.Sprintf("req_sim_%s_%d", fp[:12], p.calls.Add(1)),
 	}
 	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+req.TurnID+"\x00"+fp, size)
-	pl.chunks = reasoning(v)
+	pl.segments = reasoning(v)
 
 	o := outcome{text: rest}
 	if !cont {
@@ -164,15 +193,15 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 	}
 	switch {
 	case o.refusal:
-		pl.chunks = appendText(pl.chunks, tokenize(o.text))
+		pl.segments = append(pl.segments, segment{words: o.text, kind: llm.ChunkText})
 		pl.stop = llm.StopRefusal
 	case len(o.calls) > 0:
 		for i, c := range o.calls {
-			pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name})
+			pl.segments = append(pl.segments, one(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name}))
 			for _, f := range fragments(c.Arguments) {
-				pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: i, Text: f})
+				pl.segments = append(pl.segments, one(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: i, Text: f}))
 			}
-			pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: i})
+			pl.segments = append(pl.segments, one(llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: i}))
 		}
 		pl.stop = llm.StopToolUse
 	default:
@@ -180,9 +209,9 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 		if o.maxTokens > 0 && (limit <= 0 || o.maxTokens < limit) {
 			limit = o.maxTokens
 		}
-		var pieces []string
-		pieces, pl.stop = cut(o.text, limit, req.StopSequences)
-		pl.chunks = appendText(pl.chunks, pieces)
+		var text string
+		text, pl.stop = cut(o.text, limit, req.StopSequences)
+		pl.segments = append(pl.segments, segment{words: text, kind: llm.ChunkText})
 	}
 	return pl, nil
 }
@@ -213,9 +242,9 @@ func (p *Provider) pickFailure(ds []directive, key string, size int) (*directive
 	return fail, delay
 }
 
-// reasoning returns the chunks of v's think directive, if any: the reasoning
-// token by token, then the block's signature.
-func reasoning(v view) []llm.Chunk {
+// reasoning returns the segments of v's think directive, if any: the
+// reasoning token by token, then the block's signature.
+func reasoning(v view) []segment {
 	i := slices.IndexFunc(v.ds, func(d directive) bool { return d.action == actThink })
 	if i < 0 {
 		return nil
@@ -224,18 +253,7 @@ func reasoning(v view) []llm.Chunk {
 	if !v.ds[i].hasText {
 		text = thinkingText(v.question)
 	}
-	var chunks []llm.Chunk
-	for _, t := range tokenize(text) {
-		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkThinking, Text: t})
-	}
-	return append(chunks, llm.Chunk{Kind: llm.ChunkThinking, Signature: signature(text)})
-}
-
-func appendText(chunks []llm.Chunk, tokens []string) []llm.Chunk {
-	for _, t := range tokens {
-		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: t})
-	}
-	return chunks
+	return []segment{{words: text, kind: llm.ChunkThinking}, one(llm.Chunk{Kind: llm.ChunkThinking, Signature: signature(text)})}
 }
 
 // run streams pl, pacing each token, and ends with usage and the stop, or
@@ -258,18 +276,23 @@ func (p *Provider) run(ctx context.Context, pl *plan, yield func(llm.Chunk, erro
 	if !pc.wait(ctx, pl.delay) {
 		return
 	}
-	for _, c := range pl.chunks {
-		if paced(c) {
-			if pl.fail != nil && streamed == pl.fail.after {
-				fail()
-				return
+	failed := false
+	for _, seg := range pl.segments {
+		ok := seg.chunks(func(c llm.Chunk) bool {
+			if paced(c) {
+				if pl.fail != nil && streamed == pl.fail.after {
+					fail()
+					failed = true
+					return false
+				}
+				if !pc.wait(ctx, p.tokenDelay) {
+					return false
+				}
+				streamed++
 			}
-			if !pc.wait(ctx, p.tokenDelay) {
-				return
-			}
-			streamed++
-		}
-		if !send(c) {
+			return send(c)
+		})
+		if !ok || failed {
 			return
 		}
 	}
@@ -497,28 +520,26 @@ func hasText(m llm.Message) bool {
 	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText })
 }
 
-// cut splits text into the tokens a call streams under an output limit
-// (0: none) and stop sequences, and says why the reply ends.
-func cut(text string, limit int, stops []string) ([]string, llm.StopReason) {
+// cut returns the part of text a call streams under an output limit in
+// tokens (0: none) and stop sequences, and says why the reply ends.
+func cut(text string, limit int, stops []string) (string, llm.StopReason) {
 	end, stop := len(text), llm.StopEndTurn
 	for _, s := range stops {
 		if i := strings.Index(text, s); s != "" && i >= 0 && i < end {
 			end, stop = i, llm.StopSequence
 		}
 	}
-	var pieces []string
-	pos := 0
-	for _, tok := range tokenize(text) {
-		if pos >= end {
-			break
-		}
-		if limit > 0 && len(pieces) == limit {
-			return pieces, llm.StopMaxTokens
-		}
-		pieces = append(pieces, tok[:min(len(tok), end-pos)])
-		pos += len(tok)
+	text = text[:end]
+	if limit <= 0 {
+		return text, stop
 	}
-	return pieces, stop
+	for n, rest := 0, text; rest != ""; n++ {
+		if n == limit {
+			return text[:len(text)-len(rest)], llm.StopMaxTokens
+		}
+		_, rest = nextToken(rest)
+	}
+	return text, stop
 }
 
 // checkToolPairs rejects a conversation whose tool calls and results do not

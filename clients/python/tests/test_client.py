@@ -13,7 +13,7 @@ from google.rpc import error_details_pb2, status_pb2
 from turnstile.v1 import conversation_pb2, errors_pb2
 from turnstile_client._errors import from_status
 
-from .server import ServerTestCase
+from .server import CONFORMANCE, Server, ServerTestCase
 from .test_conformance import user_request
 
 
@@ -169,6 +169,29 @@ class LiveTest(ServerTestCase):
         with self.assertRaises(ts.TurnError) as cm:
             self.client().run_turn(user_request("[sim fail=timeout] hangs"), timeout=0.3).wait()
         self.assertEqual(cm.exception.code, errors_pb2.ERROR_CODE_DEADLINE_EXCEEDED)
+
+
+class SmallEventsTest(unittest.TestCase):
+    """A server whose turn_completed is too large to carry its messages."""
+
+    def test_omitted_messages_are_rebuilt_from_message_completed(self) -> None:
+        server = Server(CONFORMANCE / "small_events.yaml")
+        self.addCleanup(server.stop)
+        c = ts.Client(server.addr)
+        self.addCleanup(c.close)
+        # Two steps each calling a tool with 40 KB of arguments: each
+        # message fits an event, the turn's messages together do not.
+        pad = "x" * 40000
+        call = '[sim tool=current_time args={"zone":"UTC","pad":"%s"} step=%d]'
+        turn = c.run_turn(user_request(f"{call % (pad, 1)} {call % (pad, 2)} go"))
+        events = [ev.agent for ev in turn.events() if ev.agent is not None]
+        tc = events[-1].turn_completed
+        self.assertTrue(tc.messages_omitted)
+        self.assertEqual(len(tc.messages), 0)
+        committed = [ev.message_completed.message for ev in events if ev.WhichOneof("payload") == "message_completed"]
+        self.assertEqual(len(committed), 5)
+        self.assertEqual(list(turn.result.messages), committed)
+        self.assertIn(pad, turn.result.messages[0].parts[0].tool_call.arguments)
 
 
 class NoServerTest(unittest.TestCase):

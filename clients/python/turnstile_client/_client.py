@@ -293,7 +293,8 @@ class Turn:
                 self.result = Result(
                     turn_id=self.id,
                     end_reason=tc.end_reason,
-                    messages=carried + list(tc.messages),
+                    # Too large for one event, they came in message_completed only.
+                    messages=carried + (list(out.committed) if tc.messages_omitted else list(tc.messages)),
                     usage=usage,
                     counters=counters,
                     attempts=n,

@@ -289,7 +289,8 @@ export class Turn {
           this.result = {
             turnId: this.id,
             endReason: tc.endReason,
-            messages: [...carried, ...tc.messages],
+            // Too large for one event, they came in message_completed only.
+            messages: [...carried, ...(tc.messagesOmitted ? out.committed : tc.messages)],
             usage,
             counters,
             attempts: n,

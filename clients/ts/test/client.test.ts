@@ -170,6 +170,35 @@ describe("no server", () => {
   });
 });
 
+describe("against a server whose events are small", () => {
+  let server: Server;
+  before(async () => {
+    server = await startServer(join(__dirname, "../../../conformance/small_events.yaml"));
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it("rebuilds messages turn_completed omitted from message_completed", async () => {
+    // Two steps each calling a tool with 40 KB of arguments: each message
+    // fits an event, the turn's messages together do not.
+    const pad = "x".repeat(40000);
+    const call = (step: number) => `[sim tool=current_time args={"zone":"UTC","pad":"${pad}"} step=${step}]`;
+    const c = new Client(`http://${server.addr}`);
+    const turn = c.runTurn({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: `${call(1)} ${call(2)} go` } }] }] });
+    const committed: Message[] = [];
+    let omitted = false;
+    for await (const ev of turn.events()) {
+      const p = ev.agent?.payload;
+      if (p?.case === "messageCompleted" && p.value.message) committed.push(p.value.message);
+      if (p?.case === "turnCompleted") omitted = p.value.messagesOmitted && p.value.messages.length === 0;
+    }
+    assert.ok(omitted, "turn_completed carried its messages: the test does not test the rebuild");
+    assert.equal(committed.length, 5);
+    assert.deepEqual(turn.result?.messages, committed);
+  });
+});
+
 describe("module formats", () => {
   it("loads with require (CommonJS) and import (ES modules)", async () => {
     const entry = join(__dirname, "../src/index.js");

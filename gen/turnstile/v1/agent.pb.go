@@ -170,15 +170,21 @@ type RunTurnRequest struct {
 	// server makes one when empty and reports it in every event. Send the same
 	// id when retrying a failed turn, so the attempts can be tied together.
 	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
-	// A model alias from the server's configuration; empty means its default.
+	// A model alias from the server's configuration, at most 128 bytes; empty
+	// means its default (or, for a client key limited to some models, the
+	// key's first when it may not use the default).
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// The system prompt; empty means none.
 	System string `protobuf:"bytes,3,opt,name=system,proto3" json:"system,omitempty"`
 	// The conversation so far, oldest first. Must not be empty; the last
-	// message is usually the user's.
+	// message is usually the user's. At most 10,000 messages and 20,000 parts
+	// in all. Tool calls and results must pair up as providers require: every
+	// call id is unique; the calls of an assistant message are each answered
+	// by exactly one result in the tool messages right after it, before any
+	// other message; every result answers such a call.
 	Messages []*Message `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Tools the client runs itself and offers to the model, beside the
-	// server's own tools. Names must be unique.
+	// server's own tools. Names must be unique; at most 128 tools.
 	Tools []*ToolDefinition `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Generation options for every model call of the turn.
 	Generation *GenerationOptions `protobuf:"bytes,6,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -273,9 +279,11 @@ type GenerationOptions struct {
 	// The most tokens one model reply may have; unset means the model's
 	// configured default.
 	MaxOutputTokens *int32 `protobuf:"varint,1,opt,name=max_output_tokens,json=maxOutputTokens,proto3,oneof" json:"max_output_tokens,omitempty"`
-	// The sampling temperature, 0 to 2; unset means the provider's default.
+	// The sampling temperature, a number from 0 to 2 (not NaN, not infinite);
+	// unset means the provider's default.
 	Temperature *float64 `protobuf:"fixed64,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
-	// Sequences that end a reply when generated; at most 8.
+	// Sequences that end a reply when generated; at most 8, each of 1 to 128
+	// bytes.
 	StopSequences []string `protobuf:"bytes,3,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1851,9 +1859,14 @@ type TurnCompleted struct {
 	// Total tokens used by the turn, failed attempts included.
 	Usage *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	// What happened during the turn.
-	Counters      *TurnCounters `protobuf:"bytes,4,opt,name=counters,proto3" json:"counters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Counters *TurnCounters `protobuf:"bytes,4,opt,name=counters,proto3" json:"counters,omitempty"`
+	// True when messages is empty because the event would have been larger than
+	// the server's event size limit (server.max_event_bytes). The messages the
+	// turn added are then exactly those of its message_completed events, in
+	// order: a client rebuilds them from those.
+	MessagesOmitted bool `protobuf:"varint,5,opt,name=messages_omitted,json=messagesOmitted,proto3" json:"messages_omitted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TurnCompleted) Reset() {
@@ -1912,6 +1925,13 @@ func (x *TurnCompleted) GetCounters() *TurnCounters {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *TurnCompleted) GetMessagesOmitted() bool {
+	if x != nil {
+		return x.MessagesOmitted
+	}
+	return false
 }
 
 // TurnCounters count what happened during a turn.
@@ -2142,13 +2162,14 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0emessages_after\x18\x03 \x01(\rR\rmessagesAfter\x12!\n" +
 	"\fbytes_before\x18\x04 \x01(\x04R\vbytesBefore\x12\x1f\n" +
 	"\vbytes_after\x18\x05 \x01(\x04R\n" +
-	"bytesAfter\"\xdd\x01\n" +
+	"bytesAfter\"\x88\x02\n" +
 	"\rTurnCompleted\x126\n" +
 	"\n" +
 	"end_reason\x18\x01 \x01(\x0e2\x17.turnstile.v1.EndReasonR\tendReason\x121\n" +
 	"\bmessages\x18\x02 \x03(\v2\x15.turnstile.v1.MessageR\bmessages\x12)\n" +
 	"\x05usage\x18\x03 \x01(\v2\x13.turnstile.v1.UsageR\x05usage\x126\n" +
-	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\"\xe1\x01\n" +
+	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\x12)\n" +
+	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xe1\x01\n" +
 	"\fTurnCounters\x12\x1f\n" +
 	"\vmodel_calls\x18\x01 \x01(\rR\n" +
 	"modelCalls\x12\x18\n" +

@@ -265,16 +265,18 @@ class ToolStarted(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class TurnCompleted(_message.Message):
-    __slots__ = ["counters", "end_reason", "messages", "usage"]
+    __slots__ = ["counters", "end_reason", "messages", "messages_omitted", "usage"]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     END_REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_OMITTED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     counters: TurnCounters
     end_reason: EndReason
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    messages_omitted: bool
     usage: _conversation_pb2.Usage
-    def __init__(self, end_reason: _Optional[_Union[EndReason, str]] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., counters: _Optional[_Union[TurnCounters, _Mapping]] = ...) -> None: ...
+    def __init__(self, end_reason: _Optional[_Union[EndReason, str]] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., counters: _Optional[_Union[TurnCounters, _Mapping]] = ..., messages_omitted: bool = ...) -> None: ...
 
 class TurnCounters(_message.Message):
     __slots__ = ["compactions", "fallbacks", "hedges", "model_calls", "retries", "tool_calls", "tool_errors"]

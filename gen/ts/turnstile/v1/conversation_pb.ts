@@ -132,7 +132,8 @@ export const ThinkingSchema: GenMessage<Thinking> = /*@__PURE__*/
  */
 export type ToolCall = Message$1<"turnstile.v1.ToolCall"> & {
   /**
-   * Identifies the call; the matching ToolResult names it in call_id.
+   * Identifies the call, at most 256 bytes; the matching ToolResult names it
+   * in call_id.
    *
    * @generated from field: string id = 1;
    */
@@ -218,15 +219,17 @@ export type ToolDefinition = Message$1<"turnstile.v1.ToolDefinition"> & {
   name: string;
 
   /**
-   * What the tool does, for the model.
+   * What the tool does, for the model; at most 8 KiB.
    *
    * @generated from field: string description = 2;
    */
   description: string;
 
   /**
-   * JSON Schema of the tool's arguments (an object schema). Unset means any
-   * object.
+   * JSON Schema of the tool's arguments (an object schema: a "type", when
+   * given, must be "object"), at most 64 KiB as JSON. The server compiles it
+   * and refuses one that is not a valid schema; it follows no reference
+   * outside the schema. Unset means any object.
    *
    * @generated from field: google.protobuf.Struct input_schema = 3;
    */
