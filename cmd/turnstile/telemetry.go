@@ -53,6 +53,11 @@ func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, logger
 		}
 	}()
 	logger.Info("ops listener", "address", lis.Addr().String(), "metrics", "/metrics", "pprof", withPProf)
+	if ta, ok := lis.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		// The ops listener has no TLS and no client keys.
+		logger.Warn("the ops listener answers anyone who reaches it: keep ops.listen on loopback or a private network",
+			"address", lis.Addr().String())
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
