@@ -2,8 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -32,7 +35,7 @@ func NewTurnLog(logger *slog.Logger) *TurnLog { return &TurnLog{logger: logger} 
 // tool_calls; input_tokens (cached input excluded), output_tokens,
 // cache_read_tokens, cache_write_tokens; ttft_ms (to the first streamed output), wait_ms
 // (backoff), duration_ms; then end_reason for a completed turn, or
-// error_code, retryable and the root cause for a failed one. Durations are
+// error_code, retryable and the root cause (cut at 4 KiB) for a failed one. Durations are
 // milliseconds and every count a number. No prompt or completion text is
 // logged, and the cause comes from errors whose text the providers have
 // already stripped of keys.
@@ -101,12 +104,29 @@ func (l *TurnLog) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.T
 		attrs = append(attrs, slog.String("error", e.Message))
 		if e.Cause != nil {
 			// The root cause, for operators only: it never reaches the client.
-			attrs = append(attrs, slog.String("cause", e.Cause.Error()))
+			attrs = append(attrs, slog.String("cause", clip(e.Cause.Error(), maxCauseBytes)))
 		}
 	case end.Completed != nil:
 		attrs = append(attrs, slog.String("end_reason", end.Completed.Reason.String()))
 	}
 	l.logger.LogAttrs(ctx, level, "turn ended", attrs...)
+}
+
+// maxCauseBytes bounds the root cause on a line: a provider's error body
+// can be long.
+const maxCauseBytes = 4096
+
+// clip cuts s to at most n bytes on a rune boundary, saying how much was
+// cut, with invalid UTF-8 replaced.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", strings.ToValidUTF8(s[:cut], "\uFFFD"), len(s)-cut)
 }
 
 // ms returns d in milliseconds, to the microsecond.

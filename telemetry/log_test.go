@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -125,5 +126,23 @@ func TestTurnLogLevel(t *testing.T) {
 	scenario(t, log, nil)
 	if buf.Len() != 0 {
 		t.Errorf("a completed turn logged at WARN level: %s", buf.String())
+	}
+}
+
+// TestTurnLogClipsTheCause: a root cause longer than 4 KiB is cut on the
+// line, saying how much was left out.
+func TestTurnLogClipsTheCause(t *testing.T) {
+	var buf bytes.Buffer
+	long := errors.New(strings.Repeat("é", 3000)) // 6000 bytes
+	a := fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindInternal, Message: "boom", Err: long}})
+	r, err := runtime.New([]*runtime.Model{{Alias: "a", ProviderName: "oai", Provider: a, ID: "a-id", Retry: fastRetry()}}, "a", nil,
+		runtime.WithObserver(telemetry.NewTurnLog(slog.New(slog.NewJSONHandler(&buf, nil)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Run(t.Context(), userTurn("hi"), runtime.SinkFunc(func(context.Context, runtime.Event) error { return nil }))
+	cause, _ := logLines(t, &buf)[0]["cause"].(string)
+	if len(cause) > 4096+40 || !strings.HasSuffix(cause, "more bytes)") || !utf8.ValidString(cause) {
+		t.Errorf("cause of %d bytes, ending %q", len(cause), cause[max(0, len(cause)-30):])
 	}
 }
