@@ -210,7 +210,8 @@ func secretURL(base string) string {
 // configuration holds one, drives the failures that quote them (provider
 // 401 and 500 echoing the request, a provider down, an MCP server
 // refusing and down, bad requests and bad keys), and looks for each in
-// every event, status, log line and model request.
+// every event, status, log line, span (content capture on) and model
+// request.
 func TestPlantedSecrets(t *testing.T) {
 	plantEnv(t)
 	sinks := &leakSinks{}
