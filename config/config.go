@@ -22,9 +22,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/registry"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 // DefaultListen is the address served when neither the file nor a flag says.
@@ -47,11 +49,13 @@ type Config struct {
 	// may override.
 	Retry policy.Retry `yaml:"retry"`
 	// Turn bounds each turn.
-	Turn runtime.Limits `yaml:"turn"`
+	Turn Turn `yaml:"turn"`
 	// Server tunes the gRPC server.
 	Server Server `yaml:"server"`
 	// Log sets the log format and level.
 	Log Log `yaml:"log"`
+	// Store is the turn log that makes turns durable.
+	Store store.Config `yaml:"store"`
 	// MCPServers maps a name to an MCP server whose tools models may call.
 	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
 
@@ -118,6 +122,25 @@ type Server struct {
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
 }
 
+// Turn is the turn block: the runtime's limits on each turn, and how
+// long a turn outlives its clients.
+type Turn struct {
+	runtime.Limits `yaml:",inline"`
+	// DetachGrace is how long a turn keeps running after its last watcher
+	// left, before it is cancelled (default 30s; positive). It needs a
+	// store.
+	DetachGrace time.Duration `yaml:"detach_grace"`
+}
+
+// Problems lists the turn block's values out of range.
+func (t Turn) Problems() []llm.Problem {
+	out := t.Limits.Problems()
+	if t.DetachGrace <= 0 {
+		out = append(out, llm.Problem{Field: "detach_grace", Message: "must be positive"})
+	}
+	return out
+}
+
 // Log sets logging.
 type Log struct {
 	// Format is text or json (default text).
@@ -132,7 +155,8 @@ func defaults() *Config {
 	return &Config{
 		Listen: DefaultListen,
 		Retry:  policy.DefaultRetry(),
-		Turn:   runtime.DefaultLimits(),
+		Turn:   Turn{Limits: runtime.DefaultLimits(), DetachGrace: 30 * time.Second},
+		Store:  store.DefaultConfig(),
 		Server: Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256},
 		Log:    Log{Format: "text", Level: "info"},
 	}

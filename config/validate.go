@@ -83,6 +83,7 @@ func (c *Config) problems() []Problem {
 	c.checkModels(v)
 	v.settings("retry", c.Retry.Problems(), false)
 	v.settings("turn", c.Turn.Problems(), false)
+	v.settings("store", c.Store.Problems(), false)
 	if c.Server.ShutdownGrace <= 0 {
 		v.at("server.shutdown_grace", "must be positive")
 	}

@@ -41,6 +41,15 @@ type Options struct {
 	KeepaliveTime time.Duration
 	// MaxConcurrentStreams bounds the streams of one connection (default 256).
 	MaxConcurrentStreams uint32
+	// Store keeps the log of every turn, which makes turns durable:
+	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn and
+	// CancelTurn work from any replica sharing the store. Nil keeps no
+	// log: a turn lives in the stream that runs it, and WatchTurn and
+	// CancelTurn answer FAILED_PRECONDITION.
+	Store TurnStore
+	// DetachGrace is how long a turn with a store keeps running after its
+	// last watcher left; then it is cancelled (default 30s).
+	DetachGrace time.Duration
 	// GRPCOptions are appended to the server's options (TLS credentials,
 	// stats handlers, more interceptors).
 	GRPCOptions []grpc.ServerOption
@@ -64,6 +73,9 @@ func New(runner turnRunner, opts Options) *Server {
 	}
 	if opts.KeepaliveTime == 0 {
 		opts.KeepaliveTime = 30 * time.Second
+	}
+	if opts.DetachGrace == 0 {
+		opts.DetachGrace = 30 * time.Second
 	}
 	if opts.MaxConcurrentStreams == 0 {
 		opts.MaxConcurrentStreams = 256
@@ -104,7 +116,7 @@ func New(runner turnRunner, opts Options) *Server {
 	s := &Server{
 		grpc:    grpc.NewServer(sopts...),
 		health:  health.NewServer(),
-		service: newService(runner, logger),
+		service: newService(runner, logger, opts.Store, opts.DetachGrace),
 		opts:    opts,
 	}
 	turnstilev1.RegisterAgentServiceServer(s.grpc, s.service)
@@ -139,6 +151,8 @@ func (s *Server) Shutdown(ctx context.Context) {
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
+		// Turns whose clients left run on: wait for them too.
+		s.service.wait(context.Background())
 		close(stopped)
 	}()
 	grace := time.NewTimer(s.opts.ShutdownGrace)
@@ -161,8 +175,20 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-// Stop closes every connection at once.
-func (s *Server) Stop() { s.grpc.Stop() }
+// Wait waits until every turn this server runs in the background (with a
+// store, turns outlive their streams) has ended, or ctx is done. Call it
+// after Stop and before closing the store.
+func (s *Server) Wait(ctx context.Context) { s.service.wait(ctx) }
+
+// Stop closes every connection at once, and cancels the turns still
+// running in the background (with a store, turns outlive their streams)
+// with a retryable UNAVAILABLE error, waiting for them to end.
+func (s *Server) Stop() {
+	s.service.drain()
+	s.grpc.Stop()
+	s.service.cancelAll()
+	s.service.wait(context.Background())
+}
 
 func wait(ctx context.Context, d time.Duration) {
 	if d <= 0 {

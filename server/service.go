@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -35,9 +36,14 @@ type service struct {
 	runner turnRunner
 	logger *slog.Logger
 
+	store  TurnStore // nil: no log, turns live in the stream that runs them
+	grace  time.Duration
+
 	mu       sync.Mutex
 	draining bool
 	active   map[*activeTurn]struct{}
+	runs     map[runKey]*run // the runs this replica owns
+	turns    sync.WaitGroup  // the runs this replica owns, until they end
 }
 
 type activeTurn struct {
@@ -46,8 +52,8 @@ type activeTurn struct {
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
 
-func newService(r turnRunner, logger *slog.Logger) *service {
-	return &service{runner: r, logger: logger, active: map[*activeTurn]struct{}{}}
+func newService(r turnRunner, logger *slog.Logger, store TurnStore, grace time.Duration) *service {
+	return &service{runner: r, logger: logger, store: store, grace: grace, active: map[*activeTurn]struct{}{}, runs: map[runKey]*run{}}
 }
 
 // RunTurn implements [turnstilev1.AgentServiceServer].
@@ -60,6 +66,9 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		return invalidArgument(fe).Err()
 	} else if err != nil {
 		return status.Error(codes.Internal, "internal error")
+	}
+	if s.store != nil {
+		return s.runDurable(req, tr, stream)
 	}
 	if tr.TurnID == "" {
 		tr.TurnID = uuid.NewString()
@@ -121,6 +130,34 @@ func (s *service) track(t *activeTurn) bool {
 	}
 	s.active[t] = struct{}{}
 	return true
+}
+
+// admit counts a run this replica is about to own, unless the server is
+// draining.
+func (s *service) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.turns.Add(1)
+	return true
+}
+
+// unadmit undoes admit for a run that was not created.
+func (s *service) unadmit() { s.turns.Done() }
+
+// wait waits until every run this replica owns has ended, or ctx is done.
+func (s *service) wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.turns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 func (s *service) untrack(t *activeTurn) {

@@ -389,6 +389,19 @@ func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, err
 	return m.Sequence <= last, nil
 }
 
+// LastEvent returns the last event stored for the run, or
+// [fs.ErrNotExist] when it has none.
+func (s *Store) LastEvent(ctx context.Context, turnID string, attempt uint32) ([]byte, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, runKey{turnID, attempt}.events())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("store: run %q attempt %d has no event: %w", turnID, attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read run: %w", err)
+	}
+	return m.Data, nil
+}
+
 // Signal sends signal to the owner of the run and returns its reply; it
 // fails with [fs.ErrNotExist] when no replica owns the run.
 func (s *Store) Signal(ctx context.Context, turnID string, attempt uint32, signal string) ([]byte, error) {

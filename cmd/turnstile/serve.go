@@ -16,10 +16,13 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/store"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/clock"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
+
+var _ server.TurnStore = (*store.Store)(nil)
 
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -89,6 +92,17 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 	}
 	defer closeAll()
 
+	var turns server.TurnStore
+	if cfg.Store.Mode != store.ModeOff {
+		st, err := store.Open(ctx, cfg.Store, logger)
+		if err != nil {
+			return err
+		}
+		// Closed after the server has stopped and its turns have ended.
+		defer st.Close()
+		turns = st
+	}
+
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -99,6 +113,8 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 		DrainDelay:           cfg.Server.DrainDelay,
 		KeepaliveTime:        cfg.Server.KeepaliveTime,
 		MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams,
+		Store:                turns,
+		DetachGrace:          cfg.Turn.DetachGrace,
 	})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -158,7 +174,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn))
+	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits))
 	if err != nil {
 		closeTools()
 		return nil, nil, err
