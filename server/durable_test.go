@@ -530,4 +530,3 @@ func runTrials(t testing.TB, replicas []*testServer, n int, rng *rand.Rand) int 
 	}
 	return violations
 }
-

@@ -36,8 +36,8 @@ type service struct {
 	runner turnRunner
 	logger *slog.Logger
 
-	store  TurnStore // nil: no log, turns live in the stream that runs them
-	grace  time.Duration
+	store TurnStore // nil: no log, turns live in the stream that runs them
+	grace time.Duration
 
 	mu       sync.Mutex
 	draining bool
