@@ -62,6 +62,18 @@ func (c *chain) start() {
 	c.pos = soonest
 }
 
+// resumeAt places a resumed turn on alias, the model its previous runner
+// was on, without asking for admission: the turn was admitted when it
+// started. An alias not in the chain keeps the first model.
+func (c *chain) resumeAt(alias string) {
+	for i, m := range c.models {
+		if m.Alias == alias {
+			c.pos = i
+			return
+		}
+	}
+}
+
 // next returns the index of the next model after the current one that is
 // not cooling down, or -1; it claims nothing.
 func (c *chain) next() int {

@@ -67,6 +67,9 @@ type TurnRequest struct {
 	StopSequences []string
 	// MaxModelCalls overrides the runner's limit when positive.
 	MaxModelCalls int
+	// Resume, when set, continues a turn another runner started and did
+	// not finish, from what the turn's log holds; see [Resume].
+	Resume *Resume
 }
 
 // ContinuationPrompt is the user message the runner adds after a reply cut
