@@ -60,12 +60,22 @@ type TurnStore interface {
 	Signal(ctx context.Context, turnID string, attempt uint32, signal string) ([]byte, error)
 	// Notify sends a signal to the run's owner without waiting.
 	Notify(turnID string, attempt uint32, signal string)
+	// WatchExpired calls fn with each run whose owner's lease expired
+	// (the replica died) until ctx is done.
+	WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error
+	// Claim takes over a run whose owner's lease expired: it fences the
+	// old owner out and returns the run's first record and every event
+	// stored. The claimer then owns the run as its creator would.
+	Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error)
 }
 
 // Signals sent to the owner of a run.
 const (
 	signalCancel = "cancel"
 	signalWatch  = "watch"
+	// signalLost comes from this replica's own store when another replica
+	// took the run over (store.SignalLost).
+	signalLost = "lost"
 )
 
 // ReasonTurnIDReused is the ErrorInfo reason of a RunTurn that reuses a
@@ -87,6 +97,8 @@ type runRecord struct {
 	Request []byte `json:"request"`
 	// Started is when the run was created.
 	Started time.Time `json:"started"`
+	// Deadline is the turn's deadline, the first request's; zero is none.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // requestHash hashes the content of req: every field but turn_id and
@@ -297,7 +309,11 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	if err != nil {
 		return status.Error(codes.Internal, "internal error")
 	}
-	rec, _ := json.Marshal(runRecord{Hash: hash, Request: wire, Started: time.Now().UTC()})
+	record := runRecord{Hash: hash, Request: wire, Started: time.Now().UTC()}
+	if dl, ok := ctx.Deadline(); ok {
+		record.Deadline = dl.UTC()
+	}
+	rec, _ := json.Marshal(record)
 
 	if !s.admit() {
 		return turnStatus(drainError()).Err()
@@ -405,6 +421,9 @@ func (s *service) onSignal(r *run, sig string) []byte {
 		return b
 	case signalWatch:
 		r.touched(s.grace)
+	case signalLost:
+		s.logger.Warn("another server took the turn over: stopping it here", "turn_id", r.key.turnID, "attempt", r.key.attempt)
+		r.cancel(&llm.Error{Kind: llm.KindUnavailable, Message: "another server took the turn over"})
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ type service struct {
 
 	store TurnStore // nil: no log, turns live in the stream that runs them
 	grace time.Duration
+	// stopTakeovers ends the watch for runs to take over.
+	stopTakeovers context.CancelFunc
 
 	mu       sync.Mutex
 	draining bool
@@ -53,7 +55,17 @@ type activeTurn struct {
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
 
 func newService(r turnRunner, logger *slog.Logger, store TurnStore, grace time.Duration) *service {
-	return &service{runner: r, logger: logger, store: store, grace: grace, active: map[*activeTurn]struct{}{}, runs: map[runKey]*run{}}
+	s := &service{runner: r, logger: logger, store: store, grace: grace, active: map[*activeTurn]struct{}{}, runs: map[runKey]*run{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopTakeovers = cancel
+	if store != nil {
+		s.turns.Add(1)
+		go func() {
+			defer s.turns.Done()
+			s.takeOvers(ctx)
+		}()
+	}
+	return s
 }
 
 // RunTurn implements [turnstilev1.AgentServiceServer].
@@ -166,11 +178,13 @@ func (s *service) untrack(t *activeTurn) {
 	delete(s.active, t)
 }
 
-// drain makes new turns fail with UNAVAILABLE.
+// drain makes new turns fail with UNAVAILABLE, and stops taking over
+// the runs of replicas that died.
 func (s *service) drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.draining = true
+	s.stopTakeovers()
 }
 
 // cancelAll ends every running turn with a retryable UNAVAILABLE error,

@@ -66,9 +66,16 @@ type writer struct {
 	stop   chan struct{} // ends the lease renewal
 	renew  sync.WaitGroup
 
+	onSignal func(signal string) []byte
+
 	mu  sync.Mutex
 	err error // the first failure; every later append fails with it
 }
+
+// SignalLost is the signal a run's owner receives, from its own store,
+// when it finds that another replica took the run over: it must stop the
+// run, whose appends fail from then on.
+const SignalLost = "lost"
 
 type pending struct {
 	fut  jetstream.PubAckFuture
@@ -97,10 +104,147 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	if err != nil {
 		return false, nil, fmt.Errorf("store: create run: %w", err)
 	}
-	w := &writer{s: s, key: k, ownSeq: ack.Sequence, queue: make(chan pending, maxInFlight), acked: make(chan struct{}), stop: make(chan struct{})}
 	if _, err := s.leases.Put(ctx, k.lease(), []byte(s.id)); err != nil {
 		return false, nil, fmt.Errorf("store: lease: %w", err)
 	}
+	if err := s.own(ctx, k, ack.Sequence, onSignal); err != nil {
+		_ = s.leases.Delete(ctx, k.lease())
+		return false, nil, err
+	}
+	return true, nil, nil
+}
+
+// ErrNotClaimed is the failure of a Claim that another replica won, or of
+// a run that needs no taking over.
+var ErrNotClaimed = errors.New("store: the run was not claimed")
+
+// Claim takes over the run (turnID, attempt) whose owner's lease expired:
+// it takes the lease (one replica wins), fences the previous owner out of
+// the log (its appends fail from then on), and returns the run's first
+// record and every event stored, which no other replica can add to any
+// more. Then this replica owns the run as if it had created it: Append,
+// signals to onSignal, and Finish. It fails with [ErrNotClaimed] when
+// another replica holds the lease, and with [fs.ErrNotExist] when the
+// run's log is gone.
+func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error) {
+	k := runKey{turnID, attempt}
+	if _, err := s.leases.Create(ctx, k.lease(), []byte(s.id)); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, nil, ErrNotClaimed
+		}
+		return nil, nil, fmt.Errorf("store: claim lease: %w", err)
+	}
+	release := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
+		defer cancel()
+		_ = s.leases.Delete(dctx, k.lease())
+	}
+	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		release()
+		return nil, nil, fmt.Errorf("store: run %q attempt %d: %w", turnID, attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("store: claim: %w", err)
+	}
+	// The fence: appends expect the last owner record, which is now ours.
+	ack, err := s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	if isWrongLastSeq(err) {
+		release()
+		return nil, nil, ErrNotClaimed
+	}
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("store: claim: %w", err)
+	}
+	if record, err = s.Record(ctx, turnID, attempt); err == nil {
+		events, err = s.readAll(ctx, k)
+	}
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	if err := s.own(ctx, k, ack.Sequence, onSignal); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return record, events, nil
+}
+
+// readAll returns every event of run k stored now.
+func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
+	last, err := s.stream.GetLastMsgForSubject(ctx, k.events())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read run: %w", err)
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{k.events()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read run: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("store: read run: %w", err)
+	}
+	defer it.Stop()
+	var out [][]byte
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return nil, fmt.Errorf("store: read run: %w", err)
+		}
+		out = append(out, m.Data())
+		if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= last.Sequence {
+			return out, nil
+		}
+	}
+}
+
+// WatchExpired calls fn, on its own goroutine, with each run whose lease
+// expired without its owner giving it up, until ctx is done: the runs to
+// take over. It includes the runs whose lease expired within the last
+// ten minutes before the call.
+func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
+	w, err := s.leases.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("store: watch leases: %w", err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.closed:
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePurge {
+				continue
+			}
+			tok, n, found := strings.Cut(e.Key(), ".")
+			id, err := base64.RawURLEncoding.DecodeString(tok)
+			attempt, aerr := strconv.ParseUint(n, 10, 32)
+			if !found || err != nil || aerr != nil {
+				continue
+			}
+			fn(string(id), uint32(attempt))
+		}
+	}
+}
+
+// own makes this replica the owner of run k, whose appends expect the
+// owner record at ownSeq; the caller holds the lease.
+func (s *Store) own(ctx context.Context, k runKey, ownSeq uint64, onSignal func(signal string) []byte) error {
+	w := &writer{s: s, key: k, ownSeq: ownSeq, queue: make(chan pending, maxInFlight), acked: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal}
+	var err error
 	w.sub, err = s.nc.Subscribe(k.control(), func(m *nats.Msg) {
 		reply := onSignal(string(m.Data))
 		if m.Reply != "" {
@@ -108,8 +252,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		}
 	})
 	if err != nil {
-		_ = s.leases.Delete(ctx, k.lease())
-		return false, nil, fmt.Errorf("store: control subscription: %w", err)
+		return fmt.Errorf("store: control subscription: %w", err)
 	}
 	go w.ackLoop()
 	w.renew.Add(1)
@@ -117,7 +260,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	s.mu.Lock()
 	s.runs[k] = w
 	s.mu.Unlock()
-	return true, nil, nil
+	return nil
 }
 
 func isWrongLastSeq(err error) bool {
@@ -130,7 +273,18 @@ func isWrongLastSeq(err error) bool {
 // reports it.
 func (w *writer) ackLoop() {
 	defer close(w.acked)
-	for p := range w.queue {
+	for {
+		var p pending
+		var ok bool
+		select {
+		case p, ok = <-w.queue:
+			if !ok {
+				return
+			}
+		case <-w.s.closed:
+			w.fail(ErrClosed)
+			return
+		}
 		var err error
 		select {
 		case <-w.s.closed:
@@ -177,6 +331,9 @@ func (w *writer) renewLoop() {
 		case err == nil:
 			err = fmt.Errorf("%w: replica %s holds its lease", ErrLost, e.Value())
 			w.fail(err)
+			go w.onSignal(SignalLost)
+			cancel()
+			return
 		}
 		cancel()
 		if err != nil {
@@ -231,6 +388,8 @@ func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event
 	select {
 	case w.queue <- pending{fut: fut, done: done}:
 		return nil
+	case <-s.closed:
+		return ErrClosed
 	case <-ctx.Done():
 		w.fail(ctx.Err())
 		return ctx.Err()

@@ -34,6 +34,10 @@ const (
 // may be as large as gRPC's default limit of 4 MiB, with room to spare.
 const maxPayload = 8 << 20
 
+// markerTTL is how long the marker of an expired lease is kept: a replica
+// that starts within it still takes the run over.
+const markerTTL = 10 * time.Minute
+
 // maxInFlight bounds the appends of one run that await their
 // acknowledgement; Append waits beyond it.
 const maxInFlight = 256
@@ -50,7 +54,8 @@ type Store struct {
 	stream jetstream.Stream
 	leases jetstream.KeyValue
 
-	closed chan struct{} // closed by Close: writers stop
+	closed    chan struct{} // closed by Close: writers stop
+	closeOnce sync.Once
 
 	mu   sync.Mutex
 	runs map[runKey]*writer
@@ -209,14 +214,16 @@ func (s *Store) setUp(ctx context.Context) error {
 		s.stream = stream
 		break
 	}
-	kvStorage := jetstream.MemoryStorage
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      LeaseBucket,
 		Description: "turnstile: which replica runs each turn",
 		TTL:         s.cfg.LeaseTTL,
-		History:     1,
-		Storage:     kvStorage,
-		Replicas:    replicas,
+		// An expired lease leaves a marker that every replica's watcher
+		// sees, and that one starting later still finds for a while.
+		LimitMarkerTTL: markerTTL,
+		History:        1,
+		Storage:        storage,
+		Replicas:       replicas,
 	})
 	if err != nil {
 		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
@@ -243,7 +250,9 @@ func tooFewServers(err error) bool {
 
 // Close stops every run's lease renewal, closes the connection and stops
 // the embedded server. Runs still owned are left to expire.
-func (s *Store) Close() {
+func (s *Store) Close() { s.closeOnce.Do(s.close) }
+
+func (s *Store) close() {
 	close(s.closed)
 	s.mu.Lock()
 	runs := s.runs
