@@ -198,7 +198,11 @@ func TestOwnerGone(t *testing.T) {
 	if _, _, err := owner.Create(ctx, "t", 1, []byte("r"), func(string) []byte { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := owner.Append(ctx, "t", 1, []byte("e1"), func(error) {}); err != nil {
+	acked := make(chan error, 1)
+	if err := owner.Append(ctx, "t", 1, []byte("e1"), func(err error) { acked <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acked; err != nil {
 		t.Fatal(err)
 	}
 	owner.Close() // no Finish: the lease is left to expire
