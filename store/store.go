@@ -229,7 +229,7 @@ func (s *Store) setUp(ctx context.Context) error {
 		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	s.leases = kv
-	s.logger.Info("turn store ready", "mode", s.cfg.Mode, "dir", s.cfg.Dir, "replicas", replicas,
+	s.logger.Info("turn store ready", "replica", s.id, "mode", s.cfg.Mode, "dir", s.cfg.Dir, "replicas", replicas,
 		"retention", s.cfg.Retention, "sync", s.cfg.Sync)
 	return nil
 }
