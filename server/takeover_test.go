@@ -205,4 +205,3 @@ func TestTakeoverMidTool(t *testing.T) {
 		})
 	}
 }
-

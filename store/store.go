@@ -229,8 +229,11 @@ func (s *Store) setUp(ctx context.Context) error {
 		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	s.leases = kv
-	s.logger.Info("turn store ready", "replica", s.id, "mode", s.cfg.Mode, "dir", s.cfg.Dir, "replicas", replicas,
-		"retention", s.cfg.Retention, "sync", s.cfg.Sync)
+	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
+	if s.cfg.Mode == ModeEmbedded {
+		where = append(where, "dir", s.cfg.Dir, "sync", s.cfg.Sync)
+	}
+	s.logger.Info("turn store ready", where...)
 	return nil
 }
 

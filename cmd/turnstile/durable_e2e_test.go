@@ -50,8 +50,9 @@ type process struct {
 
 var replicaRE = regexp.MustCompile(`msg="turn store ready" replica=([0-9a-f]+)`)
 
-// startReplica starts `turnstile serve` on addr and waits until it serves.
-func startReplica(t *testing.T, bin, config, addr string) *process {
+// startReplica starts `turnstile serve` on addr and waits until it serves;
+// owner's cleanup kills it.
+func startReplica(t, owner *testing.T, bin, config, addr string) *process {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--config", config, "--listen", addr)
 	stderr, err := cmd.StderrPipe()
@@ -80,7 +81,7 @@ func startReplica(t *testing.T, bin, config, addr string) *process {
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
 	go func() { _ = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
+	owner.Cleanup(func() { p.kill(syscall.SIGKILL) })
 	select {
 	case <-ready:
 	case <-p.exited:
@@ -154,7 +155,7 @@ server: {shutdown_grace: 1s}
 	var addrs []string
 	for i := range procs {
 		addrs = append(addrs, freeAddr(t))
-		procs[i] = startReplica(t, bin, config, addrs[i])
+		procs[i] = startReplica(t, t, bin, config, addrs[i])
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -195,6 +196,7 @@ server: {shutdown_grace: 1s}
 		killAt: func(ev *turnstilev1.AgentEvent) bool { return ev.GetToolStarted() != nil },
 		lines:  "lookup\nlookup\n",
 	}}
+	parent := t
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_ = os.Remove(counted)
@@ -228,7 +230,7 @@ server: {shutdown_grace: 1s}
 							killed = time.Now()
 							p.kill(syscall.SIGKILL)
 							// A fresh replica takes the dead one's address.
-							procs[j] = startReplica(t, bin, config, p.addr)
+							procs[j] = startReplica(t, parent, bin, config, p.addr)
 						}
 					}
 					if killed.IsZero() {
@@ -245,7 +247,7 @@ server: {shutdown_grace: 1s}
 			case tt.wantErr == turnstilev1.ErrorCode_ERROR_CODE_UNSPECIFIED && turnErr != nil:
 				t.Fatalf("turn failed: %v\nevents: %s", turnErr, wiretest.Names(got))
 			case tt.wantErr != turnstilev1.ErrorCode_ERROR_CODE_UNSPECIFIED && (!errors.As(turnErr, &te) || te.Code != tt.wantErr || te.Retryable):
-				t.Fatalf("turn ended with %v, want %v not retryable", turnErr, tt.wantErr)
+				t.Fatalf("turn ended with %v, want %v not retryable; events %s", turnErr, tt.wantErr, wiretest.Names(got))
 			}
 			last := got[len(got)-1]
 			if last.GetTurnCompleted() == nil && last.GetError() == nil {
