@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -121,5 +122,24 @@ func TestEveryKindIsMapped(t *testing.T) {
 		if got := errorCode(k); got.String() != "ERROR_CODE_"+k.String() {
 			t.Errorf("errorCode(%s) = %s", k, got)
 		}
+	}
+}
+
+// TestToResponseMatchesFromEvent holds the sink's single-allocation
+// mapping to fromEvent, for every payload.
+func TestToResponseMatchesFromEvent(t *testing.T) {
+	for name, p := range samplePayloads {
+		ev := runtime.Event{Seq: 7, Time: time.Unix(1700000000, 123456789), TurnID: "t", Payload: p}
+		want, err := fromEvent(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := toResponse(ev)
+		if err != nil || !proto.Equal(got.GetEvent(), want) {
+			t.Errorf("toResponse(%s) = %v, %v; want the event %v", name, got, err, want)
+		}
+	}
+	if _, err := toResponse(runtime.Event{Seq: 1, Payload: unknownPayload{}}); err == nil {
+		t.Error("toResponse(unknown) succeeded; want an error")
 	}
 }

@@ -102,11 +102,11 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	defer s.untrack(t)
 
 	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
-		out, err := fromEvent(ev)
+		resp, err := toResponse(ev)
 		if err != nil {
 			return err
 		}
-		return stream.Send(&turnstilev1.RunTurnResponse{Event: out})
+		return stream.Send(resp)
 	})
 	res, err := s.runner.Run(ctx, tr, sink)
 	var te *runtime.TurnError

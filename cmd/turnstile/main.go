@@ -4,6 +4,7 @@
 //	turnstile serve [--config FILE] [--listen ADDR]
 //	turnstile run [--addr ADDR] [--model ALIAS] [--system TEXT] [--json]
 //	              [--timeout D] [--retries N] [--tls] PROMPT...
+//	turnstile bench [--chunks N] [--delay D] [--c N] [--slow N] [--config FILE] ...
 //
 // run exits 0 when the turn completed, 1 when it failed and retrying won't
 // help, 2 on a usage error, and 3 when it failed but may succeed if run again.
@@ -11,6 +12,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 )
 
@@ -30,9 +32,13 @@ func main() {
 	var code int
 	switch os.Args[1] {
 	case "serve":
+		setGCDefaults()
+		startDebug(slog.Default())
 		code = serve(os.Args[2:], os.Stderr)
 	case "run":
 		code = run(os.Args[2:])
+	case "bench":
+		code = benchCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		usage()
 	default:
@@ -49,7 +55,8 @@ func usage() {
 Usage:
   turnstile serve [--config FILE] [--listen ADDR]   serve AgentService (default 127.0.0.1:7700)
   turnstile run [flags] PROMPT...                   run one turn and render it
+  turnstile bench [flags]                           measure what the server adds (BENCHMARKS.md)
 
-Run "turnstile serve -h" or "turnstile run -h" for their flags.
+Run "turnstile serve -h", "turnstile run -h" or "turnstile bench -h" for their flags.
 `)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"net/http"
 
 	"github.com/openai/openai-go/v3"
@@ -37,36 +38,90 @@ type toolCall struct {
 	closed   bool
 }
 
+// chunk is what the decoder reads of one chat.completion.chunk event,
+// whether the SDK decoded it ([viewOf]) or the fast path did
+// ([parseChunk]).
+type chunk struct {
+	choices []choice
+	// hasUsage reports a usage object (the SDK's JSON.Usage.Valid).
+	hasUsage bool
+	usage    llm.Usage
+}
+
+type choice struct {
+	index                       int64
+	content, refusal, reasoning string
+	toolCalls                   []toolCallDelta
+	finishReason                string
+}
+
+type toolCallDelta struct {
+	index               int64
+	id, name, arguments string
+}
+
+// viewOf returns what the decoder reads of a chunk the SDK decoded.
+func viewOf(c openai.ChatCompletionChunk) *chunk {
+	v := &chunk{choices: make([]choice, len(c.Choices))}
+	for i, ch := range c.Choices {
+		v.choices[i] = choice{
+			index: ch.Index, content: ch.Delta.Content, refusal: ch.Delta.Refusal,
+			reasoning: reasoning(ch.Delta), finishReason: ch.FinishReason,
+		}
+		for _, tc := range ch.Delta.ToolCalls {
+			v.choices[i].toolCalls = append(v.choices[i].toolCalls, toolCallDelta{
+				index: tc.Index, id: tc.ID, name: tc.Function.Name, arguments: tc.Function.Arguments,
+			})
+		}
+	}
+	if c.JSON.Usage.Valid() {
+		v.hasUsage = true
+		v.usage = usageOf(c.Usage.PromptTokens, c.Usage.CompletionTokens,
+			c.Usage.PromptTokensDetails.CachedTokens, c.Usage.PromptTokensDetails.CacheWriteTokens)
+	}
+	return v
+}
+
+// usageOf maps OpenAI's counts: input tokens exclude the cached ones.
+func usageOf(prompt, completion, cached, cacheWrite int64) llm.Usage {
+	return llm.Usage{
+		InputTokens:      max(prompt-cached, 0),
+		OutputTokens:     completion,
+		CacheReadTokens:  cached,
+		CacheWriteTokens: cacheWrite,
+	}
+}
+
 // Decode yields the runtime chunks of one stream chunk through emit. It
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object.
-func (d *decoder) Decode(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
-	for _, choice := range c.Choices {
-		if choice.Index != 0 {
+func (d *decoder) Decode(c *chunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
+	for i := range c.choices {
+		choice := &c.choices[i]
+		if choice.index != 0 {
 			continue // only one choice is asked for
 		}
-		delta := choice.Delta
-		if r := reasoning(delta); r != "" {
+		if r := choice.reasoning; r != "" {
 			if !emit(llm.Chunk{Kind: llm.ChunkThinking, Text: r}) {
 				return false, nil
 			}
 		}
-		if delta.Refusal != "" {
+		if choice.refusal != "" {
 			d.refused = true
 		}
-		for _, text := range []string{delta.Content, delta.Refusal} {
+		for _, text := range [2]string{choice.content, choice.refusal} {
 			if text != "" && !emit(llm.Chunk{Kind: llm.ChunkText, Text: text}) {
 				return false, nil
 			}
 		}
-		for _, tc := range delta.ToolCalls {
+		for _, tc := range choice.toolCalls {
 			if !d.toolDelta(tc, emit) {
 				return false, nil
 			}
 		}
-		if choice.FinishReason != "" && !d.finished {
+		if choice.finishReason != "" && !d.finished {
 			d.finished = true
-			d.stop = stopReason(choice.FinishReason, len(d.calls) > 0)
+			d.stop = stopReason(choice.finishReason, len(d.calls) > 0)
 			if d.refused {
 				d.stop = llm.StopRefusal
 			}
@@ -75,16 +130,8 @@ func (d *decoder) Decode(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool
 			}
 		}
 	}
-	if c.JSON.Usage.Valid() {
-		u := c.Usage
-		cached := u.PromptTokensDetails.CachedTokens
-		usage := llm.Usage{
-			InputTokens:      max(u.PromptTokens-cached, 0),
-			OutputTokens:     u.CompletionTokens,
-			CacheReadTokens:  cached,
-			CacheWriteTokens: u.PromptTokensDetails.CacheWriteTokens,
-		}
-		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: usage}) {
+	if c.hasUsage {
+		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: c.usage}) {
 			return false, nil
 		}
 	}
@@ -94,21 +141,21 @@ func (d *decoder) Decode(c openai.ChatCompletionChunk, emit func(llm.Chunk) bool
 // toolDelta opens a tool call on its first fragment and passes on its
 // argument fragments. A fragment with a new id at a known index opens a
 // new call, for servers that reuse index 0.
-func (d *decoder) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall, emit func(llm.Chunk) bool) bool {
+func (d *decoder) toolDelta(tc toolCallDelta, emit func(llm.Chunk) bool) bool {
 	if d.byIndex == nil {
 		d.byIndex = map[int64]int{}
 	}
-	pos, seen := d.byIndex[tc.Index]
-	if !seen || (tc.ID != "" && d.calls[pos].id != "" && tc.ID != d.calls[pos].id) {
+	pos, seen := d.byIndex[tc.index]
+	if !seen || (tc.id != "" && d.calls[pos].id != "" && tc.id != d.calls[pos].id) {
 		pos = len(d.calls)
-		d.byIndex[tc.Index] = pos
-		d.calls = append(d.calls, &toolCall{id: tc.ID, name: tc.Function.Name})
-		if !emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: pos, CallID: tc.ID, Name: tc.Function.Name}) {
+		d.byIndex[tc.index] = pos
+		d.calls = append(d.calls, &toolCall{id: tc.id, name: tc.name})
+		if !emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: pos, CallID: tc.id, Name: tc.name}) {
 			return false
 		}
 	}
 	call := d.calls[pos]
-	if frag := tc.Function.Arguments; frag != "" && !call.closed {
+	if frag := tc.arguments; frag != "" && !call.closed {
 		call.args.WriteString(frag)
 		return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: pos, Text: frag})
 	}
@@ -192,8 +239,33 @@ func stopReason(reason string, calls bool) llm.StopReason {
 	return llm.StopUnspecified
 }
 
-// consume turns the SDK's stream into chunks. resp is the HTTP response,
-// nil when none arrived.
+// consume turns the SDK's stream into chunks, decoding every event with
+// the SDK. resp is the HTTP response, nil when none arrived.
 func (p *Provider) consume(ctx context.Context, s *ssestream.Stream[openai.ChatCompletionChunk], resp *http.Response, yield func(llm.Chunk, error) bool) {
-	stream.Consume(ctx, p.name, stream.SSE(s, resp, &decoder{provider: p.name}, p.classify), yield)
+	events := func(yield func(*chunk, error) bool) {
+		for c, err := range stream.Events(s) {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(viewOf(c), nil) {
+				return
+			}
+		}
+	}
+	stream.Consume(ctx, p.name, p.call(events, resp), yield)
+}
+
+// call returns the stream.Call of a reply whose events are events and
+// whose HTTP response is resp.
+func (p *Provider) call(events iter.Seq2[*chunk, error], resp *http.Response) stream.Call[*chunk] {
+	return stream.Call[*chunk]{
+		Events:   events,
+		Decoder:  &decoder{provider: p.name},
+		Classify: func(err error) *llm.Error { return p.classify(err, resp) },
+		Response: func() (int, string) {
+			code, h := httpfail.Response(resp)
+			return code, httpfail.RequestID(h)
+		},
+	}
 }

@@ -83,5 +83,5 @@ var _ llm.Provider = (*Provider)(nil)
 // Stream sends req as one streamed chat completion and yields its chunks,
 // ending with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return stream.Stainless(ctx, p.name, req, buildParams, p.chat.NewStreaming, option.WithResponseInto, p.consume)
+	return stream.Stainless(ctx, p.name, req, buildParams, p.chat.NewStreaming, option.WithResponseInto, p.streamChunks)
 }

@@ -7,7 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -311,4 +314,49 @@ func TestGuard(t *testing.T) {
 		defer done()
 		yield(llm.Chunk{}, nil)
 	})
+}
+
+// TestNewClientKeepsIdleConnections checks that a burst of concurrent
+// calls leaves its connections idle for the next burst instead of closing
+// all but two of them.
+func TestNewClientKeepsIdleConnections(t *testing.T) {
+	t.Parallel()
+	const burst = 20
+	var (
+		dials   atomic.Int32
+		arrived sync.WaitGroup
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		arrived.Wait() // every call of the burst holds its own connection
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := NewClient(0)
+	t.Cleanup(c.CloseIdleConnections)
+	for range 2 {
+		arrived.Add(burst)
+		var wg sync.WaitGroup
+		for range burst {
+			wg.Go(func() {
+				resp, err := c.Get(srv.URL)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			})
+		}
+		wg.Wait()
+	}
+	if n := dials.Load(); n != burst {
+		t.Errorf("two bursts of %d calls dialled %d connections, want %d", burst, n, burst)
+	}
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/turnstile-dev/turnstile/internal/bench"
+)
+
+// benchCmd runs the benchmark of internal/bench: a fake OpenAI-compatible
+// upstream, measured directly and through this binary run as a server.
+func benchCmd(args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var cfg bench.Config
+	self, _ := os.Executable()
+	fs.StringVar(&cfg.Binary, "bin", self, "turnstile `binary` to run as the server")
+	configPath := fs.String("config", "", "server configuration `file`; "+bench.UpstreamPlaceholder+" stands for the fake upstream's base URL (default: one openai provider and model)")
+	chain := fs.Bool("chain", false, "configure a chain of three models with retries (ignored with --config)")
+	fs.IntVar(&cfg.Upstream.Chunks, "chunks", 20, "content chunks per reply")
+	fs.IntVar(&cfg.Upstream.ChunkSize, "chunk-size", 8, "content bytes per chunk")
+	fs.DurationVar(&cfg.Upstream.Delay, "delay", 0, "pause before each content chunk")
+	fs.IntVar(&cfg.Turns, "turns", 2000, "turns of each sequential phase")
+	fs.IntVar(&cfg.ConcurrentTurns, "concurrent-turns", 10000, "turns of the concurrent phase")
+	fs.IntVar(&cfg.Concurrency, "c", 50, "turns in flight in the concurrent phase")
+	fs.IntVar(&cfg.Conns, "conns", 1, "gRPC connections of the concurrent phase")
+	fs.IntVar(&cfg.Warmup, "warmup", 200, "turns run before measuring")
+	fs.IntVar(&cfg.Slow, "slow", 0, "slow turns (one chunk per second) to hold open; 0 skips the slow phase")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "`directory` for the server's CPU profiles of the sequential and concurrent phases")
+	env := fs.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=200,...)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "turnstile bench: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	switch {
+	case *configPath != "":
+		b, err := os.ReadFile(*configPath)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "turnstile bench: %v\n", err)
+			return exitUsage
+		}
+		cfg.ServerConfig = string(b)
+	case *chain:
+		cfg.ServerConfig = bench.ChainConfig
+	}
+	if *env != "" {
+		cfg.Env = strings.Split(*env, ",")
+	}
+	cfg.Log = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "turnstile bench: %v\n", err)
+		return exitPermanent
+	}
+	rep.Write(os.Stdout)
+	return exitOK
+}

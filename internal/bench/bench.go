@@ -1,0 +1,370 @@
+// Package bench measures what turnstile adds to a model call: it starts a
+// fake OpenAI-compatible upstream on loopback, measures it called directly
+// by a Go HTTP client (the floor), then runs the same conversation through
+// the real server — the turnstile binary, run as a child process with a
+// configuration whose openai provider points at the upstream — with the
+// Go gRPC client, sequentially and concurrently. It reports turns per
+// second, time to the first text delta and to the end of the turn (p50 and
+// p99), the server's CPU time, allocations and memory per turn, its idle
+// and peak resident set, and the memory of many slow turns held open.
+//
+// `turnstile bench` is its command line; BENCHMARKS.md holds the results.
+// The server's CPU time comes from /proc, so the bench runs on Linux only.
+//
+// The package imports only the generated contract (gen/) and gRPC: it
+// talks to the server over the wire, as any client does.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+)
+
+// Config configures a [Run]. Zero fields take the defaults given.
+type Config struct {
+	// Binary is the turnstile binary to run as the server (required).
+	Binary string
+	// ServerConfig is the server's YAML configuration, in which
+	// [UpstreamPlaceholder] stands for the fake upstream's base URL
+	// (default [DefaultConfig]). Its default model is the one measured;
+	// a model "slow" on the same upstream with model id [SlowModel]
+	// serves the slow turns.
+	ServerConfig string
+	// Env is added to the server's environment (GOGC=..., for example).
+	Env []string
+	// Upstream shapes the fake upstream's replies.
+	Upstream UpstreamConfig
+	// Turns is the number of turns of each sequential phase (default 2000).
+	Turns int
+	// ConcurrentTurns is the number of turns of the concurrent phase
+	// (default 10000).
+	ConcurrentTurns int
+	// Concurrency is the number of turns in flight in the concurrent
+	// phase (default 50).
+	Concurrency int
+	// Conns is the number of gRPC connections the concurrent phase
+	// spreads its turns over (default 1).
+	Conns int
+	// Warmup is the number of turns run before measuring (default 200).
+	Warmup int
+	// Slow is the number of slow turns held open at once (default 0: the
+	// slow phase is skipped).
+	Slow int
+	// ProfileDir, when set, receives the server's CPU profiles of the
+	// sequential and the concurrent phases (seq.pprof, conc.pprof).
+	ProfileDir string
+	// Settle is how long the server is left idle before its idle resident
+	// set is read, at start and after the load (default 2s).
+	Settle time.Duration
+	// Log receives progress lines (default: discarded).
+	Log io.Writer
+}
+
+func (c *Config) defaults() error {
+	if c.Binary == "" {
+		return errors.New("bench: no server binary")
+	}
+	if c.ServerConfig == "" {
+		c.ServerConfig = DefaultConfig
+	}
+	if c.Turns <= 0 {
+		c.Turns = 2000
+	}
+	if c.ConcurrentTurns <= 0 {
+		c.ConcurrentTurns = 10000
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 50
+	}
+	if c.Conns <= 0 {
+		c.Conns = 1
+	}
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	} else if c.Warmup == 0 {
+		c.Warmup = 200
+	}
+	if c.Settle <= 0 {
+		c.Settle = 2 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	c.Upstream.defaults()
+	return nil
+}
+
+// Phase is the measurement of one load phase.
+type Phase struct {
+	Name        string
+	Turns       int
+	Errors      int
+	FirstErr    string
+	Concurrency int
+	TurnsPerSec float64
+	// FirstDelta and Total are percentiles of the time to the first text
+	// delta and to the end of the turn.
+	FirstDeltaP50, FirstDeltaP99, FirstDeltaMax time.Duration
+	TotalP50, TotalP99                          time.Duration
+	// Server-side figures per turn; zero for direct phases.
+	CPUPerTurn    time.Duration
+	AllocsPerTurn float64
+	BytesPerTurn  float64
+	GCCycles      uint64
+}
+
+// Report is the result of a [Run].
+type Report struct {
+	Config Config
+	// Direct and Server are the sequential and concurrent phases, called
+	// directly and through turnstile.
+	DirectSeq, DirectConc, ServerSeq, ServerConc Phase
+	// IdleRSS is the server's resident set after start, before any turn;
+	// IdleRSSAfter after the load phases ended; PeakRSS the highest it
+	// reached outside the slow phase.
+	IdleRSS, IdleRSSAfter, PeakRSS int64
+	// Slow is the number of slow turns held open; SlowRSS the server's
+	// resident set with them open, SlowPerTurn its growth per slow turn;
+	// SlowOpen how many had streamed a delta when it was measured.
+	Slow, SlowOpen       int
+	SlowRSS, SlowPerTurn int64
+	// SlowErr describes the slow turns that failed, if any.
+	SlowErr string
+	// FastUnderSlow is a sequential phase run while the slow turns are
+	// open.
+	FastUnderSlow Phase
+}
+
+// Run measures as cfg says and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Config: cfg}
+	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
+
+	up, err := StartUpstream(cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	defer up.Close()
+
+	// The floor: the upstream called directly.
+	transport := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency * 2, IdleConnTimeout: time.Minute}
+	defer transport.CloseIdleConnections()
+	direct := directTurn(&http.Client{Transport: transport}, up.URL)
+	drive(ctx, cfg.Warmup, 1, direct)
+	logf("direct, sequential: %d turns", cfg.Turns)
+	rep.DirectSeq = phase("direct", drive(ctx, cfg.Turns, 1, direct), 1)
+	logf("direct, concurrency %d: %d turns", cfg.Concurrency, cfg.ConcurrentTurns)
+	rep.DirectConc = phase("direct", drive(ctx, cfg.ConcurrentTurns, cfg.Concurrency, direct), cfg.Concurrency)
+
+	logf("starting %s serve", cfg.Binary)
+	srv, err := startChild(ctx, cfg.Binary, cfg.ServerConfig, up.URL, cfg.Env)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	time.Sleep(cfg.Settle) // let start-up work settle
+	idle, err := srv.stats()
+	if err != nil {
+		return nil, err
+	}
+	rep.IdleRSS = idle.rss
+
+	client, closeConns, err := dial(srv.addr, max(cfg.Conns, 1))
+	if err != nil {
+		return nil, err
+	}
+	defer closeConns()
+	one := client()
+	turn := grpcTurn(one, "")
+	drive(ctx, cfg.Warmup, 1, turn)
+	drive(ctx, cfg.Warmup, cfg.Concurrency, turn)
+
+	measure := func(name string, n, conc int, fn turnFunc, profile string) (Phase, error) {
+		var wg sync.WaitGroup
+		if cfg.ProfileDir != "" && profile != "" {
+			wg.Go(func() { fetchProfile(srv.debug, filepath.Join(cfg.ProfileDir, profile), 3) })
+		}
+		before, err := srv.stats()
+		if err != nil {
+			return Phase{}, err
+		}
+		res := drive(ctx, n, conc, fn)
+		after, err := srv.stats()
+		if err != nil {
+			return Phase{}, err
+		}
+		wg.Wait()
+		p := phase(name, res, conc)
+		d := after.sub(before)
+		if turns := len(res.samples) + res.errors; turns > 0 {
+			p.CPUPerTurn = d.cpu / time.Duration(turns)
+			p.AllocsPerTurn = float64(d.allocObjects) / float64(turns)
+			p.BytesPerTurn = float64(d.allocBytes) / float64(turns)
+		}
+		p.GCCycles = d.gcCycles
+		rep.PeakRSS = max(rep.PeakRSS, after.peakRSS)
+		return p, nil
+	}
+	logf("turnstile, sequential: %d turns", cfg.Turns)
+	if rep.ServerSeq, err = measure("turnstile", cfg.Turns, 1, turn, "seq.pprof"); err != nil {
+		return nil, err
+	}
+	logf("turnstile, concurrency %d over %d connection(s): %d turns", cfg.Concurrency, cfg.Conns, cfg.ConcurrentTurns)
+	spread := func(ctx context.Context) (sample, error) { return grpcTurn(client(), "")(ctx) }
+	if rep.ServerConc, err = measure("turnstile", cfg.ConcurrentTurns, cfg.Concurrency, spread, "conc.pprof"); err != nil {
+		return nil, err
+	}
+	time.Sleep(cfg.Settle)
+	after, err := srv.stats()
+	if err != nil {
+		return nil, err
+	}
+	rep.IdleRSSAfter = after.rss
+
+	if cfg.Slow > 0 {
+		if err := slowPhase(ctx, cfg, srv, rep, turn, logf); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// slowPhase holds cfg.Slow slow turns open, measures the server's memory
+// with them, and runs a sequential phase of fast turns beside them.
+func slowPhase(ctx context.Context, cfg Config, srv *child, rep *Report, fast turnFunc, logf func(string, ...any)) error {
+	// A connection carries at most max_concurrent_streams (256) streams.
+	conns := (cfg.Slow + 199) / 200
+	client, closeConns, err := dial(srv.addr, conns)
+	if err != nil {
+		return err
+	}
+	defer closeConns()
+	runtimeGC(srv)
+	before, err := srv.stats()
+	if err != nil {
+		return err
+	}
+	logf("holding %d slow turns open over %d connections", cfg.Slow, conns)
+	sctx, cancel := context.WithCancel(ctx)
+	var (
+		wg       sync.WaitGroup
+		started  = make(chan struct{}, cfg.Slow)
+		failed   atomic.Int64
+		firstErr atomic.Value
+	)
+	fail := func(err error) {
+		if failed.Add(1) == 1 {
+			firstErr.Store(err.Error())
+		}
+	}
+	for range cfg.Slow {
+		c := client()
+		wg.Go(func() {
+			stream, err := c.RunTurn(sctx, &turnstilev1.RunTurnRequest{
+				Model: "slow",
+				Messages: []*turnstilev1.Message{{
+					Role:  turnstilev1.Role_ROLE_USER,
+					Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "hello"}}},
+				}},
+			})
+			if err != nil {
+				fail(err)
+				return
+			}
+			signalled := false
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					if !signalled {
+						fail(err)
+					}
+					return
+				}
+				if !signalled && resp.GetEvent().GetTextDelta() != nil {
+					signalled = true
+					started <- struct{}{}
+				}
+			}
+		})
+	}
+	open := 0
+	deadline := time.After(60 * time.Second)
+wait:
+	for open < cfg.Slow {
+		select {
+		case <-started:
+			open++
+		case <-deadline:
+			break wait
+		}
+	}
+	rep.Slow, rep.SlowOpen = cfg.Slow, open
+	if e, ok := firstErr.Load().(string); ok {
+		rep.SlowErr = fmt.Sprintf("%d slow turns failed before streaming; the first: %s", failed.Load(), e)
+	}
+	logf("%d slow turns streaming; measuring", open)
+	runtimeGC(srv)
+	with, err := srv.stats()
+	if err == nil {
+		rep.SlowRSS = with.rss
+		if open > 0 {
+			rep.SlowPerTurn = (with.rss - before.rss) / int64(open)
+		}
+		rep.FastUnderSlow = phase("turnstile beside slow turns", drive(ctx, min(cfg.Turns, 1000), 1, fast), 1)
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// runtimeGC asks the server to collect garbage and return memory, so two
+// readings of its resident set compare live memory.
+func runtimeGC(srv *child) {
+	resp, err := http.Post("http://"+srv.debug+"/debug/gc", "", nil)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+}
+
+func fetchProfile(debugAddr, path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, seconds))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+func phase(name string, r result, concurrency int) Phase {
+	l := summarize(r.samples)
+	p := Phase{
+		Name: name, Turns: len(r.samples), Errors: r.errors, Concurrency: concurrency,
+		FirstDeltaP50: l.firstP50, FirstDeltaP99: l.firstP99, FirstDeltaMax: l.firstMax,
+		TotalP50: l.totalP50, TotalP99: l.totalP99,
+	}
+	if r.firstErr != nil {
+		p.FirstErr = r.firstErr.Error()
+	}
+	if r.wall > 0 {
+		p.TurnsPerSec = float64(len(r.samples)) / r.wall.Seconds()
+	}
+	return p
+}

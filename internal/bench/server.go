@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// DebugAddrEnv is the environment variable through which the bench asks
+// the server for its debug endpoint (allocation counters and pprof);
+// cmd/turnstile serves it only when the variable is set.
+const DebugAddrEnv = "TURNSTILE_DEBUG_ADDR"
+
+// UpstreamPlaceholder is replaced, in a configuration template, by the
+// fake upstream's base URL.
+const UpstreamPlaceholder = "$UPSTREAM"
+
+// DefaultConfig is the server configuration the bench uses when none is
+// given: one OpenAI-compatible provider at the fake upstream and one
+// model, plus the slow model for the slow turns.
+const DefaultConfig = `providers:
+  up: {type: openai, base_url: "$UPSTREAM"}
+models:
+  m: {provider: up, model: bench-model}
+  slow: {provider: up, model: bench-slow}
+default_model: m
+`
+
+// ChainConfig is [DefaultConfig] with a chain of three models, each with
+// retries, so the cost of a configured chain on the success path shows.
+const ChainConfig = `providers:
+  up: {type: openai, base_url: "$UPSTREAM"}
+  up2: {type: openai, base_url: "$UPSTREAM"}
+  up3: {type: openai, base_url: "$UPSTREAM"}
+models:
+  m: {provider: up, model: bench-model, fallbacks: [m2, m3], retry: {max_retries: 2}}
+  m2: {provider: up2, model: bench-model, retry: {max_retries: 2}}
+  m3: {provider: up3, model: bench-model, retry: {max_retries: 2}}
+  slow: {provider: up, model: bench-slow}
+default_model: m
+`
+
+// child is the server under test, run as a child process.
+type child struct {
+	cmd    *exec.Cmd
+	addr   string // gRPC address
+	debug  string // debug HTTP address
+	stderr *bytes.Buffer
+	dir    string
+	done   chan struct{}
+	err    error // the process's exit, once done is closed
+}
+
+// startChild writes the configuration (template with the upstream's URL)
+// to a temporary directory and starts bin serve on free loopback ports,
+// waiting until its health check answers SERVING.
+func startChild(ctx context.Context, bin, template, upstreamURL string, env []string) (*child, error) {
+	dir, err := os.MkdirTemp("", "turnstile-bench-")
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	cfg := strings.ReplaceAll(template, UpstreamPlaceholder, upstreamURL)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	debug, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{addr: addr, debug: debug, stderr: &bytes.Buffer{}, dir: dir, done: make(chan struct{})}
+	c.cmd = exec.Command(bin, "serve", "--config", cfgPath, "--listen", addr)
+	c.cmd.Env = append(append(os.Environ(), env...), DebugAddrEnv+"="+debug)
+	c.cmd.Stderr = &limitedWriter{b: c.stderr, n: 1 << 20}
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.done)
+	}()
+	if err := c.waitServing(ctx); err != nil {
+		c.stop()
+		return nil, fmt.Errorf("server did not start: %w\n%s", err, c.stderr.String())
+	}
+	return c, nil
+}
+
+func (c *child) waitServing(ctx context.Context) error {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-c.done:
+			return fmt.Errorf("server exited: %v", c.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			if _, err := c.stats(); err == nil {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("timed out waiting for SERVING")
+}
+
+// stop ends the server with SIGTERM (SIGKILL after 10s) and removes its
+// directory.
+func (c *child) stop() {
+	defer os.RemoveAll(c.dir)
+	if c.cmd.Process == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// procStats are the server process's counters at one moment.
+type procStats struct {
+	cpu     time.Duration // user + system CPU time
+	rss     int64         // resident set, bytes
+	peakRSS int64         // peak resident set, bytes
+	// From the server's runtime (the debug endpoint).
+	allocBytes   uint64
+	allocObjects uint64
+	gcCycles     uint64
+}
+
+// stats reads the process's CPU time and memory from /proc and its
+// allocation counters from its debug endpoint.
+func (c *child) stats() (procStats, error) {
+	var s procStats
+	pid := c.cmd.Process.Pid
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return s, err
+	}
+	// Fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 13 {
+		return s, errors.New("short /proc stat")
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const userHZ = 100 // USER_HZ: fixed at 100 on Linux
+	s.cpu = time.Duration(utime+stime) * time.Second / userHZ
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return s, err
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			s.rss = kb << 10
+		case "VmHWM":
+			s.peakRSS = kb << 10
+		}
+	}
+	resp, err := http.Get("http://" + c.debug + "/debug/alloc")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	var a struct {
+		AllocBytes   uint64 `json:"alloc_bytes"`
+		AllocObjects uint64 `json:"alloc_objects"`
+		GCCycles     uint64 `json:"gc_cycles"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		return s, fmt.Errorf("debug endpoint: %w", err)
+	}
+	s.allocBytes, s.allocObjects, s.gcCycles = a.AllocBytes, a.AllocObjects, a.GCCycles
+	return s, nil
+}
+
+// sub returns the counters' growth from before to s.
+func (s procStats) sub(before procStats) procStats {
+	return procStats{
+		cpu:          s.cpu - before.cpu,
+		rss:          s.rss,
+		peakRSS:      s.peakRSS,
+		allocBytes:   s.allocBytes - before.allocBytes,
+		allocObjects: s.allocObjects - before.allocObjects,
+		gcCycles:     s.gcCycles - before.gcCycles,
+	}
+}
+
+func freePort() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	b *bytes.Buffer
+	n int
+}
+
+func (w *limitedWriter) Write(p []byte) (int, error) {
+	if room := w.n - w.b.Len(); room > 0 {
+		w.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

@@ -1,0 +1,65 @@
+package openai
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// benchBody is a reply of 20 text chunks as OpenAI streams it: a role
+// chunk, the content, a finish chunk, a usage chunk and [DONE].
+func benchBody() []byte {
+	const head = `data: {"id":"chatcmpl-0123456789","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_0123456789","choices":[`
+	var b strings.Builder
+	b.WriteString(head + `{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"abc"}` + "\n\n")
+	for i := range 20 {
+		b.WriteString(head + `{"index":0,"delta":{"content":"word` + strconv.Itoa(i) + ` "},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"abc"}` + "\n\n")
+	}
+	b.WriteString(head + `{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null,"obfuscation":"abc"}` + "\n\n")
+	b.WriteString(head + `],"usage":{"prompt_tokens":12,"completion_tokens":20,"total_tokens":32,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"obfuscation":"abc"}` + "\n\n")
+	b.WriteString("data: [DONE]\n\n")
+	return []byte(b.String())
+}
+
+// BenchmarkDecode decodes one 20-chunk reply to runtime chunks, through
+// the SDK's decoding and through the fast path:
+//
+//	go test -run XXX -bench BenchmarkDecode -benchmem ./providers/openai
+func BenchmarkDecode(b *testing.B) {
+	body := benchBody()
+	p, err := New(Config{Name: "oa", BaseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp := func() *http.Response {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(body))}
+	}
+	yield := func(c llm.Chunk, err error) bool {
+		if err != nil {
+			b.Fatal(err)
+		}
+		return true
+	}
+	b.Run("sdk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r := resp()
+			s := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(r), nil)
+			p.consume(b.Context(), s, r, yield)
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p.consumeFast(b.Context(), resp(), yield)
+		}
+	})
+}
