@@ -101,11 +101,13 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	}
 	defer s.untrack(t)
 
+	attempt := attemptOf(stream.Context(), req)
 	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
 		resp, err := toResponse(ev)
 		if err != nil {
 			return err
 		}
+		resp.Event.Attempt = attempt
 		return stream.Send(resp)
 	})
 	res, err := s.runner.Run(ctx, tr, sink)

@@ -212,7 +212,7 @@ func TestRunJSON(t *testing.T) {
 			t.Fatalf("line %q is not JSON: %v", l, err)
 		}
 		for k := range m {
-			if k != "seq" && k != "time" && k != "turnId" {
+			if k != "seq" && k != "time" && k != "turnId" && k != "attempt" {
 				kinds = append(kinds, k)
 			}
 		}
