@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,10 +442,16 @@ func TestDisconnectIsNotCancel(t *testing.T) {
 // WatchTurn from the last seq received, on a random replica: the pieces
 // always join into the stored log, with no gap and no duplicate.
 func TestReattachTrials(t *testing.T) {
+	// TURNSTILE_TRIALS runs more (BENCHMARKS.md has the 10,000-trial run).
 	trials := 60
 	if testing.Short() {
 		trials = 10
 	}
+	if n, err := strconv.Atoi(os.Getenv("TURNSTILE_TRIALS")); err == nil && n > 0 {
+		trials = n
+	}
+	began := time.Now()
+	defer func() { t.Logf("%d trials in %v", trials, time.Since(began)) }()
 	url := natsServer(t)
 	var chunks []llm.Chunk
 	for i := range 20 {

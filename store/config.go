@@ -47,7 +47,7 @@ type Config struct {
 	// picks 3 when the cluster has three servers or more, else 1.
 	Replicas int `yaml:"replicas"`
 	// LeaseTTL is how long a run stays owned by a replica that stopped
-	// renewing its lease (default 3s; at least 500ms).
+	// renewing its lease (default 2s; at least 500ms).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// NATS says how to reach the cluster in mode nats.
 	NATS NATS `yaml:"nats"`
@@ -73,7 +73,7 @@ type NATS struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
-		MaxBytes: 1 << 30, LeaseTTL: 3 * time.Second,
+		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second,
 	}
 }
 

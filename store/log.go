@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -55,32 +57,45 @@ func (k runKey) control() string {
 // lease is the run's key in the lease bucket.
 func (k runKey) lease() string { return k.token() + "." + strconv.FormatUint(uint64(k.attempt), 10) }
 
-// writer is this replica's hold on a run it owns.
+// writer is this replica's hold on a run it owns. Its events are stored
+// by group commit: one message, a frame of every event appended since the
+// last one was sent, is in flight at a time, under the owner fence; the
+// next frame goes as soon as it is acknowledged. A burst of events costs
+// one round trip per frame, not per event, and the fence holds on
+// replicated streams, which take one expectation per subject at a time.
 type writer struct {
 	s      *Store
 	key    runKey
 	ownSeq uint64 // the stream sequence of the owner record appends expect
-	queue  chan pending
-	acked  chan struct{} // closed when every queued append was acknowledged
 	sub    *nats.Subscription
 	stop   chan struct{} // ends the lease renewal
 	renew  sync.WaitGroup
+	sent   chan struct{} // closed when the sender has sent everything and ended
 
 	onSignal func(signal string) []byte
+	lease    jetstream.PubAckFuture // the first write of the lease, when not waited for
 
-	mu  sync.Mutex
-	err error // the first failure; every later append fails with it
+	mu      sync.Mutex
+	queued  []pending     // appended, not yet sent
+	kick    chan struct{} // wakes the sender; buffered, 1
+	room    *sync.Cond    // signalled when the queue shrinks
+	closing bool          // Finish was called: send what is queued, then end
+	err     error         // the first failure; every later append fails with it
 }
+
+type pending struct {
+	event []byte
+	done  func(error)
+}
+
+// maxFrame bounds the bytes of one frame; an event larger than that goes
+// alone.
+const maxFrame = 256 << 10
 
 // SignalLost is the signal a run's owner receives, from its own store,
 // when it finds that another replica took the run over: it must stop the
 // run, whose appends fail from then on.
 const SignalLost = "lost"
-
-type pending struct {
-	fut  jetstream.PubAckFuture
-	done func(error)
-}
 
 // Create opens the log of the run (turnID, attempt) with record as its
 // first record, unless the run exists. When it creates the run, this
@@ -104,13 +119,18 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	if err != nil {
 		return false, nil, fmt.Errorf("store: create run: %w", err)
 	}
-	if _, err := s.leases.Put(ctx, k.lease(), []byte(s.id)); err != nil {
+	// The lease is written without waiting: the run starts at once, and
+	// Finish waits for it before deleting it.
+	lease, err := s.js.PublishAsync("$KV."+LeaseBucket+"."+k.lease(), []byte(s.id))
+	if err != nil {
 		return false, nil, fmt.Errorf("store: lease: %w", err)
 	}
 	if err := s.own(ctx, k, ack.Sequence, onSignal); err != nil {
-		_ = s.leases.Delete(ctx, k.lease())
 		return false, nil, err
 	}
+	s.mu.Lock()
+	s.runs[k].lease = lease
+	s.mu.Unlock()
 	return true, nil, nil
 }
 
@@ -149,7 +169,13 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		return nil, nil, fmt.Errorf("store: claim: %w", err)
 	}
 	// The fence: appends expect the last owner record, which is now ours.
+	// A replicated stream refuses it while an append of the old owner,
+	// which expects the same record, is in flight: try again shortly.
 	ack, err := s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	for try := 0; try < 20 && isInFlightConflict(err); try++ {
+		time.Sleep(25 * time.Millisecond)
+		ack, err = s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	}
 	if isWrongLastSeq(err) {
 		release()
 		return nil, nil, ErrNotClaimed
@@ -199,7 +225,11 @@ func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store: read run: %w", err)
 		}
-		out = append(out, m.Data())
+		events, err := splitFrame(m.Data())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, events...)
 		if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= last.Sequence {
 			return out, nil
 		}
@@ -243,7 +273,8 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 // own makes this replica the owner of run k, whose appends expect the
 // owner record at ownSeq; the caller holds the lease.
 func (s *Store) own(ctx context.Context, k runKey, ownSeq uint64, onSignal func(signal string) []byte) error {
-	w := &writer{s: s, key: k, ownSeq: ownSeq, queue: make(chan pending, maxInFlight), acked: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal}
+	w := &writer{s: s, key: k, ownSeq: ownSeq, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1)}
+	w.room = sync.NewCond(&w.mu)
 	var err error
 	w.sub, err = s.nc.Subscribe(k.control(), func(m *nats.Msg) {
 		reply := onSignal(string(m.Data))
@@ -254,7 +285,7 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq uint64, onSignal func(
 	if err != nil {
 		return fmt.Errorf("store: control subscription: %w", err)
 	}
-	go w.ackLoop()
+	go w.sender()
 	w.renew.Add(1)
 	go w.renewLoop()
 	s.mu.Lock()
@@ -263,44 +294,127 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq uint64, onSignal func(
 	return nil
 }
 
+// isInFlightConflict reports whether a replicated stream refused an
+// expectation because another message with one on the same subject is in
+// flight.
+func isInFlightConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
 func isWrongLastSeq(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// ackLoop waits for the acknowledgement of each append, in order, and
-// reports it.
-func (w *writer) ackLoop() {
-	defer close(w.acked)
+// sender sends the queued events as frames, one in flight at a time,
+// and reports each event's outcome in order, until Finish or the store's
+// end.
+func (w *writer) sender() {
+	defer close(w.sent)
 	for {
-		var p pending
-		var ok bool
-		select {
-		case p, ok = <-w.queue:
-			if !ok {
+		w.mu.Lock()
+		for len(w.queued) == 0 && !w.closing {
+			w.mu.Unlock()
+			select {
+			case <-w.kick:
+			case <-w.s.closed:
+				w.abandon(ErrClosed)
 				return
 			}
-		case <-w.s.closed:
-			w.fail(ErrClosed)
+			w.mu.Lock()
+		}
+		if len(w.queued) == 0 {
+			w.mu.Unlock()
 			return
 		}
-		var err error
-		select {
-		case <-w.s.closed:
-			w.fail(ErrClosed)
-			p.done(ErrClosed)
-			return
-		case <-p.fut.Ok():
-		case err = <-p.fut.Err():
-			if isWrongLastSeq(err) {
-				err = fmt.Errorf("%w: %w", ErrLost, err)
-			}
+		batch, frame := takeFrame(w.queued)
+		w.queued = w.queued[len(batch):]
+		failed := w.err
+		w.room.Broadcast()
+		w.mu.Unlock()
+
+		err := failed
+		if err == nil {
+			err = w.publish(frame)
+		}
+		if err != nil {
 			w.fail(err)
 		}
-		if err == nil {
-			err = w.failure()
+		for _, p := range batch {
+			p.done(err)
 		}
+	}
+}
+
+// takeFrame takes the events at the head of q that fit one frame (at
+// least one) and encodes them: each as a uvarint length and its bytes.
+func takeFrame(q []pending) ([]pending, []byte) {
+	n, size := 0, 0
+	for n < len(q) && (n == 0 || size+len(q[n].event)+binary.MaxVarintLen64 <= maxFrame) {
+		size += len(q[n].event) + binary.MaxVarintLen64
+		n++
+	}
+	frame := make([]byte, 0, size)
+	for _, p := range q[:n] {
+		frame = binary.AppendUvarint(frame, uint64(len(p.event)))
+		frame = append(frame, p.event...)
+	}
+	return q[:n], frame
+}
+
+// splitFrame returns the events of a frame.
+func splitFrame(frame []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(frame) > 0 {
+		n, k := binary.Uvarint(frame)
+		if k <= 0 || uint64(len(frame)-k) < n {
+			return nil, errors.New("store: a corrupt frame in the log")
+		}
+		out = append(out, frame[k:k+int(n)])
+		frame = frame[k+int(n):]
+	}
+	return out, nil
+}
+
+// publish stores one frame under the owner fence and waits for the
+// acknowledgement.
+func (w *writer) publish(frame []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-w.s.closed:
+			cancel()
+		case <-done:
+		}
+	}()
+	defer close(done)
+	_, err := w.s.js.Publish(ctx, w.key.events(), frame, jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own()))
+	switch {
+	case err == nil:
+		return nil
+	case isWrongLastSeq(err):
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	case w.s.isClosed():
+		return ErrClosed
+	}
+	return fmt.Errorf("store: append: %w", err)
+}
+
+// abandon fails every queued event with err: the store closed.
+func (w *writer) abandon(err error) {
+	w.mu.Lock()
+	q := w.queued
+	w.queued = nil
+	if w.err == nil {
+		w.err = err
+	}
+	w.room.Broadcast()
+	w.mu.Unlock()
+	for _, p := range q {
 		p.done(err)
 	}
 }
@@ -369,31 +483,34 @@ func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
 // Append appends event to the log of a run this replica owns, without
 // waiting for the store's acknowledgement: done is called with nil once
 // the event is stored, or with the failure, for each append in order, on
-// one goroutine. Append waits only while 256 appends of the run await
-// their acknowledgement, and fails at once when an earlier one failed.
-// Appends of one run must not be concurrent.
+// one goroutine. Events appended while a frame is in flight go together in
+// the next one. Append waits only while 256 events of the run are queued,
+// and fails at once when an earlier one failed. Appends of one run must
+// not be concurrent.
 func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event []byte, done func(error)) error {
 	w, err := s.writer(turnID, attempt)
 	if err != nil {
 		return err
 	}
-	if err := w.failure(); err != nil {
+	w.mu.Lock()
+	for len(w.queued) >= maxInFlight && w.err == nil && ctx.Err() == nil {
+		w.room.Wait()
+	}
+	if err := w.err; err != nil {
+		w.mu.Unlock()
 		return err
 	}
-	fut, err := s.js.PublishAsync(w.key.events(), event, jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own()))
-	if err != nil {
-		w.fail(err)
-		return fmt.Errorf("store: append: %w", err)
+	if err := ctx.Err(); err != nil {
+		w.mu.Unlock()
+		return err
 	}
+	w.queued = append(w.queued, pending{event: event, done: done})
+	w.mu.Unlock()
 	select {
-	case w.queue <- pending{fut: fut, done: done}:
-		return nil
-	case <-s.closed:
-		return ErrClosed
-	case <-ctx.Done():
-		w.fail(ctx.Err())
-		return ctx.Err()
+	case w.kick <- struct{}{}:
+	default:
 	}
+	return nil
 }
 
 // Finish waits until every append of the run is acknowledged (or ctx is
@@ -404,14 +521,28 @@ func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error
 	if err != nil {
 		return err
 	}
-	close(w.queue)
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
 	select {
-	case <-w.acked:
+	case w.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.sent:
 	case <-ctx.Done():
 		w.fail(ctx.Err())
 	}
 	close(w.stop)
 	w.renew.Wait()
+	if w.lease != nil {
+		select {
+		case <-w.lease.Ok():
+		case <-w.lease.Err():
+		case <-ctx.Done():
+		case <-s.closed:
+		}
+	}
 	_ = w.sub.Unsubscribe()
 	s.mu.Lock()
 	delete(s.runs, w.key)
@@ -502,12 +633,19 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 		for {
 			select {
 			case m := <-msgs:
-				n++
 				if meta, err := m.Metadata(); err == nil {
 					lastStream = meta.Sequence.Stream
 				}
-				if n > afterSeq && !yield(m.Data(), nil) {
+				events, err := splitFrame(m.Data())
+				if err != nil {
+					yield(nil, err)
 					return
+				}
+				for _, ev := range events {
+					n++
+					if n > afterSeq && !yield(ev, nil) {
+						return
+					}
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
 			case <-quiet.C:
@@ -558,7 +696,11 @@ func (s *Store) LastEvent(ctx context.Context, turnID string, attempt uint32) ([
 	if err != nil {
 		return nil, fmt.Errorf("store: read run: %w", err)
 	}
-	return m.Data, nil
+	events, err := splitFrame(m.Data)
+	if err != nil || len(events) == 0 {
+		return nil, fmt.Errorf("store: read run: %w", cmp.Or(err, errors.New("an empty frame")))
+	}
+	return events[len(events)-1], nil
 }
 
 // Signal sends signal to the owner of the run and returns its reply; it

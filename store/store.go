@@ -38,8 +38,8 @@ const maxPayload = 8 << 20
 // that starts within it still takes the run over.
 const markerTTL = 10 * time.Minute
 
-// maxInFlight bounds the appends of one run that await their
-// acknowledgement; Append waits beyond it.
+// maxInFlight bounds the events of one run queued for the store; Append
+// waits beyond it.
 const maxInFlight = 256
 
 // Store is an open turn store. It is safe for concurrent use.
@@ -273,6 +273,24 @@ func (s *Store) close() {
 	}
 	if s.tmpDir != "" {
 		_ = os.RemoveAll(s.tmpDir)
+	}
+}
+
+// Size returns the bytes and messages the log holds now, every run's.
+func (s *Store) Size(ctx context.Context) (bytes, msgs uint64, err error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: %w", err)
+	}
+	return info.State.Bytes, info.State.Msgs, nil
+}
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
 	}
 }
 
