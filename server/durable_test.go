@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -458,9 +459,13 @@ func TestReattachTrials(t *testing.T) {
 		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: fmt.Sprintf("w%d ", i)})
 	}
 	reply := fake.Reply{Chunks: append(chunks, fake.Text("end")...)}
+	var logger *slog.Logger
+	if os.Getenv("TURNSTILE_TRIALS_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	replicas := []*testServer{
-		start(t, runner(t, fake.NewProvider(reply)), server.Options{Store: clusterStore(t, url)}),
-		start(t, runner(t, fake.NewProvider(reply)), server.Options{Store: clusterStore(t, url)}),
+		start(t, runner(t, fake.NewProvider(reply)), server.Options{Store: clusterStore(t, url), Logger: logger}),
+		start(t, runner(t, fake.NewProvider(reply)), server.Options{Store: clusterStore(t, url), Logger: logger}),
 	}
 	violations := runTrials(t, replicas, trials, rand.New(rand.NewPCG(1, 2)))
 	if violations != 0 {

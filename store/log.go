@@ -207,13 +207,11 @@ func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: read run: %w", err)
 	}
-	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{k.events()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	cons, err := s.consumer(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("store: read run: %w", err)
 	}
+	defer s.dropConsumer(cons)
 	it, err := cons.Messages()
 	if err != nil {
 		return nil, fmt.Errorf("store: read run: %w", err)
@@ -234,6 +232,32 @@ func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 			return out, nil
 		}
 	}
+}
+
+// consumer returns an ordered consumer of run k's events from the first.
+// Streams have a limit of consumers (1000 by default): each is deleted
+// when its reader is done, and the server drops one whose reader went
+// away after consumerIdle.
+func (s *Store) consumer(ctx context.Context, k runKey) (jetstream.Consumer, error) {
+	return s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{k.events()},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: consumerIdle,
+	})
+}
+
+// consumerIdle is how long the server keeps a consumer nobody reads.
+const consumerIdle = 10 * time.Second
+
+// dropConsumer deletes a consumer whose reader is done.
+func (s *Store) dropConsumer(c jetstream.Consumer) {
+	info := c.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.stream.DeleteConsumer(ctx, info.Name)
 }
 
 // WatchExpired calls fn, on its own goroutine, with each run whose lease
@@ -605,14 +629,12 @@ func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error
 func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		k := runKey{turnID, attempt}
-		cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{k.events()},
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
-		})
+		cons, err := s.consumer(ctx, k)
 		if err != nil {
 			yield(nil, fmt.Errorf("store: watch run: %w", err))
 			return
 		}
+		defer s.dropConsumer(cons)
 		done := make(chan struct{})
 		defer close(done)
 		msgs := make(chan jetstream.Msg, 64)
