@@ -49,6 +49,7 @@ type Store struct {
 	id     string // this replica's id, the value of its leases
 	srv    *natsserver.Server
 	tmpDir string // the embedded memory mode's scratch directory
+	unlock func() // releases the file store's directory
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -116,8 +117,15 @@ func (s *Store) startEmbedded() error {
 			return fmt.Errorf("store: %w", err)
 		}
 		s.tmpDir, dir = d, d
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("store: %w", err)
+	} else {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		unlock, err := lockDir(dir)
+		if err != nil {
+			return err
+		}
+		s.unlock = unlock
 	}
 	opts := &natsserver.Options{
 		ServerName:   "turnstile-" + s.id,
@@ -273,6 +281,9 @@ func (s *Store) close() {
 	}
 	if s.tmpDir != "" {
 		_ = os.RemoveAll(s.tmpDir)
+	}
+	if s.unlock != nil {
+		s.unlock()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +221,22 @@ func TestOwnerGone(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[e1]" || !errors.Is(last, store.ErrNoOwner) {
 		t.Fatalf("got %v, %v; want [e1], ErrNoOwner", got, last)
+	}
+}
+
+// TestOneProcessPerDir: a second store on the same directory fails with
+// an error that says what to do.
+func TestOneProcessPerDir(t *testing.T) {
+	dir := t.TempDir()
+	open(t, dir)
+	cfg := store.DefaultConfig()
+	cfg.Dir = dir
+	s, err := store.Open(context.Background(), cfg, nil)
+	if err == nil {
+		s.Close()
+		t.Fatal("a second store opened the same directory")
+	}
+	if !strings.Contains(err.Error(), "in use by another turnstile process") {
+		t.Errorf("error = %v", err)
 	}
 }

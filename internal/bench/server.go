@@ -32,13 +32,16 @@ const UpstreamPlaceholder = "$UPSTREAM"
 
 // DefaultConfig is the server configuration the bench uses when none is
 // given: one OpenAI-compatible provider at the fake upstream and one
-// model, plus the slow model for the slow turns.
+// model, plus the slow model for the slow turns. The turn store is off:
+// the bench measures the hot path, which must cost nothing more without
+// a store (what the store adds is BenchmarkDurable's, in package server).
 const DefaultConfig = `providers:
   up: {type: openai, base_url: "$UPSTREAM"}
 models:
   m: {provider: up, model: bench-model}
   slow: {provider: up, model: bench-slow}
 default_model: m
+store: {mode: off}
 `
 
 // ChainConfig is [DefaultConfig] with a chain of three models, each with
@@ -53,6 +56,7 @@ models:
   m3: {provider: up3, model: bench-model, retry: {max_retries: 2}}
   slow: {provider: up, model: bench-slow}
 default_model: m
+store: {mode: off}
 `
 
 // child is the server under test, run as a child process.
