@@ -698,6 +698,17 @@ func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, err
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return false, fmt.Errorf("store: read lease: %w", err)
 	}
+	// An owner that took the run less than a lease TTL ago may not have
+	// written its lease yet (the first write is not waited for).
+	own, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("store: read run: %w", err)
+	case time.Since(own.Time) < s.cfg.LeaseTTL:
+		return false, nil
+	}
 	m, err := s.stream.GetLastMsgForSubject(ctx, k.events())
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
