@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
-
 	"github.com/turnstile-dev/turnstile/client"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/store"
@@ -100,19 +99,11 @@ func (l *lockedBuffer) String() string {
 // one per replica.
 func sharedStores(t *testing.T, n int) []*store.Store {
 	t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	url := natstest.Start(t)
 	var out []*store.Store
 	for range n {
 		cfg := store.DefaultConfig()
-		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, ns.ClientURL(), 500*time.Millisecond
+		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, url, 500*time.Millisecond
 		s, err := store.Open(context.Background(), cfg, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -2,67 +2,21 @@ package server_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/store"
 )
-
-// jsCluster starts a JetStream cluster of n in-process servers on
-// loopback and returns their client URLs and the servers.
-func jsCluster(t *testing.T, n int) ([]string, []*natsserver.Server) {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
-	var urls []string
-	var servers []*natsserver.Server
-	for i := range n {
-		ns, err := natsserver.NewServer(&natsserver.Options{
-			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: -1,
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
-			Cluster: natsserver.ClusterOpts{Name: "turnstile-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  natsserver.RoutesFromStr(strings.Join(routes, ",")),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns.Start()
-		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-		servers = append(servers, ns)
-	}
-	// A server is ready once the cluster has formed: wait for all of them
-	// only after starting them all.
-	for _, ns := range servers {
-		if !ns.ReadyForConnections(30 * time.Second) {
-			t.Fatal("nats server did not start")
-		}
-		urls = append(urls, ns.ClientURL())
-	}
-	return urls, servers
-}
 
 // clusterStoreR3 opens a store on the cluster, waiting until the cluster
 // can place three replicas.
@@ -90,7 +44,7 @@ func clusterStoreR3(t *testing.T, urls []string) *store.Store {
 // turn run on one replica is replayed on another, and with one server
 // of the cluster gone turns still run and replay.
 func TestThreeNodeCluster(t *testing.T) {
-	urls, servers := jsCluster(t, 3)
+	servers, urls := natstest.Cluster(t, 3)
 	sa := clusterStoreR3(t, urls[:1])
 	sb := clusterStoreR3(t, urls[1:2])
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("replicated")})

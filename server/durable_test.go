@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -23,6 +22,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
@@ -42,24 +42,9 @@ func memStore(t testing.TB) *store.Store {
 	return s
 }
 
-// natsCluster starts a NATS server with JetStream on a loopback port, as
-// a cluster of replicas would share, and returns its URL.
-func natsServer(t testing.TB) string {
-	t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-		MaxPayload: 8 << 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns.ClientURL()
-}
+// natsServer starts a NATS server with JetStream on a loopback port, as a
+// cluster of replicas would share, and returns its URL.
+func natsServer(t testing.TB) string { return natstest.Start(t) }
 
 // clusterStore opens a store on the NATS server at url, as one replica.
 func clusterStore(t testing.TB, url string) *store.Store {
@@ -77,21 +62,7 @@ func clusterStore(t testing.TB, url string) *store.Store {
 // watch collects the events of a WatchTurn and its final status.
 func watch(t testing.TB, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.WatchTurnRequest) ([]*turnstilev1.AgentEvent, *status.Status) {
 	t.Helper()
-	stream, err := c.WatchTurn(ctx, req)
-	if err != nil {
-		t.Fatalf("WatchTurn: %v", err)
-	}
-	var evs []*turnstilev1.AgentEvent
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return evs, status.New(codes.OK, "")
-		}
-		if err != nil {
-			return evs, status.Convert(err)
-		}
-		evs = append(evs, resp.GetEvent())
-	}
+	return wiretest.Watch(t, ctx, c, req)
 }
 
 func sameEvents(t testing.TB, what string, got, want []*turnstilev1.AgentEvent) {

@@ -7,25 +7,17 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 )
 
 // TestTakeoverFencesTheOldOwner: a replica whose owner stopped renewing
 // its lease (a paused process) is taken over by another, which sees every
 // event stored; the old owner, when it wakes up, can append nothing more.
 func TestTakeoverFencesTheOldOwner(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	url := natstest.Start(t)
 	openOn := func() *Store {
 		cfg := DefaultConfig()
-		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = ModeNATS, ns.ClientURL(), 500*time.Millisecond
+		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = ModeNATS, url, 500*time.Millisecond
 		s, err := Open(context.Background(), cfg, nil)
 		if err != nil {
 			t.Fatal(err)

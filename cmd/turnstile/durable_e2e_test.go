@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/store"
 )
@@ -116,16 +116,8 @@ func freeAddr(t *testing.T) string {
 // side effects never runs twice.
 func TestReplicaDeath(t *testing.T) {
 	bin := turnstileBinary(t)
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect(ns.ClientURL())
+	url := natstest.Start(t)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +140,7 @@ store:
   nats: {url: %s}
   lease_ttl: 1s
 server: {shutdown_grace: 1s}
-`, mcpServerBinary(t), counted, ns.ClientURL()), 0o600); err != nil {
+`, mcpServerBinary(t), counted, url), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	procs := make([]*process, 3)
@@ -313,16 +305,6 @@ func readLog(t *testing.T, addr, id string) []*turnstilev1.AgentEvent {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	stream, err := turnstilev1.NewAgentServiceClient(conn).WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: id, Attempt: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []*turnstilev1.AgentEvent
-	for {
-		r, err := stream.Recv()
-		if err != nil {
-			return evs
-		}
-		evs = append(evs, r.GetEvent())
-	}
+	evs, _ := wiretest.Watch(t, t.Context(), turnstilev1.NewAgentServiceClient(conn), &turnstilev1.WatchTurnRequest{TurnId: id, Attempt: 1})
+	return evs
 }

@@ -30,6 +30,7 @@ var floors = []struct {
 	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server", "store"}, "the file's shape; no wire"},
 	{"internal/fake", []string{"llm"}, "scripted upstreams for tests"},
 	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
+	{"internal/natstest", nil, "NATS servers for tests"},
 	{"internal/bench", []string{"gen/"}, "the benchmark: the server as a child process, over the wire"},
 	{"internal/layering", nil, "this test"},
 	{"cmd/", []string{""}, "wiring: may import anything"},
