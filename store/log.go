@@ -67,6 +67,7 @@ type writer struct {
 	s      *Store
 	key    runKey
 	ownSeq uint64 // the stream sequence of the owner record appends expect
+	next   uint64 // the index (seq) of the next event the run stores, from 1
 	sub    *nats.Subscription
 	stop   chan struct{} // ends the lease renewal
 	renew  sync.WaitGroup
@@ -87,6 +88,10 @@ type pending struct {
 	event []byte
 	done  func(error)
 }
+
+// firstHeader is the header of a frame that holds the index (the seq) of
+// its first event, so a frame read on its own is placed in the run.
+const firstHeader = "Turnstile-First-Event"
 
 // maxFrame bounds the bytes of one frame; an event larger than that goes
 // alone.
@@ -125,7 +130,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	if err != nil {
 		return false, nil, fmt.Errorf("store: lease: %w", err)
 	}
-	if err := s.own(ctx, k, ack.Sequence, onSignal); err != nil {
+	if err := s.own(ctx, k, ack.Sequence, 1, onSignal); err != nil {
 		return false, nil, err
 	}
 	s.mu.Lock()
@@ -191,7 +196,7 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		release()
 		return nil, nil, err
 	}
-	if err := s.own(ctx, k, ack.Sequence, onSignal); err != nil {
+	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal); err != nil {
 		release()
 		return nil, nil, err
 	}
@@ -200,64 +205,47 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 
 // readAll returns every event of run k stored now.
 func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
-	last, err := s.stream.GetLastMsgForSubject(ctx, k.events())
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: read run: %w", err)
-	}
-	cons, err := s.consumer(ctx, k)
-	if err != nil {
-		return nil, fmt.Errorf("store: read run: %w", err)
-	}
-	defer s.dropConsumer(cons)
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("store: read run: %w", err)
-	}
-	defer it.Stop()
 	var out [][]byte
-	for {
-		m, err := it.Next()
-		if err != nil {
-			return nil, fmt.Errorf("store: read run: %w", err)
-		}
-		events, err := splitFrame(m.Data())
-		if err != nil {
-			return nil, err
-		}
+	_, err := s.readFrames(ctx, k, 0, func(first uint64, events [][]byte) bool {
 		out = append(out, events...)
-		if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= last.Sequence {
-			return out, nil
+		return true
+	})
+	return out, err
+}
+
+// readFrames calls fn with each frame of run k stored after the stream
+// sequence after, in order, with the index of its first event, until fn
+// returns false or no frame is left; it returns the stream sequence of the
+// last frame read (after, when none). A frame is one direct get, served by
+// any replica of the stream: no consumer is made.
+func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(first uint64, events [][]byte) bool) (uint64, error) {
+	for {
+		m, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(k.events()))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return after, nil
+		}
+		if err != nil {
+			return after, fmt.Errorf("store: read run: %w", err)
+		}
+		after = m.Sequence
+		first, events, err := decodeFrame(m.Header, m.Data)
+		if err != nil {
+			return after, err
+		}
+		if !fn(first, events) {
+			return after, nil
 		}
 	}
 }
 
-// consumer returns an ordered consumer of run k's events from the first.
-// Streams have a limit of consumers (1000 by default): each is deleted
-// when its reader is done, and the server drops one whose reader went
-// away after consumerIdle.
-func (s *Store) consumer(ctx context.Context, k runKey) (jetstream.Consumer, error) {
-	return s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{k.events()},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: consumerIdle,
-	})
-}
-
-// consumerIdle is how long the server keeps a consumer nobody reads.
-const consumerIdle = 10 * time.Second
-
-// dropConsumer deletes a consumer whose reader is done.
-func (s *Store) dropConsumer(c jetstream.Consumer) {
-	info := c.CachedInfo()
-	if info == nil {
-		return
+// decodeFrame returns the index of a frame's first event and its events.
+func decodeFrame(h nats.Header, data []byte) (uint64, [][]byte, error) {
+	first, err := strconv.ParseUint(h.Get(firstHeader), 10, 64)
+	if err != nil || first == 0 {
+		return 0, nil, errors.New("store: a frame of the log has no first event index")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = s.stream.DeleteConsumer(ctx, info.Name)
+	events, err := splitFrame(data)
+	return first, events, err
 }
 
 // WatchExpired calls fn, on its own goroutine, with each run whose lease
@@ -296,8 +284,8 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 
 // own makes this replica the owner of run k, whose appends expect the
 // owner record at ownSeq; the caller holds the lease.
-func (s *Store) own(ctx context.Context, k runKey, ownSeq uint64, onSignal func(signal string) []byte) error {
-	w := &writer{s: s, key: k, ownSeq: ownSeq, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1)}
+func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte) error {
+	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1)}
 	w.room = sync.NewCond(&w.mu)
 	var err error
 	w.sub, err = s.nc.Subscribe(k.control(), func(m *nats.Msg) {
@@ -363,6 +351,9 @@ func (w *writer) sender() {
 		if err == nil {
 			err = w.publish(frame)
 		}
+		if err == nil {
+			w.next += uint64(len(batch))
+		}
 		if err != nil {
 			w.fail(err)
 		}
@@ -416,7 +407,9 @@ func (w *writer) publish(frame []byte) error {
 		}
 	}()
 	defer close(done)
-	_, err := w.s.js.Publish(ctx, w.key.events(), frame, jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own()))
+	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
+	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
+	_, err := w.s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own()))
 	switch {
 	case err == nil:
 		return nil
@@ -626,57 +619,84 @@ func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error
 // the caller stops when it has seen the run's last event. When no event
 // arrives for a lease TTL and the run has no live owner, it yields
 // [ErrNoOwner]; a failure of the store or ctx's end is yielded too, last.
+//
+// It holds no JetStream consumer: stored frames are read by direct gets,
+// and live ones arrive on a core NATS subscription to the run's subject,
+// made first; a frame missed there (a slow reader) is read from the store.
 func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		k := runKey{turnID, attempt}
-		cons, err := s.consumer(ctx, k)
+		live := make(chan *nats.Msg, 256)
+		sub, err := s.nc.ChanSubscribe(k.events(), live)
 		if err != nil {
 			yield(nil, fmt.Errorf("store: watch run: %w", err))
 			return
 		}
-		defer s.dropConsumer(cons)
-		done := make(chan struct{})
-		defer close(done)
-		msgs := make(chan jetstream.Msg, 64)
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			select {
-			case msgs <- m:
-			case <-done:
+		defer func() { _ = sub.Unsubscribe() }()
+		next := afterSeq + 1 // the index of the next event to yield
+		stopped := false
+		// deliver yields the events of a frame that are due; it reports
+		// whether the frame left a gap before them.
+		deliver := func(first uint64, events [][]byte) (gap bool) {
+			if first > next {
+				return true
 			}
-		})
-		if err != nil {
-			yield(nil, fmt.Errorf("store: watch run: %w", err))
+			for i, ev := range events {
+				if first+uint64(i) < next {
+					continue
+				}
+				if !yield(ev, nil) {
+					stopped = true
+					return false
+				}
+				next++
+			}
+			return false
+		}
+		var read uint64 // the stream sequence of the last frame read
+		catchUp := func() error {
+			var err error
+			read, err = s.readFrames(ctx, k, read, func(first uint64, events [][]byte) bool {
+				deliver(first, events)
+				return !stopped
+			})
+			return err
+		}
+		if err := catchUp(); err != nil {
+			yield(nil, err)
 			return
 		}
-		defer cc.Stop()
-		var n, lastStream uint64
 		quiet := time.NewTimer(s.cfg.LeaseTTL)
 		defer quiet.Stop()
-		for {
+		for !stopped {
 			select {
-			case m := <-msgs:
-				if meta, err := m.Metadata(); err == nil {
-					lastStream = meta.Sequence.Stream
-				}
-				events, err := splitFrame(m.Data())
+			case m := <-live:
+				first, events, err := decodeFrame(m.Header, m.Data)
 				if err != nil {
 					yield(nil, err)
 					return
 				}
-				for _, ev := range events {
-					n++
-					if n > afterSeq && !yield(ev, nil) {
+				if deliver(first, events) {
+					// Missed frames: the store has them, this one included.
+					if err := catchUp(); err != nil {
+						yield(nil, err)
 						return
 					}
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
 			case <-quiet.C:
-				gone, err := s.ownerGone(ctx, k, lastStream)
+				gone, err := s.ownerGone(ctx, k, next-1)
 				if err == nil && gone {
-					err = ErrNoOwner
+					// One more look: events stored since the last frame seen.
+					before := next
+					if err = catchUp(); err == nil && next == before {
+						err = ErrNoOwner
+					}
 				}
 				if err != nil {
-					yield(nil, err)
+					if !stopped {
+						yield(nil, err)
+					}
 					return
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
@@ -689,7 +709,7 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 }
 
 // ownerGone reports whether run k has no lease and no event stored after
-// the stream sequence last.
+// the one at index last.
 func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, error) {
 	_, err := s.leases.Get(ctx, k.lease())
 	switch {
@@ -716,7 +736,11 @@ func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, err
 	case err != nil:
 		return false, fmt.Errorf("store: read run: %w", err)
 	}
-	return m.Sequence <= last, nil
+	first, events, err := decodeFrame(m.Header, m.Data)
+	if err != nil {
+		return false, err
+	}
+	return first+uint64(len(events))-1 <= last, nil
 }
 
 // LastEvent returns the last event stored for the run, or
@@ -729,7 +753,7 @@ func (s *Store) LastEvent(ctx context.Context, turnID string, attempt uint32) ([
 	if err != nil {
 		return nil, fmt.Errorf("store: read run: %w", err)
 	}
-	events, err := splitFrame(m.Data)
+	_, events, err := decodeFrame(m.Header, m.Data)
 	if err != nil || len(events) == 0 {
 		return nil, fmt.Errorf("store: read run: %w", cmp.Or(err, errors.New("an empty frame")))
 	}
