@@ -120,6 +120,9 @@ type Server struct {
 	// MaxConcurrentStreams bounds the streams of one connection (default
 	// 256; at least 1).
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// MaxRunningTurns bounds the turns the server runs at once with a
+	// store, those whose clients left included (default 1024; at least 1).
+	MaxRunningTurns int `yaml:"max_running_turns"`
 }
 
 // Turn is the turn block: the runtime's limits on each turn, and how
@@ -157,7 +160,7 @@ func defaults() *Config {
 		Retry:  policy.DefaultRetry(),
 		Turn:   Turn{Limits: runtime.DefaultLimits(), DetachGrace: 30 * time.Second},
 		Store:  store.DefaultConfig(),
-		Server: Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256},
+		Server: Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, MaxRunningTurns: 1024},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 }

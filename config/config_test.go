@@ -122,7 +122,7 @@ server: {drain_delay: 0}
 	if s := c.Providers["sim"].Settings.(*sim.Settings); s.TokenDelay != sim.DefaultTokenDelay {
 		t.Errorf("default token_delay = %v", s.TokenDelay)
 	}
-	want := Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256}
+	want := Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, MaxRunningTurns: 1024}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)
 	}

@@ -96,6 +96,9 @@ func (c *Config) problems() []Problem {
 	if c.Server.MaxConcurrentStreams == 0 {
 		v.at("server.max_concurrent_streams", "must be at least 1")
 	}
+	if c.Server.MaxRunningTurns < 1 {
+		v.at("server.max_running_turns", "must be at least 1")
+	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		v.at("log.format", "%q is not text or json", c.Log.Format)
 	}

@@ -315,8 +315,8 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	}
 	rec, _ := json.Marshal(record)
 
-	if !s.admit() {
-		return turnStatus(drainError()).Err()
+	if st := s.admit(); st != nil {
+		return st.Err()
 	}
 	// The turn outlives the stream: a disconnect is not a cancel. It keeps
 	// the caller's deadline, which is the turn's own.
@@ -356,7 +356,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 // own runs r's turn on this replica to its end: every event goes to the
 // log and, once acknowledged, to the run's watchers.
 func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
-	defer s.turns.Done()
+	defer s.unadmit()
 	defer close(r.ended)
 	defer r.cancel(nil)
 	k := r.key

@@ -530,3 +530,42 @@ type eventRecv func() (*turnstilev1.AgentEvent, error)
 
 // Recv calls f.
 func (f eventRecv) Recv() (*turnstilev1.AgentEvent, error) { return f() }
+
+// TestMaxRunningTurns: turns outlive their streams, so a server bounds
+// the turns it runs; beyond the bound RunTurn answers a retryable
+// UNAVAILABLE before any event, and a slot frees when a turn ends.
+func TestMaxRunningTurns(t *testing.T) {
+	ts := start(t, runner(t, fake.NewProvider(hang)), server.Options{Store: memStore(t), MaxRunningTurns: 1})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstEvents(t, stream, 3)
+	second := hello()
+	second.TurnId = "turn-2"
+	evs, st := wiretest.Collect(t, t.Context(), ts.client, second, nil)
+	if len(evs) != 0 || st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "max_running_turns") {
+		t.Fatalf("second turn: %d events, %v", len(evs), st)
+	}
+	if _, err := ts.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		// The cancelled turn's last event, then its status.
+		if _, err := stream.Recv(); err != nil {
+			if status.Code(err) != codes.Canceled {
+				t.Fatalf("first turn ended with %v", err)
+			}
+			break
+		}
+	}
+	third := hello()
+	third.TurnId = "turn-3"
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s3, err := ts.client.RunTurn(ctx, third)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstEvents(t, s3, 1)
+}

@@ -50,6 +50,10 @@ type Options struct {
 	// DetachGrace is how long a turn with a store keeps running after its
 	// last watcher left; then it is cancelled (default 30s).
 	DetachGrace time.Duration
+	// MaxRunningTurns bounds the turns a server with a store runs at once,
+	// those whose clients left included; beyond it RunTurn answers a
+	// retryable UNAVAILABLE (default 1024).
+	MaxRunningTurns int
 	// GRPCOptions are appended to the server's options (TLS credentials,
 	// stats handlers, more interceptors).
 	GRPCOptions []grpc.ServerOption
@@ -73,6 +77,9 @@ func New(runner turnRunner, opts Options) *Server {
 	}
 	if opts.KeepaliveTime == 0 {
 		opts.KeepaliveTime = 30 * time.Second
+	}
+	if opts.MaxRunningTurns == 0 {
+		opts.MaxRunningTurns = 1024
 	}
 	if opts.DetachGrace == 0 {
 		opts.DetachGrace = 30 * time.Second
@@ -116,7 +123,7 @@ func New(runner turnRunner, opts Options) *Server {
 	s := &Server{
 		grpc:    grpc.NewServer(sopts...),
 		health:  health.NewServer(),
-		service: newService(runner, logger, opts.Store, opts.DetachGrace),
+		service: newService(runner, logger, opts.Store, opts.DetachGrace, opts.MaxRunningTurns),
 		opts:    opts,
 	}
 	turnstilev1.RegisterAgentServiceServer(s.grpc, s.service)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -45,7 +46,9 @@ type service struct {
 	draining bool
 	active   map[*activeTurn]struct{}
 	runs     map[runKey]*run // the runs this replica owns
-	turns    sync.WaitGroup  // the runs this replica owns, until they end
+	owned    int             // runs admitted and not ended
+	maxRuns  int
+	turns    sync.WaitGroup // the runs this replica owns, until they end
 }
 
 type activeTurn struct {
@@ -54,8 +57,8 @@ type activeTurn struct {
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
 
-func newService(r turnRunner, logger *slog.Logger, store TurnStore, grace time.Duration) *service {
-	s := &service{runner: r, logger: logger, store: store, grace: grace, active: map[*activeTurn]struct{}{}, runs: map[runKey]*run{}}
+func newService(r turnRunner, logger *slog.Logger, store TurnStore, grace time.Duration, maxRuns int) *service {
+	s := &service{runner: r, logger: logger, store: store, grace: grace, maxRuns: maxRuns, active: map[*activeTurn]struct{}{}, runs: map[runKey]*run{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTakeovers = cancel
 	if store != nil {
@@ -148,18 +151,35 @@ func (s *service) track(t *activeTurn) bool {
 
 // admit counts a run this replica is about to own, unless the server is
 // draining.
-func (s *service) admit() bool {
+// admit counts a run this replica is about to own. It refuses with the
+// status to answer while the server drains or owns as many runs as it
+// may: a run outlives its stream, so streams alone do not bound them.
+func (s *service) admit() *status.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.draining {
-		return false
+	switch {
+	case s.draining:
+		return turnStatus(drainError())
+	case s.owned >= s.maxRuns:
+		yes := true
+		return turnStatus(&runtime.TurnError{
+			Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: time.Second,
+			Message: fmt.Sprintf("this server runs as many turns as it may (%d, server.max_running_turns); retry, another replica may take it", s.maxRuns),
+		})
 	}
+	s.owned++
 	s.turns.Add(1)
-	return true
+	return nil
 }
 
-// unadmit undoes admit for a run that was not created.
-func (s *service) unadmit() { s.turns.Done() }
+// unadmit counts out a run admit counted, once it ended or was not
+// created.
+func (s *service) unadmit() {
+	s.mu.Lock()
+	s.owned--
+	s.mu.Unlock()
+	s.turns.Done()
+}
 
 // wait waits until every run this replica owns has ended, or ctx is done.
 func (s *service) wait(ctx context.Context) {

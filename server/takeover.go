@@ -30,8 +30,8 @@ func (s *service) takeOvers(ctx context.Context) {
 // takeOver claims run k, whose owner went away, and continues it from
 // its log. Of the replicas that try, one wins; the others do nothing.
 func (s *service) takeOver(ctx context.Context, k runKey) {
-	if !s.admit() {
-		return
+	if s.admit() != nil {
+		return // draining or full: another replica takes it
 	}
 	rctx, cancel := context.WithCancelCause(context.Background())
 	r := newRun(k, nil, cancel)

@@ -114,6 +114,7 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 		KeepaliveTime:        cfg.Server.KeepaliveTime,
 		MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams,
 		Store:                turns,
+		MaxRunningTurns:      cfg.Server.MaxRunningTurns,
 		DetachGrace:          cfg.Turn.DetachGrace,
 	})
 	served := make(chan error, 1)
