@@ -17,6 +17,7 @@
 package client
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -57,6 +58,8 @@ type Client struct {
 
 type options struct {
 	creds         credentials.TransportCredentials
+	token         string
+	maxEvent      int
 	perRPC        []credentials.PerRPCCredentials
 	dialOpts      []grpc.DialOption
 	logger        *slog.Logger
@@ -98,6 +101,22 @@ func WithTransportCredentials(c credentials.TransportCredentials) Option {
 func WithPerRPCCredentials(c credentials.PerRPCCredentials) Option {
 	return func(o *options) { o.perRPC = append(o.perRPC, c) }
 }
+
+// WithBearerToken sends token as the client key of every RPC
+// ("authorization: Bearer <token>"), for a server with auth keys (default:
+// none). The token is sent only over TLS, unless the client was made
+// [WithInsecure].
+func WithBearerToken(token string) Option { return func(o *options) { o.token = token } }
+
+// DefaultMaxEventBytes is the largest event the client accepts by default:
+// gRPC's default receive limit, twice the server's default event size
+// limit (server.max_event_bytes).
+const DefaultMaxEventBytes = 4 << 20
+
+// WithMaxEventBytes sets the largest event the client accepts (default
+// [DefaultMaxEventBytes]). Set it to at least the server's
+// server.max_event_bytes: a larger event would end the stream.
+func WithMaxEventBytes(n int) Option { return func(o *options) { o.maxEvent = n } }
 
 // WithDialOptions passes opts through to [grpc.NewClient], after the
 // client's own (default: none). They may override the client's defaults,
@@ -183,6 +202,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		backoff:       DefaultBackoff(),
 		maxDelay:      time.Minute,
 		jitter:        mathrand.Float64,
+		maxEvent:      DefaultMaxEventBytes,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -198,6 +218,8 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, errors.New("client: invalid backoff")
 	case o.insecureSet && o.tlsSet:
 		return nil, errors.New("client: WithInsecure conflicts with TLS credentials")
+	case o.maxEvent < 1:
+		return nil, errors.New("client: max event bytes must be positive")
 	}
 	if o.creds == nil {
 		o.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
@@ -208,6 +230,10 @@ func New(target string, opts ...Option) (*Client, error) {
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(o.creds),
 		grpc.WithDefaultServiceConfig(roundRobin),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxEvent)),
+	}
+	if o.token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: !o.insecureSet}))
 	}
 	for _, c := range o.perRPC {
 		dial = append(dial, grpc.WithPerRPCCredentials(c))
@@ -250,6 +276,18 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// bearer sends a client key.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // Close closes the client's connection; turns still running fail with a
 // CANCELLED error.

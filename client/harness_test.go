@@ -216,14 +216,26 @@ func serve(tb testing.TB, r *replica) (string, *server.Server) {
 	return addr, srv
 }
 
+// serveWith is serve with server options.
+func serveWith(tb testing.TB, r *replica, opts server.Options) string {
+	tb.Helper()
+	addr, _, stop := startServer(r, opts)
+	tb.Cleanup(stop)
+	return addr
+}
+
 // startServer starts a real gRPC server for r on a loopback port; stop
 // stops it and waits for it.
-func startServer(r *replica) (addr string, srv *server.Server, stop func()) {
+func startServer(r *replica, opts ...server.Options) (addr string, srv *server.Server, stop func()) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	srv = server.New(r, server.Options{})
+	var o server.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	srv = server.New(r, o)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

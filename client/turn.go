@@ -206,10 +206,15 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 		if tc := out.completed; tc != nil {
 			addCounters(counters, tc.GetCounters())
 			addUsage(usage, tc.GetUsage())
+			added := tc.GetMessages()
+			if tc.GetMessagesOmitted() {
+				// Too large for one event: they are those committed.
+				added = out.committed
+			}
 			return &Result{
 				TurnID:    t.ID(),
 				EndReason: tc.GetEndReason(),
-				Messages:  append(carried, tc.GetMessages()...),
+				Messages:  append(carried, added...),
 				Usage:     usage,
 				Counters:  counters,
 				Attempts:  n,
@@ -394,6 +399,8 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 			}
 		case *turnstilev1.AgentEvent_Compaction:
 			out.counters.Compactions++
+		case *turnstilev1.AgentEvent_Hedge:
+			out.counters.Hedges++
 		case *turnstilev1.AgentEvent_Usage:
 			out.usage = p.Usage
 		case *turnstilev1.AgentEvent_Error:
@@ -473,6 +480,7 @@ func addCounters(dst, c *turnstilev1.TurnCounters) {
 	dst.ToolCalls += c.GetToolCalls()
 	dst.ToolErrors += c.GetToolErrors()
 	dst.Compactions += c.GetCompactions()
+	dst.Hedges += c.GetHedges()
 }
 
 // sleep waits for d or until ctx is done.

@@ -26,6 +26,7 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/registry"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/store"
 )
 
@@ -58,12 +59,21 @@ type Config struct {
 	Store store.Config `yaml:"store"`
 	// MCPServers maps a name to an MCP server whose tools models may call.
 	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
+	// Auth lists the client keys; none serves every caller.
+	Auth Auth `yaml:"auth"`
 
 	// file names the source in errors.
 	file string
 	// lines maps the YAML path of every key and list item the file sets to
 	// its line; nil for a Config built in code.
 	lines map[string]int
+}
+
+// retiredKeys explains, per type decoded into, keys it no longer has.
+var retiredKeys = map[reflect.Type]map[string]string{
+	reflect.TypeFor[policy.Retry](): {
+		"budget_ratio": "no longer used: the retry budget now earns a token back from each retry that works, not from every success, and refills with time (budget_refill); remove it",
+	},
 }
 
 // Provider is one entry of providers: its type, and the entry's other keys
@@ -100,6 +110,12 @@ type Model struct {
 	// Retry is this model's retry policy: the top-level retry, with each
 	// key the model's retry block sets replaced.
 	Retry policy.Retry `yaml:"retry"`
+	// Hedge, when set, races a second call against a call of this model
+	// that has no output after hedge.after (see [runtime.HedgeConfig]).
+	Hedge *runtime.HedgeConfig `yaml:"hedge"`
+	// OnStreamCut is restart (default: text a cut stream showed is dropped
+	// and the reply asked for anew) or continue (it is kept and continued).
+	OnStreamCut runtime.StreamCut `yaml:"on_stream_cut"`
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
@@ -120,6 +136,42 @@ type Server struct {
 	// MaxConcurrentStreams bounds the streams of one connection (default
 	// 256; at least 1).
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+
+	// TLS, when set, serves over TLS from these files; without it the
+	// server speaks plaintext.
+	TLS *server.TLSFiles `yaml:"tls"`
+	// Reflection serves the gRPC reflection service (default true). With
+	// auth keys, reflection needs a key too.
+	Reflection bool `yaml:"reflection"`
+
+	// MaxConcurrentTurns bounds the turns running at once (default 512;
+	// at least 1).
+	MaxConcurrentTurns int `yaml:"max_concurrent_turns"`
+	// MaxConnections bounds the connections open at once (default 1024;
+	// at least 1).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionIdle closes a connection without RPCs for this long
+	// (default 5m; positive).
+	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
+	// MaxConnectionAge closes connections this old gracefully (default
+	// 0: never).
+	MaxConnectionAge time.Duration `yaml:"max_connection_age"`
+	// MaxConnectionAgeGrace is how long RPCs may go on on a connection
+	// closed for its age (default 0: until they end; else at least
+	// turn.max_duration).
+	MaxConnectionAgeGrace time.Duration `yaml:"max_connection_age_grace"`
+	// HandshakeTimeout closes a connection that has not completed its TLS
+	// and HTTP/2 handshake in this time (default 10s; positive).
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
+	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxEventBytes bounds every event sent (default 2 MiB; at least
+	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
+	// one event).
+	MaxEventBytes int `yaml:"max_event_bytes"`
+	// SendTimeout cancels a turn whose client accepted no event for this
+	// long (default 30s; positive).
+	SendTimeout time.Duration `yaml:"send_timeout"`
 	// MaxRunningTurns bounds the turns the server runs at once with a
 	// store, those whose clients left included (default 1024; at least 1).
 	MaxRunningTurns int `yaml:"max_running_turns"`
@@ -144,6 +196,45 @@ func (t Turn) Problems() []llm.Problem {
 	return out
 }
 
+// defaultServer returns the server block's defaults.
+func defaultServer() Server {
+	return Server{
+		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256,
+		Reflection:         true,
+		MaxConcurrentTurns: server.DefaultMaxConcurrentTurns,
+		MaxConnections:     server.DefaultMaxConnections,
+		MaxConnectionIdle:  server.DefaultMaxConnectionIdle,
+		HandshakeTimeout:   server.DefaultHandshakeTimeout,
+		MaxRequestBytes:    server.DefaultMaxRequestBytes,
+		MaxEventBytes:      server.DefaultMaxEventBytes,
+		SendTimeout:        server.DefaultSendTimeout,
+		MaxRunningTurns:    1024,
+	}
+}
+
+// Auth lists the client keys. With at least one key, every RPC but health
+// checks needs one.
+type Auth struct {
+	// Keys are the client keys.
+	Keys []AuthKey `yaml:"keys"`
+}
+
+// AuthKey is one client key. Its token is never in the file: the file
+// names the environment variable holding it (token_env) or gives its
+// SHA-256 digest (token_sha256), exactly one of the two.
+type AuthKey struct {
+	// Name identifies the key in logs; unique.
+	Name string `yaml:"name"`
+	// TokenEnv names the environment variable holding the bearer token.
+	TokenEnv string `yaml:"token_env"`
+	// TokenSHA256 is the SHA-256 digest of the token, 64 hex digits.
+	TokenSHA256 string `yaml:"token_sha256"`
+	// Models lists the model aliases the key may use; empty: every model.
+	Models []string `yaml:"models"`
+	// Limits bound what the key may use; a limit left out is none.
+	Limits server.KeyLimits `yaml:"limits"`
+}
+
 // Log sets logging.
 type Log struct {
 	// Format is text or json (default text).
@@ -160,7 +251,7 @@ func defaults() *Config {
 		Retry:  policy.DefaultRetry(),
 		Turn:   Turn{Limits: runtime.DefaultLimits(), DetachGrace: 30 * time.Second},
 		Store:  store.DefaultConfig(),
-		Server: Server{ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, MaxRunningTurns: 1024},
+		Server: defaultServer(),
 		Log:    Log{Format: "text", Level: "info"},
 	}
 }
@@ -168,7 +259,7 @@ func defaults() *Config {
 // newModel returns the model a models entry starts from: the default
 // timeouts and the top-level retry policy r.
 func newModel(r policy.Retry) Model {
-	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r}
+	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r, OnStreamCut: runtime.StreamCutRestart}
 }
 
 // Default returns the configuration used when no file is given: the
@@ -229,7 +320,19 @@ func Parse(name string, b []byte) (*Config, error) {
 			c.DefaultModel = alias
 		}
 	}
-	if err := newErrors(name, append(d.problems, c.problems()...)); err != nil {
+	// A key that could not be decoded is reported once, by what was wrong
+	// with it, not again by the checks of the value it left behind.
+	undecoded := map[string]bool{}
+	for _, p := range d.problems {
+		undecoded[p.Path] = true
+	}
+	problems := d.problems
+	for _, p := range c.problems() {
+		if !undecoded[p.Path] {
+			problems = append(problems, p)
+		}
+	}
+	if err := newErrors(name, problems); err != nil {
 		return nil, err
 	}
 	return c, nil

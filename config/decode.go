@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"math"
 	"reflect"
@@ -40,6 +41,7 @@ type nodeDecoder interface {
 var (
 	durationType    = reflect.TypeFor[time.Duration]()
 	nodeDecoderType = reflect.TypeFor[nodeDecoder]()
+	textType        = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 func newDecoder() *decoder {
@@ -120,6 +122,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	}
 	if v.Type() == durationType {
 		d.duration(n, v, path)
+		return
+	}
+	if reflect.PointerTo(v.Type()).Implements(textType) {
+		d.text(n, v, path)
 		return
 	}
 	switch v.Kind() {
@@ -232,6 +238,18 @@ func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	v.SetInt(int64(dur))
+}
+
+// text decodes a scalar into a value that reads itself from text. Its
+// error is reported as it says, without the value, which may be a secret.
+func (d *decoder) text(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		d.expected(n, path, "a value")
+		return
+	}
+	if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(n.Value)); err != nil {
+		d.problem(n.Line, path, "%v", err)
+	}
 }
 
 // pair is one key and its value in a mapping; merged is true for those
@@ -360,6 +378,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string, handl
 			continue
 		}
 		i := slices.IndexFunc(fs, func(f field) bool { return f.key == key })
+		if msg, ok := retiredKeys[v.Type()][key]; ok && i < 0 {
+			d.problem(p.key.Line, at, "%s", msg)
+			continue
+		}
 		if i < 0 {
 			d.problem(p.key.Line, at, "unknown key%s", d.unknownNote(key, known, v.Type(), hint))
 			continue

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -84,10 +85,78 @@ models:
 			if b := c.Models["a"].Retry.BudgetTokens; b != 0 {
 				t.Errorf("budget_tokens = %v, want 0", b)
 			}
-			if b := c.Retry.BudgetTokens; b != 10 {
-				t.Errorf("top-level budget_tokens = %v, want the default 10", b)
+			if b := c.Retry.BudgetTokens; b != 20 {
+				t.Errorf("top-level budget_tokens = %v, want the default 20", b)
 			}
 		},
+	}, {
+		name: "budget_ratio is retired",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+retry: {budget_tokens: 10, budget_ratio: 0.1}
+`,
+		want: `config.yaml:6: retry.budget_ratio: no longer used: the retry budget now earns a token back from each retry that works, not from every success, and refills with time (budget_refill); remove it`,
+	}, {
+		name: "a budget that never refills",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, retry: {budget_refill: 0}}
+`,
+		want: `config.yaml:5: models.a.retry.budget_refill: must be positive while budget_tokens is set: a budget that never refills stops retries for good (budget_tokens: 0 turns the budget off)`,
+	}, {
+		name: "budget_tokens: 0 turns the budget off, whatever the refill",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, retry: {budget_tokens: 0, budget_refill: 0}}
+`,
+		check: func(t *testing.T, c *Config) {
+			if r := c.Models["a"].Retry; r.BudgetTokens != 0 || r.BudgetRefill != 0 {
+				t.Errorf("retry = %+v", r)
+			}
+		},
+	}, {
+		name: "hedge and on_stream_cut",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, fallbacks: [b], hedge: {after: p95}, on_stream_cut: continue}
+  b: {provider: sim, model: n, hedge: {after: 250ms, to: self}}
+  c: {provider: sim, model: o, hedge: {after: 0, to: self}}
+default_model: a
+`,
+		check: func(t *testing.T, c *Config) {
+			for alias, want := range map[string]string{"a": "p95 [] continue", "b": "250ms [self] restart", "c": "0s [self] restart"} {
+				m := c.Models[alias]
+				if got := fmt.Sprintf("%v [%s] %s", m.Hedge.After, m.Hedge.To, m.OnStreamCut); got != want {
+					t.Errorf("%s: %s, want %s", alias, got, want)
+				}
+			}
+		},
+	}, {
+		name: "hedge mistakes",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, hedge: {after: 2, to: next}}
+  b: {provider: sim, model: n, hedge: {to: other}, on_stream_cut: resume}
+  c: {provider: sim, model: o, hedge: {after: p20, to: self}}
+default_model: a
+`,
+		want: `config.yaml:5: models.a.hedge.after: expected a duration such as 500ms, or a quantile from p50 to p99.9 such as p95
+config.yaml:5: models.a.hedge.to: next needs a model in fallbacks to hedge to (or hedge to self)
+config.yaml:6: models.b.hedge.after: required: a duration such as 500ms, or a quantile of the model's observed time to first chunk such as p95
+config.yaml:6: models.b.hedge.to: "other" is not next or self
+config.yaml:6: models.b.on_stream_cut: "resume" is not restart or continue
+config.yaml:7: models.c.hedge.after: expected a duration such as 500ms, or a quantile from p50 to p99.9 such as p95`,
 	}, {
 		name: "max_retries: -1 for none",
 		yaml: `

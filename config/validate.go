@@ -5,8 +5,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // Validate checks c as a whole: the sections' ranges, the providers' own
@@ -84,18 +86,7 @@ func (c *Config) problems() []Problem {
 	v.settings("retry", c.Retry.Problems(), false)
 	v.settings("turn", c.Turn.Problems(), false)
 	v.settings("store", c.Store.Problems(), false)
-	if c.Server.ShutdownGrace <= 0 {
-		v.at("server.shutdown_grace", "must be positive")
-	}
-	if c.Server.DrainDelay < 0 {
-		v.at("server.drain_delay", "must not be negative")
-	}
-	if c.Server.KeepaliveTime <= 0 {
-		v.at("server.keepalive_time", "must be positive")
-	}
-	if c.Server.MaxConcurrentStreams == 0 {
-		v.at("server.max_concurrent_streams", "must be at least 1")
-	}
+	c.checkServer(v)
 	if c.Server.MaxRunningTurns < 1 {
 		v.at("server.max_running_turns", "must be at least 1")
 	}
@@ -106,7 +97,57 @@ func (c *Config) problems() []Problem {
 		v.at("log.level", "%q is not debug, info, warn or error", c.Log.Level)
 	}
 	c.checkMCP(v)
+	c.checkAuth(v)
 	return v.out
+}
+
+// minEventMargin is what an event needs beside the tool results of a step.
+const minEventMargin = 64 << 10
+
+// checkServer checks the server block.
+func (c *Config) checkServer(v *checker) {
+	s := c.Server
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			v.at("server."+key, "must be positive")
+		}
+	}
+	atLeast := func(key string, n, min int) {
+		if n < min {
+			v.at("server."+key, "must be at least %d", min)
+		}
+	}
+	positive("shutdown_grace", s.ShutdownGrace)
+	if s.DrainDelay < 0 {
+		v.at("server.drain_delay", "must not be negative")
+	}
+	positive("keepalive_time", s.KeepaliveTime)
+	if s.MaxConcurrentStreams == 0 {
+		v.at("server.max_concurrent_streams", "must be at least 1")
+	}
+	if s.TLS != nil {
+		v.settings("server.tls", s.TLS.Problems(), false)
+	} else if _, set := c.lines["server.tls"]; set {
+		v.at("server.tls", "must hold cert_file and key_file; leave it out to serve plaintext")
+	}
+	atLeast("max_concurrent_turns", s.MaxConcurrentTurns, 1)
+	atLeast("max_connections", s.MaxConnections, 1)
+	positive("max_connection_idle", s.MaxConnectionIdle)
+	if s.MaxConnectionAge < 0 {
+		v.at("server.max_connection_age", "must not be negative (0 means never)")
+	}
+	switch g := s.MaxConnectionAgeGrace; {
+	case g < 0:
+		v.at("server.max_connection_age_grace", "must not be negative (0 lets turns end)")
+	case g > 0 && c.Turn.MaxDuration > 0 && g < c.Turn.MaxDuration, g > 0 && c.Turn.MaxDuration == 0:
+		v.at("server.max_connection_age_grace", "must be 0 or at least turn.max_duration, or turns still running when a connection reaches its age are cut")
+	}
+	positive("handshake_timeout", s.HandshakeTimeout)
+	atLeast("max_request_bytes", s.MaxRequestBytes, 1024)
+	if need := c.Turn.MaxToolResultBytes + minEventMargin; s.MaxEventBytes < need {
+		v.at("server.max_event_bytes", "must be at least turn.max_tool_result_bytes + %d (%d), so the tool results of a step fit one event", minEventMargin, need)
+	}
+	positive("send_timeout", s.SendTimeout)
 }
 
 // checkModels checks models and default_model.
@@ -152,6 +193,15 @@ func (c *Config) checkModels(v *checker) {
 			v.at(path+".idle_timeout", "must not be negative (0 means none)")
 		}
 		v.settings(path+".retry", m.Retry.Problems(), true)
+		if h := m.Hedge; h != nil {
+			v.settings(path+".hedge", h.Problems(), false)
+			if (h.To == "" || h.To == runtime.HedgeNext) && len(m.Fallbacks) == 0 {
+				v.at(path+".hedge.to", "next needs a model in fallbacks to hedge to (or hedge to self)")
+			}
+		}
+		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
+			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
+		}
 	}
 	c.checkCycles(v)
 	switch _, ok := c.Models[c.DefaultModel]; {

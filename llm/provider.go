@@ -22,6 +22,10 @@ type Provider interface {
 
 // Request is one model call, in provider-neutral form.
 type Request struct {
+	// TurnID identifies the turn the call belongs to; empty outside a
+	// turn. Adapters of real APIs do not send it; the simulator keys its
+	// per-turn state (times=K) on it.
+	TurnID string
 	// Model is the provider's own model id, e.g. "gpt-4.1-mini".
 	Model string
 	// System is the system prompt; empty means none.

@@ -51,8 +51,8 @@ type Attempt struct {
 	HasLargerFallback bool
 	// Compacted reports that this step already compacted the conversation.
 	Compacted bool
-	// BudgetExhausted reports that the model's shared retry budget forbids
-	// retries now.
+	// BudgetExhausted reports that the model's shared retry budget
+	// ([Health.Reserve]) has no token left for a retry now.
 	BudgetExhausted bool
 	// Remaining is the time left before the turn's deadline; negative
 	// means no deadline.

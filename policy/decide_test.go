@@ -128,21 +128,23 @@ func TestZeroMeansNone(t *testing.T) {
 			t.Errorf("jitter 0, draw %v: delay %v, want exactly 1s", u, d.Delay)
 		}
 	}
-	h := policy.NewHealth(map[string]policy.Retry{"m": r})
+	h := policy.NewHealth(map[string]policy.Retry{"m": r}, nil)
 	for range 100 {
-		if h.Failure("m", llm.KindOverloaded) {
+		ticket, ok := h.Reserve("m")
+		if !ok {
 			t.Fatal("budget_tokens 0: the budget ran out")
 		}
+		ticket.Settle(false)
 	}
 }
 
 func TestRetryProblems(t *testing.T) {
-	r := policy.Retry{MaxRetries: -1, InitialBackoff: -1, Multiplier: 0.5, Jitter: 1.5, BudgetTokens: -1, BudgetRatio: -0.1}
+	r := policy.Retry{MaxRetries: -1, InitialBackoff: -1, Multiplier: 0.5, Jitter: 1.5, BudgetTokens: -1, BudgetRefill: -0.1}
 	var got []string
 	for _, p := range r.Problems() {
 		got = append(got, p.Field)
 	}
-	want := "max_retries initial_backoff multiplier jitter budget_tokens budget_ratio"
+	want := "max_retries initial_backoff multiplier jitter budget_tokens budget_refill"
 	if strings.Join(got, " ") != want {
 		t.Errorf("Problems fields = %v, want %s", got, want)
 	}

@@ -10,7 +10,9 @@
 //
 // [Health] is the state shared by every turn of a process: per model, the
 // cooldown that keeps new turns off a failing model (with a half-open
-// probe) and the retry budget that stops retry storms.
+// probe) and the retry budget, which keeps retries while they work and
+// stops them when they fail (an outage), refills with time, and is probed
+// back after an outage. It reads time from an injected clock.
 //
 // The package imports only the standard library and llm.
 package policy

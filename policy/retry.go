@@ -32,19 +32,22 @@ type Retry struct {
 	// Cooldown is how long a failing model is skipped by new turns when the
 	// provider gave no Retry-After.
 	Cooldown time.Duration `yaml:"cooldown"`
-	// BudgetTokens sizes the retry budget shared by every turn on a model:
-	// each transient failure spends one token, each success earns
-	// BudgetRatio, and retries stop while the budget is at or below half of
-	// BudgetTokens. Zero disables the budget.
+	// BudgetTokens sizes the retry budget shared by every turn on a model
+	// (see [Health]): a retry takes a token until the model answers it, a
+	// retry that works earns it back and one more, one that fails spends
+	// it, and retries stop while less than one token is left. Zero
+	// disables the budget: only MaxRetries bounds retries.
 	BudgetTokens float64 `yaml:"budget_tokens"`
-	// BudgetRatio is the tokens each success earns back.
-	BudgetRatio float64 `yaml:"budget_ratio"`
+	// BudgetRefill is how many spent tokens come back per second, so an
+	// idle model recovers; once spent, the budget is probed (see [Health])
+	// each time a token comes back. Positive when the budget is on.
+	BudgetRefill float64 `yaml:"budget_refill"`
 }
 
 // DefaultRetry returns the built-in retry settings: 2 retries, 500ms
 // initial backoff doubling up to 16s with ±25% jitter, Retry-After honoured
-// up to 60s, a 30s cooldown, and a budget of 10 tokens earning 0.1 per
-// success.
+// up to 60s, a 30s cooldown, and a retry budget of 20 tokens refilling at
+// two per second.
 func DefaultRetry() Retry {
 	return Retry{
 		MaxRetries:     2,
@@ -54,8 +57,8 @@ func DefaultRetry() Retry {
 		Jitter:         0.25,
 		MaxRetryAfter:  60 * time.Second,
 		Cooldown:       30 * time.Second,
-		BudgetTokens:   10,
-		BudgetRatio:    0.1,
+		BudgetTokens:   20,
+		BudgetRefill:   2,
 	}
 }
 
@@ -89,8 +92,11 @@ func (r Retry) Problems() []llm.Problem {
 	if !(r.BudgetTokens >= 0) || math.IsInf(r.BudgetTokens, 0) {
 		bad("budget_tokens", "must be a finite number of at least 0 (0 means no budget)")
 	}
-	if !(r.BudgetRatio >= 0) || math.IsInf(r.BudgetRatio, 0) {
-		bad("budget_ratio", "must be a finite number of at least 0")
+	switch {
+	case !(r.BudgetRefill >= 0) || math.IsInf(r.BudgetRefill, 0):
+		bad("budget_refill", "must be a finite number of at least 0")
+	case r.BudgetRefill == 0 && r.BudgetTokens > 0:
+		bad("budget_refill", "must be positive while budget_tokens is set: a budget that never refills stops retries for good (budget_tokens: 0 turns the budget off)")
 	}
 	return out
 }

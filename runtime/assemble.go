@@ -17,11 +17,17 @@ type assembler struct {
 	args     map[int]*strings.Builder
 	ended    map[int]bool
 	streamed bool
+	// seam is whitespace the reply already ends with (a continued reply
+	// whose prefill lost it): the first text drops a leading copy of it.
+	seam string
 }
 
 // add records c and returns the event payload to emit for it, nil for
 // none.
 func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
+	if b.seam != "" && c.Kind != llm.ChunkUsage && c.Kind != llm.ChunkStop {
+		c.Text = b.trimSeam(c)
+	}
 	switch c.Kind {
 	case llm.ChunkText:
 		if c.Text == "" {
@@ -75,6 +81,25 @@ func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
 		}
 	}
 	return nil
+}
+
+// trimSeam returns c's text without the part of it that repeats the seam,
+// and consumes the seam: all of it once anything else arrives.
+func (b *assembler) trimSeam(c llm.Chunk) string {
+	if c.Kind != llm.ChunkText {
+		b.seam = ""
+		return c.Text
+	}
+	n := 0
+	for n < len(c.Text) && n < len(b.seam) && c.Text[n] == b.seam[n] {
+		n++
+	}
+	if n < len(c.Text) {
+		b.seam = ""
+	} else {
+		b.seam = b.seam[n:]
+	}
+	return c.Text[n:]
 }
 
 // closeText ends the text part being written, so later text opens a new

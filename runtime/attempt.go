@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync/atomic"
 	"time"
 
@@ -13,68 +14,142 @@ import (
 
 // attemptResult is the outcome of one attempt at a model call.
 type attemptResult struct {
-	msg   llm.Message
-	stop  llm.StopReason
-	usage llm.Usage
+	// model and number are the model whose call the result is and its
+	// attempt number in the step: the attempt's own, or those of the hedged
+	// call that answered first.
+	model  *Model
+	number int
+	msg    llm.Message
+	stop   llm.StopReason
+	usage  llm.Usage
 	// err is the classified failure, nil on success.
 	err *llm.Error
 	// streamed reports that output events reached the sink; firstSeq is
-	// the first of them.
+	// the first of them. partial is that output, when the call failed.
 	streamed bool
 	firstSeq uint64
+	partial  []llm.Part
 	duration time.Duration
 	ttfc     time.Duration
 }
 
+// call is one model call in flight: what was sent, the observer's view of
+// it, its watchdog and its outcome so far.
+type call struct {
+	m      *Model
+	req    *llm.Request
+	info   AttemptInfo
+	actx   context.Context // the observer's context for the call
+	cancel context.CancelCauseFunc
+	wd     *watchdog
+	start  time.Time
+	// ticket is the call's claim on the model's retry budget: set for
+	// retries and hedged calls.
+	ticket *policy.Ticket
+	// seam is whitespace the reply already ends with, which the call's
+	// first text must not repeat (see [continuation]).
+	seam string
+	// lost is set when the call was cancelled because the other call of
+	// its hedged pair answered first.
+	lost bool
+	// answeredAt is when the call's first output (or its end) came, from
+	// its start; zero until then. Hedge delays are drawn from it.
+	answeredAt time.Duration
+	res        attemptResult
+}
+
 // attempt makes attempt number on m: one model call, its output streamed
-// as events between LLMCallStarted and LLMCallFinished, its usage counted.
-// When the turn stops meanwhile, nothing follows the call's output.
-func (t *turn) attempt(ctx context.Context, m *Model, number int) attemptResult {
-	t.counters.ModelCalls++
-	req := t.request(m)
-	info := AttemptInfo{
-		TurnID: t.info.TurnID, Model: m.Alias, Provider: m.ProviderName, ProviderModel: m.ID,
-		Attempt: number, Call: t.counters.ModelCalls, Step: t.steps, Request: req,
+// as events between LLMCallStarted and LLMCallFinished, its usage counted,
+// and ticket (nil for a first attempt) settled by its outcome. A model
+// with a hedge may race a second call against it (see [turn.race]); the
+// result is then the call that answered first. When the turn stops
+// meanwhile, nothing follows the call's output.
+func (t *turn) attempt(ctx context.Context, m *Model, number int, ticket *policy.Ticket) attemptResult {
+	c := t.open(ctx, m, number, ticket, AttemptInfo{})
+	if m.Hedge != nil {
+		if delay, ok := t.hedgeDelay(m); ok {
+			return t.race(ctx, c, delay)
+		}
 	}
+	actx, cancel := context.WithCancelCause(c.actx)
+	c.cancel = cancel
+	c.wd = newWatchdog(m.FirstTokenTimeout, m.IdleTimeout, cancel)
+	t.stream(ctx, c, m.Provider.Stream(actx, c.req), true)
+	t.close(ctx, c)
+	return c.res
+}
+
+// open counts a call of m, builds its request and emits LLMCallStarted.
+// info carries what the caller knows beyond the call itself (a hedge's
+// origin).
+func (t *turn) open(ctx context.Context, m *Model, number int, ticket *policy.Ticket, info AttemptInfo) *call {
+	t.counters.ModelCalls++
+	req, seam := t.request(m)
+	info.TurnID, info.Model, info.Provider, info.ProviderModel = t.info.TurnID, m.Alias, m.ProviderName, m.ID
+	info.Attempt, info.Call, info.Step, info.Request = number, t.counters.ModelCalls, t.steps, req
+	info.Continues = len(t.reply)+len(t.cut) > 0
 	t.out.emit(ctx, &LLMCallStarted{
 		Model: m.Alias, Provider: m.ProviderName, ProviderModel: m.ID,
 		Attempt: number, Call: t.counters.ModelCalls,
 	})
-	actx := t.obs.AttemptStart(ctx, info)
-	res := t.call(actx, ctx, m, req, info)
+	c := &call{m: m, req: req, info: info, ticket: ticket, seam: seam, start: time.Now()}
+	c.res.model, c.res.number = m, number
+	c.actx = t.obs.AttemptStart(ctx, info)
+	return c
+}
+
+// close ends a call: its usage is counted, its budget ticket settled, the
+// observer told, and LLMCallFinished emitted unless the turn has stopped.
+func (t *turn) close(ctx context.Context, c *call) {
+	c.cancel(nil)
+	c.wd.stop()
+	res := &c.res
+	res.duration = time.Since(c.start)
 	t.usage = t.usage.Add(res.usage)
+	t.recordLatency(c)
 	end := AttemptEnd{
-		Usage: res.usage, Stop: res.stop, Err: res.err, Streamed: res.streamed,
+		Usage: res.usage, Stop: res.stop, Err: res.err, Streamed: res.streamed, Lost: c.lost,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
 	}
 	if res.err == nil {
 		end.Message = res.msg
 	}
-	t.obs.AttemptEnd(actx, info, end)
+	t.obs.AttemptEnd(c.actx, c.info, end)
 
+	switch {
+	case c.lost, t.stopped(ctx) != nil, res.err != nil && callersKind(res.err.Kind):
+		// Says nothing of the model.
+		c.ticket.Cancel()
+	case c.ticket != nil:
+		c.ticket.Settle(res.err == nil)
+	case res.err != nil:
+		t.r.health.Failure(c.m.Alias, res.err.Kind)
+	}
 	if err := t.stopped(ctx); err != nil {
 		// Nothing but the terminal event follows a cancellation.
-		t.countAttempt(m.Alias, llm.AsError(err))
-		return res
+		t.countAttempt(c.m.Alias, llm.AsError(err))
+		return
 	}
 	fin := &LLMCallFinished{
-		Model: m.Alias, Attempt: number, Usage: res.usage, Stop: res.stop,
+		Model: c.m.Alias, Attempt: c.info.Attempt, Usage: res.usage, Stop: res.stop,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
 	}
 	if e := res.err; e != nil {
-		fin.Err = &TurnError{Kind: e.Kind, Message: e.Message, RetryAfter: e.RetryAfter, Model: m.Alias}
+		fin.Err = &TurnError{Kind: e.Kind, Message: e.Message, RetryAfter: e.RetryAfter, Model: c.m.Alias}
 	}
 	t.out.emit(ctx, fin)
 	if !res.usage.IsZero() {
 		t.out.emit(ctx, &UsageUpdated{Total: t.usage})
 	}
-	t.countAttempt(m.Alias, res.err)
-	return res
+	t.countAttempt(c.m.Alias, res.err)
 }
 
-// request builds the provider request of a call to m.
-func (t *turn) request(m *Model) *llm.Request {
+// request builds the provider request of a call to m: the conversation,
+// then, while a reply cut short is being continued, what continues it on
+// m's provider. It returns the whitespace the call's text must not repeat.
+func (t *turn) request(m *Model) (*llm.Request, string) {
 	req := &llm.Request{
+		TurnID:          t.info.TurnID,
 		Model:           m.ID,
 		System:          t.req.System,
 		Messages:        t.conv,
@@ -86,41 +161,59 @@ func (t *turn) request(m *Model) *llm.Request {
 	if t.req.MaxOutputTokens > 0 {
 		req.MaxOutputTokens = t.req.MaxOutputTokens
 	}
-	return req
+	var seam string
+	if reply := mergeParts(t.reply, t.cut); len(reply) > 0 {
+		var tail []llm.Message
+		tail, seam = continuation(m.Provider, reply)
+		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], tail...)
+	}
+	return req, seam
 }
 
-// call streams one model call on actx (the observer's context for it),
-// emitting its output. The turn's own context, ctx, decides whether a
-// failure is the caller's.
-func (t *turn) call(actx, ctx context.Context, m *Model, req *llm.Request, info AttemptInfo) (res attemptResult) {
-	start := time.Now()
-	defer func() { res.duration = time.Since(start) }()
-	actx, cancel := context.WithCancelCause(actx)
-	defer cancel(nil)
-	wd := newWatchdog(m.FirstTokenTimeout, m.IdleTimeout, cancel)
-	defer wd.stop()
+// callersKind reports whether a failure of class k is the caller's doing
+// (its cancellation or deadline), not the model's.
+func callersKind(k llm.Kind) bool {
+	return k == llm.KindCancelled || k == llm.KindDeadlineExceeded
+}
 
-	var b assembler
+// firstChunk records that c's first chunk arrived at ttfc into the call.
+func (t *turn) firstChunk(c *call, ttfc time.Duration) {
+	c.res.ttfc = max(ttfc, 1)
+	c.ticket.Answered()
+	t.obs.AttemptFirstChunk(c.actx, c.info, c.res.ttfc)
+}
+
+// stream reads c's chunks from src and emits its output. With inline, src
+// is the provider's own stream, read here: this loop times the first chunk
+// and feeds the watchdog. The turn's own context, ctx, decides whether a
+// failure is the caller's.
+func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, error], inline bool) {
+	res := &c.res
+	b := assembler{seam: c.seam}
 	stopped := false
-	for c, err := range m.Provider.Stream(actx, req) {
+	for ch, err := range src {
 		if err != nil {
-			res.err = t.classify(ctx, m, err, b.streamed, wd)
+			res.err = t.classify(ctx, c.m, err, b.streamed, c.wd)
 			break
 		}
-		if res.ttfc == 0 {
-			res.ttfc = max(time.Since(start), 1)
-			t.obs.AttemptFirstChunk(actx, info, res.ttfc)
+		if inline {
+			if res.ttfc == 0 {
+				t.firstChunk(c, time.Since(c.start))
+			}
+			if c.answeredAt == 0 && answers(ch) {
+				c.answeredAt = max(time.Since(c.start), 1)
+			}
+			c.wd.chunk()
 		}
-		wd.chunk()
-		switch c.Kind {
+		switch ch.Kind {
 		case llm.ChunkUsage:
-			res.usage = c.Usage
+			res.usage = ch.Usage
 			continue
 		case llm.ChunkStop:
-			res.stop, stopped = c.Stop, true
+			res.stop, stopped = ch.Stop, true
 			continue
 		}
-		p := b.add(c, t.r.opts.newID)
+		p := b.add(ch, t.r.opts.newID)
 		if p == nil {
 			continue
 		}
@@ -137,12 +230,14 @@ func (t *turn) call(actx, ctx context.Context, m *Model, req *llm.Request, info 
 	}
 	res.streamed = b.streamed
 	if res.err == nil && !stopped {
-		res.err = t.classify(ctx, m, nil, b.streamed, wd)
+		res.err = t.classify(ctx, c.m, nil, b.streamed, c.wd)
 	}
-	if res.err == nil {
+	switch {
+	case res.err == nil:
 		res.msg = b.message(res.stop)
+	case b.streamed:
+		res.partial = b.message(llm.StopUnspecified).Parts
 	}
-	return res
 }
 
 // classify turns a failed or unfinished stream into a classified error.
@@ -176,7 +271,8 @@ func (t *turn) classify(ctx context.Context, m *Model, err error, streamed bool,
 
 // watchdog cancels an attempt whose first chunk, or whose next chunk,
 // is late. One timer serves the whole attempt: armed for the first chunk,
-// then re-armed after each chunk for the idle gap.
+// then re-armed after each chunk for the idle gap. chunk and stop must be
+// called from one goroutine at a time.
 type watchdog struct {
 	first, idle time.Duration
 	cancel      context.CancelCauseFunc

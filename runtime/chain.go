@@ -15,7 +15,6 @@ type chain struct {
 	models []*Model
 	pos    int
 	health *policy.Health
-	now    func() time.Time
 	// probe is the alias the turn probes after its cooldown, released
 	// when the turn ends without reporting on it.
 	probe string
@@ -24,7 +23,7 @@ type chain struct {
 // newChain resolves alias and its fallbacks, in order, without repeats.
 // Fallbacks of fallbacks are not followed.
 func newChain(r *Runner, alias string) chain {
-	c := chain{health: r.health, now: r.opts.now}
+	c := chain{health: r.health}
 	seen := map[string]bool{}
 	for _, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
 		if m := r.models[a]; m != nil && !seen[a] {
@@ -44,10 +43,9 @@ func (c *chain) current() *Model { return c.models[c.pos] }
 // models, they never take away a turn's only option. The retry budget then
 // keeps such turns from retrying a model that keeps failing.
 func (c *chain) start() {
-	now := c.now()
 	soonest, until := 0, time.Time{}
 	for i, m := range c.models {
-		a := c.health.Admit(m.Alias, now)
+		a := c.health.Admit(m.Alias)
 		if a.OK {
 			c.pos = i
 			if a.Probe {
@@ -77,9 +75,8 @@ func (c *chain) resumeAt(alias string) {
 // next returns the index of the next model after the current one that is
 // not cooling down, or -1; it claims nothing.
 func (c *chain) next() int {
-	now := c.now()
 	for i := c.pos + 1; i < len(c.models); i++ {
-		if c.health.Available(c.models[i].Alias, now) {
+		if c.health.Available(c.models[i].Alias) {
 			return i
 		}
 	}
@@ -89,9 +86,8 @@ func (c *chain) next() int {
 // advance moves the turn to the next model it is admitted to and returns
 // it, or nil when none is left.
 func (c *chain) advance() *Model {
-	now := c.now()
 	for i := c.pos + 1; i < len(c.models); i++ {
-		a := c.health.Admit(c.models[i].Alias, now)
+		a := c.health.Admit(c.models[i].Alias)
 		if !a.OK {
 			continue
 		}
@@ -128,16 +124,21 @@ func (c *chain) succeeded(alias string) {
 	}
 }
 
-// failed records a failed call of alias of class k: it spends the retry
-// budget and reports whether the budget forbids retries now.
-func (c *chain) failed(alias string, k llm.Kind) (budgetExhausted bool) {
-	return c.health.Failure(alias, k)
+// moveTo places the turn on m, a later model of its chain whose hedged
+// call answered first.
+func (c *chain) moveTo(m *Model) {
+	for i := c.pos + 1; i < len(c.models); i++ {
+		if c.models[i] == m {
+			c.pos = i
+			return
+		}
+	}
 }
 
 // decided applies a decision's cooldown to alias and ends a probe of it.
 func (c *chain) decided(alias string, k llm.Kind, cooldown time.Duration) {
 	if cooldown > 0 {
-		c.health.Cooldown(alias, k, c.now(), cooldown)
+		c.health.Cooldown(alias, k, cooldown)
 	}
 	if c.probe == alias {
 		c.releaseProbe()

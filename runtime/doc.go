@@ -10,7 +10,11 @@
 // decision after each failed one), an attempt (attempt.go: one model call
 // with its watchdog, its output assembled and streamed, its failure
 // classified), the chain (chain.go: which model next, asking the shared
-// health state) and tools (tools.go). An [Observer] sees every turn,
+// health state) and tools (tools.go). A model may hedge a call that is slow
+// to answer with a parallel one (hedge.go, [HedgeConfig]), and may continue
+// a reply whose stream was cut rather than ask for it again; a reply cut by
+// the output limit is always continued, as one message (continue.go,
+// [StreamCut]). An [Observer] sees every turn,
 // attempt, decision and tool call from outside the loop; that is where
 // telemetry attaches. A turn that another runner started and could not
 // finish (its process died) continues from what its log holds, with

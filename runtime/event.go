@@ -47,7 +47,7 @@ func (ev Event) Terminal() bool {
 // Payload is the content of an [Event]. The set of payloads is closed:
 // *TurnStarted, *LLMCallStarted, *TextDelta, *ThinkingDelta,
 // *ToolCallDelta, *LLMCallFinished, *UsageUpdated, *Retry, *Fallback,
-// *Compaction, *MessageCompleted, *ToolStarted, *ToolProgress,
+// *Hedge, *Compaction, *MessageCompleted, *ToolStarted, *ToolProgress,
 // *ToolFinished, *TurnCompleted and *TurnError. A consumer that maps them
 // (the server does, to the wire) must handle every one; the server's tests
 // fail when a payload of this package has no mapping.
@@ -64,6 +64,7 @@ func (*LLMCallFinished) isPayload()  {}
 func (*UsageUpdated) isPayload()     {}
 func (*Retry) isPayload()            {}
 func (*Fallback) isPayload()         {}
+func (*Hedge) isPayload()            {}
 func (*Compaction) isPayload()       {}
 func (*MessageCompleted) isPayload() {}
 func (*ToolStarted) isPayload()      {}
@@ -115,7 +116,11 @@ type ToolCallDelta struct {
 
 // MessageCompleted carries a message exactly as committed to the
 // conversation: an assistant reply after its stream completed, or the tool
-// results of a step.
+// results of a step. A reply continued over several model calls (cut by the
+// output token limit, or a cut stream continued) is committed once, when
+// its last call completes: every text delta until then belongs to it. A
+// turn that fails or runs out of model calls while continuing a reply cut
+// by the output limit commits what it has before it ends.
 type MessageCompleted struct{ Message llm.Message }
 
 // ToolStarted says a server-side tool began running.
@@ -177,6 +182,8 @@ type Retry struct {
 	Message string
 	// DiscardPartial reports that output streamed since DiscardFromSeq
 	// belongs to the failed attempt and must be dropped by every consumer.
+	// It is false when the output is kept: the model is told to continue
+	// it (see [StreamCutContinue]), and the next call's deltas extend it.
 	DiscardPartial bool
 	// DiscardFromSeq is the first event of the failed attempt's output.
 	DiscardFromSeq uint64
@@ -192,6 +199,20 @@ type Fallback struct {
 	// DiscardPartial and DiscardFromSeq are as in [Retry].
 	DiscardPartial bool
 	DiscardFromSeq uint64
+}
+
+// Hedge says a call was slow to answer, so the same request went to
+// another model, or the same one, in parallel: the LLMCallStarted of the
+// hedged call follows. The first of the two calls to answer streams its
+// output; the other ends with an LLMCallFinished whose error is
+// [llm.KindCancelled] before any output of the winner.
+type Hedge struct {
+	// From is the alias of the slow call's model; To the alias the hedged
+	// call goes to (From itself when the model hedges to itself).
+	From string
+	To   string
+	// After is how long the slow call had gone without output.
+	After time.Duration
 }
 
 // Compaction says the conversation was shortened to fit a context window.
@@ -254,9 +275,11 @@ type TurnCompleted struct {
 
 // Counters count what happened in a turn.
 type Counters struct {
-	ModelCalls  int
-	Retries     int
-	Fallbacks   int
+	ModelCalls int
+	Retries    int
+	Fallbacks  int
+	// Hedges counts hedged calls started.
+	Hedges      int
 	Compactions int
 	ToolCalls   int
 	ToolErrors  int

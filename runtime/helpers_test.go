@@ -23,7 +23,7 @@ func fastRetry() policy.Retry {
 	return policy.Retry{
 		MaxRetries: 2, InitialBackoff: time.Millisecond, Multiplier: 2, MaxBackoff: 4 * time.Millisecond,
 		Jitter: 0.25, MaxRetryAfter: 50 * time.Millisecond, Cooldown: time.Minute,
-		BudgetTokens: 10, BudgetRatio: 0.1,
+		BudgetTokens: 10, BudgetRefill: 1,
 	}
 }
 
@@ -135,6 +135,8 @@ func describe(ev runtime.Event) string {
 			s += " discard"
 		}
 		return s
+	case *runtime.Hedge:
+		return fmt.Sprintf("hedge %s>%s", p.From, p.To)
 	case *runtime.Compaction:
 		return "compaction"
 	case *runtime.UsageUpdated:

@@ -27,14 +27,31 @@ type Limits struct {
 	// ToolFailures is how many consecutive failures disable a tool for
 	// the rest of a turn. At least 1.
 	ToolFailures int `yaml:"tool_failures"`
+	// MaxDuration bounds a turn from its start: a turn still running then
+	// ends with a DEADLINE_EXCEEDED error. 0 is no limit.
+	MaxDuration time.Duration `yaml:"max_duration"`
+	// MaxToolResultBytes bounds what the model and the client get of the
+	// tool results of one step: each result, and the results of one step
+	// together. A result cut to fit keeps its beginning and ends with a
+	// note saying how many bytes it had; the rest is dropped (the runner
+	// logs the cut, not the content). At least 1024.
+	MaxToolResultBytes int `yaml:"max_tool_result_bytes"`
 }
 
 // DefaultLimits returns the built-in limits: 16 model calls, 3
-// continuations, 4 tool calls at once, 60s per tool call, and a tool
-// disabled after 3 consecutive failures.
+// continuations, 4 tool calls at once, 60s per tool call, a tool disabled
+// after 3 consecutive failures, 10 minutes per turn and 1 MiB of tool
+// results per step.
 func DefaultLimits() Limits {
-	return Limits{MaxModelCalls: 16, MaxContinuations: 3, ToolConcurrency: 4, ToolTimeout: 60 * time.Second, ToolFailures: 3}
+	return Limits{
+		MaxModelCalls: 16, MaxContinuations: 3, ToolConcurrency: 4, ToolTimeout: 60 * time.Second, ToolFailures: 3,
+		MaxDuration: 10 * time.Minute, MaxToolResultBytes: 1 << 20,
+	}
 }
+
+// minToolResultBytes is the least MaxToolResultBytes: room for a useful
+// beginning and the note of a cut.
+const minToolResultBytes = 1024
 
 // Problems lists every limit that is out of range, in field order; none
 // when l is valid.
@@ -57,6 +74,12 @@ func (l Limits) Problems() []llm.Problem {
 	}
 	if l.ToolFailures < 1 {
 		bad("tool_failures", "must be at least 1")
+	}
+	if l.MaxDuration < 0 {
+		bad("max_duration", "must not be negative (0 means no limit)")
+	}
+	if l.MaxToolResultBytes < minToolResultBytes {
+		bad("max_tool_result_bytes", "must be at least %d", minToolResultBytes)
 	}
 	return out
 }

@@ -93,6 +93,13 @@ type AttemptInfo struct {
 	Step    int
 	// Request is what is sent. Observers must not change it.
 	Request *llm.Request
+	// HedgeFrom is set on a hedged call: the alias of the slow call it
+	// races, which had gone HedgeAfter without output.
+	HedgeFrom  string
+	HedgeAfter time.Duration
+	// Continues reports that the call continues a reply cut short (by the
+	// output limit, or a cut stream kept): its output extends that reply.
+	Continues bool
 }
 
 // AttemptEnd is how a model call ended.
@@ -109,6 +116,9 @@ type AttemptEnd struct {
 	Err *llm.Error
 	// Streamed reports that output reached the turn's events.
 	Streamed bool
+	// Lost reports that the call was cancelled because the other call of
+	// its hedged pair answered first; Err is then KindCancelled.
+	Lost bool
 	// Duration is the call's wall time; TimeToFirstChunk the delay to its
 	// first chunk, zero when none came.
 	Duration         time.Duration

@@ -42,6 +42,12 @@ type Model struct {
 	IdleTimeout time.Duration
 	// Retry tunes retries on this model.
 	Retry policy.Retry
+	// Hedge, when not nil, races a second call against a call of this
+	// model that is slow to answer (see [HedgeConfig]).
+	Hedge *HedgeConfig
+	// OnStreamCut says whether text the model streamed before its stream
+	// was cut is dropped or continued; empty means [StreamCutRestart].
+	OnStreamCut StreamCut
 	// Tools, when not nil, lists the server-side tools this model may call.
 	Tools []string
 }
@@ -67,14 +73,13 @@ type TurnRequest struct {
 	StopSequences []string
 	// MaxModelCalls overrides the runner's limit when positive.
 	MaxModelCalls int
+	// Client is the name of the client key that sent the turn, for logs,
+	// spans and metrics; empty when the server runs without auth.
+	Client string
 	// Resume, when set, continues a turn another runner started and did
 	// not finish, from what the turn's log holds; see [Resume].
 	Resume *Resume
 }
-
-// ContinuationPrompt is the user message the runner adds after a reply cut
-// short by the output token limit.
-const ContinuationPrompt = "Your previous reply was cut off by the output token limit. Continue exactly where it stopped, without repeating or summarising anything."
 
 // Runner runs turns. It is safe for concurrent use; its cooldowns and retry
 // budgets are shared by every turn it runs.
@@ -84,7 +89,10 @@ type Runner struct {
 	tools        map[string]llm.Tool
 	toolSpecs    []llm.ToolSpec // sorted by name
 	health       *policy.Health
-	opts         options
+	// latencies holds the recent times to first chunk of the models that
+	// hedge at a quantile of them.
+	latencies map[string]*latencies
+	opts      options
 }
 
 type options struct {
@@ -107,8 +115,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // several with [Observers].
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
 
-// WithClock sets the source of event timestamps and cooldown times
-// (default time.Now).
+// WithClock sets the source of event timestamps, and the clock of the
+// models' cooldowns and retry budgets (default time.Now).
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // WithJitter sets the source of backoff jitter draws in [0, 1) (default a
@@ -168,6 +176,14 @@ func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option)
 		for _, p := range m.Retry.Problems() {
 			errs = append(errs, fmt.Errorf("model %q: retry.%v", m.Alias, p))
 		}
+		if m.Hedge != nil {
+			for _, p := range m.Hedge.Problems() {
+				errs = append(errs, fmt.Errorf("model %q: hedge.%v", m.Alias, p))
+			}
+		}
+		if !m.OnStreamCut.valid() {
+			errs = append(errs, fmt.Errorf("model %q: on_stream_cut: %q is not restart or continue", m.Alias, string(m.OnStreamCut)))
+		}
 	}
 	for _, m := range models {
 		for _, fb := range m.Fallbacks {
@@ -194,10 +210,14 @@ func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option)
 	}
 	r.toolSpecs = r.Tools()
 	retries := make(map[string]policy.Retry, len(r.models))
+	r.latencies = map[string]*latencies{}
 	for alias, m := range r.models {
 		retries[alias] = m.Retry
+		if m.Hedge != nil && m.Hedge.After.quantile > 0 {
+			r.latencies[alias] = &latencies{}
+		}
 	}
-	r.health = policy.NewHealth(retries)
+	r.health = policy.NewHealth(retries, r.opts.now)
 	return r, nil
 }
 
@@ -219,18 +239,24 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
 // Validate checks what only the runner knows about a request: that its
-// model exists and its client tools do not clash with server tools.
+// model exists and its client tools do not clash with server tools. It
+// returns every problem, each a [*FieldError], joined with [errors.Join].
 func (r *Runner) Validate(req *TurnRequest) error {
+	var errs []error
 	if req.Model != "" && r.models[req.Model] == nil {
-		return &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %q; configured: %v", req.Model, r.Models())}
+		// %.64q: the client's text is quoted back, but not all of it.
+		errs = append(errs, &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %.64q; configured: %v", req.Model, r.Models())})
 	}
 	for i, t := range req.ClientTools {
 		if r.tools[t.Name] != nil {
-			return &FieldError{Field: fmt.Sprintf("tools[%d].name", i), Description: fmt.Sprintf("%q is a server-side tool", t.Name)}
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("tools[%d].name", i), Description: fmt.Sprintf("%q is a server-side tool", t.Name)})
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// DefaultModel returns the alias of the model a request naming none runs on.
+func (r *Runner) DefaultModel() string { return r.defaultModel }
 
 // Models returns the configured aliases, sorted.
 func (r *Runner) Models() []string {

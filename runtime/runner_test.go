@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
@@ -554,7 +556,8 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 	}
 	// Without a budget: 3 attempts per turn = 600 calls. With it: at most
 	// one call per turn that started before the cooldown, plus the few
-	// retries the budget allowed (10 tokens, retries stop at 5).
+	// retries the budget allowed (10 tokens: at most 10 retries wait for
+	// an answer at once, and each that fails keeps its token).
 	calls := dead.Calls()
 	t.Logf("calls to the dead primary: %d for %d turns", calls, turns)
 	if calls > turns+10 {
@@ -666,32 +669,129 @@ func TestIdleAndFirstTokenTimeouts(t *testing.T) {
 	}
 }
 
+// TestMaxTokensContinuation: a reply cut by the output limit is continued
+// inside the turn — from an assistant prefill where the provider has it,
+// else with a continuation prompt the client never sees — and committed
+// once, as one assistant message. An incomplete tool call is dropped.
 func TestMaxTokensContinuation(t *testing.T) {
-	p := fake.NewProvider(
-		fake.Reply{Chunks: []llm.Chunk{
-			{Kind: llm.ChunkText, Text: "The answer is"},
-			{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
-			{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
-			{Kind: llm.ChunkStop, Stop: llm.StopMaxTokens},
+	tests := []struct {
+		name    string
+		prefill bool
+		first   string
+		// tail is what the second request adds after the user message.
+		tail []llm.Message
+	}{
+		{"prompt", false, "The answer is", []llm.Message{
+			{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("The answer is")}},
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(runtime.ContinuationPrompt)}},
 		}},
-		fake.Reply{Chunks: fake.Text(" 42.")},
-	)
-	tool := fake.NewTool("lookup", nil)
-	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool})
-	evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
-	if terr != nil {
-		t.Fatal(terr)
+		{"prefill", true, "The answer is", []llm.Message{
+			{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("The answer is")}},
+		}},
+		{"prefill without trailing space", true, "The answer is ", []llm.Message{
+			{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("The answer is")}},
+		}},
 	}
-	want := "start | call a#1 | text | tooldelta | finished | commit assistant | commit user | call a#1 | text | finished | usage | commit assistant | completed end_turn"
-	if got := describeAll(evs); got != want {
-		t.Errorf("events:\n got %s\nwant %s", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fake.NewProvider(
+				fake.Reply{Chunks: []llm.Chunk{
+					{Kind: llm.ChunkText, Text: tt.first},
+					{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "x", Name: "lookup"},
+					{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"q":`},
+					{Kind: llm.ChunkStop, Stop: llm.StopMaxTokens},
+				}},
+				fake.Reply{Chunks: fake.Text(" 42.")},
+			)
+			p.Prefill = tt.prefill
+			tool := fake.NewTool("lookup", nil)
+			r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool})
+			evs, res, terr := run(t, t.Context(), r, userTurn("hi"))
+			if terr != nil {
+				t.Fatal(terr)
+			}
+			want := "start | call a#1 | text | tooldelta | finished | call a#1 | text | finished | usage | commit assistant | completed end_turn"
+			if got := describeAll(evs); got != want {
+				t.Errorf("events:\n got %s\nwant %s", got, want)
+			}
+			if len(res.Messages) != 1 || len(res.Messages[0].Parts) != 1 || res.Messages[0].Text() != "The answer is 42." {
+				t.Errorf("messages = %+v, want one assistant message %q", res.Messages, "The answer is 42.")
+			}
+			if got := shownText(evs); got != "The answer is 42." {
+				t.Errorf("text shown = %q", got)
+			}
+			if diff := cmp.Diff(tt.tail, p.Requests()[1].Messages[1:]); diff != "" {
+				t.Errorf("continuation request (-want +got):\n%s", diff)
+			}
+			if len(tool.Calls()) != 0 {
+				t.Error("an incomplete tool call ran")
+			}
+		})
 	}
-	if len(res.Messages) != 3 || len(res.Messages[0].ToolCalls()) != 0 || res.Messages[1].Text() != runtime.ContinuationPrompt {
-		t.Errorf("messages = %+v", res.Messages)
+}
+
+// TestMaxTokensContinuationEndsEarly: a turn that fails, or runs out of
+// model calls, while it continues a reply cut by the output limit commits
+// the reply as far as it got before its last event.
+func TestMaxTokensContinuationEndsEarly(t *testing.T) {
+	cut := fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "Part one."}, {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens}}}
+	t.Run("failure", func(t *testing.T) {
+		p := fake.NewProvider(cut, fake.Reply{Err: providerErr(llm.KindAuth, 0)})
+		r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+		evs, _, terr := run(t, t.Context(), r, userTurn("hi"))
+		want := "start | call a#1 | text | finished | call a#1 | failed AUTH | commit assistant | error AUTH retryable=false"
+		if got := describeAll(evs); got != want {
+			t.Errorf("events:\n got %s\nwant %s", got, want)
+		}
+		if terr == nil {
+			t.Fatal("the turn did not fail")
+		}
+	})
+	t.Run("max model calls", func(t *testing.T) {
+		p := fake.NewProvider(cut)
+		r := newRunner(t, []*runtime.Model{model("a", p)}, nil, withLimits(func(l *runtime.Limits) { l.MaxModelCalls = 2 }))
+		evs, res, _ := run(t, t.Context(), r, userTurn("hi"))
+		want := "start | call a#1 | text | finished | call a#1 | text | finished | commit assistant | completed max_model_calls"
+		if got := describeAll(evs); got != want {
+			t.Errorf("events:\n got %s\nwant %s", got, want)
+		}
+		if len(res.Messages) != 1 || res.Messages[0].Text() != "Part one.Part one." {
+			t.Errorf("messages = %+v", res.Messages)
+		}
+	})
+}
+
+// shownText returns the text a client shows from evs: every text delta,
+// less those a retry or fallback said to discard.
+func shownText(evs []runtime.Event) string {
+	var deltas []struct {
+		seq  uint64
+		text string
 	}
-	if len(tool.Calls()) != 0 {
-		t.Error("an incomplete tool call ran")
+	for _, ev := range evs {
+		var from uint64
+		switch p := ev.Payload.(type) {
+		case *runtime.TextDelta:
+			deltas = append(deltas, struct {
+				seq  uint64
+				text string
+			}{ev.Seq, p.Text})
+		case *runtime.Retry:
+			from = p.DiscardFromSeq
+		case *runtime.Fallback:
+			from = p.DiscardFromSeq
+		}
+		if from != 0 {
+			for len(deltas) > 0 && deltas[len(deltas)-1].seq >= from {
+				deltas = deltas[:len(deltas)-1]
+			}
+		}
 	}
+	var b strings.Builder
+	for _, d := range deltas {
+		b.WriteString(d.text)
+	}
+	return b.String()
 }
 
 func TestMaxTokensGivesUpAfterLimit(t *testing.T) {

@@ -10,36 +10,69 @@ import (
 
 // step gets one assistant message, ready to commit, from the model chain:
 // it makes attempts and acts on the policy's decision after each failed
-// one — retry, fall back, compact, or fail.
+// one — retry, fall back, compact, or fail. Text a cut stream had shown is
+// kept and continued when the model says so (see [StreamCutContinue]); the
+// message returned then holds it, followed by the rest of the reply.
 func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 	t.steps++
 	number := 0 // attempts on the current model in this step
 	compacted := false
+	// ticket is the retry budget's token for the retry about to be made.
+	var ticket *policy.Ticket
+	// keptFrom is the first event of the output this step kept from cut
+	// streams (t.cut), 0 when none was kept.
+	var keptFrom uint64
+	defer func() { t.cut = nil }()
 	for {
 		if err := t.stopped(ctx); err != nil {
+			ticket.Cancel()
 			return llm.Message{}, 0, err
 		}
 		m := t.chain.current()
 		number++
-		res := t.attempt(ctx, m, number)
+		res := t.attempt(ctx, m, number, ticket)
+		ticket = nil
 		if err := t.stopped(ctx); err != nil {
 			return llm.Message{}, 0, err
 		}
+		if res.model != m {
+			// The hedged call to the next model answered: the turn is on it.
+			t.chain.moveTo(res.model)
+			m = res.model
+		}
+		number = res.number
 		if res.err == nil {
 			t.chain.succeeded(m.Alias)
 			t.servedBy = m.Alias
-			return res.msg, res.stop, nil
+			msg := llm.Message{Role: llm.RoleAssistant, Parts: mergeParts(t.cut, res.msg.Parts)}
+			return msg, res.stop, nil
 		}
 
 		e := res.err
-		d := t.decide(ctx, m, number, compacted, e)
+		var d policy.Decision
+		d, ticket = t.decide(ctx, m, number, compacted, e)
 		info := DecisionInfo{
 			TurnID: t.info.TurnID, Model: m.Alias, Attempt: number, Kind: e.Kind,
 			Action: d.Action, Delay: d.Delay, Cooldown: d.Cooldown,
 		}
+		// What becomes of the output shown so far in this step: kept to be
+		// continued, or dropped (from discardFrom on) to be asked for anew.
+		moving := d.Action == policy.ActionRetry || d.Action == policy.ActionFallback
 		var discardFrom uint64
-		if res.streamed {
+		switch {
+		case !res.streamed:
+			// Nothing new was shown; what was kept stays kept.
+		case moving && m.OnStreamCut == StreamCutContinue && continuable(res.partial):
+			t.cut = mergeParts(t.cut, res.partial)
+			if keptFrom == 0 {
+				keptFrom = res.firstSeq
+			}
+		default:
 			discardFrom = res.firstSeq
+			if keptFrom != 0 {
+				discardFrom = keptFrom
+			}
+			t.cut, keptFrom = nil, 0
 		}
 		switch d.Action {
 		case policy.ActionRetry:
@@ -48,9 +81,10 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			t.out.emit(ctx, &Retry{
 				Attempt: number + 1, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias,
 				Delay: d.Delay, Kind: e.Kind, Message: e.Message,
-				DiscardPartial: res.streamed, DiscardFromSeq: discardFrom,
+				DiscardPartial: discardFrom != 0, DiscardFromSeq: discardFrom,
 			})
 			if err := t.wait(ctx, d.Delay); err != nil {
+				ticket.Cancel()
 				return llm.Message{}, 0, err
 			}
 		case policy.ActionFallback:
@@ -65,12 +99,12 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			t.counters.Fallbacks++
 			t.out.emit(ctx, &Fallback{
 				From: m.Alias, To: next.Alias, Kind: e.Kind, Message: e.Message,
-				DiscardPartial: res.streamed, DiscardFromSeq: discardFrom,
+				DiscardPartial: discardFrom != 0, DiscardFromSeq: discardFrom,
 			})
 			number, compacted = 0, false
 		case policy.ActionCompact:
 			t.obs.Decision(ctx, info)
-			if res.streamed {
+			if discardFrom != 0 {
 				// Tell consumers to drop the failed attempt's output.
 				t.out.emit(ctx, &Retry{
 					Attempt: number + 1, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias,
@@ -93,31 +127,41 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 }
 
 // decide asks the policy what to do after the failed attempt number on m,
-// and applies what the decision means for the model's shared state: the
-// budget it spends and the cooldown it sets.
-func (t *turn) decide(ctx context.Context, m *Model, number int, compacted bool, e *llm.Error) policy.Decision {
+// and applies what the decision means for the model's shared state: a
+// retry takes a token of its retry budget (returned as a ticket the retry
+// settles), or, with none left, the policy decides without retrying; and
+// the cooldown it sets.
+func (t *turn) decide(ctx context.Context, m *Model, number int, compacted bool, e *llm.Error) (policy.Decision, *policy.Ticket) {
 	r := t.r
-	exhausted := t.chain.failed(m.Alias, e.Kind)
 	remaining := time.Duration(-1)
 	if dl, ok := ctx.Deadline(); ok {
 		remaining = dl.Sub(r.opts.now())
 	}
 	next := t.chain.next()
-	d := policy.Policy{Retry: m.Retry}.Decide(policy.Attempt{
+	p := policy.Policy{Retry: m.Retry}
+	a := policy.Attempt{
 		Kind: e.Kind, Hint: e.Hint, RetryAfter: e.RetryAfter,
 		Number:            number,
 		HasFallback:       next >= 0,
 		HasLargerFallback: t.chain.largerAfter(next),
 		Compacted:         compacted,
-		BudgetExhausted:   exhausted,
 		Remaining:         remaining,
 		OutOfCalls:        t.counters.ModelCalls >= t.maxCalls,
 		Jitter:            r.opts.jitter(),
-	})
+	}
+	d := p.Decide(a)
+	var ticket *policy.Ticket
+	if d.Action == policy.ActionRetry {
+		var ok bool
+		if ticket, ok = r.health.Reserve(m.Alias); !ok {
+			a.BudgetExhausted = true
+			d = p.Decide(a)
+		}
+	}
 	t.chain.decided(m.Alias, e.Kind, d.Cooldown)
 	r.opts.logger.Debug("model call failed", "turn_id", t.info.TurnID, "model", m.Alias, "attempt", number,
 		"kind", e.Kind.String(), "action", d.Action.String(), "delay", d.Delay, "request_id", e.RequestID, "cause", e.Err)
-	return d
+	return d, ticket
 }
 
 // wait waits d before a retry, or until ctx is done.

@@ -50,6 +50,7 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 	if err != nil {
 		return false, err
 	}
+	t.shareResultBudget(results)
 	msg := llm.Message{Role: llm.RoleTool, Parts: make([]llm.Part, len(results))}
 	for i := range results {
 		msg.Parts[i] = llm.Part{Kind: llm.PartToolResult, ToolResult: &results[i]}
@@ -130,6 +131,21 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	return results, nil
 }
 
+// shareResultBudget cuts the results of one step so that together they fit
+// the turn's MaxToolResultBytes, as the message that commits them must.
+func (t *turn) shareResultBudget(results []llm.ToolResult) {
+	contents := make([]string, len(results))
+	for i, r := range results {
+		contents[i] = r.Content
+	}
+	max := t.r.opts.limits.MaxToolResultBytes
+	for _, i := range shareBudget(contents, max) {
+		t.r.opts.logger.Warn("tool result truncated to share the step's budget", "turn_id", t.info.TurnID, "tool", results[i].Name,
+			"call_id", results[i].CallID, "bytes", len(results[i].Content), "max_tool_result_bytes", max, "results", len(results))
+		results[i].Content = contents[i]
+	}
+}
+
 // refuse returns an error result for a call that is not run, and emits its
 // ToolFinished event.
 func (t *turn) refuse(ctx context.Context, c llm.ToolCall, msg string) llm.ToolResult {
@@ -175,6 +191,11 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 		res.Content, res.IsError = fmt.Sprintf("tool %q timed out after %s", c.Name, timeout), true
 	case err != nil:
 		res.Content, res.IsError = fmt.Sprintf("tool %q failed: %v", c.Name, err), true
+	}
+	if content, cut := truncated(res.Content, t.r.opts.limits.MaxToolResultBytes); cut {
+		t.r.opts.logger.Warn("tool result truncated", "turn_id", t.info.TurnID, "tool", c.Name, "call_id", c.ID,
+			"bytes", len(res.Content), "max_tool_result_bytes", t.r.opts.limits.MaxToolResultBytes)
+		res.Content = content
 	}
 	t.obs.ToolEnd(octx, info, ToolEnd{Content: res.Content, IsError: res.IsError, Duration: dur})
 	if ctx.Err() != nil {

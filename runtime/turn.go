@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -28,14 +29,18 @@ type turn struct {
 	parent   context.Context
 	maxCalls int
 
-	conv     []llm.Message // the conversation as the model sees it
-	added    []llm.Message // the messages the turn committed
+	conv  []llm.Message // the conversation as the model sees it
+	added []llm.Message // the messages the turn committed
+	// reply holds the parts of a reply cut by the output token limit,
+	// being continued: committed, merged with the rest, once it ends. cut
+	// holds the text the current step kept from cut streams. While either
+	// is set, each call continues them (see [continuation]).
+	reply    []llm.Part
+	cut      []llm.Part
 	usage    llm.Usage
 	counters Counters
 	attempts []ModelAttempts
 	steps    int
-	// continuations counts the continuations of truncated replies.
-	continuations int
 	// resumed holds what the previous runner of a resumed turn left of
 	// the tool calls it was running; nil once they are dealt with.
 	resumed *Resume
@@ -66,7 +71,20 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	if alias == "" {
 		alias = r.defaultModel
 	}
-	tctx, cancel := context.WithCancelCause(ctx)
+	stopTimer := func() {}
+	if d := r.opts.limits.MaxDuration; d > 0 {
+		// The turn's own parent: its end is reported like the caller's.
+		var cancelTimer context.CancelFunc
+		ctx, cancelTimer = context.WithTimeoutCause(ctx, d, &llm.Error{
+			Kind: llm.KindDeadlineExceeded, Message: fmt.Sprintf("the turn reached its time limit (%s)", d),
+		})
+		stopTimer = cancelTimer
+	}
+	tctx, cancelTurn := context.WithCancelCause(ctx)
+	cancel := func(cause error) {
+		cancelTurn(cause)
+		stopTimer()
+	}
 	t := &turn{
 		r:        r,
 		req:      req,
@@ -104,16 +122,31 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		t.out.emit(ctx, &TurnStarted{Model: t.info.Model})
 		t.chain.start()
 	}
+	continuations := 0
 	for {
 		if err := t.stopped(ctx); err != nil {
 			return nil, t.fail(ctx, err)
 		}
 		if t.counters.ModelCalls >= t.maxCalls {
+			t.commitReply(ctx)
 			return t.complete(ctx, EndMaxModelCalls)
 		}
 		msg, stop, err := t.step(ctx)
 		if err != nil {
+			if t.stopped(ctx) == nil {
+				t.commitReply(ctx)
+			}
 			return nil, t.fail(ctx, err)
+		}
+		msg.Parts = mergeParts(t.reply, msg.Parts)
+		t.reply = nil
+		calls := msg.ToolCalls()
+		if stop == llm.StopMaxTokens && len(calls) == 0 && continuations < t.r.opts.limits.MaxContinuations {
+			// Cut by the output limit: the next call continues the reply,
+			// which is committed once it ends.
+			continuations++
+			t.reply = msg.Parts
+			continue
 		}
 		t.commit(ctx, msg)
 		if res, done, err := t.afterReply(ctx, msg, stop); done {
@@ -123,8 +156,9 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 }
 
 // afterReply acts on a committed assistant reply: it runs the reply's
-// tool calls, continues a reply cut short by the output limit, or ends the
-// turn. done reports that the turn ended, with res or err.
+// tool calls or ends the turn. done reports that the turn ended, with res
+// or err. (A reply cut by the output limit is continued before it is
+// committed; one committed cut ends the turn.)
 func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopReason) (res *TurnCompleted, done bool, err error) {
 	if calls := msg.ToolCalls(); len(calls) > 0 {
 		all, err := t.runTools(ctx, calls)
@@ -140,12 +174,7 @@ func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopRea
 	end := EndReason(0)
 	switch stop {
 	case llm.StopMaxTokens:
-		if t.continuations >= t.r.opts.limits.MaxContinuations {
-			end = EndMaxTokens
-			break
-		}
-		t.continuations++
-		t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(ContinuationPrompt)}})
+		end = EndMaxTokens
 	case llm.StopPauseTurn:
 		// The provider paused a long turn: sending the conversation
 		// again continues it.
@@ -161,6 +190,16 @@ func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopRea
 	}
 	res, err = t.complete(ctx, end)
 	return res, true, err
+}
+
+// commitReply commits the reply cut by the output limit that the turn was
+// continuing, as far as it got, when the turn ends before it is complete,
+// so a client resuming the turn keeps it.
+func (t *turn) commitReply(ctx context.Context) {
+	if len(t.reply) > 0 {
+		t.commit(ctx, llm.Message{Role: llm.RoleAssistant, Parts: t.reply})
+		t.reply = nil
+	}
 }
 
 // stopped returns why the turn must stop now, nil while it may go on: the

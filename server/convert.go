@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -17,99 +18,168 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
-// Limits on requests, checked before a turn starts.
+// Limits on requests, checked before a turn starts. The request's size is
+// bounded on the wire (server.max_request_bytes); these bound its parts.
 const (
-	maxTurnIDLen      = 128
-	maxStopSequences  = 8
-	maxModelCallsCap  = 256
-	maxTemperature    = 2
-	maxToolNameLength = 64
+	maxTurnIDLen         = 128
+	maxModelLen          = 128
+	maxMessages          = 10000
+	maxPartsPerMessage   = 1000
+	maxParts             = 20000
+	maxCallIDLen         = 256
+	maxTools             = 128
+	maxToolNameLength    = 64
+	maxToolDescription   = 8192
+	maxToolSchemaBytes   = 64 << 10
+	maxStopSequences     = 8
+	maxStopSequenceBytes = 128
+	maxModelCallsCap     = 256
+	maxTemperature       = 2
 )
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// toTurnRequest validates req and converts it for the runtime. A problem is
-// reported as a [*runtime.FieldError] naming the field.
-func toTurnRequest(req *turnstilev1.RunTurnRequest) (*runtime.TurnRequest, error) {
-	bad := func(field, format string, args ...any) error {
-		return &runtime.FieldError{Field: field, Description: fmt.Sprintf(format, args...)}
-	}
+// violations collects every problem of a request, each naming its field.
+type violations []*runtime.FieldError
+
+func (v *violations) add(field, format string, args ...any) {
+	*v = append(*v, &runtime.FieldError{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+// toTurnRequest validates req and converts it for the runtime. It reports
+// every problem it finds, each naming its field; the request is converted
+// only when there is none. checkSchema, when not nil, checks each client
+// tool's input schema (JSON).
+func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) error) (*runtime.TurnRequest, violations) {
+	var bad violations
 	if len(req.GetTurnId()) > maxTurnIDLen || !utf8.ValidString(req.GetTurnId()) {
-		return nil, bad("turn_id", "must be valid UTF-8 of at most %d bytes", maxTurnIDLen)
+		bad.add("turn_id", "must be valid UTF-8 of at most %d bytes", maxTurnIDLen)
 	}
-	if len(req.GetMessages()) == 0 {
-		return nil, bad("messages", "at least one message is required")
+	if len(req.GetModel()) > maxModelLen {
+		bad.add("model", "must be at most %d bytes", maxModelLen)
+	}
+	switch n := len(req.GetMessages()); {
+	case n == 0:
+		bad.add("messages", "at least one message is required")
+	case n > maxMessages:
+		bad.add("messages", "at most %d messages are allowed, got %d", maxMessages, n)
 	}
 	tr := &runtime.TurnRequest{
 		TurnID: req.GetTurnId(),
 		Model:  req.GetModel(),
 		System: req.GetSystem(),
 	}
-	for i, m := range req.GetMessages() {
-		field := fmt.Sprintf("messages[%d]", i)
-		msg, err := toMessage(field, m)
-		if err != nil {
-			return nil, err
-		}
-		tr.Messages = append(tr.Messages, msg)
+	parts := 0
+	for _, m := range req.GetMessages() {
+		parts += len(m.GetParts())
 	}
-	seen := map[string]bool{}
-	for i, t := range req.GetTools() {
-		field := fmt.Sprintf("tools[%d]", i)
-		if !toolNameRE.MatchString(t.GetName()) {
-			return nil, bad(field+".name", "must be 1 to %d letters, digits, '_' or '-'", maxToolNameLength)
-		}
-		if seen[t.GetName()] {
-			return nil, bad(field+".name", "%q is declared twice", t.GetName())
-		}
-		seen[t.GetName()] = true
-		spec := llm.ToolSpec{Name: t.GetName(), Description: t.GetDescription()}
-		if s := t.GetInputSchema(); s != nil {
-			b, err := protojson.Marshal(s)
-			if err != nil {
-				return nil, bad(field+".input_schema", "cannot be encoded as JSON: %v", err)
-			}
-			spec.Schema = json.RawMessage(b)
-		}
-		tr.ClientTools = append(tr.ClientTools, spec)
+	if parts > maxParts {
+		bad.add("messages", "at most %d parts are allowed in all messages, got %d", maxParts, parts)
 	}
+	if len(bad) == 0 {
+		for i, m := range req.GetMessages() {
+			tr.Messages = append(tr.Messages, toMessage(&bad, fmt.Sprintf("messages[%d]", i), m))
+		}
+		checkConversation(&bad, tr.Messages)
+	}
+	tr.ClientTools = toTools(&bad, req.GetTools(), checkSchema)
 	if g := req.GetGeneration(); g != nil {
 		if g.MaxOutputTokens != nil {
 			if g.GetMaxOutputTokens() < 1 {
-				return nil, bad("generation.max_output_tokens", "must be at least 1")
+				bad.add("generation.max_output_tokens", "must be at least 1")
 			}
 			tr.MaxOutputTokens = int(g.GetMaxOutputTokens())
 		}
 		if g.Temperature != nil {
 			t := g.GetTemperature()
-			if t < 0 || t > maxTemperature {
-				return nil, bad("generation.temperature", "must be between 0 and %d", maxTemperature)
+			// NaN fails every comparison: test for the valid range.
+			if !(t >= 0 && t <= maxTemperature) {
+				bad.add("generation.temperature", "must be a number from 0 to %d", maxTemperature)
 			}
 			tr.Temperature = &t
 		}
 		if len(g.GetStopSequences()) > maxStopSequences {
-			return nil, bad("generation.stop_sequences", "at most %d are allowed", maxStopSequences)
+			bad.add("generation.stop_sequences", "at most %d are allowed", maxStopSequences)
 		}
 		for i, s := range g.GetStopSequences() {
-			if s == "" {
-				return nil, bad(fmt.Sprintf("generation.stop_sequences[%d]", i), "must not be empty")
+			switch {
+			case s == "":
+				bad.add(fmt.Sprintf("generation.stop_sequences[%d]", i), "must not be empty")
+			case len(s) > maxStopSequenceBytes:
+				bad.add(fmt.Sprintf("generation.stop_sequences[%d]", i), "must be at most %d bytes", maxStopSequenceBytes)
 			}
 		}
 		tr.StopSequences = g.GetStopSequences()
 	}
 	if l := req.GetLimits(); l != nil && l.MaxModelCalls != nil {
 		if n := l.GetMaxModelCalls(); n < 1 || n > maxModelCallsCap {
-			return nil, bad("limits.max_model_calls", "must be between 1 and %d", maxModelCallsCap)
+			bad.add("limits.max_model_calls", "must be between 1 and %d", maxModelCallsCap)
 		}
 		tr.MaxModelCalls = int(l.GetMaxModelCalls())
+	}
+	if len(bad) > 0 {
+		return nil, bad
 	}
 	return tr, nil
 }
 
-func toMessage(field string, m *turnstilev1.Message) (llm.Message, error) {
-	bad := func(f, format string, args ...any) error {
-		return &runtime.FieldError{Field: f, Description: fmt.Sprintf(format, args...)}
+// toTools converts the client's tool declarations.
+func toTools(bad *violations, tools []*turnstilev1.ToolDefinition, checkSchema func([]byte) error) []llm.ToolSpec {
+	if len(tools) > maxTools {
+		bad.add("tools", "at most %d tools are allowed, got %d", maxTools, len(tools))
+		return nil
 	}
+	var specs []llm.ToolSpec
+	seen := map[string]bool{}
+	for i, t := range tools {
+		field := fmt.Sprintf("tools[%d]", i)
+		switch {
+		case !toolNameRE.MatchString(t.GetName()):
+			bad.add(field+".name", "must be 1 to %d letters, digits, '_' or '-'", maxToolNameLength)
+		case seen[t.GetName()]:
+			bad.add(field+".name", "%q is declared twice", t.GetName())
+		}
+		seen[t.GetName()] = true
+		if len(t.GetDescription()) > maxToolDescription {
+			bad.add(field+".description", "must be at most %d bytes", maxToolDescription)
+		}
+		spec := llm.ToolSpec{Name: t.GetName(), Description: t.GetDescription()}
+		if s := t.GetInputSchema(); s != nil {
+			b, err := protojson.Marshal(s)
+			switch {
+			case err != nil:
+				// NaN and infinities have no JSON form.
+				bad.add(field+".input_schema", "cannot be encoded as JSON: %s", clip(err.Error(), 200))
+			case len(b) > maxToolSchemaBytes:
+				bad.add(field+".input_schema", "must be at most %d bytes as JSON", maxToolSchemaBytes)
+			default:
+				if msg := schemaProblem(s, b, checkSchema); msg != "" {
+					bad.add(field+".input_schema", "%s", msg)
+				}
+				spec.Schema = json.RawMessage(b)
+			}
+		}
+		specs = append(specs, spec)
+	}
+	return specs
+}
+
+// schemaProblem says what is wrong with a tool's input schema, "" when
+// nothing is: tool arguments are a JSON object, so a type must say so.
+func schemaProblem(s *structpb.Struct, b []byte, checkSchema func([]byte) error) string {
+	if v, ok := s.GetFields()["type"]; ok && v.GetStringValue() != "object" {
+		return `must describe a JSON object: its "type" must be "object"`
+	}
+	if checkSchema == nil {
+		return ""
+	}
+	if err := checkSchema(b); err != nil {
+		return "is not a valid JSON Schema: " + clip(err.Error(), 300)
+	}
+	return ""
+}
+
+func toMessage(bad *violations, field string, m *turnstilev1.Message) llm.Message {
 	var msg llm.Message
 	switch m.GetRole() {
 	case turnstilev1.Role_ROLE_USER:
@@ -119,49 +189,136 @@ func toMessage(field string, m *turnstilev1.Message) (llm.Message, error) {
 	case turnstilev1.Role_ROLE_TOOL:
 		msg.Role = llm.RoleTool
 	default:
-		return msg, bad(field+".role", "must be ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL")
+		bad.add(field+".role", "must be ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL")
 	}
-	if len(m.GetParts()) == 0 {
-		return msg, bad(field+".parts", "at least one part is required")
+	switch n := len(m.GetParts()); {
+	case n == 0:
+		bad.add(field+".parts", "at least one part is required")
+	case n > maxPartsPerMessage:
+		bad.add(field+".parts", "at most %d parts are allowed, got %d", maxPartsPerMessage, n)
+		return msg
 	}
 	for j, p := range m.GetParts() {
 		pf := fmt.Sprintf("%s.parts[%d]", field, j)
 		var part llm.Part
 		switch k := p.GetKind().(type) {
 		case *turnstilev1.Part_Text:
+			if msg.Role == llm.RoleTool {
+				bad.add(pf+".text", "tool messages hold only tool results")
+			}
 			part = llm.TextPart(k.Text)
 		case *turnstilev1.Part_Thinking:
 			if msg.Role != llm.RoleAssistant {
-				return msg, bad(pf+".thinking", "only assistant messages hold thinking")
+				bad.add(pf+".thinking", "only assistant messages hold thinking")
 			}
 			part = llm.Part{Kind: llm.PartThinking, Text: k.Thinking.GetText(), Signature: k.Thinking.GetSignature()}
 		case *turnstilev1.Part_ToolCall:
 			tc := k.ToolCall
+			if msg.Role != llm.RoleAssistant {
+				bad.add(pf+".tool_call", "only assistant messages hold tool calls")
+			}
 			switch {
-			case msg.Role != llm.RoleAssistant:
-				return msg, bad(pf+".tool_call", "only assistant messages hold tool calls")
 			case tc.GetId() == "":
-				return msg, bad(pf+".tool_call.id", "required")
+				bad.add(pf+".tool_call.id", "required")
+			case len(tc.GetId()) > maxCallIDLen:
+				bad.add(pf+".tool_call.id", "must be at most %d bytes", maxCallIDLen)
+			}
+			switch {
 			case tc.GetName() == "":
-				return msg, bad(pf+".tool_call.name", "required")
-			case tc.GetArguments() != "" && !json.Valid([]byte(tc.GetArguments())):
-				return msg, bad(pf+".tool_call.arguments", "must be JSON text")
+				bad.add(pf+".tool_call.name", "required")
+			case !toolNameRE.MatchString(tc.GetName()):
+				bad.add(pf+".tool_call.name", "must be 1 to %d letters, digits, '_' or '-'", maxToolNameLength)
+			}
+			if tc.GetArguments() != "" && !json.Valid([]byte(tc.GetArguments())) {
+				bad.add(pf+".tool_call.arguments", "must be JSON text")
 			}
 			part = llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArguments()}}
 		case *turnstilev1.Part_ToolResult:
 			tr := k.ToolResult
-			if tr.GetCallId() == "" {
-				return msg, bad(pf+".tool_result.call_id", "required")
+			if msg.Role != llm.RoleTool {
+				bad.add(pf+".tool_result", "only tool messages hold tool results")
+			}
+			switch {
+			case tr.GetCallId() == "":
+				bad.add(pf+".tool_result.call_id", "required")
+			case len(tr.GetCallId()) > maxCallIDLen:
+				bad.add(pf+".tool_result.call_id", "must be at most %d bytes", maxCallIDLen)
 			}
 			part = llm.Part{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{
 				CallID: tr.GetCallId(), Name: tr.GetName(), Content: tr.GetContent(), IsError: tr.GetIsError(),
 			}}
 		default:
-			return msg, bad(pf, "one of text, thinking, tool_call or tool_result must be set")
+			bad.add(pf, "one of text, thinking, tool_call or tool_result must be set")
+			continue
 		}
 		msg.Parts = append(msg.Parts, part)
 	}
-	return msg, nil
+	return msg
+}
+
+// checkConversation checks how tool calls and results pair up, as
+// providers require: every call id is unique; the calls of an assistant
+// message are each answered exactly once by the tool messages right after
+// it, before any other message; and every result answers such a call.
+func checkConversation(bad *violations, msgs []llm.Message) {
+	type call struct {
+		field    string
+		answered bool
+	}
+	seen := map[string]bool{} // every call id so far
+	var pending map[string]*call
+	var order []string // pending ids in order
+	unanswered := func(before string) {
+		for _, id := range order {
+			if c := pending[id]; !c.answered {
+				bad.add(c.field, "tool call %s has no result %s", quote(id), before)
+			}
+		}
+		pending, order = nil, nil
+	}
+	for i, m := range msgs {
+		field := fmt.Sprintf("messages[%d]", i)
+		if m.Role != llm.RoleTool && len(pending) > 0 {
+			unanswered("before " + field)
+		}
+		for j, p := range m.Parts {
+			pf := fmt.Sprintf("%s.parts[%d]", field, j)
+			switch {
+			case p.Kind == llm.PartToolCall && m.Role == llm.RoleAssistant:
+				id := p.ToolCall.ID
+				if id == "" {
+					continue
+				}
+				if seen[id] {
+					bad.add(pf+".tool_call.id", "%s is the id of an earlier tool call: ids must be unique", quote(id))
+					continue
+				}
+				seen[id] = true
+				if pending == nil {
+					pending = map[string]*call{}
+				}
+				pending[id] = &call{field: pf + ".tool_call"}
+				order = append(order, id)
+			case p.Kind == llm.PartToolResult && m.Role == llm.RoleTool:
+				id := p.ToolResult.CallID
+				if id == "" {
+					continue
+				}
+				c := pending[id]
+				switch {
+				case c == nil && seen[id]:
+					bad.add(pf+".tool_result.call_id", "%s is not a call of the assistant message right before", quote(id))
+				case c == nil:
+					bad.add(pf+".tool_result.call_id", "%s answers no tool call", quote(id))
+				case c.answered:
+					bad.add(pf+".tool_result.call_id", "%s has an earlier result", quote(id))
+				default:
+					c.answered = true
+				}
+			}
+		}
+	}
+	unanswered("at the end of the conversation")
 }
 
 // fromMessage converts a runtime message for the wire.
@@ -203,7 +360,7 @@ func errorCode(k llm.Kind) turnstilev1.ErrorCode {
 }
 
 func fromTurnError(e *runtime.TurnError) *turnstilev1.Error {
-	out := &turnstilev1.Error{Code: errorCode(e.Kind), Message: e.Message, Retryable: e.Retryable, Model: e.Model}
+	out := &turnstilev1.Error{Code: errorCode(e.Kind), Message: clip(e.Message, maxMessageBytes), Retryable: e.Retryable, Model: e.Model}
 	if e.RetryAfter > 0 {
 		out.RetryAfter = durationpb.New(e.RetryAfter)
 	}
@@ -293,7 +450,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 		out.Payload = &turnstilev1.AgentEvent_ToolStarted{ToolStarted: &turnstilev1.ToolStarted{CallId: e.CallID, Name: e.Name, Arguments: e.Arguments}}
 	case *runtime.ToolProgress:
 		out.Payload = &turnstilev1.AgentEvent_ToolProgress{ToolProgress: &turnstilev1.ToolProgress{
-			CallId: e.CallID, Name: e.Name, Message: e.Message, Progress: e.Progress, Total: e.Total,
+			CallId: e.CallID, Name: e.Name, Message: clip(e.Message, maxMessageBytes), Progress: e.Progress, Total: e.Total,
 		}}
 	case *runtime.ToolFinished:
 		out.Payload = &turnstilev1.AgentEvent_ToolFinished{ToolFinished: &turnstilev1.ToolFinished{
@@ -312,13 +469,17 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 	case *runtime.Retry:
 		out.Payload = &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{
 			Attempt: uint32(e.Attempt), MaxAttempts: uint32(e.MaxAttempts), Model: e.Model,
-			Delay: durationpb.New(e.Delay), Reason: errorCode(e.Kind), Message: e.Message,
+			Delay: durationpb.New(e.Delay), Reason: errorCode(e.Kind), Message: clip(e.Message, maxMessageBytes),
 			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq,
 		}}
 	case *runtime.Fallback:
 		out.Payload = &turnstilev1.AgentEvent_Fallback{Fallback: &turnstilev1.Fallback{
-			FromModel: e.From, ToModel: e.To, Reason: errorCode(e.Kind), Message: e.Message,
+			FromModel: e.From, ToModel: e.To, Reason: errorCode(e.Kind), Message: clip(e.Message, maxMessageBytes),
 			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq,
+		}}
+	case *runtime.Hedge:
+		out.Payload = &turnstilev1.AgentEvent_Hedge{Hedge: &turnstilev1.Hedge{
+			FromModel: e.From, ToModel: e.To, After: durationpb.New(e.After),
 		}}
 	case *runtime.Compaction:
 		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: &turnstilev1.Compaction{
@@ -336,6 +497,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 				ModelCalls: uint32(e.Counters.ModelCalls), Retries: uint32(e.Counters.Retries),
 				Fallbacks: uint32(e.Counters.Fallbacks), ToolCalls: uint32(e.Counters.ToolCalls),
 				ToolErrors: uint32(e.Counters.ToolErrors), Compactions: uint32(e.Counters.Compactions),
+				Hedges: uint32(e.Counters.Hedges),
 			},
 		}
 		for _, m := range e.Messages {

@@ -550,10 +550,10 @@ func (s *service) resolve(ctx context.Context, turnID string, attempt uint32) (r
 		return runKey{}, status.New(codes.FailedPrecondition, "this server keeps no turn log (store.mode: off): turns cannot be watched or cancelled")
 	}
 	if turnID == "" {
-		return runKey{}, invalidArgument(&runtime.FieldError{Field: "turn_id", Description: "required"})
+		return runKey{}, invalidArgument([]*runtime.FieldError{{Field: "turn_id", Description: "required"}})
 	}
 	if len(turnID) > maxTurnIDLen {
-		return runKey{}, invalidArgument(&runtime.FieldError{Field: "turn_id", Description: fmt.Sprintf("must be valid UTF-8 of at most %d bytes", maxTurnIDLen)})
+		return runKey{}, invalidArgument([]*runtime.FieldError{{Field: "turn_id", Description: fmt.Sprintf("must be valid UTF-8 of at most %d bytes", maxTurnIDLen)}})
 	}
 	k := runKey{turnID: turnID, attempt: attempt}
 	var err error

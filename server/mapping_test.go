@@ -30,6 +30,7 @@ var samplePayloads = map[string]runtime.Payload{
 	"UsageUpdated":     &runtime.UsageUpdated{Total: llm.Usage{InputTokens: 1}},
 	"Retry":            &runtime.Retry{Attempt: 2, MaxAttempts: 3, Kind: llm.KindOverloaded},
 	"Fallback":         &runtime.Fallback{From: "a", To: "b", Kind: llm.KindOverloaded},
+	"Hedge":            &runtime.Hedge{From: "a", To: "b", After: 250 * time.Millisecond},
 	"Compaction":       &runtime.Compaction{Strategy: "keep_ends"},
 	"MessageCompleted": &runtime.MessageCompleted{Message: llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("hi")}}},
 	"ToolStarted":      &runtime.ToolStarted{CallID: "c1", Name: "t"},

@@ -7,6 +7,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,11 +16,15 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -41,6 +46,52 @@ type Options struct {
 	KeepaliveTime time.Duration
 	// MaxConcurrentStreams bounds the streams of one connection (default 256).
 	MaxConcurrentStreams uint32
+
+	// TLS, when not nil, serves over TLS with this configuration (see
+	// [LoadTLS]); nil serves plaintext.
+	TLS *tls.Config
+	// Keys, when not empty, are the client keys: every RPC but the health
+	// service's must carry one as "authorization: Bearer <token>", or it
+	// fails with UNAUTHENTICATED. Reflection needs a key too. Default:
+	// none, every caller is served.
+	Keys []Key
+	// NoReflection turns the server reflection service off (default on).
+	NoReflection bool
+
+	// MaxConcurrentTurns bounds the turns running at once; a turn beyond it
+	// fails at once with RESOURCE_EXHAUSTED and RetryInfo (default 512).
+	MaxConcurrentTurns int
+	// MaxConnections bounds the connections open at once; more wait in the
+	// listen backlog until one closes (default 1024).
+	MaxConnections int
+	// MaxConnectionIdle closes a connection that had no RPC for this long
+	// (default 5m).
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge, when positive, closes a connection this old
+	// gracefully: its clients open a new one, and its RPCs may run for
+	// MaxConnectionAgeGrace more (default 0: connections are not aged).
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long RPCs may run on a connection
+	// closed for its age before it is closed hard (default 0: until
+	// they end).
+	MaxConnectionAgeGrace time.Duration
+	// HandshakeTimeout closes a connection that has not completed its TLS
+	// and HTTP/2 handshake in this time (default 10s).
+	HandshakeTimeout time.Duration
+	// MaxRequestBytes bounds a request; a larger one fails as soon as its
+	// length is read, with gRPC's RESOURCE_EXHAUSTED (default 4 MiB).
+	MaxRequestBytes int
+	// MaxEventBytes bounds every event the server sends (default 2 MiB;
+	// clients must accept messages this large: gRPC's default is 4 MiB).
+	MaxEventBytes int
+	// SendTimeout cancels a turn whose client accepted no event for this
+	// long (default 30s).
+	SendTimeout time.Duration
+	// CheckToolSchema, when not nil, checks the JSON Schema of each tool a
+	// client declares; an error rejects the request with INVALID_ARGUMENT
+	// naming the tool's input_schema (default: schemas are not compiled).
+	CheckToolSchema func(schema []byte) error
+
 	// Store keeps the log of every turn, which makes turns durable:
 	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn and
 	// CancelTurn work from any replica sharing the store. Nil keeps no
@@ -54,10 +105,39 @@ type Options struct {
 	// those whose clients left included; beyond it RunTurn answers a
 	// retryable UNAVAILABLE (default 1024).
 	MaxRunningTurns int
-	// GRPCOptions are appended to the server's options (TLS credentials,
-	// stats handlers, more interceptors).
+
+	// GRPCOptions are appended to the server's options (stats handlers,
+	// more interceptors).
 	GRPCOptions []grpc.ServerOption
 }
+
+// Defaults of [Options].
+const (
+	DefaultMaxConcurrentTurns = 512
+	DefaultMaxConnections     = 1024
+	DefaultMaxConnectionIdle  = 5 * time.Minute
+	DefaultHandshakeTimeout   = 10 * time.Second
+	DefaultMaxRequestBytes    = 4 << 20
+	DefaultMaxEventBytes      = 2 << 20
+	DefaultSendTimeout        = 30 * time.Second
+)
+
+// flowWindow is the HTTP/2 flow-control window the server grants each
+// stream and each connection for what clients send: fixed, so it does not
+// grow with the bandwidth-delay estimate, since requests are read at once.
+const flowWindow = 1 << 20
+
+// bufferPool holds the buffers of messages on their way, in tiers at every
+// power of two from 256 B to 4 MiB. gRPC's default pool jumps from 32 KiB
+// to 1 MiB: an event of 40 KiB (a long reply's message_completed) would
+// hold 1 MiB for as long as a slow client leaves it queued.
+var bufferPool = func() mem.BufferPool {
+	p, err := mem.NewBinaryTieredBufferPool(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
 
 // Server is a gRPC server for AgentService with health and reflection.
 type Server struct {
@@ -67,26 +147,39 @@ type Server struct {
 	opts    Options
 }
 
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.ShutdownGrace, 30*time.Second)
+	def(&o.KeepaliveTime, 30*time.Second)
+	def(&o.MaxConnectionIdle, DefaultMaxConnectionIdle)
+	def(&o.HandshakeTimeout, DefaultHandshakeTimeout)
+	def(&o.SendTimeout, DefaultSendTimeout)
+	defInt(&o.MaxConcurrentTurns, DefaultMaxConcurrentTurns)
+	defInt(&o.MaxConnections, DefaultMaxConnections)
+	defInt(&o.MaxRequestBytes, DefaultMaxRequestBytes)
+	defInt(&o.MaxEventBytes, DefaultMaxEventBytes)
+	defInt(&o.MaxRunningTurns, 1024)
+	def(&o.DetachGrace, 30*time.Second)
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = 256
+	}
+}
+
 // New returns a Server that runs turns on runner.
 func New(runner turnRunner, opts Options) *Server {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.ShutdownGrace == 0 {
-		opts.ShutdownGrace = 30 * time.Second
-	}
-	if opts.KeepaliveTime == 0 {
-		opts.KeepaliveTime = 30 * time.Second
-	}
-	if opts.MaxRunningTurns == 0 {
-		opts.MaxRunningTurns = 1024
-	}
-	if opts.DetachGrace == 0 {
-		opts.DetachGrace = 30 * time.Second
-	}
-	if opts.MaxConcurrentStreams == 0 {
-		opts.MaxConcurrentStreams = 256
-	}
+	opts.setDefaults()
 	logger := opts.Logger
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
@@ -96,20 +189,29 @@ func New(runner turnRunner, opts Options) *Server {
 		return status.Error(codes.Internal, "internal error")
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	// Outermost first: the log line sees the final status and the client
+	// key's name; keys are checked before a request is read; the turn
+	// limits apply to the key found; recovery is innermost.
+	unary := []grpc.UnaryServerInterceptor{logging.UnaryServerInterceptor(logFn, logOpts...)}
+	stream := []grpc.StreamServerInterceptor{logging.StreamServerInterceptor(logFn, logOpts...), decodeErrors}
+	if len(opts.Keys) > 0 {
+		u, s := newAuthenticator(opts.Keys, time.Now).requireKey()
+		unary, stream = append(unary, u), append(stream, s)
+	}
+	stream = append(stream, admission(&turnGate{max: opts.MaxConcurrentTurns}), recovery.StreamServerInterceptor(onPanic))
+	unary = append(unary, recovery.UnaryServerInterceptor(onPanic))
 	sopts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(logFn, logOpts...),
-			recovery.UnaryServerInterceptor(onPanic),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(logFn, logOpts...),
-			recovery.StreamServerInterceptor(onPanic),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			// Ping idle connections so long, quiet tool runs survive NATs
 			// and load balancers.
-			Time:    opts.KeepaliveTime,
-			Timeout: 20 * time.Second,
+			Time:                  opts.KeepaliveTime,
+			Timeout:               20 * time.Second,
+			MaxConnectionIdle:     opts.MaxConnectionIdle,
+			MaxConnectionAge:      opts.MaxConnectionAge,
+			MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			// Let clients ping as often as every 10s, even without streams.
@@ -117,26 +219,42 @@ func New(runner turnRunner, opts Options) *Server {
 			PermitWithoutStream: true,
 		}),
 		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
+		grpc.MaxRecvMsgSize(opts.MaxRequestBytes),
+		grpc.ConnectionTimeout(opts.HandshakeTimeout),
+		grpc.StaticStreamWindowSize(flowWindow),
+		grpc.StaticConnWindowSize(flowWindow),
+		experimental.BufferPool(bufferPool),
+	}
+	if opts.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	sopts = append(sopts, opts.GRPCOptions...)
 
 	s := &Server{
-		grpc:    grpc.NewServer(sopts...),
-		health:  health.NewServer(),
-		service: newService(runner, logger, opts.Store, opts.DetachGrace, opts.MaxRunningTurns),
-		opts:    opts,
+		grpc:   grpc.NewServer(sopts...),
+		health: health.NewServer(),
+		opts:   opts,
 	}
+	s.service = newService(runner, &s.opts)
 	turnstilev1.RegisterAgentServiceServer(s.grpc, s.service)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	if !opts.NoReflection {
+		if err := registerReflection(s.grpc); err != nil {
+			// Only a broken build gets here (the contract is embedded);
+			// serve the generated descriptors, without their documentation.
+			logger.Error("reflection without documentation", "error", err)
+			reflection.Register(s.grpc)
+		}
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 
-// Serve accepts connections on lis until Shutdown or Stop. It returns nil
-// after a shutdown.
+// Serve accepts connections on lis until Shutdown or Stop, at most
+// MaxConnections at once. It returns nil after a shutdown.
 func (s *Server) Serve(lis net.Listener) error {
+	lis = netutil.LimitListener(lis, s.opts.MaxConnections)
 	if err := s.grpc.Serve(lis); err != nil && err != grpc.ErrServerStopped {
 		return fmt.Errorf("server: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -28,6 +29,8 @@ const AttemptHeader = "turnstile-attempt"
 type turnRunner interface {
 	Validate(req *runtime.TurnRequest) error
 	Run(ctx context.Context, req *runtime.TurnRequest, sink runtime.Sink) (*runtime.TurnCompleted, error)
+	Models() []string
+	DefaultModel() string
 }
 
 // service implements turnstile.v1.AgentService over a runner. It maps
@@ -36,6 +39,7 @@ type service struct {
 	turnstilev1.UnimplementedAgentServiceServer
 	runner turnRunner
 	logger *slog.Logger
+	opts   *Options
 
 	store TurnStore // nil: no log, turns live in the stream that runs them
 	grace time.Duration
@@ -57,11 +61,14 @@ type activeTurn struct {
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
 
-func newService(r turnRunner, logger *slog.Logger, store TurnStore, grace time.Duration, maxRuns int) *service {
-	s := &service{runner: r, logger: logger, store: store, grace: grace, maxRuns: maxRuns, active: map[*activeTurn]struct{}{}, runs: map[runKey]*run{}}
+func newService(r turnRunner, opts *Options) *service {
+	s := &service{
+		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
+		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTakeovers = cancel
-	if store != nil {
+	if s.store != nil {
 		s.turns.Add(1)
 		go func() {
 			defer s.turns.Done()
@@ -71,16 +78,16 @@ func newService(r turnRunner, logger *slog.Logger, store TurnStore, grace time.D
 	return s
 }
 
+// maxCauseBytes bounds the root cause of a failure on a log line.
+const maxCauseBytes = 4096
+
 // RunTurn implements [turnstilev1.AgentServiceServer].
 func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
-	tr, err := toTurnRequest(req)
-	if err == nil {
-		err = s.runner.Validate(tr)
-	}
-	if fe, ok := asFieldError(err); ok {
-		return invalidArgument(fe).Err()
-	} else if err != nil {
-		return status.Error(codes.Internal, "internal error")
+	k := keyFrom(stream.Context())
+	tr, st := s.request(req, k)
+	if st != nil {
+		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
+		return st.Err()
 	}
 	if s.store != nil {
 		return s.runDurable(req, tr, stream)
@@ -91,7 +98,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	fields := logging.Fields{"turn_id", tr.TurnID}
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if a := md.Get(AttemptHeader); len(a) > 0 {
-			fields = append(fields, "client_attempt", a[0])
+			fields = append(fields, "client_attempt", clip(a[0], maxEchoBytes))
 		}
 	}
 	logging.AddFields(stream.Context(), fields)
@@ -104,31 +111,81 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	}
 	defer s.untrack(t)
 
-	attempt := attemptOf(stream.Context(), req)
-	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
-		resp, err := toResponse(ev)
-		if err != nil {
-			return err
-		}
-		resp.Event.Attempt = attempt
-		return stream.Send(resp)
-	})
-	res, err := s.runner.Run(ctx, tr, sink)
+	var usage *usageCharger
+	if k != nil {
+		usage = &usageCharger{k: k.limiter}
+	}
+	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage)
+	out.attempt = attemptOf(stream.Context(), req)
+	res, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
+	errors.As(err, &te)
+	if stall := out.finish(te); stall != nil {
+		// The outcome was never delivered: the client stopped reading.
+		res, err, te = nil, stall, &runtime.TurnError{Kind: llm.KindDeadlineExceeded, Message: llm.AsError(stall).Message}
+	}
 	switch {
 	case err == nil:
 		logging.AddFields(stream.Context(), logging.Fields{"end_reason", res.Reason.String(), "model_calls", res.Counters.ModelCalls})
 		return nil
-	case errors.As(err, &te):
+	case te != nil:
 		fields := logging.Fields{"error_code", te.Kind.String()}
 		if te.Cause != nil {
 			// The root cause, for operators only: it never reaches the client.
-			fields = append(fields, "cause", te.Cause.Error())
+			fields = append(fields, "cause", clip(te.Cause.Error(), maxCauseBytes))
 		}
 		logging.AddFields(stream.Context(), fields)
 		return turnStatus(te).Err()
 	}
 	return status.Error(codes.Internal, "internal error")
+}
+
+// request validates req for key k (nil without auth) and converts it, or
+// returns the status that refuses it.
+func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
+	tr, bad := toTurnRequest(req, s.opts.CheckToolSchema)
+	if len(bad) > 0 {
+		return nil, invalidArgument(bad)
+	}
+	alias, st := modelFor(k, tr.Model, s.runner.DefaultModel(), s.runner.Models())
+	if st != nil {
+		return nil, st
+	}
+	tr.Model, tr.Client = alias, k.name()
+	if err := s.runner.Validate(tr); err != nil {
+		if fes := fieldErrors(err); len(fes) > 0 {
+			return nil, invalidArgument(fes)
+		}
+		return nil, status.New(codes.Internal, "internal error")
+	}
+	return tr, nil
+}
+
+// fieldErrors returns the validation failures err holds, one or several
+// joined.
+func fieldErrors(err error) []*runtime.FieldError {
+	var fe *runtime.FieldError
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []*runtime.FieldError
+		for _, e := range joined.Unwrap() {
+			out = append(out, fieldErrors(e)...)
+		}
+		return out
+	}
+	if errors.As(err, &fe) {
+		return []*runtime.FieldError{fe}
+	}
+	return nil
+}
+
+// codeReasonOf returns the ErrorInfo reason of st, for its log line.
+func codeReasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return st.Code().String()
 }
 
 // drainError is the error that ends turns cut short by a shutdown.

@@ -1,7 +1,10 @@
 package server
 
 import (
-	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -9,6 +12,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
@@ -46,8 +50,8 @@ func grpcCode(k llm.Kind) codes.Code {
 // the error e: the code for its class, ErrorInfo always, RetryInfo when it
 // is retryable.
 func turnStatus(e *runtime.TurnError) *status.Status {
-	st := status.New(grpcCode(e.Kind), e.Message)
-	info := &errdetails.ErrorInfo{Reason: e.Kind.String(), Domain: ErrorDomain, Metadata: map[string]string{}}
+	st := status.New(grpcCode(e.Kind), clip(e.Message, maxMessageBytes))
+	info := errorInfo(e.Kind.String(), nil)
 	if e.Model != "" {
 		info.Metadata["model"] = e.Model
 	}
@@ -58,13 +62,61 @@ func turnStatus(e *runtime.TurnError) *status.Status {
 	return withDetails(st, details...)
 }
 
-// invalidArgument returns the status for a request that fails validation.
-func invalidArgument(fe *runtime.FieldError) *status.Status {
-	st := status.New(codes.InvalidArgument, fe.Error())
-	return withDetails(st,
-		&errdetails.ErrorInfo{Reason: llm.KindInvalidRequest.String(), Domain: ErrorDomain, Metadata: map[string]string{"field": fe.Field}},
-		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Description}}},
-	)
+// Reasons of the statuses the server gives before a turn starts; each is an
+// ErrorCode's name without its prefix.
+var (
+	reasonInvalidRequest   = llm.KindInvalidRequest.String()
+	reasonUnauthenticated  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_UNAUTHENTICATED)
+	reasonPermissionDenied = codeReason(turnstilev1.ErrorCode_ERROR_CODE_PERMISSION_DENIED)
+	reasonLimitExceeded    = codeReason(turnstilev1.ErrorCode_ERROR_CODE_LIMIT_EXCEEDED)
+)
+
+func codeReason(c turnstilev1.ErrorCode) string {
+	return strings.TrimPrefix(c.String(), "ERROR_CODE_")
+}
+
+// errorInfo returns the ErrorInfo of reason in turnstile's domain.
+func errorInfo(reason string, metadata map[string]string) *errdetails.ErrorInfo {
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: metadata}
+}
+
+// invalidArgument returns the status for a request that fails validation:
+// every violation in one BadRequest, the first in the message.
+func invalidArgument(vs []*runtime.FieldError) *status.Status {
+	msg := vs[0].Error()
+	if len(vs) > 1 {
+		msg += fmt.Sprintf(" (and %d more problems; see the BadRequest details)", len(vs)-1)
+	}
+	br := &errdetails.BadRequest{}
+	for _, v := range vs {
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
+	}
+	return withDetails(status.New(codes.InvalidArgument, msg),
+		errorInfo(reasonInvalidRequest, map[string]string{"field": vs[0].Field, "violations": strconv.Itoa(len(vs))}), br)
+}
+
+// unauthenticated returns the status of a request without a valid key.
+func unauthenticated(msg string) *status.Status {
+	return withDetails(status.New(codes.Unauthenticated, msg), errorInfo(reasonUnauthenticated, nil))
+}
+
+// permissionDenied returns the status of a request for a model its key
+// may not use.
+func permissionDenied(msg string, metadata map[string]string) *status.Status {
+	return withDetails(status.New(codes.PermissionDenied, msg), errorInfo(reasonPermissionDenied, metadata))
+}
+
+// limitExceeded returns the status of a turn refused by a limit: with
+// RetryInfo when waiting retryAfter may help, without when it never will.
+func limitExceeded(msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
+	details := []protoadapt.MessageV1{errorInfo(reasonLimitExceeded, metadata)}
+	if retryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
+	}
+	return withDetails(status.New(codes.ResourceExhausted, msg), details...)
 }
 
 func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Status {
@@ -72,10 +124,4 @@ func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Sta
 		return s
 	}
 	return st
-}
-
-// asFieldError reports whether err is a validation failure.
-func asFieldError(err error) (*runtime.FieldError, bool) {
-	var fe *runtime.FieldError
-	return fe, errors.As(err, &fe)
 }

@@ -47,8 +47,15 @@ func TestKindMapping(t *testing.T) {
 			}
 		})
 	}
-	if n := len(turnstilev1.ErrorCode_name); n != len(tests)+1 {
-		t.Errorf("the proto has %d error codes, the table %d kinds (+UNSPECIFIED)", n, len(tests))
+	// The codes of refusals before a turn starts are the server's own.
+	refusals := []string{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded}
+	for _, r := range refusals {
+		if _, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+r]; !ok {
+			t.Errorf("reason %s is no error code", r)
+		}
+	}
+	if n := len(turnstilev1.ErrorCode_name); n != len(tests)+len(refusals)+1 {
+		t.Errorf("the proto has %d error codes, the table %d kinds and %d refusals (+UNSPECIFIED)", n, len(tests), len(refusals))
 	}
 }
 

@@ -85,9 +85,9 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte) (*runtime.Tu
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, err := toTurnRequest(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("run request: %w", err)
+	tr, bad := toTurnRequest(req, nil)
+	if len(bad) > 0 {
+		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}
 	tr.TurnID = k.turnID
 	events := make([]*turnstilev1.AgentEvent, len(raw))
@@ -146,9 +146,10 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			u := p.Usage
 			rs.Usage = llm.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(), CacheReadTokens: u.GetCacheReadTokens(), CacheWriteTokens: u.GetCacheWriteTokens()}
 		case *turnstilev1.AgentEvent_MessageCompleted:
-			m, err := toMessage("message_completed", p.MessageCompleted.GetMessage())
-			if err != nil {
-				return nil, err
+			var bad violations
+			m := toMessage(&bad, "message_completed", p.MessageCompleted.GetMessage())
+			if len(bad) > 0 {
+				return nil, bad[0]
 			}
 			rs.Committed = append(rs.Committed, m)
 			rs.DiscardFromSeq = 0

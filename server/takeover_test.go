@@ -119,7 +119,7 @@ func resumeOnB(t *testing.T, rp *replicaPair, head []*turnstilev1.AgentEvent) ([
 	}
 }
 
-func text(s string) llm.Chunk { return llm.Chunk{Kind: llm.ChunkText, Text: s} }
+func textChunk(s string) llm.Chunk { return llm.Chunk{Kind: llm.ChunkText, Text: s} }
 
 // TestTakeoverMidDelta: the replica running a turn dies while the model
 // streams; another takes the turn over from the log, tells clients to
@@ -128,7 +128,7 @@ func text(s string) llm.Chunk { return llm.Chunk{Kind: llm.ChunkText, Text: s} }
 func TestTakeoverMidDelta(t *testing.T) {
 	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n == 1 {
-			return chunks(ctx, true, text("Hel"), text("lo "))
+			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
 		}
 		return chunks(ctx, false, fake.Text("Hello world")...)
 	}}

@@ -5,15 +5,20 @@
 //	turnstile run [--addr ADDR] [--model ALIAS] [--system TEXT] [--json]
 //	              [--timeout D] [--retries N] [--tls] PROMPT...
 //	turnstile bench [--chunks N] [--delay D] [--c N] [--slow N] [--config FILE] ...
+//	turnstile version
 //
 // run exits 0 when the turn completed, 1 when it failed and retrying won't
-// help, 2 on a usage error, and 3 when it failed but may succeed if run again.
+// help, 2 on a usage error, 3 when it failed but may succeed if run again,
+// and 130 when Ctrl-C stopped it.
 package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 )
 
 // Exit codes of turnstile run.
@@ -24,38 +29,91 @@ const (
 	exitRetryable = 3 // the turn failed but may succeed if run again
 )
 
+// version is the release, when the build stamps one:
+// go build -ldflags "-X main.version=v1.2.3". Without it the module's
+// version from the build information is used ("(devel)" for a build from a
+// checkout).
+var version = ""
+
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(exitUsage)
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli dispatches the command line to its subcommand.
+func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
 	}
-	var code int
-	switch os.Args[1] {
+	switch args[0] {
 	case "serve":
 		setGCDefaults()
 		startDebug(slog.Default())
-		code = serve(os.Args[2:], os.Stderr)
+		return serve(args[1:], stderr)
 	case "run":
-		code = run(os.Args[2:])
+		return run(args[1:])
 	case "bench":
-		code = benchCmd(os.Args[2:])
+		return benchCmd(args[1:])
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionString())
+		return exitOK
 	case "help", "-h", "--help":
-		usage()
-	default:
-		fmt.Fprintf(os.Stderr, "turnstile: unknown command %q\n\n", os.Args[1])
-		usage()
-		code = exitUsage
+		usage(stdout)
+		return exitOK
 	}
-	os.Exit(code)
+	fmt.Fprintf(stderr, "turnstile: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `turnstile runs LLM agent turns over gRPC and streams every step.
+// versionString says which turnstile this is: its version, the commit it
+// was built from (with +dirty for uncommitted changes) and when, and the Go
+// release and platform.
+func versionString() string {
+	v := version
+	info, ok := debug.ReadBuildInfo()
+	if v == "" && ok {
+		v = info.Main.Version
+	}
+	if v == "" {
+		v = "(unknown)"
+	}
+	s := "turnstile " + v
+	if ok {
+		var rev, at string
+		var dirty bool
+		for _, kv := range info.Settings {
+			switch kv.Key {
+			case "vcs.revision":
+				rev = kv.Value
+			case "vcs.time":
+				at = kv.Value
+			case "vcs.modified":
+				dirty = kv.Value == "true"
+			}
+		}
+		if rev != "" {
+			s += " (commit " + rev[:min(len(rev), 12)]
+			if dirty {
+				s += "+dirty"
+			}
+			if at != "" {
+				s += ", " + at
+			}
+			s += ")"
+		}
+	}
+	return s + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `turnstile runs LLM agent turns over gRPC and streams every step.
 
 Usage:
   turnstile serve [--config FILE] [--listen ADDR]   serve AgentService (default 127.0.0.1:7700)
   turnstile run [flags] PROMPT...                   run one turn and render it
   turnstile bench [flags]                           measure what the server adds (BENCHMARKS.md)
+  turnstile version                                 print the version and build information
 
 Run "turnstile serve -h", "turnstile run -h" or "turnstile bench -h" for their flags.
 `)

@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,38 +11,90 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 )
 
 // run is "turnstile run": it runs one turn and renders it for a person, or
-// as JSON lines for a script.
+// as JSON lines for a script. SIGINT (Ctrl-C) or SIGTERM cancels the turn;
+// the command then exits 128 + the signal's number (130 for Ctrl-C).
 func run(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runCommand(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var caught atomic.Int32
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case s := <-sigs:
+			caught.Store(int32(s.(syscall.Signal)))
+			cancel()
+		case <-done:
+		}
+	}()
+	code := runCommand(ctx, args, os.Stdin, os.Stdout, os.Stderr, detectConsole(os.Stdout, os.Stderr, os.Getenv))
+	if s := caught.Load(); s != 0 {
+		fmt.Fprintln(os.Stderr, "turnstile run: interrupted")
+		return 128 + int(s)
+	}
+	return code
 }
 
 const runUsage = `Usage: turnstile run [flags] PROMPT...
 
 Runs one agent turn on a turnstile server and streams it: the reply on
-stdout as it arrives, notices (retries, fallbacks) and the final usage line
-on stderr. A PROMPT of "-" is read from stdin.
+stdout as it arrives, notices (retries, fallbacks, resumes) and the final
+usage line on stderr. A PROMPT of "-" is read from stdin. Flags may come
+before or after the prompt; "--" ends them. The client key of a server
+with auth is read from the environment variable TURNSTILE_TOKEN.
+
+Words: a "retry" is the server calling the model again within the turn; a
+"resume" is this command running a failed turn again from what it
+committed (--retries). Ctrl-C cancels the turn and exits 130.
 
 Exit codes: 0 the turn completed; 1 it failed and retrying won't help;
-2 bad flags or arguments; 3 it failed but may succeed if run again.
+2 bad flags or arguments; 3 it failed but may succeed if run again;
+128+N it was stopped by signal N (130: Ctrl-C).
+
+--json prints one turnstile.v1.ClientEvent per line, in protojson:
+{"attempt":1,"turnId":"…","agent":{…the server's AgentEvent…}} or
+{"attempt":1,"turnId":"…","stepRetry":{…}}. The server numbers the events
+of each attempt from seq 1 again: (attempt, seq) orders a turn's events.
 
 Flags:
 `
 
-// runCommand is run with its streams and context given, for tests.
-func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// parseInterspersed parses flags wherever they appear among args, as GNU
+// tools do, and returns the other arguments in order. "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		// fs.Parse consumes a "--" that ends the flags: what follows is
+		// all positional.
+		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
+			return append(rest, left...), nil
+		}
+		if len(left) == 0 {
+			return rest, nil
+		}
+		rest = append(rest, left[0])
+		args = left[1:]
+	}
+}
+
+// runCommand is run with its streams, context and console given, for tests.
+func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, con console) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -55,17 +108,21 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	addr := fs.String("addr", defAddr, "server `address`: host:port, a comma-separated list of them, or a gRPC target such as dns:///host:port (env TURNSTILE_ADDR)")
 	model := fs.String("model", "", "model `alias` (default: the server's default model)")
 	system := fs.String("system", "", "system prompt `text`")
-	asJSON := fs.Bool("json", false, "print one event per line as protojson, for scripts")
-	timeout := fs.Duration("timeout", 0, "give up after this `duration`, retries included (default: no limit)")
-	retries := fs.Int("retries", 1, "times a failed step is run again when the server says it may succeed (0: never)")
+	asJSON := fs.Bool("json", false, "print one turnstile.v1.ClientEvent per line as protojson, for scripts")
+	timeout := fs.Duration("timeout", 0, "give up after this `duration`, retries and resumes included (default: no limit)")
+	retries := fs.Int("retries", 1, "times a failed turn is resumed when the server says it may succeed (0: never)")
 	useTLS := fs.Bool("tls", false, "connect over TLS with the system's root certificates (default: plaintext)")
-	if err := fs.Parse(args); err != nil {
+	caFile := fs.String("ca", "", "connect over TLS trusting the CA certificates in this PEM `file`")
+	certFile := fs.String("cert", "", "client certificate PEM `file`, for servers that require one (mutual TLS); with --key")
+	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
+	words, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitUsage
 	}
-	prompt := strings.TrimSpace(strings.Join(fs.Args(), " "))
+	prompt := strings.TrimSpace(strings.Join(words, " "))
 	if prompt == "-" {
 		b, err := io.ReadAll(stdin)
 		if err != nil {
@@ -88,10 +145,18 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 
 	opts := []client.Option{client.WithMaxStepRetries(*retries)}
-	if *useTLS {
-		opts = append(opts, client.WithTLS(nil))
+	tlsCfg, err := clientTLS(*useTLS, *caFile, *certFile, *keyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
+	}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLS(tlsCfg))
 	} else {
 		opts = append(opts, client.WithInsecure())
+	}
+	if token := os.Getenv("TURNSTILE_TOKEN"); token != "" {
+		opts = append(opts, client.WithBearerToken(token))
 	}
 	c, err := client.New(*addr, opts...)
 	if err != nil {
@@ -117,9 +182,9 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 
 	var r eventRenderer
 	if *asJSON {
-		r = &jsonRenderer{out: stdout}
+		r = &jsonRenderer{out: stdout, turnID: turn.ID()}
 	} else {
-		r = newTextRenderer(stdout, stderr)
+		r = newTextRenderer(stdout, stderr, con)
 	}
 	defer r.close()
 	for ev, err := range turn.Events() {
@@ -137,6 +202,10 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitOK
 	}
 	r.close()
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The caller (Ctrl-C) stopped the turn: it knows why.
+		return exitPermanent
+	}
 	var te *client.TurnError
 	if !errors.As(turn.Err(), &te) {
 		fmt.Fprintf(stderr, "turnstile run: %v\n", turn.Err())
@@ -149,7 +218,38 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	return exitPermanent
 }
 
-// describeFailure says what failed, how often and what to do.
+// clientTLS returns the TLS configuration the flags ask for, nil for
+// plaintext.
+func clientTLS(useTLS bool, caFile, certFile, keyFile string) (*tls.Config, error) {
+	if !useTLS && caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca: no PEM certificate in %s", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// describeFailure says what failed, how often the turn was resumed and
+// what to do.
 func describeFailure(te *client.TurnError) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", client.CodeName(te.Code), te.Message)
@@ -157,7 +257,7 @@ func describeFailure(te *client.TurnError) string {
 		fmt.Fprintf(&b, " (model %s)", te.Model)
 	}
 	if te.Attempts > 1 {
-		fmt.Fprintf(&b, "; gave up after %d attempts", te.Attempts)
+		fmt.Fprintf(&b, "; gave up after %s", plural(te.Attempts-1, "resume"))
 	}
 	if te.Retryable {
 		b.WriteString("; it may succeed if run again")
@@ -183,245 +283,6 @@ func roundDelay(d time.Duration) time.Duration {
 	return d.Round(time.Millisecond)
 }
 
-// eventRenderer shows a turn's events.
-type eventRenderer interface {
-	render(ev *client.Event) error
-	done(res *client.Result)
-	close()
-}
-
-// jsonRenderer prints each event as one line of protojson. The client's
-// own step-retry signal is a line {"stepRetry": {...}} in the same style.
-type jsonRenderer struct{ out io.Writer }
-
-func (j *jsonRenderer) render(ev *client.Event) error {
-	var line []byte
-	var err error
-	switch {
-	case ev.Agent != nil:
-		line, err = protojson.Marshal(ev.Agent)
-	case ev.StepRetry != nil:
-		sr := ev.StepRetry
-		line, err = json.Marshal(map[string]any{"stepRetry": map[string]any{
-			"attempt":        sr.Attempt,
-			"maxAttempts":    sr.MaxAttempts,
-			"delay":          fmt.Sprintf("%.3fs", sr.Delay.Seconds()),
-			"code":           sr.Err.Code.String(),
-			"message":        sr.Err.Message,
-			"discardPartial": sr.DiscardPartial,
-			"turnId":         sr.Err.TurnID,
-		}})
-	default:
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("encoding an event: %w", err)
-	}
-	_, err = fmt.Fprintf(j.out, "%s\n", line)
-	return err
-}
-
-func (j *jsonRenderer) done(*client.Result) {}
-func (j *jsonRenderer) close()              {}
-
-// ANSI sequences, used only on terminals.
-const (
-	ansiDim    = "\x1b[2m"
-	ansiYellow = "\x1b[33m"
-	ansiReset  = "\x1b[0m"
-)
-
-// textRenderer renders a turn for a person: text as it arrives, thinking
-// dimmed, tool calls and results, notices on stderr.
-type textRenderer struct {
-	out, errw io.Writer
-	color     bool // stdout is a terminal
-	errColor  bool // stderr is a terminal
-	spin      *spinner
-	mode      string // what stdout shows last: "", "text", "thinking", "tool"
-	midLine   bool   // stdout's last line is not ended
-	anyOutput bool
-}
-
-func newTextRenderer(stdout, stderr io.Writer) *textRenderer {
-	r := &textRenderer{out: stdout, errw: stderr, color: isTerminal(stdout), errColor: isTerminal(stderr)}
-	if r.errColor {
-		r.spin = &spinner{w: stderr}
-		r.spin.start("waiting for the model")
-	}
-	return r
-}
-
-func (r *textRenderer) render(ev *client.Event) error {
-	if sr := ev.StepRetry; sr != nil {
-		msg := fmt.Sprintf("attempt %d failed: %s: %s; resuming the turn in %s (attempt %d of %d)",
-			sr.Attempt-1, client.CodeName(sr.Err.Code), sr.Err.Message, roundDelay(sr.Delay), sr.Attempt, sr.MaxAttempts)
-		if sr.DiscardPartial {
-			msg += "; the partial output above is discarded"
-		}
-		r.notice(msg)
-		r.waiting()
-		return nil
-	}
-	a := ev.Agent
-	switch p := a.GetPayload().(type) {
-	case *turnstilev1.AgentEvent_TextDelta:
-		return r.write("text", p.TextDelta.GetText())
-	case *turnstilev1.AgentEvent_ThinkingDelta:
-		return r.write("thinking", p.ThinkingDelta.GetText())
-	case *turnstilev1.AgentEvent_ToolCallDelta:
-		r.stopSpinner()
-	case *turnstilev1.AgentEvent_ToolStarted:
-		t := p.ToolStarted
-		if err := r.line("tool", fmt.Sprintf("⚙ %s(%s)", t.GetName(), clip(t.GetArguments(), 200))); err != nil {
-			return err
-		}
-		r.waiting()
-	case *turnstilev1.AgentEvent_ToolFinished:
-		t := p.ToolFinished
-		label := "↳"
-		if t.GetIsError() {
-			label = "↳ error:"
-		}
-		if err := r.line("tool", fmt.Sprintf("  %s %s (%s)", label, clip(t.GetContent(), 300), roundDelay(t.GetDuration().AsDuration()))); err != nil {
-			return err
-		}
-		r.waiting()
-	case *turnstilev1.AgentEvent_Retry:
-		e := p.Retry
-		msg := fmt.Sprintf("model %s: %s: %s; retrying in %s (attempt %d of %d)",
-			e.GetModel(), client.CodeName(e.GetReason()), e.GetMessage(), roundDelay(e.GetDelay().AsDuration()), e.GetAttempt(), e.GetMaxAttempts())
-		if e.GetDiscardPartial() {
-			msg += "; the partial output above is discarded"
-		}
-		r.notice(msg)
-		r.waiting()
-	case *turnstilev1.AgentEvent_Fallback:
-		e := p.Fallback
-		msg := fmt.Sprintf("model %s: %s: %s; falling back to model %s", e.GetFromModel(), client.CodeName(e.GetReason()), e.GetMessage(), e.GetToModel())
-		if e.GetDiscardPartial() {
-			msg += "; the partial output above is discarded"
-		}
-		r.notice(msg)
-		r.waiting()
-	case *turnstilev1.AgentEvent_Compaction:
-		e := p.Compaction
-		r.notice(fmt.Sprintf("the conversation was compacted (%s): %d → %d messages", e.GetStrategy(), e.GetMessagesBefore(), e.GetMessagesAfter()))
-	}
-	return nil
-}
-
-// write appends a fragment of kind mode ("text" or "thinking") to stdout.
-func (r *textRenderer) write(mode, s string) error {
-	if s == "" {
-		return nil
-	}
-	r.stopSpinner()
-	var b strings.Builder
-	if r.mode != mode {
-		if r.midLine {
-			b.WriteString("\n")
-		}
-		if r.anyOutput {
-			b.WriteString("\n")
-		}
-		if mode == "thinking" && !r.color {
-			b.WriteString("thinking: ")
-		}
-	}
-	if mode == "thinking" && r.color {
-		b.WriteString(ansiDim + s + ansiReset)
-	} else {
-		b.WriteString(s)
-	}
-	r.mode, r.anyOutput = mode, true
-	r.midLine = !strings.HasSuffix(s, "\n")
-	_, err := io.WriteString(r.out, b.String())
-	return err
-}
-
-// line writes a whole line of kind mode to stdout, dimmed on a terminal.
-func (r *textRenderer) line(mode, s string) error {
-	r.stopSpinner()
-	var b strings.Builder
-	if r.midLine {
-		b.WriteString("\n")
-	}
-	if r.mode != mode && r.anyOutput {
-		b.WriteString("\n")
-	}
-	if r.color {
-		s = ansiDim + s + ansiReset
-	}
-	b.WriteString(s + "\n")
-	r.mode, r.midLine, r.anyOutput = mode, false, true
-	_, err := io.WriteString(r.out, b.String())
-	return err
-}
-
-// notice writes a line to stderr, ending stdout's line first.
-func (r *textRenderer) notice(msg string) {
-	r.stopSpinner()
-	if r.midLine {
-		_, _ = io.WriteString(r.out, "\n")
-		r.midLine = false
-	}
-	if r.errColor {
-		msg = ansiYellow + msg + ansiReset
-	}
-	fmt.Fprintf(r.errw, "turnstile: %s\n", msg)
-}
-
-func (r *textRenderer) waiting() {
-	if r.spin != nil {
-		r.spin.start("waiting for the model")
-	}
-}
-
-func (r *textRenderer) stopSpinner() {
-	if r.spin != nil {
-		r.spin.stop()
-	}
-}
-
-// done ends stdout's line and prints the usage line on stderr.
-func (r *textRenderer) done(res *client.Result) {
-	r.close()
-	u, c := res.Usage, res.Counters
-	line := fmt.Sprintf("%s · %s in, %s out",
-		strings.ToLower(strings.TrimPrefix(res.EndReason.String(), "END_REASON_")),
-		plural(int(u.GetInputTokens()), "token"), plural(int(u.GetOutputTokens()), "token"))
-	if n := u.GetCacheReadTokens(); n > 0 {
-		line += fmt.Sprintf(" (%d cached)", n)
-	}
-	line += " · " + plural(int(c.GetModelCalls()), "model call")
-	if n := c.GetToolCalls(); n > 0 {
-		line += " · " + plural(int(n), "tool call")
-	}
-	if n := c.GetRetries(); n > 0 {
-		line += " · " + plural(int(n), "retry")
-	}
-	if n := c.GetFallbacks(); n > 0 {
-		line += " · " + plural(int(n), "fallback")
-	}
-	if res.Attempts > 1 {
-		line += fmt.Sprintf(" · %d attempts", res.Attempts)
-	}
-	if r.errColor {
-		line = ansiDim + line + ansiReset
-	}
-	fmt.Fprintln(r.errw, line)
-}
-
-// close stops the spinner and ends stdout's line; it may be called again.
-func (r *textRenderer) close() {
-	r.stopSpinner()
-	if r.midLine {
-		_, _ = io.WriteString(r.out, "\n")
-		r.midLine = false
-	}
-}
-
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
@@ -430,67 +291,4 @@ func plural(n int, what string) string {
 		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(what, "y"))
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-// clip shortens s to n runes on one line.
-func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "…"
-	}
-	return s
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// spinner animates a line on a terminal until stopped. start and stop may
-// be called repeatedly, from one goroutine.
-type spinner struct {
-	w       io.Writer
-	mu      sync.Mutex
-	stopped chan struct{} // closed to stop the running animation
-	exited  chan struct{} // closed when it has cleared its line
-}
-
-func (s *spinner) start(label string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped != nil {
-		return
-	}
-	s.stopped, s.exited = make(chan struct{}), make(chan struct{})
-	go func(stopped, exited chan struct{}) {
-		defer close(exited)
-		frames := []rune("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			fmt.Fprintf(s.w, "\r%c %s…", frames[i%len(frames)], label)
-			select {
-			case <-stopped:
-				fmt.Fprint(s.w, "\r\x1b[K")
-				return
-			case <-tick.C:
-			}
-		}
-	}(s.stopped, s.exited)
-}
-
-func (s *spinner) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped == nil {
-		return
-	}
-	close(s.stopped)
-	<-s.exited
-	s.stopped, s.exited = nil, nil
 }

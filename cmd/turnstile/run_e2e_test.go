@@ -62,9 +62,9 @@ func TestRunEndToEndOnTheSimulator(t *testing.T) {
 			args:   []string{"--retries", "1"},
 			code:   exitOK,
 			stderr: []string{
-				"model sim: SERVER_ERROR", "retrying in", "(attempt 2 of 3)",
-				"attempt 1 failed: SERVER_ERROR", "resuming the turn", "(attempt 2 of 2)",
-				"4 model calls", "2 retries", "2 attempts",
+				"model sim: SERVER_ERROR", "retrying in", "(retry 1 of 2)", "(retry 2 of 2)",
+				"turnstile: SERVER_ERROR: The server had an error while processing your request. Sorry about that!; resuming the turn in", "(resume 1 of 1)",
+				"4 model calls · 2 retries · 1 resume",
 			},
 		},
 		{
@@ -80,6 +80,36 @@ func TestRunEndToEndOnTheSimulator(t *testing.T) {
 			code:    exitPermanent,
 			stderr:  []string{"turnstile run: AUTH"},
 			without: []string{"resuming", "may succeed"},
+		},
+		{
+			// An unknown tool is never started, yet its call is shown.
+			name:   "unknown tool",
+			prompt: `[sim tool=nope] hi`,
+			code:   exitOK,
+			stdout: []string{"⚙ nope({})\n", "  ↳ nope error: unknown tool \"nope\""},
+		},
+		{
+			name:   "a reply cut at the token limit is continued",
+			prompt: `[sim max_tokens=3] tell me a long story`,
+			code:   exitOK,
+			stderr: []string{"turnstile: the reply reached the output token limit; model sim continues it\n", "end_turn"},
+		},
+		{
+			name:   "shown output is discarded",
+			prompt: `[sim fail=server_error times=1 after=2] hi`,
+			code:   exitOK,
+			stderr: []string{"(retry 1 of 2); the partial output above is discarded\n"},
+		},
+		{
+			// Step 1 streams only tool call fragments before it fails:
+			// nothing was shown. Step 2 streams text before it fails.
+			name:   "unshown output is not said to be discarded",
+			prompt: `[sim tool=current_time args={"zone":"UTC"}] [sim fail=server_error times=1 after=2] hi`,
+			code:   exitOK,
+			stderr: []string{
+				"Sorry about that!; retrying in", "(retry 1 of 2)\nturnstile: model sim:",
+				"(retry 1 of 2); the partial output above is discarded\nend_turn",
+			},
 		},
 		{
 			name:   "refusal is an outcome",

@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/turnstile-dev/turnstile/client"
@@ -59,7 +60,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
 	var stdout, stderr bytes.Buffer
-	code := runCommand(t.Context(), args, strings.NewReader(""), &stdout, &stderr)
+	code := runCommand(t.Context(), args, strings.NewReader(""), &stdout, &stderr, console{})
 	goleak.VerifyNone(t, before)
 	t.Logf("turnstile run %s => %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	return code, stdout.String(), stderr.String()
@@ -87,7 +88,7 @@ func TestRunRendersTheTurn(t *testing.T) {
 	}
 	for _, want := range []string{
 		`⚙ lookup({"city":"Oslo"})`,
-		`↳ {"ok":true}`,
+		`↳ lookup: {"ok":true}`,
 		"thinking: The tool says ok.",
 		"\n\nIt is sunny in Oslo.\n",
 	} {
@@ -129,9 +130,9 @@ func TestRunStepRetryThenSuccess(t *testing.T) {
 		t.Errorf("stdout = %q, want the partial line then the reply", out)
 	}
 	for _, want := range []string{
-		"turnstile: attempt 1 failed: SERVER_ERROR: upstream returned 500; resuming the turn in ",
-		"(attempt 2 of 2); the partial output above is discarded",
-		"2 attempts",
+		"turnstile: SERVER_ERROR: upstream returned 500; resuming the turn in ",
+		"(resume 1 of 1); the partial output above is discarded",
+		"· 1 resume\n",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q", want)
@@ -145,7 +146,7 @@ func TestRunRetryableFailureExits3(t *testing.T) {
 	if code != exitRetryable {
 		t.Errorf("exit code %d, want %d", code, exitRetryable)
 	}
-	for _, want := range []string{"turnstile run: SERVER_ERROR: upstream returned 500 (model test); gave up after 2 attempts; it may succeed if run again"} {
+	for _, want := range []string{"turnstile run: SERVER_ERROR: upstream returned 500 (model test); gave up after 1 resume; it may succeed if run again"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q", want)
 		}
@@ -194,40 +195,58 @@ func TestRunTimeout(t *testing.T) {
 	}
 }
 
+// --json prints one kind of line: a turnstile.v1.ClientEvent in protojson,
+// for the server's events and the client's step retry alike; the second
+// attempt's events are numbered from seq 1 again.
 func TestRunJSON(t *testing.T) {
 	p := fake.NewProvider(
 		fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "Half"}}, Err: serverError()},
 		fake.Reply{Chunks: fake.Text("Whole.")},
 	)
 	addr := startTestServer(t, p)
-	code, out, _ := runCLI(t, "--addr", addr, "--json", "hello")
+	// Flags after the prompt are flags too.
+	code, out, _ := runCLI(t, "--addr", addr, "hello", "--json")
 	if code != exitOK {
 		t.Fatalf("exit code %d, want %d", code, exitOK)
 	}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	var kinds []string
-	for _, l := range lines {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("line %q is not JSON: %v", l, err)
+	var turnIDs = map[string]bool{}
+	firstSeq := map[uint32]uint64{}
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var ev turnstilev1.ClientEvent
+		if err := protojson.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("line %q is not a ClientEvent: %v", l, err)
 		}
-		for k := range m {
-			if k != "seq" && k != "time" && k != "turnId" && k != "attempt" {
-				kinds = append(kinds, k)
+		turnIDs[ev.GetTurnId()] = true
+		switch k := ev.GetKind().(type) {
+		case *turnstilev1.ClientEvent_Agent:
+			kinds = append(kinds, string(k.Agent.ProtoReflect().WhichOneof(k.Agent.ProtoReflect().Descriptor().Oneofs().ByName("payload")).Name()))
+			if _, ok := firstSeq[ev.GetAttempt()]; !ok {
+				firstSeq[ev.GetAttempt()] = k.Agent.GetSeq()
 			}
+		case *turnstilev1.ClientEvent_StepRetry:
+			kinds = append(kinds, "step_retry")
+			sr := k.StepRetry
+			if sr.GetAttempt() != 2 || !sr.GetDiscardPartial() || sr.GetError().GetCode() != turnstilev1.ErrorCode_ERROR_CODE_SERVER_ERROR || sr.GetDelay() == nil {
+				t.Errorf("step retry = %v", sr)
+			}
+		default:
+			t.Fatalf("line %q has no event", l)
 		}
 	}
-	if len(kinds) == 0 || kinds[0] != "turnStarted" || kinds[len(kinds)-1] != "turnCompleted" {
-		t.Errorf("event kinds = %v, want turnStarted first and turnCompleted last", kinds)
+	if len(kinds) == 0 || kinds[0] != "turn_started" || kinds[len(kinds)-1] != "turn_completed" {
+		t.Errorf("event kinds = %v, want turn_started first and turn_completed last", kinds)
 	}
-	for _, want := range []string{"textDelta", "error", "stepRetry", "messageCompleted"} {
-		found := false
-		for _, k := range kinds {
-			found = found || k == want
-		}
-		if !found {
+	for _, want := range []string{"text_delta", "error", "step_retry", "message_completed"} {
+		if !slices.Contains(kinds, want) {
 			t.Errorf("no %s line in %v", want, kinds)
 		}
+	}
+	if len(turnIDs) != 1 {
+		t.Errorf("turn ids = %v, want one", turnIDs)
+	}
+	if firstSeq[1] != 1 || firstSeq[2] != 1 {
+		t.Errorf("first seq per attempt = %v, want 1 for attempts 1 and 2", firstSeq)
 	}
 }
 
@@ -254,7 +273,7 @@ func TestRunPromptFromStdin(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("ok")})
 	addr := startTestServer(t, p)
 	var stdout, stderr bytes.Buffer
-	code := runCommand(context.Background(), []string{"--addr", addr, "-"}, strings.NewReader("a prompt\nfrom stdin\n"), &stdout, &stderr)
+	code := runCommand(context.Background(), []string{"--addr", addr, "-"}, strings.NewReader("a prompt\nfrom stdin\n"), &stdout, &stderr, console{})
 	if code != exitOK {
 		t.Fatalf("exit code %d: %s", code, stderr.String())
 	}
@@ -265,7 +284,7 @@ func TestRunPromptFromStdin(t *testing.T) {
 
 func TestTextRendererOnATerminal(t *testing.T) {
 	var out, errOut bytes.Buffer
-	r := &textRenderer{out: &out, errw: &errOut, color: true}
+	r := newTextRenderer(&out, &errOut, console{color: true})
 	for _, ev := range []*turnstilev1.AgentEvent{
 		{Payload: &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: "hmm"}}},
 		{Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "Hi"}}},
@@ -286,7 +305,7 @@ func TestTextRendererOnATerminal(t *testing.T) {
 		t.Errorf("stdout = %q, want %q", out.String(), want)
 	}
 	for _, want := range []string{
-		"turnstile: model m: OVERLOADED: Overloaded; retrying in 1.5s (attempt 2 of 3); the partial output above is discarded\n",
+		"turnstile: model m: OVERLOADED: Overloaded; retrying in 1.5s (retry 1 of 2); the partial output above is discarded\n",
 		"turnstile: model m: OVERLOADED: Overloaded; falling back to model n\n",
 	} {
 		if !strings.Contains(errOut.String(), want) {

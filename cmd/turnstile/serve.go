@@ -52,11 +52,12 @@ func serve(args []string, stderr io.Writer) int {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
-	logger, err := newLogger(stderr, cfg.Log)
+	logger, err := newLogger(stderr, cfg.Log, cfg.Secrets(os.Getenv))
 	if err != nil {
 		fmt.Fprintf(stderr, "turnstile serve: %v\n", err)
 		return exitPermanent
 	}
+	defer routeStdLog(logger)()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -92,7 +93,10 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 	}
 	defer closeAll()
 
-	var turns server.TurnStore
+	opts, err := serverOptions(cfg, logger)
+	if err != nil {
+		return err
+	}
 	if cfg.Store.Mode != store.ModeOff {
 		st, err := store.Open(ctx, cfg.Store, logger)
 		if err != nil {
@@ -100,26 +104,19 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 		}
 		// Closed after the server has stopped and its turns have ended.
 		defer st.Close()
-		turns = st
+		opts.Store = st
 	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := server.New(runner, server.Options{
-		Logger:               logger,
-		ShutdownGrace:        cfg.Server.ShutdownGrace,
-		DrainDelay:           cfg.Server.DrainDelay,
-		KeepaliveTime:        cfg.Server.KeepaliveTime,
-		MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams,
-		Store:                turns,
-		MaxRunningTurns:      cfg.Server.MaxRunningTurns,
-		DetachGrace:          cfg.Turn.DetachGrace,
-	})
+	srv := server.New(runner, opts)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	logger.Info("serving", "address", lis.Addr().String(), "default_model", cfg.DefaultModel, "models", runner.Models())
+	logger.Info("serving", "address", lis.Addr().String(), "tls", opts.TLS != nil, "mtls", cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "",
+		"client_keys", len(opts.Keys), "reflection", !opts.NoReflection, "default_model", cfg.DefaultModel, "models", runner.Models())
+	warnExposed(logger, lis.Addr(), opts)
 
 	select {
 	case err := <-served:
@@ -132,6 +129,58 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 	defer stop()
 	srv.Shutdown(second)
 	return <-served
+}
+
+// serverOptions turns the server and auth blocks into the server's
+// options: the TLS files loaded (and watched), the client keys' tokens
+// read from the environment as digests. Call it after [config.Config.CheckEnv].
+func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, error) {
+	s := cfg.Server
+	opts := server.Options{
+		Logger:                logger,
+		ShutdownGrace:         s.ShutdownGrace,
+		DrainDelay:            s.DrainDelay,
+		KeepaliveTime:         s.KeepaliveTime,
+		MaxConcurrentStreams:  s.MaxConcurrentStreams,
+		Keys:                  cfg.Keys(os.Getenv),
+		NoReflection:          !s.Reflection,
+		MaxConcurrentTurns:    s.MaxConcurrentTurns,
+		MaxConnections:        s.MaxConnections,
+		MaxConnectionIdle:     s.MaxConnectionIdle,
+		MaxConnectionAge:      s.MaxConnectionAge,
+		MaxConnectionAgeGrace: s.MaxConnectionAgeGrace,
+		HandshakeTimeout:      s.HandshakeTimeout,
+		MaxRequestBytes:       s.MaxRequestBytes,
+		MaxEventBytes:         s.MaxEventBytes,
+		SendTimeout:           s.SendTimeout,
+		CheckToolSchema:       argcheck.CheckSchema,
+		MaxRunningTurns:       s.MaxRunningTurns,
+		DetachGrace:           cfg.Turn.DetachGrace,
+	}
+	if s.TLS != nil {
+		t, err := server.LoadTLS(*s.TLS, logger)
+		if err != nil {
+			return server.Options{}, err
+		}
+		opts.TLS = t
+	}
+	return opts, nil
+}
+
+// warnExposed warns when the server listens beyond loopback without TLS
+// or without client keys: anyone who reaches the port can then spend the
+// providers' keys (and, without TLS, read the turns).
+func warnExposed(logger *slog.Logger, addr net.Addr, opts server.Options) {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok || ta.IP.IsLoopback() {
+		return
+	}
+	if opts.TLS == nil {
+		logger.Warn("serving plaintext beyond loopback: set server.tls (see README, Security)", "address", addr.String())
+	}
+	if len(opts.Keys) == 0 {
+		logger.Warn("serving every caller beyond loopback: set auth.keys (see README, Security)", "address", addr.String())
+	}
 }
 
 // buildRunner turns the configuration into a runner, and returns a function
@@ -168,6 +217,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			FirstTokenTimeout: mc.FirstTokenTimeout,
 			IdleTimeout:       mc.IdleTimeout,
 			Retry:             mc.Retry,
+			Hedge:             mc.Hedge,
+			OnStreamCut:       mc.OnStreamCut,
 			Tools:             allowedTools(mc.Tools),
 		})
 	}
@@ -230,17 +281,22 @@ func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([
 	return tools, func() { _ = ts.Close() }, nil
 }
 
-func newLogger(w io.Writer, c config.Log) (*slog.Logger, error) {
+// newLogger returns the server's logger, writing to w in the configured
+// format, with secrets redacted from every line.
+func newLogger(w io.Writer, c config.Log, secrets []string) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
 		return nil, fmt.Errorf("log.level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
 	switch c.Format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
+	default:
+		return nil, errors.New("log.format: must be text or json")
 	}
-	return nil, errors.New("log.format: must be text or json")
+	return slog.New(newRedactHandler(h, secrets)), nil
 }

@@ -66,7 +66,7 @@ type wired struct {
 	client turnstilev1.AgentServiceClient
 }
 
-func serveYAML(t *testing.T, yaml string) *wired {
+func serveYAML(t testing.TB, yaml string) *wired {
 	t.Helper()
 	cfg, err := config.Parse("config.yaml", []byte(yaml))
 	if err != nil {

@@ -32,15 +32,19 @@ const UpstreamPlaceholder = "$UPSTREAM"
 
 // DefaultConfig is the server configuration the bench uses when none is
 // given: one OpenAI-compatible provider at the fake upstream and one
-// model, plus the slow model for the slow turns. The turn store is off:
-// the bench measures the hot path, which must cost nothing more without
-// a store (what the store adds is BenchmarkDurable's, in package server).
+// model, plus the slow model for the slow turns, and room for every slow
+// turn (the server runs 512 turns at once by default). A build older than
+// server.max_concurrent_turns refuses the key: give it --config. The turn
+// store is off: the bench measures the hot path, which must cost nothing
+// more without a store (what the store adds is BenchmarkDurable's, in
+// package server); a build older than the store refuses store.mode.
 const DefaultConfig = `providers:
   up: {type: openai, base_url: "$UPSTREAM"}
 models:
   m: {provider: up, model: bench-model}
   slow: {provider: up, model: bench-slow}
 default_model: m
+server: {max_concurrent_turns: 50000}
 store: {mode: off}
 `
 
@@ -56,6 +60,7 @@ models:
   m3: {provider: up3, model: bench-model, retry: {max_retries: 2}}
   slow: {provider: up, model: bench-slow}
 default_model: m
+server: {max_concurrent_turns: 50000}
 store: {mode: off}
 `
 

@@ -23,6 +23,11 @@ type Reply struct {
 // Provider replays Replies, one per call, in order; calls past the end
 // repeat the last reply. It records each request. Safe for concurrent use.
 type Provider struct {
+	// Prefill makes the provider claim assistant prefill, as Anthropic's
+	// API has: a reply cut short is then continued from a trailing
+	// assistant message instead of a continuation prompt.
+	Prefill bool
+
 	mu       sync.Mutex
 	replies  []Reply
 	requests []*llm.Request
@@ -62,6 +67,9 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 		}
 	}
 }
+
+// SupportsPrefill reports p.Prefill.
+func (p *Provider) SupportsPrefill() bool { return p.Prefill }
 
 // Calls returns how many calls the provider received.
 func (p *Provider) Calls() int {

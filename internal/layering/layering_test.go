@@ -32,7 +32,10 @@ var floors = []struct {
 	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
 	{"internal/natstest", nil, "NATS servers for tests"},
 	{"internal/bench", []string{"gen/"}, "the benchmark: the server as a child process, over the wire"},
+	{"internal/livetest", nil, "starts turnstile serve for tests over the wire"},
 	{"internal/layering", nil, "this test"},
+	{"internal/memprobe", []string{"gen/"}, "a measurement command run by hand: a real server process and its clients"},
+	{"examples/", []string{"client", "gen/"}, "runnable examples: the clients' public API only"},
 	{"cmd/", []string{""}, "wiring: may import anything"},
 }
 

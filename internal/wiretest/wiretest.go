@@ -1,6 +1,7 @@
 // Package wiretest helps tests drive AgentService over a real gRPC
-// connection: run a turn to its end, and render its events compactly so a
-// test can assert the exact sequence.
+// connection: run a turn to its end, render its events compactly so a
+// test can assert the exact sequence, and make the certificates of a TLS
+// or mutual-TLS set-up ([NewCA]).
 package wiretest
 
 import (

@@ -70,8 +70,9 @@ type Config endpoint.Config
 
 // Provider streams Anthropic messages. It is safe for concurrent use.
 type Provider struct {
-	name     string
-	apiKey   string
+	name string
+	// secrets are the API key and header values, redacted from errors.
+	secrets  []string
 	messages anthropic.MessageService
 }
 
@@ -84,8 +85,15 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{name: c.Name, apiKey: c.APIKey, messages: anthropic.NewMessageService(opts...)}, nil
+	return &Provider{name: c.Name, secrets: c.Secrets(), messages: anthropic.NewMessageService(opts...)}, nil
 }
+
+// SupportsPrefill reports true: the Messages API continues a conversation
+// that ends with an assistant message from where its text ends (assistant
+// prefill), so the runtime continues a cut reply that way instead of with
+// a continuation prompt. The API rejects a final assistant text ending in
+// white space; the runtime trims it.
+func (p *Provider) SupportsPrefill() bool { return true }
 
 // Stream sends req as one streamed message and yields its chunks, ending
 // with a [llm.ChunkStop] or with one classified error.

@@ -77,7 +77,7 @@ func kindOf(code int, e apiError) llm.Kind {
 // is the HTTP response, nil when none arrived.
 func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
-	err = httpfail.RedactErr(err, p.apiKey)
+	err = httpfail.RedactErr(err, p.secrets...)
 	var ae *anthropic.Error
 	if !errors.As(err, &ae) {
 		code, h := httpfail.Response(resp)
@@ -93,7 +93,7 @@ func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	if httpfail.Waits(r.Kind, r.StatusCode) {
 		r.RetryAfter = retryAfter(r.Header, time.Now())
 	}
-	return r.Error(p.name, p.apiKey, err)
+	return r.Error(p.name, p.secrets, err)
 }
 
 // retryAfter reads the wait a response asks for: retry-after-ms or

@@ -103,7 +103,7 @@ func kindOf(e genai.APIError, det details) llm.Kind {
 // response id streamed, used when the headers carry no request id.
 func (p *Provider) classify(err error, rec *response, responseID string) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
-	err = httpfail.RedactErr(err, p.apiKey)
+	err = httpfail.RedactErr(err, p.secrets...)
 	code, id := rec.get()
 	if id == "" {
 		id = responseID
@@ -134,7 +134,7 @@ func (p *Provider) classify(err error, rec *response, responseID string) *llm.Er
 			r.RetryAfter = httpfail.RetryAfter(r.Header, time.Now())
 		}
 	}
-	return r.Error(p.name, p.apiKey, err)
+	return r.Error(p.name, p.secrets, err)
 }
 
 // rpcStatus reports whether s is a google.rpc status name such as

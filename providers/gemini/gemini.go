@@ -76,9 +76,10 @@ type Config endpoint.Config
 
 // Provider streams Gemini replies. It is safe for concurrent use.
 type Provider struct {
-	name   string
-	apiKey string
-	models *genai.Models
+	name string
+	// secrets are the API key and header values, redacted from errors.
+	secrets []string
+	models  *genai.Models
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -114,7 +115,7 @@ func New(cfg Config) (*Provider, error) {
 		// The SDK's message may print the whole config, key included.
 		return nil, errors.New("gemini: cannot create the client")
 	}
-	return &Provider{name: c.Name, apiKey: c.APIKey, models: client.Models}, nil
+	return &Provider{name: c.Name, secrets: c.Secrets(), models: client.Models}, nil
 }
 
 // Stream sends req as one streamed generateContent call and yields its

@@ -112,7 +112,7 @@ func kindOf(code int, e apiError) llm.Kind {
 // is the HTTP response, nil when none arrived.
 func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	// Err goes to logs: keep the key out of it too.
-	err = httpfail.RedactErr(err, p.apiKey)
+	err = httpfail.RedactErr(err, p.secrets...)
 	var (
 		se   *ssestream.StreamError
 		ae   *openai.Error
@@ -146,7 +146,7 @@ func (p *Provider) classify(err error, resp *http.Response) *llm.Error {
 	if httpfail.Waits(r.Kind, code) {
 		r.RetryAfter = retryAfter(h)
 	}
-	return r.Error(p.name, p.apiKey, err)
+	return r.Error(p.name, p.secrets, err)
 }
 
 // rereadError parses the error body of resp, which the SDK read and put

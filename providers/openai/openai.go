@@ -68,14 +68,15 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{name: c.Name, apiKey: c.APIKey, chat: openai.NewChatCompletionService(opts...)}, nil
+	return &Provider{name: c.Name, secrets: c.Secrets(), chat: openai.NewChatCompletionService(opts...)}, nil
 }
 
 // Provider streams chat completions. It is safe for concurrent use.
 type Provider struct {
-	name   string
-	apiKey string
-	chat   openai.ChatCompletionService
+	name string
+	// secrets are the API key and header values, redacted from errors.
+	secrets []string
+	chat    openai.ChatCompletionService
 }
 
 var _ llm.Provider = (*Provider)(nil)

@@ -95,18 +95,22 @@ func signature(text string) string {
 // followed by the spaces after it, so the tokens concatenate back to s.
 func tokenize(s string) []string {
 	var toks []string
-	for i := 0; i < len(s); {
-		j := i
-		for j < len(s) && !isSpace(s[j]) {
-			j++
-		}
-		for j < len(s) && isSpace(s[j]) {
-			j++
-		}
-		toks = append(toks, s[i:j])
-		i = j
+	for tok, rest := nextToken(s); tok != ""; tok, rest = nextToken(rest) {
+		toks = append(toks, tok)
 	}
 	return toks
+}
+
+// nextToken returns the first token of s ([tokenize]) and the rest.
+func nextToken(s string) (tok, rest string) {
+	j := 0
+	for j < len(s) && !isSpace(s[j]) {
+		j++
+	}
+	for j < len(s) && isSpace(s[j]) {
+		j++
+	}
+	return s[:j], s[j:]
 }
 
 // fragments splits JSON arguments into at least two pieces (when they have

@@ -29,7 +29,8 @@
 //
 // A reply cut short is continued: when the conversation ends with the cut
 // assistant text followed by a user message without directives (the
-// runtime's continuation prompt), or with the cut assistant text itself, and
+// runtime's continuation prompt), or with the cut assistant text itself (an
+// assistant prefill, which [Provider.SupportsPrefill] reports), and
 // that text is a strict prefix of the reply the earlier conversation calls
 // for, the simulator streams the rest of that reply. Several continuations in
 // a row work the same way. Whitespace at the cut does not matter.
@@ -65,8 +66,8 @@
 // Each directive has exactly one action; the options after it refine it:
 //
 //	fail=CLASS     fail the call (classes below)
-//	  times=K        only the first K calls of this conversation on this model
-//	                 (default: every call)
+//	  times=K        only the first K calls of this request in this turn on
+//	                 this model (default: every call)
 //	  after=N        stream N tokens first (default 0): reasoning, text or
 //	                 argument fragments, whichever the reply starts with
 //	  retry_after=D  the provider's Retry-After (rate_limit: default 1s)
@@ -120,10 +121,12 @@
 //
 // Directives apply in order, the script's first. The first failure whose
 // conditions hold wins; times=K counts only the calls that reached it, per
-// provider model id and conversation (system prompt and messages), so "fail
-// twice, then succeed" works across the runtime's retries of one request
-// while another conversation, or the next step of the turn, has its own
-// count. Of the other actions the first of each kind counts, except tool,
+// turn (Request.TurnID), provider model id and conversation (system prompt
+// and messages), so "fail twice, then succeed" works across the runtime's
+// retries of one request, and the same prompt fails the same way in every
+// turn, while another conversation, or the next step of the turn, has its
+// own count. A call continuing a cut reply counts as a call of the
+// conversation it continues. Of the other actions the first of each kind counts, except tool,
 // which adds a call each, and delay, of which the longest applies (a fail
 // directive's delay only when it fails the call). A refusal wins over tool
 // calls, tool calls over text. A malformed prompt directive fails the call with KindInvalidRequest

@@ -78,6 +78,11 @@ func New(name string, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// SupportsPrefill reports true: like Anthropic's API, the simulator
+// continues a conversation that ends with assistant text from where that
+// text ends.
+func (p *Provider) SupportsPrefill() bool { return true }
+
 // Stream answers req as described in the package documentation. Nothing
 // happens until the sequence is ranged over; each range is one model call.
 // When ctx is done the sequence ends at once without yielding anything more.
@@ -97,8 +102,11 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 
 // plan is one call worked out in advance: what to stream and how it ends.
 type plan struct {
-	delay     time.Duration // before the first chunk
-	chunks    []llm.Chunk   // content, in order
+	delay time.Duration // before the first chunk
+	// segments are the reply's content, in order. Text is kept whole and
+	// cut into tokens as it streams, so a long reply costs its text, not
+	// a chunk per word.
+	segments  []segment
 	stop      llm.StopReason
 	input     int        // input tokens
 	fail      *directive // the failure injected, nil when none
@@ -106,6 +114,32 @@ type plan struct {
 	size      int // request text bytes
 	requestID string
 }
+
+// segment is a run of text or reasoning streamed a token at a time, or
+// one chunk as it is.
+type segment struct {
+	// words, when not empty, is streamed token by token as chunks of kind.
+	words string
+	kind  llm.ChunkKind
+	// chunk is the segment when words is empty.
+	chunk llm.Chunk
+}
+
+// chunks calls yield with each chunk of the segment, until it returns
+// false; it reports whether yield always returned true.
+func (s segment) chunks(yield func(llm.Chunk) bool) bool {
+	if s.words == "" {
+		return yield(s.chunk)
+	}
+	for tok, rest := nextToken(s.words); tok != ""; tok, rest = nextToken(rest) {
+		if !yield(llm.Chunk{Kind: s.kind, Text: tok}) {
+			return false
+		}
+	}
+	return true
+}
+
+func one(c llm.Chunk) segment { return segment{chunk: c} }
 
 // view is what a call answers: the user message that asks and the
 // directives that apply.
@@ -133,23 +167,25 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 		return nil, invalidRequest(p.name, err)
 	}
 	size := textSize(req)
-	fp := fingerprint(req)
+	rest, v, base, cont := p.continuation(req.Model, req.Messages)
+	if !cont {
+		var err error
+		if v, err = p.view(req.Model, req.Messages); err != nil {
+			return nil, invalidRequest(p.name, err)
+		}
+		base = len(req.Messages)
+	}
+	// A call continuing a cut reply counts as a call of the request it
+	// continues.
+	fp := fingerprint(req.System, req.Messages[:base])
 	pl := &plan{
 		input:     tokensOf(size),
 		model:     req.Model,
 		size:      size,
 		requestID: fmt.Sprintf("req_sim_%s_%d", fp[:12], p.calls.Add(1)),
 	}
-
-	rest, v, cont := p.continuation(req.Model, req.Messages)
-	if !cont {
-		var err error
-		if v, err = p.view(req.Model, req.Messages); err != nil {
-			return nil, invalidRequest(p.name, err)
-		}
-	}
-	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+fp, size)
-	pl.chunks = reasoning(v)
+	pl.fail, pl.delay = p.pickFailure(v.ds, req.Model+"\x00"+req.TurnID+"\x00"+fp, size)
+	pl.segments = reasoning(v)
 
 	o := outcome{text: rest}
 	if !cont {
@@ -157,15 +193,15 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 	}
 	switch {
 	case o.refusal:
-		pl.chunks = appendText(pl.chunks, tokenize(o.text))
+		pl.segments = append(pl.segments, segment{words: o.text, kind: llm.ChunkText})
 		pl.stop = llm.StopRefusal
 	case len(o.calls) > 0:
 		for i, c := range o.calls {
-			pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name})
+			pl.segments = append(pl.segments, one(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: i, CallID: c.ID, Name: c.Name}))
 			for _, f := range fragments(c.Arguments) {
-				pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: i, Text: f})
+				pl.segments = append(pl.segments, one(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: i, Text: f}))
 			}
-			pl.chunks = append(pl.chunks, llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: i})
+			pl.segments = append(pl.segments, one(llm.Chunk{Kind: llm.ChunkToolCallEnd, Index: i}))
 		}
 		pl.stop = llm.StopToolUse
 	default:
@@ -173,9 +209,9 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 		if o.maxTokens > 0 && (limit <= 0 || o.maxTokens < limit) {
 			limit = o.maxTokens
 		}
-		var pieces []string
-		pieces, pl.stop = cut(o.text, limit, req.StopSequences)
-		pl.chunks = appendText(pl.chunks, pieces)
+		var text string
+		text, pl.stop = cut(o.text, limit, req.StopSequences)
+		pl.segments = append(pl.segments, segment{words: text, kind: llm.ChunkText})
 	}
 	return pl, nil
 }
@@ -206,9 +242,9 @@ func (p *Provider) pickFailure(ds []directive, key string, size int) (*directive
 	return fail, delay
 }
 
-// reasoning returns the chunks of v's think directive, if any: the reasoning
-// token by token, then the block's signature.
-func reasoning(v view) []llm.Chunk {
+// reasoning returns the segments of v's think directive, if any: the
+// reasoning token by token, then the block's signature.
+func reasoning(v view) []segment {
 	i := slices.IndexFunc(v.ds, func(d directive) bool { return d.action == actThink })
 	if i < 0 {
 		return nil
@@ -217,18 +253,7 @@ func reasoning(v view) []llm.Chunk {
 	if !v.ds[i].hasText {
 		text = thinkingText(v.question)
 	}
-	var chunks []llm.Chunk
-	for _, t := range tokenize(text) {
-		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkThinking, Text: t})
-	}
-	return append(chunks, llm.Chunk{Kind: llm.ChunkThinking, Signature: signature(text)})
-}
-
-func appendText(chunks []llm.Chunk, tokens []string) []llm.Chunk {
-	for _, t := range tokens {
-		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: t})
-	}
-	return chunks
+	return []segment{{words: text, kind: llm.ChunkThinking}, one(llm.Chunk{Kind: llm.ChunkThinking, Signature: signature(text)})}
 }
 
 // run streams pl, pacing each token, and ends with usage and the stop, or
@@ -251,18 +276,23 @@ func (p *Provider) run(ctx context.Context, pl *plan, yield func(llm.Chunk, erro
 	if !pc.wait(ctx, pl.delay) {
 		return
 	}
-	for _, c := range pl.chunks {
-		if paced(c) {
-			if pl.fail != nil && streamed == pl.fail.after {
-				fail()
-				return
+	failed := false
+	for _, seg := range pl.segments {
+		ok := seg.chunks(func(c llm.Chunk) bool {
+			if paced(c) {
+				if pl.fail != nil && streamed == pl.fail.after {
+					fail()
+					failed = true
+					return false
+				}
+				if !pc.wait(ctx, p.tokenDelay) {
+					return false
+				}
+				streamed++
 			}
-			if !pc.wait(ctx, p.tokenDelay) {
-				return
-			}
-			streamed++
-		}
-		if !send(c) {
+			return send(c)
+		})
+		if !ok || failed {
 			return
 		}
 	}
@@ -428,22 +458,23 @@ func compose(v view, msgs []llm.Message) outcome {
 // one or more assistant messages of plain text, each followed by a user
 // prompt without directives (or, for the last one, by nothing), and their
 // text is a strict prefix of the reply the earlier conversation calls for.
-// It returns the rest of that reply and the view it was answered under.
-func (p *Provider) continuation(model string, msgs []llm.Message) (string, view, bool) {
+// It returns the rest of that reply, the view it was answered under, and
+// the length of the earlier conversation.
+func (p *Provider) continuation(model string, msgs []llm.Message) (string, view, int, bool) {
 	j := len(msgs) - 1
 	if j < 0 {
-		return "", view{}, false
+		return "", view{}, 0, false
 	}
 	if msgs[j].Role == llm.RoleUser {
 		if !isPrompt(msgs[j]) {
-			return "", view{}, false
+			return "", view{}, 0, false
 		}
 		j--
 	}
 	var partial []string
 	for range maxContinuations {
 		if j < 1 || msgs[j].Role != llm.RoleAssistant || !plainText(msgs[j]) || msgs[j].Text() == "" {
-			return "", view{}, false
+			return "", view{}, 0, false
 		}
 		partial = append([]string{msgs[j].Text()}, partial...)
 		j--
@@ -452,17 +483,17 @@ func (p *Provider) continuation(model string, msgs []llm.Message) (string, view,
 			o := compose(v, base)
 			if !o.refusal && len(o.calls) == 0 {
 				if i, ok := resumeAt(o.text, strings.Join(partial, "")); ok {
-					return o.text[i:], v, true
+					return o.text[i:], v, len(base), true
 				}
 			}
 		}
 		// msgs[j] may itself be an earlier continuation prompt.
 		if msgs[j].Role != llm.RoleUser || !isPrompt(msgs[j]) {
-			return "", view{}, false
+			return "", view{}, 0, false
 		}
 		j--
 	}
-	return "", view{}, false
+	return "", view{}, 0, false
 }
 
 // isPrompt reports whether m is plain text holding no directive, as the
@@ -489,28 +520,26 @@ func hasText(m llm.Message) bool {
 	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText })
 }
 
-// cut splits text into the tokens a call streams under an output limit
-// (0: none) and stop sequences, and says why the reply ends.
-func cut(text string, limit int, stops []string) ([]string, llm.StopReason) {
+// cut returns the part of text a call streams under an output limit in
+// tokens (0: none) and stop sequences, and says why the reply ends.
+func cut(text string, limit int, stops []string) (string, llm.StopReason) {
 	end, stop := len(text), llm.StopEndTurn
 	for _, s := range stops {
 		if i := strings.Index(text, s); s != "" && i >= 0 && i < end {
 			end, stop = i, llm.StopSequence
 		}
 	}
-	var pieces []string
-	pos := 0
-	for _, tok := range tokenize(text) {
-		if pos >= end {
-			break
-		}
-		if limit > 0 && len(pieces) == limit {
-			return pieces, llm.StopMaxTokens
-		}
-		pieces = append(pieces, tok[:min(len(tok), end-pos)])
-		pos += len(tok)
+	text = text[:end]
+	if limit <= 0 {
+		return text, stop
 	}
-	return pieces, stop
+	for n, rest := 0, text; rest != ""; n++ {
+		if n == limit {
+			return text[:len(text)-len(rest)], llm.StopMaxTokens
+		}
+		_, rest = nextToken(rest)
+	}
+	return text, stop
 }
 
 // checkToolPairs rejects a conversation whose tool calls and results do not
@@ -566,9 +595,8 @@ func textSize(req *llm.Request) int {
 	return n
 }
 
-// fingerprint identifies the request's conversation: its system prompt and
-// messages.
-func fingerprint(req *llm.Request) string {
+// fingerprint identifies a conversation: its system prompt and messages.
+func fingerprint(system string, msgs []llm.Message) string {
 	h := sha256.New()
 	var buf [8]byte
 	field := func(s string) {
@@ -576,8 +604,8 @@ func fingerprint(req *llm.Request) string {
 		h.Write(buf[:])
 		h.Write([]byte(s))
 	}
-	field(req.System)
-	for _, m := range req.Messages {
+	field(system)
+	for _, m := range msgs {
 		field("m" + m.Role.String())
 		for _, part := range m.Parts {
 			field(strconv.Itoa(int(part.Kind)))

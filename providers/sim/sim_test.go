@@ -400,6 +400,57 @@ func TestTimes(t *testing.T) {
 	}
 }
 
+// TestTimesPerTurn: times=K counts per turn, so the same prompt fails the
+// same way in every turn (the README's directive example is repeatable),
+// and a call continuing a cut reply counts with the request it continues.
+func TestTimesPerTurn(t *testing.T) {
+	t.Parallel()
+	p := newSim(t)
+	outcomes := func(turn string) []string {
+		var kinds []string
+		for range 3 {
+			req := ask("m", "[sim fail=overloaded times=2] Is it working?")
+			req.TurnID = turn
+			if r := call(t, p, req); r.err != nil {
+				kinds = append(kinds, llm.KindOf(r.err).String())
+			} else {
+				kinds = append(kinds, r.stop(t).String())
+			}
+		}
+		return kinds
+	}
+	want := []string{"OVERLOADED", "OVERLOADED", "end_turn"}
+	for _, turn := range []string{"turn-1", "turn-2", "turn-3"} {
+		if diff := cmp.Diff(want, outcomes(turn)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", turn, diff)
+		}
+	}
+
+	// A cut reply continued from a prefill, or with a continuation prompt,
+	// is not cut again: the continuation is the same request's second call.
+	const q = "[sim fail=disconnect after=4 times=1] Explain how a turnstile counts the people passing through it."
+	full := call(t, p, ask("m", "Explain how a turnstile counts the people passing through it.")).text()
+	for _, tail := range []string{"", "Continue."} {
+		req := ask("m", q)
+		req.TurnID = "cut-" + tail
+		first := call(t, p, req)
+		if llm.KindOf(first.err) != llm.KindStreamInterrupted || first.count(llm.ChunkText) != 4 {
+			t.Fatalf("first call: %v after %d tokens, want STREAM_INTERRUPTED after 4", first.err, first.count(llm.ChunkText))
+		}
+		cont := &llm.Request{TurnID: req.TurnID, Model: "m", Messages: []llm.Message{req.Messages[0], assistant(strings.TrimRight(first.text(), " "))}}
+		if tail != "" {
+			cont.Messages = append(cont.Messages, user(tail))
+		}
+		second := call(t, p, cont)
+		if got := second.stop(t); got != llm.StopEndTurn {
+			t.Fatalf("continuation (%q) stop = %v", tail, got)
+		}
+		if got := strings.TrimRight(first.text(), " ") + second.text(); got != full {
+			t.Errorf("continued (%q) = %q, want %q", tail, got, full)
+		}
+	}
+}
+
 func TestTimesSequence(t *testing.T) {
 	t.Parallel()
 	// Failures apply in order: a script's first, then the prompt's.

@@ -44,28 +44,47 @@ var printer = message.NewPrinter(language.English)
 // The returned tool is safe for concurrent use if t is.
 func Wrap(t llm.Tool) (llm.Tool, error) {
 	spec := t.Spec()
-	raw := bytes.TrimSpace(spec.Schema)
+	sch, err := compile(spec.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("argcheck: tool %q: %w", spec.Name, err)
+	}
+	return &checked{tool: t, name: spec.Name, schema: sch}, nil
+}
+
+// CheckSchema reports whether schema is a JSON Schema that [Wrap] accepts
+// for a tool's arguments, under the same rules (drafts, no references
+// outside the document); an empty schema is valid. The error says what is
+// wrong without quoting the schema.
+func CheckSchema(schema []byte) error {
+	_, err := compile(schema)
+	return err
+}
+
+// compile compiles a tool's input schema; empty means {"type":"object"}.
+func compile(schema []byte) (*jsonschema.Schema, error) {
+	raw := bytes.TrimSpace(schema)
 	if len(raw) == 0 {
 		raw = []byte(`{"type":"object"}`)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("argcheck: tool %q: input schema is not JSON: %w", spec.Name, err)
+		return nil, fmt.Errorf("input schema is not JSON: %w", err)
 	}
 	c := jsonschema.NewCompiler()
 	// An empty loader map refuses every URL: a tool's schema comes from a
-	// possibly untrusted server and must not make us read files or fetch
-	// URLs. The drafts' meta-schemas are built in and still resolve.
+	// possibly untrusted server or client and must not make us read files
+	// or fetch URLs. The drafts' meta-schemas are built in and still
+	// resolve.
 	c.UseLoader(jsonschema.SchemeURLLoader{})
 	c.DefaultDraft(jsonschema.Draft2020)
 	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, fmt.Errorf("argcheck: tool %q: %w", spec.Name, err)
+		return nil, err
 	}
 	sch, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, fmt.Errorf("argcheck: tool %q: invalid input schema: %w", spec.Name, err)
+		return nil, fmt.Errorf("invalid input schema: %w", err)
 	}
-	return &checked{tool: t, name: spec.Name, schema: sch}, nil
+	return sch, nil
 }
 
 // checked is a tool whose arguments are validated before it runs.

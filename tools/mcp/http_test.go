@@ -217,3 +217,75 @@ func TestURLNotInErrors(t *testing.T) {
 	}
 	t.Logf("error: %v", err)
 }
+
+// TestURLSecrets: a URL's user, password and query reach the server, on
+// every request, but no error text, whatever library formats it: the
+// SDK and net/http only ever see the URL without them.
+func TestURLSecrets(t *testing.T) {
+	srv := httpServer(t)
+	var seen atomic.Int32
+	var leaked atomic.Bool
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pw, _ := r.BasicAuth()
+		if user != "mcpuser" || pw != "pw-planted-1234" || r.URL.Query().Get("token") != "q-planted-5678" {
+			leaked.Store(true)
+			http.Error(w, "who are you", http.StatusUnauthorized)
+			return
+		}
+		seen.Add(1)
+		r.Header.Set("X-Token", "secret")
+		proxy(srv.URL, w, r)
+	}))
+	t.Cleanup(gate.Close)
+	secretURL := strings.Replace(gate.URL, "http://", "http://mcpuser:pw-planted-1234@", 1) + "/mcp?token=q-planted-5678"
+	ts := newToolset(t, mcp.ServerConfig{Name: "remote", URL: secretURL, Headers: map[string]string{"X-Api-Key": "hdr-planted-9999"}})
+	if out := call(t, toolNamed(t, ts, "count"), `{"label":"y"}`); out.Content != "counted y" {
+		t.Fatalf("count() = %+v", out)
+	}
+	if leaked.Load() || seen.Load() < 2 {
+		t.Errorf("requests without the URL's credentials and query: %v; with: %d", leaked.Load(), seen.Load())
+	}
+	gate.Close()
+	srv.restart() // forget the session: the next call reconnects, to nothing
+	_, err := toolNamed(t, ts, "count").Call(t.Context(), llm.ToolCall{Arguments: `{"label":"z"}`}, nil)
+	if err == nil {
+		t.Fatal("a call to a closed server succeeded")
+	}
+	for _, secret := range []string{"pw-planted-1234", "q-planted-5678", "hdr-planted-9999", "token="} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error %q holds %q", err, secret)
+		}
+	}
+	t.Logf("error: %v", err)
+}
+
+// proxy forwards r to base.
+func proxy(base string, w http.ResponseWriter, r *http.Request) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, base+r.URL.Path, r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			w.(http.Flusher).Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

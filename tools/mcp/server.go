@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,11 @@ type server struct {
 	calls     map[uint64]context.CancelFunc
 	nextCall  uint64
 
+	// secretsMu guards secrets, the values to redact from errors; redact
+	// is called with mu held.
+	secretsMu sync.Mutex
+	secrets   []string
+
 	// bg counts the goroutines that watch or close sessions.
 	bg sync.WaitGroup
 }
@@ -67,6 +73,10 @@ func newServer(cfg ServerConfig, o *options) *server {
 	})
 	if cfg.URL != "" {
 		s.httpTransport = http.DefaultTransport.(*http.Transport).Clone()
+		s.addSecrets(urlSecrets(cfg.URL)...)
+		for _, v := range cfg.Headers {
+			s.addSecrets(v)
+		}
 	}
 	return s
 }
@@ -78,12 +88,20 @@ func (s *server) transport() sdk.Transport {
 		for k, v := range s.cfg.Headers {
 			h.Set(k, v)
 		}
+		var fromEnv []string
 		for k, env := range s.cfg.HeadersFromEnv {
-			h.Set(k, os.Getenv(env))
+			v := os.Getenv(env)
+			h.Set(k, v)
+			fromEnv = append(fromEnv, v)
 		}
+		s.addSecrets(fromEnv...)
+		endpoint, private := splitURL(s.cfg.URL)
 		return &sdk.StreamableClientTransport{
-			Endpoint:   s.cfg.URL,
-			HTTPClient: &http.Client{Transport: &headerTransport{base: s.httpTransport, header: h}},
+			// The SDK, net/http and every error they make see the URL
+			// without its credentials and query: the transport adds them
+			// back to the requests it sends to the same origin.
+			Endpoint:   endpoint,
+			HTTPClient: &http.Client{Transport: &headerTransport{base: s.httpTransport, header: h, private: private}},
 			// Progress arrives on each call's own response stream; no
 			// standalone stream is needed, and none outlives a session.
 			DisableStandaloneSSE: true,
@@ -293,8 +311,11 @@ func (s *server) close() {
 	}
 }
 
-// redact returns err with the server's URL removed from its text (a URL may
-// carry a token in its query), keeping err in the chain for [errors.Is].
+// redact returns err with the server's secrets removed from its text: the
+// URL (a URL may carry a token in its query), its password and query
+// values, and header values. It keeps err in the chain for [errors.Is].
+// The SDK never sees the URL's secrets ([splitURL]); this catches what a
+// server or library may still repeat.
 func (s *server) redact(err error) error {
 	if err == nil || s.cfg.URL == "" {
 		return err
@@ -307,10 +328,78 @@ func (s *server) redact(err error) error {
 	for _, f := range forms {
 		msg = strings.ReplaceAll(msg, f, "<url>")
 	}
+	for _, secret := range s.secretValues() {
+		msg = strings.ReplaceAll(msg, secret, "[redacted]")
+	}
 	if msg == err.Error() {
 		return err
 	}
 	return &redactedError{msg: msg, err: err}
+}
+
+// minSecret is the shortest value redacted: shorter ones are not real
+// secrets, and replacing them would mangle ordinary words.
+const minSecret = 6
+
+// addSecrets records values to redact from errors.
+func (s *server) addSecrets(values ...string) {
+	s.secretsMu.Lock()
+	defer s.secretsMu.Unlock()
+	for _, v := range values {
+		if len(v) >= minSecret && !slices.Contains(s.secrets, v) {
+			s.secrets = append(s.secrets, v)
+		}
+	}
+}
+
+func (s *server) secretValues() []string {
+	s.secretsMu.Lock()
+	defer s.secretsMu.Unlock()
+	return slices.Clone(s.secrets)
+}
+
+// privateParts are what of an MCP server's URL is kept from the SDK: its
+// user and password, and its query.
+type privateParts struct {
+	scheme, host string // the origin they are sent to
+	user         *url.Userinfo
+	query        string
+}
+
+// splitURL returns raw without user, password, query and fragment, and
+// those parts; an unparsable raw is returned as it is.
+func splitURL(raw string) (string, *privateParts) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw, nil
+	}
+	p := &privateParts{scheme: u.Scheme, host: u.Host, user: u.User, query: u.RawQuery}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String(), p
+}
+
+// urlSecrets returns the values of raw's user info and query, to redact.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if u.User != nil {
+		out = append(out, u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			out = append(out, pw, url.QueryEscape(pw))
+		}
+	}
+	if u.RawQuery != "" {
+		out = append(out, u.RawQuery)
+		for _, vs := range u.Query() {
+			for _, v := range vs {
+				out = append(out, v, url.QueryEscape(v))
+			}
+		}
+	}
+	return out
 }
 
 // redactedError is an error whose text had secrets removed.
@@ -375,17 +464,37 @@ func (s *server) onProgress(_ context.Context, req *sdk.ProgressNotificationClie
 	}
 }
 
-// headerTransport adds fixed headers to every request.
+// headerTransport adds the configured headers, and the URL's user and
+// query, to every request to the server's origin; a redirect elsewhere
+// gets none of them.
 type headerTransport struct {
-	base   http.RoundTripper
-	header http.Header
+	base    http.RoundTripper
+	header  http.Header
+	private *privateParts
 }
 
 // RoundTrip implements [http.RoundTripper].
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	p := t.private
+	if p == nil || r.URL.Scheme != p.scheme || r.URL.Host != p.host {
+		return t.base.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	for k, v := range t.header {
 		r.Header[k] = v
+	}
+	if p.query != "" {
+		u := *r.URL
+		if u.RawQuery == "" {
+			u.RawQuery = p.query
+		} else {
+			u.RawQuery = p.query + "&" + u.RawQuery
+		}
+		r.URL = &u
+	}
+	if p.user != nil && r.Header.Get("Authorization") == "" {
+		pw, _ := p.user.Password()
+		r.SetBasicAuth(p.user.Username(), pw)
 	}
 	return t.base.RoundTrip(r)
 }

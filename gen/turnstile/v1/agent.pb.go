@@ -170,15 +170,21 @@ type RunTurnRequest struct {
 	// server makes one when empty and reports it in every event. Send the same
 	// id when retrying a failed turn, so the attempts can be tied together.
 	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
-	// A model alias from the server's configuration; empty means its default.
+	// A model alias from the server's configuration, at most 128 bytes; empty
+	// means its default (or, for a client key limited to some models, the
+	// key's first when it may not use the default).
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// The system prompt; empty means none.
 	System string `protobuf:"bytes,3,opt,name=system,proto3" json:"system,omitempty"`
 	// The conversation so far, oldest first. Must not be empty; the last
-	// message is usually the user's.
+	// message is usually the user's. At most 10,000 messages and 20,000 parts
+	// in all. Tool calls and results must pair up as providers require: every
+	// call id is unique; the calls of an assistant message are each answered
+	// by exactly one result in the tool messages right after it, before any
+	// other message; every result answers such a call.
 	Messages []*Message `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Tools the client runs itself and offers to the model, beside the
-	// server's own tools. Names must be unique.
+	// server's own tools. Names must be unique; at most 128 tools.
 	Tools []*ToolDefinition `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Generation options for every model call of the turn.
 	Generation *GenerationOptions `protobuf:"bytes,6,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -288,9 +294,11 @@ type GenerationOptions struct {
 	// The most tokens one model reply may have; unset means the model's
 	// configured default.
 	MaxOutputTokens *int32 `protobuf:"varint,1,opt,name=max_output_tokens,json=maxOutputTokens,proto3,oneof" json:"max_output_tokens,omitempty"`
-	// The sampling temperature, 0 to 2; unset means the provider's default.
+	// The sampling temperature, a number from 0 to 2 (not NaN, not infinite);
+	// unset means the provider's default.
 	Temperature *float64 `protobuf:"fixed64,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
-	// Sequences that end a reply when generated; at most 8.
+	// Sequences that end a reply when generated; at most 8, each of 1 to 128
+	// bytes.
 	StopSequences []string `protobuf:"bytes,3,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -703,6 +711,7 @@ type AgentEvent struct {
 	//	*AgentEvent_Usage
 	//	*AgentEvent_Error
 	//	*AgentEvent_TurnCompleted
+	//	*AgentEvent_Hedge
 	Payload       isAgentEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -917,6 +926,15 @@ func (x *AgentEvent) GetTurnCompleted() *TurnCompleted {
 	return nil
 }
 
+func (x *AgentEvent) GetHedge() *Hedge {
+	if x != nil {
+		if x, ok := x.Payload.(*AgentEvent_Hedge); ok {
+			return x.Hedge
+		}
+	}
+	return nil
+}
+
 type isAgentEvent_Payload interface {
 	isAgentEvent_Payload()
 }
@@ -1001,6 +1019,12 @@ type AgentEvent_TurnCompleted struct {
 	TurnCompleted *TurnCompleted `protobuf:"bytes,25,opt,name=turn_completed,json=turnCompleted,proto3,oneof"`
 }
 
+type AgentEvent_Hedge struct {
+	// A model call was slow to answer, so the same request went to another
+	// call in parallel.
+	Hedge *Hedge `protobuf:"bytes,26,opt,name=hedge,proto3,oneof"`
+}
+
 func (*AgentEvent_TurnStarted) isAgentEvent_Payload() {}
 
 func (*AgentEvent_LlmCallStarted) isAgentEvent_Payload() {}
@@ -1032,6 +1056,8 @@ func (*AgentEvent_Usage) isAgentEvent_Payload() {}
 func (*AgentEvent_Error) isAgentEvent_Payload() {}
 
 func (*AgentEvent_TurnCompleted) isAgentEvent_Payload() {}
+
+func (*AgentEvent_Hedge) isAgentEvent_Payload() {}
 
 // TurnStarted opens a turn.
 type TurnStarted struct {
@@ -1338,6 +1364,14 @@ func (x *ToolCallDelta) GetArgumentsDelta() string {
 // MessageCompleted carries a message exactly as committed to the
 // conversation: an assistant reply once its stream completed, or the tool
 // results of a step. A client resuming a failed turn appends these.
+//
+// A reply may take several model calls: one cut by the output token limit
+// is continued by the next call, and one whose stream was cut may be
+// continued (a retry or fallback with discard_partial false after streamed
+// text). Every delta until the reply's message_completed extends it, and the
+// reply is committed once, whole, when its last call completes. A turn that
+// fails or reaches its model-call limit while continuing a reply cut by the
+// output limit commits the reply as far as it got before its last event.
 type MessageCompleted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The committed message.
@@ -1726,9 +1760,11 @@ type Retry struct {
 	Reason ErrorCode `protobuf:"varint,5,opt,name=reason,proto3,enum=turnstile.v1.ErrorCode" json:"reason,omitempty"`
 	// The failure, fit to show a person.
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	// True when the failed attempt had streamed output: every consumer must
-	// drop the deltas of events from discard_from_seq on, which are never
-	// committed.
+	// True when streamed output must be dropped: every consumer must drop the
+	// deltas of events from discard_from_seq on, which are never committed.
+	// False after streamed output when that output is kept and the next call
+	// continues it (the model's on_stream_cut is continue): its deltas extend
+	// the text already shown.
 	DiscardPartial bool `protobuf:"varint,7,opt,name=discard_partial,json=discardPartial,proto3" json:"discard_partial,omitempty"`
 	// The seq of the first event of the failed attempt's output; set when
 	// discard_partial is true.
@@ -1914,6 +1950,76 @@ func (x *Fallback) GetDiscardFromSeq() uint64 {
 	return 0
 }
 
+// Hedge says a model call had no output after a delay, so the same request
+// went to another model (or the same one) in parallel. The LlmCallStarted
+// of the hedged call follows. The first of the two calls to produce output
+// wins: the other ends with an LlmCallFinished whose error is
+// ERROR_CODE_CANCELLED before any of the winner's deltas, so the deltas of
+// the two never mix.
+type Hedge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model alias of the slow call.
+	FromModel string `protobuf:"bytes,1,opt,name=from_model,json=fromModel,proto3" json:"from_model,omitempty"`
+	// The model alias the hedged call goes to; from_model when the model
+	// hedges to itself.
+	ToModel string `protobuf:"bytes,2,opt,name=to_model,json=toModel,proto3" json:"to_model,omitempty"`
+	// How long the slow call had gone without output.
+	After         *durationpb.Duration `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hedge) Reset() {
+	*x = Hedge{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hedge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hedge) ProtoMessage() {}
+
+func (x *Hedge) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
+func (*Hedge) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Hedge) GetFromModel() string {
+	if x != nil {
+		return x.FromModel
+	}
+	return ""
+}
+
+func (x *Hedge) GetToModel() string {
+	if x != nil {
+		return x.ToModel
+	}
+	return ""
+}
+
+func (x *Hedge) GetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
 // Compaction says the conversation was shortened to fit a context window.
 type Compaction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1933,7 +2039,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2051,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2064,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -2008,14 +2114,19 @@ type TurnCompleted struct {
 	// Total tokens used by the turn, failed attempts included.
 	Usage *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	// What happened during the turn.
-	Counters      *TurnCounters `protobuf:"bytes,4,opt,name=counters,proto3" json:"counters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Counters *TurnCounters `protobuf:"bytes,4,opt,name=counters,proto3" json:"counters,omitempty"`
+	// True when messages is empty because the event would have been larger than
+	// the server's event size limit (server.max_event_bytes). The messages the
+	// turn added are then exactly those of its message_completed events, in
+	// order: a client rebuilds them from those.
+	MessagesOmitted bool `protobuf:"varint,5,opt,name=messages_omitted,json=messagesOmitted,proto3" json:"messages_omitted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2138,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2151,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -2071,6 +2182,13 @@ func (x *TurnCompleted) GetCounters() *TurnCounters {
 	return nil
 }
 
+func (x *TurnCompleted) GetMessagesOmitted() bool {
+	if x != nil {
+		return x.MessagesOmitted
+	}
+	return false
+}
+
 // TurnCounters count what happened during a turn.
 type TurnCounters struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2085,14 +2203,16 @@ type TurnCounters struct {
 	// Tool calls that ended in error.
 	ToolErrors uint32 `protobuf:"varint,5,opt,name=tool_errors,json=toolErrors,proto3" json:"tool_errors,omitempty"`
 	// Times the conversation was compacted.
-	Compactions   uint32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	Compactions uint32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	// Hedged model calls started (they count in model_calls too).
+	Hedges        uint32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2224,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2237,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -2162,6 +2282,13 @@ func (x *TurnCounters) GetCompactions() uint32 {
 	return 0
 }
 
+func (x *TurnCounters) GetHedges() uint32 {
+	if x != nil {
+		return x.Hedges
+	}
+	return 0
+}
+
 var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
@@ -2202,7 +2329,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x12CancelTurnResponse\x12\x1c\n" +
 	"\tcancelled\x18\x01 \x01(\bR\tcancelled\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xfe\b\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xab\t\n" +
 	"\n" +
 	"AgentEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
@@ -2228,7 +2355,8 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"compaction\x12+\n" +
 	"\x05usage\x18\x17 \x01(\v2\x13.turnstile.v1.UsageH\x00R\x05usage\x12+\n" +
 	"\x05error\x18\x18 \x01(\v2\x13.turnstile.v1.ErrorH\x00R\x05error\x12D\n" +
-	"\x0eturn_completed\x18\x19 \x01(\v2\x1b.turnstile.v1.TurnCompletedH\x00R\rturnCompletedB\t\n" +
+	"\x0eturn_completed\x18\x19 \x01(\v2\x1b.turnstile.v1.TurnCompletedH\x00R\rturnCompleted\x12+\n" +
+	"\x05hedge\x18\x1a \x01(\v2\x13.turnstile.v1.HedgeH\x00R\x05hedgeB\t\n" +
 	"\apayload\"#\n" +
 	"\vTurnStarted\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"\x97\x01\n" +
@@ -2291,7 +2419,12 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
 	"\x0fdiscard_partial\x18\x05 \x01(\bR\x0ediscardPartial\x12(\n" +
-	"\x10discard_from_seq\x18\x06 \x01(\x04R\x0ediscardFromSeq\"\xbc\x01\n" +
+	"\x10discard_from_seq\x18\x06 \x01(\x04R\x0ediscardFromSeq\"r\n" +
+	"\x05Hedge\x12\x1d\n" +
+	"\n" +
+	"from_model\x18\x01 \x01(\tR\tfromModel\x12\x19\n" +
+	"\bto_model\x18\x02 \x01(\tR\atoModel\x12/\n" +
+	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\"\xbc\x01\n" +
 	"\n" +
 	"Compaction\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12'\n" +
@@ -2299,13 +2432,14 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0emessages_after\x18\x03 \x01(\rR\rmessagesAfter\x12!\n" +
 	"\fbytes_before\x18\x04 \x01(\x04R\vbytesBefore\x12\x1f\n" +
 	"\vbytes_after\x18\x05 \x01(\x04R\n" +
-	"bytesAfter\"\xdd\x01\n" +
+	"bytesAfter\"\x88\x02\n" +
 	"\rTurnCompleted\x126\n" +
 	"\n" +
 	"end_reason\x18\x01 \x01(\x0e2\x17.turnstile.v1.EndReasonR\tendReason\x121\n" +
 	"\bmessages\x18\x02 \x03(\v2\x15.turnstile.v1.MessageR\bmessages\x12)\n" +
 	"\x05usage\x18\x03 \x01(\v2\x13.turnstile.v1.UsageR\x05usage\x126\n" +
-	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\"\xc9\x01\n" +
+	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\x12)\n" +
+	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xe1\x01\n" +
 	"\fTurnCounters\x12\x1f\n" +
 	"\vmodel_calls\x18\x01 \x01(\rR\n" +
 	"modelCalls\x12\x18\n" +
@@ -2315,7 +2449,8 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x01(\rR\ttoolCalls\x12\x1f\n" +
 	"\vtool_errors\x18\x05 \x01(\rR\n" +
 	"toolErrors\x12 \n" +
-	"\vcompactions\x18\x06 \x01(\rR\vcompactions*\xcd\x01\n" +
+	"\vcompactions\x18\x06 \x01(\rR\vcompactions\x12\x16\n" +
+	"\x06hedges\x18\a \x01(\rR\x06hedges*\xcd\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2337,7 +2472,9 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01\x12N\n" +
 	"\tWatchTurn\x12\x1e.turnstile.v1.WatchTurnRequest\x1a\x1f.turnstile.v1.WatchTurnResponse0\x01\x12O\n" +
 	"\n" +
-	"CancelTurn\x12\x1f.turnstile.v1.CancelTurnRequest\x1a .turnstile.v1.CancelTurnResponseBAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"CancelTurn\x12\x1f.turnstile.v1.CancelTurnRequest\x1a .turnstile.v1.CancelTurnResponseB\x95\x01\n" +
+	"\x10dev.turnstile.v1B\n" +
+	"AgentProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_agent_proto_rawDescOnce sync.Once
@@ -2352,7 +2489,7 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_turnstile_v1_agent_proto_goTypes = []any{
 	(StopReason)(0),               // 0: turnstile.v1.StopReason
 	(EndReason)(0),                // 1: turnstile.v1.EndReason
@@ -2377,25 +2514,26 @@ var file_turnstile_v1_agent_proto_goTypes = []any{
 	(*LlmCallFinished)(nil),       // 20: turnstile.v1.LlmCallFinished
 	(*Retry)(nil),                 // 21: turnstile.v1.Retry
 	(*Fallback)(nil),              // 22: turnstile.v1.Fallback
-	(*Compaction)(nil),            // 23: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),         // 24: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),          // 25: turnstile.v1.TurnCounters
-	(*Message)(nil),               // 26: turnstile.v1.Message
-	(*ToolDefinition)(nil),        // 27: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*Usage)(nil),                 // 29: turnstile.v1.Usage
-	(*Error)(nil),                 // 30: turnstile.v1.Error
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(ErrorCode)(0),                // 32: turnstile.v1.ErrorCode
+	(*Hedge)(nil),                 // 23: turnstile.v1.Hedge
+	(*Compaction)(nil),            // 24: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),         // 25: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),          // 26: turnstile.v1.TurnCounters
+	(*Message)(nil),               // 27: turnstile.v1.Message
+	(*ToolDefinition)(nil),        // 28: turnstile.v1.ToolDefinition
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*Usage)(nil),                 // 30: turnstile.v1.Usage
+	(*Error)(nil),                 // 31: turnstile.v1.Error
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(ErrorCode)(0),                // 33: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	26, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	27, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	27, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	28, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
 	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
 	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
 	10, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
 	10, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	28, // 6: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	29, // 6: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
 	11, // 7: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
 	12, // 8: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
 	13, // 9: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
@@ -2408,35 +2546,37 @@ var file_turnstile_v1_agent_proto_depIdxs = []int32{
 	20, // 16: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
 	21, // 17: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
 	22, // 18: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	23, // 19: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	29, // 20: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	30, // 21: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	24, // 22: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	26, // 23: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	31, // 24: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	29, // 25: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 26: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	30, // 27: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	31, // 28: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	31, // 29: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	31, // 30: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	32, // 31: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	32, // 32: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	1,  // 33: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	26, // 34: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	29, // 35: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	25, // 36: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 37: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	6,  // 38: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
-	8,  // 39: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
-	5,  // 40: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	7,  // 41: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
-	9,  // 42: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
-	40, // [40:43] is the sub-list for method output_type
-	37, // [37:40] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	24, // 19: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	30, // 20: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	31, // 21: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	25, // 22: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	23, // 23: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	27, // 24: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	32, // 25: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	30, // 26: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	0,  // 27: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	31, // 28: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	32, // 29: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	32, // 30: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	32, // 31: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	33, // 32: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	33, // 33: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	32, // 34: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	1,  // 35: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	27, // 36: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	30, // 37: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	26, // 38: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	2,  // 39: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	6,  // 40: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	8,  // 41: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	5,  // 42: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	7,  // 43: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	9,  // 44: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	42, // [42:45] is the sub-list for method output_type
+	39, // [39:42] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -2465,6 +2605,7 @@ func file_turnstile_v1_agent_proto_init() {
 		(*AgentEvent_Usage)(nil),
 		(*AgentEvent_Error)(nil),
 		(*AgentEvent_TurnCompleted)(nil),
+		(*AgentEvent_Hedge)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2472,7 +2613,7 @@ func file_turnstile_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,8 +50,16 @@ type AgentServiceClient interface {
 	// reached an outcome; the RPC ends OK) or error (the turn failed; the RPC
 	// ends with a matching status whose details hold google.rpc.ErrorInfo with
 	// the error code as reason, and google.rpc.RetryInfo when retryable).
-	// A request that fails validation ends with INVALID_ARGUMENT and a
-	// google.rpc.BadRequest naming the field, before any event.
+	// A request that fails validation, or is not a valid message, ends with
+	// INVALID_ARGUMENT and a google.rpc.BadRequest naming every field that is
+	// wrong, before any event. A server with client keys refuses a call
+	// without a valid "authorization: Bearer <token>" with UNAUTHENTICATED, a
+	// model the key may not use with PERMISSION_DENIED, and a turn over a
+	// limit (the key's, or the server's turns at once) with RESOURCE_EXHAUSTED
+	// and ErrorInfo LIMIT_EXCEEDED, before any event. A request larger than
+	// the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
+	// read. No event is larger than the server's event size limit (2 MiB by
+	// default).
 	//
 	// Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
 	// store already holds does not run the turn again. When its content (every
@@ -169,8 +177,16 @@ type AgentServiceServer interface {
 	// reached an outcome; the RPC ends OK) or error (the turn failed; the RPC
 	// ends with a matching status whose details hold google.rpc.ErrorInfo with
 	// the error code as reason, and google.rpc.RetryInfo when retryable).
-	// A request that fails validation ends with INVALID_ARGUMENT and a
-	// google.rpc.BadRequest naming the field, before any event.
+	// A request that fails validation, or is not a valid message, ends with
+	// INVALID_ARGUMENT and a google.rpc.BadRequest naming every field that is
+	// wrong, before any event. A server with client keys refuses a call
+	// without a valid "authorization: Bearer <token>" with UNAUTHENTICATED, a
+	// model the key may not use with PERMISSION_DENIED, and a turn over a
+	// limit (the key's, or the server's turns at once) with RESOURCE_EXHAUSTED
+	// and ErrorInfo LIMIT_EXCEEDED, before any event. A request larger than
+	// the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
+	// read. No event is larger than the server's event size limit (2 MiB by
+	// default).
 	//
 	// Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
 	// store already holds does not run the turn again. When its content (every

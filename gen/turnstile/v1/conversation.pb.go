@@ -316,7 +316,8 @@ func (x *Thinking) GetSignature() string {
 // ToolCall is a model's request to run a tool.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Identifies the call; the matching ToolResult names it in call_id.
+	// Identifies the call, at most 256 bytes; the matching ToolResult names it
+	// in call_id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The tool's name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
@@ -457,10 +458,12 @@ type ToolDefinition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tool's unique name: letters, digits, '_' and '-', at most 64.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// What the tool does, for the model.
+	// What the tool does, for the model; at most 8 KiB.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	// JSON Schema of the tool's arguments (an object schema). Unset means any
-	// object.
+	// JSON Schema of the tool's arguments (an object schema: a "type", when
+	// given, must be "object"), at most 64 KiB as JSON. The server compiles it
+	// and refuses one that is not a valid schema; it follows no reference
+	// outside the schema. Unset means any object.
 	InputSchema   *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -631,7 +634,8 @@ const file_turnstile_v1_conversation_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_USER\x10\x01\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x02\x12\r\n" +
-	"\tROLE_TOOL\x10\x03BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\tROLE_TOOL\x10\x03B\x9c\x01\n" +
+	"\x10dev.turnstile.v1B\x11ConversationProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_conversation_proto_rawDescOnce sync.Once

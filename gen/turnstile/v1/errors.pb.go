@@ -65,6 +65,16 @@ const (
 	// The turn failed after a tool with side effects ran; replaying the step
 	// blindly could repeat them.
 	ErrorCode_ERROR_CODE_TOOLS_UNSAFE ErrorCode = 17
+	// The request carried no valid client key (status UNAUTHENTICATED).
+	ErrorCode_ERROR_CODE_UNAUTHENTICATED ErrorCode = 18
+	// The client key may not use the model the request names (status
+	// PERMISSION_DENIED).
+	ErrorCode_ERROR_CODE_PERMISSION_DENIED ErrorCode = 19
+	// A limit of the client key (concurrent turns, turns or tokens per period)
+	// or of the server (concurrent turns) was reached before the turn started
+	// (status RESOURCE_EXHAUSTED). google.rpc.RetryInfo says when to try again;
+	// the ErrorInfo metadata key "limit" names the limit.
+	ErrorCode_ERROR_CODE_LIMIT_EXCEEDED ErrorCode = 20
 )
 
 // Enum value maps for ErrorCode.
@@ -88,6 +98,9 @@ var (
 		15: "ERROR_CODE_DEADLINE_EXCEEDED",
 		16: "ERROR_CODE_UNAVAILABLE",
 		17: "ERROR_CODE_TOOLS_UNSAFE",
+		18: "ERROR_CODE_UNAUTHENTICATED",
+		19: "ERROR_CODE_PERMISSION_DENIED",
+		20: "ERROR_CODE_LIMIT_EXCEEDED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":        0,
@@ -108,6 +121,9 @@ var (
 		"ERROR_CODE_DEADLINE_EXCEEDED":  15,
 		"ERROR_CODE_UNAVAILABLE":        16,
 		"ERROR_CODE_TOOLS_UNSAFE":       17,
+		"ERROR_CODE_UNAUTHENTICATED":    18,
+		"ERROR_CODE_PERMISSION_DENIED":  19,
+		"ERROR_CODE_LIMIT_EXCEEDED":     20,
 	}
 )
 
@@ -313,7 +329,7 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\rModelAttempts\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x124\n" +
-	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\x8e\x04\n" +
+	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\xef\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1b\n" +
@@ -333,7 +349,11 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\x14ERROR_CODE_CANCELLED\x10\x0e\x12 \n" +
 	"\x1cERROR_CODE_DEADLINE_EXCEEDED\x10\x0f\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x10\x12\x1b\n" +
-	"\x17ERROR_CODE_TOOLS_UNSAFE\x10\x11BAZ?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1b\x06proto3"
+	"\x17ERROR_CODE_TOOLS_UNSAFE\x10\x11\x12\x1e\n" +
+	"\x1aERROR_CODE_UNAUTHENTICATED\x10\x12\x12 \n" +
+	"\x1cERROR_CODE_PERMISSION_DENIED\x10\x13\x12\x1d\n" +
+	"\x19ERROR_CODE_LIMIT_EXCEEDED\x10\x14B\x96\x01\n" +
+	"\x10dev.turnstile.v1B\vErrorsProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (
 	file_turnstile_v1_errors_proto_rawDescOnce sync.Once

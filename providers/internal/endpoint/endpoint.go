@@ -43,6 +43,16 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
+// Secrets returns what of c must never reach an error message or a log:
+// the API key and the values of the extra headers.
+func (c Config) Secrets() []string {
+	out := []string{c.APIKey}
+	for _, v := range c.Headers {
+		out = append(out, v)
+	}
+	return out
+}
+
 // Resolve returns c with the defaults of adapter filled in: Name is
 // adapter and BaseURL baseURL when empty, and HTTPClient is the client to
 // use ([httpfail.Client]: the caller's, or one bounded by ConnectTimeout).

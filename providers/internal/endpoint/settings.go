@@ -24,8 +24,13 @@ type Settings struct {
 	// APIKeyEnv names the environment variable holding the API key; empty
 	// sends no key. The key itself is never in the file.
 	APIKeyEnv string `yaml:"api_key_env"`
-	// Headers are extra HTTP headers sent with every request.
+	// Headers are extra HTTP headers sent with every request. Their values
+	// are redacted from errors, but they are in the file: put secrets in
+	// HeadersFromEnv.
 	Headers map[string]string `yaml:"headers"`
+	// HeadersFromEnv maps a header name to the environment variable holding
+	// its value, sent with every request like Headers.
+	HeadersFromEnv map[string]string `yaml:"headers_from_env"`
 	// ConnectTimeout bounds dialling and the TLS handshake; positive.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 }
@@ -64,18 +69,27 @@ func (s Settings) Check(typ string, keyRequired bool) []llm.Problem {
 	case s.APIKeyEnv != "" && (looksLikeKey(s.APIKeyEnv) || !envName.MatchString(s.APIKeyEnv)):
 		bad("api_key_env", "must be the name of an environment variable (letters, digits and _), not the key itself: put the key in a variable and name the variable here (the value is not shown)")
 	}
-	names := make([]string, 0, len(s.Headers))
-	for k := range s.Headers {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range sortedKeys(s.Headers) {
 		if !headerName.MatchString(k) {
 			bad("headers", "%q is not a header name", k)
 			continue
 		}
 		if strings.ContainsFunc(s.Headers[k], func(r rune) bool { return r != '\t' && unicode.IsControl(r) }) {
 			bad("headers."+k, "the value must be one line without control characters (the value is not shown)")
+		}
+	}
+	for _, k := range sortedKeys(s.HeadersFromEnv) {
+		name := s.HeadersFromEnv[k]
+		switch {
+		case !headerName.MatchString(k):
+			bad("headers_from_env", "%q is not a header name", k)
+		case looksLikeKey(name) || !envName.MatchString(name):
+			bad("headers_from_env."+k, "must be the name of an environment variable (letters, digits and _), not the value itself (the value is not shown)")
+		}
+		for h := range s.Headers {
+			if strings.EqualFold(h, k) {
+				bad("headers_from_env."+k, "%q is also set in headers", h)
+			}
 		}
 	}
 	if s.ConnectTimeout <= 0 {
@@ -100,6 +114,8 @@ func checkURL(raw string) string {
 		return "must be an http or https URL"
 	case u.Host == "":
 		return "has no host"
+	case u.User != nil:
+		return "must not hold a user or password: put the key in the variable api_key_env names, or a header in headers_from_env (the value is not shown)"
 	}
 	return ""
 }
@@ -128,13 +144,55 @@ func looksLikeKey(s string) bool {
 	return lower && upper && digit || len(s) >= 32 && !strings.Contains(s, "_")
 }
 
-// EnvVars maps api_key_env to the variable it names, when it names one:
-// the variables the provider reads when it is built.
+// EnvVars maps api_key_env and each headers_from_env.NAME to the variable
+// it names: the variables the provider reads when it is built.
 func (s Settings) EnvVars() map[string]string {
-	if s.APIKeyEnv == "" {
+	out := map[string]string{}
+	if s.APIKeyEnv != "" {
+		out["api_key_env"] = s.APIKeyEnv
+	}
+	for k, v := range s.HeadersFromEnv {
+		out["headers_from_env."+k] = v
+	}
+	if len(out) == 0 {
 		return nil
 	}
-	return map[string]string{"api_key_env": s.APIKeyEnv}
+	return out
+}
+
+// AllHeaders returns Headers with the values of HeadersFromEnv read
+// through getenv.
+func (s Settings) AllHeaders(getenv func(string) string) map[string]string {
+	if len(s.HeadersFromEnv) == 0 {
+		return s.Headers
+	}
+	out := make(map[string]string, len(s.Headers)+len(s.HeadersFromEnv))
+	for k, v := range s.Headers {
+		out[k] = v
+	}
+	for k, env := range s.HeadersFromEnv {
+		out[k] = getenv(env)
+	}
+	return out
+}
+
+// Secrets returns the values read through getenv or held in the file
+// that must never be logged: the API key and every header value.
+func (s Settings) Secrets(getenv func(string) string) []string {
+	out := []string{s.APIKey(getenv)}
+	for _, v := range s.AllHeaders(getenv) {
+		out = append(out, v)
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // APIKey returns the key read through getenv from the variable APIKeyEnv
@@ -170,8 +228,8 @@ func NewEntry(typ, baseURL string, keyRequired bool, build func(Config) (llm.Pro
 // environment; none when e is valid. Field is the setting's yaml key.
 func (e *Entry) Problems() []llm.Problem { return e.Check(e.typ, e.keyRequired) }
 
-// Build returns the provider named name, its API key read through getenv
-// from the variable api_key_env names.
+// Build returns the provider named name, its API key and the headers of
+// headers_from_env read through getenv from the variables they name.
 func (e *Entry) Build(name string, getenv func(string) string) (llm.Provider, error) {
-	return e.build(Config{Name: name, BaseURL: e.BaseURL, APIKey: e.APIKey(getenv), Headers: e.Headers, ConnectTimeout: e.ConnectTimeout})
+	return e.build(Config{Name: name, BaseURL: e.BaseURL, APIKey: e.APIKey(getenv), Headers: e.AllHeaders(getenv), ConnectTimeout: e.ConnectTimeout})
 }

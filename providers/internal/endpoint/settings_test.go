@@ -45,6 +45,16 @@ func TestCheck(t *testing.T) {
 			{Field: "headers.X-Nul", Message: "the value must be one line without control characters (the value is not shown)"},
 			{Field: "headers.X-Token", Message: "the value must be one line without control characters (the value is not shown)"},
 		}},
+		{name: "headers from env", edit: func(s *Settings) {
+			s.Headers = map[string]string{"X-Team": "search"}
+			s.HeadersFromEnv = map[string]string{"x-team": "TEAM", "X-Auth": "Bearer sk-secret", "Bad Name": "V", "X-Ok": "OK_VAR"}
+		}, want: []llm.Problem{
+			{Field: "headers_from_env", Message: `"Bad Name" is not a header name`},
+			{Field: "headers_from_env.X-Auth", Message: "must be the name of an environment variable (letters, digits and _), not the value itself (the value is not shown)"},
+			{Field: "headers_from_env.x-team", Message: `"X-Team" is also set in headers`},
+		}},
+		{name: "credentials in the URL", edit: func(s *Settings) { s.BaseURL = "https://user:secret@api.example.com/v1" },
+			want: []llm.Problem{{Field: "base_url", Message: "must not hold a user or password: put the key in the variable api_key_env names, or a header in headers_from_env (the value is not shown)"}}},
 		{name: "zero connect timeout", edit: func(s *Settings) { s.ConnectTimeout = 0 },
 			want: []llm.Problem{{Field: "connect_timeout", Message: "must be positive"}}},
 		{name: "negative connect timeout", edit: func(s *Settings) { s.ConnectTimeout = -time.Second },
@@ -82,5 +92,22 @@ func TestAPIKey(t *testing.T) {
 	}
 	if got := (Settings{}).EnvVars(); got != nil {
 		t.Errorf("EnvVars without api_key_env = %v, want nil", got)
+	}
+}
+
+func TestHeadersFromEnv(t *testing.T) {
+	s := Settings{APIKeyEnv: "K", Headers: map[string]string{"X-Team": "search"}, HeadersFromEnv: map[string]string{"X-Secret": "SECRET_VAR"}}
+	if got := s.EnvVars(); !cmp.Equal(got, map[string]string{"api_key_env": "K", "headers_from_env.X-Secret": "SECRET_VAR"}) {
+		t.Errorf("EnvVars = %v", got)
+	}
+	getenv := func(name string) string { return map[string]string{"SECRET_VAR": "hdr-value"}[name] }
+	if got := s.AllHeaders(getenv); !cmp.Equal(got, map[string]string{"X-Team": "search", "X-Secret": "hdr-value"}) {
+		t.Errorf("AllHeaders = %v", got)
+	}
+	if s.Headers["X-Secret"] != "" {
+		t.Error("AllHeaders changed Headers")
+	}
+	if got := (Config{APIKey: "key", Headers: map[string]string{"X-Secret": "hdr-value"}}).Secrets(); !cmp.Equal(got, []string{"key", "hdr-value"}) {
+		t.Errorf("Secrets = %v", got)
 	}
 }

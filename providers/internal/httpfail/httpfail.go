@@ -225,33 +225,38 @@ func ParseDuration(s string) (time.Duration, bool) {
 	return time.Duration(secs * float64(time.Second)), true
 }
 
-// Redact returns msg with every occurrence of secret replaced by
+// Redact returns msg with every occurrence of each secret replaced by
 // "[redacted]". Secrets shorter than 8 bytes are left alone: they are not
 // real keys and replacing them would mangle ordinary words.
-func Redact(msg, secret string) string {
-	if len(secret) < 8 {
-		return msg
+func Redact(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if len(s) >= 8 {
+			msg = strings.ReplaceAll(msg, s, "[redacted]")
+		}
 	}
-	return strings.ReplaceAll(msg, secret, "[redacted]")
+	return msg
 }
 
-// RedactErr returns err with secret redacted from its text, as [Redact]
+// RedactErr returns err with secrets redacted from its text, as [Redact]
 // does, for the Err field of a [llm.Error] that ends up in logs. The
 // result unwraps to err, so errors.Is and errors.As still see the SDK's
 // error. It returns err itself when there is nothing to redact.
-func RedactErr(err error, secret string) error {
-	if err == nil || len(secret) < 8 || !strings.Contains(err.Error(), secret) {
+func RedactErr(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	if msg := err.Error(); Redact(msg, secrets...) == msg {
 		return err
 	}
-	return &redacted{err: err, secret: secret}
+	return &redacted{err: err, secrets: secrets}
 }
 
 type redacted struct {
-	err    error
-	secret string
+	err     error
+	secrets []string
 }
 
-func (r *redacted) Error() string { return Redact(r.err.Error(), r.secret) }
+func (r *redacted) Error() string { return Redact(r.err.Error(), r.secrets...) }
 func (r *redacted) Unwrap() error { return r.err }
 
 // MissingFinish returns the error for a stream that ended cleanly without

@@ -48,7 +48,7 @@ type Reported struct {
 	// Kind is the failure's class.
 	Kind llm.Kind
 	// Message is the provider's message, empty when it sent none. It may
-	// quote the API key: [Reported.Error] redacts it.
+	// quote the API key or a header: [Reported.Error] redacts them.
 	Message string
 	// StatusCode is the HTTP status, 200 for an error event mid-stream.
 	StatusCode int
@@ -62,11 +62,11 @@ type Reported struct {
 }
 
 // Error returns r as provider's [llm.Error] wrapping err. The message has
-// secret redacted; when the provider sent none it is the status's
+// secrets redacted; when the provider sent none it is the status's
 // ([StatusMessage]), or for an error event mid-stream a generic one. The
 // hint comes from the headers and RetryAfter ([Hint]).
-func (r Reported) Error(provider, secret string, err error) *llm.Error {
-	msg := Redact(r.Message, secret)
+func (r Reported) Error(provider string, secrets []string, err error) *llm.Error {
+	msg := Redact(r.Message, secrets...)
 	if msg == "" {
 		if r.StatusCode >= 400 {
 			msg = StatusMessage(r.StatusCode)

@@ -73,8 +73,8 @@ func TestReportedError(t *testing.T) {
 	}{
 		{
 			name: "message redacted, request id from the headers",
-			r:    Reported{Kind: llm.KindAuth, Message: "bad key " + key, StatusCode: 401, Header: h},
-			want: llm.Error{Kind: llm.KindAuth, Message: "bad key [redacted]", StatusCode: 401, RequestID: "req_h", Hint: llm.HintNever},
+			r:    Reported{Kind: llm.KindAuth, Message: "bad key " + key + " with x-header-value-secret", StatusCode: 401, Header: h},
+			want: llm.Error{Kind: llm.KindAuth, Message: "bad key [redacted] with [redacted]", StatusCode: 401, RequestID: "req_h", Hint: llm.HintNever},
 		},
 		{
 			name: "own request id and wait",
@@ -89,7 +89,7 @@ func TestReportedError(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		e := tt.r.Error("p", key, cause)
+		e := tt.r.Error("p", []string{"x-header-value-secret", key}, cause)
 		want := tt.want
 		want.Provider, want.Err = "p", cause
 		if diff := cmp.Diff(&want, e, sameErr); diff != "" {

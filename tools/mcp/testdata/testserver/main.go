@@ -120,7 +120,9 @@ func main() {
 		Description: "Appends a line to a file, slowly.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"line":{"type":"string"},"ms":{"type":"integer"}},"required":["line"]}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, IdempotentHint: false},
-	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return slow(ctx, req, "") })
+	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return slow(ctx, req, "")
+	})
 	s.AddTool(&mcp.Tool{
 		Name:        "slow_lookup",
 		Description: "Looks something up, slowly.",

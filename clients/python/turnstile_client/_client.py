@@ -1,0 +1,467 @@
+"""The client and its turns: events, discard signalling, step retries."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+import grpc
+from turnstile.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2, errors_pb2
+
+from ._errors import Failure, TurnError, code_name, from_error_event, from_status
+
+#: The request metadata key in which the client numbers its attempts at one
+#: turn id, from 1, so the server's logs tie them together.
+ATTEMPT_HEADER = "turnstile-attempt"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Jittered exponential delays between step retries when the server gives none.
+
+    Retry n (from 1) waits initial × multiplier^(n-1) seconds, capped at
+    maximum, then spread uniformly by ± jitter (a fraction).
+    """
+
+    initial: float = 1.0
+    maximum: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def delay(self, n: int, u: float) -> float:
+        """Returns the wait before retry n (n >= 1) for the jitter draw u in [0, 1)."""
+        d = self.initial
+        for _ in range(1, n):
+            d *= max(self.multiplier, 1.0)
+            if self.maximum > 0 and d >= self.maximum:
+                break
+        if self.maximum > 0:
+            d = min(d, self.maximum)
+        d *= 1 + self.jitter * (2 * u - 1)
+        return max(d, 0.0)
+
+
+@dataclass
+class StepRetry:
+    """The client's signal that it resumes a failed turn with a new attempt."""
+
+    #: The number of the attempt about to start, from 2.
+    attempt: int
+    #: The most attempts the client makes at the turn.
+    max_attempts: int
+    #: How long the client waits before the attempt, in seconds.
+    delay: float
+    #: The failure of the attempt that ended.
+    error: TurnError
+    #: Output was streamed since the last message that stands (the last of
+    #: messages, or the turn's start): text, thinking and tool call deltas, and
+    #: any message committed after it, were never committed and every consumer
+    #: must drop them. The new attempt streams that step afresh.
+    discard_partial: bool
+    #: The messages the turn committed so far that stand; the new attempt
+    #: re-sends them after the request's own, so the work they hold (tool
+    #: results above all) is not done again.
+    messages: List[conversation_pb2.Message]
+
+
+@dataclass
+class Event:
+    """One step of a turn as the client sees it.
+
+    Either an event the server sent (agent) or a signal of the client's own
+    (step_retry); exactly one of the two is set.
+    """
+
+    #: The client's attempt at the turn that the event belongs to, from 1. The
+    #: server numbers the events of each attempt (AgentEvent.seq) from 1 again.
+    attempt: int
+    #: An event sent by the server. An error event ends an attempt, not
+    #: necessarily the turn: a step_retry event or the turn's error follows it.
+    agent: Optional[agent_pb2.AgentEvent] = None
+    #: The attempt failed and the client runs the failed step again once
+    #: step_retry.delay has passed.
+    step_retry: Optional[StepRetry] = None
+
+
+@dataclass
+class Result:
+    """The outcome of a turn that completed."""
+
+    turn_id: str
+    #: Why the turn ended, a turnstile.v1.EndReason value.
+    end_reason: int
+    #: The messages the turn added, across every attempt, in order: append
+    #: them to the conversation. With END_REASON_TOOL_CALLS_REQUIRED the last
+    #: one holds the tool calls the caller must run.
+    messages: List[conversation_pb2.Message]
+    #: The tokens used by every attempt, failed ones included.
+    usage: conversation_pb2.Usage
+    #: What happened in every attempt.
+    counters: agent_pb2.TurnCounters
+    #: The number of attempts the client made.
+    attempts: int
+
+
+@dataclass
+class _Outcome:
+    """What one attempt left behind."""
+
+    completed: Optional[agent_pb2.TurnCompleted] = None
+    fail: Optional[Failure] = None
+    committed: List[conversation_pb2.Message] = field(default_factory=list)
+    partial: bool = False
+    tools_running: List[str] = field(default_factory=list)
+    usage: Optional[conversation_pb2.Usage] = None
+    counters: Optional[agent_pb2.TurnCounters] = field(default_factory=agent_pb2.TurnCounters)
+
+
+class Client:
+    """Runs turns on a turnstile server. Safe for use from several threads.
+
+    target is a gRPC target such as "127.0.0.1:7700" or
+    "dns:///turnstile.internal:7700". Without credentials the channel is
+    plaintext; pass grpc.ssl_channel_credentials() for TLS, or a channel of
+    your own. Close the client (or use it as a context manager) when done.
+    """
+
+    def __init__(
+        self,
+        target: str = "",
+        *,
+        channel: Optional[grpc.Channel] = None,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+        max_step_retries: int = 1,
+        backoff: Backoff = Backoff(),
+        max_retry_delay: float = 60.0,
+        metadata: Sequence[Tuple[str, str]] = (),
+    ) -> None:
+        if max_step_retries < 0:
+            raise ValueError("turnstile: max_step_retries must not be negative")
+        if backoff.initial < 0 or backoff.maximum < 0 or not 0 <= backoff.jitter <= 1:
+            raise ValueError("turnstile: invalid backoff")
+        if channel is None:
+            if not target:
+                raise ValueError("turnstile: empty target")
+            # No transport retry: it would stack on the client's step retry.
+            options = [("grpc.enable_retries", 0)]
+            if credentials is not None:
+                channel = grpc.secure_channel(target, credentials, options=options)
+            else:
+                channel = grpc.insecure_channel(target, options=options)
+            self._owned = True
+        else:
+            self._owned = False
+        self._channel = channel
+        self._stub = agent_pb2_grpc.AgentServiceStub(channel)
+        self.max_step_retries = max_step_retries
+        self.backoff = backoff
+        self.max_retry_delay = max_retry_delay
+        self._metadata = tuple(metadata)
+        #: The jitter draw; replaceable in tests.
+        self.random: Callable[[], float] = random.random
+
+    def close(self) -> None:
+        """Closes the channel the client made; turns still running fail CANCELLED."""
+        if self._owned:
+            self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run_turn(self, request: agent_pb2.RunTurnRequest, *, timeout: Optional[float] = None) -> "Turn":
+        """Prepares one turn of request; it runs as the caller iterates over Turn.events().
+
+        When request has no turn_id the client makes one, so every attempt
+        shares it. An attempt that ends with an error event whose retryable is
+        true, or whose stream breaks without a terminal event with UNAVAILABLE
+        (a replica went away, a connection was reset), is followed by a
+        StepRetry event and a new attempt, up to max_step_retries, after the
+        server's retry delay or else the client's jittered backoff. The new
+        attempt resumes the turn: its request carries the request's messages
+        plus the messages the failed attempts committed (message_completed
+        events), and the request metadata turnstile-attempt numbers it. An
+        error whose retryable is false or unset is raised at once; so is a
+        transport break while server-side tools were running, as they may have
+        had effects. timeout (seconds) bounds the whole turn, retries
+        included. request is not modified.
+        """
+        req = agent_pb2.RunTurnRequest()
+        req.CopyFrom(request)
+        if not req.turn_id:
+            req.turn_id = secrets.token_hex(16)
+        return Turn(self, req, timeout)
+
+
+class Turn:
+    """A turn started by Client.run_turn.
+
+    Iterate over events() once to run it, then read result (or error).
+    cancel() may be called from any thread.
+    """
+
+    def __init__(self, client: Client, request: agent_pb2.RunTurnRequest, timeout: Optional[float]) -> None:
+        self._c = client
+        self._req = request
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._call: Optional[grpc.Call] = None
+        self._started = False
+        #: The turn's outcome once the iteration ended; None while it runs or when it failed.
+        self.result: Optional[Result] = None
+        #: The turn's failure once the iteration ended; None on success or while it runs.
+        self.error: Optional[TurnError] = None
+
+    @property
+    def id(self) -> str:
+        """The turn's id, the caller's or the one the client made."""
+        return self._req.turn_id
+
+    def cancel(self) -> None:
+        """Cancels the turn: its RPC and any retry delay. The iteration then raises TurnError CANCELLED."""
+        self._cancelled.set()
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def wait(self) -> Result:
+        """Runs the turn to its end, dropping its events, and returns its result."""
+        for _ in self.events():
+            pass
+        assert self.result is not None
+        return self.result
+
+    def events(self) -> Iterator[Event]:
+        """Yields the turn's events as they happen; raises TurnError when the turn fails.
+
+        Closing the generator (breaking out of a for loop) cancels the RPC at
+        once. It may be iterated only once.
+        """
+        if self._started:
+            raise RuntimeError("turnstile: the events of a turn can be iterated only once")
+        self._started = True
+        try:
+            yield from self._run()
+        except TurnError as e:
+            self.error = e
+            raise
+        finally:
+            # A caller that stopped early cancels the RPC here.
+            with self._lock:
+                call = self._call
+            if call is not None:
+                call.cancel()
+
+    def _stopped(self, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
+        if self._cancelled.is_set():
+            te = TurnError(errors_pb2.ERROR_CODE_CANCELLED, "the turn was cancelled")
+        else:
+            te = TurnError(errors_pb2.ERROR_CODE_DEADLINE_EXCEEDED, "the turn's deadline passed")
+        return self._stamp(te, n, carried)
+
+    def _expired(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _stamp(self, te: TurnError, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
+        te.turn_id, te.attempts, te.messages = self.id, n, list(carried)
+        return te
+
+    def _run(self) -> Iterator[Event]:
+        c = self._c
+        carried: List[conversation_pb2.Message] = []
+        usage, counters = conversation_pb2.Usage(), agent_pb2.TurnCounters()
+        n = 0
+        while True:
+            n += 1
+            out = _Outcome()
+            # Each attempt's events are yielded as they arrive.
+            yield from self._attempt(n, carried, out)
+            _add_usage(usage, out.usage)
+            _add_counters(counters, out.counters)
+            if out.completed is not None:
+                tc = out.completed
+                _add_usage(usage, tc.usage)
+                _add_counters(counters, tc.counters)
+                self.result = Result(
+                    turn_id=self.id,
+                    end_reason=tc.end_reason,
+                    # Too large for one event, they came in message_completed only.
+                    messages=carried + (list(out.committed) if tc.messages_omitted else list(tc.messages)),
+                    usage=usage,
+                    counters=counters,
+                    attempts=n,
+                )
+                return
+            fail = out.fail
+            assert fail is not None
+            carried = carried + out.committed
+            kept = standing(carried)
+            discard = out.partial or len(kept) < len(carried)
+            carried = kept
+            self._stamp(fail.err, n, carried)
+            if self._cancelled.is_set() or self._expired():
+                raise self._stopped(n, carried)
+            if fail.transport and out.tools_running:
+                # The server may have run them: resuming could run them again.
+                fail.err.code = errors_pb2.ERROR_CODE_TOOLS_UNSAFE
+                fail.err.message += (
+                    f"; the connection broke while the tools {', '.join(out.tools_running)} were running,"
+                    " check their effects before running the turn again"
+                )
+                fail.err.args = (fail.err.message,)
+                fail.err.retryable = fail.retry = False
+            if not fail.retry or n > c.max_step_retries:
+                raise fail.err
+            delay = fail.err.retry_after
+            if delay <= 0:
+                delay = c.backoff.delay(n, c.random())
+            if delay > c.max_retry_delay:
+                raise fail.err
+            if self._deadline is not None and self._deadline - time.monotonic() <= delay:
+                raise fail.err
+            yield Event(
+                attempt=n,
+                step_retry=StepRetry(
+                    attempt=n + 1,
+                    max_attempts=c.max_step_retries + 1,
+                    delay=delay,
+                    error=fail.err,
+                    discard_partial=discard,
+                    messages=list(carried),
+                ),
+            )
+            if self._cancelled.wait(delay):
+                raise self._stopped(n, carried)
+
+    def _attempt(self, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
+        """Makes attempt number n, re-sending carried after the request's messages."""
+        req = self._req
+        if carried:
+            req = agent_pb2.RunTurnRequest()
+            req.CopyFrom(self._req)
+            req.messages.extend(carried)
+        timeout = None if self._deadline is None else max(self._deadline - time.monotonic(), 0)
+        metadata = self._c._metadata + ((ATTEMPT_HEADER, str(n)),)
+        call = self._c._stub.RunTurn(req, timeout=timeout, metadata=metadata)
+        with self._lock:
+            self._call = call
+        if self._cancelled.is_set():
+            call.cancel()
+        err_event: Optional[errors_pb2.Error] = None
+        try:
+            for resp in call:
+                if not resp.HasField("event"):
+                    continue
+                ev = resp.event
+                err_event = _observe(ev, out) or err_event
+                yield Event(attempt=n, agent=ev)
+        except grpc.RpcError as e:
+            if out.completed is not None:
+                return
+            if err_event is not None:
+                out.fail = from_error_event(err_event)
+                st = from_status(e)
+                out.fail.err.status_code, out.fail.err.status = st.err.status_code, st.err.status
+                out.fail.err.__cause__ = e
+            else:
+                out.fail = from_status(e)
+            return
+        finally:
+            with self._lock:
+                self._call = None
+            call.cancel()
+        if out.completed is None:
+            if err_event is not None:
+                out.fail = from_error_event(err_event)
+            else:
+                te = TurnError(errors_pb2.ERROR_CODE_UNAVAILABLE, "the stream ended without a terminal event")
+                te.retryable = True
+                out.fail = Failure(err=te, retry=True, transport=True)
+
+
+def _observe(ev: agent_pb2.AgentEvent, out: _Outcome) -> Optional[errors_pb2.Error]:
+    """Updates an attempt's outcome with one of its events; returns its error event, if it is one."""
+    kind = ev.WhichOneof("payload")
+    counters = out.counters
+    if kind in ("text_delta", "thinking_delta", "tool_call_delta"):
+        out.partial = True
+    elif kind == "message_completed":
+        out.committed.append(ev.message_completed.message)
+        out.partial, out.tools_running = False, []
+    elif kind == "tool_started":
+        out.tools_running.append(ev.tool_started.name)
+    elif kind == "tool_finished" and counters is not None:
+        counters.tool_calls += 1
+        if ev.tool_finished.is_error:
+            counters.tool_errors += 1
+    elif kind == "llm_call_started" and counters is not None:
+        counters.model_calls += 1
+    elif kind == "retry" and counters is not None:
+        counters.retries += 1
+        if ev.retry.discard_partial:
+            out.partial = False  # the server told consumers to drop it
+    elif kind == "fallback" and counters is not None:
+        counters.fallbacks += 1
+        if ev.fallback.discard_partial:
+            out.partial = False
+    elif kind == "compaction" and counters is not None:
+        counters.compactions += 1
+    elif kind == "hedge" and counters is not None:
+        counters.hedges += 1
+    elif kind == "usage":
+        out.usage = ev.usage
+    elif kind == "error":
+        return ev.error
+    elif kind == "turn_completed":
+        out.completed = ev.turn_completed
+        # The final attempt's own counters are in TurnCompleted.
+        out.usage, out.counters = None, None
+    return None
+
+
+def standing(msgs: List[conversation_pb2.Message]) -> List[conversation_pb2.Message]:
+    """Returns the prefix of the committed messages a new attempt can resume from.
+
+    A trailing assistant message whose tool calls have no results is
+    dropped, since the step that runs them has to be made again.
+    """
+    if not msgs:
+        return msgs
+    last = msgs[-1]
+    if last.role != conversation_pb2.ROLE_ASSISTANT:
+        return msgs
+    if any(p.WhichOneof("kind") == "tool_call" for p in last.parts):
+        return msgs[:-1]
+    return msgs
+
+
+def _add_usage(dst: conversation_pb2.Usage, u: Optional[conversation_pb2.Usage]) -> None:
+    if u is None:
+        return
+    dst.input_tokens += u.input_tokens
+    dst.output_tokens += u.output_tokens
+    dst.cache_read_tokens += u.cache_read_tokens
+    dst.cache_write_tokens += u.cache_write_tokens
+
+
+def _add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounters]) -> None:
+    if c is None:
+        return
+    dst.model_calls += c.model_calls
+    dst.retries += c.retries
+    dst.fallbacks += c.fallbacks
+    dst.tool_calls += c.tool_calls
+    dst.tool_errors += c.tool_errors
+    dst.compactions += c.compactions
+    dst.hedges += c.hedges
+
+
+__all__ = ["ATTEMPT_HEADER", "Backoff", "Client", "Event", "Result", "StepRetry", "Turn", "standing", "code_name"]

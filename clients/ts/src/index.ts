@@ -1,0 +1,29 @@
+/**
+ * The TypeScript client of turnstile.v1.AgentService. A Client runs agent
+ * turns with runTurn and streams every step of them as an async iterator of
+ * Event values. When a turn fails in a way the server says is worth
+ * retrying (an error event with retryable set to true) or the stream breaks
+ * at the transport level, the client runs the failed step again: it resumes
+ * the turn, re-sending the conversation plus every message the failed
+ * attempt committed, under the same turn id, so a server-side tool that
+ * already ran is never run twice. It follows the Go client's protocol
+ * (github.com/turnstile-dev/turnstile/client) step for step.
+ */
+export {
+  ATTEMPT_HEADER,
+  Client,
+  DEFAULT_BACKOFF,
+  Turn,
+  backoffDelay,
+  standing,
+  type Backoff,
+  type ClientOptions,
+  type Event,
+  type Result,
+  type StepRetry,
+  type TurnOptions,
+} from "./client.js";
+export { ERROR_DOMAIN, TurnError, codeName, type RpcStatus } from "./errors.js";
+export * from "./gen/turnstile/v1/agent_pb.js";
+export * from "./gen/turnstile/v1/conversation_pb.js";
+export * from "./gen/turnstile/v1/errors_pb.js";

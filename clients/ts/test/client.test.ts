@@ -1,0 +1,212 @@
+import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import { pathToFileURL } from "node:url";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { anyPack, DurationSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { fromStatus } from "../src/errors.js";
+import { Client, ErrorCode, Role, TurnError, backoffDelay, standing, type Message } from "../src/index.js";
+import { startServer, type Server } from "./server.js";
+
+describe("backoffDelay", () => {
+  const b = { initialMs: 1000, maxMs: 30000, multiplier: 2, jitter: 0.2 };
+  for (const [n, u, want] of [
+    [1, 0.5, 1000],
+    [2, 0.5, 2000],
+    [3, 0.5, 4000],
+    [10, 0.5, 30000],
+    [1, 0, 800],
+    [1, 1, 1200],
+  ] as const) {
+    it(`retry ${n}, draw ${u}: ${want} ms`, () => assert.equal(Math.round(backoffDelay(b, n, u)), want));
+  }
+});
+
+describe("standing", () => {
+  const call: Message = {
+    role: Role.ASSISTANT,
+    parts: [{ kind: { case: "toolCall", value: { id: "call_1", name: "t", arguments: "{}" } } }],
+  } as Message;
+  const result: Message = {
+    role: Role.TOOL,
+    parts: [{ kind: { case: "toolResult", value: { callId: "call_1", content: "ok", isError: false, name: "t" } } }],
+  } as Message;
+  it("drops a trailing tool call without its results", () => assert.deepEqual(standing([call]), []));
+  it("keeps a tool call with its results", () => assert.equal(standing([call, result]).length, 2));
+  it("keeps nothing from nothing", () => assert.deepEqual(standing([]), []));
+});
+
+describe("fromStatus", () => {
+  const info = (reason: string) => ({ desc: ErrorInfoSchema, value: { reason, domain: "turnstile", metadata: { model: "m" } } });
+  const retryIn = (s: number) => ({ desc: RetryInfoSchema, value: { retryDelay: create(DurationSchema, { seconds: BigInt(s) }) } });
+  it("reads ErrorInfo and RetryInfo: retryable after the delay", () => {
+    const f = fromStatus(new ConnectError("slow down", Code.ResourceExhausted, undefined, [info("RATE_LIMITED"), retryIn(2)]));
+    assert.equal(f.err.code, ErrorCode.RATE_LIMITED);
+    assert.equal(f.err.model, "m");
+    assert.equal(f.err.retryable, true);
+    assert.equal(f.err.retryAfterMs, 2000);
+    assert.equal(f.retry, true);
+    assert.equal(f.transport, false);
+    assert.equal(f.err.status?.code, Code.ResourceExhausted);
+  });
+  it("ErrorInfo without RetryInfo is not retryable", () => {
+    const f = fromStatus(new ConnectError("no", Code.FailedPrecondition, undefined, [info("AUTH")]));
+    assert.equal(f.err.code, ErrorCode.AUTH);
+    assert.equal(f.retry, false);
+  });
+  it("UNAVAILABLE without ErrorInfo is the transport's, retried", () => {
+    const f = fromStatus(new ConnectError("connection reset", Code.Unavailable));
+    assert.equal(f.err.code, ErrorCode.UNAVAILABLE);
+    assert.equal(f.retry, true);
+    assert.equal(f.transport, true);
+  });
+  it("INVALID_ARGUMENT with RetryInfo is not retryable", () => {
+    const f = fromStatus(new ConnectError("bad", Code.InvalidArgument, undefined, [retryIn(1)]));
+    assert.equal(f.err.code, ErrorCode.INVALID_REQUEST);
+    assert.equal(f.retry, false);
+  });
+  it("decodes details as they come off the wire (packed Any)", () => {
+    // What connect-node hands over after reading grpc-status-details-bin.
+    const packed = anyPack(ErrorInfoSchema, create(ErrorInfoSchema, { reason: "OVERLOADED", domain: "turnstile" }));
+    const e = new ConnectError("busy", Code.Unavailable);
+    e.details.push({ type: "google.rpc.ErrorInfo", value: packed.value, debug: undefined });
+    const f = fromStatus(e);
+    assert.equal(f.err.code, ErrorCode.OVERLOADED);
+    assert.equal(f.transport, false);
+  });
+});
+
+describe("against a server", () => {
+  let server: Server;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server?.stop();
+  });
+  const ask = (text: string) => ({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text" as const, value: text } }] }] });
+
+  it("breaking out of the loop cancels the turn", async () => {
+    const c = new Client(`http://${server.addr}`);
+    const turn = c.runTurn(ask("[sim fail=timeout after=1] never ends"));
+    const started = Date.now();
+    for await (const ev of turn.events()) {
+      if (ev.agent?.payload.case === "textDelta") break;
+    }
+    assert.equal(turn.result, undefined);
+    assert.equal(turn.error, undefined);
+    assert.ok(Date.now() - started < 5000);
+  });
+
+  it("a permanent failure is thrown by wait() without a step retry", async () => {
+    const c = new Client(`http://${server.addr}`, { maxStepRetries: 3 });
+    await assert.rejects(c.runTurn(ask("[sim fail=auth] hi")).wait(), (e: unknown) => {
+      assert.ok(e instanceof TurnError);
+      assert.equal(e.code, ErrorCode.AUTH);
+      assert.equal(e.attempts, 1);
+      assert.match(e.toString(), /^turnstile: turn [0-9a-f]{32} failed: AUTH: /);
+      return true;
+    });
+  });
+
+  it("a timeout ends the turn DEADLINE_EXCEEDED", async () => {
+    const c = new Client(`http://${server.addr}`);
+    const started = Date.now();
+    await assert.rejects(c.runTurn(ask("[sim fail=timeout] hangs"), { timeoutMs: 300 }).wait(), (e: unknown) => {
+      assert.ok(e instanceof TurnError);
+      assert.equal(e.code, ErrorCode.DEADLINE_EXCEEDED);
+      assert.equal(e.attempts, 1);
+      return true;
+    });
+    assert.ok(Date.now() - started < 5000);
+  });
+
+  it("decodes the status details off the wire: an unknown model names the field", async () => {
+    const c = new Client(`http://${server.addr}`);
+    await assert.rejects(c.runTurn({ model: "nope", ...ask("hi") }).wait(), (e: unknown) => {
+      assert.ok(e instanceof TurnError);
+      assert.equal(e.code, ErrorCode.INVALID_REQUEST);
+      assert.equal(e.retryable, false);
+      assert.equal(e.status?.code, Code.InvalidArgument);
+      const fields = ConnectError.from(e.cause).findDetails(BadRequestSchema).flatMap((b) => b.fieldViolations.map((v) => v.field));
+      assert.deepEqual(fields, ["model"]);
+      return true;
+    });
+  });
+
+  it("the caller's turn id is kept and the request is not modified", async () => {
+    const c = new Client(`http://${server.addr}`);
+    const req = { turnId: "my-turn", ...ask("[sim fail=server_error times=1] [sim reply=ok] hi") };
+    const turn = c.runTurn(req);
+    const ids = new Set<string>();
+    for await (const ev of turn.events()) if (ev.agent) ids.add(ev.agent.turnId);
+    assert.deepEqual([...ids], ["my-turn"]);
+    assert.equal(turn.result?.attempts, 2);
+    assert.equal(req.messages.length, 1);
+  });
+});
+
+describe("no server", () => {
+  it("is a retryable UNAVAILABLE after the step retry", async () => {
+    const port = await new Promise<number>((res) => {
+      const s = createServer();
+      s.listen(0, "127.0.0.1", () => {
+        const p = (s.address() as { port: number }).port;
+        s.close(() => res(p));
+      });
+    });
+    const c = new Client(`http://127.0.0.1:${port}`, { backoff: { initialMs: 5, maxMs: 10, multiplier: 2, jitter: 0 } });
+    await assert.rejects(c.runTurn({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: "hi" } }] }] }).wait(), (e: unknown) => {
+      assert.ok(e instanceof TurnError);
+      assert.equal(e.code, ErrorCode.UNAVAILABLE);
+      assert.equal(e.retryable, true);
+      assert.equal(e.attempts, 2);
+      return true;
+    });
+  });
+});
+
+describe("against a server whose events are small", () => {
+  let server: Server;
+  before(async () => {
+    server = await startServer(join(__dirname, "../../../conformance/small_events.yaml"));
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it("rebuilds messages turn_completed omitted from message_completed", async () => {
+    // Two steps each calling a tool with 40 KB of arguments: each message
+    // fits an event, the turn's messages together do not.
+    const pad = "x".repeat(40000);
+    const call = (step: number) => `[sim tool=current_time args={"zone":"UTC","pad":"${pad}"} step=${step}]`;
+    const c = new Client(`http://${server.addr}`);
+    const turn = c.runTurn({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: `${call(1)} ${call(2)} go` } }] }] });
+    const committed: Message[] = [];
+    let omitted = false;
+    for await (const ev of turn.events()) {
+      const p = ev.agent?.payload;
+      if (p?.case === "messageCompleted" && p.value.message) committed.push(p.value.message);
+      if (p?.case === "turnCompleted") omitted = p.value.messagesOmitted && p.value.messages.length === 0;
+    }
+    assert.ok(omitted, "turn_completed carried its messages: the test does not test the rebuild");
+    assert.equal(committed.length, 5);
+    assert.deepEqual(turn.result?.messages, committed);
+  });
+});
+
+describe("module formats", () => {
+  it("loads with require (CommonJS) and import (ES modules)", async () => {
+    const entry = join(__dirname, "../src/index.js");
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const cjs = require(entry) as typeof import("../src/index.js");
+    const esm = (await import(pathToFileURL(entry).href)) as typeof import("../src/index.js");
+    assert.equal(typeof cjs.Client, "function");
+    assert.equal(esm.Client, cjs.Client);
+    assert.equal(esm.ErrorCode.RATE_LIMITED, 2);
+  });
+});

@@ -1,0 +1,143 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { Code } from "@connectrpc/connect";
+
+import { Client, type Event, Role, TurnError, codeName, type Message, EndReason } from "../src/index.js";
+import { repoRoot, startServer, type Server } from "./server.js";
+
+interface Scenario {
+  name: string;
+  prompt: string;
+  cancel_on?: string;
+  expect: Record<string, unknown>;
+}
+
+const conf = JSON.parse(readFileSync(join(repoRoot, "clients/conformance/scenarios.json"), "utf8")) as {
+  client: { max_step_retries: number; backoff_initial_ms: number; backoff_max_ms: number };
+  scenarios: Scenario[];
+};
+
+/** The gRPC status name as the specification spells it: FAILED_PRECONDITION. */
+function statusName(c: Code): string {
+  return Code[c].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+}
+
+const roles = (msgs: Message[]) => msgs.map((m) => Role[m.role]);
+const text = (m: Message) => m.parts.map((p) => (p.kind.case === "text" ? p.kind.value : "")).join("");
+
+/**
+ * KeptText follows the discard signals as a consumer must: a server retry or
+ * fallback drops its attempt's deltas from discard_from_seq on; a step retry
+ * that discards drops everything since the last message that stands.
+ */
+class KeptText {
+  private deltas: { attempt: number; seq: bigint; text: string }[] = [];
+  private marks: number[] = [];
+
+  event(ev: Event): void {
+    if (ev.stepRetry) {
+      if (ev.stepRetry.discardPartial) {
+        const m = ev.stepRetry.messages.length;
+        const cut = m > 0 && m <= this.marks.length ? this.marks[m - 1] : 0;
+        this.deltas = this.deltas.slice(0, cut);
+        this.marks = this.marks.slice(0, m);
+      }
+      return;
+    }
+    const a = ev.agent!;
+    const drop = (from: bigint) => {
+      this.deltas = this.deltas.filter((d) => d.attempt !== ev.attempt || d.seq < from);
+    };
+    switch (a.payload.case) {
+      case "textDelta":
+        this.deltas.push({ attempt: ev.attempt, seq: a.seq, text: a.payload.value.text });
+        break;
+      case "messageCompleted":
+        this.marks.push(this.deltas.length);
+        break;
+      case "retry":
+      case "fallback":
+        if (a.payload.value.discardPartial) drop(a.payload.value.discardFromSeq);
+        break;
+    }
+  }
+
+  toString(): string {
+    return this.deltas.map((d) => d.text).join("");
+  }
+}
+
+async function observe(client: Client, sc: Scenario): Promise<Record<string, unknown>> {
+  const ctl = new AbortController();
+  const turn = client.runTurn(
+    { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
+    { signal: ctl.signal, timeoutMs: 30_000 },
+  );
+  const obs: Record<string, unknown> = { step_retries: [], tools_started: [] };
+  const kept = new KeptText();
+  let failure: unknown;
+  try {
+    for await (const ev of turn.events()) {
+      kept.event(ev);
+      if (ev.stepRetry) {
+        const sr = ev.stepRetry;
+        (obs.step_retries as unknown[]).push({
+          attempt: sr.attempt,
+          code: codeName(sr.error.code),
+          discard_partial: sr.discardPartial,
+          messages: sr.messages.length,
+        });
+        continue;
+      }
+      const p = ev.agent!.payload;
+      if (p.case === "toolStarted") (obs.tools_started as unknown[]).push(p.value.name);
+      if (sc.cancel_on === "text_delta" && p.case === "textDelta") ctl.abort();
+    }
+  } catch (e) {
+    failure = e;
+  }
+  obs.kept_text = kept.toString();
+  const res = turn.result;
+  if (res) {
+    obs.outcome = "completed";
+    obs.end_reason = EndReason[res.endReason];
+    obs.attempts = res.attempts;
+    obs.roles = roles(res.messages);
+    if (res.messages.length > 0) obs.final_text = text(res.messages[res.messages.length - 1]);
+    return obs;
+  }
+  assert.ok(failure instanceof TurnError, `the turn ended with ${String(failure)}, want a result or a TurnError`);
+  assert.equal(turn.error, failure);
+  obs.outcome = "error";
+  obs.code = codeName(failure.code);
+  obs.retryable = failure.retryable;
+  obs.attempts = failure.attempts;
+  obs.roles = roles(failure.messages);
+  if (failure.status) obs.status = statusName(failure.status.code);
+  return obs;
+}
+
+describe("conformance (clients/conformance/scenarios.json on a live turnstile serve)", () => {
+  let server: Server;
+  let client: Client;
+  before(async () => {
+    server = await startServer();
+    client = new Client(`http://${server.addr}`, {
+      maxStepRetries: conf.client.max_step_retries,
+      backoff: { initialMs: conf.client.backoff_initial_ms, maxMs: conf.client.backoff_max_ms, multiplier: 2, jitter: 0 },
+    });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+  for (const sc of conf.scenarios) {
+    it(sc.name, async () => {
+      const obs = await observe(client, sc);
+      for (const [k, want] of Object.entries(sc.expect)) {
+        assert.deepStrictEqual(obs[k], want, `${k}: got ${JSON.stringify(obs[k])}, want ${JSON.stringify(want)}`);
+      }
+    });
+  }
+});

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"strings"
+)
+
+// redactHandler is the last line of defence against a secret in a log
+// line: it replaces every configured secret value (API keys, header
+// values, URL credentials, client tokens) in a record's message and
+// attributes before the wrapped handler writes it. The parts that build
+// errors redact at the source; this catches what a library logs or
+// formats on its own.
+type redactHandler struct {
+	next    slog.Handler
+	secrets []string
+}
+
+func newRedactHandler(next slog.Handler, secrets []string) slog.Handler {
+	if len(secrets) == 0 {
+		return next
+	}
+	return &redactHandler{next: next, secrets: secrets}
+}
+
+func (h *redactHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l)
+}
+
+func (h *redactHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, h.redact(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.attr(a))
+		return true
+	})
+	return h.next.Handle(ctx, out)
+}
+
+func (h *redactHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	clean := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		clean[i] = h.attr(a)
+	}
+	return &redactHandler{next: h.next.WithAttrs(clean), secrets: h.secrets}
+}
+
+func (h *redactHandler) WithGroup(name string) slog.Handler {
+	return &redactHandler{next: h.next.WithGroup(name), secrets: h.secrets}
+}
+
+func (h *redactHandler) redact(s string) string {
+	for _, secret := range h.secrets {
+		if strings.Contains(s, secret) {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
+	}
+	return s
+}
+
+// attr returns a with secrets redacted from its value; a value that is
+// not text is rendered as text when its text holds a secret.
+func (h *redactHandler) attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, h.redact(v.String()))
+	case slog.KindGroup:
+		group := v.Group()
+		clean := make([]any, len(group))
+		for i, g := range group {
+			clean[i] = h.attr(g)
+		}
+		return slog.Group(a.Key, clean...)
+	case slog.KindAny:
+		text := fmt.Sprint(v.Any())
+		if red := h.redact(text); red != text {
+			return slog.String(a.Key, red)
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// routeStdLog sends what libraries write with the standard log package
+// (the Gemini SDK does) to logger at WARN, as structured lines through
+// its handler, so it is redacted and formatted like the rest. It returns
+// a function that restores the standard logger.
+func routeStdLog(logger *slog.Logger) (restore func()) {
+	out, flags := log.Writer(), log.Flags()
+	log.SetFlags(0)
+	log.SetOutput(slog.NewLogLogger(logger.With("source", "stdlog").Handler(), slog.LevelWarn).Writer())
+	return func() {
+		log.SetOutput(out)
+		log.SetFlags(flags)
+	}
+}

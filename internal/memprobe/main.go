@@ -1,0 +1,361 @@
+// Command memprobe measures what clients that misbehave cost a turnstile
+// server: it starts a real `turnstile serve` process on the embedded
+// simulator (long replies, no token pacing), drives it, and prints the
+// server's resident memory (VmRSS, and its peak VmHWM, from /proc) and open
+// file descriptors. It runs outside `go test ./...`, on Linux:
+//
+//	go run ./internal/memprobe                       # builds ./cmd/turnstile first
+//	go run ./internal/memprobe -bin /tmp/turnstile   # a binary built elsewhere
+//
+// Scenarios (each on a fresh server process):
+//
+//   - streams: -streams RunTurn calls (-per-conn per connection) whose
+//     clients never read an event;
+//   - silent: -silent TCP connections that never send a byte;
+//   - big: -big concurrent requests of -big-bytes each.
+//
+// The figures are the server process's alone; the clients run in this
+// process. BENCHMARKS.md records results and how they were taken.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+)
+
+func main() {
+	bin := flag.String("bin", "", "turnstile `binary` to measure (default: build ./cmd/turnstile)")
+	scenarios := flag.String("run", "streams,silent,big", "comma-separated `scenarios` to run")
+	streams := flag.Int("streams", 1000, "non-reading streams")
+	perConn := flag.Int("per-conn", 100, "streams per connection")
+	words := flag.Int("reply-words", 20000, "words of the simulator's reply")
+	settle := flag.Duration("settle", 15*time.Second, "how long the streams are held open")
+	silent := flag.Int("silent", 3000, "silent TCP connections")
+	silentWait := flag.Duration("silent-wait", 20*time.Second, "how long the silent connections are held")
+	big := flag.Int("big", 8, "concurrent large requests")
+	bigBytes := flag.Int("big-bytes", 3_600_000, "bytes of each large request")
+	bigShape := flag.String("big-shape", "messages", "`shape` of a large request: text (one long user message) or messages (many short ones)")
+	window := flag.Int("client-window", 64<<10, "HTTP/2 receive `window` of the non-reading clients, fixed; 0: gRPC's default, which grows with the bandwidth-delay estimate up to 16 MiB a stream, so the server can push a turn's whole reply into the client's memory")
+	extra := flag.String("config", "", "YAML `lines` appended to the generated configuration (e.g. server settings)")
+	flag.Parse()
+
+	if *bin == "" {
+		dir, err := os.MkdirTemp("", "memprobe")
+		check(err)
+		defer os.RemoveAll(dir)
+		*bin = filepath.Join(dir, "turnstile")
+		out, err := exec.Command("go", "build", "-o", *bin, "./cmd/turnstile").CombinedOutput()
+		if err != nil {
+			fail("go build: %v\n%s", err, out)
+		}
+	}
+	for s := range strings.SplitSeq(*scenarios, ",") {
+		switch s {
+		case "streams":
+			probeStreams(*bin, *extra, *streams, *perConn, *words, *settle, *window)
+		case "silent":
+			probeSilent(*bin, *extra, *silent, *silentWait)
+		case "big":
+			probeBig(*bin, *extra, *big, *bigBytes, *bigShape)
+		default:
+			fail("unknown scenario %q", s)
+		}
+	}
+}
+
+// server is a running turnstile serve process.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+	dir  string
+}
+
+func startServer(bin, extra string, words int) *server {
+	dir, err := os.MkdirTemp("", "memprobe-srv")
+	check(err)
+	reply := strings.TrimSpace(strings.Repeat("lorem ", words))
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+providers:
+  sim: {type: simulator, token_delay: 0, script: [%q]}
+models:
+  sim: {provider: sim, model: sim-1, context_window: 100000000}
+log: {level: warn}
+%s
+`, fmt.Sprintf("reply=%q", reply), extra)
+	path := filepath.Join(dir, "turnstile.yaml")
+	check(os.WriteFile(path, []byte(cfg), 0o600))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	addr := lis.Addr().String()
+	lis.Close()
+	cmd := exec.Command(bin, "serve", "--config", path, "--listen", addr)
+	cmd.Stderr = os.Stderr
+	check(cmd.Start())
+	s := &server{cmd: cmd, addr: addr, dir: dir}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			fail("the server did not start: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	os.RemoveAll(s.dir)
+}
+
+// mem reads the process's VmRSS and VmHWM in MiB.
+func (s *server) mem() (rss, hwm float64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		switch k {
+		case "VmRSS":
+			rss = kb / 1024
+		case "VmHWM":
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm
+}
+
+func (s *server) fds() int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid))
+	return len(ents)
+}
+
+// healthy reports whether the server answers a health check within 5s,
+// and how long it took.
+func (s *server) healthy() (bool, time.Duration) {
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false, 0
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err == nil, time.Since(start)
+}
+
+func request(text string) *turnstilev1.RunTurnRequest {
+	return &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{{
+		Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: text}}},
+	}}}
+}
+
+// probeStreams opens streams whose clients never read.
+func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration, window int) {
+	s := startServer(bin, extra, words)
+	defer s.stop()
+	rss0, _ := s.mem()
+	ctx, cancel := context.WithCancel(context.Background())
+	var conns []*grpc.ClientConn
+	var mu sync.Mutex
+	opened, refused := 0, map[string]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i += perConn {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if window > 0 {
+			opts = append(opts, grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window)))
+		}
+		conn, err := grpc.NewClient(s.addr, opts...)
+		check(err)
+		conns = append(conns, conn)
+		client := turnstilev1.NewAgentServiceClient(conn)
+		for j := i; j < min(i+perConn, n); j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stream, err := client.RunTurn(ctx, request(fmt.Sprintf("stream %d", j)))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					refused[err.Error()]++
+					return
+				}
+				opened++
+				_ = stream // never read
+			}()
+		}
+	}
+	wg.Wait()
+	fmt.Printf("streams: %d opened (client window %d), %d refused %v; sampling for %s\n", opened, window, n-opened, refused, settle)
+	peak := sample(s, settle)
+	ok, took := s.healthy()
+	rss, hwm := s.mem()
+	fmt.Printf("streams: server RSS before %.0f MiB, peak while held %.0f MiB (VmHWM %.0f MiB), now %.0f MiB; fds %d; health ok=%v in %s\n",
+		rss0, peak, hwm, rss, s.fds(), ok, took.Round(time.Millisecond))
+	cancel()
+	for _, c := range conns {
+		c.Close()
+	}
+	time.Sleep(3 * time.Second)
+	rss, _ = s.mem()
+	fmt.Printf("streams: 3s after the clients went away: RSS %.0f MiB, fds %d\n", rss, s.fds())
+}
+
+// sample polls the server's RSS for d and returns the highest value seen.
+func sample(s *server, d time.Duration) float64 {
+	peak := 0.0
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if rss, _ := s.mem(); rss > peak {
+			peak = rss
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return peak
+}
+
+// probeSilent opens TCP connections that never send anything and counts
+// how many the server still holds open after wait.
+func probeSilent(bin, extra string, n int, wait time.Duration) {
+	s := startServer(bin, extra, 10)
+	defer s.stop()
+	fds0 := s.fds()
+	var conns []net.Conn
+	for range n {
+		c, err := net.DialTimeout("tcp", s.addr, 2*time.Second)
+		if err != nil {
+			fmt.Printf("silent: dial failed after %d connections: %v\n", len(conns), err)
+			break
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second)
+	fmt.Printf("silent: %d connections dialled; server fds %d (%d before)\n", len(conns), s.fds(), fds0)
+	time.Sleep(wait)
+	closed := 0
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		buf := make([]byte, 4096)
+		for {
+			_, err := c.Read(buf)
+			if err == nil {
+				continue
+			}
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) {
+				closed++
+			}
+			break
+		}
+	}
+	ok, took := s.healthy()
+	rss, _ := s.mem()
+	fmt.Printf("silent: after %s the server had closed %d of %d; server fds %d; RSS %.0f MiB; health ok=%v in %s\n",
+		wait, closed, len(conns), s.fds(), rss, ok, took.Round(time.Millisecond))
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// probeBig sends n concurrent requests of size bytes each and reads them
+// to their end.
+func probeBig(bin, extra string, n, size int, shape string) {
+	s := startServer(bin, extra, 10)
+	defer s.stop()
+	rss0, _ := s.mem()
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	check(err)
+	defer conn.Close()
+	client := turnstilev1.NewAgentServiceClient(conn)
+	req := request(strings.Repeat("abcdefgh ", size/9))
+	if shape == "messages" {
+		// Alternating user and assistant messages of one short text part
+		// each: about 12 bytes per message on the wire.
+		req.Messages = nil
+		for i := range size / 12 {
+			role := turnstilev1.Role_ROLE_USER
+			if i%2 == 1 {
+				role = turnstilev1.Role_ROLE_ASSISTANT
+			}
+			req.Messages = append(req.Messages, &turnstilev1.Message{Role: role, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "hi"}}}})
+		}
+		if len(req.Messages)%2 == 0 {
+			req.Messages = req.Messages[1:]
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	results := map[string]int{}
+	start := time.Now()
+	for range n {
+		wg.Go(func() {
+			stream, err := client.RunTurn(context.Background(), req)
+			outcome := "ok"
+			if err == nil {
+				for {
+					if _, err = stream.Recv(); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil && err != io.EOF {
+				outcome = err.Error()
+				if len(outcome) > 120 {
+					outcome = outcome[:120] + "..."
+				}
+			}
+			mu.Lock()
+			results[outcome]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	rss, hwm := s.mem()
+	fmt.Printf("big: %d requests of %d bytes (%s, %d messages) in %s: %v; server RSS before %.0f MiB, peak (VmHWM) %.0f MiB, now %.0f MiB\n",
+		n, proto.Size(req), shape, len(req.Messages), time.Since(start).Round(time.Millisecond), results, rss0, hwm, rss)
+}
+
+func check(err error) {
+	if err != nil {
+		fail("%v", err)
+	}
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "memprobe: "+format+"\n", args...)
+	os.Exit(1)
+}

@@ -1,0 +1,118 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// busySink records events and says it is busy while busy is set.
+type busySink struct {
+	recorder
+	mu      sync.Mutex
+	busy    bool
+	arrived chan struct{}
+}
+
+func (s *busySink) Busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy
+}
+
+func (s *busySink) Emit(ctx context.Context, ev runtime.Event) error {
+	if err := s.recorder.Emit(ctx, ev); err != nil {
+		return err
+	}
+	if _, ok := ev.Payload.(*runtime.TextDelta); ok && s.arrived != nil {
+		select {
+		case s.arrived <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func textChunks(n, size int) []llm.Chunk {
+	var cs []llm.Chunk
+	for i := range n {
+		cs = append(cs, llm.Chunk{Kind: llm.ChunkText, Text: strings.Repeat(string(rune('a'+i%26)), size)})
+	}
+	return append(cs, llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn})
+}
+
+// TestBusySinkGetsMergedDeltas: while the sink is busy, consecutive text
+// deltas become one event (up to MaxMergedDelta), numbered without gaps,
+// their text intact.
+func TestBusySinkGetsMergedDeltas(t *testing.T) {
+	tests := []struct {
+		name         string
+		chunks, size int
+		busy         bool
+		deltas       int
+	}{
+		{"busy: one event", 100, 10, true, 1},
+		{"busy: capped at MaxMergedDelta", 100, 1024, true, 7},
+		{"not busy: one event per chunk", 100, 10, false, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			chunks := textChunks(tt.chunks, tt.size)
+			r := newRunner(t, []*runtime.Model{model("m", fake.NewProvider(fake.Reply{Chunks: chunks}))}, nil)
+			sink := &busySink{busy: tt.busy}
+			res, err := r.Run(t.Context(), userTurn("hi"), sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSequence(t, sink.events)
+			var text strings.Builder
+			deltas := 0
+			for _, ev := range sink.events {
+				if d, ok := ev.Payload.(*runtime.TextDelta); ok {
+					deltas++
+					text.WriteString(d.Text)
+					if len(d.Text) > runtime.MaxMergedDelta {
+						t.Errorf("a delta of %d bytes", len(d.Text))
+					}
+				}
+			}
+			if deltas != tt.deltas {
+				t.Errorf("%d text deltas, want %d", deltas, tt.deltas)
+			}
+			if want := res.Messages[0].Parts[0].Text; text.String() != want {
+				t.Errorf("the deltas say %d bytes, the message %d", text.Len(), len(want))
+			}
+		})
+	}
+}
+
+// TestHeldDeltaFlushedLate: a delta held for a busy sink is handed on
+// after MergeDelay even when nothing follows it.
+func TestHeldDeltaFlushedLate(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "waiting"}}, Hang: true})
+	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
+	sink := &busySink{busy: true, arrived: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = r.Run(ctx, userTurn("hi"), sink)
+	}()
+	select {
+	case <-sink.arrived:
+	case <-time.After(5 * time.Second):
+		t.Error("the held delta never reached the sink")
+	}
+	cancel()
+	<-done
+	checkSequence(t, sink.events)
+	if got, want := describeAll(sink.events), "start | call m#1 | text | error CANCELLED retryable=false"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}

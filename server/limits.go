@@ -1,0 +1,272 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// KeyLimits bound what one client key may use. A limit left unset (nil)
+// is no limit; 0 allows nothing, which suspends the key. The limits are
+// kept by each replica on its own: behind N replicas a key may use up to N
+// times as much. The yaml names are the configuration file's keys (an auth
+// key's limits block).
+type KeyLimits struct {
+	// ConcurrentTurns bounds the key's turns running at once.
+	ConcurrentTurns *int `yaml:"concurrent_turns"`
+	// TurnsPerMinute bounds the turns the key starts per minute (a token
+	// bucket of that size, refilled evenly over the minute).
+	TurnsPerMinute *int `yaml:"turns_per_minute"`
+	// TokensPerMinute and TokensPerDay bound the tokens (input, output and
+	// cached, of every model call, failed ones included) the key's turns
+	// use, as buckets refilled evenly over the period. A turn starts only
+	// while both buckets hold tokens; what it uses is taken as it is
+	// reported, so a bucket may go into debt by what running turns use, and
+	// new turns wait until it is paid back.
+	TokensPerMinute *int64 `yaml:"tokens_per_minute"`
+	TokensPerDay    *int64 `yaml:"tokens_per_day"`
+}
+
+// Problems lists every limit that is out of range; none when l is valid.
+func (l KeyLimits) Problems() []llm.Problem {
+	var out []llm.Problem
+	neg := func(field string, set bool, v int64) {
+		if set && v < 0 {
+			out = append(out, llm.Problem{Field: field, Message: "must not be negative (0 allows nothing; leave it out for no limit)"})
+		}
+	}
+	neg("concurrent_turns", l.ConcurrentTurns != nil, int64(deref(l.ConcurrentTurns)))
+	neg("turns_per_minute", l.TurnsPerMinute != nil, int64(deref(l.TurnsPerMinute)))
+	neg("tokens_per_minute", l.TokensPerMinute != nil, deref(l.TokensPerMinute))
+	neg("tokens_per_day", l.TokensPerDay != nil, deref(l.TokensPerDay))
+	return out
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// busyRetry is the wait a client is advised when it reached a limit of
+// turns running at once: when one ends is not known in advance.
+const busyRetry = time.Second
+
+// refusal is why a turn may not start: the message, the limit's name, and
+// the advised wait (zero when waiting never helps).
+type refusal struct {
+	msg        string
+	limit      string
+	retryAfter time.Duration
+}
+
+func (r *refusal) status(client string) *status.Status {
+	md := map[string]string{"limit": r.limit}
+	if client != "" {
+		md["client"] = client
+	}
+	return limitExceeded(r.msg, r.retryAfter, md)
+}
+
+// keyLimiter keeps one key's limits.
+type keyLimiter struct {
+	name     string
+	limits   KeyLimits
+	turns    *rate.Limiter // nil: no limit
+	tokMin   *rate.Limiter
+	tokDay   *rate.Limiter
+	mu       sync.Mutex
+	running  int
+	now      func() time.Time
+	periodOf map[*rate.Limiter]string
+}
+
+func newKeyLimiter(name string, l KeyLimits, now func() time.Time) *keyLimiter {
+	k := &keyLimiter{name: name, limits: l, now: now, periodOf: map[*rate.Limiter]string{}}
+	if l.TurnsPerMinute != nil {
+		k.turns = bucket(int64(*l.TurnsPerMinute), time.Minute, now())
+	}
+	if l.TokensPerMinute != nil {
+		k.tokMin = bucket(*l.TokensPerMinute, time.Minute, now())
+		k.periodOf[k.tokMin] = "minute"
+	}
+	if l.TokensPerDay != nil {
+		k.tokDay = bucket(*l.TokensPerDay, 24*time.Hour, now())
+		k.periodOf[k.tokDay] = "day"
+	}
+	return k
+}
+
+// bucket returns a full token bucket of size n refilled evenly over
+// period.
+func bucket(n int64, period time.Duration, now time.Time) *rate.Limiter {
+	lim := rate.NewLimiter(rate.Limit(float64(n)/period.Seconds()), int(min(n, int64(^uint(0)>>1))))
+	lim.SetBurstAt(now, lim.Burst()) // starts full at now
+	return lim
+}
+
+// admit starts a turn of the key, or says why it may not start. The
+// returned function ends the turn.
+func (k *keyLimiter) admit() (func(), *refusal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.now()
+	l := k.limits
+	if l.ConcurrentTurns != nil && k.running >= *l.ConcurrentTurns {
+		r := &refusal{limit: "concurrent_turns", retryAfter: busyRetry,
+			msg: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, k.running)}
+		if *l.ConcurrentTurns == 0 {
+			r.msg, r.retryAfter = fmt.Sprintf("client key %q may run no turns (concurrent_turns: 0)", k.name), 0
+		}
+		return nil, r
+	}
+	for _, lim := range []*rate.Limiter{k.tokMin, k.tokDay} {
+		if lim == nil {
+			continue
+		}
+		if tokens := lim.TokensAt(now); tokens < 1 {
+			r := &refusal{limit: "tokens_per_" + k.periodOf[lim],
+				msg: fmt.Sprintf("client key %q used its tokens per %s (%d)", k.name, k.periodOf[lim], lim.Burst())}
+			if lim.Limit() > 0 {
+				r.retryAfter = ceilSecond(time.Duration((1 - tokens) / float64(lim.Limit()) * float64(time.Second)))
+				r.msg += fmt.Sprintf("; retry in %s", r.retryAfter)
+			}
+			return nil, r
+		}
+	}
+	if k.turns != nil {
+		res := k.turns.ReserveN(now, 1)
+		if !res.OK() {
+			return nil, &refusal{limit: "turns_per_minute", msg: fmt.Sprintf("client key %q may start no turns (turns_per_minute: 0)", k.name)}
+		}
+		if d := res.DelayFrom(now); d > 0 {
+			res.CancelAt(now)
+			d = ceilSecond(d)
+			return nil, &refusal{limit: "turns_per_minute", retryAfter: d,
+				msg: fmt.Sprintf("client key %q started its %d turns per minute; retry in %s", k.name, k.turns.Burst(), d)}
+		}
+	}
+	k.running++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			k.mu.Lock()
+			k.running--
+			k.mu.Unlock()
+		})
+	}, nil
+}
+
+// charge takes n used tokens from the key's token buckets, into debt if
+// need be.
+func (k *keyLimiter) charge(n int64) {
+	if n <= 0 || k.tokMin == nil && k.tokDay == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.now()
+	for _, lim := range []*rate.Limiter{k.tokMin, k.tokDay} {
+		if lim == nil || lim.Burst() == 0 {
+			continue
+		}
+		// A reservation takes at most a burst at a time.
+		for left := n; left > 0; {
+			take := min(left, int64(lim.Burst()))
+			lim.ReserveN(now, int(take))
+			left -= take
+		}
+	}
+}
+
+// ceilSecond rounds d up to a whole second, at least one: clients see
+// waits in seconds.
+func ceilSecond(d time.Duration) time.Duration {
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+// turnGate bounds the turns the server runs at once.
+type turnGate struct {
+	mu      sync.Mutex
+	max     int
+	running int
+}
+
+func (g *turnGate) enter() (func(), *refusal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.running >= g.max {
+		return nil, &refusal{limit: "max_concurrent_turns", retryAfter: busyRetry,
+			msg: fmt.Sprintf("the server runs %d turns, its limit (server.max_concurrent_turns); retry shortly or on another replica", g.running)}
+	}
+	g.running++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.running--
+			g.mu.Unlock()
+		})
+	}, nil
+}
+
+// admission is the stream interceptor that starts RunTurn calls only
+// within the server's bound on turns and the caller's key limits; a turn
+// refused gets RESOURCE_EXHAUSTED with ErrorInfo LIMIT_EXCEEDED (and
+// RetryInfo when waiting helps) before its request is read.
+func admission(gate *turnGate) grpc.StreamServerInterceptor {
+	runTurn := "/" + turnstilev1.AgentService_ServiceDesc.ServiceName + "/RunTurn"
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != runTurn {
+			return handler(srv, ss)
+		}
+		k := keyFrom(ss.Context())
+		leave, r := gate.enter()
+		if r != nil {
+			return r.status(k.name()).Err()
+		}
+		defer leave()
+		if k != nil {
+			end, r := k.limiter.admit()
+			if r != nil {
+				return r.status(k.Name).Err()
+			}
+			defer end()
+		}
+		return handler(srv, ss)
+	}
+}
+
+// usageCharger charges a turn's tokens to its key as the running totals
+// arrive.
+type usageCharger struct {
+	k    *keyLimiter
+	last int64
+}
+
+func (c *usageCharger) total(u llm.Usage) {
+	if c == nil || c.k == nil {
+		return
+	}
+	n := u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+	c.k.charge(n - c.last)
+	c.last = max(c.last, n)
+}
+
+// keyContext is the context key of the caller's *key.
+type keyContext struct{}
+
+func keyFrom(ctx context.Context) *key {
+	k, _ := ctx.Value(keyContext{}).(*key)
+	return k
+}

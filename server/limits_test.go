@@ -1,0 +1,164 @@
+package server_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/internal/wiretest"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/server"
+)
+
+// hanging returns a runner whose turns stream "..." and hang until
+// cancelled.
+func hanging(t *testing.T) *fake.Provider {
+	t.Helper()
+	return fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "..."}}, Hang: true})
+}
+
+// holdTurn starts a turn and returns once its first text delta arrived,
+// with a function that cancels it and waits for its end.
+func holdTurn(t *testing.T, c turnstilev1.AgentServiceClient, ctx context.Context) (release func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	started := make(chan struct{})
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(done)
+		stream, err := c.RunTurn(ctx, hello())
+		if err != nil {
+			once.Do(func() { close(started) })
+			return
+		}
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				once.Do(func() { close(started) })
+				return
+			}
+			if resp.GetEvent().GetTextDelta() != nil {
+				once.Do(func() { close(started) })
+			}
+		}
+	}()
+	<-started
+	return func() { cancel(); <-done }
+}
+
+// refusedWith checks st is a refusal by limit, before any event, with
+// RetryInfo exactly when retry.
+func refusedWith(t *testing.T, evs []*turnstilev1.AgentEvent, st *status.Status, limit string, retry bool) {
+	t.Helper()
+	if len(evs) != 0 {
+		t.Errorf("%d events before the refusal", len(evs))
+	}
+	var info *errdetails.ErrorInfo
+	var ri *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			info = d
+		case *errdetails.RetryInfo:
+			ri = d
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || info.GetReason() != "LIMIT_EXCEEDED" || info.GetMetadata()["limit"] != limit {
+		t.Fatalf("status %v %q, ErrorInfo %v; want RESOURCE_EXHAUSTED LIMIT_EXCEEDED limit=%s", st.Code(), st.Message(), info, limit)
+	}
+	if (ri != nil) != retry {
+		t.Errorf("RetryInfo %v, want one: %v", ri, retry)
+	}
+	if ri != nil && ri.GetRetryDelay().AsDuration() <= 0 {
+		t.Errorf("RetryInfo delay %v", ri.GetRetryDelay().AsDuration())
+	}
+}
+
+// TestServerTurnCap: beyond max_concurrent_turns a turn is refused at
+// once with RetryInfo; once a turn ends, the next runs.
+func TestServerTurnCap(t *testing.T) {
+	ts := start(t, runner(t, hanging(t)), server.Options{MaxConcurrentTurns: 2})
+	first := holdTurn(t, ts.client, t.Context())
+	second := holdTurn(t, ts.client, t.Context())
+	defer second()
+	start := time.Now()
+	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
+	refusedWith(t, evs, st, "max_concurrent_turns", true)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the refusal took %s", d)
+	}
+	first()
+	third := holdTurn(t, ts.client, t.Context())
+	third()
+}
+
+func TestKeyLimits(t *testing.T) {
+	one, two, none := 1, 2, 0
+	var twenty int64 = 20
+	tests := []struct {
+		name   string
+		limits server.KeyLimits
+		// hold keeps a turn running meanwhile.
+		hold bool
+		// ok is how many turns run before the refusal.
+		ok    int
+		limit string
+		retry bool
+	}{
+		{name: "concurrent turns", limits: server.KeyLimits{ConcurrentTurns: &one}, hold: true, limit: "concurrent_turns", retry: true},
+		{name: "turns per minute", limits: server.KeyLimits{TurnsPerMinute: &two}, ok: 2, limit: "turns_per_minute", retry: true},
+		{name: "suspended key", limits: server.KeyLimits{TurnsPerMinute: &none}, limit: "turns_per_minute"},
+		// Each turn uses 15 tokens: the second goes into debt.
+		{name: "tokens per minute", limits: server.KeyLimits{TokensPerMinute: &twenty}, ok: 2, limit: "tokens_per_minute", retry: true},
+		{name: "tokens per day", limits: server.KeyLimits{TokensPerDay: &twenty}, ok: 2, limit: "tokens_per_day", retry: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})
+			if tt.hold {
+				p = hanging(t)
+			}
+			k := keyed("limited", "tok-limited-0123")
+			k.Limits = tt.limits
+			other := keyed("other", "tok-other-0123")
+			ts := start(t, runner(t, p), server.Options{Keys: []server.Key{k, other}})
+			ctx := bearer(t.Context(), "tok-limited-0123")
+			if tt.hold {
+				defer holdTurn(t, ts.client, ctx)()
+			}
+			for i := range tt.ok {
+				if _, st := wiretest.Collect(t, ctx, ts.client, hello(), nil); st.Code() != codes.OK {
+					t.Fatalf("turn %d: %v", i+1, st)
+				}
+			}
+			evs, st := wiretest.Collect(t, ctx, ts.client, hello(), nil)
+			refusedWith(t, evs, st, tt.limit, tt.retry)
+			// Another key is not held back.
+			if tt.hold {
+				return
+			}
+			if _, st := wiretest.Collect(t, bearer(t.Context(), "tok-other-0123"), ts.client, hello(), nil); st.Code() != codes.OK {
+				t.Errorf("another key's turn: %v", st)
+			}
+		})
+	}
+}
+
+func TestKeyLimitsProblems(t *testing.T) {
+	neg := -1
+	l := server.KeyLimits{ConcurrentTurns: &neg}
+	if ps := l.Problems(); len(ps) != 1 || ps[0].Field != "concurrent_turns" {
+		t.Errorf("problems of a negative limit: %v", ps)
+	}
+	if ps := (server.KeyLimits{}).Problems(); len(ps) != 0 {
+		t.Errorf("no limits has problems: %v", ps)
+	}
+}
