@@ -78,7 +78,14 @@ func TestThreeNodeCluster(t *testing.T) {
 		}
 		req := hello()
 		req.TurnId = id
+		// While the cluster elects new leaders the store is unavailable
+		// for a moment: a client retries, and the same request attaches
+		// to the run if it was created.
 		evs, st := wiretest.Collect(t, t.Context(), a.client, req, nil)
+		for deadline := time.Now().Add(20 * time.Second); st.Code() == codes.Unavailable && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+			evs, st = wiretest.Collect(t, t.Context(), a.client, req, nil)
+		}
 		if st.Code() != codes.OK {
 			t.Fatalf("turn %s: %v", id, st)
 		}

@@ -99,6 +99,12 @@ type runRecord struct {
 	Started time.Time `json:"started"`
 	// Deadline is the turn's deadline, the first request's; zero is none.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Model is the alias the turn runs on, as the server resolved it (a
+	// client key may change the default).
+	Model string `json:"model,omitempty"`
+	// Client is the name of the client key that created the run; only
+	// that key may watch, cancel or attach to it. Empty without keys.
+	Client string `json:"client,omitempty"`
 }
 
 // requestHash hashes the content of req: every field but turn_id and
@@ -149,6 +155,9 @@ type run struct {
 	seen     time.Time
 	detach   *time.Timer
 	stopped  bool // CancelTurn stopped it
+	// charge spends the tokens the run uses from its client key's limits;
+	// nil without keys.
+	charge *usageCharger
 }
 
 func newRun(k runKey, hash []byte, cancel context.CancelCauseFunc) *run {
@@ -309,7 +318,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	if err != nil {
 		return status.Error(codes.Internal, "internal error")
 	}
-	record := runRecord{Hash: hash, Request: wire, Started: time.Now().UTC()}
+	record := runRecord{Hash: hash, Request: wire, Started: time.Now().UTC(), Model: tr.Model, Client: tr.Client}
 	if dl, ok := ctx.Deadline(); ok {
 		record.Deadline = dl.UTC()
 	}
@@ -328,6 +337,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		cancel = func(cause error) { stop(cause); cancelDL() }
 	}
 	r := newRun(k, hash, cancel)
+	if key := keyFrom(ctx); key != nil {
+		r.charge = &usageCharger{k: key.limiter}
+	}
 	created, existing, err := s.store.Create(ctx, k.turnID, k.attempt, rec, func(sig string) []byte { return s.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
@@ -340,7 +352,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		cancel(nil)
 		s.unadmit()
 		var prev runRecord
-		if err := json.Unmarshal(existing, &prev); err != nil || string(prev.Hash) != string(hash) {
+		if err := json.Unmarshal(existing, &prev); err != nil || string(prev.Hash) != string(hash) || prev.Client != tr.Client {
 			return turnIDReused(k).Err()
 		}
 		logging.AddFields(ctx, logging.Fields{"attached", true})
@@ -379,6 +391,14 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		}
 		if ev.Terminal() {
 			terminal = out
+		}
+		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
+			r.charge.total(u.Total)
+		}
+		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
+			// Too large to store or send: the run ends here, without its
+			// last event (its watchers get UNAVAILABLE).
+			return err
 		}
 		return s.store.Append(ctx, k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
@@ -559,15 +579,23 @@ func (s *service) resolve(ctx context.Context, turnID string, attempt uint32) (r
 	var err error
 	if k.attempt == 0 {
 		k.attempt, err = s.store.LatestAttempt(ctx, turnID)
-	} else {
-		_, err = s.store.Record(ctx, turnID, attempt)
 	}
+	var rec []byte
+	if err == nil {
+		rec, err = s.store.Record(ctx, turnID, k.attempt)
+	}
+	notFound := status.New(codes.NotFound, "no such turn in the log: never run, or older than its retention")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return k, status.New(codes.NotFound, "no such turn in the log: never run, or older than its retention")
+		return k, notFound
 	case err != nil:
 		s.logger.Warn("turn store: look up run", "turn_id", turnID, "error", err)
 		return k, storeUnavailable()
+	}
+	var first runRecord
+	if err := json.Unmarshal(rec, &first); err != nil || first.Client != keyFrom(ctx).name() {
+		// Another client key's turn is not this caller's to see.
+		return k, notFound
 	}
 	return k, nil
 }

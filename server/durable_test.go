@@ -569,3 +569,29 @@ func TestMaxRunningTurns(t *testing.T) {
 	}
 	firstEvents(t, s3, 1)
 }
+
+// TestTurnsBelongToTheirKey: with client keys, a turn is its creator's:
+// another key can neither watch nor cancel it (NOT_FOUND, as for a turn
+// that does not exist), nor attach to it by repeating its request.
+func TestTurnsBelongToTheirKey(t *testing.T) {
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("mine")})), server.Options{
+		Store: memStore(t), Keys: []server.Key{keyed("a", "tok-a-0123456789"), keyed("b", "tok-b-0123456789")},
+	})
+	asA, asB := bearer(t.Context(), "tok-a-0123456789"), bearer(t.Context(), "tok-b-0123456789")
+	evs, st := wiretest.Collect(t, asA, ts.client, hello(), nil)
+	if st.Code() != codes.OK {
+		t.Fatal(st)
+	}
+	if got, _ := watch(t, asA, ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"}); len(got) != len(evs) {
+		t.Errorf("its own key watched %d events of %d", len(got), len(evs))
+	}
+	if got, st := watch(t, asB, ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"}); len(got) != 0 || st.Code() != codes.NotFound {
+		t.Errorf("another key's WatchTurn: %d events, %v", len(got), st)
+	}
+	if _, err := ts.client.CancelTurn(asB, &turnstilev1.CancelTurnRequest{TurnId: "turn-1"}); status.Code(err) != codes.NotFound {
+		t.Errorf("another key's CancelTurn: %v", err)
+	}
+	if got, st := wiretest.Collect(t, asB, ts.client, hello(), nil); len(got) != 0 || st.Code() != codes.AlreadyExists {
+		t.Errorf("another key's repeat: %d events, %v", len(got), st)
+	}
+}

@@ -89,7 +89,10 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte) (*runtime.Tu
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}
-	tr.TurnID = k.turnID
+	tr.TurnID, tr.Client = k.turnID, first.Client
+	if first.Model != "" {
+		tr.Model = first.Model
+	}
 	events := make([]*turnstilev1.AgentEvent, len(raw))
 	for i, b := range raw {
 		ev := &turnstilev1.AgentEvent{}
