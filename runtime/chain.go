@@ -15,6 +15,9 @@ type chain struct {
 	models []*Model
 	pos    int
 	health *policy.Health
+	// share, when not nil, tells the other replicas the cooldowns decided.
+	share CooldownSharer
+	now   func() time.Time
 	// probe is the alias the turn probes after its cooldown, released
 	// when the turn ends without reporting on it.
 	probe string
@@ -23,7 +26,7 @@ type chain struct {
 // newChain resolves alias and its fallbacks, in order, without repeats.
 // Fallbacks of fallbacks are not followed.
 func newChain(r *Runner, alias string) chain {
-	c := chain{health: r.health}
+	c := chain{health: r.health, share: r.sharerOf(), now: r.opts.now}
 	seen := map[string]bool{}
 	for _, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
 		if m := r.models[a]; m != nil && !seen[a] {
@@ -135,10 +138,14 @@ func (c *chain) moveTo(m *Model) {
 	}
 }
 
-// decided applies a decision's cooldown to alias and ends a probe of it.
+// decided applies a decision's cooldown to alias, and shares it with the
+// other replicas, and ends a probe of it.
 func (c *chain) decided(alias string, k llm.Kind, cooldown time.Duration) {
 	if cooldown > 0 {
 		c.health.Cooldown(alias, k, cooldown)
+		if c.share != nil {
+			c.share.ShareCooldown(alias, k, c.now().Add(cooldown))
+		}
 	}
 	if c.probe == alias {
 		c.releaseProbe()

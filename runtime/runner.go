@@ -89,6 +89,7 @@ type Runner struct {
 	tools        map[string]llm.Tool
 	toolSpecs    []llm.ToolSpec // sorted by name
 	health       *policy.Health
+	sharer       sharerSlot // tells other replicas the cooldowns decided here
 	// latencies holds the recent times to first chunk of the models that
 	// hedge at a quantile of them.
 	latencies map[string]*latencies
