@@ -24,6 +24,9 @@ const (
 	StreamName = "TURNSTILE_RUNS"
 	// LeaseBucket is the key-value bucket of the runs' leases.
 	LeaseBucket = "TURNSTILE_LEASES"
+	// CooldownBucket is the key-value bucket of the models' cooldowns,
+	// shared by every replica; each key expires with its cooldown.
+	CooldownBucket = "TURNSTILE_COOLDOWNS"
 	// subjectRoot prefixes the log's subjects: subjectRoot.<turn>.<attempt>.own|ev.
 	subjectRoot = "turnstile.run"
 	// controlRoot prefixes the control subjects: controlRoot.<turn>.<attempt>.
@@ -52,8 +55,9 @@ type Store struct {
 	unlock func() // releases the file store's directory
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	stream jetstream.Stream
-	leases jetstream.KeyValue
+	stream    jetstream.Stream
+	leases    jetstream.KeyValue
+	cooldowns jetstream.KeyValue
 
 	closed    chan struct{} // closed by Close: writers stop
 	closeOnce sync.Once
@@ -237,6 +241,19 @@ func (s *Store) setUp(ctx context.Context) error {
 		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	s.leases = kv
+	cd, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      CooldownBucket,
+		Description: "turnstile: the models every replica skips for now",
+		History:     1,
+		Storage:     storage,
+		Replicas:    replicas,
+		// Per-key TTLs need markers on: a cooldown's key expires with it.
+		LimitMarkerTTL: time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("store: bucket %s: %w", CooldownBucket, err)
+	}
+	s.cooldowns = cd
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {
 		where = append(where, "dir", s.cfg.Dir, "sync", s.cfg.Sync)

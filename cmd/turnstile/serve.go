@@ -22,7 +22,10 @@ import (
 	"github.com/turnstile-dev/turnstile/tools/mcp"
 )
 
-var _ server.TurnStore = (*store.Store)(nil)
+var (
+	_ server.TurnStore       = (*store.Store)(nil)
+	_ runtime.CooldownSharer = (*store.Store)(nil)
+)
 
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -105,6 +108,18 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 		// Closed after the server has stopped and its turns have ended.
 		defer st.Close()
 		opts.Store = st
+		// Cooldowns decided here reach every replica, and theirs reach
+		// this one.
+		runner.ShareCooldowns(st)
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		defer func() { stopWatch(); <-watched }()
+		go func() {
+			defer close(watched)
+			if err := st.WatchCooldowns(wctx, runner.ApplyCooldown); err != nil {
+				logger.Error("shared cooldowns are not watched", "error", err)
+			}
+		}()
 	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
