@@ -47,14 +47,14 @@ const maxInFlight = 256
 
 // Store is an open turn store. It is safe for concurrent use.
 type Store struct {
-	cfg    Config
-	logger *slog.Logger
-	id     string // this replica's id, the value of its leases
-	srv    *natsserver.Server
-	tmpDir string // the embedded memory mode's scratch directory
-	unlock func() // releases the file store's directory
-	nc     *nats.Conn
-	js     jetstream.JetStream
+	cfg       Config
+	logger    *slog.Logger
+	id        string // this replica's id, the value of its leases
+	srv       *natsserver.Server
+	tmpDir    string // the embedded memory mode's scratch directory
+	unlock    func() // releases the file store's directory
+	nc        *nats.Conn
+	js        jetstream.JetStream
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
 	cooldowns jetstream.KeyValue
