@@ -55,6 +55,12 @@ type Config struct {
 	Server Server `yaml:"server"`
 	// Log sets the log format and level.
 	Log Log `yaml:"log"`
+	// Telemetry tunes traces and metrics; where they are exported is set by
+	// the standard OTEL_* environment variables.
+	Telemetry Telemetry `yaml:"telemetry"`
+	// Ops configures the HTTP listener for operators: Prometheus metrics
+	// and profiles.
+	Ops Ops `yaml:"ops"`
 	// Store is the turn log that makes turns durable.
 	Store store.Config `yaml:"store"`
 	// MCPServers maps a name to an MCP server whose tools models may call.
@@ -241,6 +247,22 @@ type Log struct {
 	Format string `yaml:"format"`
 	// Level is debug, info, warn or error (default info).
 	Level string `yaml:"level"`
+}
+
+// Telemetry tunes traces and metrics.
+type Telemetry struct {
+	// CaptureContent records prompts, completions, tool arguments and tool
+	// results on spans (default false: they hold user data).
+	CaptureContent bool `yaml:"capture_content"`
+}
+
+// Ops configures the ops HTTP listener.
+type Ops struct {
+	// Listen is the listener's host:port; empty (the default) is no
+	// listener. It serves /metrics in the Prometheus format.
+	Listen string `yaml:"listen"`
+	// PProf also serves Go's profiles at /debug/pprof/ (default false).
+	PProf bool `yaml:"pprof"`
 }
 
 // defaults returns a configuration holding every default and no provider

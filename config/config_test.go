@@ -130,6 +130,24 @@ server: {drain_delay: 0}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)
 	}
+	if c.Telemetry != (Telemetry{}) || c.Ops != (Ops{}) {
+		t.Errorf("defaults: telemetry %+v, ops %+v; want content not captured and no ops listener", c.Telemetry, c.Ops)
+	}
+}
+
+func TestParseTelemetryAndOps(t *testing.T) {
+	c, err := Parse("config.yaml", []byte(`
+providers: {sim: {type: simulator}}
+models: {m: {provider: sim, model: x}}
+telemetry: {capture_content: true}
+ops: {listen: ":9464", pprof: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Telemetry != (Telemetry{CaptureContent: true}) || c.Ops != (Ops{Listen: ":9464", PProf: true}) {
+		t.Errorf("telemetry %+v, ops %+v", c.Telemetry, c.Ops)
+	}
 }
 
 func TestDefaultIsValid(t *testing.T) {
@@ -155,7 +173,7 @@ func TestInvalid(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", "listen: x\n" + ok + "retries: 3\n", "config.yaml:4: retries: unknown key (known keys: listen, providers, models, default_model, retry, turn, server, log, store, mcp_servers, auth)"},
+		{"unknown key", "listen: x\n" + ok + "retries: 3\n", "config.yaml:4: retries: unknown key (known keys: listen, providers, models, default_model, retry, turn, server, log, telemetry, ops, store, mcp_servers, auth)"},
 		{"unknown provider key", "providers: {sim: {type: simulator, api_key: sk-123}}\nmodels: {a: {provider: sim, model: m}}\n", "config.yaml:1: providers.sim.api_key: unknown key; did you mean api_key_env? that is a key of types openai, anthropic, gemini, not of simulator"},
 		{"bad type", "providers: {p: {type: bedrock}}\nmodels: {a: {provider: p, model: m}}\n", `config.yaml:1: providers.p.type: unknown provider type "bedrock" (known types: simulator, openai, anthropic, gemini)`},
 		{"no type", "providers: {p: {base_url: http://x}}\nmodels: {a: {provider: p, model: m}}\n", `config.yaml:1: providers.p.type: required: one of simulator, openai, anthropic, gemini`},
@@ -169,6 +187,11 @@ func TestInvalid(t *testing.T) {
 		{"jitter", ok + "retry: {jitter: 2}\n", "config.yaml:3: retry.jitter: must be between 0 and 1"},
 		{"model retry", "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m, retry: {multiplier: 0.5}}}\n", "config.yaml:2: models.a.retry.multiplier: must be a finite number of at least 1"},
 		{"log format", ok + "log: {format: xml}\n", `config.yaml:3: log.format: "xml" is not text or json`},
+		{"ops listen", ok + "ops: {listen: nine}\n", `config.yaml:3: ops.listen: "nine" is not host:port`},
+		{"ops port", ok + "ops: {listen: \"localhost:99999\"}\n", `config.yaml:3: ops.listen: "localhost:99999" is not host:port`},
+		{"ops on the grpc address", "listen: 127.0.0.1:7700\n" + ok + "ops: {listen: 127.0.0.1:7700}\n", `config.yaml:4: ops.listen: "127.0.0.1:7700" is also the gRPC listen address`},
+		{"pprof alone", ok + "ops: {pprof: true}\n", "config.yaml:3: ops.pprof: needs ops.listen"},
+		{"capture content", ok + "telemetry: {capture_content: maybe}\n", "config.yaml:3: telemetry.capture_content: expected true or false"},
 		{"bad duration", ok + "retry: {max_backoff: soon}\n", "config.yaml:3: retry.max_backoff: expected a duration such as 500ms or 2s"},
 		{"tool failures", ok + "turn: {tool_failures: 0}\n", "config.yaml:3: turn.tool_failures: must be at least 1"},
 		{"zero grace", ok + "server: {shutdown_grace: 0s}\n", "config.yaml:3: server.shutdown_grace: must be positive"},

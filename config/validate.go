@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,9 +98,25 @@ func (c *Config) problems() []Problem {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		v.at("log.level", "%q is not debug, info, warn or error", c.Log.Level)
 	}
+	c.checkOps(v)
 	c.checkMCP(v)
 	c.checkAuth(v)
 	return v.out
+}
+
+// checkOps checks the ops listener.
+func (c *Config) checkOps(v *checker) {
+	switch {
+	case c.Ops.Listen != "":
+		_, port, err := net.SplitHostPort(c.Ops.Listen)
+		if _, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil {
+			v.at("ops.listen", "%q is not host:port (e.g. 127.0.0.1:9464, or :9464 for every interface)", c.Ops.Listen)
+		} else if c.Ops.Listen == c.Listen {
+			v.at("ops.listen", "%q is also the gRPC listen address", c.Ops.Listen)
+		}
+	case c.Ops.PProf:
+		v.at("ops.pprof", "needs ops.listen: profiles are served on the ops listener")
+	}
 }
 
 // minEventMargin is what an event needs beside the tool results of a step.

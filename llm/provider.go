@@ -62,7 +62,8 @@ const (
 	// ChunkUsage carries the call's cumulative usage so far in Usage; a later
 	// usage chunk replaces an earlier one.
 	ChunkUsage
-	// ChunkStop ends the reply with Stop.
+	// ChunkStop ends the reply with Stop, and names in Model the model that
+	// served it when the provider said.
 	ChunkStop
 )
 
@@ -76,6 +77,10 @@ type Chunk struct {
 	Name      string
 	Usage     Usage
 	Stop      StopReason
+	// Model is set on a ChunkStop: the id of the model that served the
+	// reply as the provider reported it (often a dated version of the id
+	// asked for); empty when the provider did not say.
+	Model string
 }
 
 // StopReason says why a model ended its reply.

@@ -31,6 +31,8 @@ type attemptResult struct {
 	partial  []llm.Part
 	duration time.Duration
 	ttfc     time.Duration
+	// served is the model the provider said served the reply.
+	served string
 }
 
 // call is one model call in flight: what was sent, the observer's view of
@@ -108,7 +110,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	t.usage = t.usage.Add(res.usage)
 	t.recordLatency(c)
 	end := AttemptEnd{
-		Usage: res.usage, Stop: res.stop, Err: res.err, Streamed: res.streamed, Lost: c.lost,
+		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, Err: res.err, Streamed: res.streamed, Lost: c.lost,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
 	}
 	if res.err == nil {
@@ -210,7 +212,7 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 			res.usage = ch.Usage
 			continue
 		case llm.ChunkStop:
-			res.stop, stopped = ch.Stop, true
+			res.stop, res.served, stopped = ch.Stop, ch.Model, true
 			continue
 		}
 		p := b.add(ch, t.r.opts.newID)

@@ -108,6 +108,9 @@ type AttemptEnd struct {
 	Usage llm.Usage
 	// Stop is why the reply ended, when the call succeeded.
 	Stop llm.StopReason
+	// ResponseModel is the id of the model that served the reply, as the
+	// provider reported it; empty when it did not, or the call failed.
+	ResponseModel string
 	// Message is the reply, when the call succeeded (its Role is zero
 	// otherwise). Observers must not change it.
 	Message llm.Message

@@ -58,7 +58,7 @@ func (h *hookRecorder) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, en
 		h.add("attempt end %s#%d %s streamed=%v", a.Model, a.Call, end.Err.Kind, end.Streamed)
 		return
 	}
-	h.add("attempt end %s#%d %s usage=%d/%d reply=%q", a.Model, a.Call, end.Stop, end.Usage.InputTokens, end.Usage.OutputTokens, end.Message.Text())
+	h.add("attempt end %s#%d %s usage=%d/%d reply=%q served_by=%q", a.Model, a.Call, end.Stop, end.Usage.InputTokens, end.Usage.OutputTokens, end.Message.Text(), end.ResponseModel)
 }
 
 func (h *hookRecorder) Decision(ctx context.Context, d runtime.DecisionInfo) {
@@ -88,6 +88,12 @@ func (p *ctxProvider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[ll
 	return p.Provider.Stream(ctx, req)
 }
 
+// servedBy names model as the one that served a scripted reply, on its stop.
+func servedBy(chunks []llm.Chunk, model string) []llm.Chunk {
+	chunks[len(chunks)-1].Model = model
+	return chunks
+}
+
 // TestObserverSeesTheWholeTurn runs a turn with a retry, a fallback and a
 // tool, and asserts every hook the observer saw, in order, and that the
 // contexts the hooks return reach the provider call and the tool.
@@ -99,7 +105,7 @@ func TestObserverSeesTheWholeTurn(t *testing.T) {
 	)}
 	backup := &ctxProvider{Provider: fake.NewProvider(
 		fake.Reply{Chunks: fake.Call("c1", "lookup", `{}`)},
-		fake.Reply{Chunks: fake.Text("done")},
+		fake.Reply{Chunks: servedBy(fake.Text("done"), "b-id-2026-01-01")},
 	)}
 	var toolCtx any
 	tool := fake.NewTool("lookup", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
@@ -107,7 +113,10 @@ func TestObserverSeesTheWholeTurn(t *testing.T) {
 		return llm.ToolOutput{Content: "42"}, nil
 	})
 	obs := &hookRecorder{}
-	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, []llm.Tool{tool}, runtime.WithObserver(obs))
+	// A still clock keeps the budget from refilling while the turn runs.
+	still := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := newRunner(t, []*runtime.Model{model("a", primary, "b"), model("b", backup)}, []llm.Tool{tool},
+		runtime.WithObserver(obs), runtime.WithClock(func() time.Time { return still }))
 	_, _, terr := run(t, t.Context(), r, userTurn("hi"))
 	if terr != nil {
 		t.Fatal(terr)
@@ -126,12 +135,12 @@ func TestObserverSeesTheWholeTurn(t *testing.T) {
 		"decision a#3 SERVER_ERROR -> fallback to=\"b\" delay=0s",
 		"attempt start b/fake/b-id attempt=1 call=4 step=1 msgs=1",
 		"first chunk b#4 positive=true",
-		"attempt end b#4 tool_use usage=10/5 reply=\"\"",
+		"attempt end b#4 tool_use usage=10/5 reply=\"\" served_by=\"\"",
 		"tool start lookup c1",
 		"tool end lookup error=false result=\"42\"",
 		"attempt start b/fake/b-id attempt=1 call=5 step=2 msgs=3",
 		"first chunk b#5 positive=true",
-		"attempt end b#5 end_turn usage=10/5 reply=\"done\"",
+		"attempt end b#5 end_turn usage=10/5 reply=\"done\" served_by=\"b-id-2026-01-01\"",
 		"turn end end_turn served_by=b calls=5 retries=2 fallbacks=1 tools=1 usage=20/10 ctx=t1 first_output=true",
 	}
 	if got := strings.Join(obs.lines, "\n"); got != strings.Join(want, "\n") {
@@ -142,6 +151,15 @@ func TestObserverSeesTheWholeTurn(t *testing.T) {
 	}
 	if toolCtx != "c1" {
 		t.Errorf("tool context value = %v, want c1", toolCtx)
+	}
+	// The shared state the gauges read: a's two retries failed, spending
+	// the token each took; b, never retried, keeps its budget full.
+	var budgets []string
+	for _, m := range r.Health() {
+		budgets = append(budgets, fmt.Sprintf("%s=%g/%g", m.Alias, m.BudgetTokens, m.BudgetMax))
+	}
+	if got := strings.Join(budgets, " "); got != "a=8/10 b=10/10" {
+		t.Errorf("Health budgets = %s, want a=8/10 b=10/10", got)
 	}
 }
 

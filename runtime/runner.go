@@ -269,6 +269,10 @@ func (r *Runner) Models() []string {
 	return out
 }
 
+// Health returns the shared state of every model (retry budget, cooldown),
+// sorted by alias: a copy, for gauges and status pages.
+func (r *Runner) Health() []policy.ModelHealth { return r.health.Snapshot() }
+
 // Tools returns the specs of the server-side tools, sorted by name.
 func (r *Runner) Tools() []llm.ToolSpec {
 	out := make([]llm.ToolSpec, 0, len(r.tools))

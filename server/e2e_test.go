@@ -3,9 +3,12 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -28,6 +31,7 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/telemetry"
 )
 
 func TestMain(m *testing.M) {
@@ -390,14 +394,20 @@ func TestNoSecretInErrors(t *testing.T) {
 }
 
 // TestInternalFailureLogsItsCause runs a turn whose provider fails in a
-// way nobody classified (as a base_url without a scheme did): the client
-// gets INTERNAL with a generic message, and the RPC's log line holds the
-// root cause.
+// way nobody classified (as a base_url without a scheme did), wired as
+// cmd/turnstile wires it: the client gets INTERNAL with a generic message,
+// the turn's one line above DEBUG holds the root cause, and the RPC's own
+// line is at DEBUG.
 func TestInternalFailureLogsItsCause(t *testing.T) {
 	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cause := errors.New(`Post "api.example.com/v1/chat/completions": unsupported protocol scheme ""`)
-	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Err: cause})), server.Options{Logger: logger})
+	r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: fake.NewProvider(fake.Reply{Err: cause}), ID: "fake-1", Retry: policy.DefaultRetry()}},
+		"sim", nil, runtime.WithObserver(telemetry.NewTurnLog(logger)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, r, server.Options{Logger: logger})
 	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
 	if st.Code() != codes.Internal || strings.Contains(st.Message(), "scheme") {
 		t.Errorf("status = %v %q; want INTERNAL without the cause", st.Code(), st.Message())
@@ -407,11 +417,79 @@ func TestInternalFailureLogsItsCause(t *testing.T) {
 	}
 	// The interceptor logs after the handler returned.
 	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "unsupported protocol scheme") && time.Now().Before(deadline) {
+	for !strings.Contains(logs.String(), "finished call") && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if !strings.Contains(logs.String(), "unsupported protocol scheme") {
-		t.Errorf("no log line holds the root cause:\n%s", logs.String())
+	var above []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %s", line)
+		}
+		switch {
+		case m["msg"] == "finished call" && m["level"] != "DEBUG":
+			t.Errorf("the RPC of a turn logs above DEBUG: %s", line)
+		case m["level"] != "DEBUG":
+			above = append(above, line)
+		}
+	}
+	if len(above) != 1 || !strings.Contains(above[0], `"msg":"turn ended"`) || !strings.Contains(above[0], "unsupported protocol scheme") ||
+		!strings.Contains(above[0], `"error_code":"INTERNAL"`) || !strings.Contains(above[0], `"level":"ERROR"`) {
+		t.Errorf("want one ERROR turn line with the root cause, got:\n%s", strings.Join(above, "\n"))
+	}
+}
+
+// TestRPCLogLevels asserts which RPC lines are logged above DEBUG: a
+// RunTurn refused before its turn started is; health checks and
+// reflection are not.
+func TestRPCLogLevels(t *testing.T) {
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})), server.Options{Logger: logger})
+	if _, err := healthpb.NewHealthClient(ts.conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	refl, err := reflectionpb.NewServerReflectionClient(ts.conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := refl.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = refl.CloseSend()
+	if _, err := refl.Recv(); err != io.EOF {
+		t.Fatalf("reflection stream: %v", err)
+	}
+	bad := hello()
+	bad.Messages = nil
+	if _, st := wiretest.Collect(t, t.Context(), ts.client, bad, nil); st.Code() != codes.InvalidArgument {
+		t.Fatalf("status = %v, want INVALID_ARGUMENT", st.Code())
+	}
+	want := map[string]string{
+		"grpc.health.v1.Health":               "DEBUG",
+		"grpc.reflection.v1.ServerReflection": "DEBUG",
+		"turnstile.v1.AgentService":           "INFO",
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(logs.String(), "finished call") < len(want) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %s", line)
+		}
+		if m["msg"] == "finished call" {
+			got[fmt.Sprint(m["grpc.service"])] = fmt.Sprint(m["level"])
+		}
+	}
+	// The benchmarks share this binary: go-cmp is kept out of it.
+	if !maps.Equal(want, got) {
+		t.Errorf("levels of the RPC lines = %v, want %v", got, want)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -34,7 +35,12 @@ import (
 // Options tune a [Server]. Zero fields take the defaults given.
 type Options struct {
 	// Logger receives one line per RPC and lifecycle messages
-	// (default: discard).
+	// (default: discard). Health checks and reflection are logged at
+	// DEBUG, and so is a RunTurn call that ran a turn: the turn's own line,
+	// written by the runner's observer when it ends, is the one to read
+	// (cmd/turnstile installs telemetry.TurnLog). A RunTurn refused
+	// before its turn started (invalid, or the server draining) keeps its
+	// INFO or WARN line.
 	Logger *slog.Logger
 	// ShutdownGrace is how long running turns may finish once Shutdown is
 	// called before they are cancelled with a retryable error (default 30s).
@@ -182,7 +188,7 @@ func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		logger.Log(ctx, slog.Level(lvl), msg, fields...)
+		logger.Log(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields...)
 	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in RPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -249,6 +255,24 @@ func New(runner turnRunner, opts Options) *Server {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
+}
+
+// rpcLevel is the level of an RPC's log line, lvl by its status code but
+// for DEBUG for health checks and reflection, which load balancers and
+// tools call all the time, and for a RunTurn that ran a turn, whose end
+// has a line of its own.
+func rpcLevel(lvl slog.Level, fields []any) slog.Level {
+	for i := 0; i+1 < len(fields); i += 2 {
+		switch fields[i] {
+		case logging.ServiceFieldKey:
+			if s, _ := fields[i+1].(string); s == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(s, "grpc.reflection.") {
+				return slog.LevelDebug
+			}
+		case turnRanField:
+			return slog.LevelDebug
+		}
+	}
+	return lvl
 }
 
 // Serve accepts connections on lis until Shutdown or Stop, at most

@@ -25,6 +25,10 @@ import (
 // attempts at one turn id, so logs tie them together.
 const AttemptHeader = "turnstile-attempt"
 
+// turnRanField marks the log line of a RunTurn that ran a turn: the turn
+// ends with a line of its own, so the RPC's goes to DEBUG.
+const turnRanField = "turn_ran"
+
 // turnRunner is what the service needs from the runtime.
 type turnRunner interface {
 	Validate(req *runtime.TurnRequest) error
@@ -117,16 +121,20 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	}
 	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage)
 	out.attempt = attemptOf(stream.Context(), req)
-	res, err := s.runner.Run(ctx, tr, out)
+	// The turn's outcome and root cause are in its own log line.
+	_, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
 	errors.As(err, &te)
 	if stall := out.finish(te); stall != nil {
-		// The outcome was never delivered: the client stopped reading.
-		res, err, te = nil, stall, &runtime.TurnError{Kind: llm.KindDeadlineExceeded, Message: llm.AsError(stall).Message}
+		// The outcome was never delivered: the client stopped reading. The
+		// turn's line says what the runner saw; this RPC's line, kept
+		// above DEBUG, says what the client got.
+		err, te = stall, &runtime.TurnError{Kind: llm.KindDeadlineExceeded, Message: llm.AsError(stall).Message}
+	} else {
+		logging.AddFields(stream.Context(), logging.Fields{turnRanField, true})
 	}
 	switch {
 	case err == nil:
-		logging.AddFields(stream.Context(), logging.Fields{"end_reason", res.Reason.String(), "model_calls", res.Counters.ModelCalls})
 		return nil
 	case te != nil:
 		fields := logging.Fields{"error_code", te.Kind.String()}
@@ -137,6 +145,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		logging.AddFields(stream.Context(), fields)
 		return turnStatus(te).Err()
 	}
+	s.logger.ErrorContext(stream.Context(), "turn failed without a turn error", "turn_id", tr.TurnID, "error", err)
 	return status.Error(codes.Internal, "internal error")
 }
 

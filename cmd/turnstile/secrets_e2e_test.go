@@ -15,6 +15,10 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -23,6 +27,8 @@ import (
 	"github.com/turnstile-dev/turnstile/config"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/telemetry"
 )
 
 // planted are distinct secrets, one in every place the configuration can
@@ -204,7 +210,8 @@ func secretURL(base string) string {
 // configuration holds one, drives the failures that quote them (provider
 // 401 and 500 echoing the request, a provider down, an MCP server
 // refusing and down, bad requests and bad keys), and looks for each in
-// every event, status, log line and model request.
+// every event, status, log line, span (content capture on) and model
+// request.
 func TestPlantedSecrets(t *testing.T) {
 	plantEnv(t)
 	sinks := &leakSinks{}
@@ -220,7 +227,18 @@ func TestPlantedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer routeStdLog(logger)()
-	addr, stop := serveAsServe(t, cfg, logger)
+	// Spans, with content capture on, and the provider requests' HTTP
+	// spans through the global tracer provider.
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	prevTP := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(prevTP)
+	obs, err := telemetry.NewObserver(tp, metricnoop.NewMeterProvider(), telemetry.ObserverOptions{CaptureContent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := serveAsServe(t, cfg, logger, runtime.WithObserver(obs))
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +293,20 @@ func TestPlantedSecrets(t *testing.T) {
 		logger.Error("serve failed", "error", err)
 	}
 	stop() // its last log lines are written
+	ended := spans.Ended()
+	if len(ended) == 0 {
+		t.Fatal("no span was recorded")
+	}
+	kinds := map[string]bool{}
+	for _, sp := range ended {
+		sinks.add("the span "+sp.Name(), describeSpan(sp))
+		kinds[strings.Fields(sp.Name())[0]] = true
+	}
+	for _, want := range []string{"invoke_agent", "chat", "execute_tool", "HTTP"} {
+		if !kinds[want] {
+			t.Errorf("no %s span was recorded; spans: %v", want, kinds)
+		}
+	}
 	sinks.check(t)
 	if !strings.Contains(logs.String(), `"msg":"a library quotes [redacted]","source":"stdlog"`) {
 		t.Error("the standard logger's line is not a redacted slog line")
@@ -282,6 +314,23 @@ func TestPlantedSecrets(t *testing.T) {
 	if !strings.Contains(logs.String(), `"client":"tester"`) {
 		t.Error("no log line names the client key")
 	}
+}
+
+// describeSpan renders everything a span exports: its name, status,
+// attributes, and its events with their attributes.
+func describeSpan(sp sdktrace.ReadOnlySpan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s status=%s %q", sp.Name(), sp.Status().Code, sp.Status().Description)
+	for _, kv := range sp.Attributes() {
+		fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.Emit())
+	}
+	for _, ev := range sp.Events() {
+		fmt.Fprintf(&b, " event %s", ev.Name)
+		for _, kv := range ev.Attributes {
+			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.Emit())
+		}
+	}
+	return b.String()
 }
 
 func lookupEnv(k string) (string, bool) {

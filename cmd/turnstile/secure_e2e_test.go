@@ -9,6 +9,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/config"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
+	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
 
@@ -73,9 +74,9 @@ auth:
 // serveAsServe builds what serve builds from cfg (the runner, the server's
 // options) and serves it on a loopback port; stop, also run at cleanup,
 // stops it and waits for it.
-func serveAsServe(t *testing.T, cfg *config.Config, logger *slog.Logger) (addr string, stop func()) {
+func serveAsServe(t *testing.T, cfg *config.Config, logger *slog.Logger, runnerOpts ...runtime.Option) (addr string, stop func()) {
 	t.Helper()
-	runner, closeAll, err := buildRunner(t.Context(), cfg, logger)
+	runner, closeAll, err := buildRunner(t.Context(), cfg, logger, runnerOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

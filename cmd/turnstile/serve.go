@@ -10,13 +10,19 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/turnstile-dev/turnstile/config"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/store"
+	"github.com/turnstile-dev/turnstile/telemetry"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/clock"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
@@ -90,11 +96,56 @@ func printError(w io.Writer, err error) {
 // serveConfig builds everything cfg describes and serves until ctx is done,
 // then drains.
 func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
-	runner, closeAll, err := buildRunner(ctx, cfg, logger)
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var ops net.Listener
+	if cfg.Ops.Listen != "" {
+		if ops, err = net.Listen("tcp", cfg.Ops.Listen); err != nil {
+			lis.Close()
+			return fmt.Errorf("ops.listen: %w", err)
+		}
+	}
+	return serveOn(ctx, cfg, logger, lis, ops)
+}
+
+// serveOn serves the gRPC API on lis and, when ops is not nil, the ops
+// listener's /metrics (and profiles) on ops, until ctx is done; then it
+// drains, and flushes the telemetry. It closes both listeners.
+func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, ops net.Listener) (err error) {
+	defer lis.Close()
+	if ops != nil {
+		defer ops.Close()
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{Prometheus: ops != nil, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if ferr := tel.Shutdown(flush); ferr != nil {
+			logger.Warn("telemetry flush failed", "error", ferr)
+		}
+	}()
+
+	var built atomic.Pointer[runtime.Runner]
+	obs, err := observers(cfg, logger, tel, func() []policy.ModelHealth {
+		if r := built.Load(); r != nil {
+			return r.Health()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	runner, closeAll, err := buildRunner(ctx, cfg, logger, runtime.WithObserver(obs))
 	if err != nil {
 		return err
 	}
 	defer closeAll()
+	built.Store(runner)
 
 	opts, err := serverOptions(cfg, logger)
 	if err != nil {
@@ -122,16 +173,20 @@ func serveConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) e
 		}()
 	}
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	if h := tel.ServerHandler(); h != nil {
+		opts.GRPCOptions = append(opts.GRPCOptions, grpc.StatsHandler(h))
 	}
 	srv := server.New(runner, opts)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	logger.Info("serving", "address", lis.Addr().String(), "tls", opts.TLS != nil, "mtls", cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "",
-		"client_keys", len(opts.Keys), "reflection", !opts.NoReflection, "default_model", cfg.DefaultModel, "models", runner.Models())
+		"client_keys", len(opts.Keys), "reflection", !opts.NoReflection, "default_model", cfg.DefaultModel, "models", runner.Models(),
+		"tracing", tel.Tracing, "metrics", tel.Metrics)
 	warnExposed(logger, lis.Addr(), opts)
+	if ops != nil {
+		stopOps := serveOps(ops, tel, cfg.Ops.PProf, logger)
+		defer stopOps()
+	}
 
 	select {
 	case err := <-served:
@@ -198,12 +253,13 @@ func warnExposed(logger *slog.Logger, addr net.Addr, opts server.Options) {
 	}
 }
 
-// buildRunner turns the configuration into a runner, and returns a function
-// that releases what it opened (MCP server connections and processes).
+// buildRunner turns the configuration into a runner, with the options
+// given, and returns a function that releases what it opened (MCP server
+// connections and processes).
 // Only the providers some model uses are built; the others are named in a
 // warning, and their environment variables are not needed. Unset variables
 // of the providers in use come back together as a [*config.Errors].
-func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*runtime.Runner, func(), error) {
+func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts ...runtime.Option) (*runtime.Runner, func(), error) {
 	used, unused := cfg.ProvidersInUse()
 	if len(unused) > 0 {
 		logger.Warn("providers no model uses are not built", "providers", unused)
@@ -241,7 +297,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := runtime.New(models, cfg.DefaultModel, tools, runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits))
+	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits)}, opts...)
+	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()
 		return nil, nil, err
@@ -307,6 +364,14 @@ func newLogger(w io.Writer, c config.Log, secrets []string) (*slog.Logger, error
 	var h slog.Handler
 	switch c.Format {
 	case "json":
+		// JSON would write a duration as integer nanoseconds; write it as
+		// the text format does, a Go duration string ("1.5s").
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				return slog.String(a.Key, a.Value.Duration().String())
+			}
+			return a
+		}
 		h = slog.NewJSONHandler(w, opts)
 	case "text":
 		h = slog.NewTextHandler(w, opts)

@@ -28,6 +28,7 @@ var floors = []struct {
 	{"store", []string{"llm"}, "the turn log on NATS JetStream: bytes, leases, control signals; no wire form"},
 	{"client", []string{"gen/"}, "the Go client: the contract over gRPC and nothing of the server"},
 	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server", "store"}, "the file's shape; no wire"},
+	{"telemetry", []string{"llm", "policy", "runtime"}, "traces, metrics and the turn's log line, as observers"},
 	{"internal/fake", []string{"llm"}, "scripted upstreams for tests"},
 	{"internal/wiretest", []string{"gen/"}, "wire helpers for tests"},
 	{"internal/natstest", nil, "NATS servers for tests"},

@@ -26,10 +26,15 @@ type decoder struct {
 	usage     llm.Usage
 	finished  bool
 	stop      llm.StopReason
+	// model is the model message_start named.
+	model string
 }
 
 // Finish reports the stop reason and whether message_stop arrived.
 func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
+
+// Model returns the model message_start named.
+func (d *decoder) Model() string { return d.model }
 
 type blockKind uint8
 
@@ -59,6 +64,7 @@ func (d *decoder) Decode(ev anthropic.MessageStreamEventUnion, emit func(llm.Chu
 	}
 	switch ev.Type {
 	case "message_start":
+		d.model = ev.Message.Model
 		u := ev.Message.Usage
 		d.usage = llm.Usage{
 			InputTokens:      u.InputTokens,

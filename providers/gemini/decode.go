@@ -21,11 +21,16 @@ type decoder struct {
 	inThought bool
 	finished  bool
 	stop      llm.StopReason
+	// model is the modelVersion the responses named.
+	model string
 }
 
 // Finish reports the stop reason and whether a finishReason (or a blocked
 // prompt) arrived.
 func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
+
+// Model returns the modelVersion the responses named.
+func (d *decoder) Model() string { return d.model }
 
 // Decode yields the runtime chunks of one streamed response through emit.
 // It returns false when emit did, and an error for a finish that means the
@@ -36,6 +41,9 @@ func (d *decoder) Decode(resp *genai.GenerateContentResponse, emit func(llm.Chun
 	}
 	if resp.ResponseID != "" {
 		d.responseID = resp.ResponseID
+	}
+	if resp.ModelVersion != "" {
+		d.model = resp.ModelVersion
 	}
 	if len(resp.Candidates) > 0 && resp.Candidates[0] != nil {
 		c := resp.Candidates[0]

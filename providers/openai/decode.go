@@ -27,10 +27,15 @@ type decoder struct {
 	refused  bool
 	finished bool
 	stop     llm.StopReason
+	// model is the model every chunk names; the first one is kept.
+	model string
 }
 
 // Finish reports the stop reason and whether a finish reason arrived.
 func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
+
+// Model returns the model the chunks named.
+func (d *decoder) Model() string { return d.model }
 
 type toolCall struct {
 	id, name string
@@ -42,6 +47,10 @@ type toolCall struct {
 // whether the SDK decoded it ([viewOf]) or the fast path did
 // ([parseChunk]).
 type chunk struct {
+	// model is the model the event names. The fast path reads it until
+	// one event has named it, and keeps it across events: the decoder
+	// keeps the first.
+	model   string
 	choices []choice
 	// hasUsage reports a usage object (the SDK's JSON.Usage.Valid).
 	hasUsage bool
@@ -62,7 +71,7 @@ type toolCallDelta struct {
 
 // viewOf returns what the decoder reads of a chunk the SDK decoded.
 func viewOf(c openai.ChatCompletionChunk) *chunk {
-	v := &chunk{choices: make([]choice, len(c.Choices))}
+	v := &chunk{model: c.Model, choices: make([]choice, len(c.Choices))}
 	for i, ch := range c.Choices {
 		v.choices[i] = choice{
 			index: ch.Index, content: ch.Delta.Content, refusal: ch.Delta.Refusal,
@@ -96,6 +105,9 @@ func usageOf(prompt, completion, cached, cacheWrite int64) llm.Usage {
 // returns false when emit did, and an error for a tool call whose
 // arguments are not a JSON object.
 func (d *decoder) Decode(c *chunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
+	if d.model == "" {
+		d.model = c.model
+	}
 	for i := range c.choices {
 		choice := &c.choices[i]
 		if choice.index != 0 {

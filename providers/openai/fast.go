@@ -131,6 +131,14 @@ func parseChunk(data []byte, c *chunk) bool {
 		switch string(key) {
 		case "error":
 			return false // an error event: the SDK's
+		case "model":
+			if !once(4) {
+				return false
+			}
+			if c.model != "" {
+				return s.Skip() // named by an earlier event
+			}
+			return stringInto(&s, &c.model)
 		case "choices":
 			if !once(1) {
 				return false

@@ -15,7 +15,7 @@
 // default). Then come a [llm.ChunkUsage] (input tokens: the request's
 // text bytes / 4, at least 1; output tokens: the tokens streamed, reasoning and
 // tool-call argument fragments included) and a [llm.ChunkStop] with
-// [llm.StopEndTurn].
+// [llm.StopEndTurn] that names the request's model as the one that served it.
 //
 // The request's text is the system prompt plus every part's text, signature,
 // tool call name and arguments, and tool result content: the size the

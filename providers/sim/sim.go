@@ -302,7 +302,7 @@ func (p *Provider) run(ctx context.Context, pl *plan, yield func(llm.Chunk, erro
 	}
 	usage := llm.Usage{InputTokens: int64(pl.input), OutputTokens: int64(streamed)}
 	if send(llm.Chunk{Kind: llm.ChunkUsage, Usage: usage}) {
-		send(llm.Chunk{Kind: llm.ChunkStop, Stop: pl.stop})
+		send(llm.Chunk{Kind: llm.ChunkStop, Stop: pl.stop, Model: pl.model})
 	}
 }
 

@@ -151,8 +151,13 @@ func TestDefaultAnswer(t *testing.T) {
 		t.Errorf("usage = %+v, want %+v", got, wantUsage)
 	}
 
-	// Same input, same output, whatever the provider instance.
+	// Same input, same output, whatever the provider instance; the stop
+	// names the model asked for as the one that served the reply.
 	again := call(t, newSim(t), ask("other-model", q))
+	if n := len(again.chunks); n == 0 || again.chunks[n-1].Model != "other-model" {
+		t.Fatalf("the stop does not name the model asked for: %+v", again.chunks)
+	}
+	again.chunks[len(again.chunks)-1].Model = first.chunks[len(first.chunks)-1].Model
 	if diff := cmp.Diff(first.chunks, again.chunks); diff != "" {
 		t.Errorf("second call differs (-first +second):\n%s", diff)
 	}
@@ -755,7 +760,7 @@ func TestThinking(t *testing.T) {
 		{Kind: llm.ChunkThinking, Signature: custom.chunks[4].Signature},
 		{Kind: llm.ChunkText, Text: "Done."},
 		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 14, OutputTokens: 5}},
-		{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
+		{Kind: llm.ChunkStop, Stop: llm.StopEndTurn, Model: "m"},
 	}, custom.chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}

@@ -19,8 +19,9 @@
 // terminal marker ([MissingFinish]); and tool arguments that are not a
 // JSON object ([BadArguments]).
 //
-// The package may import only the standard library, llm and
-// golang.org/x/net/http2; it knows no provider SDK.
+// The package may import only the standard library, llm,
+// golang.org/x/net/http2 and OpenTelemetry's HTTP instrumentation
+// (otelhttp); it knows no provider SDK.
 package httpfail
 
 import (
@@ -321,8 +322,14 @@ const MaxIdleConnsPerHost = 256
 // (dial and TLS handshake) is bounded by connectTimeout, 10s when zero. It
 // sets no overall timeout: a streamed reply may last minutes, and the
 // runtime bounds the first token and the gaps between chunks itself. It
-// keeps up to [MaxIdleConnsPerHost] idle connections per host, for 90s.
+// keeps up to [MaxIdleConnsPerHost] idle connections per host, for 90s. Its
+// requests carry the caller's trace context and are traced (see traced).
 func NewClient(connectTimeout time.Duration) *http.Client {
+	return &http.Client{Transport: traced(newTransport(connectTimeout))}
+}
+
+// newTransport returns the transport under NewClient's instrumentation.
+func newTransport(connectTimeout time.Duration) *http.Transport {
 	if connectTimeout <= 0 {
 		connectTimeout = 10 * time.Second
 	}
@@ -336,7 +343,7 @@ func NewClient(connectTimeout time.Duration) *http.Client {
 	t.TLSHandshakeTimeout = connectTimeout
 	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
 	t.MaxIdleConns = 4 * MaxIdleConnsPerHost
-	return &http.Client{Transport: t}
+	return t
 }
 
 // Guard protects a provider's stream from its SDK's decoder: some SDK

@@ -254,9 +254,11 @@ func TestMissingFinish(t *testing.T) {
 func TestNewClientConnectTimeout(t *testing.T) {
 	t.Parallel()
 	c := NewClient(0)
-	tr := c.Transport.(*http.Transport)
-	if tr.TLSHandshakeTimeout != 10*time.Second || c.Timeout != 0 {
-		t.Errorf("NewClient(0): handshake %v, timeout %v", tr.TLSHandshakeTimeout, c.Timeout)
+	if _, ok := c.Transport.(tracedTransport); !ok || c.Timeout != 0 {
+		t.Errorf("NewClient(0): transport %T, timeout %v; want the traced transport and no timeout", c.Transport, c.Timeout)
+	}
+	if tr := newTransport(0); tr.TLSHandshakeTimeout != 10*time.Second {
+		t.Errorf("newTransport(0): handshake %v", tr.TLSHandshakeTimeout)
 	}
 }
 
@@ -276,8 +278,11 @@ func TestClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr := c.Transport.(*http.Transport); tr.TLSHandshakeTimeout != 3*time.Second || c.Timeout != 0 {
-		t.Errorf("Client(nil, 3s): handshake %v, timeout %v", tr.TLSHandshakeTimeout, c.Timeout)
+	if _, ok := c.Transport.(tracedTransport); !ok || c.Timeout != 0 {
+		t.Errorf("Client(nil, 3s): transport %T, timeout %v", c.Transport, c.Timeout)
+	}
+	if tr := newTransport(3 * time.Second); tr.TLSHandshakeTimeout != 3*time.Second {
+		t.Errorf("newTransport(3s): handshake %v", tr.TLSHandshakeTimeout)
 	}
 }
 

@@ -13,7 +13,8 @@
 //     unchanged, whatever the SDK reported;
 //   - events that end without the reply's terminal marker are a failure
 //     ([httpfail.MissingFinish]), never a success;
-//   - a finished reply ends with one [llm.ChunkStop].
+//   - a finished reply ends with one [llm.ChunkStop], which names the
+//     model that served it when the provider said.
 //
 // [Run] makes that the body of an adapter's Stream method: it maps the
 // request first and keeps [httpfail.Guard]'s protection against SDK
@@ -22,8 +23,8 @@
 // calls return a stream reader rather than an iterator.
 //
 // The package imports only the standard library, llm and
-// providers/internal/httpfail (itself only the standard library, llm and
-// golang.org/x/net); it knows no provider SDK.
+// providers/internal/httpfail (itself only the standard library, llm,
+// golang.org/x/net and otelhttp); it knows no provider SDK.
 package stream
 
 import (
@@ -47,6 +48,9 @@ type Decoder[E any] interface {
 	// Finish reports the reply's stop reason, and whether its terminal
 	// marker arrived.
 	Finish() (stop llm.StopReason, finished bool)
+	// Model returns the id of the model that served the reply, as the
+	// events reported it; empty when they did not.
+	Model() string
 }
 
 // Call is one streamed SDK call, as [Consume] reads it.
@@ -107,7 +111,7 @@ func Consume[E any](ctx context.Context, provider string, c Call[E], yield func(
 		yield(llm.Chunk{}, httpfail.MissingFinish(provider, output, status, id))
 		return
 	}
-	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: stop}, nil)
+	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: stop, Model: c.Decoder.Model()}, nil)
 }
 
 // Run returns the body of an adapter's Stream method for req, guarded by

@@ -32,6 +32,8 @@ func (d *textDecoder) Decode(ev string, emit func(llm.Chunk) bool) (bool, *llm.E
 
 func (d *textDecoder) Finish() (llm.StopReason, bool) { return llm.StopEndTurn, d.finished }
 
+func (d *textDecoder) Model() string { return "text-1" }
+
 // seq yields evs, then err when it is not nil.
 func seq(err error, evs ...string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
@@ -97,7 +99,7 @@ func TestConsume(t *testing.T) {
 			events: seq(nil, "Hel", "lo", "stop"),
 			want: []llm.Chunk{
 				{Kind: llm.ChunkText, Text: "Hel"}, {Kind: llm.ChunkText, Text: "lo"},
-				{Kind: llm.ChunkStop, Stop: llm.StopEndTurn},
+				{Kind: llm.ChunkStop, Stop: llm.StopEndTurn, Model: "text-1"},
 			},
 		},
 		{

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/policy"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/telemetry"
+)
+
+// observers returns what watches every turn: the turn's log line always,
+// and its spans and metrics when tel records anything. health reads the
+// models' shared state for the gauges.
+func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers, health func() []policy.ModelHealth) (runtime.Observer, error) {
+	log := telemetry.NewTurnLog(logger)
+	if !tel.Enabled() {
+		return log, nil
+	}
+	types := make(map[string]string, len(cfg.Providers))
+	for name, p := range cfg.Providers {
+		types[name] = p.Type
+	}
+	obs, err := telemetry.NewObserver(tel.TracerProvider, tel.MeterProvider, telemetry.ObserverOptions{
+		CaptureContent: cfg.Telemetry.CaptureContent,
+		ProviderTypes:  types,
+		Health:         health,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The log line comes last, so it sees the turn's span.
+	return runtime.Observers(obs, log), nil
+}
+
+// serveOps serves the ops listener on lis: /metrics, and /debug/pprof/
+// with withPProf. The returned function stops it.
+func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, logger *slog.Logger) (stop func()) {
+	srv := &http.Server{
+		Handler:           telemetry.OpsHandler(tel.MetricsHandler(), withPProf),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("ops listener failed", "error", err)
+		}
+	}()
+	logger.Info("ops listener", "address", lis.Addr().String(), "metrics", "/metrics", "pprof", withPProf)
+	if ta, ok := lis.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		// The ops listener has no TLS and no client keys.
+		logger.Warn("the ops listener answers anyone who reaches it: keep ops.listen on loopback or a private network",
+			"address", lis.Addr().String())
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}
+}

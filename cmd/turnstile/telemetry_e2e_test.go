@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/turnstile-dev/turnstile/config"
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/wiretest"
+)
+
+// collector is an OTLP receiver over gRPC, as an OpenTelemetry Collector
+// runs one: it keeps every span and the names of every metric exported.
+type collector struct {
+	addr string
+
+	mu      sync.Mutex
+	spans   []*tracepb.Span
+	service []string
+	metrics map[string]bool
+}
+
+type traceService struct {
+	coltracepb.UnimplementedTraceServiceServer
+	c *collector
+}
+
+func (s traceService) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.GetKey() == "service.name" {
+				s.c.service = append(s.c.service, a.GetValue().GetStringValue())
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			s.c.spans = append(s.c.spans, ss.GetSpans()...)
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+type metricsService struct {
+	colmetricpb.UnimplementedMetricsServiceServer
+	c *collector
+}
+
+func (s metricsService) Export(_ context.Context, req *colmetricpb.ExportMetricsServiceRequest) (*colmetricpb.ExportMetricsServiceResponse, error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for _, rm := range req.GetResourceMetrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				s.c.metrics[m.GetName()] = true
+			}
+		}
+	}
+	return &colmetricpb.ExportMetricsServiceResponse{}, nil
+}
+
+func startCollector(t *testing.T) *collector {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{addr: lis.Addr().String(), metrics: map[string]bool{}}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, traceService{c: c})
+	colmetricpb.RegisterMetricsServiceServer(srv, metricsService{c: c})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return c
+}
+
+// tracedUpstream is a fake Chat Completions API that records the
+// traceparent of each request and answers each call with the next reply
+// (the last one repeats); a reply of "503" is an overloaded error.
+type tracedUpstream struct {
+	*httptest.Server
+	mu           sync.Mutex
+	traceparents []string
+}
+
+func newTracedUpstream(t *testing.T, replies ...string) *tracedUpstream {
+	u := &tracedUpstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		u.mu.Lock()
+		n := len(u.traceparents)
+		u.traceparents = append(u.traceparents, r.Header.Get("traceparent"))
+		u.mu.Unlock()
+		reply := replies[min(n, len(replies)-1)]
+		if reply == "503" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"message":"The server is overloaded.","type":"server_error","code":"server_is_overloaded"}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, reply)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *tracedUpstream) sent() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.traceparents)
+}
+
+// TestTelemetryEndToEnd serves the configuration `turnstile serve` would,
+// with OTLP over gRPC to a collector started here (set only by OTEL_*
+// variables) and the ops listener on: a client's traced turn retries an
+// overloaded model, falls back, runs a tool and answers. The collector
+// gets the whole span tree in the client's trace, the providers get the
+// trace context, /metrics serves the same instruments in the Prometheus
+// format, and the collector gets them over OTLP too.
+func TestTelemetryEndToEnd(t *testing.T) {
+	// Registered first, the check runs after every other cleanup.
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	col := startCollector(t)
+	for _, v := range []string{"OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_TRACES_SAMPLER"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+col.addr)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
+	t.Setenv("OTEL_SERVICE_NAME", "turnstile-e2e")
+
+	openai := providerCases(t)[0]
+	primary := newTracedUpstream(t, "503")
+	backup := newTracedUpstream(t, openai.toolCall, openai.answer)
+	cfg, err := config.Parse("config.yaml", []byte(fmt.Sprintf(`
+providers:
+  primary: {type: openai, base_url: %s}
+  backup: {type: openai, base_url: %s}
+models:
+  fast: {provider: primary, model: gpt-4.1-mini, fallbacks: [steady], retry: {max_retries: 1, initial_backoff: 1ms, jitter: 0}}
+  steady: {provider: backup, model: gpt-4.1-mini}
+default_model: fast
+ops: {listen: "127.0.0.1:0"}
+`, primary.URL, backup.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// slog's handler serializes its writes; logs is read once serveOn has
+	// returned.
+	var logs strings.Builder
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serveOn(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil)), lis, ops) }()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+		clientSpan  = "00f067aa0ba902b7"
+	)
+	rctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+	evs, st := wiretest.Collect(t, rctx, turnstilev1.NewAgentServiceClient(conn), &turnstilev1.RunTurnRequest{Messages: wiretest.UserText("what time is it?")}, nil)
+	conn.Close()
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v", st)
+	}
+	if got, want := wiretest.Names(evs), "TurnStarted LlmCallStarted LlmCallFinished Retry LlmCallStarted LlmCallFinished Fallback"; !strings.HasPrefix(got, want) {
+		t.Fatalf("events %s, want them to start with %s", got, want)
+	}
+
+	resp, err := http.Get("http://" + ops.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrape, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`gen_ai_client_operation_duration_seconds_count{error_type="OVERLOADED",gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",`,
+		`gen_ai_client_token_usage_sum{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",gen_ai_token_type="input",`,
+		`turnstile_retries_total{error_type="OVERLOADED",`,
+		`turnstile_fallbacks_total{error_type="OVERLOADED",`,
+		`turnstile_turns_total{`,
+		`gen_ai_execute_tool_duration_seconds_count{gen_ai_operation_name="execute_tool",gen_ai_tool_name="current_time",`,
+		`turnstile_model_cooling_down{`,
+		`rpc_server_call_duration_seconds_count{`,
+	} {
+		if !strings.Contains(string(scrape), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", scrape)
+	}
+
+	stop()
+	if err := <-served; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+
+	col.mu.Lock()
+	spans, services := slices.Clone(col.spans), slices.Clone(col.service)
+	metrics := col.metrics
+	col.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	var names []string
+	for _, s := range spans {
+		byID[fmt.Sprintf("%x", s.GetSpanId())] = s
+		if got := fmt.Sprintf("%x", s.GetTraceId()); got != clientTrace {
+			t.Errorf("span %s in trace %s, want the client's %s", s.GetName(), got, clientTrace)
+		}
+	}
+	var root *tracepb.Span
+	for _, s := range spans {
+		parent := byID[fmt.Sprintf("%x", s.GetParentSpanId())]
+		name := s.GetName()
+		if parent != nil {
+			name = parent.GetName() + " > " + name
+		} else {
+			root = s
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	wantNames := []string{
+		"chat gpt-4.1-mini > HTTP POST",
+		"chat gpt-4.1-mini > HTTP POST",
+		"chat gpt-4.1-mini > HTTP POST",
+		"chat gpt-4.1-mini > HTTP POST",
+		"invoke_agent > chat gpt-4.1-mini",
+		"invoke_agent > chat gpt-4.1-mini",
+		"invoke_agent > chat gpt-4.1-mini",
+		"invoke_agent > chat gpt-4.1-mini",
+		"invoke_agent > execute_tool current_time",
+		"turnstile.v1.AgentService/RunTurn",
+		"turnstile.v1.AgentService/RunTurn > invoke_agent",
+	}
+	if !slices.Equal(names, wantNames) {
+		t.Errorf("spans (parent > span):\n%s\nwant:\n%s", strings.Join(names, "\n"), strings.Join(wantNames, "\n"))
+	}
+	if root == nil || fmt.Sprintf("%x", root.GetParentSpanId()) != clientSpan {
+		t.Errorf("root span %v, want the server span under the client's span %s", root, clientSpan)
+	}
+	if len(services) == 0 || services[0] != "turnstile-e2e" {
+		t.Errorf("service.name = %v, want turnstile-e2e from OTEL_SERVICE_NAME", services)
+	}
+	for _, s := range spans {
+		if s.GetName() != "invoke_agent" {
+			continue
+		}
+		var events []string
+		for _, ev := range s.GetEvents() {
+			events = append(events, ev.GetName())
+		}
+		if got := strings.Join(events, " "); got != "turnstile.retry turnstile.fallback turnstile.cooldown" {
+			t.Errorf("invoke_agent events = %s", got)
+		}
+	}
+	for _, up := range []*tracedUpstream{primary, backup} {
+		for _, tp := range up.sent() {
+			if !strings.HasPrefix(tp, "00-"+clientTrace+"-") {
+				t.Errorf("the provider got traceparent %q, want the client's trace", tp)
+			}
+		}
+	}
+	if n := len(primary.sent()) + len(backup.sent()); n != 4 {
+		t.Errorf("%d provider requests, want 4", n)
+	}
+	for _, m := range []string{"gen_ai.client.operation.duration", "gen_ai.client.token.usage", "turnstile.turns", "rpc.server.call.duration"} {
+		if !metrics[m] {
+			t.Errorf("the collector got no %s over OTLP (got %v)", m, metrics)
+		}
+	}
+	if line := logs.String(); !strings.Contains(line, `"msg":"turn ended"`) || !strings.Contains(line, `"trace_id":"`+clientTrace+`"`) {
+		t.Errorf("no turn line with the client's trace id:\n%s", line)
+	}
+}
+
+// TestJSONLogDurations: in JSON logs a duration is a Go duration string
+// and a count a number.
+func TestJSONLogDurations(t *testing.T) {
+	var b strings.Builder
+	l, err := newLogger(&b, config.Log{Format: "json", Level: "info"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("draining", "grace", 30*time.Second, "turns", 3, "wait_ms", 1.5)
+	if got := b.String(); !strings.Contains(got, `"grace":"30s","turns":3,"wait_ms":1.5}`) {
+		t.Errorf("line = %s", got)
+	}
+}

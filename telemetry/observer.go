@@ -1,0 +1,468 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// ObserverOptions tune an [Observer].
+type ObserverOptions struct {
+	// CaptureContent records the prompts, completions, tool arguments and
+	// tool results on spans (the GenAI conventions' opt-in content
+	// attributes). Off by default: they hold user data.
+	CaptureContent bool
+	// ProviderTypes maps a configured provider name to its type (openai,
+	// anthropic, gemini, simulator), from which gen_ai.provider.name is
+	// derived. A provider it does not list is reported by its name.
+	ProviderTypes map[string]string
+	// Health reads the models' shared state for the retry-budget and
+	// cooldown gauges (runtime.Runner.Health); nil reports no gauges.
+	Health func() []policy.ModelHealth
+	// Now is the clock of the runner whose state Health reads
+	// (runtime.WithClock); nil is time.Now.
+	Now func() time.Time
+}
+
+// Observer is a [runtime.Observer] that turns each turn into spans and
+// metrics, following the OpenTelemetry GenAI conventions: an invoke_agent
+// span per turn, a chat span per model call and an execute_tool span per
+// tool call, with retries, fallbacks, compactions and cooldowns as events
+// of the turn's span. Build it with [NewObserver]; it is safe for
+// concurrent use.
+type Observer struct {
+	runtime.NopObserver
+	tracer trace.Tracer
+	opts   ObserverOptions
+	m      instruments
+}
+
+var _ runtime.Observer = (*Observer)(nil)
+
+// NewObserver returns an Observer that starts spans with tp and records
+// metrics with mp. Either may be a no-op provider.
+func NewObserver(tp trace.TracerProvider, mp metric.MeterProvider, opts ObserverOptions) (*Observer, error) {
+	o := &Observer{
+		tracer: tp.Tracer(instrumentationURL),
+		opts:   opts,
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	m, err := newInstruments(mp.Meter(instrumentationURL), opts.Health, opts.Now)
+	if err != nil {
+		return nil, err
+	}
+	o.m = m
+	return o, nil
+}
+
+// genAIProvider returns gen_ai.provider.name for a configured provider:
+// the conventions' name of its type, or the configured name when its
+// type is not known.
+func (o *Observer) genAIProvider(name string) string {
+	switch o.opts.ProviderTypes[name] {
+	case "openai":
+		return "openai"
+	case "anthropic":
+		return "anthropic"
+	case "gemini":
+		return "gcp.gemini"
+	case "simulator":
+		return "turnstile.simulator"
+	}
+	return name
+}
+
+// TurnStart starts the turn's invoke_agent span and counts the turn in
+// flight. The span it starts under, the gRPC server span, gets the turn
+// id too.
+func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Context {
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		parent.SetAttributes(keyTurnID.String(t.TurnID))
+	}
+	attrs := []attribute.KeyValue{
+		keyOperationName.String(opInvokeAgent),
+		keyTurnID.String(t.TurnID),
+		keyModel.String(t.Model),
+	}
+	if c := client(t); c != "" {
+		attrs = append(attrs, keyClient.String(c))
+	}
+	ctx, _ = o.tracer.Start(ctx, opInvokeAgent, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithTimestamp(t.Start), trace.WithAttributes(attrs...))
+	o.m.active.Add(ctx, 1, metric.WithAttributes(keyModel.String(t.Model)))
+	return ctx
+}
+
+// TurnEnd ends the turn's span with its outcome and totals, and records
+// the turn's metrics.
+func (o *Observer) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.TurnEnd) {
+	span := trace.SpanFromContext(ctx)
+	outcome := turnOutcome(end)
+	if span.IsRecording() {
+		u := end.Usage
+		attrs := append(usageAttrs(u),
+			outcome,
+			keyModelCalls.Int(end.Counters.ModelCalls),
+			keyRetries.Int(end.Counters.Retries),
+			keyFallbacks.Int(end.Counters.Fallbacks),
+			keyHedges.Int(end.Counters.Hedges),
+			keyCompactions.Int(end.Counters.Compactions),
+			keyToolCalls.Int(end.Counters.ToolCalls),
+			keyWaited.Float64(end.Waited.Seconds()),
+		)
+		if end.ServedBy != "" {
+			attrs = append(attrs, keyServedBy.String(end.ServedBy))
+		}
+		if end.TimeToFirstOutput > 0 {
+			attrs = append(attrs, keyFirstOutput.Float64(end.TimeToFirstOutput.Seconds()))
+		}
+		if e := end.Err; e != nil {
+			if e.Retryable != nil {
+				attrs = append(attrs, keyRetryable.Bool(*e.Retryable))
+			}
+			// The message is the one the client got; the root cause stays
+			// in the turn's log line.
+			span.SetStatus(codes.Error, e.Message)
+		}
+		span.SetAttributes(attrs...)
+	}
+	span.End(trace.WithTimestamp(t.Start.Add(end.Duration)))
+
+	model := keyModel.String(t.Model)
+	var byClient []attribute.KeyValue
+	if c := client(t); c != "" {
+		byClient = []attribute.KeyValue{keyClient.String(c)}
+	}
+	o.m.active.Add(ctx, -1, metric.WithAttributes(model))
+	o.m.turns.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{model, outcome}, byClient...)...))
+	durAttrs := []attribute.KeyValue{model}
+	if end.Err != nil {
+		durAttrs = append(durAttrs, outcome)
+	}
+	o.m.agentDuration.Record(ctx, end.Duration.Seconds(), metric.WithAttributes(durAttrs...))
+	o.m.turnWait.Record(ctx, end.Waited.Seconds(), metric.WithAttributes(model))
+	tokenAttrs := append([]attribute.KeyValue{model, keyTokenType.String("input")}, byClient...)
+	if in := inputTokens(end.Usage); in > 0 {
+		o.m.turnTokens.Add(ctx, in, metric.WithAttributes(tokenAttrs...))
+	}
+	if out := end.Usage.OutputTokens; out > 0 {
+		tokenAttrs[1] = keyTokenType.String("output")
+		o.m.turnTokens.Add(ctx, out, metric.WithAttributes(tokenAttrs...))
+	}
+}
+
+// turnOutcome is the attribute that says how a turn ended: error.type
+// with the error code when it failed, turnstile.end_reason otherwise.
+func turnOutcome(end runtime.TurnEnd) attribute.KeyValue {
+	if end.Err != nil {
+		return keyErrorType.String(end.Err.Kind.String())
+	}
+	if end.Completed != nil {
+		return keyEndReason.String(end.Completed.Reason.String())
+	}
+	return keyErrorType.String("_OTHER")
+}
+
+func client(t runtime.TurnInfo) string {
+	if t.Request == nil {
+		return ""
+	}
+	return t.Request.Client
+}
+
+// inputTokens is gen_ai.usage.input_tokens: every input token, cached
+// ones included, as the conventions count them (turnstile's InputTokens
+// leaves the cached ones out).
+func inputTokens(u llm.Usage) int64 { return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens }
+
+func usageAttrs(u llm.Usage) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		keyInputTokens.Int64(inputTokens(u)),
+		keyOutputTokens.Int64(u.OutputTokens),
+		keyCacheReadTokens.Int64(u.CacheReadTokens),
+		keyCacheWriteTokens.Int64(u.CacheWriteTokens),
+	}
+}
+
+// AttemptStart starts the model call's chat span, a child of the turn's,
+// so the provider's HTTP request (instrumented in the providers) is its
+// child. A hedged call is also an event of the turn's span, and counted.
+func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) context.Context {
+	if a.HedgeFrom != "" {
+		from, to := keyModel.String(a.HedgeFrom), keyFallbackTo.String(a.Model)
+		o.m.hedges.Add(ctx, 1, metric.WithAttributes(from, to))
+		trace.SpanFromContext(ctx).AddEvent(eventHedge, trace.WithAttributes(from, to, keyHedgeAfter.Float64(a.HedgeAfter.Seconds())))
+	}
+	ctx, span := o.tracer.Start(ctx, opChat+" "+a.ProviderModel, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			keyOperationName.String(opChat),
+			keyProviderName.String(o.genAIProvider(a.Provider)),
+			keyRequestModel.String(a.ProviderModel),
+		))
+	if !span.IsRecording() {
+		return ctx
+	}
+	attrs := []attribute.KeyValue{
+		keyRequestStream.Bool(true),
+		keyTurnID.String(a.TurnID),
+		keyModel.String(a.Model),
+		keyProvider.String(a.Provider),
+		keyAttempt.Int(a.Attempt),
+		keyCall.Int(a.Call),
+		keyStep.Int(a.Step),
+	}
+	if a.HedgeFrom != "" {
+		attrs = append(attrs, keyHedgeFrom.String(a.HedgeFrom), keyHedgeAfter.Float64(a.HedgeAfter.Seconds()))
+	}
+	if a.Continues {
+		attrs = append(attrs, keyContinues.Bool(true))
+	}
+	if r := a.Request; r != nil {
+		if r.MaxOutputTokens > 0 {
+			attrs = append(attrs, keyRequestMaxTokens.Int(r.MaxOutputTokens))
+		}
+		if r.Temperature != nil {
+			attrs = append(attrs, keyRequestTemperature.Float64(*r.Temperature))
+		}
+		if o.opts.CaptureContent {
+			attrs = append(attrs, keyInputMessages.String(inputMessages(r.Messages)))
+			if r.System != "" {
+				attrs = append(attrs, keySystemInstructions.String(systemInstructions(r.System)))
+			}
+		}
+	}
+	span.SetAttributes(attrs...)
+	return ctx
+}
+
+// AttemptEnd ends the chat span with the call's usage, finish reason and
+// error class, and records the GenAI client metrics.
+func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end runtime.AttemptEnd) {
+	span := trace.SpanFromContext(ctx)
+	provider := o.genAIProvider(a.Provider)
+	if span.IsRecording() {
+		attrs := usageAttrs(end.Usage)
+		if end.ResponseModel != "" {
+			attrs = append(attrs, keyResponseModel.String(end.ResponseModel))
+		}
+		if end.TimeToFirstChunk > 0 {
+			attrs = append(attrs, keyTimeToFirstChunk.Float64(end.TimeToFirstChunk.Seconds()))
+		}
+		switch e := end.Err; {
+		case end.Lost:
+			// Cancelled because the other call of its hedged pair answered
+			// first: not a failure.
+			attrs = append(attrs, keyErrorType.String(hedgeLost), keyHedgeLost.Bool(true))
+		case e != nil:
+			attrs = append(attrs, keyErrorType.String(e.Kind.String()))
+			if e.RequestID != "" {
+				attrs = append(attrs, keyRequestID.String(e.RequestID))
+			}
+			if e.StatusCode != 0 {
+				attrs = append(attrs, keyStatusCode.Int(e.StatusCode))
+			}
+			span.SetStatus(codes.Error, e.Message)
+		default:
+			attrs = append(attrs, keyFinishReasons.StringSlice([]string{end.Stop.String()}))
+			if o.opts.CaptureContent {
+				attrs = append(attrs, keyOutputMessages.String(outputMessages(end.Message, end.Stop)))
+			}
+		}
+		span.SetAttributes(attrs...)
+	}
+	span.End()
+
+	attrs := []attribute.KeyValue{
+		keyOperationName.String(opChat),
+		keyProviderName.String(provider),
+		keyRequestModel.String(a.ProviderModel),
+		keyModel.String(a.Model),
+		keyProvider.String(a.Provider),
+	}
+	switch {
+	case end.Lost:
+		attrs = append(attrs, keyErrorType.String(hedgeLost))
+	case end.Err != nil:
+		attrs = append(attrs, keyErrorType.String(end.Err.Kind.String()))
+	}
+	set := metric.WithAttributes(attrs...)
+	o.m.operationDuration.Record(ctx, end.Duration.Seconds(), set)
+	o.m.attempts.Add(ctx, 1, set)
+	if end.TimeToFirstChunk > 0 {
+		o.m.timeToFirstChunk.Record(ctx, end.TimeToFirstChunk.Seconds(), set)
+	}
+	if end.Usage.IsZero() {
+		return
+	}
+	// The conventions' token metric has no error.type.
+	attrs = append(attrs[:5], keyTokenType.String("input"))
+	o.m.tokenUsage.Record(ctx, inputTokens(end.Usage), metric.WithAttributes(attrs...))
+	attrs[5] = keyTokenType.String("output")
+	o.m.tokenUsage.Record(ctx, end.Usage.OutputTokens, metric.WithAttributes(attrs...))
+}
+
+// Decision adds the policy's decision to the turn's span as an event, and
+// counts retries, fallbacks and cooldowns.
+func (o *Observer) Decision(ctx context.Context, d runtime.DecisionInfo) {
+	span := trace.SpanFromContext(ctx)
+	model, class := keyModel.String(d.Model), keyErrorType.String(d.Kind.String())
+	switch d.Action {
+	case policy.ActionRetry:
+		o.m.retries.Add(ctx, 1, metric.WithAttributes(model, class))
+		span.AddEvent(eventRetry, trace.WithAttributes(model, class,
+			keyAttempt.Int(d.Attempt), keyDelay.Float64(d.Delay.Seconds())))
+	case policy.ActionFallback:
+		to := keyFallbackTo.String(d.To)
+		o.m.fallbacks.Add(ctx, 1, metric.WithAttributes(model, to, class))
+		span.AddEvent(eventFallback, trace.WithAttributes(model, to, class, keyAttempt.Int(d.Attempt)))
+	case policy.ActionCompact:
+		span.AddEvent(eventCompaction, trace.WithAttributes(model, class, keyAttempt.Int(d.Attempt)))
+	default:
+		span.AddEvent(eventGiveUp, trace.WithAttributes(model, class, keyAttempt.Int(d.Attempt)))
+	}
+	if d.Cooldown > 0 {
+		o.m.cooldowns.Add(ctx, 1, metric.WithAttributes(model, class))
+		span.AddEvent(eventCooldown, trace.WithAttributes(model, class, keyCooldown.Float64(d.Cooldown.Seconds())))
+	}
+}
+
+// ToolStart starts the tool call's execute_tool span, a child of the
+// turn's.
+func (o *Observer) ToolStart(ctx context.Context, t runtime.ToolInfo) context.Context {
+	ctx, span := o.tracer.Start(ctx, opExecuteTool+" "+t.Name, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			keyOperationName.String(opExecuteTool),
+			keyToolName.String(t.Name),
+			keyToolCallID.String(t.CallID),
+			keyToolType.String(toolTypeExtension),
+			keyTurnID.String(t.TurnID),
+		))
+	if o.opts.CaptureContent && span.IsRecording() {
+		span.SetAttributes(keyToolArguments.String(t.Arguments))
+	}
+	return ctx
+}
+
+// toolError is error.type for a tool call whose result is an error, and
+// hedgeLost for a model call cancelled because the other call of its
+// hedged pair answered first.
+const (
+	toolError = "tool_error"
+	hedgeLost = "hedge_lost"
+)
+
+// ToolEnd ends the tool call's span and records its duration.
+func (o *Observer) ToolEnd(ctx context.Context, t runtime.ToolInfo, end runtime.ToolEnd) {
+	span := trace.SpanFromContext(ctx)
+	attrs := []attribute.KeyValue{keyOperationName.String(opExecuteTool), keyToolName.String(t.Name)}
+	if end.IsError {
+		attrs = append(attrs, keyErrorType.String(toolError))
+		span.SetAttributes(keyErrorType.String(toolError))
+		span.SetStatus(codes.Error, "the tool call failed")
+	}
+	if o.opts.CaptureContent && span.IsRecording() {
+		span.SetAttributes(keyToolResult.String(end.Content))
+	}
+	span.End()
+	o.m.toolDuration.Record(ctx, end.Duration.Seconds(), metric.WithAttributes(attrs...))
+}
+
+// instruments are the Observer's metric instruments.
+type instruments struct {
+	operationDuration metric.Float64Histogram
+	tokenUsage        metric.Int64Histogram
+	timeToFirstChunk  metric.Float64Histogram
+	toolDuration      metric.Float64Histogram
+	agentDuration     metric.Float64Histogram
+	attempts          metric.Int64Counter
+	retries           metric.Int64Counter
+	fallbacks         metric.Int64Counter
+	cooldowns         metric.Int64Counter
+	hedges            metric.Int64Counter
+	turns             metric.Int64Counter
+	active            metric.Int64UpDownCounter
+	turnWait          metric.Float64Histogram
+	turnTokens        metric.Int64Counter
+}
+
+// Bucket boundaries the GenAI conventions give.
+var (
+	secondsBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	tokenBuckets   = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+	agentBuckets   = []float64{0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 204.8, 409.6}
+)
+
+func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock func() time.Time) (instruments, error) {
+	var (
+		in   instruments
+		errs []error
+	)
+	f64 := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	in.operationDuration = f64(metricOperationDuration, "Duration of a model call, failed ones included.", secondsBuckets)
+	in.timeToFirstChunk = f64(metricTimeToFirstChunk, "Time from a model call's start to its first streamed chunk.", secondsBuckets)
+	in.toolDuration = f64(metricToolDuration, "Duration of a server-side tool call.", secondsBuckets)
+	in.agentDuration = f64(metricAgentDuration, "Duration of a turn, from its start to its last event.", agentBuckets)
+	in.turnWait = f64(metricTurnWait, "Time a turn spent waiting in backoff before retries.", secondsBuckets)
+	var err error
+	in.tokenUsage, err = m.Int64Histogram(metricTokenUsage, metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens used by a model call, by type (input includes cached input)."),
+		metric.WithExplicitBucketBoundaries(tokenBuckets...))
+	errs = append(errs, err)
+	in.attempts = counter(metricAttempts, "{attempt}", "Model calls made, by model and, for failed ones, error class.")
+	in.retries = counter(metricRetries, "{retry}", "Retries on the same model, by model and error class.")
+	in.fallbacks = counter(metricFallbacks, "{fallback}", "Moves to the next model of a chain, by model, target and error class.")
+	in.cooldowns = counter(metricCooldowns, "{cooldown}", "Cooldowns started on a model, by model and error class.")
+	in.hedges = counter(metricHedges, "{call}", "Hedged calls started, by the slow call's model and the hedge's.")
+	in.turns = counter(metricTurns, "{turn}", "Turns ended, by model asked, end reason or error code, and client.")
+	in.turnTokens = counter(metricTurnTokens, "{token}", "Tokens used by turns, by model asked, type and client.")
+	in.active, err = m.Int64UpDownCounter(metricTurnsActive, metric.WithUnit("{turn}"), metric.WithDescription("Turns in flight, by model asked."))
+	errs = append(errs, err)
+	if health != nil {
+		budget, err := m.Float64ObservableGauge(metricRetryBudget, metric.WithUnit("{token}"),
+			metric.WithDescription("Retry budget left per model; retries stop while less than one token is left."))
+		errs = append(errs, err)
+		cooling, err := m.Int64ObservableGauge(metricCoolingDown,
+			metric.WithDescription("1 while new turns skip the model (cooldown or half-open probe), else 0."))
+		errs = append(errs, err)
+		if err := errors.Join(errs...); err != nil {
+			return in, err
+		}
+		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+			now := clock()
+			for _, h := range health() {
+				attrs := metric.WithAttributes(keyModel.String(h.Alias))
+				if h.BudgetMax > 0 {
+					obs.ObserveFloat64(budget, h.BudgetTokens, attrs)
+				}
+				state := int64(0)
+				if h.CoolingDown(now) {
+					state = 1
+				}
+				obs.ObserveInt64(cooling, state, attrs)
+			}
+			return nil
+		}, budget, cooling)
+		errs = append(errs, err)
+	}
+	return in, errors.Join(errs...)
+}
