@@ -328,8 +328,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		return st.Err()
 	}
 	// The turn outlives the stream: a disconnect is not a cancel. It keeps
-	// the caller's deadline, which is the turn's own.
-	rctx, cancel := context.WithCancelCause(context.Background())
+	// the call's values (its trace, its log fields, its client key) and
+	// its deadline, which is the turn's own.
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	if dl, ok := ctx.Deadline(); ok {
 		var cancelDL context.CancelFunc
 		rctx, cancelDL = context.WithDeadline(rctx, dl)
