@@ -21,6 +21,9 @@ type chain struct {
 	// probe is the alias the turn probes after its cooldown, released
 	// when the turn ends without reporting on it.
 	probe string
+	// admitted is when the turn was admitted to the model it is on: a
+	// success of the turn does not end a cooldown set after that.
+	admitted time.Time
 }
 
 // newChain resolves alias and its fallbacks, in order, without repeats.
@@ -46,6 +49,7 @@ func (c *chain) current() *Model { return c.models[c.pos] }
 // models, they never take away a turn's only option. The retry budget then
 // keeps such turns from retrying a model that keeps failing.
 func (c *chain) start() {
+	c.admitted = c.now()
 	soonest, until := 0, time.Time{}
 	for i, m := range c.models {
 		a := c.health.Admit(m.Alias)
@@ -67,6 +71,7 @@ func (c *chain) start() {
 // was on, without asking for admission: the turn was admitted when it
 // started. An alias not in the chain keeps the first model.
 func (c *chain) resumeAt(alias string) {
+	c.admitted = c.now()
 	for i, m := range c.models {
 		if m.Alias == alias {
 			c.pos = i
@@ -90,6 +95,7 @@ func (c *chain) next() int {
 // it, or nil when none is left.
 func (c *chain) advance() *Model {
 	for i := c.pos + 1; i < len(c.models); i++ {
+		now := c.now()
 		a := c.health.Admit(c.models[i].Alias)
 		if !a.OK {
 			continue
@@ -98,7 +104,7 @@ func (c *chain) advance() *Model {
 			c.releaseProbe()
 			c.probe = c.models[i].Alias
 		}
-		c.pos = i
+		c.pos, c.admitted = i, now
 		return c.models[i]
 	}
 	return nil
@@ -121,7 +127,7 @@ func (c *chain) largerAfter(from int) bool {
 
 // succeeded records a successful call of alias.
 func (c *chain) succeeded(alias string) {
-	c.health.Success(alias)
+	c.health.Success(alias, c.admitted)
 	if c.probe == alias {
 		c.probe = ""
 	}
@@ -132,7 +138,7 @@ func (c *chain) succeeded(alias string) {
 func (c *chain) moveTo(m *Model) {
 	for i := c.pos + 1; i < len(c.models); i++ {
 		if c.models[i] == m {
-			c.pos = i
+			c.pos, c.admitted = i, c.now()
 			return
 		}
 	}
