@@ -143,7 +143,7 @@ func TestBudgetHalfOpen(t *testing.T) {
 	}
 	c.advance(time.Second)
 	h.Failure("m", llm.KindContextOverflow) // not the model's health: no probe
-	h.Success("m", c.now())                          // the probe: the model answers
+	h.Success("m", c.now())                 // the probe: the model answers
 	if got := budget(h); got != 10 {
 		t.Errorf("budget after a successful probe = %v, want 10", got)
 	}
