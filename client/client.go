@@ -1,13 +1,16 @@
 // Package client is the Go client of turnstile.v1.AgentService.
 //
 // A [Client] runs agent turns with [Client.RunTurn] and streams every step
-// of them as an iterator of [Event] values. When a turn fails in a way the
-// server says is worth retrying (an error event with retryable set to true)
-// or the stream breaks at the transport level (a replica went away, the
-// connection was reset), the client runs the failed step again: it resumes
-// the turn, re-sending the conversation plus every message the failed
-// attempt committed, under the same turn id, so a server-side tool that
-// already ran is never run twice. See [Client.RunTurn].
+// of them as an iterator of [Event] values. When the stream of a turn
+// breaks (a connection reset, a replica that went away), the client
+// re-attaches to the same run with WatchTurn from the last event it
+// received, on any replica of a server with a turn store, and the turn
+// goes on. When a turn fails in a way the server says is worth retrying (an
+// error event with retryable set to true), or its stream breaks and cannot
+// be re-attached, the client runs the failed step again: it resumes the
+// turn as a new attempt, re-sending the conversation plus every message
+// the failed attempt committed, under the same turn id, so a server-side
+// tool that already ran is never run twice. See [Client.RunTurn].
 //
 // The package imports only the generated code, gRPC and the standard
 // library; it never imports the server or the runtime.
@@ -54,18 +57,20 @@ type Client struct {
 }
 
 type options struct {
-	creds       credentials.TransportCredentials
-	token       string
-	maxEvent    int
-	perRPC      []credentials.PerRPCCredentials
-	dialOpts    []grpc.DialOption
-	logger      *slog.Logger
-	maxRetries  int
-	backoff     Backoff
-	maxDelay    time.Duration
-	jitter      func() float64
-	insecureSet bool
-	tlsSet      bool
+	creds         credentials.TransportCredentials
+	token         string
+	maxEvent      int
+	perRPC        []credentials.PerRPCCredentials
+	dialOpts      []grpc.DialOption
+	logger        *slog.Logger
+	maxRetries    int
+	maxReattaches int
+	reattach      Backoff
+	backoff       Backoff
+	maxDelay      time.Duration
+	jitter        func() float64
+	insecureSet   bool
+	tlsSet        bool
 }
 
 // Option configures a [Client].
@@ -128,6 +133,17 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // again (default 1; 0 disables step retries). See [Client.RunTurn].
 func WithMaxStepRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
 
+// WithMaxReattaches sets how many times in a row the client re-attaches
+// to a run whose stream broke, with WatchTurn from the last seq received,
+// before it gives the attempt up (default 10; 0 never re-attaches). The
+// count starts again with every event received.
+func WithMaxReattaches(n int) Option { return func(o *options) { o.maxReattaches = n } }
+
+// WithReattachBackoff sets the delays before re-attaching to a broken
+// stream (default 50ms doubling up to 1s, spread by ±20%: ten re-attaches
+// span about 6s, longer than a replica takes to take a turn over).
+func WithReattachBackoff(b Backoff) Option { return func(o *options) { o.reattach = b } }
+
 // WithBackoff sets the delays between step retries when the server gives
 // no retry delay (default [DefaultBackoff]).
 func WithBackoff(b Backoff) Option { return func(o *options) { o.backoff = b } }
@@ -179,12 +195,14 @@ func (b Backoff) delay(n int, u float64) time.Duration {
 // the first RPC does. The caller must Close the client.
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{
-		logger:     slog.New(slog.DiscardHandler),
-		maxRetries: 1,
-		backoff:    DefaultBackoff(),
-		maxDelay:   time.Minute,
-		jitter:     mathrand.Float64,
-		maxEvent:   DefaultMaxEventBytes,
+		logger:        slog.New(slog.DiscardHandler),
+		maxRetries:    1,
+		maxReattaches: 10,
+		reattach:      Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2},
+		backoff:       DefaultBackoff(),
+		maxDelay:      time.Minute,
+		jitter:        mathrand.Float64,
+		maxEvent:      DefaultMaxEventBytes,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -194,6 +212,8 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, errors.New("client: empty target")
 	case o.maxRetries < 0:
 		return nil, errors.New("client: max step retries must not be negative")
+	case o.maxReattaches < 0:
+		return nil, errors.New("client: max re-attaches must not be negative")
 	case o.backoff.Initial < 0 || o.backoff.Max < 0 || o.backoff.Jitter < 0 || o.backoff.Jitter > 1:
 		return nil, errors.New("client: invalid backoff")
 	case o.insecureSet && o.tlsSet:

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -99,17 +101,28 @@ type Turn struct {
 // early, cancels the RPC.
 //
 // When req has no turn_id the client makes one, so every attempt shares
-// it. An attempt that ends with an error event whose retryable is true, or
-// whose stream breaks without a terminal event with a status the transport
-// gave (UNAVAILABLE: a replica went away, a connection was reset), is
+// it. Each attempt is a run of its own on the server, named by the turn id
+// and its number (RunTurnRequest.attempt, and the turnstile-attempt
+// metadata for older servers).
+//
+// A stream that breaks before the attempt's last event (a connection
+// reset, a replica that went away) is first resumed, not retried: the
+// client re-attaches to the same run with WatchTurn from the seq of the
+// last event it received, on any replica, up to MaxReattaches times in a
+// row, and the iteration goes on with the next event; nothing is run again
+// and no event is repeated. This needs a server with a turn store; a
+// server without one, or one that never stored the run, makes the break
+// stand.
+//
+// An attempt that ends with an error event whose retryable is true, or
+// whose break stands with a status the transport gave (UNAVAILABLE), is
 // followed by a [StepRetry] event and a new attempt, up to the client's
 // MaxStepRetries, after the server's retry delay or else the client's
 // jittered backoff. The new attempt resumes the turn: its request carries
 // req's messages plus the messages the failed attempts committed
-// (message_completed events), and the request metadata turnstile-attempt
-// numbers it. An error whose retryable is false or unset is returned at
-// once; so is a transport break while server-side tools were running, as
-// they may have had effects.
+// (message_completed events). An error whose retryable is false or unset
+// is returned at once; so is a break that stands while server-side tools
+// were running, as they may have had effects.
 //
 // req is not modified.
 func (c *Client) RunTurn(ctx context.Context, req *turnstilev1.RunTurnRequest) *Turn {
@@ -263,16 +276,20 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 }
 
 // attempt makes attempt number n at the turn, re-sending carried after the
-// request's messages, and yields its events.
+// request's messages, and yields its events. When the stream breaks before
+// the attempt's last event, it re-attaches to the same run with WatchTurn
+// from the last seq received, on any replica, so the run goes on without
+// loss or duplicates; only when that is impossible (the server keeps no
+// turn log, or never stored the run) or keeps failing does the attempt
+// end with the break.
 func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The header is for servers that predate the attempt field.
 	ctx = metadata.AppendToOutgoingContext(ctx, AttemptHeader, strconv.Itoa(n))
-	req := t.req
-	if len(carried) > 0 {
-		req = proto.CloneOf(t.req)
-		req.Messages = append(req.Messages, carried...)
-	}
+	req := proto.CloneOf(t.req)
+	req.Attempt = uint32(n)
+	req.Messages = append(req.Messages, carried...)
 	out.counters = &turnstilev1.TurnCounters{}
 
 	stream, err := t.c.rpc.RunTurn(ctx, req)
@@ -280,10 +297,53 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 		out.fail = fromStatus(err)
 		return out
 	}
-	var errEvent *turnstilev1.Error
+	recv := func() (*turnstilev1.AgentEvent, error) {
+		r, err := stream.Recv()
+		return r.GetEvent(), err
+	}
+	var (
+		errEvent   *turnstilev1.Error
+		lastSeq    uint64
+		broken     error // the break that the current re-attach follows
+		reattaches int   // re-attaches since the last event received
+		watchable  = true
+	)
 	for {
-		resp, err := stream.Recv()
+		ev, err := recv()
 		if err != nil {
+			if broken != nil && noRun(err) {
+				// The server keeps no log, or never stored the run: the
+				// break stands.
+				watchable, err = false, broken
+			}
+			if out.completed == nil && errEvent == nil && watchable && ctx.Err() == nil &&
+				reattaches < t.c.opts.maxReattaches && breakWorthWatching(err) {
+				if broken == nil {
+					broken = err
+				}
+				reattaches++
+				delay := t.c.opts.reattach.delay(reattaches, t.c.opts.jitter())
+				t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: re-attaching to the turn",
+					slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.Uint64("after_seq", lastSeq),
+					slog.Int("reattach", reattaches), slog.Duration("delay", delay), slog.String("cause", status.Convert(err).Message()))
+				if sleep(ctx, delay) == nil {
+					w, werr := t.c.rpc.WatchTurn(ctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(n), AfterSeq: lastSeq})
+					if werr == nil {
+						recv = func() (*turnstilev1.AgentEvent, error) {
+							r, err := w.Recv()
+							return r.GetEvent(), err
+						}
+					} else {
+						recv = func() (*turnstilev1.AgentEvent, error) { return nil, werr }
+					}
+					continue
+				}
+				err = broken
+			}
+			if broken != nil && !errors.Is(err, io.EOF) && status.Code(err) == codes.Unavailable && out.completed == nil && errEvent == nil {
+				// Re-attaching kept failing: report the first break.
+				err = broken
+			}
 			switch {
 			case out.completed != nil:
 			case errEvent != nil:
@@ -301,13 +361,17 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 				}}
 			default:
 				out.fail = fromStatus(err)
+				if broken != nil {
+					// The run was not finished when its stream broke.
+					out.fail.transport = true
+				}
 			}
 			return out
 		}
-		ev := resp.GetEvent()
-		if ev == nil {
+		if ev == nil || (lastSeq > 0 && ev.GetSeq() <= lastSeq) {
 			continue
 		}
+		lastSeq, broken, reattaches = ev.GetSeq(), nil, 0
 		switch p := ev.GetPayload().(type) {
 		case *turnstilev1.AgentEvent_TextDelta, *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
 			out.partial = true
@@ -351,6 +415,29 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 			return out
 		}
 	}
+}
+
+// breakWorthWatching reports whether a stream that ended with err before
+// its last event may be resumed by watching the run: the transport broke
+// (UNAVAILABLE, or an end without a status), or the server said the log or
+// the run's replica is unavailable for now.
+func breakWorthWatching(err error) bool {
+	if err == io.EOF {
+		return true
+	}
+	f := fromStatus(err)
+	return f.transport || (f.retry && f.err.Code == turnstilev1.ErrorCode_ERROR_CODE_UNAVAILABLE)
+}
+
+// noRun reports whether a WatchTurn failed because there is no run to
+// watch: the server keeps no log (FAILED_PRECONDITION), predates
+// WatchTurn (UNIMPLEMENTED), or never stored the run (NOT_FOUND).
+func noRun(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.Unimplemented, codes.NotFound:
+		return true
+	}
+	return false
 }
 
 // standing returns the prefix of the committed messages that a new

@@ -22,10 +22,12 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/registry"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 // DefaultListen is the address served when neither the file nor a flag says.
@@ -48,7 +50,7 @@ type Config struct {
 	// may override.
 	Retry policy.Retry `yaml:"retry"`
 	// Turn bounds each turn.
-	Turn runtime.Limits `yaml:"turn"`
+	Turn Turn `yaml:"turn"`
 	// Server tunes the gRPC server.
 	Server Server `yaml:"server"`
 	// Log sets the log format and level.
@@ -59,6 +61,8 @@ type Config struct {
 	// Ops configures the HTTP listener for operators: Prometheus metrics
 	// and profiles.
 	Ops Ops `yaml:"ops"`
+	// Store is the turn log that makes turns durable.
+	Store store.Config `yaml:"store"`
 	// MCPServers maps a name to an MCP server whose tools models may call.
 	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
 	// Auth lists the client keys; none serves every caller.
@@ -174,6 +178,28 @@ type Server struct {
 	// SendTimeout cancels a turn whose client accepted no event for this
 	// long (default 30s; positive).
 	SendTimeout time.Duration `yaml:"send_timeout"`
+	// MaxRunningTurns bounds the turns the server runs at once with a
+	// store, those whose clients left included (default 1024; at least 1).
+	MaxRunningTurns int `yaml:"max_running_turns"`
+}
+
+// Turn is the turn block: the runtime's limits on each turn, and how
+// long a turn outlives its clients.
+type Turn struct {
+	runtime.Limits `yaml:",inline"`
+	// DetachGrace is how long a turn keeps running after its last watcher
+	// left, before it is cancelled (default 30s; positive). It needs a
+	// store.
+	DetachGrace time.Duration `yaml:"detach_grace"`
+}
+
+// Problems lists the turn block's values out of range.
+func (t Turn) Problems() []llm.Problem {
+	out := t.Limits.Problems()
+	if t.DetachGrace <= 0 {
+		out = append(out, llm.Problem{Field: "detach_grace", Message: "must be positive"})
+	}
+	return out
 }
 
 // defaultServer returns the server block's defaults.
@@ -188,6 +214,7 @@ func defaultServer() Server {
 		MaxRequestBytes:    server.DefaultMaxRequestBytes,
 		MaxEventBytes:      server.DefaultMaxEventBytes,
 		SendTimeout:        server.DefaultSendTimeout,
+		MaxRunningTurns:    1024,
 	}
 }
 
@@ -244,7 +271,8 @@ func defaults() *Config {
 	return &Config{
 		Listen: DefaultListen,
 		Retry:  policy.DefaultRetry(),
-		Turn:   runtime.DefaultLimits(),
+		Turn:   Turn{Limits: runtime.DefaultLimits(), DetachGrace: 30 * time.Second},
+		Store:  store.DefaultConfig(),
 		Server: defaultServer(),
 		Log:    Log{Format: "text", Level: "info"},
 	}

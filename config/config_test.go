@@ -43,7 +43,7 @@ func TestParseExample(t *testing.T) {
 	if diff := cmp.Diff(policy.DefaultRetry(), c.Models["claude"].Retry); diff != "" {
 		t.Errorf("claude's retry (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(runtime.DefaultLimits(), c.Turn); diff != "" {
+	if diff := cmp.Diff(runtime.DefaultLimits(), c.Turn.Limits); diff != "" {
 		t.Errorf("turn (-want +got):\n%s", diff)
 	}
 }
@@ -98,7 +98,7 @@ server: {drain_delay: 0}
 	}
 	wantTurn := runtime.DefaultLimits()
 	wantTurn.MaxContinuations = 0
-	if diff := cmp.Diff(wantTurn, c.Turn); diff != "" {
+	if diff := cmp.Diff(wantTurn, c.Turn.Limits); diff != "" {
 		t.Errorf("turn (-want +got):\n%s", diff)
 	}
 	if m := c.Models["m"]; m.FirstTokenTimeout != 0 || m.IdleTimeout != 0 {
@@ -125,7 +125,7 @@ server: {drain_delay: 0}
 	want := Server{
 		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
 		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
-		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second,
+		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
 	}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)
@@ -173,7 +173,7 @@ func TestInvalid(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", "listen: x\n" + ok + "retries: 3\n", "config.yaml:4: retries: unknown key (known keys: listen, providers, models, default_model, retry, turn, server, log, telemetry, ops, mcp_servers, auth)"},
+		{"unknown key", "listen: x\n" + ok + "retries: 3\n", "config.yaml:4: retries: unknown key (known keys: listen, providers, models, default_model, retry, turn, server, log, telemetry, ops, store, mcp_servers, auth)"},
 		{"unknown provider key", "providers: {sim: {type: simulator, api_key: sk-123}}\nmodels: {a: {provider: sim, model: m}}\n", "config.yaml:1: providers.sim.api_key: unknown key; did you mean api_key_env? that is a key of types openai, anthropic, gemini, not of simulator"},
 		{"bad type", "providers: {p: {type: bedrock}}\nmodels: {a: {provider: p, model: m}}\n", `config.yaml:1: providers.p.type: unknown provider type "bedrock" (known types: simulator, openai, anthropic, gemini)`},
 		{"no type", "providers: {p: {base_url: http://x}}\nmodels: {a: {provider: p, model: m}}\n", `config.yaml:1: providers.p.type: required: one of simulator, openai, anthropic, gemini`},

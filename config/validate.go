@@ -87,7 +87,11 @@ func (c *Config) problems() []Problem {
 	c.checkModels(v)
 	v.settings("retry", c.Retry.Problems(), false)
 	v.settings("turn", c.Turn.Problems(), false)
+	v.settings("store", c.Store.Problems(), false)
 	c.checkServer(v)
+	if c.Server.MaxRunningTurns < 1 {
+		v.at("server.max_running_turns", "must be at least 1")
+	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		v.at("log.format", "%q is not text or json", c.Log.Format)
 	}

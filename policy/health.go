@@ -58,8 +58,10 @@ type modelHealth struct {
 	// spent is set when a retry found no token left, until a probe finds
 	// the model answering or the refill makes the budget whole.
 	spent bool
-	// until ends the cooldown; zero when the model is healthy.
+	// until ends the cooldown; zero when the model is healthy. since is
+	// when the cooldown in force was set (or last extended).
 	until time.Time
+	since time.Time
 	// kind is the class of failure that started the cooldown.
 	kind llm.Kind
 	// probing is set while one turn probes the model after its cooldown
@@ -142,9 +144,13 @@ func (h *Health) Release(alias string) {
 	}
 }
 
-// Success records a successful call: it ends any cooldown, and a call
-// that probes a spent retry budget (see [Health]) makes it whole again.
-func (h *Health) Success(alias string) {
+// Success records a successful call of a turn admitted to the model at
+// admitted (by the Health's clock): it ends the cooldown — unless the turn
+// was admitted before the cooldown was set and its call is not the probe,
+// since the failure that set the cooldown (on this replica or another) is
+// newer news than the call — and a call that probes a spent retry budget
+// (see [Health]) makes it whole again.
+func (h *Health) Success(alias string, admitted time.Time) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -152,7 +158,11 @@ func (h *Health) Success(alias string) {
 	if m == nil {
 		return
 	}
-	m.until, m.probing = time.Time{}, false
+	// A call sent before the cooldown was set says nothing against it:
+	// the failure that set it (here, or on another replica) is newer.
+	if m.probing || m.until.IsZero() || !admitted.Before(m.since) {
+		m.until, m.probing = time.Time{}, false
+	}
 	if m.halfOpen(now) {
 		m.forgive()
 	}
@@ -182,7 +192,7 @@ func (h *Health) Cooldown(alias string, k llm.Kind, d time.Duration) {
 		return
 	}
 	if until := now.Add(d); until.After(m.until) {
-		m.until, m.kind = until, k
+		m.until, m.since, m.kind = until, now, k
 	}
 	m.probing = false
 }

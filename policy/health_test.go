@@ -132,7 +132,7 @@ func TestBudgetHalfOpen(t *testing.T) {
 	for range 11 {
 		retry(h, false)
 	}
-	h.Success("m") // no token back yet: not a probe
+	h.Success("m", c.now()) // no token back yet: not a probe
 	if retry(h, true) {
 		t.Fatal("a retry got through a spent budget")
 	}
@@ -143,7 +143,7 @@ func TestBudgetHalfOpen(t *testing.T) {
 	}
 	c.advance(time.Second)
 	h.Failure("m", llm.KindContextOverflow) // not the model's health: no probe
-	h.Success("m")                          // the probe: the model answers
+	h.Success("m", c.now())                 // the probe: the model answers
 	if got := budget(h); got != 10 {
 		t.Errorf("budget after a successful probe = %v, want 10", got)
 	}
@@ -286,12 +286,42 @@ func TestCooldownAndProbe(t *testing.T) {
 	if h.Available("m") || h.Admit("m").OK {
 		t.Error("a second turn admitted during the probe")
 	}
-	h.Success("m")
+	h.Success("m", c.now())
 	if !h.Healthy("m") || !h.Admit("m").OK {
 		t.Error("a successful probe did not end the cooldown")
 	}
 	s := h.Snapshot()[0]
 	if !s.CooldownUntil.IsZero() || s.Probing || s.CoolingDown(c.now()) || s.BudgetTokens != 10 || s.BudgetMax != 10 {
 		t.Errorf("snapshot = %+v", s)
+	}
+}
+
+// TestOlderSuccessKeepsCooldown: a turn admitted before a cooldown was set
+// (here, or on another replica) whose call answers after it says nothing
+// against it; a turn admitted after it (one whose every model cools down
+// still makes its attempt) or the half-open probe ends it.
+func TestOlderSuccessKeepsCooldown(t *testing.T) {
+	c := newClock()
+	h := budgetHealth(c)
+	admittedBefore := c.now()
+	c.advance(time.Second)
+	h.Cooldown("m", llm.KindRateLimited, 30*time.Second)
+	c.advance(time.Second)
+	h.Success("m", admittedBefore)
+	if h.Healthy("m") {
+		t.Fatal("a success of a turn admitted before the cooldown ended it")
+	}
+	h.Success("m", c.now())
+	if !h.Healthy("m") {
+		t.Fatal("a success of a turn admitted during the cooldown did not end it")
+	}
+	h.Cooldown("m", llm.KindRateLimited, 10*time.Second)
+	c.advance(11 * time.Second)
+	if a := h.Admit("m"); !a.Probe {
+		t.Fatalf("after the cooldown: %+v, want the probe", a)
+	}
+	h.Success("m", admittedBefore) // the probe's answer ends it, whenever admitted
+	if !h.Healthy("m") {
+		t.Error("the probe's success did not end the cooldown")
 	}
 }

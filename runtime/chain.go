@@ -15,15 +15,21 @@ type chain struct {
 	models []*Model
 	pos    int
 	health *policy.Health
+	// share, when not nil, tells the other replicas the cooldowns decided.
+	share CooldownSharer
+	now   func() time.Time
 	// probe is the alias the turn probes after its cooldown, released
 	// when the turn ends without reporting on it.
 	probe string
+	// admitted is when the turn was admitted to the model it is on: a
+	// success of the turn does not end a cooldown set after that.
+	admitted time.Time
 }
 
 // newChain resolves alias and its fallbacks, in order, without repeats.
 // Fallbacks of fallbacks are not followed.
 func newChain(r *Runner, alias string) chain {
-	c := chain{health: r.health}
+	c := chain{health: r.health, share: r.sharerOf(), now: r.opts.now}
 	seen := map[string]bool{}
 	for _, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
 		if m := r.models[a]; m != nil && !seen[a] {
@@ -43,6 +49,7 @@ func (c *chain) current() *Model { return c.models[c.pos] }
 // models, they never take away a turn's only option. The retry budget then
 // keeps such turns from retrying a model that keeps failing.
 func (c *chain) start() {
+	c.admitted = c.now()
 	soonest, until := 0, time.Time{}
 	for i, m := range c.models {
 		a := c.health.Admit(m.Alias)
@@ -60,6 +67,19 @@ func (c *chain) start() {
 	c.pos = soonest
 }
 
+// resumeAt places a resumed turn on alias, the model its previous runner
+// was on, without asking for admission: the turn was admitted when it
+// started. An alias not in the chain keeps the first model.
+func (c *chain) resumeAt(alias string) {
+	c.admitted = c.now()
+	for i, m := range c.models {
+		if m.Alias == alias {
+			c.pos = i
+			return
+		}
+	}
+}
+
 // next returns the index of the next model after the current one that is
 // not cooling down, or -1; it claims nothing.
 func (c *chain) next() int {
@@ -75,6 +95,7 @@ func (c *chain) next() int {
 // it, or nil when none is left.
 func (c *chain) advance() *Model {
 	for i := c.pos + 1; i < len(c.models); i++ {
+		now := c.now()
 		a := c.health.Admit(c.models[i].Alias)
 		if !a.OK {
 			continue
@@ -83,7 +104,7 @@ func (c *chain) advance() *Model {
 			c.releaseProbe()
 			c.probe = c.models[i].Alias
 		}
-		c.pos = i
+		c.pos, c.admitted = i, now
 		return c.models[i]
 	}
 	return nil
@@ -106,7 +127,7 @@ func (c *chain) largerAfter(from int) bool {
 
 // succeeded records a successful call of alias.
 func (c *chain) succeeded(alias string) {
-	c.health.Success(alias)
+	c.health.Success(alias, c.admitted)
 	if c.probe == alias {
 		c.probe = ""
 	}
@@ -117,16 +138,20 @@ func (c *chain) succeeded(alias string) {
 func (c *chain) moveTo(m *Model) {
 	for i := c.pos + 1; i < len(c.models); i++ {
 		if c.models[i] == m {
-			c.pos = i
+			c.pos, c.admitted = i, c.now()
 			return
 		}
 	}
 }
 
-// decided applies a decision's cooldown to alias and ends a probe of it.
+// decided applies a decision's cooldown to alias, and shares it with the
+// other replicas, and ends a probe of it.
 func (c *chain) decided(alias string, k llm.Kind, cooldown time.Duration) {
 	if cooldown > 0 {
 		c.health.Cooldown(alias, k, cooldown)
+		if c.share != nil {
+			c.share.ShareCooldown(alias, k, c.now().Add(cooldown))
+		}
 	}
 	if c.probe == alias {
 		c.releaseProbe()

@@ -16,7 +16,9 @@
 // the output limit is always continued, as one message (continue.go,
 // [StreamCut]). An [Observer] sees every turn,
 // attempt, decision and tool call from outside the loop; that is where
-// telemetry attaches.
+// telemetry attaches. A turn that another runner started and could not
+// finish (its process died) continues from what its log holds, with
+// [TurnRequest.Resume].
 //
 // The package knows nothing of gRPC, protobuf or any provider SDK: it
 // imports only the standard library, llm and policy (internal/layering

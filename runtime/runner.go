@@ -76,6 +76,9 @@ type TurnRequest struct {
 	// Client is the name of the client key that sent the turn, for logs,
 	// spans and metrics; empty when the server runs without auth.
 	Client string
+	// Resume, when set, continues a turn another runner started and did
+	// not finish, from what the turn's log holds; see [Resume].
+	Resume *Resume
 }
 
 // Runner runs turns. It is safe for concurrent use; its cooldowns and retry
@@ -86,6 +89,7 @@ type Runner struct {
 	tools        map[string]llm.Tool
 	toolSpecs    []llm.ToolSpec // sorted by name
 	health       *policy.Health
+	sharer       sharerSlot // tells other replicas the cooldowns decided here
 	// latencies holds the recent times to first chunk of the models that
 	// hedge at a quantile of them.
 	latencies map[string]*latencies

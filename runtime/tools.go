@@ -42,7 +42,11 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 	if len(server) == 0 {
 		return pending == 0, nil
 	}
-	results, err := t.execute(ctx, t.chain.current(), server)
+	known, err := t.resumedResults(server)
+	if err != nil {
+		return false, err
+	}
+	results, err := t.execute(ctx, t.chain.current(), server, known)
 	if err != nil {
 		return false, err
 	}
@@ -59,9 +63,10 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 }
 
 // execute runs calls with bounded parallelism and returns their results in
-// call order. It fails only when the turn must end: it stopped (cancelled,
-// or its sink failed) or a tool panicked.
-func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]llm.ToolResult, error) {
+// call order; a call with a known result (a resumed turn's, stored before)
+// is not run. It fails only when the turn must end: it stopped
+// (cancelled, or its sink failed) or a tool panicked.
+func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, known []*llm.ToolResult) ([]llm.ToolResult, error) {
 	limits := t.r.opts.limits
 	results := make([]llm.ToolResult, len(calls))
 	sem := make(chan struct{}, limits.ToolConcurrency)
@@ -69,6 +74,10 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]l
 	var mu sync.Mutex
 	var panicked *toolPanic
 	for i, c := range calls {
+		if i < len(known) && known[i] != nil {
+			results[i] = *known[i]
+			continue
+		}
 		tool, ok := t.r.tools[c.Name]
 		switch {
 		case !ok || !allowed(m, c.Name):
@@ -109,7 +118,10 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall) ([]l
 	if err := t.stopped(ctx); err != nil {
 		return nil, err
 	}
-	for _, res := range results {
+	for i, res := range results {
+		if i < len(known) && known[i] != nil {
+			continue // counted by the runner that ran it
+		}
 		t.counters.ToolCalls++
 		if res.IsError {
 			t.counters.ToolErrors++

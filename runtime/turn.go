@@ -41,6 +41,9 @@ type turn struct {
 	counters Counters
 	attempts []ModelAttempts
 	steps    int
+	// resumed holds what the previous runner of a resumed turn left of
+	// the tool calls it was running; nil once they are dealt with.
+	resumed *Resume
 	// servedBy is the alias whose reply was last committed.
 	servedBy string
 	// firstOutput is when the turn's first output event was emitted,
@@ -96,14 +99,29 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	if req.MaxModelCalls > 0 {
 		t.maxCalls = req.MaxModelCalls
 	}
+	if rs := req.Resume; rs != nil {
+		t.conv = append(t.conv, rs.Committed...)
+		t.added = slices.Clone(rs.Committed)
+		t.usage, t.counters = rs.Usage, rs.Counters
+		t.out.seq = max(rs.NextSeq, 1) - 1
+		t.resumed = rs
+	}
 	return t, tctx, cancel
 }
 
 // run runs the turn to its end: steps until the model is done, with the
-// tools its replies call in between.
+// tools its replies call in between. A resumed turn first finishes what
+// its previous runner left: the step or the tools it was in.
 func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
-	t.out.emit(ctx, &TurnStarted{Model: t.info.Model})
-	t.chain.start()
+	if rs := t.req.Resume; rs != nil {
+		t.chain.resumeAt(rs.Model)
+		if res, done, err := t.resume(ctx, rs); done {
+			return res, err
+		}
+	} else {
+		t.out.emit(ctx, &TurnStarted{Model: t.info.Model})
+		t.chain.start()
+	}
 	continuations := 0
 	for {
 		if err := t.stopped(ctx); err != nil {
@@ -131,30 +149,47 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 			continue
 		}
 		t.commit(ctx, msg)
-		if len(calls) > 0 {
-			done, err := t.runTools(ctx, calls)
-			if err != nil {
-				return nil, t.fail(ctx, err)
-			}
-			if !done {
-				return t.complete(ctx, EndToolCallsRequired)
-			}
-			continue
-		}
-		switch stop {
-		case llm.StopMaxTokens:
-			return t.complete(ctx, EndMaxTokens)
-		case llm.StopPauseTurn:
-			// The provider paused a long turn: sending the conversation
-			// again continues it.
-		case llm.StopRefusal:
-			return t.complete(ctx, EndRefusal)
-		case llm.StopSequence:
-			return t.complete(ctx, EndStopSequence)
-		default:
-			return t.complete(ctx, EndTurn)
+		if res, done, err := t.afterReply(ctx, msg, stop); done {
+			return res, err
 		}
 	}
+}
+
+// afterReply acts on a committed assistant reply: it runs the reply's
+// tool calls or ends the turn. done reports that the turn ended, with res
+// or err. (A reply cut by the output limit is continued before it is
+// committed; one committed cut ends the turn.)
+func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopReason) (res *TurnCompleted, done bool, err error) {
+	if calls := msg.ToolCalls(); len(calls) > 0 {
+		all, err := t.runTools(ctx, calls)
+		if err != nil {
+			return nil, true, t.fail(ctx, err)
+		}
+		if !all {
+			res, err := t.complete(ctx, EndToolCallsRequired)
+			return res, true, err
+		}
+		return nil, false, nil
+	}
+	end := EndReason(0)
+	switch stop {
+	case llm.StopMaxTokens:
+		end = EndMaxTokens
+	case llm.StopPauseTurn:
+		// The provider paused a long turn: sending the conversation
+		// again continues it.
+	case llm.StopRefusal:
+		end = EndRefusal
+	case llm.StopSequence:
+		end = EndStopSequence
+	default:
+		end = EndTurn
+	}
+	if end == 0 {
+		return nil, false, nil
+	}
+	res, err = t.complete(ctx, end)
+	return res, true, err
 }
 
 // commitReply commits the reply cut by the output limit that the turn was

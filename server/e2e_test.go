@@ -34,7 +34,12 @@ import (
 	"github.com/turnstile-dev/turnstile/telemetry"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The embedded NATS server's workers end just after Shutdown returns.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+	)
+}
 
 // testServer is a real server on a loopback port with a client connection.
 type testServer struct {

@@ -34,6 +34,7 @@ type outbox struct {
 	timeout  time.Duration
 	maxBytes int
 	usage    *usageCharger
+	attempt  uint32 // the run's, set on every event
 
 	msgs  chan *turnstilev1.RunTurnResponse
 	acks  chan error // buffered: the sender never waits for a reader
@@ -89,6 +90,7 @@ func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
 		o.failed = err
 		return err
 	}
+	resp.Event.Attempt = o.attempt
 	if err := o.fit(resp); err != nil {
 		o.tooLarge = true
 		o.failed = err
@@ -110,21 +112,24 @@ var errEventTooLarge = errors.New("server: event larger than max_event_bytes")
 // is too large drops its messages, which the client has from the
 // message_completed events, and says so; any other event that is too
 // large ends the turn.
-func (o *outbox) fit(resp *turnstilev1.RunTurnResponse) error {
+func (o *outbox) fit(resp *turnstilev1.RunTurnResponse) error { return fitEvent(resp, o.maxBytes) }
+
+// fitEvent makes resp fit maxBytes, or fails, as [outbox.fit] says.
+func fitEvent(resp *turnstilev1.RunTurnResponse, maxBytes int) error {
 	size := proto.Size(resp)
-	if size <= o.maxBytes {
+	if size <= maxBytes {
 		return nil
 	}
 	if tc := resp.GetEvent().GetTurnCompleted(); tc != nil {
 		tc.Messages, tc.MessagesOmitted = nil, true
-		if size = proto.Size(resp); size <= o.maxBytes {
+		if size = proto.Size(resp); size <= maxBytes {
 			return nil
 		}
 	}
 	what := fmt.Sprintf("%T", resp.GetEvent().GetPayload())
 	return &llm.Error{
 		Kind:    llm.KindInternal,
-		Message: fmt.Sprintf("an event of the turn was larger than the server sends (%d bytes, at most %d: server.max_event_bytes); the turn was ended", size, o.maxBytes),
+		Message: fmt.Sprintf("an event of the turn was larger than the server sends (%d bytes, at most %d: server.max_event_bytes); the turn was ended", size, maxBytes),
 		Err:     fmt.Errorf("%w: %s of %d bytes", errEventTooLarge, what, size),
 	}
 }

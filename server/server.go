@@ -98,6 +98,20 @@ type Options struct {
 	// naming the tool's input_schema (default: schemas are not compiled).
 	CheckToolSchema func(schema []byte) error
 
+	// Store keeps the log of every turn, which makes turns durable:
+	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn and
+	// CancelTurn work from any replica sharing the store. Nil keeps no
+	// log: a turn lives in the stream that runs it, and WatchTurn and
+	// CancelTurn answer FAILED_PRECONDITION.
+	Store TurnStore
+	// DetachGrace is how long a turn with a store keeps running after its
+	// last watcher left; then it is cancelled (default 30s).
+	DetachGrace time.Duration
+	// MaxRunningTurns bounds the turns a server with a store runs at once,
+	// those whose clients left included; beyond it RunTurn answers a
+	// retryable UNAVAILABLE (default 1024).
+	MaxRunningTurns int
+
 	// GRPCOptions are appended to the server's options (stats handlers,
 	// more interceptors).
 	GRPCOptions []grpc.ServerOption
@@ -162,6 +176,8 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxConnections, DefaultMaxConnections)
 	defInt(&o.MaxRequestBytes, DefaultMaxRequestBytes)
 	defInt(&o.MaxEventBytes, DefaultMaxEventBytes)
+	defInt(&o.MaxRunningTurns, 1024)
+	def(&o.DetachGrace, 30*time.Second)
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = 256
 	}
@@ -284,6 +300,8 @@ func (s *Server) Shutdown(ctx context.Context) {
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
+		// Turns whose clients left run on: wait for them too.
+		s.service.wait(context.Background())
 		close(stopped)
 	}()
 	grace := time.NewTimer(s.opts.ShutdownGrace)
@@ -306,8 +324,20 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-// Stop closes every connection at once.
-func (s *Server) Stop() { s.grpc.Stop() }
+// Wait waits until every turn this server runs in the background (with a
+// store, turns outlive their streams) has ended, or ctx is done. Call it
+// after Stop and before closing the store.
+func (s *Server) Wait(ctx context.Context) { s.service.wait(ctx) }
+
+// Stop closes every connection at once, and cancels the turns still
+// running in the background (with a store, turns outlive their streams)
+// with a retryable UNAVAILABLE error, waiting for them to end.
+func (s *Server) Stop() {
+	s.service.drain()
+	s.grpc.Stop()
+	s.service.cancelAll()
+	s.service.wait(context.Background())
+}
 
 func wait(ctx context.Context, d time.Duration) {
 	if d <= 0 {

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -43,9 +45,18 @@ type service struct {
 	logger *slog.Logger
 	opts   *Options
 
+	store TurnStore // nil: no log, turns live in the stream that runs them
+	grace time.Duration
+	// stopTakeovers ends the watch for runs to take over.
+	stopTakeovers context.CancelFunc
+
 	mu       sync.Mutex
 	draining bool
 	active   map[*activeTurn]struct{}
+	runs     map[runKey]*run // the runs this replica owns
+	owned    int             // runs admitted and not ended
+	maxRuns  int
+	turns    sync.WaitGroup // the runs this replica owns, until they end
 }
 
 type activeTurn struct {
@@ -55,7 +66,20 @@ type activeTurn struct {
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
 
 func newService(r turnRunner, opts *Options) *service {
-	return &service{runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{}}
+	s := &service{
+		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
+		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopTakeovers = cancel
+	if s.store != nil {
+		s.turns.Add(1)
+		go func() {
+			defer s.turns.Done()
+			s.takeOvers(ctx)
+		}()
+	}
+	return s
 }
 
 // maxCauseBytes bounds the root cause of a failure on a log line.
@@ -68,6 +92,9 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	if st != nil {
 		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
 		return st.Err()
+	}
+	if s.store != nil {
+		return s.runDurable(req, tr, stream)
 	}
 	if tr.TurnID == "" {
 		tr.TurnID = uuid.NewString()
@@ -93,6 +120,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		usage = &usageCharger{k: k.limiter}
 	}
 	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage)
+	out.attempt = attemptOf(stream.Context(), req)
 	// The turn's outcome and root cause are in its own log line.
 	_, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
@@ -187,17 +215,64 @@ func (s *service) track(t *activeTurn) bool {
 	return true
 }
 
+// admit counts a run this replica is about to own, unless the server is
+// draining.
+// admit counts a run this replica is about to own. It refuses with the
+// status to answer while the server drains or owns as many runs as it
+// may: a run outlives its stream, so streams alone do not bound them.
+func (s *service) admit() *status.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.draining:
+		return turnStatus(drainError())
+	case s.owned >= s.maxRuns:
+		yes := true
+		return turnStatus(&runtime.TurnError{
+			Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: time.Second,
+			Message: fmt.Sprintf("this server runs as many turns as it may (%d, server.max_running_turns); retry, another replica may take it", s.maxRuns),
+		})
+	}
+	s.owned++
+	s.turns.Add(1)
+	return nil
+}
+
+// unadmit counts out a run admit counted, once it ended or was not
+// created.
+func (s *service) unadmit() {
+	s.mu.Lock()
+	s.owned--
+	s.mu.Unlock()
+	s.turns.Done()
+}
+
+// wait waits until every run this replica owns has ended, or ctx is done.
+func (s *service) wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.turns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
 func (s *service) untrack(t *activeTurn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.active, t)
 }
 
-// drain makes new turns fail with UNAVAILABLE.
+// drain makes new turns fail with UNAVAILABLE, and stops taking over
+// the runs of replicas that died.
 func (s *service) drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.draining = true
+	s.stopTakeovers()
 }
 
 // cancelAll ends every running turn with a retryable UNAVAILABLE error,

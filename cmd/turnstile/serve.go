@@ -21,10 +21,16 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/store"
 	"github.com/turnstile-dev/turnstile/telemetry"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 	"github.com/turnstile-dev/turnstile/tools/clock"
 	"github.com/turnstile-dev/turnstile/tools/mcp"
+)
+
+var (
+	_ server.TurnStore       = (*store.Store)(nil)
+	_ runtime.CooldownSharer = (*store.Store)(nil)
 )
 
 func serve(args []string, stderr io.Writer) int {
@@ -145,6 +151,28 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 	if err != nil {
 		return err
 	}
+	if cfg.Store.Mode != store.ModeOff {
+		st, err := store.Open(ctx, cfg.Store, logger)
+		if err != nil {
+			return err
+		}
+		// Closed after the server has stopped and its turns have ended.
+		defer st.Close()
+		opts.Store = st
+		// Cooldowns decided here reach every replica, and theirs reach
+		// this one.
+		runner.ShareCooldowns(st)
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		defer func() { stopWatch(); <-watched }()
+		go func() {
+			defer close(watched)
+			if err := st.WatchCooldowns(wctx, runner.ApplyCooldown); err != nil {
+				logger.Error("shared cooldowns are not watched", "error", err)
+			}
+		}()
+	}
+
 	if h := tel.ServerHandler(); h != nil {
 		opts.GRPCOptions = append(opts.GRPCOptions, grpc.StatsHandler(h))
 	}
@@ -196,6 +224,8 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		MaxEventBytes:         s.MaxEventBytes,
 		SendTimeout:           s.SendTimeout,
 		CheckToolSchema:       argcheck.CheckSchema,
+		MaxRunningTurns:       s.MaxRunningTurns,
+		DetachGrace:           cfg.Turn.DetachGrace,
 	}
 	if s.TLS != nil {
 		t, err := server.LoadTLS(*s.TLS, logger)
@@ -267,7 +297,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn)}, opts...)
+	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits)}, opts...)
 	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()

@@ -170,6 +170,7 @@ models:
   steady: {provider: backup, model: gpt-4.1-mini}
 default_model: fast
 ops: {listen: "127.0.0.1:0"}
+store: {dir: ""}
 `, primary.URL, backup.URL)))
 	if err != nil {
 		t.Fatal(err)

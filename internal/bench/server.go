@@ -36,7 +36,10 @@ const UpstreamPlaceholder = "$UPSTREAM"
 // given: one OpenAI-compatible provider at the fake upstream and one
 // model, plus the slow model for the slow turns, and room for every slow
 // turn (the server runs 512 turns at once by default). A build older than
-// server.max_concurrent_turns refuses the key: give it --config.
+// server.max_concurrent_turns refuses the key: give it --config. The turn
+// store is off: the bench measures the hot path, which must cost nothing
+// more without a store (what the store adds is BenchmarkDurable's, in
+// package server); a build older than the store refuses store.mode.
 const DefaultConfig = `providers:
   up: {type: openai, base_url: "$UPSTREAM"}
 models:
@@ -44,6 +47,7 @@ models:
   slow: {provider: up, model: bench-slow}
 default_model: m
 server: {max_concurrent_turns: 50000}
+store: {mode: off}
 `
 
 // ChainConfig is [DefaultConfig] with a chain of three models, each with
@@ -59,6 +63,7 @@ models:
   slow: {provider: up, model: bench-slow}
 default_model: m
 server: {max_concurrent_turns: 50000}
+store: {mode: off}
 `
 
 // child is the server under test, run as a child process.

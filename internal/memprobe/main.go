@@ -99,6 +99,7 @@ providers:
 models:
   sim: {provider: sim, model: sim-1, context_window: 100000000}
 log: {level: warn}
+store: {mode: off}
 %s
 `, fmt.Sprintf("reply=%q", reply), extra)
 	path := filepath.Join(dir, "turnstile.yaml")

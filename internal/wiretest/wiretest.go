@@ -26,6 +26,24 @@ func Collect(tb testing.TB, ctx context.Context, c turnstilev1.AgentServiceClien
 	if err != nil {
 		tb.Fatalf("RunTurn: %v", err)
 	}
+	return drain(stream, onEvent)
+}
+
+// Watch runs WatchTurn to the end of its stream and returns its events and
+// the final status.
+func Watch(tb testing.TB, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.WatchTurnRequest) ([]*turnstilev1.AgentEvent, *status.Status) {
+	tb.Helper()
+	stream, err := c.WatchTurn(ctx, req)
+	if err != nil {
+		tb.Fatalf("WatchTurn: %v", err)
+	}
+	return drain(stream, nil)
+}
+
+// drain receives a stream's events until it ends.
+func drain[R interface {
+	GetEvent() *turnstilev1.AgentEvent
+}](stream interface{ Recv() (R, error) }, onEvent func(*turnstilev1.AgentEvent)) ([]*turnstilev1.AgentEvent, *status.Status) {
 	var evs []*turnstilev1.AgentEvent
 	for {
 		resp, err := stream.Recv()

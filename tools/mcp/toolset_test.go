@@ -119,7 +119,7 @@ func TestSpecs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := newToolset(t, tt.cfg)
-			if got, want := names(ts.Tools()), []string{"append", "fail", "hang", "lookup", "progress"}; !slices.Equal(got, want) {
+			if got, want := names(ts.Tools()), []string{"append", "fail", "hang", "lookup", "progress", "slow_append", "slow_lookup"}; !slices.Equal(got, want) {
 				t.Fatalf("Tools() = %v, want %v", got, want)
 			}
 			for name, want := range tt.want {
@@ -390,7 +390,7 @@ func TestPrefixAvoidsCollision(t *testing.T) {
 	b.ToolPrefix = "beta_"
 	b.Tools = []string{"append", "lookup"}
 	ts := newToolset(t, a, b)
-	want := []string{"append", "beta_append", "beta_lookup", "fail", "hang", "lookup", "progress"}
+	want := []string{"append", "beta_append", "beta_lookup", "fail", "hang", "lookup", "progress", "slow_append", "slow_lookup"}
 	if got := names(ts.Tools()); !slices.Equal(got, want) {
 		t.Fatalf("Tools() = %v, want %v", got, want)
 	}

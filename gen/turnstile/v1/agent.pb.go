@@ -189,7 +189,15 @@ type RunTurnRequest struct {
 	// Generation options for every model call of the turn.
 	Generation *GenerationOptions `protobuf:"bytes,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Limits on the turn.
-	Limits        *TurnLimits `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *TurnLimits `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	// The client's attempt at this turn, from 1. A client that resumes a turn
+	// which ended with a retryable error sends the same turn_id, the messages
+	// that turn committed appended to its conversation, and the next attempt
+	// number: each attempt is its own run, with its own events numbered from
+	// seq 1, its own idempotency and its own log. 0 means 1, unless the
+	// request metadata holds turnstile-attempt (sent by older clients), whose
+	// value is then used.
+	Attempt       uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -271,6 +279,13 @@ func (x *RunTurnRequest) GetLimits() *TurnLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *RunTurnRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
 }
 
 // GenerationOptions tune the model's sampling.
@@ -434,6 +449,236 @@ func (x *RunTurnResponse) GetEvent() *AgentEvent {
 	return nil
 }
 
+// WatchTurnRequest names the run of a turn to watch and where to resume.
+type WatchTurnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's id, as in RunTurnRequest. Required.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The attempt to watch; 0 means the latest attempt the store holds.
+	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The seq of the last event the client holds: events with a greater seq
+	// are streamed. 0 streams the run from its first event.
+	AfterSeq      uint64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTurnRequest) Reset() {
+	*x = WatchTurnRequest{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTurnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTurnRequest) ProtoMessage() {}
+
+func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTurnRequest.ProtoReflect.Descriptor instead.
+func (*WatchTurnRequest) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WatchTurnRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *WatchTurnRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *WatchTurnRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+// WatchTurnResponse carries one event of the watched run.
+type WatchTurnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event, equal to the one stored and to the one RunTurn streamed.
+	Event         *AgentEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTurnResponse) Reset() {
+	*x = WatchTurnResponse{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTurnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTurnResponse) ProtoMessage() {}
+
+func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTurnResponse.ProtoReflect.Descriptor instead.
+func (*WatchTurnResponse) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WatchTurnResponse) GetEvent() *AgentEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// CancelTurnRequest names the run of a turn to stop.
+type CancelTurnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's id. Required.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The attempt to stop; 0 means the latest attempt the store holds.
+	Attempt       uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTurnRequest) Reset() {
+	*x = CancelTurnRequest{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTurnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTurnRequest) ProtoMessage() {}
+
+func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
+func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CancelTurnRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *CancelTurnRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// CancelTurnResponse says what CancelTurn did.
+type CancelTurnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when this call stopped the run; false when it had already ended.
+	Cancelled bool `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// The attempt the call concerned (the latest when the request said 0).
+	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The seq of the run's terminal event.
+	LastSeq       uint64 `protobuf:"varint,3,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTurnResponse) Reset() {
+	*x = CancelTurnResponse{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTurnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTurnResponse) ProtoMessage() {}
+
+func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
+func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CancelTurnResponse) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
+}
+
+func (x *CancelTurnResponse) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CancelTurnResponse) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
 // AgentEvent is one step of a turn.
 type AgentEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -443,6 +688,9 @@ type AgentEvent struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// The turn the event belongs to.
 	TurnId string `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The attempt of the turn the event belongs to, from 1 (see
+	// RunTurnRequest.attempt); seq counts the events of each attempt apart.
+	Attempt uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// What happened; exactly one is set.
 	//
 	// Types that are valid to be assigned to Payload:
@@ -471,7 +719,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +731,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +744,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AgentEvent) GetSeq() uint64 {
@@ -518,6 +766,13 @@ func (x *AgentEvent) GetTurnId() string {
 		return x.TurnId
 	}
 	return ""
+}
+
+func (x *AgentEvent) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
 }
 
 func (x *AgentEvent) GetPayload() isAgentEvent_Payload {
@@ -815,7 +1070,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1082,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1095,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TurnStarted) GetModel() string {
@@ -869,7 +1124,7 @@ type LlmCallStarted struct {
 
 func (x *LlmCallStarted) Reset() {
 	*x = LlmCallStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1136,7 @@ func (x *LlmCallStarted) String() string {
 func (*LlmCallStarted) ProtoMessage() {}
 
 func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1149,7 @@ func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallStarted.ProtoReflect.Descriptor instead.
 func (*LlmCallStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LlmCallStarted) GetModel() string {
@@ -943,7 +1198,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1210,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1223,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TextDelta) GetText() string {
@@ -991,7 +1246,7 @@ type ThinkingDelta struct {
 
 func (x *ThinkingDelta) Reset() {
 	*x = ThinkingDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1258,7 @@ func (x *ThinkingDelta) String() string {
 func (*ThinkingDelta) ProtoMessage() {}
 
 func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1271,7 @@ func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThinkingDelta.ProtoReflect.Descriptor instead.
 func (*ThinkingDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ThinkingDelta) GetText() string {
@@ -1050,7 +1305,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1317,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1330,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1127,7 +1382,7 @@ type MessageCompleted struct {
 
 func (x *MessageCompleted) Reset() {
 	*x = MessageCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1394,7 @@ func (x *MessageCompleted) String() string {
 func (*MessageCompleted) ProtoMessage() {}
 
 func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1407,7 @@ func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageCompleted.ProtoReflect.Descriptor instead.
 func (*MessageCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MessageCompleted) GetMessage() *Message {
@@ -1177,7 +1432,7 @@ type ToolStarted struct {
 
 func (x *ToolStarted) Reset() {
 	*x = ToolStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1444,7 @@ func (x *ToolStarted) String() string {
 func (*ToolStarted) ProtoMessage() {}
 
 func (x *ToolStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1457,7 @@ func (x *ToolStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStarted.ProtoReflect.Descriptor instead.
 func (*ToolStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolStarted) GetCallId() string {
@@ -1245,7 +1500,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1512,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1525,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolProgress) GetCallId() string {
@@ -1327,7 +1582,7 @@ type ToolFinished struct {
 
 func (x *ToolFinished) Reset() {
 	*x = ToolFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1594,7 @@ func (x *ToolFinished) String() string {
 func (*ToolFinished) ProtoMessage() {}
 
 func (x *ToolFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1607,7 @@ func (x *ToolFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolFinished.ProtoReflect.Descriptor instead.
 func (*ToolFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolFinished) GetCallId() string {
@@ -1413,7 +1668,7 @@ type LlmCallFinished struct {
 
 func (x *LlmCallFinished) Reset() {
 	*x = LlmCallFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1680,7 @@ func (x *LlmCallFinished) String() string {
 func (*LlmCallFinished) ProtoMessage() {}
 
 func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1693,7 @@ func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallFinished.ProtoReflect.Descriptor instead.
 func (*LlmCallFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LlmCallFinished) GetModel() string {
@@ -1520,7 +1775,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1787,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1800,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Retry) GetAttempt() uint32 {
@@ -1625,7 +1880,7 @@ type Fallback struct {
 
 func (x *Fallback) Reset() {
 	*x = Fallback{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1892,7 @@ func (x *Fallback) String() string {
 func (*Fallback) ProtoMessage() {}
 
 func (x *Fallback) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1905,7 @@ func (x *Fallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fallback.ProtoReflect.Descriptor instead.
 func (*Fallback) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Fallback) GetFromModel() string {
@@ -1716,7 +1971,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1983,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1996,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Hedge) GetFromModel() string {
@@ -1784,7 +2039,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +2051,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +2064,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -1871,7 +2126,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2138,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2151,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -1957,7 +2212,7 @@ type TurnCounters struct {
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2224,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2237,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -2038,7 +2293,7 @@ var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xb1\x02\n" +
+	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xcb\x02\n" +
 	"\x0eRunTurnRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -2048,7 +2303,8 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x06 \x01(\v2\x1f.turnstile.v1.GenerationOptionsR\n" +
 	"generation\x120\n" +
-	"\x06limits\x18\a \x01(\v2\x18.turnstile.v1.TurnLimitsR\x06limits\"\xb8\x01\n" +
+	"\x06limits\x18\a \x01(\v2\x18.turnstile.v1.TurnLimitsR\x06limits\x12\x18\n" +
+	"\aattempt\x18\b \x01(\rR\aattempt\"\xb8\x01\n" +
 	"\x11GenerationOptions\x12/\n" +
 	"\x11max_output_tokens\x18\x01 \x01(\x05H\x00R\x0fmaxOutputTokens\x88\x01\x01\x12%\n" +
 	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12%\n" +
@@ -2060,12 +2316,26 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0fmax_model_calls\x18\x01 \x01(\x05H\x00R\rmaxModelCalls\x88\x01\x01B\x12\n" +
 	"\x10_max_model_calls\"A\n" +
 	"\x0fRunTurnResponse\x12.\n" +
-	"\x05event\x18\x01 \x01(\v2\x18.turnstile.v1.AgentEventR\x05event\"\x91\t\n" +
+	"\x05event\x18\x01 \x01(\v2\x18.turnstile.v1.AgentEventR\x05event\"b\n" +
+	"\x10WatchTurnRequest\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x04R\bafterSeq\"C\n" +
+	"\x11WatchTurnResponse\x12.\n" +
+	"\x05event\x18\x01 \x01(\v2\x18.turnstile.v1.AgentEventR\x05event\"F\n" +
+	"\x11CancelTurnRequest\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\"g\n" +
+	"\x12CancelTurnResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\bR\tcancelled\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x19\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xab\t\n" +
 	"\n" +
 	"AgentEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x17\n" +
-	"\aturn_id\x18\x03 \x01(\tR\x06turnId\x12>\n" +
+	"\aturn_id\x18\x03 \x01(\tR\x06turnId\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x12>\n" +
 	"\fturn_started\x18\n" +
 	" \x01(\v2\x19.turnstile.v1.TurnStartedH\x00R\vturnStarted\x12H\n" +
 	"\x10llm_call_started\x18\v \x01(\v2\x1c.turnstile.v1.LlmCallStartedH\x00R\x0ellmCallStarted\x128\n" +
@@ -2197,9 +2467,12 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x1aEND_REASON_MAX_MODEL_CALLS\x10\x03\x12\x19\n" +
 	"\x15END_REASON_MAX_TOKENS\x10\x04\x12\x16\n" +
 	"\x12END_REASON_REFUSAL\x10\x05\x12\x1c\n" +
-	"\x18END_REASON_STOP_SEQUENCE\x10\x062X\n" +
+	"\x18END_REASON_STOP_SEQUENCE\x10\x062\xf9\x01\n" +
 	"\fAgentService\x12H\n" +
-	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01B\x95\x01\n" +
+	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01\x12N\n" +
+	"\tWatchTurn\x12\x1e.turnstile.v1.WatchTurnRequest\x1a\x1f.turnstile.v1.WatchTurnResponse0\x01\x12O\n" +
+	"\n" +
+	"CancelTurn\x12\x1f.turnstile.v1.CancelTurnRequest\x1a .turnstile.v1.CancelTurnResponseB\x95\x01\n" +
 	"\x10dev.turnstile.v1B\n" +
 	"AgentProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
@@ -2216,7 +2489,7 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_turnstile_v1_agent_proto_goTypes = []any{
 	(StopReason)(0),               // 0: turnstile.v1.StopReason
 	(EndReason)(0),                // 1: turnstile.v1.EndReason
@@ -2224,77 +2497,86 @@ var file_turnstile_v1_agent_proto_goTypes = []any{
 	(*GenerationOptions)(nil),     // 3: turnstile.v1.GenerationOptions
 	(*TurnLimits)(nil),            // 4: turnstile.v1.TurnLimits
 	(*RunTurnResponse)(nil),       // 5: turnstile.v1.RunTurnResponse
-	(*AgentEvent)(nil),            // 6: turnstile.v1.AgentEvent
-	(*TurnStarted)(nil),           // 7: turnstile.v1.TurnStarted
-	(*LlmCallStarted)(nil),        // 8: turnstile.v1.LlmCallStarted
-	(*TextDelta)(nil),             // 9: turnstile.v1.TextDelta
-	(*ThinkingDelta)(nil),         // 10: turnstile.v1.ThinkingDelta
-	(*ToolCallDelta)(nil),         // 11: turnstile.v1.ToolCallDelta
-	(*MessageCompleted)(nil),      // 12: turnstile.v1.MessageCompleted
-	(*ToolStarted)(nil),           // 13: turnstile.v1.ToolStarted
-	(*ToolProgress)(nil),          // 14: turnstile.v1.ToolProgress
-	(*ToolFinished)(nil),          // 15: turnstile.v1.ToolFinished
-	(*LlmCallFinished)(nil),       // 16: turnstile.v1.LlmCallFinished
-	(*Retry)(nil),                 // 17: turnstile.v1.Retry
-	(*Fallback)(nil),              // 18: turnstile.v1.Fallback
-	(*Hedge)(nil),                 // 19: turnstile.v1.Hedge
-	(*Compaction)(nil),            // 20: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),         // 21: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),          // 22: turnstile.v1.TurnCounters
-	(*Message)(nil),               // 23: turnstile.v1.Message
-	(*ToolDefinition)(nil),        // 24: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*Usage)(nil),                 // 26: turnstile.v1.Usage
-	(*Error)(nil),                 // 27: turnstile.v1.Error
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(ErrorCode)(0),                // 29: turnstile.v1.ErrorCode
+	(*WatchTurnRequest)(nil),      // 6: turnstile.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),     // 7: turnstile.v1.WatchTurnResponse
+	(*CancelTurnRequest)(nil),     // 8: turnstile.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),    // 9: turnstile.v1.CancelTurnResponse
+	(*AgentEvent)(nil),            // 10: turnstile.v1.AgentEvent
+	(*TurnStarted)(nil),           // 11: turnstile.v1.TurnStarted
+	(*LlmCallStarted)(nil),        // 12: turnstile.v1.LlmCallStarted
+	(*TextDelta)(nil),             // 13: turnstile.v1.TextDelta
+	(*ThinkingDelta)(nil),         // 14: turnstile.v1.ThinkingDelta
+	(*ToolCallDelta)(nil),         // 15: turnstile.v1.ToolCallDelta
+	(*MessageCompleted)(nil),      // 16: turnstile.v1.MessageCompleted
+	(*ToolStarted)(nil),           // 17: turnstile.v1.ToolStarted
+	(*ToolProgress)(nil),          // 18: turnstile.v1.ToolProgress
+	(*ToolFinished)(nil),          // 19: turnstile.v1.ToolFinished
+	(*LlmCallFinished)(nil),       // 20: turnstile.v1.LlmCallFinished
+	(*Retry)(nil),                 // 21: turnstile.v1.Retry
+	(*Fallback)(nil),              // 22: turnstile.v1.Fallback
+	(*Hedge)(nil),                 // 23: turnstile.v1.Hedge
+	(*Compaction)(nil),            // 24: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),         // 25: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),          // 26: turnstile.v1.TurnCounters
+	(*Message)(nil),               // 27: turnstile.v1.Message
+	(*ToolDefinition)(nil),        // 28: turnstile.v1.ToolDefinition
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*Usage)(nil),                 // 30: turnstile.v1.Usage
+	(*Error)(nil),                 // 31: turnstile.v1.Error
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(ErrorCode)(0),                // 33: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	23, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	24, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	27, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	28, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
 	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
 	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
-	6,  // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	25, // 5: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 6: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
-	8,  // 7: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
-	9,  // 8: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
-	10, // 9: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
-	11, // 10: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
-	12, // 11: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
-	13, // 12: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
-	14, // 13: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
-	15, // 14: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
-	16, // 15: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
-	17, // 16: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
-	18, // 17: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	20, // 18: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	26, // 19: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	27, // 20: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	21, // 21: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	19, // 22: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
-	23, // 23: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	28, // 24: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	26, // 25: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 26: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	27, // 27: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	28, // 28: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	28, // 29: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	28, // 30: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	29, // 31: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	29, // 32: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	28, // 33: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
-	1,  // 34: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	23, // 35: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	26, // 36: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	22, // 37: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 38: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	5,  // 39: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	39, // [39:40] is the sub-list for method output_type
-	38, // [38:39] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	10, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	10, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	29, // 6: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	11, // 7: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
+	12, // 8: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
+	13, // 9: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
+	14, // 10: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
+	15, // 11: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
+	16, // 12: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
+	17, // 13: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
+	18, // 14: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
+	19, // 15: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
+	20, // 16: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
+	21, // 17: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
+	22, // 18: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
+	24, // 19: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	30, // 20: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	31, // 21: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	25, // 22: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	23, // 23: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	27, // 24: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	32, // 25: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	30, // 26: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	0,  // 27: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	31, // 28: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	32, // 29: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	32, // 30: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	32, // 31: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	33, // 32: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	33, // 33: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	32, // 34: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	1,  // 35: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	27, // 36: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	30, // 37: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	26, // 38: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	2,  // 39: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	6,  // 40: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	8,  // 41: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	5,  // 42: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	7,  // 43: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	9,  // 44: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	42, // [42:45] is the sub-list for method output_type
+	39, // [39:42] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -2306,7 +2588,7 @@ func file_turnstile_v1_agent_proto_init() {
 	file_turnstile_v1_errors_proto_init()
 	file_turnstile_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
 	file_turnstile_v1_agent_proto_msgTypes[2].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
+	file_turnstile_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*AgentEvent_TurnStarted)(nil),
 		(*AgentEvent_LlmCallStarted)(nil),
 		(*AgentEvent_TextDelta)(nil),
@@ -2331,7 +2613,7 @@ func file_turnstile_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

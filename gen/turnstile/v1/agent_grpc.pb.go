@@ -19,7 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_RunTurn_FullMethodName = "/turnstile.v1.AgentService/RunTurn"
+	AgentService_RunTurn_FullMethodName    = "/turnstile.v1.AgentService/RunTurn"
+	AgentService_WatchTurn_FullMethodName  = "/turnstile.v1.AgentService/WatchTurn"
+	AgentService_CancelTurn_FullMethodName = "/turnstile.v1.AgentService/CancelTurn"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -27,6 +29,18 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AgentService runs agent turns and streams every step of them.
+//
+// Durable turns. A server with a turn store (the default) appends every
+// event of a turn to a log before any client sees it, so a stream that
+// breaks is resumed without loss or duplicates, on any replica sharing the
+// store: call WatchTurn with the turn_id, the attempt and the seq of the
+// last event received. The identity of a run is the pair (turn_id,
+// attempt); AgentEvent.seq numbers the events of one run from 1 without
+// gaps, and a replayed event is equal to the one sent live. Stopping a turn
+// and leaving it are different: CancelTurn stops it; a client that
+// disconnects leaves it running, and a turn no client watches for the
+// server's detach grace (turn.detach_grace, 30s by default) is then
+// cancelled.
 type AgentServiceClient interface {
 	// RunTurn runs one agent turn: it calls the model, streams its output, runs
 	// the server-side tools it asks for and calls the model again, until the
@@ -46,7 +60,39 @@ type AgentServiceClient interface {
 	// the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
 	// read. No event is larger than the server's event size limit (2 MiB by
 	// default).
+	//
+	// Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
+	// store already holds does not run the turn again. When its content (every
+	// field but turn_id and attempt) is the same as the first request's, the
+	// call attaches to that run exactly like WatchTurn with after_seq 0: it
+	// streams the same events from seq 1, live while the run goes on, and ends
+	// with the same status; so concurrent or repeated calls (a mesh that
+	// re-sends the RPC) get identical streams of one run. When the content
+	// differs, the call ends with ALREADY_EXISTS (ErrorInfo reason
+	// TURN_ID_REUSED), before any event. A request without turn_id gets a
+	// fresh id and no idempotency.
 	RunTurn(ctx context.Context, in *RunTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunTurnResponse], error)
+	// WatchTurn streams the events of one run of a turn whose seq is greater
+	// than after_seq: the stored ones first, then the live ones as they are
+	// stored, until the terminal event; then it ends with the status RunTurn
+	// ends with. A finished run is replayed and ends. It works on any replica
+	// sharing the turn store, and watching keeps a running turn from being
+	// cancelled by the detach grace.
+	//
+	// Errors before any event: INVALID_ARGUMENT for a missing turn_id;
+	// NOT_FOUND when the store holds no such run (never started, or older
+	// than the store's retention); FAILED_PRECONDITION when the server keeps
+	// no turn log. UNAVAILABLE (retryable, at any point) when the store cannot
+	// be reached or the replica running the turn went away without finishing
+	// it.
+	WatchTurn(ctx context.Context, in *WatchTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTurnResponse], error)
+	// CancelTurn stops a running turn, wherever it runs: its model call and
+	// tools are cancelled and its last event is an error with code
+	// ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
+	// event is stored. Cancelling a run that already ended changes nothing and
+	// succeeds with cancelled false. NOT_FOUND when the store holds no such
+	// run; FAILED_PRECONDITION when the server keeps no turn log.
+	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
 }
 
 type agentServiceClient struct {
@@ -76,11 +122,52 @@ func (c *agentServiceClient) RunTurn(ctx context.Context, in *RunTurnRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_RunTurnClient = grpc.ServerStreamingClient[RunTurnResponse]
 
+func (c *agentServiceClient) WatchTurn(ctx context.Context, in *WatchTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTurnResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_WatchTurn_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTurnRequest, WatchTurnResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchTurnClient = grpc.ServerStreamingClient[WatchTurnResponse]
+
+func (c *agentServiceClient) CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTurnResponse)
+	err := c.cc.Invoke(ctx, AgentService_CancelTurn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
 //
 // AgentService runs agent turns and streams every step of them.
+//
+// Durable turns. A server with a turn store (the default) appends every
+// event of a turn to a log before any client sees it, so a stream that
+// breaks is resumed without loss or duplicates, on any replica sharing the
+// store: call WatchTurn with the turn_id, the attempt and the seq of the
+// last event received. The identity of a run is the pair (turn_id,
+// attempt); AgentEvent.seq numbers the events of one run from 1 without
+// gaps, and a replayed event is equal to the one sent live. Stopping a turn
+// and leaving it are different: CancelTurn stops it; a client that
+// disconnects leaves it running, and a turn no client watches for the
+// server's detach grace (turn.detach_grace, 30s by default) is then
+// cancelled.
 type AgentServiceServer interface {
 	// RunTurn runs one agent turn: it calls the model, streams its output, runs
 	// the server-side tools it asks for and calls the model again, until the
@@ -100,7 +187,39 @@ type AgentServiceServer interface {
 	// the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
 	// read. No event is larger than the server's event size limit (2 MiB by
 	// default).
+	//
+	// Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
+	// store already holds does not run the turn again. When its content (every
+	// field but turn_id and attempt) is the same as the first request's, the
+	// call attaches to that run exactly like WatchTurn with after_seq 0: it
+	// streams the same events from seq 1, live while the run goes on, and ends
+	// with the same status; so concurrent or repeated calls (a mesh that
+	// re-sends the RPC) get identical streams of one run. When the content
+	// differs, the call ends with ALREADY_EXISTS (ErrorInfo reason
+	// TURN_ID_REUSED), before any event. A request without turn_id gets a
+	// fresh id and no idempotency.
 	RunTurn(*RunTurnRequest, grpc.ServerStreamingServer[RunTurnResponse]) error
+	// WatchTurn streams the events of one run of a turn whose seq is greater
+	// than after_seq: the stored ones first, then the live ones as they are
+	// stored, until the terminal event; then it ends with the status RunTurn
+	// ends with. A finished run is replayed and ends. It works on any replica
+	// sharing the turn store, and watching keeps a running turn from being
+	// cancelled by the detach grace.
+	//
+	// Errors before any event: INVALID_ARGUMENT for a missing turn_id;
+	// NOT_FOUND when the store holds no such run (never started, or older
+	// than the store's retention); FAILED_PRECONDITION when the server keeps
+	// no turn log. UNAVAILABLE (retryable, at any point) when the store cannot
+	// be reached or the replica running the turn went away without finishing
+	// it.
+	WatchTurn(*WatchTurnRequest, grpc.ServerStreamingServer[WatchTurnResponse]) error
+	// CancelTurn stops a running turn, wherever it runs: its model call and
+	// tools are cancelled and its last event is an error with code
+	// ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
+	// event is stored. Cancelling a run that already ended changes nothing and
+	// succeeds with cancelled false. NOT_FOUND when the store holds no such
+	// run; FAILED_PRECONDITION when the server keeps no turn log.
+	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -113,6 +232,12 @@ type UnimplementedAgentServiceServer struct{}
 
 func (UnimplementedAgentServiceServer) RunTurn(*RunTurnRequest, grpc.ServerStreamingServer[RunTurnResponse]) error {
 	return status.Error(codes.Unimplemented, "method RunTurn not implemented")
+}
+func (UnimplementedAgentServiceServer) WatchTurn(*WatchTurnRequest, grpc.ServerStreamingServer[WatchTurnResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTurn not implemented")
+}
+func (UnimplementedAgentServiceServer) CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTurn not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -146,17 +271,56 @@ func _AgentService_RunTurn_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_RunTurnServer = grpc.ServerStreamingServer[RunTurnResponse]
 
+func _AgentService_WatchTurn_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTurnRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServiceServer).WatchTurn(m, &grpc.GenericServerStream[WatchTurnRequest, WatchTurnResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchTurnServer = grpc.ServerStreamingServer[WatchTurnResponse]
+
+func _AgentService_CancelTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CancelTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CancelTurn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CancelTurn(ctx, req.(*CancelTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var AgentService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "turnstile.v1.AgentService",
 	HandlerType: (*AgentServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CancelTurn",
+			Handler:    _AgentService_CancelTurn_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "RunTurn",
 			Handler:       _AgentService_RunTurn_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTurn",
+			Handler:       _AgentService_WatchTurn_Handler,
 			ServerStreams: true,
 		},
 	},

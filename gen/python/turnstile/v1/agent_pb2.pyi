@@ -25,7 +25,8 @@ STOP_REASON_TOOL_USE: StopReason
 STOP_REASON_UNSPECIFIED: StopReason
 
 class AgentEvent(_message.Message):
-    __slots__ = ["compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "text_delta", "thinking_delta", "time", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
+    __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "text_delta", "thinking_delta", "time", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +47,7 @@ class AgentEvent(_message.Message):
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_STARTED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
     compaction: Compaction
     error: _errors_pb2.Error
     fallback: Fallback
@@ -66,7 +68,25 @@ class AgentEvent(_message.Message):
     turn_id: str
     turn_started: TurnStarted
     usage: _conversation_pb2.Usage
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ...) -> None: ...
+
+class CancelTurnRequest(_message.Message):
+    __slots__ = ["attempt", "turn_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class CancelTurnResponse(_message.Message):
+    __slots__ = ["attempt", "cancelled", "last_seq"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    cancelled: bool
+    last_seq: int
+    def __init__(self, cancelled: bool = ..., attempt: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class Compaction(_message.Message):
     __slots__ = ["bytes_after", "bytes_before", "messages_after", "messages_before", "strategy"]
@@ -177,7 +197,8 @@ class Retry(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., model: _Optional[str] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
 
 class RunTurnRequest(_message.Message):
-    __slots__ = ["generation", "limits", "messages", "model", "system", "tools", "turn_id"]
+    __slots__ = ["attempt", "generation", "limits", "messages", "model", "system", "tools", "turn_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +206,7 @@ class RunTurnRequest(_message.Message):
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
     generation: GenerationOptions
     limits: TurnLimits
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
@@ -192,7 +214,7 @@ class RunTurnRequest(_message.Message):
     system: str
     tools: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.ToolDefinition]
     turn_id: str
-    def __init__(self, turn_id: _Optional[str] = ..., model: _Optional[str] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.ToolDefinition, _Mapping]]] = ..., generation: _Optional[_Union[GenerationOptions, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[str] = ..., model: _Optional[str] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.ToolDefinition, _Mapping]]] = ..., generation: _Optional[_Union[GenerationOptions, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class RunTurnResponse(_message.Message):
     __slots__ = ["event"]
@@ -307,6 +329,22 @@ class TurnStarted(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     model: str
     def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class WatchTurnRequest(_message.Message):
+    __slots__ = ["after_seq", "attempt", "turn_id"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    attempt: int
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class WatchTurnResponse(_message.Message):
+    __slots__ = ["event"]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: AgentEvent
+    def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
 
 class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

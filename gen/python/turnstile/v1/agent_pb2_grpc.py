@@ -7,6 +7,18 @@ from turnstile.v1 import agent_pb2 as turnstile_dot_v1_dot_agent__pb2
 
 class AgentServiceStub(object):
     """AgentService runs agent turns and streams every step of them.
+
+    Durable turns. A server with a turn store (the default) appends every
+    event of a turn to a log before any client sees it, so a stream that
+    breaks is resumed without loss or duplicates, on any replica sharing the
+    store: call WatchTurn with the turn_id, the attempt and the seq of the
+    last event received. The identity of a run is the pair (turn_id,
+    attempt); AgentEvent.seq numbers the events of one run from 1 without
+    gaps, and a replayed event is equal to the one sent live. Stopping a turn
+    and leaving it are different: CancelTurn stops it; a client that
+    disconnects leaves it running, and a turn no client watches for the
+    server's detach grace (turn.detach_grace, 30s by default) is then
+    cancelled.
     """
 
     def __init__(self, channel):
@@ -20,10 +32,32 @@ class AgentServiceStub(object):
                 request_serializer=turnstile_dot_v1_dot_agent__pb2.RunTurnRequest.SerializeToString,
                 response_deserializer=turnstile_dot_v1_dot_agent__pb2.RunTurnResponse.FromString,
                 )
+        self.WatchTurn = channel.unary_stream(
+                '/turnstile.v1.AgentService/WatchTurn',
+                request_serializer=turnstile_dot_v1_dot_agent__pb2.WatchTurnRequest.SerializeToString,
+                response_deserializer=turnstile_dot_v1_dot_agent__pb2.WatchTurnResponse.FromString,
+                )
+        self.CancelTurn = channel.unary_unary(
+                '/turnstile.v1.AgentService/CancelTurn',
+                request_serializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnRequest.SerializeToString,
+                response_deserializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnResponse.FromString,
+                )
 
 
 class AgentServiceServicer(object):
     """AgentService runs agent turns and streams every step of them.
+
+    Durable turns. A server with a turn store (the default) appends every
+    event of a turn to a log before any client sees it, so a stream that
+    breaks is resumed without loss or duplicates, on any replica sharing the
+    store: call WatchTurn with the turn_id, the attempt and the seq of the
+    last event received. The identity of a run is the pair (turn_id,
+    attempt); AgentEvent.seq numbers the events of one run from 1 without
+    gaps, and a replayed event is equal to the one sent live. Stopping a turn
+    and leaving it are different: CancelTurn stops it; a client that
+    disconnects leaves it running, and a turn no client watches for the
+    server's detach grace (turn.detach_grace, 30s by default) is then
+    cancelled.
     """
 
     def RunTurn(self, request, context):
@@ -45,6 +79,48 @@ class AgentServiceServicer(object):
         the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
         read. No event is larger than the server's event size limit (2 MiB by
         default).
+
+        Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
+        store already holds does not run the turn again. When its content (every
+        field but turn_id and attempt) is the same as the first request's, the
+        call attaches to that run exactly like WatchTurn with after_seq 0: it
+        streams the same events from seq 1, live while the run goes on, and ends
+        with the same status; so concurrent or repeated calls (a mesh that
+        re-sends the RPC) get identical streams of one run. When the content
+        differs, the call ends with ALREADY_EXISTS (ErrorInfo reason
+        TURN_ID_REUSED), before any event. A request without turn_id gets a
+        fresh id and no idempotency.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTurn(self, request, context):
+        """WatchTurn streams the events of one run of a turn whose seq is greater
+        than after_seq: the stored ones first, then the live ones as they are
+        stored, until the terminal event; then it ends with the status RunTurn
+        ends with. A finished run is replayed and ends. It works on any replica
+        sharing the turn store, and watching keeps a running turn from being
+        cancelled by the detach grace.
+
+        Errors before any event: INVALID_ARGUMENT for a missing turn_id;
+        NOT_FOUND when the store holds no such run (never started, or older
+        than the store's retention); FAILED_PRECONDITION when the server keeps
+        no turn log. UNAVAILABLE (retryable, at any point) when the store cannot
+        be reached or the replica running the turn went away without finishing
+        it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTurn(self, request, context):
+        """CancelTurn stops a running turn, wherever it runs: its model call and
+        tools are cancelled and its last event is an error with code
+        ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
+        event is stored. Cancelling a run that already ended changes nothing and
+        succeeds with cancelled false. NOT_FOUND when the store holds no such
+        run; FAILED_PRECONDITION when the server keeps no turn log.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -58,6 +134,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     request_deserializer=turnstile_dot_v1_dot_agent__pb2.RunTurnRequest.FromString,
                     response_serializer=turnstile_dot_v1_dot_agent__pb2.RunTurnResponse.SerializeToString,
             ),
+            'WatchTurn': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTurn,
+                    request_deserializer=turnstile_dot_v1_dot_agent__pb2.WatchTurnRequest.FromString,
+                    response_serializer=turnstile_dot_v1_dot_agent__pb2.WatchTurnResponse.SerializeToString,
+            ),
+            'CancelTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTurn,
+                    request_deserializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnRequest.FromString,
+                    response_serializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'turnstile.v1.AgentService', rpc_method_handlers)
@@ -67,6 +153,18 @@ def add_AgentServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AgentService(object):
     """AgentService runs agent turns and streams every step of them.
+
+    Durable turns. A server with a turn store (the default) appends every
+    event of a turn to a log before any client sees it, so a stream that
+    breaks is resumed without loss or duplicates, on any replica sharing the
+    store: call WatchTurn with the turn_id, the attempt and the seq of the
+    last event received. The identity of a run is the pair (turn_id,
+    attempt); AgentEvent.seq numbers the events of one run from 1 without
+    gaps, and a replayed event is equal to the one sent live. Stopping a turn
+    and leaving it are different: CancelTurn stops it; a client that
+    disconnects leaves it running, and a turn no client watches for the
+    server's detach grace (turn.detach_grace, 30s by default) is then
+    cancelled.
     """
 
     @staticmethod
@@ -83,5 +181,39 @@ class AgentService(object):
         return grpc.experimental.unary_stream(request, target, '/turnstile.v1.AgentService/RunTurn',
             turnstile_dot_v1_dot_agent__pb2.RunTurnRequest.SerializeToString,
             turnstile_dot_v1_dot_agent__pb2.RunTurnResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/turnstile.v1.AgentService/WatchTurn',
+            turnstile_dot_v1_dot_agent__pb2.WatchTurnRequest.SerializeToString,
+            turnstile_dot_v1_dot_agent__pb2.WatchTurnResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CancelTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/turnstile.v1.AgentService/CancelTurn',
+            turnstile_dot_v1_dot_agent__pb2.CancelTurnRequest.SerializeToString,
+            turnstile_dot_v1_dot_agent__pb2.CancelTurnResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file turnstile/v1/agent.proto.
  */
 export const file_turnstile_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSL1AQoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzIosBChFHZW5lcmF0aW9uT3B0aW9ucxIeChFtYXhfb3V0cHV0X3Rva2VucxgBIAEoBUgAiAEBEhgKC3RlbXBlcmF0dXJlGAIgASgBSAGIAQESFgoOc3RvcF9zZXF1ZW5jZXMYAyADKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zQg4KDF90ZW1wZXJhdHVyZSI+CgpUdXJuTGltaXRzEhwKD21heF9tb2RlbF9jYWxscxgBIAEoBUgAiAEBQhIKEF9tYXhfbW9kZWxfY2FsbHMiOgoPUnVuVHVyblJlc3BvbnNlEicKBWV2ZW50GAEgASgLMhgudHVybnN0aWxlLnYxLkFnZW50RXZlbnQiqwcKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3R1cm5faWQYAyABKAkSMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIABIkCgVoZWRnZRgaIAEoCzITLnR1cm5zdGlsZS52MS5IZWRnZUgAQgkKB3BheWxvYWQiHAoLVHVyblN0YXJ0ZWQSDQoFbW9kZWwYASABKAkiaAoOTGxtQ2FsbFN0YXJ0ZWQSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSFgoOcHJvdmlkZXJfbW9kZWwYAyABKAkSDwoHYXR0ZW1wdBgEIAEoDRIMCgRjYWxsGAUgASgNIhkKCVRleHREZWx0YRIMCgR0ZXh0GAEgASgJIjAKDVRoaW5raW5nRGVsdGESDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiVgoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoDRIPCgdjYWxsX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAQgASgJIjoKEE1lc3NhZ2VDb21wbGV0ZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIj8KC1Rvb2xTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiXwoMVG9vbFByb2dyZXNzEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhAKCHByb2dyZXNzGAQgASgBEg0KBXRvdGFsGAUgASgBIn0KDFRvb2xGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHY29udGVudBgDIAEoCRIQCghpc19lcnJvchgEIAEoCBIrCghkdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKNAgoPTGxtQ2FsbEZpbmlzaGVkEg0KBW1vZGVsGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLQoLc3RvcF9yZWFzb24YBCABKA4yGC50dXJuc3RpbGUudjEuU3RvcFJlYXNvbhIiCgVlcnJvchgFIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvchIrCghkdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI2ChN0aW1lX3RvX2ZpcnN0X2NodW5rGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItQBCgVSZXRyeRIPCgdhdHRlbXB0GAEgASgNEhQKDG1heF9hdHRlbXB0cxgCIAEoDRINCgVtb2RlbBgDIAEoCRIoCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgZyZWFzb24YBSABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBiABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAcgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYCCABKAQinQEKCEZhbGxiYWNrEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSJwoGcmVhc29uGAMgASgOMhcudHVybnN0aWxlLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAQgASgJEhcKD2Rpc2NhcmRfcGFydGlhbBgFIAEoCBIYChBkaXNjYXJkX2Zyb21fc2VxGAYgASgEIlcKBUhlZGdlEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iegoKQ29tcGFjdGlvbhIQCghzdHJhdGVneRgBIAEoCRIXCg9tZXNzYWdlc19iZWZvcmUYAiABKA0SFgoObWVzc2FnZXNfYWZ0ZXIYAyABKA0SFAoMYnl0ZXNfYmVmb3JlGAQgASgEEhMKC2J5dGVzX2FmdGVyGAUgASgEItEBCg1UdXJuQ29tcGxldGVkEisKCmVuZF9yZWFzb24YASABKA4yFy50dXJuc3RpbGUudjEuRW5kUmVhc29uEicKCG1lc3NhZ2VzGAIgAygLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2USIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLAoIY291bnRlcnMYBCABKAsyGi50dXJuc3RpbGUudjEuVHVybkNvdW50ZXJzEhgKEG1lc3NhZ2VzX29taXR0ZWQYBSABKAgilQEKDFR1cm5Db3VudGVycxITCgttb2RlbF9jYWxscxgBIAEoDRIPCgdyZXRyaWVzGAIgASgNEhEKCWZhbGxiYWNrcxgDIAEoDRISCgp0b29sX2NhbGxzGAQgASgNEhMKC3Rvb2xfZXJyb3JzGAUgASgNEhMKC2NvbXBhY3Rpb25zGAYgASgNEg4KBmhlZGdlcxgHIAEoDSrNAQoKU3RvcFJlYXNvbhIbChdTVE9QX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFFNUT1BfUkVBU09OX0VORF9UVVJOEAESGAoUU1RPUF9SRUFTT05fVE9PTF9VU0UQAhIaChZTVE9QX1JFQVNPTl9NQVhfVE9LRU5TEAMSHQoZU1RPUF9SRUFTT05fU1RPUF9TRVFVRU5DRRAEEhcKE1NUT1BfUkVBU09OX1JFRlVTQUwQBRIaChZTVE9QX1JFQVNPTl9QQVVTRV9UVVJOEAYq1QEKCUVuZFJlYXNvbhIaChZFTkRfUkVBU09OX1VOU1BFQ0lGSUVEEAASFwoTRU5EX1JFQVNPTl9FTkRfVFVSThABEiIKHkVORF9SRUFTT05fVE9PTF9DQUxMU19SRVFVSVJFRBACEh4KGkVORF9SRUFTT05fTUFYX01PREVMX0NBTExTEAMSGQoVRU5EX1JFQVNPTl9NQVhfVE9LRU5TEAQSFgoSRU5EX1JFQVNPTl9SRUZVU0FMEAUSHAoYRU5EX1JFQVNPTl9TVE9QX1NFUVVFTkNFEAYyWAoMQWdlbnRTZXJ2aWNlEkgKB1J1blR1cm4SHC50dXJuc3RpbGUudjEuUnVuVHVyblJlcXVlc3QaHS50dXJuc3RpbGUudjEuUnVuVHVyblJlc3BvbnNlMAFClQEKEGRldi50dXJuc3RpbGUudjFCCkFnZW50UHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
+  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSKGAgoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzEg8KB2F0dGVtcHQYCCABKA0iiwEKEUdlbmVyYXRpb25PcHRpb25zEh4KEW1heF9vdXRwdXRfdG9rZW5zGAEgASgFSACIAQESGAoLdGVtcGVyYXR1cmUYAiABKAFIAYgBARIWCg5zdG9wX3NlcXVlbmNlcxgDIAMoCUIUChJfbWF4X291dHB1dF90b2tlbnNCDgoMX3RlbXBlcmF0dXJlIj4KClR1cm5MaW1pdHMSHAoPbWF4X21vZGVsX2NhbGxzGAEgASgFSACIAQFCEgoQX21heF9tb2RlbF9jYWxscyI6Cg9SdW5UdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCJHChBXYXRjaFR1cm5SZXF1ZXN0Eg8KB3R1cm5faWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIRCglhZnRlcl9zZXEYAyABKAQiPAoRV2F0Y2hUdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCI1ChFDYW5jZWxUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iSgoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBIPCgdhdHRlbXB0GAIgASgNEhAKCGxhc3Rfc2VxGAMgASgEIrwHCgpBZ2VudEV2ZW50EgsKA3NlcRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd0dXJuX2lkGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIABIkCgVoZWRnZRgaIAEoCzITLnR1cm5zdGlsZS52MS5IZWRnZUgAQgkKB3BheWxvYWQiHAoLVHVyblN0YXJ0ZWQSDQoFbW9kZWwYASABKAkiaAoOTGxtQ2FsbFN0YXJ0ZWQSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSFgoOcHJvdmlkZXJfbW9kZWwYAyABKAkSDwoHYXR0ZW1wdBgEIAEoDRIMCgRjYWxsGAUgASgNIhkKCVRleHREZWx0YRIMCgR0ZXh0GAEgASgJIjAKDVRoaW5raW5nRGVsdGESDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiVgoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoDRIPCgdjYWxsX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAQgASgJIjoKEE1lc3NhZ2VDb21wbGV0ZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIj8KC1Rvb2xTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiXwoMVG9vbFByb2dyZXNzEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhAKCHByb2dyZXNzGAQgASgBEg0KBXRvdGFsGAUgASgBIn0KDFRvb2xGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHY29udGVudBgDIAEoCRIQCghpc19lcnJvchgEIAEoCBIrCghkdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKNAgoPTGxtQ2FsbEZpbmlzaGVkEg0KBW1vZGVsGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLQoLc3RvcF9yZWFzb24YBCABKA4yGC50dXJuc3RpbGUudjEuU3RvcFJlYXNvbhIiCgVlcnJvchgFIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvchIrCghkdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI2ChN0aW1lX3RvX2ZpcnN0X2NodW5rGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItQBCgVSZXRyeRIPCgdhdHRlbXB0GAEgASgNEhQKDG1heF9hdHRlbXB0cxgCIAEoDRINCgVtb2RlbBgDIAEoCRIoCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgZyZWFzb24YBSABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBiABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAcgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYCCABKAQinQEKCEZhbGxiYWNrEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSJwoGcmVhc29uGAMgASgOMhcudHVybnN0aWxlLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAQgASgJEhcKD2Rpc2NhcmRfcGFydGlhbBgFIAEoCBIYChBkaXNjYXJkX2Zyb21fc2VxGAYgASgEIlcKBUhlZGdlEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iegoKQ29tcGFjdGlvbhIQCghzdHJhdGVneRgBIAEoCRIXCg9tZXNzYWdlc19iZWZvcmUYAiABKA0SFgoObWVzc2FnZXNfYWZ0ZXIYAyABKA0SFAoMYnl0ZXNfYmVmb3JlGAQgASgEEhMKC2J5dGVzX2FmdGVyGAUgASgEItEBCg1UdXJuQ29tcGxldGVkEisKCmVuZF9yZWFzb24YASABKA4yFy50dXJuc3RpbGUudjEuRW5kUmVhc29uEicKCG1lc3NhZ2VzGAIgAygLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2USIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLAoIY291bnRlcnMYBCABKAsyGi50dXJuc3RpbGUudjEuVHVybkNvdW50ZXJzEhgKEG1lc3NhZ2VzX29taXR0ZWQYBSABKAgilQEKDFR1cm5Db3VudGVycxITCgttb2RlbF9jYWxscxgBIAEoDRIPCgdyZXRyaWVzGAIgASgNEhEKCWZhbGxiYWNrcxgDIAEoDRISCgp0b29sX2NhbGxzGAQgASgNEhMKC3Rvb2xfZXJyb3JzGAUgASgNEhMKC2NvbXBhY3Rpb25zGAYgASgNEg4KBmhlZGdlcxgHIAEoDSrNAQoKU3RvcFJlYXNvbhIbChdTVE9QX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFFNUT1BfUkVBU09OX0VORF9UVVJOEAESGAoUU1RPUF9SRUFTT05fVE9PTF9VU0UQAhIaChZTVE9QX1JFQVNPTl9NQVhfVE9LRU5TEAMSHQoZU1RPUF9SRUFTT05fU1RPUF9TRVFVRU5DRRAEEhcKE1NUT1BfUkVBU09OX1JFRlVTQUwQBRIaChZTVE9QX1JFQVNPTl9QQVVTRV9UVVJOEAYq1QEKCUVuZFJlYXNvbhIaChZFTkRfUkVBU09OX1VOU1BFQ0lGSUVEEAASFwoTRU5EX1JFQVNPTl9FTkRfVFVSThABEiIKHkVORF9SRUFTT05fVE9PTF9DQUxMU19SRVFVSVJFRBACEh4KGkVORF9SRUFTT05fTUFYX01PREVMX0NBTExTEAMSGQoVRU5EX1JFQVNPTl9NQVhfVE9LRU5TEAQSFgoSRU5EX1JFQVNPTl9SRUZVU0FMEAUSHAoYRU5EX1JFQVNPTl9TVE9QX1NFUVVFTkNFEAYy+QEKDEFnZW50U2VydmljZRJICgdSdW5UdXJuEhwudHVybnN0aWxlLnYxLlJ1blR1cm5SZXF1ZXN0Gh0udHVybnN0aWxlLnYxLlJ1blR1cm5SZXNwb25zZTABEk4KCVdhdGNoVHVybhIeLnR1cm5zdGlsZS52MS5XYXRjaFR1cm5SZXF1ZXN0Gh8udHVybnN0aWxlLnYxLldhdGNoVHVyblJlc3BvbnNlMAESTwoKQ2FuY2VsVHVybhIfLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVxdWVzdBogLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVzcG9uc2VClQEKEGRldi50dXJuc3RpbGUudjFCCkFnZW50UHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
 
 /**
  * RunTurnRequest asks for one turn of a conversation.
@@ -82,6 +82,19 @@ export type RunTurnRequest = Message<"turnstile.v1.RunTurnRequest"> & {
    * @generated from field: turnstile.v1.TurnLimits limits = 7;
    */
   limits?: TurnLimits | undefined;
+
+  /**
+   * The client's attempt at this turn, from 1. A client that resumes a turn
+   * which ended with a retryable error sends the same turn_id, the messages
+   * that turn committed appended to its conversation, and the next attempt
+   * number: each attempt is its own run, with its own events numbered from
+   * seq 1, its own idempotency and its own log. 0 means 1, unless the
+   * request metadata holds turnstile-attempt (sent by older clients), whose
+   * value is then used.
+   *
+   * @generated from field: uint32 attempt = 8;
+   */
+  attempt: number;
 };
 
 /**
@@ -174,6 +187,126 @@ export const RunTurnResponseSchema: GenMessage<RunTurnResponse> = /*@__PURE__*/
   messageDesc(file_turnstile_v1_agent, 3);
 
 /**
+ * WatchTurnRequest names the run of a turn to watch and where to resume.
+ *
+ * @generated from message turnstile.v1.WatchTurnRequest
+ */
+export type WatchTurnRequest = Message<"turnstile.v1.WatchTurnRequest"> & {
+  /**
+   * The turn's id, as in RunTurnRequest. Required.
+   *
+   * @generated from field: string turn_id = 1;
+   */
+  turnId: string;
+
+  /**
+   * The attempt to watch; 0 means the latest attempt the store holds.
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * The seq of the last event the client holds: events with a greater seq
+   * are streamed. 0 streams the run from its first event.
+   *
+   * @generated from field: uint64 after_seq = 3;
+   */
+  afterSeq: bigint;
+};
+
+/**
+ * Describes the message turnstile.v1.WatchTurnRequest.
+ * Use `create(WatchTurnRequestSchema)` to create a new message.
+ */
+export const WatchTurnRequestSchema: GenMessage<WatchTurnRequest> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 4);
+
+/**
+ * WatchTurnResponse carries one event of the watched run.
+ *
+ * @generated from message turnstile.v1.WatchTurnResponse
+ */
+export type WatchTurnResponse = Message<"turnstile.v1.WatchTurnResponse"> & {
+  /**
+   * The event, equal to the one stored and to the one RunTurn streamed.
+   *
+   * @generated from field: turnstile.v1.AgentEvent event = 1;
+   */
+  event?: AgentEvent | undefined;
+};
+
+/**
+ * Describes the message turnstile.v1.WatchTurnResponse.
+ * Use `create(WatchTurnResponseSchema)` to create a new message.
+ */
+export const WatchTurnResponseSchema: GenMessage<WatchTurnResponse> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 5);
+
+/**
+ * CancelTurnRequest names the run of a turn to stop.
+ *
+ * @generated from message turnstile.v1.CancelTurnRequest
+ */
+export type CancelTurnRequest = Message<"turnstile.v1.CancelTurnRequest"> & {
+  /**
+   * The turn's id. Required.
+   *
+   * @generated from field: string turn_id = 1;
+   */
+  turnId: string;
+
+  /**
+   * The attempt to stop; 0 means the latest attempt the store holds.
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
+};
+
+/**
+ * Describes the message turnstile.v1.CancelTurnRequest.
+ * Use `create(CancelTurnRequestSchema)` to create a new message.
+ */
+export const CancelTurnRequestSchema: GenMessage<CancelTurnRequest> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 6);
+
+/**
+ * CancelTurnResponse says what CancelTurn did.
+ *
+ * @generated from message turnstile.v1.CancelTurnResponse
+ */
+export type CancelTurnResponse = Message<"turnstile.v1.CancelTurnResponse"> & {
+  /**
+   * True when this call stopped the run; false when it had already ended.
+   *
+   * @generated from field: bool cancelled = 1;
+   */
+  cancelled: boolean;
+
+  /**
+   * The attempt the call concerned (the latest when the request said 0).
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * The seq of the run's terminal event.
+   *
+   * @generated from field: uint64 last_seq = 3;
+   */
+  lastSeq: bigint;
+};
+
+/**
+ * Describes the message turnstile.v1.CancelTurnResponse.
+ * Use `create(CancelTurnResponseSchema)` to create a new message.
+ */
+export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 7);
+
+/**
  * AgentEvent is one step of a turn.
  *
  * @generated from message turnstile.v1.AgentEvent
@@ -199,6 +332,14 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
    * @generated from field: string turn_id = 3;
    */
   turnId: string;
+
+  /**
+   * The attempt of the turn the event belongs to, from 1 (see
+   * RunTurnRequest.attempt); seq counts the events of each attempt apart.
+   *
+   * @generated from field: uint32 attempt = 4;
+   */
+  attempt: number;
 
   /**
    * What happened; exactly one is set.
@@ -350,7 +491,7 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
  * Use `create(AgentEventSchema)` to create a new message.
  */
 export const AgentEventSchema: GenMessage<AgentEvent> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 4);
+  messageDesc(file_turnstile_v1_agent, 8);
 
 /**
  * TurnStarted opens a turn.
@@ -371,7 +512,7 @@ export type TurnStarted = Message<"turnstile.v1.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 5);
+  messageDesc(file_turnstile_v1_agent, 9);
 
 /**
  * LlmCallStarted opens one attempt at a model call.
@@ -420,7 +561,7 @@ export type LlmCallStarted = Message<"turnstile.v1.LlmCallStarted"> & {
  * Use `create(LlmCallStartedSchema)` to create a new message.
  */
 export const LlmCallStartedSchema: GenMessage<LlmCallStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 6);
+  messageDesc(file_turnstile_v1_agent, 10);
 
 /**
  * TextDelta is a fragment of the reply text.
@@ -441,7 +582,7 @@ export type TextDelta = Message<"turnstile.v1.TextDelta"> & {
  * Use `create(TextDeltaSchema)` to create a new message.
  */
 export const TextDeltaSchema: GenMessage<TextDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 7);
+  messageDesc(file_turnstile_v1_agent, 11);
 
 /**
  * ThinkingDelta is a fragment of the model's reasoning.
@@ -469,7 +610,7 @@ export type ThinkingDelta = Message<"turnstile.v1.ThinkingDelta"> & {
  * Use `create(ThinkingDeltaSchema)` to create a new message.
  */
 export const ThinkingDeltaSchema: GenMessage<ThinkingDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 8);
+  messageDesc(file_turnstile_v1_agent, 12);
 
 /**
  * ToolCallDelta is a fragment of a tool call as the model writes it.
@@ -511,7 +652,7 @@ export type ToolCallDelta = Message<"turnstile.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 9);
+  messageDesc(file_turnstile_v1_agent, 13);
 
 /**
  * MessageCompleted carries a message exactly as committed to the
@@ -542,7 +683,7 @@ export type MessageCompleted = Message<"turnstile.v1.MessageCompleted"> & {
  * Use `create(MessageCompletedSchema)` to create a new message.
  */
 export const MessageCompletedSchema: GenMessage<MessageCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 10);
+  messageDesc(file_turnstile_v1_agent, 14);
 
 /**
  * ToolStarted says a server-side tool began running.
@@ -577,7 +718,7 @@ export type ToolStarted = Message<"turnstile.v1.ToolStarted"> & {
  * Use `create(ToolStartedSchema)` to create a new message.
  */
 export const ToolStartedSchema: GenMessage<ToolStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 11);
+  messageDesc(file_turnstile_v1_agent, 15);
 
 /**
  * ToolProgress relays a running tool's progress.
@@ -626,7 +767,7 @@ export type ToolProgress = Message<"turnstile.v1.ToolProgress"> & {
  * Use `create(ToolProgressSchema)` to create a new message.
  */
 export const ToolProgressSchema: GenMessage<ToolProgress> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 12);
+  messageDesc(file_turnstile_v1_agent, 16);
 
 /**
  * ToolFinished says a tool call ended.
@@ -675,7 +816,7 @@ export type ToolFinished = Message<"turnstile.v1.ToolFinished"> & {
  * Use `create(ToolFinishedSchema)` to create a new message.
  */
 export const ToolFinishedSchema: GenMessage<ToolFinished> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 13);
+  messageDesc(file_turnstile_v1_agent, 17);
 
 /**
  * LlmCallFinished closes one attempt at a model call.
@@ -738,7 +879,7 @@ export type LlmCallFinished = Message<"turnstile.v1.LlmCallFinished"> & {
  * Use `create(LlmCallFinishedSchema)` to create a new message.
  */
 export const LlmCallFinishedSchema: GenMessage<LlmCallFinished> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 14);
+  messageDesc(file_turnstile_v1_agent, 18);
 
 /**
  * Retry says a failed attempt will be retried on the same model.
@@ -813,7 +954,7 @@ export type Retry = Message<"turnstile.v1.Retry"> & {
  * Use `create(RetrySchema)` to create a new message.
  */
 export const RetrySchema: GenMessage<Retry> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 15);
+  messageDesc(file_turnstile_v1_agent, 19);
 
 /**
  * Fallback says the turn moved to the next model of its chain.
@@ -869,7 +1010,7 @@ export type Fallback = Message<"turnstile.v1.Fallback"> & {
  * Use `create(FallbackSchema)` to create a new message.
  */
 export const FallbackSchema: GenMessage<Fallback> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 16);
+  messageDesc(file_turnstile_v1_agent, 20);
 
 /**
  * Hedge says a model call had no output after a delay, so the same request
@@ -910,7 +1051,7 @@ export type Hedge = Message<"turnstile.v1.Hedge"> & {
  * Use `create(HedgeSchema)` to create a new message.
  */
 export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 17);
+  messageDesc(file_turnstile_v1_agent, 21);
 
 /**
  * Compaction says the conversation was shortened to fit a context window.
@@ -959,7 +1100,7 @@ export type Compaction = Message<"turnstile.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 18);
+  messageDesc(file_turnstile_v1_agent, 22);
 
 /**
  * TurnCompleted ends a turn that reached an outcome.
@@ -1013,7 +1154,7 @@ export type TurnCompleted = Message<"turnstile.v1.TurnCompleted"> & {
  * Use `create(TurnCompletedSchema)` to create a new message.
  */
 export const TurnCompletedSchema: GenMessage<TurnCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 19);
+  messageDesc(file_turnstile_v1_agent, 23);
 
 /**
  * TurnCounters count what happened during a turn.
@@ -1076,7 +1217,7 @@ export type TurnCounters = Message<"turnstile.v1.TurnCounters"> & {
  * Use `create(TurnCountersSchema)` to create a new message.
  */
 export const TurnCountersSchema: GenMessage<TurnCounters> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 20);
+  messageDesc(file_turnstile_v1_agent, 24);
 
 /**
  * StopReason says why a model reply ended.
@@ -1207,6 +1348,18 @@ export const EndReasonSchema: GenEnum<EndReason> = /*@__PURE__*/
 /**
  * AgentService runs agent turns and streams every step of them.
  *
+ * Durable turns. A server with a turn store (the default) appends every
+ * event of a turn to a log before any client sees it, so a stream that
+ * breaks is resumed without loss or duplicates, on any replica sharing the
+ * store: call WatchTurn with the turn_id, the attempt and the seq of the
+ * last event received. The identity of a run is the pair (turn_id,
+ * attempt); AgentEvent.seq numbers the events of one run from 1 without
+ * gaps, and a replayed event is equal to the one sent live. Stopping a turn
+ * and leaving it are different: CancelTurn stops it; a client that
+ * disconnects leaves it running, and a turn no client watches for the
+ * server's detach grace (turn.detach_grace, 30s by default) is then
+ * cancelled.
+ *
  * @generated from service turnstile.v1.AgentService
  */
 export const AgentService: GenService<{
@@ -1230,12 +1383,60 @@ export const AgentService: GenService<{
    * read. No event is larger than the server's event size limit (2 MiB by
    * default).
    *
+   * Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
+   * store already holds does not run the turn again. When its content (every
+   * field but turn_id and attempt) is the same as the first request's, the
+   * call attaches to that run exactly like WatchTurn with after_seq 0: it
+   * streams the same events from seq 1, live while the run goes on, and ends
+   * with the same status; so concurrent or repeated calls (a mesh that
+   * re-sends the RPC) get identical streams of one run. When the content
+   * differs, the call ends with ALREADY_EXISTS (ErrorInfo reason
+   * TURN_ID_REUSED), before any event. A request without turn_id gets a
+   * fresh id and no idempotency.
+   *
    * @generated from rpc turnstile.v1.AgentService.RunTurn
    */
   runTurn: {
     methodKind: "server_streaming";
     input: typeof RunTurnRequestSchema;
     output: typeof RunTurnResponseSchema;
+  },
+  /**
+   * WatchTurn streams the events of one run of a turn whose seq is greater
+   * than after_seq: the stored ones first, then the live ones as they are
+   * stored, until the terminal event; then it ends with the status RunTurn
+   * ends with. A finished run is replayed and ends. It works on any replica
+   * sharing the turn store, and watching keeps a running turn from being
+   * cancelled by the detach grace.
+   *
+   * Errors before any event: INVALID_ARGUMENT for a missing turn_id;
+   * NOT_FOUND when the store holds no such run (never started, or older
+   * than the store's retention); FAILED_PRECONDITION when the server keeps
+   * no turn log. UNAVAILABLE (retryable, at any point) when the store cannot
+   * be reached or the replica running the turn went away without finishing
+   * it.
+   *
+   * @generated from rpc turnstile.v1.AgentService.WatchTurn
+   */
+  watchTurn: {
+    methodKind: "server_streaming";
+    input: typeof WatchTurnRequestSchema;
+    output: typeof WatchTurnResponseSchema;
+  },
+  /**
+   * CancelTurn stops a running turn, wherever it runs: its model call and
+   * tools are cancelled and its last event is an error with code
+   * ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
+   * event is stored. Cancelling a run that already ended changes nothing and
+   * succeeds with cancelled false. NOT_FOUND when the store holds no such
+   * run; FAILED_PRECONDITION when the server keeps no turn log.
+   *
+   * @generated from rpc turnstile.v1.AgentService.CancelTurn
+   */
+  cancelTurn: {
+    methodKind: "unary";
+    input: typeof CancelTurnRequestSchema;
+    output: typeof CancelTurnResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_turnstile_v1_agent, 0);

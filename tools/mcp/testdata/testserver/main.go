@@ -7,6 +7,10 @@
 //   - lookup: read-only and idempotent; answers text and structured content.
 //   - append: not idempotent; appends its "line" argument to the file named
 //     by $APPEND_FILE, so tests can count executions.
+//   - slow_append: like append, then takes "ms" milliseconds to answer, so a
+//     test can stop a server while it runs.
+//   - slow_lookup: read-only and idempotent; appends "lookup" to
+//     $APPEND_FILE, then takes "ms" milliseconds to answer.
 //
 // Arguments are not validated here, on purpose: the tests check that
 // validation happens before a call reaches the server.
@@ -18,6 +22,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -85,15 +90,46 @@ func main() {
 	}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var in struct{ Line any }
 		_ = json.Unmarshal(req.Params.Arguments, &in)
-		f, err := os.OpenFile(os.Getenv("APPEND_FILE"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if _, err := fmt.Fprintln(f, in.Line); err != nil {
+		if err := appendLine(fmt.Sprint(in.Line)); err != nil {
 			return nil, err
 		}
 		return text("appended"), nil
+	})
+
+	slow := func(ctx context.Context, req *mcp.CallToolRequest, line string) (*mcp.CallToolResult, error) {
+		var in struct {
+			Line any
+			MS   int
+		}
+		_ = json.Unmarshal(req.Params.Arguments, &in)
+		if line == "" {
+			line = fmt.Sprint(in.Line)
+		}
+		if err := appendLine(line); err != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(time.Duration(in.MS) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return text("done"), nil
+	}
+	s.AddTool(&mcp.Tool{
+		Name:        "slow_append",
+		Description: "Appends a line to a file, slowly.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"line":{"type":"string"},"ms":{"type":"integer"}},"required":["line"]}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, IdempotentHint: false},
+	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return slow(ctx, req, "")
+	})
+	s.AddTool(&mcp.Tool{
+		Name:        "slow_lookup",
+		Description: "Looks something up, slowly.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer"}}}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true},
+	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return slow(ctx, req, "lookup")
 	})
 
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
@@ -103,4 +139,15 @@ func main() {
 
 func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// appendLine appends line to the file named by $APPEND_FILE.
+func appendLine(line string) error {
+	f, err := os.OpenFile(os.Getenv("APPEND_FILE"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintln(f, line)
+	return err
 }

@@ -1,0 +1,80 @@
+// Package natstest starts NATS servers with JetStream for tests: one on a
+// loopback port, as the replicas of a deployment share, or a cluster of
+// several. Each is stopped by the test's cleanup.
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+)
+
+// options returns the options of a test server: loopback, JetStream in a
+// temporary directory, payloads as large as the embedded store's.
+func options(tb testing.TB) *natsserver.Options {
+	return &natsserver.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(),
+		NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
+	}
+}
+
+// Start starts a NATS server with JetStream on a loopback port and returns
+// its client URL.
+func Start(tb testing.TB) string {
+	tb.Helper()
+	ns := start(tb, options(tb))
+	if !ns.ReadyForConnections(10 * time.Second) {
+		tb.Fatal("natstest: the server did not start")
+	}
+	return ns.ClientURL()
+}
+
+func start(tb testing.TB, o *natsserver.Options) *natsserver.Server {
+	tb.Helper()
+	ns, err := natsserver.NewServer(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ns.Start()
+	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// Cluster starts a JetStream cluster of n servers on loopback and returns
+// them with their client URLs, once the cluster has formed.
+func Cluster(tb testing.TB, n int) ([]*natsserver.Server, []string) {
+	tb.Helper()
+	ports := make([]int, n)
+	routes := make([]string, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+	}
+	var servers []*natsserver.Server
+	for i := range n {
+		o := options(tb)
+		o.ServerName = fmt.Sprintf("n%d", i)
+		o.Cluster = natsserver.ClusterOpts{Name: "turnstile-test", Host: "127.0.0.1", Port: ports[i]}
+		o.Routes = natsserver.RoutesFromStr(strings.Join(routes, ","))
+		servers = append(servers, start(tb, o))
+	}
+	// A server is ready once the cluster has formed: wait for each only
+	// after starting them all.
+	var urls []string
+	for _, ns := range servers {
+		if !ns.ReadyForConnections(30 * time.Second) {
+			tb.Fatal("natstest: the cluster did not form")
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	return servers, urls
+}

@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// Resume is what a turn's log holds of a turn whose runner went away
+// before its last event (its process died): set as [TurnRequest.Resume],
+// another runner continues the turn from there instead of starting it.
+//
+// The resumed turn emits no TurnStarted and numbers its events from
+// NextSeq. It commits nothing twice: the conversation is the request's
+// messages plus Committed. Then it finishes what was interrupted, in this
+// order: when the interrupted model call had streamed output (from
+// DiscardFromSeq), a Retry event with DiscardPartial tells consumers to
+// drop it and the step is made again; when the last committed message is
+// a reply whose tool calls have no committed results, those tools are
+// dealt with (see ToolResults and ToolsStarted); when it is a reply that
+// ended the turn, the turn ends as it would have. Then the turn goes on as
+// any other. Limits count from the restored Counters; a resumed step
+// numbers its attempts from 1 again.
+type Resume struct {
+	// NextSeq is the seq of the first event the resumed turn emits: one
+	// more than the last seq stored.
+	NextSeq uint64
+	// Model is the alias the turn was on; empty keeps the request's.
+	Model string
+	// Committed are the messages the turn committed, in order
+	// (MessageCompleted events).
+	Committed []llm.Message
+	// LastStop is why the last committed reply ended, when the last
+	// committed message is a reply.
+	LastStop llm.StopReason
+	// Usage and Counters are the turn's totals so far.
+	Usage    llm.Usage
+	Counters Counters
+	// DiscardFromSeq, when not 0, is the seq of the first output event of
+	// the model call that was interrupted: that output is never committed.
+	DiscardFromSeq uint64
+	// ToolResults holds, by call id, the results already stored
+	// (ToolFinished events) of the last committed reply's tool calls:
+	// they are used as they are, and those calls do not run again.
+	ToolResults map[string]llm.ToolResult
+	// ToolsStarted holds the ids of the last committed reply's tool calls
+	// that were started (ToolStarted events, the intent) without a stored
+	// result. A read-only or idempotent tool runs again. Any other may have
+	// had its effect or not, and must never run twice: the turn ends with
+	// TOOLS_UNSAFE, not retryable, naming the tool. Telling the model the
+	// outcome is unknown would keep the turn going, but a model that tries
+	// again would run it a second time; ending the turn leaves that
+	// decision to the client, as any failure during such a tool does.
+	ToolsStarted map[string]bool
+}
+
+// resume finishes what the previous runner of a resumed turn was doing.
+// done reports that the turn ended, with res or err.
+func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done bool, err error) {
+	if rs.DiscardFromSeq > 0 {
+		m := t.chain.current()
+		t.counters.Retries++
+		t.out.emit(ctx, &Retry{
+			Attempt: 2, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias, Kind: llm.KindUnavailable,
+			Message:        "the server running the turn went away during the model call; the call is made again",
+			DiscardPartial: true, DiscardFromSeq: rs.DiscardFromSeq,
+		})
+	}
+	if len(rs.Committed) == 0 {
+		return nil, false, nil
+	}
+	last := rs.Committed[len(rs.Committed)-1]
+	if last.Role != llm.RoleAssistant {
+		return nil, false, nil
+	}
+	return t.afterReply(ctx, last, rs.LastStop)
+}
+
+// resumedResults returns what a resumed turn already knows of calls: the
+// stored result of each call that has one (nil for the others), or the
+// failure that ends the turn when a tool with side effects was started and
+// its outcome is unknown. It applies once, to the first tools run.
+func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
+	rs := t.resumed
+	t.resumed = nil
+	if rs == nil {
+		return nil, nil
+	}
+	known := make([]*llm.ToolResult, len(calls))
+	var unknown []string
+	for i, c := range calls {
+		if r, ok := rs.ToolResults[c.ID]; ok {
+			known[i] = &r
+			continue
+		}
+		if !rs.ToolsStarted[c.ID] {
+			continue
+		}
+		if tool, ok := t.r.tools[c.Name]; ok {
+			if spec := tool.Spec(); spec.ReadOnly || spec.Idempotent {
+				continue // safe to run again
+			}
+		}
+		unknown = append(unknown, c.Name)
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return nil, &llm.Error{Kind: llm.KindToolsUnsafe, Message: fmt.Sprintf(
+			"the server running the turn went away while the tools %s were running; their outcome is unknown and they are not run again: check their effects before running the turn again",
+			strings.Join(slices.Compact(unknown), ", "))}
+	}
+	return known, nil
+}

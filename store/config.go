@@ -1,0 +1,143 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// The modes of a [Config].
+const (
+	// ModeEmbedded runs an in-process nats-server with no listener.
+	ModeEmbedded = "embedded"
+	// ModeNATS connects to an existing NATS server or cluster.
+	ModeNATS = "nats"
+	// ModeOff keeps no log: turns live in the memory of the replica that
+	// runs them, as they did before the store existed.
+	ModeOff = "off"
+)
+
+// SyncAlways is the [Config.Sync] value that fsyncs every write.
+const SyncAlways = "always"
+
+// Config is the store's configuration: the store block of the file. The
+// yaml names are its keys.
+type Config struct {
+	// Mode is embedded, nats or off (default embedded).
+	Mode string `yaml:"mode"`
+	// Dir is the embedded server's file store directory; empty keeps
+	// everything in memory (default: turnstile/jetstream under the user's
+	// state directory).
+	Dir string `yaml:"dir"`
+	// Sync is how often the embedded server fsyncs its files: "always"
+	// (every write, before the acknowledgement) or an interval (default
+	// 2m, JetStream's own default).
+	Sync string `yaml:"sync"`
+	// Retention is how long a run's log is kept after it was written
+	// (default 24h; positive).
+	Retention time.Duration `yaml:"retention"`
+	// MaxBytes bounds the log's size; the oldest runs are dropped first
+	// (default 1 GiB; -1 is no bound).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Replicas is the replication factor of the log and the leases; 0
+	// picks 3 when the cluster has three servers or more, else 1.
+	Replicas int `yaml:"replicas"`
+	// LeaseTTL is how long a run stays owned by a replica that stopped
+	// renewing its lease (default 2s; at least 500ms).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// NATS says how to reach the cluster in mode nats.
+	NATS NATS `yaml:"nats"`
+}
+
+// NATS says how to reach an existing NATS cluster.
+type NATS struct {
+	// URL lists the servers, comma separated (nats://host:4222,...).
+	URL string `yaml:"url"`
+	// Credentials is a NATS credentials file (JWT and seed), if the
+	// cluster needs one.
+	Credentials string `yaml:"credentials"`
+	// CAFile, CertFile and KeyFile configure TLS: the CA that signs the
+	// servers' certificates, and a client certificate and key when the
+	// servers ask for one.
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// DefaultConfig returns the built-in store configuration: embedded, with
+// its files under [DefaultDir].
+func DefaultConfig() Config {
+	return Config{
+		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
+		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second,
+	}
+}
+
+// DefaultDir returns $XDG_STATE_HOME/turnstile/jetstream, or
+// ~/.local/state/turnstile/jetstream; empty (memory only) when neither
+// can be found.
+func DefaultDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "turnstile", "jetstream")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" {
+		return filepath.Join(h, ".local", "state", "turnstile", "jetstream")
+	}
+	return ""
+}
+
+// syncInterval parses Sync: always, or a positive interval.
+func (c Config) syncInterval() (always bool, every time.Duration, err error) {
+	if strings.EqualFold(c.Sync, SyncAlways) {
+		return true, 0, nil
+	}
+	d, err := time.ParseDuration(c.Sync)
+	if err != nil || d <= 0 {
+		return false, 0, fmt.Errorf("must be %q or a positive duration such as 2m", SyncAlways)
+	}
+	return false, d, nil
+}
+
+// Problems lists every value out of range, in field order; none when c is
+// valid.
+func (c Config) Problems() []llm.Problem {
+	var out []llm.Problem
+	bad := func(field, format string, args ...any) {
+		out = append(out, llm.Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	switch c.Mode {
+	case ModeEmbedded, ModeOff:
+		if c.NATS.URL != "" {
+			bad("nats.url", "is set but mode is %s; set mode: nats to use a NATS cluster", c.Mode)
+		}
+	case ModeNATS:
+		if c.NATS.URL == "" {
+			bad("nats.url", "required with mode: nats")
+		}
+	default:
+		bad("mode", "must be embedded, nats or off")
+	}
+	if _, _, err := c.syncInterval(); err != nil {
+		bad("sync", "%v", err)
+	}
+	if c.Retention <= 0 {
+		bad("retention", "must be positive")
+	}
+	if c.MaxBytes == 0 || c.MaxBytes < -1 {
+		bad("max_bytes", "must be positive, or -1 for no bound")
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		bad("replicas", "must be between 0 (automatic) and 5")
+	}
+	if c.LeaseTTL < 500*time.Millisecond {
+		bad("lease_ttl", "must be at least 500ms")
+	}
+	if (c.NATS.CertFile == "") != (c.NATS.KeyFile == "") {
+		bad("nats.cert_file", "cert_file and key_file go together")
+	}
+	return out
+}

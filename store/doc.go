@@ -1,0 +1,23 @@
+// Package store keeps the log of every turn in NATS JetStream, so a turn
+// outlives the stream of the client that started it: its events can be
+// replayed and followed from any replica, a repeated request attaches to
+// the run it repeats, and a cancellation reaches the replica running the
+// turn.
+//
+// The engine is the same in both deployment modes: an embedded, in-process
+// nats-server with no network listener and a file store under a directory
+// (or memory only), or an existing NATS cluster named by URL, with
+// streams replicated three times when it has three servers or more.
+//
+// A run is one attempt of one turn, named by (turn id, attempt). Its log is
+// two subjects of one stream: the owner records (the first holds the
+// run's request and is created atomically, so one run exists per name) and
+// the events, each appended under an expectation on the owner records, so
+// a replica that lost the run cannot append to it. A lease in a key-value
+// bucket, renewed by the owner, tells whether the run still has a live
+// owner. Control signals (cancel, a watcher's presence) travel to the owner
+// over core NATS.
+//
+// The package stores bytes: it knows nothing of the wire form of an event,
+// which the server chooses.
+package store
