@@ -98,5 +98,5 @@ func (p *Provider) SupportsPrefill() bool { return true }
 // Stream sends req as one streamed message and yields its chunks, ending
 // with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return stream.Stainless(ctx, p.name, req, buildParams, p.messages.NewStreaming, option.WithResponseInto, p.consume)
+	return stream.Stainless(ctx, p.name, req, buildParams, p.messages.NewStreaming, option.WithResponseInto, p.streamEvents)
 }

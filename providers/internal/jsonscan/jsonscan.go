@@ -312,6 +312,18 @@ func (s *Scanner) Int() (int64, bool) {
 // Skip consumes one value of any kind, checking that it is valid JSON.
 func (s *Scanner) Skip() bool { return s.skip(0) }
 
+// Raw consumes one value of any kind, as [Scanner.Skip] does, and returns
+// its text as it is written, without the whitespace around it. The slice
+// shares the scanner's input.
+func (s *Scanner) Raw() ([]byte, bool) {
+	s.ws()
+	start := s.pos
+	if !s.skip(0) {
+		return nil, false
+	}
+	return s.b[start:s.pos], true
+}
+
 func (s *Scanner) skip(depth int) bool {
 	if depth > MaxDepth {
 		return false

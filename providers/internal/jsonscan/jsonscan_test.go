@@ -57,6 +57,28 @@ func TestScanner(t *testing.T) {
 	}
 }
 
+func TestRaw(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, raw string
+		ok      bool
+	}{
+		{in: ` {"a": [1, "x"]} ,`, raw: `{"a": [1, "x"]}`, ok: true},
+		{in: "\n\tnull", raw: "null", ok: true},
+		{in: `"s\u00e9"`, raw: `"s\u00e9"`, ok: true},
+		{in: `-1.5e3]`, raw: `-1.5e3`, ok: true},
+		{in: `{"a":}`},
+		{in: ``},
+	}
+	for _, tt := range tests {
+		s := New([]byte(tt.in))
+		raw, ok := s.Raw()
+		if ok != tt.ok || string(raw) != tt.raw {
+			t.Errorf("Raw(%q) = %q, %v; want %q, %v", tt.in, raw, ok, tt.raw, tt.ok)
+		}
+	}
+}
+
 // FuzzScanner holds the scanner to encoding/json: what it skips as valid
 // is valid JSON, and a string or integer it reads has the value
 // encoding/json reads.
