@@ -29,8 +29,9 @@
 // Stream is at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream, endpoint, which also holds its
-// configuration [Settings]) and the official SDK, github.com/anthropics/anthropic-sdk-go.
+// providers/internal (httpfail, stream, jsonscan, endpoint, which also
+// holds its configuration [Settings]) and the official SDK,
+// github.com/anthropics/anthropic-sdk-go.
 package anthropic
 
 import (
