@@ -110,8 +110,14 @@ func startChild(ctx context.Context, bin, template, upstreamURL string, env []st
 		args = append([]string{"valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
 			"--callgrind-out-file=" + c.callgrind}, args...)
 		// Go's asynchronous preemption signals upset callgrind's signal
-		// handling.
-		env = append(env, "GODEBUG=asyncpreemptoff=1")
+		// handling. A GODEBUG of --env keeps its settings.
+		godebug := "GODEBUG=asyncpreemptoff=1"
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok && v != "" {
+				godebug = "GODEBUG=" + v + ",asyncpreemptoff=1"
+			}
+		}
+		env = append(env, godebug)
 	}
 	c.cmd = exec.Command(args[0], args[1:]...)
 	c.cmd.Env = env
