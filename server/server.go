@@ -230,6 +230,11 @@ func New(runner turnRunner, opts Options) *Server {
 		grpc.StaticStreamWindowSize(flowWindow),
 		grpc.StaticConnWindowSize(flowWindow),
 		experimental.BufferPool(bufferPool),
+		// Handlers run on goroutines that outlive an RPC, so the stack a
+		// turn grows (the SDK's request encoding is deep) is grown once,
+		// not copied again at every doubling by every turn: 14% of the
+		// server's instructions per turn under callgrind.
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
@@ -291,6 +296,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // retryable UNAVAILABLE error. Shutdown returns when every RPC has ended or
 // ctx is done, whichever is first; then the server is stopped hard.
 func (s *Server) Shutdown(ctx context.Context) {
+	defer s.service.senders.close()
 	log := s.opts.Logger
 	s.health.Shutdown()
 	log.Info("draining", "drain_delay", s.opts.DrainDelay, "grace", s.opts.ShutdownGrace)
@@ -337,7 +343,13 @@ func (s *Server) Stop() {
 	s.grpc.Stop()
 	s.service.cancelAll()
 	s.service.wait(context.Background())
+	s.service.senders.close()
 }
+
+// streamWorkers is how many goroutines run RPC handlers and how many
+// outbox senders wait for a turn (see [workers]): when more turns run at
+// once, the others get goroutines of their own.
+const streamWorkers = 64
 
 func wait(ctx context.Context, d time.Duration) {
 	if d <= 0 {
