@@ -150,21 +150,34 @@ func (s *Scanner) Array(elem func() bool) bool {
 	}
 }
 
+// plain marks the bytes a string holds as they are: printable ASCII but
+// the quote and the backslash. Scanning a run of them is one table load a
+// byte.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// plainRun returns the end of the run of plain bytes of b from i.
+func plainRun(b []byte, i int) int {
+	for i < len(b) && plain[b[i]] {
+		i++
+	}
+	return i
+}
+
 // rawKey reads a string without escapes and returns its bytes.
 func (s *Scanner) rawKey() ([]byte, bool) {
 	if s.pos >= len(s.b) || s.b[s.pos] != '"' {
 		return nil, false
 	}
 	start := s.pos + 1
-	for i := start; i < len(s.b); i++ {
-		c := s.b[i]
-		switch {
-		case c == '"':
-			s.pos = i + 1
-			return s.b[start:i], true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return nil, false
-		}
+	i := plainRun(s.b, start)
+	if i < len(s.b) && s.b[i] == '"' {
+		s.pos = i + 1
+		return s.b[start:i], true
 	}
 	return nil, false
 }
@@ -177,7 +190,7 @@ func (s *Scanner) String() (string, bool) {
 		return "", false
 	}
 	start := s.pos + 1
-	i := start
+	i := plainRun(s.b, start)
 	ascii := true
 	for ; i < len(s.b); i++ {
 		c := s.b[i]
@@ -353,7 +366,7 @@ func (s *Scanner) skip(depth int) bool {
 
 // skipString consumes a string, checking its escapes.
 func (s *Scanner) skipString() bool {
-	for i := s.pos + 1; i < len(s.b); i++ {
+	for i := plainRun(s.b, s.pos+1); i < len(s.b); i = plainRun(s.b, i+1) {
 		switch c := s.b[i]; {
 		case c == '"':
 			s.pos = i + 1
