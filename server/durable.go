@@ -380,36 +380,56 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	defer s.untrack(t)
 
 	var terminal *turnstilev1.AgentEvent
-	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
-		out, err := fromEvent(ev)
-		if err != nil {
-			return err
-		}
-		out.Attempt = k.attempt
+	// tooLarge is the seq of an event too large to store or send: the run
+	// ends there, with its terminal error in that event's place.
+	var tooLarge uint64
+	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
 		if err != nil {
 			return err
 		}
-		if ev.Terminal() {
+		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
-		}
-		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
-			r.charge.total(u.Total)
-		}
-		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
-			// Too large to store or send: the run ends here, without its
-			// last event (its watchers get UNAVAILABLE).
-			return err
 		}
 		return s.store.Append(ctx, k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out)
 			}
 		})
+	}
+	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+		out, err := fromEvent(ev)
+		if err != nil {
+			return err
+		}
+		out.Attempt = k.attempt
+		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
+			r.charge.total(u.Total)
+		}
+		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
+			// The turn fails with err as its cause (INTERNAL, the message
+			// names the limit); its error event takes this one's seq.
+			tooLarge = ev.Seq
+			r.cancel(err)
+			return err
+		}
+		return appendEvent(ctx, out)
 	})
 	_, runErr := s.runner.Run(ctx, tr, sink)
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var te *runtime.TurnError
+	if errors.As(runErr, &te) && tooLarge != 0 && terminal == nil {
+		// The runtime could not emit its terminal error (the sink had
+		// failed): store it in the place of the event that did not fit, so
+		// live clients and replays end alike.
+		if out, err := fromEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
+			out.Attempt = k.attempt
+			if err := appendEvent(fctx, out); err != nil {
+				s.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			}
+		}
+	}
 	err := s.store.Finish(fctx, k.turnID, k.attempt)
 	switch {
 	case err != nil:
@@ -422,8 +442,7 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	default:
 		r.finish(eventStatus(terminal))
 	}
-	var te *runtime.TurnError
-	if errors.As(runErr, &te) && te.Cause != nil {
+	if te != nil && te.Cause != nil {
 		// The root cause, for operators only: it never reaches the client.
 		s.logger.Info("turn failed", "turn_id", k.turnID, "attempt", k.attempt, "error_code", te.Kind.String(), "cause", te.Cause.Error())
 	}
