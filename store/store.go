@@ -27,6 +27,10 @@ const (
 	// CooldownBucket is the key-value bucket of the models' cooldowns,
 	// shared by every replica; each key expires with its cooldown.
 	CooldownBucket = "TURNSTILE_COOLDOWNS"
+	// BudgetBucket is the key-value bucket of the models' retry budgets,
+	// shared by every replica: one key per model, changed by
+	// compare-and-swap.
+	BudgetBucket = "TURNSTILE_BUDGETS"
 	// subjectRoot prefixes the log's subjects: subjectRoot.<turn>.<attempt>.own|ev.
 	subjectRoot = "turnstile.run"
 	// controlRoot prefixes the control subjects: controlRoot.<turn>.<attempt>.
@@ -58,6 +62,7 @@ type Store struct {
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
 	cooldowns jetstream.KeyValue
+	budgets   jetstream.KeyValue
 
 	closed    chan struct{} // closed by Close: writers stop
 	closeOnce sync.Once
@@ -254,6 +259,17 @@ func (s *Store) setUp(ctx context.Context) error {
 		return fmt.Errorf("store: bucket %s: %w", CooldownBucket, err)
 	}
 	s.cooldowns = cd
+	bb, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BudgetBucket,
+		Description: "turnstile: the models' retry budgets, shared by every replica",
+		History:     1,
+		Storage:     storage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("store: bucket %s: %w", BudgetBucket, err)
+	}
+	s.budgets = bb
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {
 		where = append(where, "dir", s.cfg.Dir, "sync", s.cfg.Sync)
