@@ -44,7 +44,8 @@ func newBudgetReplica(t *testing.T, url string, replies ...fake.Reply) budgetRep
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rp.runner.ShareBudgets(ctx, s, 20*time.Millisecond) }()
+	// Every 100ms, as serve shares them.
+	go func() { done <- rp.runner.ShareBudgets(ctx, s, 100*time.Millisecond) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -107,6 +108,7 @@ func TestBudgetAcrossRunners(t *testing.T) {
 		t.Fatalf("a's turn: %v, want OVERLOADED", err)
 	}
 	// One first attempt, then a retry per token.
+	spent := time.Now()
 	if n := a.provider.Calls(); n != 5 {
 		t.Fatalf("a's model got %d calls, want 5 (the first and 4 retries)", n)
 	}
@@ -117,6 +119,7 @@ func TestBudgetAcrossRunners(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
 	}
+	t.Logf("a's spent budget reached b %v after a's turn", time.Since(spent))
 	// b's model fails once: the spent budget gives it no retry.
 	if err := runTurn(b.runner); !errors.As(err, &te) || te.Kind != llm.KindOverloaded {
 		t.Fatalf("b's turn: %v, want OVERLOADED without a retry", err)
