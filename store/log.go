@@ -393,10 +393,29 @@ func splitFrame(frame []byte) ([][]byte, error) {
 	return out, nil
 }
 
+// Bounds of storing one frame: how long an attempt waits for its
+// acknowledgement, and how long all of them may take.
+const (
+	publishTry     = 500 * time.Millisecond
+	publishTimeout = 10 * time.Second
+	publishBackoff = 50 * time.Millisecond
+	// duplicateWindow is how long the stream remembers the message ids
+	// of frames: longer than a frame's attempts take.
+	duplicateWindow = publishTimeout + 5*time.Second
+)
+
 // publish stores one frame under the owner fence and waits for the
-// acknowledgement.
+// acknowledgement. An attempt the stream refused for now (no responders,
+// JetStream temporarily unavailable, a new leader catching up) is made
+// again. With a NATS cluster (mode nats), so is one that got no answer
+// (the stream's leader or the server this replica is connected to went
+// away mid-request): the frame carries a message id, so a frame whose
+// first attempt was stored after all is stored once (JetStream's duplicate
+// window, [duplicateWindow]). The embedded server, in-process, fails over
+// to nothing: its frames carry no id, which would cost its memory a
+// duplicate window's worth of ids.
 func (w *writer) publish(frame []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
@@ -409,16 +428,56 @@ func (w *writer) publish(frame []byte) error {
 	defer close(done)
 	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
 	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
-	_, err := w.s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own()))
-	switch {
-	case err == nil:
-		return nil
-	case isWrongLastSeq(err):
-		return fmt.Errorf("%w: %w", ErrLost, err)
-	case w.s.isClosed():
-		return ErrClosed
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
+	dedupe := w.s.cfg.Mode == ModeNATS
+	if dedupe {
+		// One id per frame of one owner: a retry is the same frame; a new
+		// owner's frames are others.
+		opts = append(opts, jetstream.WithMsgID(w.key.prefix()+"."+strconv.FormatUint(w.ownSeq, 10)+"."+strconv.FormatUint(w.next, 10)))
 	}
-	return fmt.Errorf("store: append: %w", err)
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		_, err := w.s.js.PublishMsg(tctx, msg, opts...)
+		tcancel()
+		switch {
+		case err == nil:
+			return nil
+		case isWrongLastSeq(err):
+			return fmt.Errorf("%w: %w", ErrLost, err)
+		case w.s.isClosed():
+			return ErrClosed
+		case ctx.Err() != nil || !mayPass(err, dedupe):
+			return fmt.Errorf("store: append: %w", err)
+		}
+		w.s.logger.Debug("turn store: append retried", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: append: %w", err)
+		case <-time.After(publishBackoff):
+		}
+	}
+}
+
+// mayPass reports whether a failed publish may be made again: the stream
+// could not take it for now, or, when a retry is deduplicated (answered),
+// it got no answer.
+func mayPass(err error, answered bool) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		// JetStream temporarily unavailable; this frame's earlier attempt
+		// still in process; the subject's last sequence not known yet (a
+		// new leader catching up).
+		case 10008, 10158, 10163:
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true // nothing took it
+	}
+	return answered && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected))
 }
 
 // abandon fails every queued event with err: the store closed.

@@ -220,6 +220,7 @@ func (s *Store) setUp(ctx context.Context) error {
 			// Runs are read from their start: direct gets serve them from
 			// any replica.
 			AllowDirect: true,
+			Duplicates:  duplicateWindow,
 		})
 		if err != nil && auto && replicas > 1 && tooFewServers(err) {
 			replicas = 1
