@@ -249,8 +249,8 @@ func decodeFrame(h nats.Header, data []byte) (uint64, [][]byte, error) {
 }
 
 // WatchExpired calls fn, on its own goroutine, with each run whose lease
-// expired without its owner giving it up, until ctx is done: the runs to
-// take over. It includes the runs whose lease expired within the last
+// expired without its owner giving it up, or that its owner released
+// ([Store.Release]), until ctx is done: the runs to take over. It includes the runs whose lease expired within the last
 // ten minutes before the call.
 func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
 	w, err := s.leases.WatchAll(ctx)
@@ -593,6 +593,20 @@ func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event
 // done), then gives the run up: its lease is deleted and signals are no
 // longer answered. It returns the first failure of the run's appends.
 func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error {
+	return s.giveUp(ctx, turnID, attempt, false)
+}
+
+// Release gives up a run this replica owns that has not ended, for another
+// replica to take over at once (this one is shutting down): it waits until
+// every append is acknowledged, as Finish does, then purges the run's
+// lease, which every replica's [Store.WatchExpired] reports as it does an
+// expired one, so none waits for the lease TTL. The run's appends must have
+// stopped.
+func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) error {
+	return s.giveUp(ctx, turnID, attempt, true)
+}
+
+func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handOff bool) error {
 	w, err := s.writer(turnID, attempt)
 	if err != nil {
 		return err
@@ -627,7 +641,13 @@ func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error
 	if err == nil || !errors.Is(err, ErrLost) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 		defer cancel()
-		_ = s.leases.Delete(dctx, w.key.lease())
+		if handOff {
+			if perr := s.leases.Purge(dctx, w.key.lease()); perr != nil && err == nil {
+				err = fmt.Errorf("store: release lease: %w", perr)
+			}
+		} else {
+			_ = s.leases.Delete(dctx, w.key.lease())
+		}
 	}
 	return err
 }
