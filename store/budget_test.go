@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,9 +23,17 @@ import (
 type budgetReplica struct {
 	runner   *runtime.Runner
 	provider *fake.Provider
+	store    *store.Store
+	// stop ends the sharing, which shares what is left once more.
+	stop func()
 }
 
 func newBudgetReplica(t *testing.T, url string, replies ...fake.Reply) budgetReplica {
+	// Every 100ms, as serve shares them.
+	return newBudgetReplicaWith(t, url, 20, 100*time.Millisecond, replies...)
+}
+
+func newBudgetReplicaWith(t *testing.T, url string, maxRetries int, every time.Duration, replies ...fake.Reply) budgetReplica {
 	t.Helper()
 	cfg := store.DefaultConfig()
 	cfg.Mode, cfg.NATS.URL = store.ModeNATS, url
@@ -34,24 +43,27 @@ func newBudgetReplica(t *testing.T, url string, replies ...fake.Reply) budgetRep
 	}
 	t.Cleanup(s.Close)
 	retry := policy.DefaultRetry()
-	retry.MaxRetries, retry.InitialBackoff, retry.MaxBackoff = 20, time.Millisecond, time.Millisecond
+	retry.MaxRetries, retry.InitialBackoff, retry.MaxBackoff = maxRetries, time.Millisecond, time.Millisecond
 	// A budget of 4 tokens that barely refills within the test.
 	retry.BudgetTokens, retry.BudgetRefill = 4, 0.01
-	rp := budgetReplica{provider: fake.NewProvider(replies...)}
+	rp := budgetReplica{provider: fake.NewProvider(replies...), store: s}
 	rp.runner, err = runtime.New([]*runtime.Model{{Alias: "m", Provider: rp.provider, ID: "m-1", Retry: retry}}, "m", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	// Every 100ms, as serve shares them.
-	go func() { done <- rp.runner.ShareBudgets(ctx, s, 100*time.Millisecond) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ShareBudgets: %v", err)
-		}
-	})
+	go func() { done <- rp.runner.ShareBudgets(ctx, s, every) }()
+	var once sync.Once
+	rp.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("ShareBudgets: %v", err)
+			}
+		})
+	}
+	t.Cleanup(rp.stop)
 	return rp
 }
 
@@ -189,5 +201,39 @@ func TestSwapBudget(t *testing.T) {
 		if err != nil || earned != want || !gotAt.Equal(at) {
 			t.Errorf("%s: stored %v at %v (%v), want %v", st.name, earned, gotAt, err, want)
 		}
+	}
+}
+
+// TestBudgetSpendsAddUp: two replicas that share their spending at the
+// same moment, each unaware of the other's, both count: the second one's
+// compare-and-swap fails, and it merges into the first's value rather than
+// writing over it.
+func TestBudgetSpendsAddUp(t *testing.T) {
+	url := natstest.Start(t)
+	overloaded := fake.Reply{Err: &llm.Error{Kind: llm.KindOverloaded, Message: "overloaded"}}
+	// Two retries a turn, of a budget of 4; no share before the end, when
+	// both share at once, from the same empty view.
+	a := newBudgetReplicaWith(t, url, 2, time.Hour, overloaded)
+	b := newBudgetReplicaWith(t, url, 2, time.Hour, overloaded)
+	for _, r := range []budgetReplica{a, b} {
+		if err := runTurn(r.runner); err == nil {
+			t.Fatal("a turn on a model that is down succeeded")
+		}
+	}
+	if a.provider.Calls() != 3 || b.provider.Calls() != 3 {
+		t.Fatalf("calls: a %d, b %d; want 3 each (two retries)", a.provider.Calls(), b.provider.Calls())
+	}
+	var wg sync.WaitGroup
+	for _, r := range []budgetReplica{a, b} {
+		wg.Go(r.stop)
+	}
+	wg.Wait()
+	earned, _, rev, err := a.store.LoadBudget(t.Context(), "m")
+	if err != nil || rev == 0 {
+		t.Fatalf("LoadBudget: revision %d, %v", rev, err)
+	}
+	// 4 failed retries, less the refill of a moment (0.01 a second).
+	if earned > -3.9 || earned < -4 {
+		t.Errorf("the shared budget holds %v, want -4: a replica's spending was written over", earned)
 	}
 }
