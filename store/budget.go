@@ -61,30 +61,15 @@ func (s *Store) SwapBudget(ctx context.Context, alias string, earned float64, at
 // WatchBudgets calls fn with every shared retry budget, then with each
 // change, this replica's included, until ctx is done or the store closes.
 func (s *Store) WatchBudgets(ctx context.Context, fn func(alias string, earned float64, at time.Time, revision uint64)) error {
-	w, err := s.budgets.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("store: watch budgets: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.closed:
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var b budget
-			alias, err := base64.RawURLEncoding.DecodeString(e.Key())
-			if err != nil || json.Unmarshal(e.Value(), &b) != nil {
-				continue
-			}
-			fn(string(alias), b.Earned, b.At, e.Revision())
+	return s.watchBucket(ctx, s.budgets, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return
 		}
-	}
+		var b budget
+		alias, err := base64.RawURLEncoding.DecodeString(e.Key())
+		if err != nil || json.Unmarshal(e.Value(), &b) != nil {
+			return
+		}
+		fn(string(alias), b.Earned, b.At, e.Revision())
+	})
 }

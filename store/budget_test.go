@@ -35,18 +35,13 @@ func newBudgetReplica(t *testing.T, url string, replies ...fake.Reply) budgetRep
 
 func newBudgetReplicaWith(t *testing.T, url string, maxRetries int, every time.Duration, replies ...fake.Reply) budgetReplica {
 	t.Helper()
-	cfg := store.DefaultConfig()
-	cfg.Mode, cfg.NATS.URL = store.ModeNATS, url
-	s, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s := openNATS(t, url)
 	retry := policy.DefaultRetry()
 	retry.MaxRetries, retry.InitialBackoff, retry.MaxBackoff = maxRetries, time.Millisecond, time.Millisecond
 	// A budget of 4 tokens that barely refills within the test.
 	retry.BudgetTokens, retry.BudgetRefill = 4, 0.01
 	rp := budgetReplica{provider: fake.NewProvider(replies...), store: s}
+	var err error
 	rp.runner, err = runtime.New([]*runtime.Model{{Alias: "m", Provider: rp.provider, ID: "m-1", Retry: retry}}, "m", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -157,17 +152,7 @@ func TestBudgetAcrossRunners(t *testing.T) {
 // holds its latest revision.
 func TestSwapBudget(t *testing.T) {
 	url := natstest.Start(t)
-	open := func() *store.Store {
-		cfg := store.DefaultConfig()
-		cfg.Mode, cfg.NATS.URL = store.ModeNATS, url
-		s, err := store.Open(context.Background(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
-	a, b := open(), open()
+	a, b := openNATS(t, url), openNATS(t, url)
 	ctx := t.Context()
 	at := time.Date(2026, 11, 23, 16, 0, 0, 0, time.UTC)
 	if _, _, rev, err := a.LoadBudget(ctx, "m"); err != nil || rev != 0 {

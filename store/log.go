@@ -250,14 +250,32 @@ func decodeFrame(h nats.Header, data []byte) (uint64, [][]byte, error) {
 
 // WatchExpired calls fn, on its own goroutine, with each run whose lease
 // expired without its owner giving it up, or that its owner released
-// ([Store.Release]), until ctx is done: the runs to take over. It includes the runs whose lease expired within the last
-// ten minutes before the call.
+// ([Store.Release]), until ctx is done: the runs to take over. It
+// includes the runs whose lease expired within the last ten minutes
+// before the call.
 func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
-	w, err := s.leases.WatchAll(ctx)
+	return s.watchBucket(ctx, s.leases, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePurge {
+			return
+		}
+		tok, n, found := strings.Cut(e.Key(), ".")
+		id, err := base64.RawURLEncoding.DecodeString(tok)
+		attempt, aerr := strconv.ParseUint(n, 10, 32)
+		if !found || err != nil || aerr != nil {
+			return
+		}
+		fn(string(id), uint32(attempt))
+	})
+}
+
+// watchBucket calls fn with the latest entry of each of kv's keys, then
+// with each new one, until ctx is done or the store closes.
+func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("store: watch leases: %w", err)
+		return fmt.Errorf("store: watch %s: %w", kv.Bucket(), err)
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -268,16 +286,9 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 			if !ok {
 				return nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePurge {
-				continue
+			if e != nil {
+				fn(e)
 			}
-			tok, n, found := strings.Cut(e.Key(), ".")
-			id, err := base64.RawURLEncoding.DecodeString(tok)
-			attempt, aerr := strconv.ParseUint(n, 10, 32)
-			if !found || err != nil || aerr != nil {
-				continue
-			}
-			fn(string(id), uint32(attempt))
 		}
 	}
 }

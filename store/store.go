@@ -298,45 +298,36 @@ func (s *Store) setUp(ctx context.Context) error {
 		s.stream = stream
 		break
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      LeaseBucket,
-		Description: "turnstile: which replica runs each turn",
-		TTL:         s.cfg.LeaseTTL,
-		// An expired lease leaves a marker that every replica's watcher
-		// sees, and that one starting later still finds for a while.
-		LimitMarkerTTL: markerTTL,
-		History:        1,
-		Storage:        storage,
-		Replicas:       replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
+	for _, b := range []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&s.leases, jetstream.KeyValueConfig{
+			Bucket:      LeaseBucket,
+			Description: "turnstile: which replica runs each turn",
+			TTL:         s.cfg.LeaseTTL,
+			// An expired lease leaves a marker that every replica's watcher
+			// sees, and that one starting later still finds for a while.
+			LimitMarkerTTL: markerTTL,
+		}},
+		{&s.cooldowns, jetstream.KeyValueConfig{
+			Bucket:      CooldownBucket,
+			Description: "turnstile: the models every replica skips for now",
+			// Per-key TTLs need markers on: a cooldown's key expires with it.
+			LimitMarkerTTL: time.Second,
+		}},
+		{&s.budgets, jetstream.KeyValueConfig{
+			Bucket:      BudgetBucket,
+			Description: "turnstile: the models' retry budgets, shared by every replica",
+		}},
+	} {
+		b.cfg.History, b.cfg.Storage, b.cfg.Replicas = 1, storage, replicas
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		if err != nil {
+			return fmt.Errorf("store: bucket %s: %w", b.cfg.Bucket, err)
+		}
+		*b.kv = kv
 	}
-	s.leases = kv
-	cd, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      CooldownBucket,
-		Description: "turnstile: the models every replica skips for now",
-		History:     1,
-		Storage:     storage,
-		Replicas:    replicas,
-		// Per-key TTLs need markers on: a cooldown's key expires with it.
-		LimitMarkerTTL: time.Second,
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", CooldownBucket, err)
-	}
-	s.cooldowns = cd
-	bb, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BudgetBucket,
-		Description: "turnstile: the models' retry budgets, shared by every replica",
-		History:     1,
-		Storage:     storage,
-		Replicas:    replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", BudgetBucket, err)
-	}
-	s.budgets = bb
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {
 		where = append(where, "dir", s.cfg.Dir, "sync", s.cfg.Sync)
