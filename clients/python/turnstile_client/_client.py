@@ -23,7 +23,8 @@ ATTEMPT_HEADER = "turnstile-attempt"
 #: The logger the client writes to unless given another: one record at INFO
 #: per re-attach ("turnstile: re-attaching to the turn ...") and one at
 #: WARNING per step retry ("turnstile: retrying turn step ..."), with the Go
-#: client's fields as attributes of the record (turn_id, attempt, ...).
+#: client's fields as attributes of the record (turn_id, attempt, ...; the
+#: step retry's message is error_message, as LogRecord has a message).
 LOGGER = logging.getLogger("turnstile_client")
 LOGGER.addHandler(logging.NullHandler())
 
