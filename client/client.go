@@ -125,8 +125,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
-// WithLogger sets the logger that receives one structured line per step
-// retry (default: discard).
+// WithLogger sets the logger that receives one structured line per
+// re-attach (info, "turnstile: re-attaching to the turn") and per step
+// retry (warn, "turnstile: retrying turn step") (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithMaxStepRetries sets how many times a failed step of a turn is run

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,18 +26,60 @@ import (
 const conformanceDir = "../clients/conformance"
 
 type conformance struct {
-	Client struct {
-		MaxStepRetries   int `json:"max_step_retries"`
-		BackoffInitialMS int `json:"backoff_initial_ms"`
-		BackoffMaxMS     int `json:"backoff_max_ms"`
-	} `json:"client"`
+	// Client holds the client options of every scenario.
+	Client    clientOptions `json:"client"`
 	Scenarios []struct {
-		Name     string         `json:"name"`
-		Prompt   string         `json:"prompt"`
-		CancelOn string         `json:"cancel_on"`
-		Expect   map[string]any `json:"expect"`
+		Name     string `json:"name"`
+		Prompt   string `json:"prompt"`
+		CancelOn string `json:"cancel_on"`
+		// Server names the server's configuration: "" is server.yaml,
+		// another name NAME.yaml.
+		Server string `json:"server"`
+		Cut    *struct {
+			On   string `json:"on"`
+			Then string `json:"then"`
+		} `json:"cut"`
+		// Client overrides the file's client options.
+		Client clientOptions  `json:"client"`
+		Expect map[string]any `json:"expect"`
 	} `json:"scenarios"`
 }
+
+// clientOptions are a runner's client options, in milliseconds.
+type clientOptions map[string]int
+
+// newConformanceClient returns a plaintext client for addr with opts,
+// logging to logger; the test's cleanup closes it.
+func newConformanceClient(t *testing.T, addr string, opts clientOptions, logger *slog.Logger) *client.Client {
+	t.Helper()
+	ms := func(k string) time.Duration { return time.Duration(opts[k]) * time.Millisecond }
+	c, err := client.New(addr, client.WithInsecure(), client.WithLogger(logger),
+		client.WithMaxStepRetries(opts["max_step_retries"]),
+		client.WithBackoff(client.Backoff{Initial: ms("backoff_initial_ms"), Max: ms("backoff_max_ms"), Multiplier: 2}),
+		client.WithMaxReattaches(opts["max_reattaches"]),
+		client.WithReattachBackoff(client.Backoff{Initial: ms("reattach_backoff_initial_ms"), Max: ms("reattach_backoff_max_ms"), Multiplier: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// reattachCounter is a slog.Handler that counts the client's re-attaches.
+type reattachCounter struct{ n atomic.Int32 }
+
+func (h *reattachCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *reattachCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "turnstile: re-attaching to the turn" {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+func (h *reattachCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *reattachCounter) WithGroup(string) slog.Handler { return h }
 
 // observation is what a runner saw of one scenario, in the scenario
 // file's vocabulary.
@@ -132,15 +177,22 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string) observatio
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	turn := c.RunTurn(ctx, userRequest(prompt))
-	obs := observation{"step_retries": []any{}, "tools_started": []any{}}
+	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true}
 	var kept keptText
 	var turnErr error
+	next := map[int]uint64{} // the seq each attempt's next event must have
 	for ev, err := range turn.Events() {
 		if err != nil {
 			turnErr = err
 			break
 		}
 		kept.event(ev)
+		if ev.Agent != nil {
+			if ev.Agent.GetSeq() != next[ev.Attempt]+1 {
+				obs["seq_gapless"] = false
+			}
+			next[ev.Attempt] = ev.Agent.GetSeq()
+		}
 		if sr := ev.StepRetry; sr != nil {
 			obs["step_retries"] = append(obs["step_retries"].([]any), map[string]any{
 				"attempt": float64(sr.Attempt), "code": client.CodeName(sr.Err.Code),
@@ -195,21 +247,28 @@ func TestConformance(t *testing.T) {
 	if err := json.Unmarshal(b, &conf); err != nil {
 		t.Fatal(err)
 	}
-	addr := livetest.Serve(t, "..", filepath.Join(conformanceDir, "server.yaml"))
-	c, err := client.New(addr, client.WithInsecure(),
-		client.WithMaxStepRetries(conf.Client.MaxStepRetries),
-		client.WithBackoff(client.Backoff{
-			Initial:    time.Duration(conf.Client.BackoffInitialMS) * time.Millisecond,
-			Max:        time.Duration(conf.Client.BackoffMaxMS) * time.Millisecond,
-			Multiplier: 2,
-		}))
-	if err != nil {
-		t.Fatal(err)
+	servers := map[string]string{}
+	for _, sc := range conf.Scenarios {
+		if _, ok := servers[sc.Server]; !ok {
+			config := "server.yaml"
+			if sc.Server != "" {
+				config = sc.Server + ".yaml"
+			}
+			servers[sc.Server] = livetest.Serve(t, "..", filepath.Join(conformanceDir, config))
+		}
 	}
-	defer c.Close()
 	for _, sc := range conf.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
+			opts := maps.Clone(conf.Client)
+			maps.Copy(opts, sc.Client)
+			addr := servers[sc.Server]
+			if sc.Cut != nil {
+				addr = newCutProxy(t, addr, sc.Cut.On, sc.Cut.Then == "refuse").addr()
+			}
+			var reattaches reattachCounter
+			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
 			obs := observe(t, c, sc.Prompt, sc.CancelOn)
+			obs["reattaches"] = float64(reattaches.n.Load())
 			for k, want := range sc.Expect {
 				if got := obs[k]; !reflect.DeepEqual(got, want) {
 					t.Errorf("%s = %#v, want %#v", k, got, want)

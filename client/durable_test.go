@@ -21,12 +21,17 @@ import (
 
 // proxy forwards TCP connections to a server, and can cut them all and
 // stop taking new ones, as a network partition or a dead load balancer
-// would.
+// would. With cutOn set it cuts them itself, once, the first time the
+// server sends an HTTP/2 DATA frame holding those bytes, before forwarding
+// that frame (and, with refuse, stops taking new connections).
 type proxy struct {
 	lis    net.Listener
 	target string
+	cutOn  []byte
+	refuse bool
 	mu     sync.Mutex
 	conns  []net.Conn
+	cut    bool
 	wg     sync.WaitGroup
 }
 
@@ -42,7 +47,72 @@ func newProxy(t *testing.T, target string) *proxy {
 	return p
 }
 
+// newCutProxy returns a proxy to target that cuts every connection the
+// first time the server sends a DATA frame holding on; with refuse it
+// then takes no new connection, else it forwards them as before.
+func newCutProxy(t *testing.T, target, on string, refuse bool) *proxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis, target: target, cutOn: []byte(on), refuse: refuse}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
 func (p *proxy) addr() string { return p.lis.Addr().String() }
+
+// forwardFrames copies the server's HTTP/2 frames from up to c, whole, and
+// cuts every connection instead of forwarding the first DATA frame that
+// holds p.cutOn. A server's side of an HTTP/2 connection is frames from its
+// first byte: a 9-byte header (24-bit length, type, flags, stream id), then
+// the payload.
+func (p *proxy) forwardFrames(c, up net.Conn) {
+	var buf []byte
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(chunk)
+		if err != nil {
+			return
+		}
+		buf = append(buf, chunk[:n]...)
+		for len(buf) >= 9 {
+			size := 9 + (int(buf[0])<<16 | int(buf[1])<<8 | int(buf[2]))
+			if len(buf) < size {
+				break
+			}
+			frame := buf[:size]
+			if frame[3] == 0 && p.cutFrame(frame[9:]) {
+				return
+			}
+			if _, err := c.Write(frame); err != nil {
+				return
+			}
+			buf = buf[size:]
+		}
+	}
+}
+
+// cutFrame cuts every connection when payload is the first to hold
+// p.cutOn, and reports whether it did.
+func (p *proxy) cutFrame(payload []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut || !bytes.Contains(payload, p.cutOn) {
+		return false
+	}
+	p.cut = true
+	if p.refuse {
+		p.lis.Close()
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	return true
+}
 
 func (p *proxy) accept() {
 	defer p.wg.Done()
@@ -61,7 +131,15 @@ func (p *proxy) accept() {
 		p.mu.Unlock()
 		p.wg.Add(2)
 		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
+		go func() {
+			defer p.wg.Done()
+			if p.cutOn != nil {
+				p.forwardFrames(c, up)
+			} else {
+				_, _ = io.Copy(c, up)
+			}
+			c.Close()
+		}()
 	}
 }
 

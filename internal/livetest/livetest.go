@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,18 +20,14 @@ import (
 // Serve runs `turnstile serve --config config` and returns the address it
 // listens on, read from its "serving" log line (the configuration must log
 // JSON; listen 127.0.0.1:0 picks a free port). TURNSTILE_BIN names a built
-// binary; without it Serve builds one from root, the repository's root.
+// binary; without it Serve builds one from root, the repository's root,
+// once per test.
 // The test's cleanup stops the server.
 func Serve(tb testing.TB, root, config string) string {
 	tb.Helper()
 	bin := os.Getenv("TURNSTILE_BIN")
 	if bin == "" {
-		bin = filepath.Join(tb.TempDir(), "turnstile")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/turnstile")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			tb.Fatalf("go build ./cmd/turnstile: %v\n%s", err, out)
-		}
+		bin = binary(tb, root)
 	}
 	cmd := exec.Command(bin, "serve", "--config", config)
 	stderr, err := cmd.StderrPipe()
@@ -75,4 +72,25 @@ func Serve(tb testing.TB, root, config string) string {
 		tb.Fatal("turnstile serve did not log its address within 30s")
 	}
 	return ""
+}
+
+// built holds the binary each test built, so that a test starting several
+// servers builds it once.
+var built sync.Map // testing.TB -> string
+
+// binary builds the turnstile binary from root once for tb and returns its
+// path.
+func binary(tb testing.TB, root string) string {
+	if b, ok := built.Load(tb); ok {
+		return b.(string)
+	}
+	bin := filepath.Join(tb.TempDir(), "turnstile")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/turnstile")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build ./cmd/turnstile: %v\n%s", err, out)
+	}
+	built.Store(tb, bin)
+	tb.Cleanup(func() { built.Delete(tb) })
+	return bin
 }

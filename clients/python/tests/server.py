@@ -7,6 +7,7 @@ import os
 import pathlib
 import queue
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -14,6 +15,18 @@ import unittest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 CONFORMANCE = REPO / "clients" / "conformance"
+
+
+_build: "tempfile.TemporaryDirectory[str] | None" = None
+
+
+def _built() -> str:
+    """Builds the turnstile binary once for every server of this process."""
+    global _build
+    if _build is None:
+        _build = tempfile.TemporaryDirectory(prefix="turnstile-py-")
+        subprocess.run(["go", "build", "-o", os.path.join(_build.name, "turnstile"), "./cmd/turnstile"], cwd=REPO, check=True)
+    return os.path.join(_build.name, "turnstile")
 
 
 class Server:
@@ -25,11 +38,7 @@ class Server:
     """
 
     def __init__(self, config: pathlib.Path = CONFORMANCE / "server.yaml") -> None:
-        binary = os.environ.get("TURNSTILE_BIN")
-        if not binary:
-            self._tmp = tempfile.TemporaryDirectory(prefix="turnstile-py-")
-            binary = os.path.join(self._tmp.name, "turnstile")
-            subprocess.run(["go", "build", "-o", binary, "./cmd/turnstile"], cwd=REPO, check=True)
+        binary = os.environ.get("TURNSTILE_BIN") or _built()
         self._proc = subprocess.Popen(
             [binary, "serve", "--config", str(config)],
             stdin=subprocess.DEVNULL,
@@ -72,6 +81,107 @@ class Server:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+
+
+class CutProxy:
+    """A TCP proxy on a free loopback port in front of target (host:port) that cuts its connections once.
+
+    It forwards bytes both ways and cuts every connection, once, the first
+    time the server sends an HTTP/2 DATA frame holding the bytes of on,
+    instead of forwarding that frame; with refuse it then takes no new
+    connection, else it forwards them as before. A server's side of an
+    HTTP/2 connection is frames from its first byte: a 9-byte header (24-bit
+    length, type, flags, stream id), then the payload.
+    """
+
+    def __init__(self, target: str, on: str, refuse: bool = False) -> None:
+        host, _, port = target.rpartition(":")
+        self._target = (host, int(port))
+        self._marker = on.encode()
+        self._refuse = refuse
+        self._lock = threading.Lock()
+        self._socks: list = []
+        self._cut = False
+        self._lis = socket.create_server(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self._lis.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self._lis.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self._target)
+            except OSError:
+                c.close()
+                continue
+            with self._lock:
+                self._socks += [c, up]
+            threading.Thread(target=self._upstream, args=(c, up), daemon=True).start()
+            threading.Thread(target=self._downstream, args=(up, c), daemon=True).start()
+
+    @staticmethod
+    def _upstream(c: socket.socket, up: socket.socket) -> None:
+        try:
+            while data := c.recv(65536):
+                up.sendall(data)
+        except OSError:
+            pass
+        up.close()
+
+    def _downstream(self, up: socket.socket, c: socket.socket) -> None:
+        buf = b""
+        try:
+            while data := up.recv(65536):
+                buf += data
+                while len(buf) >= 9:
+                    size = 9 + int.from_bytes(buf[:3], "big")
+                    if len(buf) < size:
+                        break
+                    frame, buf = buf[:size], buf[size:]
+                    if frame[3] == 0 and self._cut_on(frame[9:]):
+                        return
+                    c.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def _cut_on(self, payload: bytes) -> bool:
+        """Cuts every connection when payload is the first to hold the marker; reports whether it did."""
+        with self._lock:
+            if self._cut or self._marker not in payload:
+                return False
+            self._cut = True
+            if self._refuse:
+                self._stop_listening()
+            self._close_all()
+            return True
+
+    def _close_all(self) -> None:
+        for s in self._socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self._socks = []
+
+    def _stop_listening(self) -> None:
+        # A blocked accept() keeps a closed listener open; shutdown ends it.
+        try:
+            self._lis.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._lis.close()
+
+    def close(self) -> None:
+        """Closes the proxy and every connection through it."""
+        self._stop_listening()
+        with self._lock:
+            self._close_all()
 
 
 class ServerTestCase(unittest.TestCase):

@@ -11,10 +11,29 @@ import turnstile_client as ts
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from turnstile.v1 import conversation_pb2, errors_pb2
-from turnstile_client._errors import from_status
+from turnstile_client._errors import from_status, never_connected
 
 from .server import CONFORMANCE, Server, ServerTestCase
 from .test_conformance import user_request
+
+
+class OptionsTest(unittest.TestCase):
+    def test_bad_options_are_refused(self) -> None:
+        for kwargs in [
+            {"max_step_retries": -1},
+            {"max_reattaches": -1},
+            {"backoff": ts.Backoff(jitter=2)},
+            {"reattach_backoff": ts.Backoff(initial=-1)},
+        ]:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}), self.assertRaises(ValueError):
+                ts.Client("127.0.0.1:1", **kwargs)
+
+    def test_defaults_are_the_go_clients(self) -> None:
+        with ts.Client("127.0.0.1:1") as c:
+            self.assertEqual(c.max_step_retries, 1)
+            self.assertEqual(c.max_reattaches, 10)
+            self.assertEqual(c.reattach_backoff, ts.Backoff(initial=0.05, maximum=1.0, multiplier=2, jitter=0.2))
+            self.assertIs(c.logger, ts.LOGGER)
 
 
 class BackoffTest(unittest.TestCase):
@@ -85,6 +104,22 @@ def info(reason: str) -> error_details_pb2.ErrorInfo:
 
 def retry_in(seconds: int) -> error_details_pb2.RetryInfo:
     return error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds))
+
+
+class NeverConnectedTest(unittest.TestCase):
+    def test_only_a_call_that_found_no_connection(self) -> None:
+        for code, message, want in [
+            (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Connection refused", True),
+            (grpc.StatusCode.UNAVAILABLE, "DNS resolution failed for nowhere.invalid:1: Domain name not found", True),
+            (grpc.StatusCode.UNAVAILABLE, "Socket closed", False),
+            (grpc.StatusCode.UNAVAILABLE, "recvmsg:Connection reset by peer", False),
+            (grpc.StatusCode.DEADLINE_EXCEEDED, "failed to connect to all addresses", False),
+        ]:
+            with self.subTest(message=message):
+                self.assertEqual(never_connected(FakeCall(code, message)), want)
+
+    def test_a_status_from_the_server_is_not_the_transports(self) -> None:
+        self.assertFalse(never_connected(FakeCall(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses", info("UNAVAILABLE"))))
 
 
 class FromStatusTest(unittest.TestCase):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import unittest
 
 import turnstile_client as ts
 from turnstile.v1 import agent_pb2, conversation_pb2
 
-from .server import CONFORMANCE, ServerTestCase
+from .server import CONFORMANCE, CutProxy, Server
+
+REATTACHING = "turnstile: re-attaching to the turn"
 
 
 def user_request(text: str) -> agent_pb2.RunTurnRequest:
@@ -60,14 +63,45 @@ class KeptText:
         return "".join(d[2] for d in self.deltas)
 
 
+class ReattachCounter(logging.Handler):
+    """Counts the client's re-attaches from its log records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(REATTACHING):
+            self.count += 1
+
+
+def new_client(addr: str, opts: dict, logger: logging.Logger) -> ts.Client:
+    """A client for addr with a scenario's options (delays in ms, no jitter)."""
+    return ts.Client(
+        addr,
+        max_step_retries=opts["max_step_retries"],
+        backoff=ts.Backoff(initial=opts["backoff_initial_ms"] / 1000, maximum=opts["backoff_max_ms"] / 1000, jitter=0),
+        max_reattaches=opts["max_reattaches"],
+        reattach_backoff=ts.Backoff(
+            initial=opts["reattach_backoff_initial_ms"] / 1000, maximum=opts["reattach_backoff_max_ms"] / 1000, jitter=0
+        ),
+        logger=logger,
+    )
+
+
 def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
     turn = client.run_turn(user_request(prompt), timeout=30)
-    obs: dict = {"step_retries": [], "tools_started": []}
+    obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True}
     kept = KeptText()
+    next_seq: dict = {}  # the seq each attempt's next event must have
     failure = None
     try:
         for ev in turn.events():
             kept.event(ev)
+            if ev.agent is not None:
+                if ev.agent.seq != next_seq.get(ev.attempt, 0) + 1:
+                    obs["seq_gapless"] = False
+                next_seq[ev.attempt] = ev.agent.seq
             if ev.step_retry is not None:
                 sr = ev.step_retry
                 obs["step_retries"].append(
@@ -109,37 +143,62 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
     return obs
 
 
-class ConformanceTest(ServerTestCase):
+SCENARIOS = json.loads((CONFORMANCE / "scenarios.json").read_text())
+
+
+class ConformanceTest(unittest.TestCase):
+    """The scenarios, each a test, on the servers they name, started for the class."""
+
+    servers: dict
+
     @classmethod
     def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.conf = json.loads((CONFORMANCE / "scenarios.json").read_text())
-        cc = cls.conf["client"]
-        cls.client = ts.Client(
-            cls.server.addr,
-            max_step_retries=cc["max_step_retries"],
-            backoff=ts.Backoff(initial=cc["backoff_initial_ms"] / 1000, maximum=cc["backoff_max_ms"] / 1000, jitter=0),
-        )
+        cls.servers = {}
+        try:
+            for sc in SCENARIOS["scenarios"]:
+                name = sc.get("server", "")
+                if name not in cls.servers:
+                    cls.servers[name] = Server(CONFORMANCE / f"{name or 'server'}.yaml")
+        except BaseException:
+            cls.tearDownClass()
+            raise
 
     @classmethod
     def tearDownClass(cls) -> None:
-        cls.client.close()
-        super().tearDownClass()
+        for server in cls.servers.values():
+            server.stop()
 
+    def run_scenario(self, sc: dict) -> None:
+        addr = self.servers[sc.get("server", "")].addr
+        cut = sc.get("cut")
+        if cut is not None:
+            proxy = CutProxy(addr, cut["on"], refuse=cut.get("then") == "refuse")
+            self.addCleanup(proxy.close)
+            addr = proxy.addr
+        logger = logging.getLogger(f"turnstile_client.conformance.{id(sc)}")
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        counter = ReattachCounter()
+        logger.addHandler(counter)
+        self.addCleanup(logger.removeHandler, counter)
+        client = new_client(addr, {**SCENARIOS["client"], **sc.get("client", {})}, logger)
+        self.addCleanup(client.close)
+        obs = observe(client, sc["prompt"], sc.get("cancel_on"))
+        obs["reattaches"] = counter.count
+        for key, want in sc["expect"].items():
+            self.assertEqual(obs.get(key), want, f"{sc['name']}: {key}")
 
 
 def _scenario_test(sc: dict):
     def test(self: ConformanceTest) -> None:
-        obs = observe(self.client, sc["prompt"], sc.get("cancel_on"))
-        for key, want in sc["expect"].items():
-            self.assertEqual(obs.get(key), want, f"{sc['name']}: {key}")
+        self.run_scenario(sc)
 
     test.__doc__ = sc["name"]
     return test
 
 
 # One test per scenario of the shared file.
-for _sc in json.loads((CONFORMANCE / "scenarios.json").read_text())["scenarios"]:
+for _sc in SCENARIOS["scenarios"]:
     setattr(ConformanceTest, "test_" + re.sub(r"\W+", "_", _sc["name"]), _scenario_test(_sc))
 
 

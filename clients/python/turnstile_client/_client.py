@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import secrets
 import threading
@@ -12,11 +13,20 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import grpc
 from turnstile.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2, errors_pb2
 
-from ._errors import Failure, TurnError, code_name, from_error_event, from_status
+from ._errors import Failure, TurnError, code_name, from_error_event, from_status, never_connected
 
 #: The request metadata key in which the client numbers its attempts at one
-#: turn id, from 1, so the server's logs tie them together.
+#: turn id, from 1, for servers that predate RunTurnRequest.attempt (the
+#: client sends both).
 ATTEMPT_HEADER = "turnstile-attempt"
+
+#: The logger the client writes to unless given another: one record at INFO
+#: per re-attach ("turnstile: re-attaching to the turn ...") and one at
+#: WARNING per step retry ("turnstile: retrying turn step ..."), with the Go
+#: client's fields as attributes of the record (turn_id, attempt, ...; the
+#: step retry's message is error_message, as LogRecord has a message).
+LOGGER = logging.getLogger("turnstile_client")
+LOGGER.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,12 @@ class Backoff:
             d = min(d, self.maximum)
         d *= 1 + self.jitter * (2 * u - 1)
         return max(d, 0.0)
+
+
+#: The default delays before re-attaching to a broken stream: 50 ms doubling up
+#: to 1 s, spread by ±20%; ten re-attaches span about 6 s, longer than a
+#: replica takes to take a turn over.
+REATTACH_BACKOFF = Backoff(initial=0.05, maximum=1.0, multiplier=2.0, jitter=0.2)
 
 
 @dataclass
@@ -137,12 +153,18 @@ class Client:
         max_step_retries: int = 1,
         backoff: Backoff = Backoff(),
         max_retry_delay: float = 60.0,
+        max_reattaches: int = 10,
+        reattach_backoff: Backoff = REATTACH_BACKOFF,
         metadata: Sequence[Tuple[str, str]] = (),
+        logger: Optional[logging.Logger] = None,
     ) -> None:
         if max_step_retries < 0:
             raise ValueError("turnstile: max_step_retries must not be negative")
-        if backoff.initial < 0 or backoff.maximum < 0 or not 0 <= backoff.jitter <= 1:
-            raise ValueError("turnstile: invalid backoff")
+        if max_reattaches < 0:
+            raise ValueError("turnstile: max_reattaches must not be negative")
+        for b in (backoff, reattach_backoff):
+            if b.initial < 0 or b.maximum < 0 or not 0 <= b.jitter <= 1:
+                raise ValueError("turnstile: invalid backoff")
         if channel is None:
             if not target:
                 raise ValueError("turnstile: empty target")
@@ -160,6 +182,9 @@ class Client:
         self.max_step_retries = max_step_retries
         self.backoff = backoff
         self.max_retry_delay = max_retry_delay
+        self.max_reattaches = max_reattaches
+        self.reattach_backoff = reattach_backoff
+        self.logger = logger if logger is not None else LOGGER
         self._metadata = tuple(metadata)
         #: The jitter draw; replaceable in tests.
         self.random: Callable[[], float] = random.random
@@ -179,18 +204,30 @@ class Client:
         """Prepares one turn of request; it runs as the caller iterates over Turn.events().
 
         When request has no turn_id the client makes one, so every attempt
-        shares it. An attempt that ends with an error event whose retryable is
-        true, or whose stream breaks without a terminal event with UNAVAILABLE
-        (a replica went away, a connection was reset), is followed by a
-        StepRetry event and a new attempt, up to max_step_retries, after the
-        server's retry delay or else the client's jittered backoff. The new
-        attempt resumes the turn: its request carries the request's messages
-        plus the messages the failed attempts committed (message_completed
-        events), and the request metadata turnstile-attempt numbers it. An
-        error whose retryable is false or unset is raised at once; so is a
-        transport break while server-side tools were running, as they may have
-        had effects. timeout (seconds) bounds the whole turn, retries
-        included. request is not modified.
+        shares it. Each attempt is a run of its own on the server, named by the
+        turn id and its number (RunTurnRequest.attempt, and the
+        turnstile-attempt metadata for older servers).
+
+        A stream that breaks before the attempt's last event (a connection
+        reset, a replica that went away) is first resumed, not retried: the
+        client re-attaches to the same run with WatchTurn from the seq of the
+        last event it received, up to max_reattaches times in a row, and the
+        iteration goes on with the next event; nothing is run again and no
+        event is repeated. This needs a server with a turn store; a server
+        without one (WatchTurn answers FAILED_PRECONDITION), or one that never
+        stored the run (NOT_FOUND), makes the break stand. A call that never
+        reached the server (it could not connect) is not re-attached.
+
+        An attempt that ends with an error event whose retryable is true, or
+        whose break stands with UNAVAILABLE, is followed by a StepRetry event
+        and a new attempt, up to max_step_retries, after the server's retry
+        delay or else the client's jittered backoff. The new attempt resumes
+        the turn: its request carries the request's messages plus the messages
+        the failed attempts committed (message_completed events). An error
+        whose retryable is false or unset is raised at once; so is a break that
+        stands while server-side tools were running, as they may have had
+        effects. timeout (seconds) bounds the whole turn, retries and
+        re-attaches included. request is not modified.
         """
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(request)
@@ -327,6 +364,19 @@ class Turn:
                 raise fail.err
             if self._deadline is not None and self._deadline - time.monotonic() <= delay:
                 raise fail.err
+            fields = {
+                "turn_id": self.id,
+                "attempt": n + 1,
+                "code": code_name(fail.err.code),
+                "delay": delay,
+                "transport": fail.transport,
+                "messages_carried": len(carried),
+                "error_message": fail.err.message,
+            }
+            c.logger.warning(
+                "turnstile: retrying turn step: turn %s, attempt %d in %.3fs after %s: %s",
+                self.id, n + 1, delay, fields["code"], fail.err.message, extra=fields,
+            )
             yield Event(
                 attempt=n,
                 step_retry=StepRetry(
@@ -341,50 +391,152 @@ class Turn:
             if self._cancelled.wait(delay):
                 raise self._stopped(n, carried)
 
-    def _attempt(self, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
-        """Makes attempt number n, re-sending carried after the request's messages."""
-        req = self._req
-        if carried:
-            req = agent_pb2.RunTurnRequest()
-            req.CopyFrom(self._req)
-            req.messages.extend(carried)
+    def _start(self, rpc: Callable[..., grpc.Call], request: object, n: int) -> grpc.Call:
+        """Starts a streaming call that turn.cancel() cancels."""
         timeout = None if self._deadline is None else max(self._deadline - time.monotonic(), 0)
-        metadata = self._c._metadata + ((ATTEMPT_HEADER, str(n)),)
-        call = self._c._stub.RunTurn(req, timeout=timeout, metadata=metadata)
+        # The header is for servers that predate the attempt field.
+        call = rpc(request, timeout=timeout, metadata=self._c._metadata + ((ATTEMPT_HEADER, str(n)),))
         with self._lock:
             self._call = call
         if self._cancelled.is_set():
             call.cancel()
+        return call
+
+    def _attempt(self, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
+        """Makes attempt number n, re-sending carried after the request's messages.
+
+        When the stream breaks before the attempt's last event, it re-attaches
+        to the same run with WatchTurn from the last seq received, so the run
+        goes on without loss or duplicates; only when that is impossible (the
+        server keeps no turn log, or never stored the run) or keeps failing
+        does the attempt end with the break.
+        """
+        c = self._c
+        req = agent_pb2.RunTurnRequest()
+        req.CopyFrom(self._req)
+        req.attempt = n
+        req.messages.extend(carried)
         err_event: Optional[errors_pb2.Error] = None
+        last_seq = 0
+        broken: object = None  # the break that the current re-attach follows
+        reattaches = 0  # re-attaches since the last event received
+        watchable = True
+        call = self._start(c._stub.RunTurn, req, n)
         try:
-            for resp in call:
-                if not resp.HasField("event"):
-                    continue
-                ev = resp.event
-                err_event = _observe(ev, out) or err_event
-                yield Event(attempt=n, agent=ev)
-        except grpc.RpcError as e:
-            if out.completed is not None:
+            while True:
+                err: object = _END
+                try:
+                    for resp in call:
+                        ev = resp.event
+                        if not resp.HasField("event") or (last_seq > 0 and ev.seq <= last_seq):
+                            continue
+                        last_seq, broken, reattaches = ev.seq, None, 0
+                        err_event = _observe(ev, out) or err_event
+                        yield Event(attempt=n, agent=ev)
+                except grpc.RpcError as e:
+                    err = e
+                    if broken is None and last_seq == 0 and never_connected(e):
+                        # The RunTurn never reached the server (as the Go
+                        # client's RunTurn that fails before its stream).
+                        out.fail = from_status(e)
+                        return
+                if broken is not None and _no_run(err):
+                    # The server keeps no log, or never stored the run: the break stands.
+                    watchable, err = False, broken
+                if (
+                    out.completed is None
+                    and err_event is None
+                    and watchable
+                    and not self._cancelled.is_set()
+                    and not self._expired()
+                    and reattaches < c.max_reattaches
+                    and _worth_watching(err)
+                ):
+                    if broken is None:
+                        broken = err
+                    reattaches += 1
+                    delay = c.reattach_backoff.delay(reattaches, c.random())
+                    cause = "the stream ended without a terminal event" if err is _END else err.details()  # type: ignore[union-attr]
+                    c.logger.info(
+                        "turnstile: re-attaching to the turn %s: attempt %d after seq %d, re-attach %d in %.3fs (%s)",
+                        self.id, n, last_seq, reattaches, delay, cause,
+                        extra={
+                            "turn_id": self.id, "attempt": n, "after_seq": last_seq,
+                            "reattach": reattaches, "delay": delay, "cause": cause,
+                        },
+                    )
+                    if self._deadline is not None:
+                        delay = max(min(delay, self._deadline - time.monotonic()), 0)
+                    if not self._cancelled.wait(delay) and not self._expired():
+                        watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
+                        call.cancel()
+                        call = self._start(c._stub.WatchTurn, watch, n)
+                        continue
+                    err = broken
+                if (
+                    broken is not None
+                    and err is not _END
+                    and isinstance(err, grpc.Call)
+                    and err.code() == grpc.StatusCode.UNAVAILABLE
+                    and out.completed is None
+                    and err_event is None
+                ):
+                    # Re-attaching kept failing: report the first break.
+                    err = broken
+                if out.completed is not None:
+                    return
+                if err_event is not None:
+                    out.fail = from_error_event(err_event)
+                    if isinstance(err, grpc.RpcError):
+                        st = from_status(err)
+                        out.fail.err.status_code, out.fail.err.status = st.err.status_code, st.err.status
+                        out.fail.err.__cause__ = err
+                elif err is _END:
+                    te = TurnError(errors_pb2.ERROR_CODE_UNAVAILABLE, "the stream ended without a terminal event")
+                    te.retryable = True
+                    out.fail = Failure(err=te, retry=True, transport=True)
+                else:
+                    assert isinstance(err, grpc.RpcError)
+                    out.fail = from_status(err)
+                    if broken is not None:
+                        # The run was not finished when its stream broke.
+                        out.fail.transport = True
                 return
-            if err_event is not None:
-                out.fail = from_error_event(err_event)
-                st = from_status(e)
-                out.fail.err.status_code, out.fail.err.status = st.err.status_code, st.err.status
-                out.fail.err.__cause__ = e
-            else:
-                out.fail = from_status(e)
-            return
         finally:
             with self._lock:
                 self._call = None
             call.cancel()
-        if out.completed is None:
-            if err_event is not None:
-                out.fail = from_error_event(err_event)
-            else:
-                te = TurnError(errors_pb2.ERROR_CODE_UNAVAILABLE, "the stream ended without a terminal event")
-                te.retryable = True
-                out.fail = Failure(err=te, retry=True, transport=True)
+
+
+#: _END marks a stream that ended without an error status.
+_END = object()
+
+
+def _worth_watching(err: object) -> bool:
+    """Reports whether a stream that ended with err before its last event may be resumed by watching the run.
+
+    The transport broke (UNAVAILABLE, or an end without a status), or the
+    server said the log or the run's replica is unavailable for now.
+    """
+    if err is _END:
+        return True
+    if not isinstance(err, grpc.RpcError):
+        return False
+    f = from_status(err)
+    return f.transport or (f.retry and f.err.code == errors_pb2.ERROR_CODE_UNAVAILABLE)
+
+
+def _no_run(err: object) -> bool:
+    """Reports whether a WatchTurn failed because there is no run to watch.
+
+    The server keeps no log (FAILED_PRECONDITION), predates WatchTurn
+    (UNIMPLEMENTED), or never stored the run (NOT_FOUND).
+    """
+    return isinstance(err, grpc.Call) and err.code() in (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.NOT_FOUND,
+    )
 
 
 def _observe(ev: agent_pb2.AgentEvent, out: _Outcome) -> Optional[errors_pb2.Error]:
@@ -464,4 +616,16 @@ def _add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounter
     dst.hedges += c.hedges
 
 
-__all__ = ["ATTEMPT_HEADER", "Backoff", "Client", "Event", "Result", "StepRetry", "Turn", "standing", "code_name"]
+__all__ = [
+    "ATTEMPT_HEADER",
+    "LOGGER",
+    "REATTACH_BACKOFF",
+    "Backoff",
+    "Client",
+    "Event",
+    "Result",
+    "StepRetry",
+    "Turn",
+    "standing",
+    "code_name",
+]

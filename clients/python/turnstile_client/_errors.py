@@ -145,6 +145,23 @@ def from_status(e: grpc.RpcError) -> Failure:
     return Failure(err=err, retry=err.retryable)
 
 
+# The starts of grpc-core's messages for a call that found no connection to
+# send it on: it never reached the server.
+_NOT_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed")
+
+
+def never_connected(e: grpc.RpcError) -> bool:
+    """Reports whether a call failed because the channel could not connect, so it never reached the server.
+
+    grpc-core tells it only in the status message, UNAVAILABLE with no
+    details from a server; a stream that broke after it was sent says
+    "Socket closed", "Connection reset by peer" or the like instead.
+    """
+    if not isinstance(e, grpc.Call) or e.code() != grpc.StatusCode.UNAVAILABLE or status_details(e) is not None:
+        return False
+    return (e.details() or "").startswith(_NOT_CONNECTED)
+
+
 def code_from_reason(reason: str) -> int:
     """Maps an ErrorInfo reason to its error code."""
     try:

@@ -1,11 +1,13 @@
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
-import { createClient, type Client as RpcClient, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client as RpcClient, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { randomBytes } from "node:crypto";
 
 import {
   AgentService,
   type AgentEvent,
+  type WatchTurnRequest,
+  WatchTurnRequestSchema,
   type EndReason,
   type RunTurnRequest,
   RunTurnRequestSchema,
@@ -15,11 +17,12 @@ import {
 } from "./gen/turnstile/v1/agent_pb.js";
 import { type Message, Role, type Usage, UsageSchema } from "./gen/turnstile/v1/conversation_pb.js";
 import { ErrorCode, type Error as ErrorEvent } from "./gen/turnstile/v1/errors_pb.js";
-import { type Failure, TurnError, fromErrorEvent, fromStatus } from "./errors.js";
+import { type Failure, TurnError, codeName, fromErrorEvent, fromStatus, transportBreak } from "./errors.js";
 
 /**
  * The request metadata key in which the client numbers its attempts at one
- * turn id, from 1, so the server's logs tie them together.
+ * turn id, from 1, for servers that predate RunTurnRequest.attempt (the
+ * client sends both).
  */
 export const ATTEMPT_HEADER = "turnstile-attempt";
 
@@ -51,10 +54,41 @@ export function backoffDelay(b: Backoff, n: number, u: number): number {
   return Math.max(d, 0);
 }
 
+/**
+ * The default delays before re-attaching to a broken stream: 50 ms doubling
+ * up to 1 s, spread by ±20%; ten re-attaches span about 6 s, longer than a
+ * replica takes to take a turn over.
+ */
+export const DEFAULT_REATTACH_BACKOFF: Readonly<Backoff> = { initialMs: 50, maxMs: 1000, multiplier: 2, jitter: 0.2 };
+
+/**
+ * Logger receives the client's structured log lines: one at info per
+ * re-attach ("turnstile: re-attaching to the turn") and one at warn per step
+ * retry ("turnstile: retrying turn step"), with the same fields as the Go
+ * client's. Node's console is one.
+ */
+export interface Logger {
+  info(message: string, fields: Record<string, unknown>): void;
+  warn(message: string, fields: Record<string, unknown>): void;
+}
+
+const discardLogger: Logger = { info() {}, warn() {} };
+
 /** Options configure a Client. */
 export interface ClientOptions {
   /** How many times a failed step of a turn is run again (default 1; 0 disables step retries). */
   maxStepRetries?: number;
+  /**
+   * How many times in a row the client re-attaches to a run whose stream
+   * broke, with WatchTurn from the last seq received, before it gives the
+   * attempt up (default 10; 0 never re-attaches). The count starts again
+   * with every event received.
+   */
+  maxReattaches?: number;
+  /** The delays before re-attaching to a broken stream (default DEFAULT_REATTACH_BACKOFF). */
+  reattachBackoff?: Backoff;
+  /** Receives one line per re-attach and per step retry (default: none). */
+  logger?: Logger;
   /** The delays between step retries when the server gives none (default DEFAULT_BACKOFF). */
   backoff?: Backoff;
   /**
@@ -153,6 +187,10 @@ export class Client {
   readonly maxStepRetries: number;
   readonly backoff: Backoff;
   readonly maxRetryDelayMs: number;
+  readonly maxReattaches: number;
+  readonly reattachBackoff: Backoff;
+  /** @internal */
+  readonly logger: Logger;
   private readonly headers: Record<string, string>;
   /** The jitter draw; replaceable in tests. */
   random: () => number = Math.random;
@@ -161,13 +199,20 @@ export class Client {
     this.maxStepRetries = options.maxStepRetries ?? 1;
     this.backoff = options.backoff ?? { ...DEFAULT_BACKOFF };
     this.maxRetryDelayMs = options.maxRetryDelayMs ?? 60_000;
+    this.maxReattaches = options.maxReattaches ?? 10;
+    this.reattachBackoff = options.reattachBackoff ?? { ...DEFAULT_REATTACH_BACKOFF };
+    this.logger = options.logger ?? discardLogger;
     this.headers = { ...options.headers };
     if (!Number.isInteger(this.maxStepRetries) || this.maxStepRetries < 0) {
       throw new RangeError("turnstile: maxStepRetries must be a non-negative integer");
     }
-    const b = this.backoff;
-    if (b.initialMs < 0 || b.maxMs < 0 || b.jitter < 0 || b.jitter > 1) {
-      throw new RangeError("turnstile: invalid backoff");
+    if (!Number.isInteger(this.maxReattaches) || this.maxReattaches < 0) {
+      throw new RangeError("turnstile: maxReattaches must be a non-negative integer");
+    }
+    for (const b of [this.backoff, this.reattachBackoff]) {
+      if (b.initialMs < 0 || b.maxMs < 0 || b.jitter < 0 || b.jitter > 1) {
+        throw new RangeError("turnstile: invalid backoff");
+      }
     }
     let transport = options.transport;
     if (!transport) {
@@ -184,16 +229,28 @@ export class Client {
    * Turn.events() (or awaits Turn.wait()).
    *
    * When req has no turnId the client makes one, so every attempt shares it.
+   * Each attempt is a run of its own on the server, named by the turn id and
+   * its number (RunTurnRequest.attempt, and the turnstile-attempt metadata
+   * for older servers).
+   *
+   * A stream that breaks before the attempt's last event (a connection
+   * reset, a replica that went away) is first resumed, not retried: the
+   * client re-attaches to the same run with WatchTurn from the seq of the
+   * last event it received, up to maxReattaches times in a row, and the
+   * iteration goes on with the next event; nothing is run again and no event
+   * is repeated. This needs a server with a turn store; a server without one
+   * (WatchTurn answers FAILED_PRECONDITION), or one that never stored the run
+   * (NOT_FOUND), makes the break stand. A call that never reached the server
+   * (it could not connect) is not re-attached.
+   *
    * An attempt that ends with an error event whose retryable is true, or
-   * whose stream breaks without a terminal event with UNAVAILABLE (a replica
-   * went away, a connection was reset), is followed by a stepRetry event
+   * whose break stands with UNAVAILABLE, is followed by a stepRetry event
    * and a new attempt, up to maxStepRetries, after the server's retry delay
    * or else the client's jittered backoff. The new attempt resumes the turn:
    * its request carries req's messages plus the messages the failed attempts
-   * committed (message_completed events), and the request metadata
-   * turnstile-attempt numbers it. An error whose retryable is false or unset
-   * is thrown at once; so is a transport break while server-side tools were
-   * running, as they may have had effects. req is not modified.
+   * committed (message_completed events). An error whose retryable is false
+   * or unset is thrown at once; so is a break that stands while server-side
+   * tools were running, as they may have had effects. req is not modified.
    */
   runTurn(req: MessageInitShape<typeof RunTurnRequestSchema>, options: TurnOptions = {}): Turn {
     const r = clone(RunTurnRequestSchema, create(RunTurnRequestSchema, req));
@@ -202,8 +259,14 @@ export class Client {
   }
 
   /** @internal */
-  stream(req: RunTurnRequest, attempt: number, signal: AbortSignal): AsyncIterable<{ event?: AgentEvent }> {
-    return this.rpc.runTurn(req, { signal, headers: { ...this.headers, [ATTEMPT_HEADER]: String(attempt) } });
+  stream(req: RunTurnRequest, signal: AbortSignal): AsyncIterable<{ event?: AgentEvent }> {
+    // The header is for servers that predate the attempt field.
+    return this.rpc.runTurn(req, { signal, headers: { ...this.headers, [ATTEMPT_HEADER]: String(req.attempt) } });
+  }
+
+  /** @internal */
+  watch(req: WatchTurnRequest, signal: AbortSignal): AsyncIterable<{ event?: AgentEvent }> {
+    return this.rpc.watchTurn(req, { signal, headers: this.headers });
   }
 }
 
@@ -316,6 +379,15 @@ export class Turn {
         if (delay <= 0) delay = backoffDelay(c.backoff, n, c.random());
         if (delay > c.maxRetryDelayMs) throw fail.err;
         if (deadlineAt !== undefined && deadlineAt - Date.now() <= delay) throw fail.err;
+        c.logger.warn("turnstile: retrying turn step", {
+          turn_id: this.id,
+          attempt: n + 1,
+          code: codeName(fail.err.code),
+          delay_ms: delay,
+          transport: fail.transport,
+          messages_carried: carried.length,
+          message: fail.err.message,
+        });
         yield {
           attempt: n,
           stepRetry: {
@@ -357,53 +429,134 @@ export class Turn {
 
   /**
    * attempt makes attempt number n at the turn, re-sending carried after the
-   * request's messages, yields its events and fills out.
+   * request's messages, yields its events and fills out. When the stream
+   * breaks before the attempt's last event, it re-attaches to the same run
+   * with WatchTurn from the last seq received, so the run goes on without
+   * loss or duplicates; only when that is impossible (the server keeps no
+   * turn log, or never stored the run) or keeps failing does the attempt end
+   * with the break.
    */
   private async *attempt(n: number, carried: Message[], turnSignal: AbortSignal, out: AttemptOutcome): AsyncGenerator<Event> {
+    const c = this.client;
     const ctl = new AbortController();
     const onAbort = () => ctl.abort(turnSignal.reason);
     turnSignal.addEventListener("abort", onAbort, { once: true });
     if (turnSignal.aborted) onAbort();
-    let req = this.req;
-    if (carried.length > 0) {
-      req = clone(RunTurnRequestSchema, this.req);
-      req.messages.push(...carried);
-    }
+    const req = clone(RunTurnRequestSchema, this.req);
+    req.attempt = n;
+    req.messages.push(...carried);
     out.counters = create(TurnCountersSchema);
     let errEvent: ErrorEvent | undefined;
+    let lastSeq = 0n;
+    let broken: unknown; // the break that the current re-attach follows
+    let reattaches = 0; // re-attaches since the last event received
+    let watchable = true;
+    let stream = c.stream(req, ctl.signal);
     try {
-      for await (const resp of this.client.stream(req, n, ctl.signal)) {
-        const ev = resp.event;
-        if (!ev) continue;
-        observe(ev, out, (e) => (errEvent = e));
-        yield { attempt: n, agent: ev };
-      }
-      if (!out.completed) {
-        out.fail = errEvent
-          ? fromErrorEvent(errEvent)
-          : {
-              retry: true,
-              transport: true,
-              err: Object.assign(new TurnError(ErrorCode.UNAVAILABLE, "the stream ended without a terminal event"), {
-                retryable: true,
-              }),
-            };
-      }
-    } catch (e) {
-      if (out.completed) return;
-      if (errEvent) {
-        out.fail = fromErrorEvent(errEvent);
-        const st = fromStatus(e);
-        out.fail.err.status = st.err.status;
-        out.fail.err.cause = e;
-      } else {
-        out.fail = fromStatus(e);
+      for (;;) {
+        let err: unknown = END;
+        try {
+          for await (const resp of stream) {
+            const ev = resp.event;
+            if (!ev || (lastSeq > 0n && ev.seq <= lastSeq)) continue;
+            lastSeq = ev.seq;
+            broken = undefined;
+            reattaches = 0;
+            observe(ev, out, (e) => (errEvent = e));
+            yield { attempt: n, agent: ev };
+          }
+        } catch (e) {
+          const b = transportBreak(e, ctl.signal);
+          err = b?.err ?? e;
+          if (b && !b.connected && broken === undefined && lastSeq === 0n) {
+            // The RunTurn never reached the server (as the Go client's
+            // RunTurn that fails before its stream): nothing to watch.
+            out.fail = fromStatus(err);
+            return;
+          }
+        }
+        if (broken !== undefined && noRun(err)) {
+          // The server keeps no log, or never stored the run: the break stands.
+          watchable = false;
+          err = broken;
+        }
+        if (!out.completed && !errEvent && watchable && !ctl.signal.aborted && reattaches < c.maxReattaches && worthWatching(err)) {
+          if (broken === undefined) broken = err;
+          reattaches++;
+          const delay = backoffDelay(c.reattachBackoff, reattaches, c.random());
+          c.logger.info("turnstile: re-attaching to the turn", {
+            turn_id: this.id,
+            attempt: n,
+            after_seq: lastSeq,
+            reattach: reattaches,
+            delay_ms: delay,
+            cause: err === END ? "the stream ended without a terminal event" : ConnectError.from(err).rawMessage,
+          });
+          if (await sleep(delay, ctl.signal)) {
+            const w = create(WatchTurnRequestSchema, { turnId: this.id, attempt: n, afterSeq: lastSeq });
+            stream = c.watch(w, ctl.signal);
+            continue;
+          }
+          err = broken;
+        }
+        if (broken !== undefined && err !== END && !out.completed && !errEvent && ConnectError.from(err).code === Code.Unavailable) {
+          // Re-attaching kept failing: report the first break.
+          err = broken;
+        }
+        if (out.completed) return;
+        if (errEvent) {
+          out.fail = fromErrorEvent(errEvent);
+          if (err !== END) {
+            const st = fromStatus(err);
+            out.fail.err.status = st.err.status;
+            out.fail.err.cause = err;
+          }
+        } else if (err === END) {
+          out.fail = {
+            retry: true,
+            transport: true,
+            err: Object.assign(new TurnError(ErrorCode.UNAVAILABLE, "the stream ended without a terminal event"), {
+              retryable: true,
+            }),
+          };
+        } else {
+          out.fail = fromStatus(err);
+          // The run was not finished when its stream broke.
+          if (broken !== undefined) out.fail.transport = true;
+        }
+        return;
       }
     } finally {
       turnSignal.removeEventListener("abort", onAbort);
       ctl.abort();
     }
   }
+}
+
+/** END marks a stream that ended without an error status. */
+const END = Symbol("end of stream");
+
+/**
+ * worthWatching reports whether a stream that ended with err before its
+ * last event may be resumed by watching the run: the transport broke
+ * (UNAVAILABLE, or an end without a status), or the server said the log or
+ * the run's replica is unavailable for now.
+ */
+function worthWatching(err: unknown): boolean {
+  if (err === END) return true;
+  const f = fromStatus(err);
+  return f.transport || (f.retry && f.err.code === ErrorCode.UNAVAILABLE);
+}
+
+/**
+ * noRun reports whether a WatchTurn failed because there is no run to
+ * watch: the server keeps no log (FAILED_PRECONDITION), predates WatchTurn
+ * (UNIMPLEMENTED), or never stored the run (NOT_FOUND).
+ */
+function noRun(err: unknown): boolean {
+  if (err === END) return false;
+  const code = ConnectError.from(err).code;
+  return code === Code.FailedPrecondition || code === Code.Unimplemented || code === Code.NotFound;
 }
 
 /** observe updates an attempt's outcome with one of its events. */

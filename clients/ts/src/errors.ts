@@ -131,6 +131,34 @@ export function fromStatus(reason: unknown): Failure {
   return { err, retry: err.retryable, transport: false };
 }
 
+/** Node's error codes of a connection that could not be made. */
+const connectFailures = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH"]);
+
+/**
+ * transportBreak reads an error that ended a call without a gRPC status from
+ * the server (no trailers, no error response) and without the caller's
+ * abort: the transport's. connected is false when the connection could not
+ * be made, so the call never reached the server; otherwise the stream broke
+ * (connect-node says CANCELED, ABORTED or INTERNAL for a connection closed or
+ * reset under it) and err is an UNAVAILABLE, as grpc-go and grpc-core report
+ * it. It returns undefined for a status the server sent and for an abort.
+ */
+export function transportBreak(reason: unknown, signal: AbortSignal): { err: ConnectError; connected: boolean } | undefined {
+  if (signal.aborted) return undefined;
+  const ce = ConnectError.from(reason);
+  if ([...ce.metadata.keys()].length > 0) return undefined;
+  for (let e: unknown = ce; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && connectFailures.has(code)) return { err: ce, connected: false };
+    if (e.cause === e) break;
+  }
+  if (ce.code === Code.Unavailable) return { err: ce, connected: true };
+  return {
+    err: new ConnectError(`the connection broke: ${ce.rawMessage}`, Code.Unavailable, undefined, undefined, reason),
+    connected: true,
+  };
+}
+
 /** codeFromReason maps an ErrorInfo reason to its error code. */
 export function codeFromReason(reason: string): ErrorCode {
   const v = (ErrorCode as unknown as Record<string, number | undefined>)[reason];

@@ -1,24 +1,30 @@
 /**
  * The TypeScript client of turnstile.v1.AgentService. A Client runs agent
  * turns with runTurn and streams every step of them as an async iterator of
- * Event values. When a turn fails in a way the server says is worth
- * retrying (an error event with retryable set to true) or the stream breaks
- * at the transport level, the client runs the failed step again: it resumes
- * the turn, re-sending the conversation plus every message the failed
- * attempt committed, under the same turn id, so a server-side tool that
- * already ran is never run twice. It follows the Go client's protocol
- * (github.com/turnstile-dev/turnstile/client) step for step.
+ * Event values. When the stream of a turn breaks (a connection reset, a
+ * replica that went away), the client re-attaches to the same run with
+ * WatchTurn from the last event it received, on a server with a turn store,
+ * and the turn goes on. When a turn fails in a way the server says is worth
+ * retrying (an error event with retryable set to true), or its stream breaks
+ * and cannot be re-attached, the client runs the failed step again: it
+ * resumes the turn as a new attempt, re-sending the conversation plus every
+ * message the failed attempt committed, under the same turn id, so a
+ * server-side tool that already ran is never run twice. It follows the Go
+ * client's protocol (github.com/turnstile-dev/turnstile/client) step for
+ * step.
  */
 export {
   ATTEMPT_HEADER,
   Client,
   DEFAULT_BACKOFF,
+  DEFAULT_REATTACH_BACKOFF,
   Turn,
   backoffDelay,
   standing,
   type Backoff,
   type ClientOptions,
   type Event,
+  type Logger,
   type Result,
   type StepRetry,
   type TurnOptions,

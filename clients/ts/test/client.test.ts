@@ -8,8 +8,17 @@ import { anyPack, DurationSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
-import { fromStatus } from "../src/errors.js";
-import { Client, ErrorCode, Role, TurnError, backoffDelay, standing, type Message } from "../src/index.js";
+import { fromStatus, transportBreak } from "../src/errors.js";
+import {
+  Client,
+  DEFAULT_REATTACH_BACKOFF,
+  ErrorCode,
+  Role,
+  TurnError,
+  backoffDelay,
+  standing,
+  type Message,
+} from "../src/index.js";
 import { startServer, type Server } from "./server.js";
 
 describe("backoffDelay", () => {
@@ -24,6 +33,55 @@ describe("backoffDelay", () => {
   ] as const) {
     it(`retry ${n}, draw ${u}: ${want} ms`, () => assert.equal(Math.round(backoffDelay(b, n, u)), want));
   }
+});
+
+describe("options", () => {
+  it("default to the Go client's", () => {
+    const c = new Client("http://127.0.0.1:1");
+    assert.equal(c.maxStepRetries, 1);
+    assert.equal(c.maxReattaches, 10);
+    assert.deepEqual(c.reattachBackoff, { initialMs: 50, maxMs: 1000, multiplier: 2, jitter: 0.2 });
+    assert.deepEqual(c.reattachBackoff, DEFAULT_REATTACH_BACKOFF);
+  });
+  for (const [name, opts] of [
+    ["maxStepRetries -1", { maxStepRetries: -1 }],
+    ["maxReattaches -1", { maxReattaches: -1 }],
+    ["maxReattaches 1.5", { maxReattaches: 1.5 }],
+    ["a reattach backoff with jitter 2", { reattachBackoff: { initialMs: 1, maxMs: 2, multiplier: 2, jitter: 2 } }],
+  ] as const) {
+    it(`refuse ${name}`, () => assert.throws(() => new Client("http://127.0.0.1:1", opts), RangeError));
+  }
+});
+
+describe("transportBreak", () => {
+  const live = new AbortController().signal;
+  const nodeError = (code: string) => Object.assign(new Error(code), { code });
+  it("a stream closed under the call is an UNAVAILABLE of a connected call", () => {
+    for (const e of [
+      new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled),
+      new ConnectError("read ECONNRESET", Code.Aborted, undefined, undefined, nodeError("ECONNRESET")),
+      new ConnectError("http/2 stream closed with error code INTERNAL_ERROR (0x2)", Code.Internal),
+    ]) {
+      const b = transportBreak(e, live);
+      assert.equal(b?.connected, true);
+      assert.equal(b?.err.code, Code.Unavailable);
+      assert.equal(fromStatus(b?.err).transport, true);
+    }
+  });
+  it("a connection that could not be made never reached the server", () => {
+    const b = transportBreak(new ConnectError("connect ECONNREFUSED", Code.Unavailable, undefined, undefined, nodeError("ECONNREFUSED")), live);
+    assert.equal(b?.connected, false);
+    assert.equal(b?.err.code, Code.Unavailable);
+  });
+  it("a status the server sent is not the transport's", () => {
+    const e = new ConnectError("cancelled", Code.Canceled, { "grpc-status": "1" });
+    assert.equal(transportBreak(e, live), undefined);
+  });
+  it("the caller's abort is not the transport's", () => {
+    const ctl = new AbortController();
+    ctl.abort();
+    assert.equal(transportBreak(new ConnectError("aborted", Code.Canceled), ctl.signal), undefined);
+  });
 });
 
 describe("standing", () => {

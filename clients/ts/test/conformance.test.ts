@@ -5,19 +5,45 @@ import { after, before, describe, it } from "node:test";
 import { Code } from "@connectrpc/connect";
 
 import { Client, type Event, Role, TurnError, codeName, type Message, EndReason } from "../src/index.js";
-import { repoRoot, startServer, type Server } from "./server.js";
+import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
+
+/** A runner's client options, in milliseconds. */
+type ClientOptions = Record<string, number>;
 
 interface Scenario {
   name: string;
   prompt: string;
   cancel_on?: string;
+  /** The server's configuration: server.yaml when unset, else NAME.yaml. */
+  server?: string;
+  cut?: { on: string; then?: string };
+  /** Overrides of the file's client options. */
+  client?: ClientOptions;
   expect: Record<string, unknown>;
 }
 
 const conf = JSON.parse(readFileSync(join(repoRoot, "clients/conformance/scenarios.json"), "utf8")) as {
-  client: { max_step_retries: number; backoff_initial_ms: number; backoff_max_ms: number };
+  client: ClientOptions;
   scenarios: Scenario[];
 };
+
+/** newClient makes a client for addr with opts that counts its re-attaches. */
+function newClient(addr: string, opts: ClientOptions): { client: Client; reattaches: () => number } {
+  let n = 0;
+  const client = new Client(`http://${addr}`, {
+    maxStepRetries: opts.max_step_retries,
+    backoff: { initialMs: opts.backoff_initial_ms, maxMs: opts.backoff_max_ms, multiplier: 2, jitter: 0 },
+    maxReattaches: opts.max_reattaches,
+    reattachBackoff: { initialMs: opts.reattach_backoff_initial_ms, maxMs: opts.reattach_backoff_max_ms, multiplier: 2, jitter: 0 },
+    logger: {
+      info: (message) => {
+        if (message === "turnstile: re-attaching to the turn") n++;
+      },
+      warn: () => {},
+    },
+  });
+  return { client, reattaches: () => n };
+}
 
 /** The gRPC status name as the specification spells it: FAILED_PRECONDITION. */
 function statusName(c: Code): string {
@@ -75,12 +101,17 @@ async function observe(client: Client, sc: Scenario): Promise<Record<string, unk
     { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
     { signal: ctl.signal, timeoutMs: 30_000 },
   );
-  const obs: Record<string, unknown> = { step_retries: [], tools_started: [] };
+  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true };
   const kept = new KeptText();
+  const next = new Map<number, bigint>(); // the seq each attempt's next event must have
   let failure: unknown;
   try {
     for await (const ev of turn.events()) {
       kept.event(ev);
+      if (ev.agent) {
+        if (ev.agent.seq !== (next.get(ev.attempt) ?? 0n) + 1n) obs.seq_gapless = false;
+        next.set(ev.attempt, ev.agent.seq);
+      }
       if (ev.stepRetry) {
         const sr = ev.stepRetry;
         (obs.step_retries as unknown[]).push({
@@ -120,23 +151,32 @@ async function observe(client: Client, sc: Scenario): Promise<Record<string, unk
 }
 
 describe("conformance (clients/conformance/scenarios.json on a live turnstile serve)", () => {
-  let server: Server;
-  let client: Client;
+  const servers = new Map<string, Server>();
   before(async () => {
-    server = await startServer();
-    client = new Client(`http://${server.addr}`, {
-      maxStepRetries: conf.client.max_step_retries,
-      backoff: { initialMs: conf.client.backoff_initial_ms, maxMs: conf.client.backoff_max_ms, multiplier: 2, jitter: 0 },
-    });
+    for (const sc of conf.scenarios) {
+      const name = sc.server ?? "";
+      if (!servers.has(name)) {
+        servers.set(name, await startServer(join(repoRoot, "clients/conformance", `${name || "server"}.yaml`)));
+      }
+    }
   });
   after(async () => {
-    await server?.stop();
+    for (const s of servers.values()) await s.stop();
   });
   for (const sc of conf.scenarios) {
     it(sc.name, async () => {
-      const obs = await observe(client, sc);
-      for (const [k, want] of Object.entries(sc.expect)) {
-        assert.deepStrictEqual(obs[k], want, `${k}: got ${JSON.stringify(obs[k])}, want ${JSON.stringify(want)}`);
+      let addr = servers.get(sc.server ?? "")!.addr;
+      const proxy = sc.cut ? await startCutProxy(addr, sc.cut.on, sc.cut.then === "refuse") : undefined;
+      try {
+        if (proxy) addr = proxy.addr;
+        const { client, reattaches } = newClient(addr, { ...conf.client, ...sc.client });
+        const obs = await observe(client, sc);
+        obs.reattaches = reattaches();
+        for (const [k, want] of Object.entries(sc.expect)) {
+          assert.deepStrictEqual(obs[k], want, `${k}: got ${JSON.stringify(obs[k])}, want ${JSON.stringify(want)}`);
+        }
+      } finally {
+        await proxy?.close();
       }
     });
   }
