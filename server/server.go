@@ -248,6 +248,7 @@ func New(runner turnRunner, opts Options) *Server {
 		opts:   opts,
 	}
 	s.service = newService(runner, &s.opts)
+	s.service.senders.start(streamWorkers)
 	turnstilev1.RegisterAgentServiceServer(s.grpc, s.service)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if !opts.NoReflection {

@@ -35,9 +35,21 @@ func (w *workers) run(f func()) {
 	}
 }
 
+// start starts n workers that wait for a function, as gRPC starts its
+// stream workers: the goroutines exist from the server's start, not from
+// its first turns.
+func (w *workers) start(n int) {
+	for range n {
+		go w.loop(nil)
+	}
+}
+
+// loop runs f, if any, then the functions it is given while it waits.
 func (w *workers) loop(f func()) {
 	for {
-		f()
+		if f != nil {
+			f()
+		}
 		if w.idle.Add(1) > w.maxIdle {
 			w.idle.Add(-1)
 			return

@@ -6,12 +6,13 @@ import (
 )
 
 // TestWorkers checks that every function runs, all at once when they
-// block, before and after close; goleak (TestMain) checks that close ends
-// the waiting workers.
+// block, before and after close, with workers started ahead or not;
+// goleak (TestMain) checks that close ends the waiting workers.
 func TestWorkers(t *testing.T) {
 	t.Parallel()
 	for _, maxIdle := range []int32{0, 2, 64} {
 		w := newWorkers(maxIdle)
+		w.start(int(maxIdle))
 		for round := range 3 {
 			const n = 10
 			var started, done sync.WaitGroup
