@@ -137,21 +137,21 @@ func eventText(typ, data []byte) []byte {
 func parseEvent(data []byte, ev *event) bool {
 	*ev = event{}
 	s := jsonscan.New(data)
-	var seen fields
+	var seen jsonscan.Keys
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "type":
-			return seen.once(1) && enumInto(&s, &ev.typ, eventTypes)
+			return seen.Once(1) && enumInto(&s, &ev.typ, eventTypes)
 		case "index":
-			return seen.once(2) && intInto(&s, &ev.index)
+			return seen.Once(2) && s.IntOrNull(&ev.index)
 		case "message":
-			return seen.once(4) && s.Peek() == '{' && parseMessage(&s, ev)
+			return seen.Once(4) && s.Peek() == '{' && parseMessage(&s, ev)
 		case "content_block":
-			return seen.once(8) && s.Peek() == '{' && parseBlock(&s, &ev.block)
+			return seen.Once(8) && s.Peek() == '{' && parseBlock(&s, &ev.block)
 		case "delta":
-			return seen.once(16) && s.Peek() == '{' && parseDelta(&s, &ev.delta)
+			return seen.Once(16) && s.Peek() == '{' && parseDelta(&s, &ev.delta)
 		case "usage":
-			return seen.once(32) && s.Peek() == '{' && parseUsage(&s, &ev.usage, &ev.usageSet)
+			return seen.Once(32) && s.Peek() == '{' && parseUsage(&s, &ev.usage, &ev.usageSet)
 		}
 		return s.Skip()
 	})
@@ -186,17 +186,17 @@ func enumInto(s *jsonscan.Scanner, dst *string, known []string) bool {
 		}
 	}
 	one := jsonscan.New(raw)
-	return stringInto(&one, dst) && one.End()
+	return one.StringOrNull(dst) && one.End()
 }
 
 func parseMessage(s *jsonscan.Scanner, ev *event) bool {
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "model":
-			return seen.once(1) && stringInto(s, &ev.model)
+			return seen.Once(1) && s.StringOrNull(&ev.model)
 		case "usage":
-			if !seen.once(2) || s.Peek() != '{' {
+			if !seen.Once(2) || s.Peek() != '{' {
 				return false
 			}
 			var set uint8
@@ -207,23 +207,23 @@ func parseMessage(s *jsonscan.Scanner, ev *event) bool {
 }
 
 func parseBlock(s *jsonscan.Scanner, b *blockStart) bool {
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "type":
-			return seen.once(1) && enumInto(s, &b.typ, blockTypes)
+			return seen.Once(1) && enumInto(s, &b.typ, blockTypes)
 		case "text":
-			return seen.once(2) && stringInto(s, &b.text)
+			return seen.Once(2) && s.StringOrNull(&b.text)
 		case "thinking":
-			return seen.once(4) && stringInto(s, &b.thinking)
+			return seen.Once(4) && s.StringOrNull(&b.thinking)
 		case "signature":
-			return seen.once(8) && stringInto(s, &b.signature)
+			return seen.Once(8) && s.StringOrNull(&b.signature)
 		case "id":
-			return seen.once(16) && stringInto(s, &b.id)
+			return seen.Once(16) && s.StringOrNull(&b.id)
 		case "name":
-			return seen.once(32) && stringInto(s, &b.name)
+			return seen.Once(32) && s.StringOrNull(&b.name)
 		case "input":
-			if !seen.once(64) {
+			if !seen.Once(64) {
 				return false
 			}
 			raw, ok := s.Raw()
@@ -235,21 +235,21 @@ func parseBlock(s *jsonscan.Scanner, b *blockStart) bool {
 }
 
 func parseDelta(s *jsonscan.Scanner, d *delta) bool {
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "type":
-			return seen.once(1) && enumInto(s, &d.typ, deltaTypes)
+			return seen.Once(1) && enumInto(s, &d.typ, deltaTypes)
 		case "text":
-			return seen.once(2) && stringInto(s, &d.text)
+			return seen.Once(2) && s.StringOrNull(&d.text)
 		case "thinking":
-			return seen.once(4) && stringInto(s, &d.thinking)
+			return seen.Once(4) && s.StringOrNull(&d.thinking)
 		case "signature":
-			return seen.once(8) && stringInto(s, &d.signature)
+			return seen.Once(8) && s.StringOrNull(&d.signature)
 		case "partial_json":
-			return seen.once(16) && stringInto(s, &d.partialJSON)
+			return seen.Once(16) && s.StringOrNull(&d.partialJSON)
 		case "stop_reason":
-			return seen.once(32) && enumInto(s, &d.stopReason, stopReasons)
+			return seen.Once(32) && enumInto(s, &d.stopReason, stopReasons)
 		}
 		return s.Skip()
 	})
@@ -258,16 +258,16 @@ func parseDelta(s *jsonscan.Scanner, d *delta) bool {
 // parseUsage reads a usage object into u, setting a bit of set for each
 // field that holds a number (not null).
 func parseUsage(s *jsonscan.Scanner, u *llm.Usage, set *uint8) bool {
-	var seen fields
+	var seen jsonscan.Keys
 	field := func(bit uint8, dst *int64) bool {
-		if !seen.once(bit) {
+		if !seen.Once(bit) {
 			return false
 		}
 		if s.Null() {
 			return true
 		}
 		*set |= bit
-		return intInto(s, dst)
+		return s.IntOrNull(dst)
 	}
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
@@ -282,38 +282,4 @@ func parseUsage(s *jsonscan.Scanner, u *llm.Usage, set *uint8) bool {
 		}
 		return s.Skip()
 	})
-}
-
-// fields records the keys of one object already read, one bit each: a
-// repeated key is left to the SDK.
-type fields uint8
-
-func (f *fields) once(bit uint8) bool {
-	if uint8(*f)&bit != 0 {
-		return false
-	}
-	*f |= fields(bit)
-	return true
-}
-
-// stringInto reads a string, or null as empty, into dst.
-func stringInto(s *jsonscan.Scanner, dst *string) bool {
-	if s.Null() {
-		*dst = ""
-		return true
-	}
-	v, ok := s.String()
-	*dst = v
-	return ok
-}
-
-// intInto reads an integer, or null as zero, into dst.
-func intInto(s *jsonscan.Scanner, dst *int64) bool {
-	if s.Null() {
-		*dst = 0
-		return true
-	}
-	v, ok := s.Int()
-	*dst = v
-	return ok
 }

@@ -98,7 +98,7 @@ func runBoth(t *testing.T, p *Provider, body []byte, end error) (sdk, fast []llm
 		return &http.Response{
 			StatusCode: 200,
 			Header:     http.Header{"Content-Type": {"text/event-stream"}, "Request-Id": {"req_1"}},
-			Body:       io.NopCloser(&pieces{b: body, end: end}),
+			Body:       io.NopCloser(&providertest.Pieces{B: body, End: end}),
 			Request:    req,
 		}
 	}
@@ -118,24 +118,6 @@ func runBoth(t *testing.T, p *Provider, body []byte, end error) (sdk, fast []llm
 	_ = s.Close()
 	p.consumeFast(t.Context(), resp(), collect(&fast, &fastErr))
 	return sdk, fast, sdkErr, fastErr
-}
-
-// pieces reads b a few bytes at a time, then returns end.
-type pieces struct {
-	b   []byte
-	n   int
-	end error
-}
-
-func (p *pieces) Read(b []byte) (int, error) {
-	if len(p.b) == 0 {
-		return 0, p.end
-	}
-	p.n++
-	k := min(len(b), len(p.b), 1+p.n*37%211)
-	copy(b, p.b[:k])
-	p.b = p.b[k:]
-	return k, nil
 }
 
 // FuzzFastMatchesSDK holds the fast path to the SDK: for any body, cut

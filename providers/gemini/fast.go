@@ -185,13 +185,13 @@ type fastCandidate struct {
 func (r *fastResponse) parse(data []byte) bool {
 	r.resp = genai.GenerateContentResponse{SDKHTTPResponse: r.http}
 	s := jsonscan.New(data)
-	var seen fields
+	var seen jsonscan.Keys
 	n := 0
 	first := fastCandidate{parts: r.parts[:0]}
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "candidates":
-			if !seen.once(1) {
+			if !seen.Once(1) {
 				return false
 			}
 			if s.Null() {
@@ -206,11 +206,11 @@ func (r *fastResponse) parse(data []byte) bool {
 				return parseCandidate(&s, &r.other)
 			})
 		case "modelVersion":
-			return seen.once(2) && stringInto(&s, &r.resp.ModelVersion)
+			return seen.Once(2) && s.StringOrNull(&r.resp.ModelVersion)
 		case "responseId":
-			return seen.once(4) && stringInto(&s, &r.resp.ResponseID)
+			return seen.Once(4) && s.StringOrNull(&r.resp.ResponseID)
 		case "usageMetadata":
-			if !seen.once(8) {
+			if !seen.Once(8) {
 				return false
 			}
 			if s.Null() {
@@ -221,7 +221,7 @@ func (r *fastResponse) parse(data []byte) bool {
 			return parseUsage(&s, &r.usage)
 		case "error", "promptFeedback", "sdkHttpResponse", "modelStatus":
 			// An error event, or fields the fast path does not read.
-			return s.Null() && seen.once(16)
+			return s.Null() && seen.Once(16)
 		}
 		return s.Skip()
 	})
@@ -255,11 +255,11 @@ func parseCandidate(s *jsonscan.Scanner, c *fastCandidate) bool {
 		return false
 	}
 	c.cand, c.hasContent, c.content = genai.Candidate{}, false, genai.Content{}
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "content":
-			if !seen.once(1) {
+			if !seen.Once(1) {
 				return false
 			}
 			if s.Null() {
@@ -269,15 +269,15 @@ func parseCandidate(s *jsonscan.Scanner, c *fastCandidate) bool {
 			return parseContent(s, &c.content, &c.parts)
 		case "finishReason":
 			var v string
-			ok := seen.once(2) && stringInto(s, &v)
+			ok := seen.Once(2) && s.StringOrNull(&v)
 			c.cand.FinishReason = genai.FinishReason(v)
 			return ok
 		case "index":
-			return seen.once(4) && int32Into(s, &c.cand.Index)
+			return seen.Once(4) && int32Into(s, &c.cand.Index)
 		case "citationMetadata", "tokenCount", "groundingMetadata", "avgLogprobs", "logprobsResult",
 			"safetyRatings", "urlContextMetadata", "continuationToken":
 			// Kept by the conversion; not read here.
-			return s.Null() && seen.once(8)
+			return s.Null() && seen.Once(8)
 		}
 		return s.Skip()
 	})
@@ -290,11 +290,11 @@ func parseContent(s *jsonscan.Scanner, content *genai.Content, parts *[]genai.Pa
 	if s.Peek() != '{' {
 		return false
 	}
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "parts":
-			if !seen.once(1) {
+			if !seen.Once(1) {
 				return false
 			}
 			if s.Null() {
@@ -305,7 +305,7 @@ func parseContent(s *jsonscan.Scanner, content *genai.Content, parts *[]genai.Pa
 				return parsePart(s, &(*parts)[len(*parts)-1])
 			})
 		case "role":
-			return seen.once(2) && stringInto(s, &content.Role)
+			return seen.Once(2) && s.StringOrNull(&content.Role)
 		}
 		return !folds(key, contentFields) && s.Skip()
 	})
@@ -316,15 +316,15 @@ func parsePart(s *jsonscan.Scanner, p *genai.Part) bool {
 	if s.Peek() != '{' {
 		return false
 	}
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "text":
-			return seen.once(1) && stringInto(s, &p.Text)
+			return seen.Once(1) && s.StringOrNull(&p.Text)
 		case "thought":
-			return seen.once(2) && boolInto(s, &p.Thought)
+			return seen.Once(2) && boolInto(s, &p.Thought)
 		case "thoughtSignature":
-			if !seen.once(4) {
+			if !seen.Once(4) {
 				return false
 			}
 			if s.Null() {
@@ -348,24 +348,24 @@ func parseUsage(s *jsonscan.Scanner, u *genai.GenerateContentResponseUsageMetada
 	if s.Peek() != '{' {
 		return false
 	}
-	var seen fields
+	var seen jsonscan.Keys
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "promptTokenCount":
-			return seen.once(1) && int32Into(s, &u.PromptTokenCount)
+			return seen.Once(1) && int32Into(s, &u.PromptTokenCount)
 		case "candidatesTokenCount":
-			return seen.once(2) && int32Into(s, &u.CandidatesTokenCount)
+			return seen.Once(2) && int32Into(s, &u.CandidatesTokenCount)
 		case "totalTokenCount":
-			return seen.once(4) && int32Into(s, &u.TotalTokenCount)
+			return seen.Once(4) && int32Into(s, &u.TotalTokenCount)
 		case "thoughtsTokenCount":
-			return seen.once(8) && int32Into(s, &u.ThoughtsTokenCount)
+			return seen.Once(8) && int32Into(s, &u.ThoughtsTokenCount)
 		case "cachedContentTokenCount":
-			return seen.once(16) && int32Into(s, &u.CachedContentTokenCount)
+			return seen.Once(16) && int32Into(s, &u.CachedContentTokenCount)
 		case "toolUsePromptTokenCount":
-			return seen.once(32) && int32Into(s, &u.ToolUsePromptTokenCount)
+			return seen.Once(32) && int32Into(s, &u.ToolUsePromptTokenCount)
 		case "trafficType":
 			var v string
-			ok := seen.once(64) && stringInto(s, &v)
+			ok := seen.Once(64) && s.StringOrNull(&v)
 			u.TrafficType = genai.TrafficType(v)
 			return ok
 		case "promptTokensDetails", "candidatesTokensDetails", "cacheTokensDetails", "toolUsePromptTokensDetails":
@@ -381,15 +381,15 @@ func checkModalityCount(s *jsonscan.Scanner) bool {
 	if s.Peek() != '{' {
 		return false
 	}
-	var seen fields
+	var seen jsonscan.Keys
 	var modality string
 	var count int32
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "modality":
-			return seen.once(1) && stringInto(s, &modality)
+			return seen.Once(1) && s.StringOrNull(&modality)
 		case "tokenCount":
-			return seen.once(2) && int32Into(s, &count)
+			return seen.Once(2) && int32Into(s, &count)
 		}
 		return !folds(key, modalityFields) && s.Skip()
 	})
@@ -432,29 +432,6 @@ func folds(key []byte, names []string) bool {
 		}
 	}
 	return false
-}
-
-// fields records the keys of one object already read, one bit each: a
-// repeated key is left to the SDK.
-type fields uint8
-
-func (f *fields) once(bit uint8) bool {
-	if uint8(*f)&bit != 0 {
-		return false
-	}
-	*f |= fields(bit)
-	return true
-}
-
-// stringInto reads a string, or null as empty, into dst.
-func stringInto(s *jsonscan.Scanner, dst *string) bool {
-	if s.Null() {
-		*dst = ""
-		return true
-	}
-	v, ok := s.String()
-	*dst = v
-	return ok
 }
 
 // int32Into reads an integer that fits an int32, or null as zero.

@@ -60,24 +60,6 @@ var fastSeeds = []string{
 // crlf is one event of a Gemini stream as the API ends it.
 func crlf(json string) string { return "data: " + json + "\r\n\r\n" }
 
-// pieces reads b a few bytes at a time, then returns end.
-type pieces struct {
-	b   []byte
-	n   int
-	end error
-}
-
-func (p *pieces) Read(b []byte) (int, error) {
-	if len(p.b) == 0 {
-		return 0, p.end
-	}
-	p.n++
-	k := min(len(b), len(p.b), 1+p.n*37%211)
-	copy(b, p.b[:k])
-	p.b = p.b[k:]
-	return k, nil
-}
-
 // piecesTransport answers every request with a 200 stream of body, read
 // a few bytes at a time (whole when whole is set), ended by end.
 type piecesTransport struct {
@@ -87,9 +69,9 @@ type piecesTransport struct {
 }
 
 func (t piecesTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body io.Reader = &pieces{b: t.body, end: t.end}
+	var body io.Reader = &providertest.Pieces{B: t.body, End: t.end}
 	if t.whole {
-		body = io.MultiReader(bytes.NewReader(t.body), &pieces{end: t.end})
+		body = io.MultiReader(bytes.NewReader(t.body), &providertest.Pieces{End: t.end})
 	}
 	return &http.Response{
 		StatusCode: 200, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,

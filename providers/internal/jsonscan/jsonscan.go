@@ -322,6 +322,43 @@ func (s *Scanner) Int() (int64, bool) {
 	return n, true
 }
 
+// StringOrNull reads a string into dst, or null as the empty string.
+func (s *Scanner) StringOrNull(dst *string) bool {
+	if s.Null() {
+		*dst = ""
+		return true
+	}
+	v, ok := s.String()
+	*dst = v
+	return ok
+}
+
+// IntOrNull reads an integer, as [Scanner.Int] does, into dst, or null
+// as zero.
+func (s *Scanner) IntOrNull(dst *int64) bool {
+	if s.Null() {
+		*dst = 0
+		return true
+	}
+	v, ok := s.Int()
+	*dst = v
+	return ok
+}
+
+// Keys records which of up to eight keys of one object were read, one bit
+// each, so that a decoder can decline an object that repeats one (JSON
+// decoders differ on which of the two they keep).
+type Keys uint8
+
+// Once records bit and reports whether it was not recorded before.
+func (k *Keys) Once(bit uint8) bool {
+	if uint8(*k)&bit != 0 {
+		return false
+	}
+	*k |= Keys(bit)
+	return true
+}
+
 // Skip consumes one value of any kind, checking that it is valid JSON.
 func (s *Scanner) Skip() bool { return s.skip(0) }
 

@@ -107,3 +107,35 @@ func FuzzScanner(f *testing.F) {
 		}
 	})
 }
+
+func TestOrNull(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in    string
+		str   string
+		strOK bool
+		n     int64
+		intOK bool
+	}{
+		{in: `null`, strOK: true, intOK: true},
+		{in: `"a\n"`, str: "a\n", strOK: true},
+		{in: `-3`, n: -3, intOK: true},
+		{in: `nul`},
+		{in: `1.5`},
+	}
+	for _, tt := range tests {
+		str, n := "before", int64(9)
+		s := New([]byte(tt.in))
+		if ok := s.StringOrNull(&str) && s.End(); ok != tt.strOK || ok && str != tt.str {
+			t.Errorf("StringOrNull(%s) = %q, %v; want %q, %v", tt.in, str, ok, tt.str, tt.strOK)
+		}
+		s = New([]byte(tt.in))
+		if ok := s.IntOrNull(&n) && s.End(); ok != tt.intOK || ok && n != tt.n {
+			t.Errorf("IntOrNull(%s) = %d, %v; want %d, %v", tt.in, n, ok, tt.n, tt.intOK)
+		}
+	}
+	var k Keys
+	if !k.Once(1) || !k.Once(4) || k.Once(1) || k.Once(4) || !k.Once(2) {
+		t.Errorf("Keys.Once: a bit recorded twice, or a new one refused (%08b)", k)
+	}
+}
