@@ -2,16 +2,12 @@ package gemini
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
 )
 
@@ -81,28 +77,22 @@ func (t piecesTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-// result is what one stream yielded.
-type result struct {
-	chunks []llm.Chunk
-	err    error
-}
-
 // run streams simpleRequest from a provider whose upstream answers with t,
 // through the fast path or through the SDK alone.
-func run(t *testing.T, tr piecesTransport, fast bool) result {
+func run(t *testing.T, tr piecesTransport, fast bool) providertest.Stream {
 	t.Helper()
 	p, err := New(Config{Name: "gm", BaseURL: "http://127.0.0.1:1", APIKey: testKey, HTTPClient: &http.Client{Transport: tr}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.fast = fast
-	var r result
+	var r providertest.Stream
 	for c, err := range p.Stream(t.Context(), simpleRequest) {
 		if err != nil {
-			r.err = err
+			r.Err = err
 			continue
 		}
-		r.chunks = append(r.chunks, c)
+		r.Chunks = append(r.Chunks, c)
 	}
 	return r
 }
@@ -131,46 +121,13 @@ func FuzzFastMatchesSDK(f *testing.F) {
 		sdk, fast := run(t, tr, false), run(t, tr, true)
 		whole := tr
 		whole.whole = true
-		if !same(t, sdk, run(t, whole, false), false) {
+		if providertest.StreamDiff(sdk, run(t, whole, false)) != "" {
 			t.Skip("the SDK's events depend on how the body arrives")
 		}
-		same(t, sdk, fast, true)
-	})
-}
-
-// same compares what the SDK and the fast path yielded, reporting the
-// differences when report is set.
-func same(t *testing.T, sdk, fast result, report bool) bool {
-	t.Helper()
-	ok := true
-	fail := func(format string, args ...any) {
-		ok = false
-		if report {
-			t.Errorf(format, args...)
+		if d := providertest.StreamDiff(sdk, fast); d != "" {
+			t.Error(d)
 		}
-	}
-	if diff := cmp.Diff(sdk.chunks, fast.chunks); diff != "" {
-		fail("chunks differ (-sdk +fast):\n%s", diff)
-	}
-	if (sdk.err == nil) != (fast.err == nil) {
-		fail("errors differ: sdk %v, fast %v", sdk.err, fast.err)
-		return false
-	}
-	if sdk.err == nil {
-		return ok
-	}
-	var se, fe *llm.Error
-	if !errors.As(sdk.err, &se) || !errors.As(fast.err, &fe) {
-		fail("errors are not *llm.Error: sdk %v, fast %v", sdk.err, fast.err)
-		return false
-	}
-	if diff := cmp.Diff(se, fe, providertest.IgnoreErr); diff != "" {
-		fail("errors differ (-sdk +fast):\n%s", diff)
-	}
-	if (se.Err == nil) != (fe.Err == nil) || se.Err != nil && se.Err.Error() != fe.Err.Error() {
-		fail("causes differ: sdk %v, fast %v", se.Err, fe.Err)
-	}
-	return ok
+	})
 }
 
 // TestFastPathTakesTheCommonShape checks that the fast path decodes the

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
@@ -107,21 +106,8 @@ func FuzzFastMatchesSDK(f *testing.F) {
 			end = io.ErrUnexpectedEOF
 		}
 		sdk, fast, sdkErr, fastErr := runBoth(t, p, body, end)
-		if diff := cmp.Diff(sdk, fast); diff != "" {
-			t.Errorf("chunks differ (-sdk +fast):\n%s", diff)
-		}
-		if (sdkErr == nil) != (fastErr == nil) {
-			t.Fatalf("errors differ: sdk %v, fast %v", sdkErr, fastErr)
-		}
-		if sdkErr == nil {
-			return
-		}
-		se, fe := providertest.AsError(t, sdkErr), providertest.AsError(t, fastErr)
-		if diff := cmp.Diff(se, fe, providertest.IgnoreErr); diff != "" {
-			t.Errorf("errors differ (-sdk +fast):\n%s", diff)
-		}
-		if (se.Err == nil) != (fe.Err == nil) || se.Err != nil && se.Err.Error() != fe.Err.Error() {
-			t.Errorf("causes differ: sdk %v, fast %v", se.Err, fe.Err)
+		if d := providertest.StreamDiff(providertest.Stream{Chunks: sdk, Err: sdkErr}, providertest.Stream{Chunks: fast, Err: fastErr}); d != "" {
+			t.Error(d)
 		}
 	})
 }
