@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 var otelVars = []string{
 	"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
 	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+	"OTEL_PROPAGATORS",
 }
 
 // keepGlobals restores OpenTelemetry's globals after the test.
@@ -106,6 +108,53 @@ func TestSetupBadEnv(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin-please")
 	if _, err := telemetry.Setup(t.Context(), telemetry.Options{}); err == nil || !strings.Contains(err.Error(), "traces exporter") {
 		t.Errorf("Setup error = %v, want a traces exporter error", err)
+	}
+}
+
+// TestSetupPropagators asserts OTEL_PROPAGATORS picks the headers the
+// server reads and the providers get (default W3C trace context and
+// baggage), and that a name it does not know fails Setup.
+func TestSetupPropagators(t *testing.T) {
+	tests := []struct {
+		env    string
+		fields []string
+		err    string
+	}{
+		{env: "", fields: []string{"baggage", "traceparent", "tracestate"}},
+		{env: "tracecontext", fields: []string{"traceparent", "tracestate"}},
+		{env: "b3, tracecontext", fields: []string{"b3", "traceparent", "tracestate"}},
+		{env: "b3multi", fields: []string{"x-b3-flags", "x-b3-sampled", "x-b3-spanid", "x-b3-traceid"}},
+		{env: "none"},
+		{env: "tracecontext,zipkin-please", err: "OTEL_PROPAGATORS: unknown propagator: zipkin-please"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			keepGlobals(t)
+			for _, v := range otelVars {
+				t.Setenv(v, "")
+			}
+			t.Setenv("OTEL_TRACES_EXPORTER", "console")
+			t.Setenv("OTEL_PROPAGATORS", tt.env)
+			p, err := telemetry.Setup(t.Context(), telemetry.Options{})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Setup error = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Shutdown(context.Background())
+			got := p.Propagator.Fields()
+			slices.Sort(got)
+			if !slices.Equal(got, tt.fields) {
+				t.Errorf("fields %v, want %v", got, tt.fields)
+			}
+			if g := otel.GetTextMapPropagator().Fields(); !slices.Equal(slices.Sorted(slices.Values(g)), tt.fields) {
+				t.Errorf("global propagator's fields %v, want %v", g, tt.fields)
+			}
+		})
 	}
 }
 
