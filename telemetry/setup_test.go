@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -197,10 +198,29 @@ func TestOpsHandler(t *testing.T) {
 	if code, _ := get(withPProf, "/debug/pprof/"); code != http.StatusOK {
 		t.Errorf("/debug/pprof/ with pprof: %d", code)
 	}
+	code, body = get(withPProf, "/debug/alloc")
+	var alloc map[string]uint64
+	if err := json.Unmarshal([]byte(body), &alloc); code != http.StatusOK || err != nil || alloc["alloc_bytes"] == 0 || alloc["alloc_objects"] == 0 || len(alloc) != 3 {
+		t.Errorf("/debug/alloc with pprof: %d %s", code, body)
+	}
+	gc := httptest.NewRecorder()
+	withPProf.ServeHTTP(gc, httptest.NewRequest(http.MethodPost, "/debug/gc", nil))
+	if gc.Code != http.StatusOK {
+		t.Errorf("POST /debug/gc with pprof: %d", gc.Code)
+	}
+	if _, after := get(withPProf, "/debug/alloc"); !strings.Contains(after, `"gc_cycles":`) {
+		t.Errorf("/debug/alloc after /debug/gc: %s", after)
+	}
 	without := telemetry.OpsHandler(p.MetricsHandler(), false)
-	for path, want := range map[string]int{"/debug/pprof/": 404, "/metrics": 200, "/": 404} {
+	for path, want := range map[string]int{"/debug/pprof/": 404, "/debug/alloc": 404, "/metrics": 200, "/": 404} {
 		if code, _ := get(without, path); code != want {
 			t.Errorf("%s without pprof: %d, want %d", path, code, want)
+		}
+	}
+	profilesOnly := telemetry.OpsHandler(nil, true)
+	for path, want := range map[string]int{"/debug/pprof/": 200, "/metrics": 404} {
+		if code, _ := get(profilesOnly, path); code != want {
+			t.Errorf("%s without metrics: %d, want %d", path, code, want)
 		}
 	}
 }
