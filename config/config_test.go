@@ -201,6 +201,7 @@ func TestInvalid(t *testing.T) {
 		{"bad script", "providers: {sim: {type: simulator, script: [\"fail=nope\"]}}\nmodels: {a: {provider: sim, model: m}}\n", "config.yaml:1: providers.sim.script[0]: invalid simulator directive"},
 		{"header value", "providers: {o: {type: openai, headers: {X-Key: \"hunter2\\nX-Evil: 1\"}}}\nmodels: {a: {provider: o, model: m}}\n", "config.yaml:1: providers.o.headers.X-Key: the value must be one line"},
 		{"negative window", "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m, context_window: -1}}\n", "config.yaml:2: models.a.context_window: must not be negative (0 means unknown)"},
+		{"nats url", ok + "store: {mode: nats, nats: {url: \"nats://a:4222,nats://u:hunter2@b:port\"}}\n", `config.yaml:3: store.nats.url: server 2 of the list is not a URL: invalid port ":port" after host`},
 		{"no providers", "models: {a: {provider: sim, model: m}}\n", "config.yaml: providers: at least one provider is required"},
 		{"not a mapping", "- a\n- b\n", "config.yaml:1: expected a block of key: value pairs, got a list"},
 		{"syntax", "providers: {sim: {type: simulator}\n", "config.yaml:1: invalid YAML:"},

@@ -64,6 +64,14 @@ type modelHealth struct {
 	since time.Time
 	// kind is the class of failure that started the cooldown.
 	kind llm.Kind
+	// unshared is what retry outcomes here added to earned since they
+	// were last taken to be shared with other replicas (see
+	// [Health.TakeBudgetChange]); forgave is set when a probe here forgave
+	// the spent budget meanwhile. version is the shared budget's version
+	// last applied.
+	unshared float64
+	forgave  bool
+	version  uint64
 	// probing is set while one turn probes the model after its cooldown
 	// ended (half-open); other turns keep skipping it meanwhile.
 	probing bool
@@ -177,7 +185,7 @@ func (h *Health) Failure(alias string, k llm.Kind) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if m := h.models[alias]; m != nil && RuleFor(k).Transient && m.halfOpen(now) {
-		m.earned--
+		m.add(-1)
 	}
 }
 
@@ -229,20 +237,37 @@ func (m *modelHealth) level(now time.Time) float64 {
 // per second, tokens earned beyond the budget's size fade with
 // creditHalfLife. A budget refilled whole is no longer spent.
 func (m *modelHealth) settle(now time.Time) {
-	dt := now.Sub(m.at).Seconds()
+	dt := now.Sub(m.at)
 	if dt <= 0 {
 		return
 	}
 	m.at = now
-	switch {
-	case m.earned < 0:
-		m.earned = min(m.earned+m.cfg.BudgetRefill*dt, 0)
-	case m.earned > 0:
-		m.earned *= math.Exp2(-dt / creditHalfLife.Seconds())
-	}
+	m.earned = m.cfg.settled(m.earned, dt)
 	if m.earned >= 0 {
 		m.spent = false
 	}
+}
+
+// settled returns earned dt later: spent tokens come back at BudgetRefill
+// per second, tokens earned beyond the budget's size fade with
+// creditHalfLife.
+func (r Retry) settled(earned float64, dt time.Duration) float64 {
+	if dt <= 0 {
+		return earned
+	}
+	switch {
+	case earned < 0:
+		return min(earned+r.BudgetRefill*dt.Seconds(), 0)
+	case earned > 0:
+		return earned * math.Exp2(-dt.Seconds()/creditHalfLife.Seconds())
+	}
+	return earned
+}
+
+// add records a retry outcome's tokens: earned here, and to be shared.
+func (m *modelHealth) add(tokens float64) {
+	m.earned += tokens
+	m.unshared += tokens
 }
 
 // halfOpen reports whether the budget was spent and has refilled a token
@@ -255,6 +280,9 @@ func (m *modelHealth) halfOpen(now time.Time) bool {
 // retries spent is forgiven.
 func (m *modelHealth) forgive() {
 	m.earned, m.spent = max(m.earned, 0), false
+	// What failed here before is forgiven too; the replicas' is, once
+	// shared.
+	m.unshared, m.forgave = max(m.unshared, 0), true
 }
 
 // Ticket is a retry's or a hedged call's claim on a model's retry budget,
@@ -297,12 +325,12 @@ func (t *Ticket) Settle(worked bool) {
 	t.finish(func(m *modelHealth) {
 		switch {
 		case !worked:
-			m.earned--
+			m.add(-1)
 		case t.probe && m.spent:
 			m.forgive()
-			m.earned++
+			m.add(1)
 		default:
-			m.earned++
+			m.add(1)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,6 +43,10 @@ type TurnStore interface {
 	Append(ctx context.Context, turnID string, attempt uint32, event []byte, done func(error)) error
 	// Finish waits for every append's acknowledgement and gives the run up.
 	Finish(ctx context.Context, turnID string, attempt uint32) error
+	// Release waits for every append's acknowledgement and gives up a run
+	// that has not ended, for another replica to take it over at once
+	// (WatchExpired reports it there).
+	Release(ctx context.Context, turnID string, attempt uint32) error
 	// Record returns the run's first record, or an error matching
 	// fs.ErrNotExist.
 	Record(ctx context.Context, turnID string, attempt uint32) ([]byte, error)
@@ -158,6 +163,9 @@ type run struct {
 	// charge spends the tokens the run uses from its client key's limits;
 	// nil without keys.
 	charge *usageCharger
+	// handedOff is set when this replica, shutting down, gives the run to
+	// another: nothing more of it is stored here.
+	handedOff atomic.Bool
 }
 
 func newRun(k runKey, hash []byte, cancel context.CancelCauseFunc) *run {
@@ -380,36 +388,66 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	defer s.untrack(t)
 
 	var terminal *turnstilev1.AgentEvent
-	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
-		out, err := fromEvent(ev)
-		if err != nil {
-			return err
-		}
-		out.Attempt = k.attempt
+	// tooLarge is the seq of an event too large to store or send: the run
+	// ends there, with its terminal error in that event's place.
+	var tooLarge uint64
+	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
 		if err != nil {
 			return err
 		}
-		if ev.Terminal() {
+		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
-		}
-		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
-			r.charge.total(u.Total)
-		}
-		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
-			// Too large to store or send: the run ends here, without its
-			// last event (its watchers get UNAVAILABLE).
-			return err
 		}
 		return s.store.Append(ctx, k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out)
 			}
 		})
+	}
+	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+		if r.handedOff.Load() {
+			// As if this replica had died here: the next owner goes on
+			// from what is stored, and stores nothing this one would
+			// (a cancelled tool's result, the cancellation).
+			return errHandedOff
+		}
+		out, err := fromEvent(ev)
+		if err != nil {
+			return err
+		}
+		out.Attempt = k.attempt
+		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
+			r.charge.total(u.Total)
+		}
+		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
+			// The turn fails with err as its cause (INTERNAL, the message
+			// names the limit); its error event takes this one's seq.
+			tooLarge = ev.Seq
+			r.cancel(err)
+			return err
+		}
+		return appendEvent(ctx, out)
 	})
 	_, runErr := s.runner.Run(ctx, tr, sink)
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if r.handedOff.Load() && terminal == nil {
+		s.handOver(fctx, r)
+		return
+	}
+	var te *runtime.TurnError
+	if errors.As(runErr, &te) && tooLarge != 0 && terminal == nil {
+		// The runtime could not emit its terminal error (the sink had
+		// failed): store it in the place of the event that did not fit, so
+		// live clients and replays end alike.
+		if out, err := fromEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
+			out.Attempt = k.attempt
+			if err := appendEvent(fctx, out); err != nil {
+				s.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			}
+		}
+	}
 	err := s.store.Finish(fctx, k.turnID, k.attempt)
 	switch {
 	case err != nil:
@@ -422,14 +460,58 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	default:
 		r.finish(eventStatus(terminal))
 	}
-	var te *runtime.TurnError
-	if errors.As(runErr, &te) && te.Cause != nil {
+	if te != nil && te.Cause != nil {
 		// The root cause, for operators only: it never reaches the client.
 		s.logger.Info("turn failed", "turn_id", k.turnID, "attempt", k.attempt, "error_code", te.Kind.String(), "cause", te.Cause.Error())
 	}
 	s.mu.Lock()
 	delete(s.runs, k)
 	s.mu.Unlock()
+}
+
+// errHandedOff stops the runs a replica shutting down hands to others.
+var errHandedOff = &llm.Error{Kind: llm.KindUnavailable, Message: "the server is shutting down: another server takes the turn over"}
+
+// handOff gives every run this replica owns to the other replicas: each
+// stops at once, storing nothing more, and is released once its stored
+// events are acknowledged (handOver). It returns how many there were.
+func (s *service) handOff() int {
+	if s.store == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.runs {
+		r.handedOff.Store(true)
+		r.cancel(errHandedOff)
+	}
+	return len(s.runs)
+}
+
+// handOver ends a run handed off by this replica: its lease is released
+// for another replica to take it over now, and the clients watching it
+// here are told to watch it again (elsewhere).
+func (s *service) handOver(ctx context.Context, r *run) {
+	k := r.key
+	if err := s.store.Release(ctx, k.turnID, k.attempt); err != nil {
+		s.logger.Warn("turn store: run not released; another server takes it over when its lease expires", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+	} else {
+		s.logger.Info("turn handed over to another server", "turn_id", k.turnID, "attempt", k.attempt, "last_seq", r.lastSeq())
+	}
+	r.finish(handedOffStatus())
+	s.mu.Lock()
+	delete(s.runs, k)
+	s.mu.Unlock()
+}
+
+// handedOffStatus ends the streams of a run this replica handed off:
+// retryable, by watching the turn again, which another replica serves.
+func handedOffStatus() *status.Status {
+	yes := true
+	return turnStatus(&runtime.TurnError{
+		Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: 100 * time.Millisecond,
+		Message: "the server is shutting down and another server takes the turn over; watch the turn again from the last seq received",
+	})
 }
 
 // onSignal answers a signal sent to a run this replica owns.

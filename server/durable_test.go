@@ -595,3 +595,49 @@ func TestTurnsBelongToTheirKey(t *testing.T) {
 		t.Errorf("another key's repeat: %d events, %v", len(got), st)
 	}
 }
+
+// TestDurableOversizedEventEndsTurn: an event of a durable run that cannot
+// be made to fit max_event_bytes ends the run with a stored INTERNAL error
+// event in its place (seq gap-free), so the caller, a watcher on another
+// replica and every replay end alike instead of waiting for an event that
+// never comes.
+func TestDurableOversizedEventEndsTurn(t *testing.T) {
+	var chunks []llm.Chunk
+	for range 100 {
+		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: strings.Repeat("y", 1024)})
+	}
+	chunks = append(chunks, llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn})
+	url := natsServer(t)
+	opts := server.Options{MaxEventBytes: 64 << 10}
+	opts.Store = clusterStore(t, url)
+	a := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: chunks})), opts)
+	opts.Store = clusterStore(t, url)
+	b := start(t, runner(t, fake.NewProvider()), opts)
+
+	evs, st := wiretest.Collect(t, t.Context(), a.client, hello(), nil)
+	// Names runs deltas together: the 100 text deltas are there too.
+	if got, want := wiretest.Names(evs), "TurnStarted LlmCallStarted TextDelta LlmCallFinished Error"; got != want || len(evs) != 104 {
+		t.Fatalf("%d events:\n got %s\nwant %s", len(evs), got, want)
+	}
+	for i, ev := range evs {
+		if ev.GetSeq() != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i+1, ev.GetSeq())
+		}
+	}
+	e := evs[len(evs)-1].GetError()
+	if st.Code() != codes.Internal || !strings.Contains(st.Message(), "server.max_event_bytes") || e.GetRetryable() || e.GetCode() != turnstilev1.ErrorCode_ERROR_CODE_INTERNAL {
+		t.Errorf("status %v, error event %v", st, e)
+	}
+	assertStatusMatchesEvent(t, st, e)
+	for _, ts := range []*testServer{a, b} {
+		for _, after := range []uint64{0, 50, uint64(len(evs)) - 1} {
+			got, wst := watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1", AfterSeq: after})
+			sameEvents(t, fmt.Sprintf("watch after %d", after), got, evs[after:])
+			sameStatus(t, fmt.Sprintf("watch after %d", after), wst, st)
+		}
+	}
+	// The same request again attaches to the run and replays it.
+	again, ast := wiretest.Collect(t, t.Context(), b.client, hello(), nil)
+	sameEvents(t, "RunTurn again", again, evs)
+	sameStatus(t, "RunTurn again", ast, st)
+}

@@ -43,7 +43,8 @@ type Options struct {
 	// INFO or WARN line.
 	Logger *slog.Logger
 	// ShutdownGrace is how long running turns may finish once Shutdown is
-	// called before they are cancelled with a retryable error (default 30s).
+	// called before they are cancelled with a retryable error, or, with a
+	// Store, handed to other replicas (default 30s).
 	ShutdownGrace time.Duration
 	// DrainDelay is how long health reports NOT_SERVING before new turns
 	// are refused, so load balancers move traffic away (default 0).
@@ -294,8 +295,12 @@ func (s *Server) Serve(lis net.Listener) error {
 // Shutdown drains the server: health turns NOT_SERVING, and after
 // DrainDelay new turns are refused with UNAVAILABLE while running turns may
 // finish for up to ShutdownGrace; then the turns still running end with a
-// retryable UNAVAILABLE error. Shutdown returns when every RPC has ended or
-// ctx is done, whichever is first; then the server is stopped hard.
+// retryable UNAVAILABLE error, or, with a Store, stop here without ending:
+// their leases are released once their log is acknowledged, so another
+// replica takes each over at once, and their streams here end with a
+// retryable UNAVAILABLE that says to watch the turn again. ctx done ends
+// the grace early. Shutdown returns when every RPC and owned turn has
+// ended (after at most five more seconds, the server is stopped hard).
 func (s *Server) Shutdown(ctx context.Context) {
 	log := s.opts.Logger
 	s.health.Shutdown()
@@ -319,9 +324,17 @@ func (s *Server) Shutdown(ctx context.Context) {
 	case <-grace.C:
 	case <-ctx.Done():
 	}
-	n := s.service.cancelAll()
-	log.Warn("grace period over: cancelling running turns", "turns", n)
-	// Cancelled turns send their terminal event and end at once.
+	// With a store, the turns still running go to other replicas, which
+	// take them over at once from their log; without one, they end.
+	h := s.service.handOff()
+	if h > 0 {
+		log.Info("grace period over: handing running turns to other servers", "turns", h)
+	}
+	if n := s.service.cancelAll() - h; n > 0 {
+		log.Warn("grace period over: cancelling running turns", "turns", n)
+	}
+	// Cancelled turns send their terminal event and end at once; handed
+	// off ones once their log is acknowledged.
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):

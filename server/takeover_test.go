@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"iter"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,5 +205,107 @@ func TestTakeoverMidTool(t *testing.T) {
 				t.Errorf("tool runs %d, model calls %d; want 2 and 2", runs.Load(), p.calls())
 			}
 		})
+	}
+}
+
+// TestShutdownHandsOff: a replica shutting down with a turn still running
+// when its grace ends hands the turn to another at once (it releases the
+// lease) instead of ending it or leaving the others to wait for the lease
+// to expire. Its client's stream ends UNAVAILABLE, retryable, saying to
+// watch again; watching on the other replica, it gets the rest of the turn
+// (the interrupted call's output discarded), gap-free, equal to the log.
+func TestShutdownHandsOff(t *testing.T) {
+	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
+		if n == 1 {
+			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
+		}
+		return chunks(ctx, false, fake.Text("Hello world")...)
+	}}
+	url := natsServer(t)
+	// A lease TTL far longer than a hand-off takes: the other replica
+	// takes the turn over because it was released, not because it expired.
+	const leaseTTL = 10 * time.Second
+	open := func() *store.Store {
+		cfg := store.DefaultConfig()
+		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, url, leaseTTL
+		s, err := store.Open(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	const grace = 300 * time.Millisecond
+	a := start(t, runner(t, p), server.Options{Store: open(), ShutdownGrace: grace})
+	b := start(t, runner(t, p), server.Options{Store: open()})
+
+	stream, err := a.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head []*turnstilev1.AgentEvent
+	for len(head) == 0 || head[len(head)-1].GetTextDelta().GetText() != "lo " {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		head = append(head, r.GetEvent())
+	}
+	shutdown := time.Now()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); a.srv.Shutdown(context.Background()) }()
+	_, err = stream.Recv()
+	handedOff := time.Now()
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "another server takes the turn over") || reasonOf(st) != "UNAVAILABLE" {
+		t.Fatalf("a's stream ended with %v, want UNAVAILABLE saying another server takes the turn over", st)
+	}
+	if d := handedOff.Sub(shutdown); d < grace {
+		t.Errorf("handed off %v after the shutdown began, before the grace (%v) ended", d, grace)
+	}
+
+	// The client watches again, on b, from its last event.
+	var rest []*turnstilev1.AgentEvent
+	var first time.Time
+	wst := status.New(codes.Unavailable, "")
+	for wst.Code() == codes.Unavailable && len(rest) == 0 {
+		ws, err := b.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: head[len(head)-1].GetSeq()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			r, err := ws.Recv()
+			if err != nil {
+				wst = status.Convert(err)
+				if err == io.EOF {
+					wst = status.New(codes.OK, "")
+				}
+				break
+			}
+			if first.IsZero() {
+				first = time.Now()
+			}
+			rest = append(rest, r.GetEvent())
+		}
+	}
+	<-stopped
+	t.Logf("shutdown began; handed off after %v; b's first event %v after the hand-off (lease TTL %v)", handedOff.Sub(shutdown), first.Sub(handedOff), leaseTTL)
+	if first.Sub(handedOff) >= leaseTTL/2 {
+		t.Errorf("b took the turn over %v after the hand-off: it waited for the lease to expire", first.Sub(handedOff))
+	}
+	if wst.Code() != codes.OK {
+		t.Fatalf("watch on b: %v", wst)
+	}
+	all := append(head, rest...)
+	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
+		t.Fatalf("events = %s", got)
+	}
+	if retry := all[4].GetRetry(); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
+		t.Errorf("retry = %v, want discard from seq 3", retry)
+	}
+	log, _ := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+	sameEvents(t, "log", log, all)
+	if p.calls() != 2 {
+		t.Errorf("model calls = %d, want 2", p.calls())
 	}
 }

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,6 +119,16 @@ func (c Config) Problems() []llm.Problem {
 	case ModeNATS:
 		if c.NATS.URL == "" {
 			bad("nats.url", "required with mode: nats")
+		}
+		for i, u := range strings.Split(c.NATS.URL, ",") {
+			if _, err := parseNATSURL(u); err != nil {
+				// Not the URL: it may hold credentials.
+				var urlErr *url.Error
+				if errors.As(err, &urlErr) {
+					err = urlErr.Err
+				}
+				bad("nats.url", "server %d of the list is not a URL: %s", i+1, redact(err.Error(), c.NATS.URL))
+			}
 		}
 	default:
 		bad("mode", "must be embedded, nats or off")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,34 +37,19 @@ func (s *Store) ShareCooldown(alias string, kind llm.Kind, until time.Time) {
 // WatchCooldowns calls fn with each cooldown another replica shares, and
 // first with those in force, until ctx is done or the store closes.
 func (s *Store) WatchCooldowns(ctx context.Context, fn func(alias string, kind llm.Kind, until time.Time)) error {
-	w, err := s.cooldowns.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("store: watch cooldowns: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
 	kinds := map[string]llm.Kind{}
 	for _, k := range llm.Kinds() {
 		kinds[k.String()] = k
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.closed:
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var c cooldown
-			alias, err := base64.RawURLEncoding.DecodeString(e.Key())
-			if err != nil || json.Unmarshal(e.Value(), &c) != nil || c.Replica == s.id || time.Now().After(c.Until) {
-				continue
-			}
-			fn(string(alias), kinds[c.Kind], c.Until)
+	return s.watchBucket(ctx, s.cooldowns, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return
 		}
-	}
+		var c cooldown
+		alias, err := base64.RawURLEncoding.DecodeString(e.Key())
+		if err != nil || json.Unmarshal(e.Value(), &c) != nil || c.Replica == s.id || time.Now().After(c.Until) {
+			return
+		}
+		fn(string(alias), kinds[c.Kind], c.Until)
+	})
 }

@@ -18,16 +18,7 @@ import (
 // during the cooldown learns it too.
 func TestSharedCooldowns(t *testing.T) {
 	url := natstest.Start(t)
-	openOn := func() *store.Store {
-		cfg := store.DefaultConfig()
-		cfg.Mode, cfg.NATS.URL = store.ModeNATS, url
-		s, err := store.Open(context.Background(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
+	openOn := func() *store.Store { return openNATS(t, url) }
 	type got struct {
 		alias string
 		kind  llm.Kind
@@ -94,13 +85,7 @@ func TestCooldownAcrossRunners(t *testing.T) {
 		stop            func()
 	}
 	newReplica := func(limited bool) replica {
-		cfg := store.DefaultConfig()
-		cfg.Mode, cfg.NATS.URL = store.ModeNATS, url
-		s, err := store.Open(context.Background(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
+		s := openNATS(t, url)
 		rp := replica{
 			primary: fake.NewProvider(fake.Reply{Chunks: fake.Text("from the primary")}),
 			backup:  fake.NewProvider(fake.Reply{Chunks: fake.Text("from the backup")}),
@@ -108,6 +93,7 @@ func TestCooldownAcrossRunners(t *testing.T) {
 		if limited {
 			rp.primary = fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindRateLimited, Message: "slow down", RetryAfter: 30 * time.Second}})
 		}
+		var err error
 		rp.runner, err = runtime.New([]*runtime.Model{
 			{Alias: "primary", Provider: rp.primary, ID: "p", Fallbacks: []string{"backup"}, Retry: policy.DefaultRetry()},
 			{Alias: "backup", Provider: rp.backup, ID: "b", Retry: policy.DefaultRetry()},

@@ -15,8 +15,14 @@
 // the events, each appended under an expectation on the owner records, so
 // a replica that lost the run cannot append to it. A lease in a key-value
 // bucket, renewed by the owner, tells whether the run still has a live
-// owner. Control signals (cancel, a watcher's presence) travel to the owner
+// owner; an owner shutting down releases it (purges it), which the other
+// replicas see as they see an expired one, so one takes the run over at
+// once. Control signals (cancel, a watcher's presence) travel to the owner
 // over core NATS.
+//
+// Two more buckets hold what every replica shares of the models' health:
+// cooldowns, each under a key that expires with it, and retry budgets, one
+// key per model changed only by compare-and-swap on its revision.
 //
 // The package stores bytes: it knows nothing of the wire form of an event,
 // which the server chooses.

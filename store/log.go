@@ -249,15 +249,33 @@ func decodeFrame(h nats.Header, data []byte) (uint64, [][]byte, error) {
 }
 
 // WatchExpired calls fn, on its own goroutine, with each run whose lease
-// expired without its owner giving it up, until ctx is done: the runs to
-// take over. It includes the runs whose lease expired within the last
-// ten minutes before the call.
+// expired without its owner giving it up, or that its owner released
+// ([Store.Release]), until ctx is done: the runs to take over. It
+// includes the runs whose lease expired within the last ten minutes
+// before the call.
 func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
-	w, err := s.leases.WatchAll(ctx)
+	return s.watchBucket(ctx, s.leases, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePurge {
+			return
+		}
+		tok, n, found := strings.Cut(e.Key(), ".")
+		id, err := base64.RawURLEncoding.DecodeString(tok)
+		attempt, aerr := strconv.ParseUint(n, 10, 32)
+		if !found || err != nil || aerr != nil {
+			return
+		}
+		fn(string(id), uint32(attempt))
+	})
+}
+
+// watchBucket calls fn with the latest entry of each of kv's keys, then
+// with each new one, until ctx is done or the store closes.
+func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("store: watch leases: %w", err)
+		return fmt.Errorf("store: watch %s: %w", kv.Bucket(), err)
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -268,16 +286,9 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 			if !ok {
 				return nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePurge {
-				continue
+			if e != nil {
+				fn(e)
 			}
-			tok, n, found := strings.Cut(e.Key(), ".")
-			id, err := base64.RawURLEncoding.DecodeString(tok)
-			attempt, aerr := strconv.ParseUint(n, 10, 32)
-			if !found || err != nil || aerr != nil {
-				continue
-			}
-			fn(string(id), uint32(attempt))
 		}
 	}
 }
@@ -393,10 +404,29 @@ func splitFrame(frame []byte) ([][]byte, error) {
 	return out, nil
 }
 
+// Bounds of storing one frame: how long an attempt waits for its
+// acknowledgement, and how long all of them may take.
+const (
+	publishTry     = 500 * time.Millisecond
+	publishTimeout = 10 * time.Second
+	publishBackoff = 50 * time.Millisecond
+	// duplicateWindow is how long the stream remembers the message ids
+	// of frames: longer than a frame's attempts take.
+	duplicateWindow = publishTimeout + 5*time.Second
+)
+
 // publish stores one frame under the owner fence and waits for the
-// acknowledgement.
+// acknowledgement. An attempt the stream refused for now (no responders,
+// JetStream temporarily unavailable, a new leader catching up) is made
+// again. With a NATS cluster (mode nats), so is one that got no answer
+// (the stream's leader or the server this replica is connected to went
+// away mid-request): the frame carries a message id, so a frame whose
+// first attempt was stored after all is stored once (JetStream's duplicate
+// window, [duplicateWindow]). The embedded server, in-process, fails over
+// to nothing: its frames carry no id, which would cost its memory a
+// duplicate window's worth of ids.
 func (w *writer) publish(frame []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
@@ -409,16 +439,56 @@ func (w *writer) publish(frame []byte) error {
 	defer close(done)
 	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
 	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
-	_, err := w.s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own()))
-	switch {
-	case err == nil:
-		return nil
-	case isWrongLastSeq(err):
-		return fmt.Errorf("%w: %w", ErrLost, err)
-	case w.s.isClosed():
-		return ErrClosed
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
+	dedupe := w.s.cfg.Mode == ModeNATS
+	if dedupe {
+		// One id per frame of one owner: a retry is the same frame; a new
+		// owner's frames are others.
+		opts = append(opts, jetstream.WithMsgID(w.key.prefix()+"."+strconv.FormatUint(w.ownSeq, 10)+"."+strconv.FormatUint(w.next, 10)))
 	}
-	return fmt.Errorf("store: append: %w", err)
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		_, err := w.s.js.PublishMsg(tctx, msg, opts...)
+		tcancel()
+		switch {
+		case err == nil:
+			return nil
+		case isWrongLastSeq(err):
+			return fmt.Errorf("%w: %w", ErrLost, err)
+		case w.s.isClosed():
+			return ErrClosed
+		case ctx.Err() != nil || !mayPass(err, dedupe):
+			return fmt.Errorf("store: append: %w", err)
+		}
+		w.s.logger.Debug("turn store: append retried", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: append: %w", err)
+		case <-time.After(publishBackoff):
+		}
+	}
+}
+
+// mayPass reports whether a failed publish may be made again: the stream
+// could not take it for now, or, when a retry is deduplicated (answered),
+// it got no answer.
+func mayPass(err error, answered bool) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		// JetStream temporarily unavailable; this frame's earlier attempt
+		// still in process; the subject's last sequence not known yet (a
+		// new leader catching up).
+		case 10008, 10158, 10163:
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true // nothing took it
+	}
+	return answered && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected))
 }
 
 // abandon fails every queued event with err: the store closed.
@@ -534,6 +604,20 @@ func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event
 // done), then gives the run up: its lease is deleted and signals are no
 // longer answered. It returns the first failure of the run's appends.
 func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error {
+	return s.giveUp(ctx, turnID, attempt, false)
+}
+
+// Release gives up a run this replica owns that has not ended, for another
+// replica to take over at once (this one is shutting down): it waits until
+// every append is acknowledged, as Finish does, then purges the run's
+// lease, which every replica's [Store.WatchExpired] reports as it does an
+// expired one, so none waits for the lease TTL. The run's appends must have
+// stopped.
+func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) error {
+	return s.giveUp(ctx, turnID, attempt, true)
+}
+
+func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handOff bool) error {
 	w, err := s.writer(turnID, attempt)
 	if err != nil {
 		return err
@@ -568,7 +652,13 @@ func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error
 	if err == nil || !errors.Is(err, ErrLost) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 		defer cancel()
-		_ = s.leases.Delete(dctx, w.key.lease())
+		if handOff {
+			if perr := s.leases.Purge(dctx, w.key.lease()); perr != nil && err == nil {
+				err = fmt.Errorf("store: release lease: %w", perr)
+			}
+		} else {
+			_ = s.leases.Delete(dctx, w.key.lease())
+		}
 	}
 	return err
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,10 @@ const (
 	// CooldownBucket is the key-value bucket of the models' cooldowns,
 	// shared by every replica; each key expires with its cooldown.
 	CooldownBucket = "TURNSTILE_COOLDOWNS"
+	// BudgetBucket is the key-value bucket of the models' retry budgets,
+	// shared by every replica: one key per model, changed by
+	// compare-and-swap.
+	BudgetBucket = "TURNSTILE_BUDGETS"
 	// subjectRoot prefixes the log's subjects: subjectRoot.<turn>.<attempt>.own|ev.
 	subjectRoot = "turnstile.run"
 	// controlRoot prefixes the control subjects: controlRoot.<turn>.<attempt>.
@@ -58,6 +64,7 @@ type Store struct {
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
 	cooldowns jetstream.KeyValue
+	budgets   jetstream.KeyValue
 
 	closed    chan struct{} // closed by Close: writers stop
 	closeOnce sync.Once
@@ -175,12 +182,76 @@ func (s *Store) connect() error {
 	}
 	nc, err := nats.Connect(n.URL, opts...)
 	if err != nil {
-		// The URL may hold credentials: it is never printed.
-		return fmt.Errorf("store: connect to NATS (store.nats.url): %w", err)
+		return connectError(err, n)
 	}
 	s.nc = nc
 	return nil
 }
+
+// connectError explains why connecting to NATS failed, naming the keys to
+// check. The URL may hold credentials (a user and password, a token): it
+// is never printed, and any of them the error repeats is redacted.
+func connectError(err error, n NATS) error {
+	var what string
+	msg := strings.ToLower(err.Error())
+	switch {
+	case errors.Is(err, nats.ErrAuthorization) || strings.Contains(msg, "authorization violation"):
+		what = "NATS refused this replica's credentials (the user and password or token of store.nats.url, or store.nats.credentials)"
+	case strings.Contains(msg, "error loading"), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
+		what = "a file of store.nats (ca_file, cert_file, key_file, credentials) cannot be read"
+	case strings.Contains(msg, "tls"), strings.Contains(msg, "x509"), strings.Contains(msg, "certificate"):
+		what = "TLS with NATS failed (store.nats.ca_file must hold the CA of the servers' certificates"
+		if n.CertFile == "" {
+			what += "; a server that asks for a client certificate needs store.nats.cert_file and key_file)"
+		} else {
+			what += ", and store.nats.cert_file and key_file a certificate the servers accept)"
+		}
+	case strings.Contains(msg, "credentials") || strings.Contains(msg, "nkey") || strings.Contains(msg, "jwt"):
+		what = "the credentials file (store.nats.credentials) cannot be used"
+	default:
+		what = "cannot connect to NATS (store.nats.url)"
+	}
+	return &redactedError{msg: "store: " + what + ": " + redact(err.Error(), n.URL), err: err}
+}
+
+// redact returns msg with every credential the URLs of list hold replaced.
+func redact(msg, list string) string {
+	for _, u := range strings.Split(list, ",") {
+		p, err := parseNATSURL(u)
+		if err != nil || p.User == nil {
+			continue
+		}
+		secrets := []string{p.User.Username()}
+		if pw, ok := p.User.Password(); ok {
+			secrets = append(secrets, pw)
+		}
+		for _, sec := range secrets {
+			if sec != "" {
+				msg = strings.ReplaceAll(msg, sec, "[redacted]")
+			}
+		}
+	}
+	return msg
+}
+
+// parseNATSURL parses one server of store.nats.url as the NATS client
+// does: a URL, nats:// when it has no scheme.
+func parseNATSURL(u string) (*url.URL, error) {
+	u = strings.TrimSpace(u)
+	if !strings.Contains(u, "://") {
+		u = "nats://" + u
+	}
+	return url.Parse(u)
+}
+
+// redactedError is an error whose message had its secrets removed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // setUp creates or updates the stream and the lease bucket.
 func (s *Store) setUp(ctx context.Context) error {
@@ -215,6 +286,7 @@ func (s *Store) setUp(ctx context.Context) error {
 			// Runs are read from their start: direct gets serve them from
 			// any replica.
 			AllowDirect: true,
+			Duplicates:  duplicateWindow,
 		})
 		if err != nil && auto && replicas > 1 && tooFewServers(err) {
 			replicas = 1
@@ -226,34 +298,36 @@ func (s *Store) setUp(ctx context.Context) error {
 		s.stream = stream
 		break
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      LeaseBucket,
-		Description: "turnstile: which replica runs each turn",
-		TTL:         s.cfg.LeaseTTL,
-		// An expired lease leaves a marker that every replica's watcher
-		// sees, and that one starting later still finds for a while.
-		LimitMarkerTTL: markerTTL,
-		History:        1,
-		Storage:        storage,
-		Replicas:       replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
+	for _, b := range []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&s.leases, jetstream.KeyValueConfig{
+			Bucket:      LeaseBucket,
+			Description: "turnstile: which replica runs each turn",
+			TTL:         s.cfg.LeaseTTL,
+			// An expired lease leaves a marker that every replica's watcher
+			// sees, and that one starting later still finds for a while.
+			LimitMarkerTTL: markerTTL,
+		}},
+		{&s.cooldowns, jetstream.KeyValueConfig{
+			Bucket:      CooldownBucket,
+			Description: "turnstile: the models every replica skips for now",
+			// Per-key TTLs need markers on: a cooldown's key expires with it.
+			LimitMarkerTTL: time.Second,
+		}},
+		{&s.budgets, jetstream.KeyValueConfig{
+			Bucket:      BudgetBucket,
+			Description: "turnstile: the models' retry budgets, shared by every replica",
+		}},
+	} {
+		b.cfg.History, b.cfg.Storage, b.cfg.Replicas = 1, storage, replicas
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		if err != nil {
+			return fmt.Errorf("store: bucket %s: %w", b.cfg.Bucket, err)
+		}
+		*b.kv = kv
 	}
-	s.leases = kv
-	cd, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      CooldownBucket,
-		Description: "turnstile: the models every replica skips for now",
-		History:     1,
-		Storage:     storage,
-		Replicas:    replicas,
-		// Per-key TTLs need markers on: a cooldown's key expires with it.
-		LimitMarkerTTL: time.Second,
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", CooldownBucket, err)
-	}
-	s.cooldowns = cd
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {
 		where = append(where, "dir", s.cfg.Dir, "sync", s.cfg.Sync)

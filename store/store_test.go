@@ -36,6 +36,20 @@ func open(t *testing.T, dir string) *store.Store {
 	return s
 }
 
+// openNATS opens a store on the NATS server at url, as one replica of a
+// deployment; the test's cleanup closes it.
+func openNATS(t *testing.T, url string) *store.Store {
+	t.Helper()
+	cfg := store.DefaultConfig()
+	cfg.Mode, cfg.NATS.URL = store.ModeNATS, url
+	s, err := store.Open(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 func collect(t *testing.T, s *store.Store, id string, attempt uint32, after uint64, n int) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/turnstile-dev/turnstile/config"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 )
 
 // TestServePrintsConfigErrors: serve prints every problem of the file, or
@@ -91,4 +94,32 @@ models:
 	if code != exitOK || stdout == "" {
 		t.Errorf("turn on the server: exit %d, output %q", code, stdout)
 	}
+}
+
+// TestServeRefusedByNATS: serve with a password NATS refuses exits at
+// start, saying which keys to check, and prints neither the password nor
+// the URL that holds it.
+func TestServeRefusedByNATS(t *testing.T) {
+	const password = "pw-73c1e9"
+	url := natstest.StartWith(t, func(o *natsserver.Options) {
+		o.Users = []*natsserver.User{{Username: "turnstile", Password: password}}
+	})
+	host := strings.TrimPrefix(url, "nats://")
+	dir := t.TempDir()
+	yaml := "providers: {sim: {type: simulator}}\nmodels: {sim: {provider: sim, model: turnstile-sim-1}}\n" +
+		"store: {mode: nats, nats: {url: \"nats://turnstile:wrong-" + password + "@" + host + "\"}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	var stderr bytes.Buffer
+	code := serve([]string{"--config", "config.yaml", "--listen", "127.0.0.1:0"}, &stderr)
+	out := stderr.String()
+	if code == 0 || !strings.Contains(out, "NATS refused this replica's credentials") {
+		t.Errorf("serve = %d, printed:\n%s\nwant an error naming the credentials", code, out)
+	}
+	if strings.Contains(out, password) || strings.Contains(out, host) {
+		t.Errorf("serve printed the password or the URL:\n%s", out)
+	}
+	t.Logf("serve printed: %s", out)
 }

@@ -111,10 +111,12 @@ func freeAddr(t *testing.T) string {
 // TestReplicaDeath runs three `turnstile serve` replicas against a NATS
 // server and kills the one running a turn with SIGKILL: mid-delta, and
 // mid-tool (between the tool's intent and its result) for a tool with
-// side effects and for an idempotent one. Every turn reaches a terminal
-// event for its client, whose events (live, then re-attached on another
-// replica) equal the log, gap-free and without duplicates; a tool with
-// side effects never runs twice.
+// side effects and for an idempotent one; then it stops one with SIGTERM
+// while its turn is longer than the shutdown grace, which hands the turn
+// to another replica. Every turn reaches a terminal event for its client,
+// whose events (live, then re-attached on another replica) equal the log,
+// gap-free and without duplicates; a tool with side effects never runs
+// twice.
 func TestReplicaDeath(t *testing.T) {
 	bin := turnstileBinary(t)
 	url := natstest.Start(t)
@@ -172,6 +174,8 @@ server: {shutdown_grace: 1s}
 		prompt string
 		// killAt says when to kill the owner.
 		killAt func(*turnstilev1.AgentEvent) bool
+		// sigterm stops the owner with SIGTERM (a shutdown), not SIGKILL.
+		sigterm bool
 		// wantErr is the terminal error code, unspecified for success.
 		wantErr turnstilev1.ErrorCode
 		// lines is what the tools appended, in all.
@@ -191,6 +195,12 @@ server: {shutdown_grace: 1s}
 		prompt: `[sim tool=slow_lookup args={"ms":1500}] look it up`,
 		killAt: func(ev *turnstilev1.AgentEvent) bool { return ev.GetToolStarted() != nil },
 		lines:  "lookup\nlookup\n",
+	}, {
+		// 80 words at 40ms: longer than the shutdown grace (1s).
+		name:    "SIGTERM mid-delta, the turn outlasting the grace",
+		prompt:  `[sim reply="` + strings.Repeat("word ", 79) + `end"] talk`,
+		killAt:  func(ev *turnstilev1.AgentEvent) bool { return ev.GetTextDelta() != nil },
+		sigterm: true,
 	}}
 	parent := t
 	for i, tt := range tests {
@@ -204,9 +214,10 @@ server: {shutdown_grace: 1s}
 			defer cancel()
 			turn := c.RunTurn(ctx, req)
 			var got []*turnstilev1.AgentEvent
-			var killed time.Time
-			var takeover time.Duration
+			var killed, lastAt time.Time
+			var takeover, pause time.Duration
 			var turnErr error
+			stopped := make(chan int, 1) // the index of a replica stopped with SIGTERM, once it exited
 			for ev, err := range turn.Events() {
 				if err != nil {
 					turnErr = err
@@ -216,13 +227,23 @@ server: {shutdown_grace: 1s}
 				if !killed.IsZero() && takeover == 0 {
 					takeover = time.Since(killed)
 				}
+				if !killed.IsZero() {
+					pause = max(pause, time.Since(lastAt))
+				}
+				lastAt = time.Now()
 				if killed.IsZero() && tt.killAt(ev.Agent) {
 					if tt.lines != "" {
 						waitForFile(t, counted)
 					}
 					owner := ownerOf(t, leases, id)
 					for j, p := range procs {
-						if p.replica == owner {
+						switch {
+						case p.replica != owner:
+						case tt.sigterm:
+							// It drains while the turn goes on.
+							killed = time.Now()
+							go func() { p.kill(syscall.SIGTERM); stopped <- j }()
+						default:
 							killed = time.Now()
 							p.kill(syscall.SIGKILL)
 							// A fresh replica takes the dead one's address.
@@ -237,7 +258,13 @@ server: {shutdown_grace: 1s}
 			if killed.IsZero() {
 				t.Fatal("the owner was never killed")
 			}
-			t.Logf("the client's next event came %v after the SIGKILL", takeover)
+			if tt.sigterm {
+				j := <-stopped
+				t.Logf("the replica stopped %v after the SIGTERM; the client's longest pause between two events after it: %v", time.Since(killed), pause)
+				procs[j] = startReplica(t, parent, bin, config, procs[j].addr)
+			} else {
+				t.Logf("the client's next event came %v after the SIGKILL", takeover)
+			}
 			var te *client.TurnError
 			switch {
 			case tt.wantErr == turnstilev1.ErrorCode_ERROR_CODE_UNSPECIFIED && turnErr != nil:
@@ -259,7 +286,7 @@ server: {shutdown_grace: 1s}
 					t.Fatalf("event %d differs from the log:\n got %v\n log %v", j, got[j], log[j])
 				}
 			}
-			if i == 0 {
+			if i == 0 || tt.sigterm {
 				discarded := false
 				for _, ev := range got {
 					discarded = discarded || ev.GetRetry().GetDiscardPartial()

@@ -31,7 +31,13 @@ import (
 var (
 	_ server.TurnStore       = (*store.Store)(nil)
 	_ runtime.CooldownSharer = (*store.Store)(nil)
+	_ runtime.BudgetSharer   = (*store.Store)(nil)
 )
+
+// budgetShareInterval is how often a replica merges what its retries did
+// to the models' retry budgets into the shared ones: how stale another
+// replica's view may be, at most, besides the store's latency.
+const budgetShareInterval = 100 * time.Millisecond
 
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -162,13 +168,24 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		// Cooldowns decided here reach every replica, and theirs reach
 		// this one.
 		runner.ShareCooldowns(st)
-		wctx, stopWatch := context.WithCancel(ctx)
+		// Until the server has drained its turns, not only until the
+		// signal.
+		wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 		watched := make(chan struct{})
-		defer func() { stopWatch(); <-watched }()
+		shared := make(chan struct{})
+		defer func() { stopWatch(); <-watched; <-shared }()
 		go func() {
 			defer close(watched)
 			if err := st.WatchCooldowns(wctx, runner.ApplyCooldown); err != nil {
 				logger.Error("shared cooldowns are not watched", "error", err)
+			}
+		}()
+		// So are the retry budgets: an outage that spent them here stops
+		// the other replicas' retries too.
+		go func() {
+			defer close(shared)
+			if err := runner.ShareBudgets(wctx, st, budgetShareInterval); err != nil {
+				logger.Error("retry budgets are not shared", "error", err)
 			}
 		}()
 	}

@@ -33,6 +33,20 @@ func Start(tb testing.TB) string {
 	return ns.ClientURL()
 }
 
+// StartWith starts a NATS server like [Start], with its options changed by
+// configure first (TLS, users, an operator...), and returns its client
+// URL.
+func StartWith(tb testing.TB, configure func(*natsserver.Options)) string {
+	tb.Helper()
+	o := options(tb)
+	configure(o)
+	ns := start(tb, o)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		tb.Fatal("natstest: the server did not start")
+	}
+	return ns.ClientURL()
+}
+
 func start(tb testing.TB, o *natsserver.Options) *natsserver.Server {
 	tb.Helper()
 	ns, err := natsserver.NewServer(o)
