@@ -14,6 +14,19 @@
 //
 // The package imports only the generated code, gRPC and the standard
 // library; it never imports the server or the runtime.
+//
+// # Tracing
+//
+// The client starts no spans and sends no trace context on its own: it
+// does not depend on OpenTelemetry (which would add some 30 packages and
+// 1.2 MB to every program using it). A program that traces with
+// OpenTelemetry adds otelgrpc's client stats handler through
+// [WithDialOptions], as the example of WithDialOptions shows: each RPC is
+// then a client span under the span of the context the turn runs with,
+// and its W3C traceparent makes the server's spans (RunTurn, invoke_agent,
+// every model call and tool) part of the program's trace. otelgrpc takes
+// OpenTelemetry's global tracer provider and propagator unless given its
+// own; the global propagator sends nothing until the program sets one.
 package client
 
 import (

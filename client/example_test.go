@@ -6,6 +6,11 @@ import (
 	"iter"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc"
+
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
@@ -72,4 +77,31 @@ func Example() {
 	// Hel [OVERLOADED; discard partial output: true; attempt 2 of 3]
 	// Hello from turnstile.
 	// END_REASON_END_TURN after 2 attempts, 1 messages added
+}
+
+// A program traced with OpenTelemetry puts its turns in its traces with
+// otelgrpc's client stats handler: the server's spans become children of
+// the span of the context the turn runs with. Here the program's tracer
+// provider is OpenTelemetry's global one, set up elsewhere.
+func ExampleWithDialOptions_tracing() {
+	c, err := client.New("turnstile.internal:7700",
+		client.WithDialOptions(grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+		))),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ctx, span := otel.Tracer("my-agent").Start(context.Background(), "answer the user")
+	defer span.End()
+	res, err := c.RunTurn(ctx, &turnstilev1.RunTurnRequest{
+		Messages: []*turnstilev1.Message{{
+			Role:  turnstilev1.Role_ROLE_USER,
+			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "Say hello."}}},
+		}},
+	}).Wait()
+	fmt.Println(res, err)
 }

@@ -112,3 +112,22 @@ func TestBearerTokenNeedsTLS(t *testing.T) {
 // plaintextCreds are transport credentials without TLS, given as if they
 // were a TLS set-up.
 func plaintextCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+// TestRequestTooLarge: a request over the server's max_request_bytes fails
+// at once with REQUEST_TOO_LARGE, not retryable and not retried, whatever
+// the client's step retries.
+func TestRequestTooLarge(t *testing.T) {
+	p := &scripted{fn: func(context.Context, int, *llm.Request) iter.Seq2[llm.Chunk, error] { return reply("never") }}
+	addr := serveWith(t, newReplica(t, p), server.Options{MaxRequestBytes: 64 << 10})
+	c := newClient(t, addr, client.WithMaxStepRetries(3))
+	_, err := c.RunTurn(t.Context(), userRequest(strings.Repeat("w", 100<<10))).Wait()
+	var te *client.TurnError
+	if !errors.As(err, &te) || te.Code != turnstilev1.ErrorCode_ERROR_CODE_REQUEST_TOO_LARGE || te.Retryable || te.Attempts != 1 {
+		t.Fatalf("error %v (%+v); want REQUEST_TOO_LARGE, not retryable, after one attempt", err, te)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls != 0 {
+		t.Errorf("the model was called %d times", p.calls)
+	}
+}

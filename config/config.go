@@ -259,9 +259,14 @@ type Telemetry struct {
 // Ops configures the ops HTTP listener.
 type Ops struct {
 	// Listen is the listener's host:port; empty (the default) is no
-	// listener. It serves /metrics in the Prometheus format.
+	// listener.
 	Listen string `yaml:"listen"`
-	// PProf also serves Go's profiles at /debug/pprof/ (default false).
+	// Metrics serves /metrics in the Prometheus format, which turns
+	// metrics on (default true).
+	Metrics bool `yaml:"metrics"`
+	// PProf also serves Go's profiles at /debug/pprof/, and the runtime's
+	// allocation counters (/debug/alloc) and a forced collection
+	// (POST /debug/gc) (default false).
 	PProf bool `yaml:"pprof"`
 }
 
@@ -275,6 +280,7 @@ func defaults() *Config {
 		Store:  store.DefaultConfig(),
 		Server: defaultServer(),
 		Log:    Log{Format: "text", Level: "info"},
+		Ops:    Ops{Metrics: true},
 	}
 }
 

@@ -130,8 +130,8 @@ server: {drain_delay: 0}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)
 	}
-	if c.Telemetry != (Telemetry{}) || c.Ops != (Ops{}) {
-		t.Errorf("defaults: telemetry %+v, ops %+v; want content not captured and no ops listener", c.Telemetry, c.Ops)
+	if c.Telemetry != (Telemetry{}) || c.Ops != (Ops{Metrics: true}) {
+		t.Errorf("defaults: telemetry %+v, ops %+v; want content not captured and no ops listener (metrics on when there is one)", c.Telemetry, c.Ops)
 	}
 }
 
@@ -145,7 +145,7 @@ ops: {listen: ":9464", pprof: true}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Telemetry != (Telemetry{CaptureContent: true}) || c.Ops != (Ops{Listen: ":9464", PProf: true}) {
+	if c.Telemetry != (Telemetry{CaptureContent: true}) || c.Ops != (Ops{Listen: ":9464", Metrics: true, PProf: true}) {
 		t.Errorf("telemetry %+v, ops %+v", c.Telemetry, c.Ops)
 	}
 }
@@ -191,6 +191,7 @@ func TestInvalid(t *testing.T) {
 		{"ops port", ok + "ops: {listen: \"localhost:99999\"}\n", `config.yaml:3: ops.listen: "localhost:99999" is not host:port`},
 		{"ops on the grpc address", "listen: 127.0.0.1:7700\n" + ok + "ops: {listen: 127.0.0.1:7700}\n", `config.yaml:4: ops.listen: "127.0.0.1:7700" is also the gRPC listen address`},
 		{"pprof alone", ok + "ops: {pprof: true}\n", "config.yaml:3: ops.pprof: needs ops.listen"},
+		{"ops serving nothing", ok + "ops: {listen: \"127.0.0.1:9464\", metrics: false}\n", "config.yaml:3: ops.listen: serves nothing with ops.metrics and ops.pprof both false"},
 		{"capture content", ok + "telemetry: {capture_content: maybe}\n", "config.yaml:3: telemetry.capture_content: expected true or false"},
 		{"bad duration", ok + "retry: {max_backoff: soon}\n", "config.yaml:3: retry.max_backoff: expected a duration such as 500ms or 2s"},
 		{"tool failures", ok + "turn: {tool_failures: 0}\n", "config.yaml:3: turn.tool_failures: must be at least 1"},

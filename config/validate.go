@@ -113,6 +113,8 @@ func (c *Config) checkOps(v *checker) {
 			v.at("ops.listen", "%q is not host:port (e.g. 127.0.0.1:9464, or :9464 for every interface)", c.Ops.Listen)
 		} else if c.Ops.Listen == c.Listen {
 			v.at("ops.listen", "%q is also the gRPC listen address", c.Ops.Listen)
+		} else if !c.Ops.Metrics && !c.Ops.PProf {
+			v.at("ops.listen", "serves nothing with ops.metrics and ops.pprof both false")
 		}
 	case c.Ops.PProf:
 		v.at("ops.pprof", "needs ops.listen: profiles are served on the ops listener")

@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"iter"
+	"maps"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -209,9 +211,17 @@ func (rawCodec) Name() string                         { return "proto" }
 // sendRaw calls RunTurn with b as the request and returns the status.
 func sendRaw(t *testing.T, conn *grpc.ClientConn, b []byte) *status.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	return callRaw(t, t.Context(), conn, "/turnstile.v1.AgentService/RunTurn", b)
+}
+
+// callRaw calls method with b as its request, whatever its kind (unary or
+// streaming: the server goes by its own description of the method), reads
+// every response and returns the status.
+func callRaw(t *testing.T, ctx context.Context, conn *grpc.ClientConn, method string, b []byte) *status.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/turnstile.v1.AgentService/RunTurn", grpc.ForceCodecV2(rawCodec{}))
+	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		return status.Convert(err)
 	}
@@ -227,6 +237,86 @@ func sendRaw(t *testing.T, conn *grpc.ClientConn, b []byte) *status.Status {
 			}
 			return status.Convert(err)
 		}
+	}
+}
+
+// errorInfoOf returns the status's ErrorInfo, nil without one.
+func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// Every method of the server: unary (CancelTurn, health's Check) and
+// streaming, the reflection services included.
+var allMethods = []string{
+	"/turnstile.v1.AgentService/RunTurn",
+	"/turnstile.v1.AgentService/WatchTurn",
+	"/turnstile.v1.AgentService/CancelTurn",
+	"/grpc.health.v1.Health/Check",
+	"/grpc.health.v1.Health/Watch",
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+}
+
+// TestUndecodableRequestsEveryMethod: a request that does not decode is
+// INVALID_ARGUMENT with ErrorInfo on every method, unary ones included,
+// whose decoding grpc-go does before any interceptor; the RPC's log line
+// is written as for any call.
+func TestUndecodableRequestsEveryMethod(t *testing.T) {
+	var logs syncBuffer
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{Logger: newLogger(&logs)})
+	bodies := []struct {
+		name string
+		b    []byte
+		msg  string
+	}{
+		// Field 1 is a string in every request here.
+		{"truncated field", []byte{0x0a, 0x05, 'a', 'b'}, "the request is not a valid protobuf message"},
+		{"invalid UTF-8", []byte{0x0a, 0x02, 0xff, 0xfe}, "the request holds a string that is not valid UTF-8"},
+	}
+	for _, method := range allMethods {
+		for _, body := range bodies {
+			t.Run(method+"/"+body.name, func(t *testing.T) {
+				st := callRaw(t, t.Context(), ts.conn, method, body.b)
+				info := errorInfoOf(st)
+				if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), body.msg) {
+					t.Errorf("status %v %q; want INVALID_ARGUMENT %q", st.Code(), st.Message(), body.msg)
+				}
+				if info.GetReason() != "INVALID_REQUEST" || info.GetDomain() != server.ErrorDomain || info.GetMetadata()["cause"] != "decode" {
+					t.Errorf("ErrorInfo %v; want INVALID_REQUEST in %s with cause=decode", info, server.ErrorDomain)
+				}
+			})
+		}
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(logs.String(), "grpc.method=CancelTurn") && strings.Contains(logs.String(), "grpc.method=Check")
+	})
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "grpc.method=CancelTurn") && !strings.Contains(line, "grpc.code=InvalidArgument") {
+			t.Errorf("CancelTurn's log line: %s", line)
+		}
+	}
+}
+
+// TestUndecodableUnaryRequestNeedsKey: the interceptors run before a unary
+// method's decode failure is answered: without a key, a server with keys
+// says UNAUTHENTICATED, whatever the bytes; health, open to all, says
+// INVALID_ARGUMENT.
+func TestUndecodableUnaryRequestNeedsKey(t *testing.T) {
+	ts := start(t, multiModel(t), server.Options{Keys: []server.Key{keyed("ops", "tok-ops-0123456789")}})
+	garbage := []byte{0x0a, 0x05, 'a', 'b'}
+	if st := callRaw(t, t.Context(), ts.conn, "/turnstile.v1.AgentService/CancelTurn", garbage); st.Code() != codes.Unauthenticated {
+		t.Errorf("CancelTurn without a key: %v", st)
+	}
+	if st := callRaw(t, bearer(t.Context(), "tok-ops-0123456789"), ts.conn, "/turnstile.v1.AgentService/CancelTurn", garbage); st.Code() != codes.InvalidArgument {
+		t.Errorf("CancelTurn with a key: %v", st)
+	}
+	if st := callRaw(t, t.Context(), ts.conn, "/grpc.health.v1.Health/Check", garbage); st.Code() != codes.InvalidArgument {
+		t.Errorf("health without a key: %v", st)
 	}
 }
 
@@ -259,18 +349,39 @@ func TestUndecodableRequests(t *testing.T) {
 	}
 }
 
-// TestRequestTooLarge: a request over max_request_bytes is refused as
-// soon as its length is read (gRPC's RESOURCE_EXHAUSTED), before it is all
-// sent.
+// TestRequestTooLarge: a request over max_request_bytes is refused on
+// every method with RESOURCE_EXHAUSTED and ErrorInfo REQUEST_TOO_LARGE
+// naming the limit, without RetryInfo and with nothing of the request; one
+// over twice the limit is refused by gRPC as soon as its length is read,
+// before it is all sent, without details.
 func TestRequestTooLarge(t *testing.T) {
-	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxRequestBytes: 64 << 10})
-	start := time.Now()
-	st := sendRaw(t, ts.conn, bigRequest(t, 32<<20))
-	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") {
-		t.Errorf("status %v", st)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("the answer took %s", d)
+	const limit = 64 << 10
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxRequestBytes: limit})
+	over, huge := bigRequest(t, limit+100), bigRequest(t, 32<<20)
+	for _, method := range allMethods {
+		t.Run(method, func(t *testing.T) {
+			st := callRaw(t, t.Context(), ts.conn, method, over)
+			if want := "the request is larger than the server accepts (server.max_request_bytes: 65536 bytes)"; st.Code() != codes.ResourceExhausted || st.Message() != want {
+				t.Errorf("status %v %q; want RESOURCE_EXHAUSTED %q", st.Code(), st.Message(), want)
+			}
+			info := errorInfoOf(st)
+			want := map[string]string{"limit": "max_request_bytes", "max_bytes": "65536"}
+			if info.GetReason() != "REQUEST_TOO_LARGE" || info.GetDomain() != server.ErrorDomain || !maps.Equal(info.GetMetadata(), want) {
+				t.Errorf("ErrorInfo %v; want REQUEST_TOO_LARGE with %v", info, want)
+			}
+			if len(st.Details()) != 1 {
+				t.Errorf("details %v; want ErrorInfo alone", st.Details())
+			}
+
+			start := time.Now()
+			st = callRaw(t, t.Context(), ts.conn, method, huge)
+			if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") {
+				t.Errorf("32 MiB: status %v", st)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("32 MiB: the answer took %s", d)
+			}
+		})
 	}
 	if _, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil); st.Code() != codes.OK {
 		t.Errorf("the next turn on the connection: %v", st)

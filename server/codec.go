@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"strings"
 
@@ -18,16 +19,26 @@ import (
 
 // grpc-go turns any failure of the codec's Unmarshal into INTERNAL ("failed
 // to unmarshal the received message"), which the contract reserves for
-// bugs, and writes that status itself before the handler returns. A
-// request that is not valid protobuf, or whose strings are not valid UTF-8,
-// is the client's error: INVALID_ARGUMENT. So the server uses its own
-// codec (the proto codec, unchanged on the wire) and the stream interceptor
-// [decodeErrors] hands it a [decodeTarget]: the codec records its failure
-// there instead of returning it, and the interceptor answers from the
-// record. Unary methods (health) decode before any interceptor runs and
-// keep grpc-go's answer. A request over the size limit never reaches the
-// codec: grpc-go refuses it as soon as it reads its length, with
-// RESOURCE_EXHAUSTED.
+// bugs. A request that is not valid protobuf, or whose strings are not
+// valid UTF-8, is the client's error: INVALID_ARGUMENT. So the server uses
+// its own codec (the proto codec, unchanged on the wire) and hands it a
+// [decodeTarget]: the codec records its failure there instead of returning
+// it, and the server answers from the record. Streaming methods (RunTurn,
+// WatchTurn, health's Watch, reflection) decode in RecvMsg, which the
+// stream interceptor [decodeErrors] wraps. A unary method (CancelTurn,
+// health's Check) decodes before any unary interceptor runs, inside the
+// handler generated for it, so [registrar] wraps that handler: its decode
+// records the failure, and the interceptors (the log line, the key check)
+// run as for any call, around a handler that answers with it.
+//
+// A request over the size limit is refused with RESOURCE_EXHAUSTED and
+// ErrorInfo REQUEST_TOO_LARGE naming the limit ([requestTooLarge]), by the
+// codec, which sees its length. grpc-go's own limit cannot carry that
+// ErrorInfo: it writes its detail-less status itself, from inside RecvMsg,
+// as soon as it reads a message's length. So grpc-go's limit is set above
+// the server's, at [hardRequestLimit]: a request up to that is read and
+// refused here, with details; a larger one is refused by grpc-go at once,
+// without reading it, and without details.
 
 // decodeTarget is the message a stream's RecvMsg decodes into, with room
 // for the codec's failure. It embeds the message, so it is a proto.Message
@@ -37,11 +48,27 @@ type decodeTarget struct {
 	err error
 }
 
-// codec is the proto codec, noting its unmarshal failures in a
-// *decodeTarget.
-type codec struct{ base encoding.CodecV2 }
+// codec is the proto codec, noting its unmarshal failures, and requests
+// over maxRequestBytes, in a *decodeTarget.
+type codec struct {
+	base            encoding.CodecV2
+	maxRequestBytes int
+}
 
-func newCodec() codec { return codec{base: encoding.GetCodecV2(protoenc.Name)} }
+func newCodec(maxRequestBytes int) codec {
+	return codec{base: encoding.GetCodecV2(protoenc.Name), maxRequestBytes: maxRequestBytes}
+}
+
+// errTooLarge is the failure of a request over max_request_bytes.
+var errTooLarge = errors.New("the request is too large")
+
+// hardRequestLimit is the receive limit given to grpc-go for a server
+// that accepts requests of maxRequestBytes: twice that, or 1 MiB more,
+// whichever is less. Up to it, a request too large is read and refused
+// with details; beyond it, grpc-go refuses it before reading it.
+func hardRequestLimit(maxRequestBytes int) int {
+	return maxRequestBytes + min(maxRequestBytes, 1<<20)
+}
 
 // Name implements [encoding.CodecV2].
 func (c codec) Name() string { return c.base.Name() }
@@ -55,12 +82,17 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal implements [encoding.CodecV2]. Decoding into a *decodeTarget
-// never fails: the failure is recorded in the target. A RunTurnRequest
-// with too many items ([countItems]) is refused before it is decoded.
+// never fails: the failure is recorded in the target. A request over
+// maxRequestBytes, and a RunTurnRequest with too many items
+// ([countItems]), are refused before they are decoded.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	t, ok := v.(*decodeTarget)
 	if !ok {
 		return c.base.Unmarshal(data, v)
+	}
+	if c.maxRequestBytes > 0 && data.Len() > c.maxRequestBytes {
+		t.err = errTooLarge
+		return nil
 	}
 	if _, isRequest := t.Message.(*turnstilev1.RunTurnRequest); !isRequest {
 		t.err = c.base.Unmarshal(data, t.Message)
@@ -76,28 +108,96 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// decodeErrors is the stream interceptor that answers a request that does
-// not decode with INVALID_ARGUMENT and ErrorInfo.
-func decodeErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &decodingStream{ServerStream: ss})
+// decodeErrors returns the stream interceptor that answers a request that
+// does not decode with INVALID_ARGUMENT and ErrorInfo, and one over
+// maxRequestBytes with [requestTooLarge].
+func decodeErrors(maxRequestBytes int) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &decodingStream{ServerStream: ss, maxRequestBytes: maxRequestBytes})
+	}
 }
 
-type decodingStream struct{ grpc.ServerStream }
+type decodingStream struct {
+	grpc.ServerStream
+	maxRequestBytes int
+}
 
 // RecvMsg implements [grpc.ServerStream].
 func (s *decodingStream) RecvMsg(m any) error {
+	refused, err := decode(s.ServerStream.RecvMsg, m, s.maxRequestBytes)
+	if refused != nil {
+		return refused
+	}
+	return err
+}
+
+// decode calls recv, a stream's RecvMsg or a unary method's decoder, with
+// m wrapped in a [decodeTarget]. It returns as refused the status error of
+// a request that did not decode or was over maxRequestBytes, and as err
+// recv's own errors (io.EOF, a cancelled stream, grpc-go's refusal of a
+// request over [hardRequestLimit]) as they are.
+func decode(recv func(any) error, m any, maxRequestBytes int) (refused, err error) {
 	pm, ok := m.(proto.Message)
 	if !ok {
-		return s.ServerStream.RecvMsg(m)
+		return nil, recv(m)
 	}
 	t := &decodeTarget{Message: pm}
-	if err := s.ServerStream.RecvMsg(t); err != nil {
-		return err
+	if err := recv(t); err != nil {
+		return nil, err
 	}
-	if t.err != nil {
-		return malformedRequest(t.err).Err()
+	switch {
+	case errors.Is(t.err, errTooLarge):
+		return requestTooLarge(maxRequestBytes).Err(), nil
+	case t.err != nil:
+		return malformedRequest(t.err).Err(), nil
 	}
-	return nil
+	return nil, nil
+}
+
+// registrar registers services on a grpc.Server with their unary methods'
+// handlers wrapped by [decodingHandler]. Register every service through
+// it (reflection included: it needs GetServiceInfo, which the embedded
+// server provides).
+type registrar struct {
+	*grpc.Server
+	maxRequestBytes int
+}
+
+// RegisterService implements [grpc.ServiceRegistrar].
+func (r registrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
+	for i, m := range desc.Methods {
+		m.Handler = decodingHandler(m.Handler, r.maxRequestBytes)
+		d.Methods[i] = m
+	}
+	r.Server.RegisterService(&d, impl)
+}
+
+// decodingHandler wraps the generated handler of a unary method, which
+// decodes the request and returns at once when that fails, before any
+// interceptor. The wrapped decoder never fails: it keeps the status of a
+// request that did not decode (see [decode]), and the interceptors then
+// run around a handler that returns it instead of calling the method.
+func decodingHandler(h grpc.MethodHandler, maxRequestBytes int) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, next grpc.UnaryServerInterceptor) (any, error) {
+		var failed error
+		decodeOnce := func(m any) error {
+			refused, err := decode(dec, m, maxRequestBytes)
+			failed = refused
+			return err
+		}
+		intercept := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if failed != nil {
+				handler = func(context.Context, any) (any, error) { return nil, failed }
+			}
+			if next == nil {
+				return handler(ctx, req)
+			}
+			return next(ctx, req, info, handler)
+		}
+		return h(srv, ctx, decodeOnce, intercept)
+	}
 }
 
 // malformedRequest is the status of a request that is not a valid message:

@@ -88,7 +88,7 @@ func FuzzRequestPath(f *testing.F) {
 	opts.setDefaults()
 	s := newService(r, opts)
 	k := &key{Key: Key{Name: "k", TokenSHA256: sha256.Sum256([]byte("t")), Models: []string{"b"}}}
-	c := newCodec()
+	c := newCodec(DefaultMaxRequestBytes)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req turnstilev1.RunTurnRequest
 		target := &decodeTarget{Message: &req}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
@@ -44,7 +43,7 @@ func documentedFiles() (*protoregistry.Files, error) {
 // s. They answer from the documented contract first and from the
 // descriptors linked into the binary for everything else (health,
 // reflection itself).
-func registerReflection(s *grpc.Server) error {
+func registerReflection(s registrar) error {
 	files, err := documentedFiles()
 	if err != nil {
 		return err

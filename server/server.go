@@ -85,8 +85,11 @@ type Options struct {
 	// HandshakeTimeout closes a connection that has not completed its TLS
 	// and HTTP/2 handshake in this time (default 10s).
 	HandshakeTimeout time.Duration
-	// MaxRequestBytes bounds a request; a larger one fails as soon as its
-	// length is read, with gRPC's RESOURCE_EXHAUSTED (default 4 MiB).
+	// MaxRequestBytes bounds a request; a larger one fails with
+	// RESOURCE_EXHAUSTED and ErrorInfo REQUEST_TOO_LARGE. One up to twice
+	// as large (at most 1 MiB more) is read first; a larger one is refused
+	// by gRPC as soon as its length is read, without ErrorInfo (default
+	// 4 MiB).
 	MaxRequestBytes int
 	// MaxEventBytes bounds every event the server sends (default 2 MiB;
 	// clients must accept messages this large: gRPC's default is 4 MiB).
@@ -200,7 +203,7 @@ func New(runner turnRunner, opts Options) *Server {
 	// key's name; keys are checked before a request is read; the turn
 	// limits apply to the key found; recovery is innermost.
 	unary := []grpc.UnaryServerInterceptor{logging.UnaryServerInterceptor(logFn, logOpts...)}
-	stream := []grpc.StreamServerInterceptor{logging.StreamServerInterceptor(logFn, logOpts...), decodeErrors}
+	stream := []grpc.StreamServerInterceptor{logging.StreamServerInterceptor(logFn, logOpts...), decodeErrors(opts.MaxRequestBytes)}
 	if len(opts.Keys) > 0 {
 		u, s := newAuthenticator(opts.Keys, time.Now).requireKey()
 		unary, stream = append(unary, u), append(stream, s)
@@ -210,7 +213,7 @@ func New(runner turnRunner, opts Options) *Server {
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(newCodec(opts.MaxRequestBytes)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			// Ping idle connections so long, quiet tool runs survive NATs
 			// and load balancers.
@@ -226,7 +229,7 @@ func New(runner turnRunner, opts Options) *Server {
 			PermitWithoutStream: true,
 		}),
 		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
-		grpc.MaxRecvMsgSize(opts.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(hardRequestLimit(opts.MaxRequestBytes)),
 		grpc.ConnectionTimeout(opts.HandshakeTimeout),
 		grpc.StaticStreamWindowSize(flowWindow),
 		grpc.StaticConnWindowSize(flowWindow),
@@ -249,14 +252,17 @@ func New(runner turnRunner, opts Options) *Server {
 	}
 	s.service = newService(runner, &s.opts)
 	s.service.senders.start(streamWorkers)
-	turnstilev1.RegisterAgentServiceServer(s.grpc, s.service)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// Every service through reg: a unary method's malformed request
+	// reaches the interceptors (codec.go).
+	reg := registrar{Server: s.grpc, maxRequestBytes: opts.MaxRequestBytes}
+	turnstilev1.RegisterAgentServiceServer(reg, s.service)
+	healthpb.RegisterHealthServer(reg, s.health)
 	if !opts.NoReflection {
-		if err := registerReflection(s.grpc); err != nil {
+		if err := registerReflection(reg); err != nil {
 			// Only a broken build gets here (the contract is embedded);
 			// serve the generated descriptors, without their documentation.
 			logger.Error("reflection without documentation", "error", err)
-			reflection.Register(s.grpc)
+			reflection.Register(reg)
 		}
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

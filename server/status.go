@@ -69,6 +69,7 @@ var (
 	reasonUnauthenticated  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_UNAUTHENTICATED)
 	reasonPermissionDenied = codeReason(turnstilev1.ErrorCode_ERROR_CODE_PERMISSION_DENIED)
 	reasonLimitExceeded    = codeReason(turnstilev1.ErrorCode_ERROR_CODE_LIMIT_EXCEEDED)
+	reasonRequestTooLarge  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_REQUEST_TOO_LARGE)
 )
 
 func codeReason(c turnstilev1.ErrorCode) string {
@@ -117,6 +118,14 @@ func limitExceeded(msg string, retryAfter time.Duration, metadata map[string]str
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 	}
 	return withDetails(status.New(codes.ResourceExhausted, msg), details...)
+}
+
+// requestTooLarge returns the status of a request over maxBytes, the
+// server's max_request_bytes: RESOURCE_EXHAUSTED, without RetryInfo (the
+// same request will never fit), with the limit in ErrorInfo's metadata.
+func requestTooLarge(maxBytes int) *status.Status {
+	return withDetails(status.Newf(codes.ResourceExhausted, "the request is larger than the server accepts (server.max_request_bytes: %d bytes)", maxBytes),
+		errorInfo(reasonRequestTooLarge, map[string]string{"limit": "max_request_bytes", "max_bytes": strconv.Itoa(maxBytes)}))
 }
 
 func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Status {

@@ -48,7 +48,7 @@ func TestKindMapping(t *testing.T) {
 		})
 	}
 	// The codes of refusals before a turn starts are the server's own.
-	refusals := []string{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded}
+	refusals := []string{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded, reasonRequestTooLarge}
 	for _, r := range refusals {
 		if _, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+r]; !ok {
 			t.Errorf("reason %s is no error code", r)

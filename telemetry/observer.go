@@ -85,7 +85,8 @@ func (o *Observer) genAIProvider(name string) string {
 
 // TurnStart starts the turn's invoke_agent span and counts the turn in
 // flight. The span it starts under, the gRPC server span, gets the turn
-// id too.
+// id too, and so, with [TurnIDProcessor], does every span started under
+// the context it returns.
 func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Context {
 	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
 		parent.SetAttributes(keyTurnID.String(t.TurnID))
@@ -98,9 +99,14 @@ func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Co
 	if c := client(t); c != "" {
 		attrs = append(attrs, keyClient.String(c))
 	}
-	ctx, _ = o.tracer.Start(ctx, opInvokeAgent, trace.WithSpanKind(trace.SpanKindInternal),
+	ctx, span := o.tracer.Start(ctx, opInvokeAgent, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(t.Start), trace.WithAttributes(attrs...))
 	o.m.active.Add(ctx, 1, metric.WithAttributes(keyModel.String(t.Model)))
+	if span.IsRecording() {
+		// For the spans of other instrumentation beneath the turn's
+		// (TurnIDProcessor).
+		ctx = context.WithValue(ctx, turnKey{}, t.TurnID)
+	}
 	return ctx
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -50,7 +51,9 @@ type Providers struct {
 	// MeterProvider records metrics; a no-op provider when no exporter
 	// and no Prometheus reader is configured.
 	MeterProvider metric.MeterProvider
-	// Propagator reads and writes W3C trace context and baggage.
+	// Propagator reads and writes the trace context: the propagators
+	// OTEL_PROPAGATORS names (tracecontext, baggage, b3, b3multi, jaeger,
+	// xray, ottrace, none), by default W3C trace context and baggage.
 	Propagator propagation.TextMapPropagator
 	// Tracing and Metrics report which signals are exported.
 	Tracing, Metrics bool
@@ -72,7 +75,9 @@ type Providers struct {
 // and always when opts.Prometheus is set. The sampler comes from
 // OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default: parent-based,
 // always on), the resource from OTEL_SERVICE_NAME (default turnstile) and
-// OTEL_RESOURCE_ATTRIBUTES. OTEL_SDK_DISABLED=true turns everything off.
+// OTEL_RESOURCE_ATTRIBUTES, the propagators from OTEL_PROPAGATORS
+// (through the contrib autoprop package; default tracecontext,baggage).
+// OTEL_SDK_DISABLED=true turns everything off.
 //
 // With none of them set, Setup installs nothing and returns no-op
 // providers: no exporter runs and nothing points at a default endpoint.
@@ -88,6 +93,11 @@ func Setup(ctx context.Context, opts Options) (*Providers, error) {
 	if !traces && !metrics && !opts.Prometheus {
 		return p, nil
 	}
+	prop, err := propagator()
+	if err != nil {
+		return nil, err
+	}
+	p.Propagator = prop
 	if opts.Logger != nil {
 		logger := opts.Logger
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -108,7 +118,7 @@ func Setup(ctx context.Context, opts Options) (*Providers, error) {
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: traces exporter: %w", err)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(TurnIDProcessor()), sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 		p.TracerProvider, p.Tracing = tp, true
 		p.shutdown = append(p.shutdown, tp.Shutdown)
 		otel.SetTracerProvider(tp)
@@ -138,6 +148,26 @@ func Setup(ctx context.Context, opts Options) (*Providers, error) {
 		p.MeterProvider, p.Metrics = mp, true
 		p.shutdown = append(p.shutdown, mp.Shutdown)
 		otel.SetMeterProvider(mp)
+	}
+	return p, nil
+}
+
+// propagator returns the propagators OTEL_PROPAGATORS names, through the
+// contrib autoprop package: W3C trace context and baggage when it is
+// unset; an error for a name it does not know (autoprop itself would only
+// report it to OpenTelemetry's error handler and go on without it).
+func propagator() (propagation.TextMapPropagator, error) {
+	v := os.Getenv("OTEL_PROPAGATORS")
+	if strings.TrimSpace(v) == "" {
+		return autoprop.NewTextMapPropagator(), nil
+	}
+	var names []string
+	for n := range strings.SplitSeq(v, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	p, err := autoprop.TextMapPropagator(names...)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: OTEL_PROPAGATORS: %w", err)
 	}
 	return p, nil
 }

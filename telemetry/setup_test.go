@@ -2,9 +2,11 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 var otelVars = []string{
 	"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
 	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+	"OTEL_PROPAGATORS",
 }
 
 // keepGlobals restores OpenTelemetry's globals after the test.
@@ -109,6 +112,53 @@ func TestSetupBadEnv(t *testing.T) {
 	}
 }
 
+// TestSetupPropagators asserts OTEL_PROPAGATORS picks the headers the
+// server reads and the providers get (default W3C trace context and
+// baggage), and that a name it does not know fails Setup.
+func TestSetupPropagators(t *testing.T) {
+	tests := []struct {
+		env    string
+		fields []string
+		err    string
+	}{
+		{env: "", fields: []string{"baggage", "traceparent", "tracestate"}},
+		{env: "tracecontext", fields: []string{"traceparent", "tracestate"}},
+		{env: "b3, tracecontext", fields: []string{"b3", "traceparent", "tracestate"}},
+		{env: "b3multi", fields: []string{"x-b3-flags", "x-b3-sampled", "x-b3-spanid", "x-b3-traceid"}},
+		{env: "none"},
+		{env: "tracecontext,zipkin-please", err: "OTEL_PROPAGATORS: unknown propagator: zipkin-please"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			keepGlobals(t)
+			for _, v := range otelVars {
+				t.Setenv(v, "")
+			}
+			t.Setenv("OTEL_TRACES_EXPORTER", "console")
+			t.Setenv("OTEL_PROPAGATORS", tt.env)
+			p, err := telemetry.Setup(t.Context(), telemetry.Options{})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Setup error = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Shutdown(context.Background())
+			got := p.Propagator.Fields()
+			slices.Sort(got)
+			if !slices.Equal(got, tt.fields) {
+				t.Errorf("fields %v, want %v", got, tt.fields)
+			}
+			if g := otel.GetTextMapPropagator().Fields(); !slices.Equal(slices.Sorted(slices.Values(g)), tt.fields) {
+				t.Errorf("global propagator's fields %v, want %v", g, tt.fields)
+			}
+		})
+	}
+}
+
 // TestOpsHandler asserts what the ops listener serves: /metrics in the
 // Prometheus format with the same instruments as OTLP, /debug/pprof/ only
 // when asked for, nothing else.
@@ -148,10 +198,29 @@ func TestOpsHandler(t *testing.T) {
 	if code, _ := get(withPProf, "/debug/pprof/"); code != http.StatusOK {
 		t.Errorf("/debug/pprof/ with pprof: %d", code)
 	}
+	code, body = get(withPProf, "/debug/alloc")
+	var alloc map[string]uint64
+	if err := json.Unmarshal([]byte(body), &alloc); code != http.StatusOK || err != nil || alloc["alloc_bytes"] == 0 || alloc["alloc_objects"] == 0 || len(alloc) != 3 {
+		t.Errorf("/debug/alloc with pprof: %d %s", code, body)
+	}
+	gc := httptest.NewRecorder()
+	withPProf.ServeHTTP(gc, httptest.NewRequest(http.MethodPost, "/debug/gc", nil))
+	if gc.Code != http.StatusOK {
+		t.Errorf("POST /debug/gc with pprof: %d", gc.Code)
+	}
+	if _, after := get(withPProf, "/debug/alloc"); !strings.Contains(after, `"gc_cycles":`) {
+		t.Errorf("/debug/alloc after /debug/gc: %s", after)
+	}
 	without := telemetry.OpsHandler(p.MetricsHandler(), false)
-	for path, want := range map[string]int{"/debug/pprof/": 404, "/metrics": 200, "/": 404} {
+	for path, want := range map[string]int{"/debug/pprof/": 404, "/debug/alloc": 404, "/metrics": 200, "/": 404} {
 		if code, _ := get(without, path); code != want {
 			t.Errorf("%s without pprof: %d, want %d", path, code, want)
+		}
+	}
+	profilesOnly := telemetry.OpsHandler(nil, true)
+	for path, want := range map[string]int{"/debug/pprof/": 200, "/metrics": 404} {
+		if code, _ := get(profilesOnly, path); code != want {
+			t.Errorf("%s without metrics: %d, want %d", path, code, want)
 		}
 	}
 }

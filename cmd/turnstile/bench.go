@@ -20,7 +20,7 @@ func benchCmd(args []string) int {
 	var cfg bench.Config
 	self, _ := os.Executable()
 	fs.StringVar(&cfg.Binary, "bin", self, "turnstile `binary` to run as the server")
-	configPath := fs.String("config", "", "server configuration `file`; "+bench.UpstreamPlaceholder+" stands for the fake upstream's base URL (default: one openai provider and model)")
+	configPath := fs.String("config", "", "server configuration `file`; "+bench.UpstreamPlaceholder+" stands for the fake upstream's base URL; no ops block: the bench adds its own (default: one openai provider and model)")
 	chain := fs.Bool("chain", false, "configure a chain of three models with retries (ignored with --config)")
 	fs.IntVar(&cfg.Upstream.Chunks, "chunks", 20, "content chunks per reply")
 	fs.IntVar(&cfg.Upstream.ChunkSize, "chunk-size", 8, "content bytes per chunk")

@@ -15,7 +15,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -48,7 +47,6 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		setGCDefaults()
-		startDebug(slog.Default())
 		return serve(args[1:], stderr)
 	case "run":
 		return run(args[1:])

@@ -38,8 +38,9 @@ func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers
 	return runtime.Observers(obs, log), nil
 }
 
-// serveOps serves the ops listener on lis: /metrics, and /debug/pprof/
-// with withPProf. The returned function stops it.
+// serveOps serves the ops listener on lis: /metrics when tel serves them,
+// and the Go runtime's debugging endpoints (/debug/pprof/, /debug/alloc,
+// /debug/gc) with withPProf. The returned function stops it.
 func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, logger *slog.Logger) (stop func()) {
 	srv := &http.Server{
 		Handler:           telemetry.OpsHandler(tel.MetricsHandler(), withPProf),
@@ -52,7 +53,7 @@ func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, logger
 			logger.Error("ops listener failed", "error", err)
 		}
 	}()
-	logger.Info("ops listener", "address", lis.Addr().String(), "metrics", "/metrics", "pprof", withPProf)
+	logger.Info("ops listener", "address", lis.Addr().String(), "metrics", tel.MetricsHandler() != nil, "pprof", withPProf)
 	if ta, ok := lis.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
 		// The ops listener has no TLS and no client keys.
 		logger.Warn("the ops listener answers anyone who reaches it: keep ops.listen on loopback or a private network",

@@ -175,22 +175,12 @@ store: {dir: ""}
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// slog's handler serializes its writes; logs is read once serveOn has
 	// returned.
 	var logs strings.Builder
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- serveOn(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil)), lis, ops) }()
+	addr, opsAddr, stop := serveWithOps(t, cfg, &logs)
 
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +198,7 @@ store: {dir: ""}
 		t.Fatalf("events %s, want them to start with %s", got, want)
 	}
 
-	resp, err := http.Get("http://" + ops.Addr().String() + "/metrics")
+	resp, err := http.Get("http://" + opsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +222,7 @@ store: {dir: ""}
 		t.Logf("/metrics:\n%s", scrape)
 	}
 
-	stop()
-	if err := <-served; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 
@@ -315,6 +304,30 @@ store: {dir: ""}
 	}
 }
 
+// serveWithOps runs serveOn with cfg, as `turnstile serve` does, on
+// loopback listeners for the gRPC API (addr) and the ops listener
+// (opsAddr), logging JSON to logs; stop ends it and returns serveOn's
+// error. Read logs only once stop has returned.
+func serveWithOps(t *testing.T, cfg *config.Config, logs io.Writer) (addr, opsAddr string, stop func() error) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		lis.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serveOn(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)), lis, ops) }()
+	return lis.Addr().String(), ops.Addr().String(), func() error {
+		cancel()
+		return <-served
+	}
+}
+
 // TestJSONLogDurations: in JSON logs a duration is a Go duration string
 // and a count a number.
 func TestJSONLogDurations(t *testing.T) {
@@ -326,5 +339,55 @@ func TestJSONLogDurations(t *testing.T) {
 	l.Info("draining", "grace", 30*time.Second, "turns", 3, "wait_ms", 1.5)
 	if got := b.String(); !strings.Contains(got, `"grace":"30s","turns":3,"wait_ms":1.5}`) {
 		t.Errorf("line = %s", got)
+	}
+}
+
+// TestOpsProfilesWithoutMetrics: the ops listener is the one place for
+// profiles and runtime counters (turnstile bench uses it so): with
+// metrics: false and pprof: true it serves them, and no /metrics, and
+// metrics stay off.
+func TestOpsProfilesWithoutMetrics(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	for _, v := range []string{"OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		t.Setenv(v, "")
+	}
+	cfg, err := config.Parse("config.yaml", []byte(`
+providers: {sim: {type: simulator}}
+models: {m: {provider: sim, model: x}}
+ops: {listen: "127.0.0.1:0", metrics: false, pprof: true}
+store: {mode: off}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read once serveOn has returned.
+	var logs strings.Builder
+	_, opsAddr, stop := serveWithOps(t, cfg, &logs)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + opsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics: %d, want 404", code)
+	}
+	if code, body := get("/debug/alloc"); code != http.StatusOK || !strings.Contains(body, `"alloc_objects":`) {
+		t.Errorf("/debug/alloc: %d %s", code, body)
+	}
+	if code, body := get("/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("/debug/pprof/: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if line := logs.String(); !strings.Contains(line, `"msg":"serving"`) || !strings.Contains(line, `"metrics":false`) || !strings.Contains(line, `"tracing":false`) {
+		t.Errorf("the serving line says metrics or tracing are on:\n%s", line)
 	}
 }

@@ -211,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		case cfg.Callgrind:
 			keep = filepath.Join(cfg.ProfileDir, profile+".callgrind")
 		default:
-			wg.Go(func() { fetchProfile(srv.debug, filepath.Join(cfg.ProfileDir, profile+".pprof"), 3) })
+			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, profile+".pprof"), 3) })
 		}
 		before, err := srv.stats()
 		if err != nil {
@@ -357,14 +357,14 @@ wait:
 // runtimeGC asks the server to collect garbage and return memory, so two
 // readings of its resident set compare live memory.
 func runtimeGC(srv *child) {
-	resp, err := http.Post("http://"+srv.debug+"/debug/gc", "", nil)
+	resp, err := http.Post("http://"+srv.ops+"/debug/gc", "", nil)
 	if err == nil {
 		_ = resp.Body.Close()
 	}
 }
 
-func fetchProfile(debugAddr, path string, seconds int) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, seconds))
+func fetchProfile(opsAddr, path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", opsAddr, seconds))
 	if err != nil {
 		return
 	}

@@ -23,14 +23,16 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// DebugAddrEnv is the environment variable through which the bench asks
-// the server for its debug endpoint (allocation counters and pprof);
-// cmd/turnstile serves it only when the variable is set.
-const DebugAddrEnv = "TURNSTILE_DEBUG_ADDR"
-
 // UpstreamPlaceholder is replaced, in a configuration template, by the
 // fake upstream's base URL.
 const UpstreamPlaceholder = "$UPSTREAM"
+
+// opsBlock is appended to every configuration: the server's ops listener
+// on a loopback port (%s), with the runtime's debugging endpoints (the
+// allocation counters, a forced collection, CPU profiles) and without
+// /metrics, which would turn metrics on. A template must not set ops
+// itself.
+const opsBlock = "\nops: {listen: %q, metrics: false, pprof: true}\n"
 
 // DefaultConfig is the server configuration the bench uses when none is
 // given: one OpenAI-compatible provider at the fake upstream and one
@@ -70,7 +72,7 @@ store: {mode: off}
 type child struct {
 	cmd    *exec.Cmd
 	addr   string // gRPC address
-	debug  string // debug HTTP address
+	ops    string // the ops listener's address
 	stderr *bytes.Buffer
 	dir    string
 	done   chan struct{}
@@ -90,21 +92,21 @@ func startChild(ctx context.Context, bin, template, upstreamURL string, env []st
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
-	cfg := strings.ReplaceAll(template, UpstreamPlaceholder, upstreamURL)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
 	addr, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	debug, err := freePort()
+	ops, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	c := &child{addr: addr, debug: debug, stderr: &bytes.Buffer{}, dir: dir, done: make(chan struct{})}
+	cfg := strings.ReplaceAll(template, UpstreamPlaceholder, upstreamURL) + fmt.Sprintf(opsBlock, ops)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	c := &child{addr: addr, ops: ops, stderr: &bytes.Buffer{}, dir: dir, done: make(chan struct{})}
 	args := []string{bin, "serve", "--config", cfgPath, "--listen", addr}
-	env = append(append(os.Environ(), env...), DebugAddrEnv+"="+debug)
+	env = append(os.Environ(), env...)
 	if callgrind {
 		c.callgrind = filepath.Join(dir, "callgrind.out")
 		args = append([]string{"valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
@@ -257,14 +259,14 @@ type procStats struct {
 	cpu     time.Duration // user + system CPU time
 	rss     int64         // resident set, bytes
 	peakRSS int64         // peak resident set, bytes
-	// From the server's runtime (the debug endpoint).
+	// From the server's runtime (its ops listener's /debug/alloc).
 	allocBytes   uint64
 	allocObjects uint64
 	gcCycles     uint64
 }
 
 // stats reads the process's CPU time and memory from /proc and its
-// allocation counters from its debug endpoint.
+// allocation counters from its ops listener.
 func (c *child) stats() (procStats, error) {
 	var s procStats
 	pid := c.cmd.Process.Pid
@@ -298,7 +300,7 @@ func (c *child) stats() (procStats, error) {
 			s.peakRSS = kb << 10
 		}
 	}
-	resp, err := http.Get("http://" + c.debug + "/debug/alloc")
+	resp, err := http.Get("http://" + c.ops + "/debug/alloc")
 	if err != nil {
 		return s, err
 	}
@@ -309,7 +311,7 @@ func (c *child) stats() (procStats, error) {
 		GCCycles     uint64 `json:"gc_cycles"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		return s, fmt.Errorf("debug endpoint: %w", err)
+		return s, fmt.Errorf("/debug/alloc: %w", err)
 	}
 	s.allocBytes, s.allocObjects, s.gcCycles = a.AllocBytes, a.AllocObjects, a.GCCycles
 	return s, nil

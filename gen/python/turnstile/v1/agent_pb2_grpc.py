@@ -76,8 +76,10 @@ class AgentServiceServicer(object):
         model the key may not use with PERMISSION_DENIED, and a turn over a
         limit (the key's, or the server's turns at once) with RESOURCE_EXHAUSTED
         and ErrorInfo LIMIT_EXCEEDED, before any event. A request larger than
-        the server accepts fails with RESOURCE_EXHAUSTED as soon as its length is
-        read. No event is larger than the server's event size limit (2 MiB by
+        the server accepts fails with RESOURCE_EXHAUSTED and ErrorInfo
+        REQUEST_TOO_LARGE; one more than twice as large (or 1 MiB larger) is
+        refused by gRPC as soon as its length is read, with RESOURCE_EXHAUSTED
+        and no details. No event is larger than the server's event size limit (2 MiB by
         default).
 
         Idempotency (with a turn store): a RunTurn whose (turn_id, attempt) the
