@@ -54,15 +54,17 @@ type outbox struct {
 
 var _ runtime.BusySink = (*outbox)(nil)
 
+// newOutbox returns the outbox of a turn streamed to stream; start runs its
+// sender on a goroutine (see [workers]).
 func newOutbox(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse], cancel context.CancelCauseFunc,
-	timeout time.Duration, maxBytes int, usage *usageCharger) *outbox {
+	timeout time.Duration, maxBytes int, usage *usageCharger, start func(func())) *outbox {
 	o := &outbox{
 		stream: stream, cancel: cancel, timeout: timeout, maxBytes: maxBytes, usage: usage,
 		msgs: make(chan *turnstilev1.RunTurnResponse), acks: make(chan error, 1), done: make(chan struct{}),
 		timer: time.NewTimer(timeout),
 	}
 	o.timer.Stop()
-	go o.sender()
+	start(o.sender)
 	return o
 }
 

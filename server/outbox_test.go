@@ -40,7 +40,7 @@ func TestOutboxFinishStalls(t *testing.T) {
 	defer close(stream.release)
 	var cause error
 	cancel := func(err error) { cause = err }
-	o := newOutbox(stream, cancel, 100*time.Millisecond, DefaultMaxEventBytes, nil)
+	o := newOutbox(stream, cancel, 100*time.Millisecond, DefaultMaxEventBytes, nil, func(f func()) { go f() })
 	ev := func(seq uint64, p runtime.Payload) runtime.Event {
 		return runtime.Event{Seq: seq, Time: time.Now(), TurnID: "t", Payload: p}
 	}

@@ -234,6 +234,11 @@ func New(runner turnRunner, opts Options) *Server {
 		grpc.StaticStreamWindowSize(flowWindow),
 		grpc.StaticConnWindowSize(flowWindow),
 		experimental.BufferPool(bufferPool),
+		// Handlers run on goroutines that outlive an RPC, so the stack a
+		// turn grows (the SDK's request encoding is deep) is grown once,
+		// not copied again at every doubling by every turn: 14% of the
+		// server's instructions per turn under callgrind.
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
@@ -246,6 +251,7 @@ func New(runner turnRunner, opts Options) *Server {
 		opts:   opts,
 	}
 	s.service = newService(runner, &s.opts)
+	s.service.senders.start(streamWorkers)
 	// Every service through reg: a unary method's malformed request
 	// reaches the interceptors (codec.go).
 	reg := registrar{Server: s.grpc, maxRequestBytes: opts.MaxRequestBytes}
@@ -302,6 +308,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // the grace early. Shutdown returns when every RPC and owned turn has
 // ended (after at most five more seconds, the server is stopped hard).
 func (s *Server) Shutdown(ctx context.Context) {
+	defer s.service.senders.close()
 	log := s.opts.Logger
 	s.health.Shutdown()
 	log.Info("draining", "drain_delay", s.opts.DrainDelay, "grace", s.opts.ShutdownGrace)
@@ -356,7 +363,13 @@ func (s *Server) Stop() {
 	s.grpc.Stop()
 	s.service.cancelAll()
 	s.service.wait(context.Background())
+	s.service.senders.close()
 }
+
+// streamWorkers is how many goroutines run RPC handlers and how many
+// outbox senders wait for a turn (see [workers]): when more turns run at
+// once, the others get goroutines of their own.
+const streamWorkers = 64
 
 func wait(ctx context.Context, d time.Duration) {
 	if d <= 0 {

@@ -57,6 +57,9 @@ type service struct {
 	owned    int             // runs admitted and not ended
 	maxRuns  int
 	turns    sync.WaitGroup // the runs this replica owns, until they end
+
+	// senders run the outboxes' senders.
+	senders *workers
 }
 
 type activeTurn struct {
@@ -69,6 +72,7 @@ func newService(r turnRunner, opts *Options) *service {
 	s := &service{
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
+		senders: newWorkers(streamWorkers),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTakeovers = cancel
@@ -119,7 +123,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	if k != nil {
 		usage = &usageCharger{k: k.limiter}
 	}
-	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage)
+	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage, s.senders.run)
 	out.attempt = attemptOf(stream.Context(), req)
 	// The turn's outcome and root cause are in its own log line.
 	_, err := s.runner.Run(ctx, tr, out)

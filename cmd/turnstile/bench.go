@@ -32,6 +32,7 @@ func benchCmd(args []string) int {
 	fs.IntVar(&cfg.Warmup, "warmup", 200, "turns run before measuring")
 	fs.IntVar(&cfg.Slow, "slow", 0, "slow turns (one chunk per second) to hold open; 0 skips the slow phase")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "`directory` for the server's CPU profiles of the sequential and concurrent phases")
+	fs.BoolVar(&cfg.Callgrind, "callgrind", false, "run the server under valgrind's callgrind and report its instructions per turn (use a few hundred turns)")
 	env := fs.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=200,...)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

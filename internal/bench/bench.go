@@ -61,11 +61,19 @@ type Config struct {
 	// slow phase is skipped).
 	Slow int
 	// ProfileDir, when set, receives the server's CPU profiles of the
-	// sequential and the concurrent phases (seq.pprof, conc.pprof).
+	// sequential and the concurrent phases (seq.pprof, conc.pprof; with
+	// Callgrind, callgrind's profiles seq.callgrind and conc.callgrind).
 	ProfileDir string
 	// Settle is how long the server is left idle before its idle resident
 	// set is read, at start and after the load (default 2s).
 	Settle time.Duration
+	// Callgrind runs the server under valgrind's callgrind tool, which
+	// counts the instructions the server executes during each measured
+	// phase: a figure that other work on the machine does not change, as
+	// it does CPU time. The server runs some 50 times slower, so use it
+	// with a few hundred turns per phase; valgrind and callgrind_control
+	// must be on the PATH.
+	Callgrind bool
 	// Log receives progress lines (default: discarded).
 	Log io.Writer
 }
@@ -121,6 +129,9 @@ type Phase struct {
 	AllocsPerTurn float64
 	BytesPerTurn  float64
 	GCCycles      uint64
+	// InstructionsPerTurn is the server's instructions per turn, counted
+	// by callgrind; zero unless [Config.Callgrind].
+	InstructionsPerTurn float64
 }
 
 // Report is the result of a [Run].
@@ -152,6 +163,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Config: cfg}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 
 	up, err := StartUpstream(cfg.Upstream)
 	if err != nil {
@@ -170,7 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.DirectConc = phase("direct", drive(ctx, cfg.ConcurrentTurns, cfg.Concurrency, direct), cfg.Concurrency)
 
 	logf("starting %s serve", cfg.Binary)
-	srv, err := startChild(ctx, cfg.Binary, cfg.ServerConfig, up.URL, cfg.Env)
+	srv, err := startChild(ctx, cfg.Binary, cfg.ServerConfig, up.URL, cfg.Env, cfg.Callgrind)
 	if err != nil {
 		return nil, err
 	}
@@ -194,14 +210,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	measure := func(name string, n, conc int, fn turnFunc, profile string) (Phase, error) {
 		var wg sync.WaitGroup
-		if cfg.ProfileDir != "" && profile != "" {
-			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, profile), 3) })
+		keep := ""
+		switch {
+		case cfg.ProfileDir == "" || profile == "":
+		case cfg.Callgrind:
+			keep = filepath.Join(cfg.ProfileDir, profile+".callgrind")
+		default:
+			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, profile+".pprof"), 3) })
 		}
 		before, err := srv.stats()
 		if err != nil {
 			return Phase{}, err
 		}
+		if err := srv.countInstructions(); err != nil {
+			return Phase{}, err
+		}
 		res := drive(ctx, n, conc, fn)
+		instr, err := srv.instructions(keep)
+		if err != nil {
+			return Phase{}, err
+		}
 		after, err := srv.stats()
 		if err != nil {
 			return Phase{}, err
@@ -213,18 +241,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			p.CPUPerTurn = d.cpu / time.Duration(turns)
 			p.AllocsPerTurn = float64(d.allocObjects) / float64(turns)
 			p.BytesPerTurn = float64(d.allocBytes) / float64(turns)
+			p.InstructionsPerTurn = float64(instr) / float64(turns)
 		}
 		p.GCCycles = d.gcCycles
 		rep.PeakRSS = max(rep.PeakRSS, after.peakRSS)
 		return p, nil
 	}
 	logf("turnstile, sequential: %d turns", cfg.Turns)
-	if rep.ServerSeq, err = measure("turnstile", cfg.Turns, 1, turn, "seq.pprof"); err != nil {
+	if rep.ServerSeq, err = measure("turnstile", cfg.Turns, 1, turn, "seq"); err != nil {
 		return nil, err
 	}
 	logf("turnstile, concurrency %d over %d connection(s): %d turns", cfg.Concurrency, cfg.Conns, cfg.ConcurrentTurns)
 	spread := func(ctx context.Context) (sample, error) { return grpcTurn(client(), "")(ctx) }
-	if rep.ServerConc, err = measure("turnstile", cfg.ConcurrentTurns, cfg.Concurrency, spread, "conc.pprof"); err != nil {
+	if rep.ServerConc, err = measure("turnstile", cfg.ConcurrentTurns, cfg.Concurrency, spread, "conc"); err != nil {
 		return nil, err
 	}
 	time.Sleep(cfg.Settle)

@@ -40,6 +40,10 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "server memory: idle RSS %s at start, %s after the load; peak RSS %s; GC cycles %d (sequential), %d (c=%d)\n",
 		mib(r.IdleRSS), mib(r.IdleRSSAfter), mib(r.PeakRSS), r.ServerSeq.GCCycles, r.ServerConc.GCCycles, c)
+	if r.Config.Callgrind {
+		fmt.Fprintf(w, "server instructions per turn (callgrind): %.0f sequential, %.0f at c=%d\n",
+			r.ServerSeq.InstructionsPerTurn, r.ServerConc.InstructionsPerTurn, c)
+	}
 	for _, p := range []Phase{r.DirectSeq, r.DirectConc, r.ServerSeq, r.ServerConc, r.FastUnderSlow} {
 		if p.FirstErr != "" {
 			fmt.Fprintf(w, "first error of %s (c=%d): %s\n", p.Name, p.Concurrency, p.FirstErr)

@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -75,12 +77,16 @@ type child struct {
 	dir    string
 	done   chan struct{}
 	err    error // the process's exit, once done is closed
+	// callgrind is the dump file of a server run under callgrind, empty
+	// otherwise.
+	callgrind string
 }
 
 // startChild writes the configuration (template with the upstream's URL)
 // to a temporary directory and starts bin serve on free loopback ports,
-// waiting until its health check answers SERVING.
-func startChild(ctx context.Context, bin, template, upstreamURL string, env []string) (*child, error) {
+// under callgrind with its counting off when callgrind is set, waiting
+// until its health check answers SERVING.
+func startChild(ctx context.Context, bin, template, upstreamURL string, env []string, callgrind bool) (*child, error) {
 	dir, err := os.MkdirTemp("", "turnstile-bench-")
 	if err != nil {
 		return nil, err
@@ -99,8 +105,24 @@ func startChild(ctx context.Context, bin, template, upstreamURL string, env []st
 		return nil, err
 	}
 	c := &child{addr: addr, ops: ops, stderr: &bytes.Buffer{}, dir: dir, done: make(chan struct{})}
-	c.cmd = exec.Command(bin, "serve", "--config", cfgPath, "--listen", addr)
-	c.cmd.Env = append(os.Environ(), env...)
+	args := []string{bin, "serve", "--config", cfgPath, "--listen", addr}
+	env = append(os.Environ(), env...)
+	if callgrind {
+		c.callgrind = filepath.Join(dir, "callgrind.out")
+		args = append([]string{"valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
+			"--callgrind-out-file=" + c.callgrind}, args...)
+		// Go's asynchronous preemption signals upset callgrind's signal
+		// handling. A GODEBUG of --env keeps its settings.
+		godebug := "GODEBUG=asyncpreemptoff=1"
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok && v != "" {
+				godebug = "GODEBUG=" + v + ",asyncpreemptoff=1"
+			}
+		}
+		env = append(env, godebug)
+	}
+	c.cmd = exec.Command(args[0], args[1:]...)
+	c.cmd.Env = env
 	c.cmd.Stderr = &limitedWriter{b: c.stderr, n: 1 << 20}
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
@@ -117,13 +139,20 @@ func startChild(ctx context.Context, bin, template, upstreamURL string, env []st
 }
 
 func (c *child) waitServing(ctx context.Context) error {
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Redial often: a server under callgrind takes a while to listen, and
+	// gRPC's default backoff would keep the next attempt minutes away.
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second}}))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(30 * time.Second)
+	wait := 30 * time.Second
+	if c.callgrind != "" {
+		wait = 5 * time.Minute // valgrind translates the binary first
+	}
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		select {
 		case <-c.done:
@@ -159,6 +188,70 @@ func (c *child) stop() {
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}
+}
+
+// countInstructions zeroes callgrind's counters and starts counting; it
+// does nothing unless the server runs under callgrind.
+func (c *child) countInstructions() error {
+	if c.callgrind == "" {
+		return nil
+	}
+	return c.callgrindControl("--zero", "--instr=on")
+}
+
+// instructions stops counting and returns the instructions the server
+// executed since countInstructions; 0 unless it runs under callgrind.
+// When keep is set, callgrind's profile of them is moved there.
+func (c *child) instructions(keep string) (uint64, error) {
+	if c.callgrind == "" {
+		return 0, nil
+	}
+	before, _ := filepath.Glob(c.callgrind + ".*")
+	if err := c.callgrindControl("--dump", "--instr=off"); err != nil {
+		return 0, err
+	}
+	after, _ := filepath.Glob(c.callgrind + ".*")
+	for _, f := range after {
+		if slices.Contains(before, f) {
+			continue
+		}
+		n, err := callgrindTotal(f)
+		if err == nil && keep != "" {
+			err = os.Rename(f, keep)
+		}
+		return n, err
+	}
+	return 0, errors.New("callgrind wrote no dump")
+}
+
+func (c *child) callgrindControl(args ...string) error {
+	for _, a := range args {
+		out, err := exec.Command("callgrind_control", a, strconv.Itoa(c.cmd.Process.Pid)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("callgrind_control %s: %w\n%s", a, err, out)
+		}
+	}
+	return nil
+}
+
+// callgrindTotal reads the instruction count of a callgrind dump: its
+// "summary:" or "totals:" line, whose first figure counts instructions
+// (callgrind's default event, Ir).
+func callgrindTotal(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		for _, prefix := range []string{"summary:", "totals:"} {
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					return strconv.ParseUint(f[0], 10, 64)
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s: no instruction total", path)
 }
 
 // procStats are the server process's counters at one moment.

@@ -29,8 +29,9 @@
 // Stream is at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream, endpoint, which also holds its
-// configuration [Settings]) and the official SDK, github.com/anthropics/anthropic-sdk-go.
+// providers/internal (httpfail, stream, jsonscan, endpoint, which also
+// holds its configuration [Settings]) and the official SDK,
+// github.com/anthropics/anthropic-sdk-go.
 package anthropic
 
 import (
@@ -98,5 +99,5 @@ func (p *Provider) SupportsPrefill() bool { return true }
 // Stream sends req as one streamed message and yields its chunks, ending
 // with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return stream.Stainless(ctx, p.name, req, buildParams, p.messages.NewStreaming, option.WithResponseInto, p.consume)
+	return stream.Stainless(ctx, p.name, req, buildParams, p.messages.NewStreaming, option.WithResponseInto, p.streamEvents)
 }

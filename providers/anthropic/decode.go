@@ -55,50 +55,117 @@ type block struct {
 	closed bool
 }
 
-// Decode yields the runtime chunks of one stream event through emit. It
-// returns false when emit did, and an error for a tool call whose
-// arguments are not a JSON object or a reply that overflowed the context.
-func (d *decoder) Decode(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) (bool, *llm.Error) {
-	if d.blocks == nil {
-		d.blocks = map[int64]*block{}
-	}
-	switch ev.Type {
-	case "message_start":
-		d.model = ev.Message.Model
-		u := ev.Message.Usage
-		d.usage = llm.Usage{
+// event is what the decoder reads of one stream event, whether the SDK
+// decoded it ([viewOf]) or the fast path did ([parseEvent]).
+type event struct {
+	typ   string
+	index int64
+	// model and startUsage are message_start's message.model and
+	// message.usage.
+	model      string
+	startUsage llm.Usage
+	block      blockStart
+	delta      delta
+	// usage is message_delta's usage; usageSet has a bit (usageInput, …)
+	// for each field it holds (the SDK's JSON.X.Valid).
+	usage    llm.Usage
+	usageSet uint8
+}
+
+// blockStart is what the decoder reads of content_block_start's
+// content_block; input is the raw JSON of its input (JSON.Input.Raw).
+type blockStart struct {
+	typ, text, thinking, signature, id, name, input string
+}
+
+// delta is what the decoder reads of content_block_delta's and
+// message_delta's delta.
+type delta struct {
+	typ, text, thinking, signature, partialJSON, stopReason string
+}
+
+// The bits of event.usageSet.
+const (
+	usageInput uint8 = 1 << iota
+	usageOutput
+	usageCacheRead
+	usageCacheWrite
+)
+
+// viewOf returns what the decoder reads of an event the SDK decoded.
+func viewOf(ev *anthropic.MessageStreamEventUnion) *event {
+	su, cb, d, u := ev.Message.Usage, ev.ContentBlock, ev.Delta, ev.Usage
+	v := &event{
+		typ: ev.Type, index: ev.Index, model: ev.Message.Model,
+		startUsage: llm.Usage{
+			InputTokens:      su.InputTokens,
+			OutputTokens:     su.OutputTokens,
+			CacheReadTokens:  su.CacheReadInputTokens,
+			CacheWriteTokens: su.CacheCreationInputTokens,
+		},
+		block: blockStart{typ: cb.Type, text: cb.Text, thinking: cb.Thinking, signature: cb.Signature,
+			id: cb.ID, name: cb.Name, input: cb.JSON.Input.Raw()},
+		delta: delta{typ: d.Type, text: d.Text, thinking: d.Thinking, signature: d.Signature,
+			partialJSON: d.PartialJSON, stopReason: string(d.StopReason)},
+		usage: llm.Usage{
 			InputTokens:      u.InputTokens,
 			OutputTokens:     u.OutputTokens,
 			CacheReadTokens:  u.CacheReadInputTokens,
 			CacheWriteTokens: u.CacheCreationInputTokens,
+		},
+	}
+	for _, f := range []struct {
+		bit   uint8
+		valid bool
+	}{
+		{usageInput, u.JSON.InputTokens.Valid()}, {usageOutput, u.JSON.OutputTokens.Valid()},
+		{usageCacheRead, u.JSON.CacheReadInputTokens.Valid()}, {usageCacheWrite, u.JSON.CacheCreationInputTokens.Valid()},
+	} {
+		if f.valid {
+			v.usageSet |= f.bit
 		}
+	}
+	return v
+}
+
+// Decode yields the runtime chunks of one stream event through emit. It
+// returns false when emit did, and an error for a tool call whose
+// arguments are not a JSON object or a reply that overflowed the context.
+func (d *decoder) Decode(ev *event, emit func(llm.Chunk) bool) (bool, *llm.Error) {
+	if d.blocks == nil {
+		d.blocks = map[int64]*block{}
+	}
+	switch ev.typ {
+	case "message_start":
+		d.model = ev.model
+		d.usage = ev.startUsage
 		return emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: d.usage}), nil
 	case "content_block_start":
 		return d.start(ev, emit), nil
 	case "content_block_delta":
-		return d.delta(ev, emit), nil
+		return d.blockDelta(ev, emit), nil
 	case "content_block_stop":
-		return d.stopBlock(ev.Index, emit)
+		return d.stopBlock(ev.index, emit)
 	case "message_delta":
 		// message_delta's usage is cumulative; fields it leaves out keep
 		// message_start's values.
-		u := ev.Usage
-		if u.JSON.InputTokens.Valid() {
+		u := ev.usage
+		if ev.usageSet&usageInput != 0 {
 			d.usage.InputTokens = u.InputTokens
 		}
-		if u.JSON.OutputTokens.Valid() {
+		if ev.usageSet&usageOutput != 0 {
 			d.usage.OutputTokens = u.OutputTokens
 		}
-		if u.JSON.CacheReadInputTokens.Valid() {
-			d.usage.CacheReadTokens = u.CacheReadInputTokens
+		if ev.usageSet&usageCacheRead != 0 {
+			d.usage.CacheReadTokens = u.CacheReadTokens
 		}
-		if u.JSON.CacheCreationInputTokens.Valid() {
-			d.usage.CacheWriteTokens = u.CacheCreationInputTokens
+		if ev.usageSet&usageCacheWrite != 0 {
+			d.usage.CacheWriteTokens = u.CacheWriteTokens
 		}
 		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: d.usage}) {
 			return false, nil
 		}
-		if ev.Delta.StopReason == "model_context_window_exceeded" {
+		if ev.delta.stopReason == "model_context_window_exceeded" {
 			return false, &llm.Error{
 				Kind:     llm.KindContextOverflow,
 				Message:  "the reply reached the model's context window (model_context_window_exceeded)",
@@ -106,8 +173,8 @@ func (d *decoder) Decode(ev anthropic.MessageStreamEventUnion, emit func(llm.Chu
 				Err:      errors.New("stop_reason: model_context_window_exceeded"),
 			}
 		}
-		if ev.Delta.StopReason != "" {
-			d.stop = stopReason(ev.Delta.StopReason)
+		if ev.delta.stopReason != "" {
+			d.stop = stopReason(anthropic.StopReason(ev.delta.stopReason))
 		}
 	case "message_stop":
 		d.finished = true
@@ -115,31 +182,31 @@ func (d *decoder) Decode(ev anthropic.MessageStreamEventUnion, emit func(llm.Chu
 	return true, nil
 }
 
-func (d *decoder) start(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) bool {
-	cb := ev.ContentBlock
+func (d *decoder) start(ev *event, emit func(llm.Chunk) bool) bool {
+	cb := &ev.block
 	b := &block{}
-	d.blocks[ev.Index] = b
-	switch cb.Type {
+	d.blocks[ev.index] = b
+	switch cb.typ {
 	case "text":
 		b.kind = blockText
-		if cb.Text != "" {
-			return emit(llm.Chunk{Kind: llm.ChunkText, Text: cb.Text})
+		if cb.text != "" {
+			return emit(llm.Chunk{Kind: llm.ChunkText, Text: cb.text})
 		}
 	case "thinking":
 		b.kind, b.index = blockThinking, d.thinking
 		d.thinking++
-		if cb.Thinking != "" || cb.Signature != "" {
-			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Text: cb.Thinking, Signature: cb.Signature})
+		if cb.thinking != "" || cb.signature != "" {
+			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Text: cb.thinking, Signature: cb.signature})
 		}
 	case "tool_use":
-		b.kind, b.index, b.name = blockTool, d.toolCalls, cb.Name
+		b.kind, b.index, b.name = blockTool, d.toolCalls, cb.name
 		d.toolCalls++
-		if !emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: b.index, CallID: cb.ID, Name: cb.Name}) {
+		if !emit(llm.Chunk{Kind: llm.ChunkToolCallStart, Index: b.index, CallID: cb.id, Name: cb.name}) {
 			return false
 		}
 		// The input arrives in deltas; a start that already carries a
 		// non-empty input (some proxies) is passed on whole.
-		if raw := cb.JSON.Input.Raw(); raw != "" && raw != "{}" && raw != "null" {
+		if raw := cb.input; raw != "" && raw != "{}" && raw != "null" {
 			b.args.WriteString(raw)
 			return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: b.index, Text: raw})
 		}
@@ -147,29 +214,29 @@ func (d *decoder) start(ev anthropic.MessageStreamEventUnion, emit func(llm.Chun
 	return true
 }
 
-func (d *decoder) delta(ev anthropic.MessageStreamEventUnion, emit func(llm.Chunk) bool) bool {
-	b, ok := d.blocks[ev.Index]
+func (d *decoder) blockDelta(ev *event, emit func(llm.Chunk) bool) bool {
+	b, ok := d.blocks[ev.index]
 	if !ok || b.closed {
 		return true
 	}
-	delta := ev.Delta
-	switch delta.Type {
+	delta := &ev.delta
+	switch delta.typ {
 	case "text_delta":
-		if delta.Text != "" {
-			return emit(llm.Chunk{Kind: llm.ChunkText, Text: delta.Text})
+		if delta.text != "" {
+			return emit(llm.Chunk{Kind: llm.ChunkText, Text: delta.text})
 		}
 	case "thinking_delta":
-		if b.kind == blockThinking && delta.Thinking != "" {
-			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Text: delta.Thinking})
+		if b.kind == blockThinking && delta.thinking != "" {
+			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Text: delta.thinking})
 		}
 	case "signature_delta":
-		if b.kind == blockThinking && delta.Signature != "" {
-			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Signature: delta.Signature})
+		if b.kind == blockThinking && delta.signature != "" {
+			return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: b.index, Signature: delta.signature})
 		}
 	case "input_json_delta":
-		if b.kind == blockTool && delta.PartialJSON != "" {
-			b.args.WriteString(delta.PartialJSON)
-			return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: b.index, Text: delta.PartialJSON})
+		if b.kind == blockTool && delta.partialJSON != "" {
+			b.args.WriteString(delta.partialJSON)
+			return emit(llm.Chunk{Kind: llm.ChunkToolCallArgs, Index: b.index, Text: delta.partialJSON})
 		}
 	}
 	return true
@@ -222,5 +289,16 @@ func stopReason(r anthropic.StopReason) llm.StopReason {
 // consume turns the SDK's event stream into chunks. resp is the HTTP
 // response, nil when none arrived.
 func (p *Provider) consume(ctx context.Context, s *ssestream.Stream[anthropic.MessageStreamEventUnion], resp *http.Response, yield func(llm.Chunk, error) bool) {
-	stream.Consume(ctx, p.name, stream.SSE(s, resp, &decoder{provider: p.name}, p.classify), yield)
+	stream.Consume(ctx, p.name, stream.SSE[*event](sdkEvents{s}, resp, &decoder{provider: p.name}, p.classify), yield)
+}
+
+// sdkEvents reads the SDK's stream as the decoder's events.
+type sdkEvents struct {
+	*ssestream.Stream[anthropic.MessageStreamEventUnion]
+}
+
+// Current returns the view of the SDK's current event.
+func (s sdkEvents) Current() *event {
+	ev := s.Stream.Current()
+	return viewOf(&ev)
 }

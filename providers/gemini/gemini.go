@@ -35,13 +35,15 @@
 // Stream is at most one HTTP request.
 //
 // The package imports only llm, the shared adapter code under
-// providers/internal (httpfail, stream, endpoint, which also holds its
-// configuration [Settings]) and the official SDK, google.golang.org/genai.
+// providers/internal (httpfail, stream, jsonscan, endpoint, which also
+// holds its configuration [Settings]) and the official SDK,
+// google.golang.org/genai.
 package gemini
 
 import (
 	"context"
 	"errors"
+	"io"
 	"iter"
 	"net/http"
 	"sync"
@@ -80,6 +82,10 @@ type Provider struct {
 	// secrets are the API key and header values, redacted from errors.
 	secrets []string
 	models  *genai.Models
+	// replay decodes the rest of a body the fast path leaves to the SDK;
+	// fast is false only in tests, for the SDK's decoding alone.
+	replay *genai.Models
+	fast   bool
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -115,16 +121,42 @@ func New(cfg Config) (*Provider, error) {
 		// The SDK's message may print the whole config, key included.
 		return nil, errors.New("gemini: cannot create the client")
 	}
-	return &Provider{name: c.Name, secrets: c.Secrets(), models: client.Models}, nil
+	// The replay client decodes what the fast path leaves to the SDK
+	// (see fastEvents); its requests never leave the process.
+	replay, err := genai.NewClient(context.Background(), &genai.ClientConfig{
+		APIKey:      "replay",
+		Backend:     genai.BackendGeminiAPI,
+		HTTPClient:  &http.Client{Transport: replayTransport{}},
+		HTTPOptions: genai.HTTPOptions{BaseURL: c.BaseURL, RetryOptions: &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)}},
+	})
+	if err != nil {
+		return nil, errors.New("gemini: cannot create the client")
+	}
+	return &Provider{name: c.Name, secrets: c.Secrets(), models: client.Models, replay: replay.Models, fast: true}, nil
 }
 
 // Stream sends req as one streamed generateContent call and yields its
 // chunks, ending with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
 	return stream.Run(p.name, req, buildCall, func(c call, yield func(llm.Chunk, error) bool) {
-		rec := &response{}
+		rec := &response{fast: p.fast}
+		defer rec.closeBody()
 		d := &decoder{provider: p.name}
-		events := p.models.GenerateContentStream(context.WithValue(ctx, responseKey{}, rec), c.model, c.contents, c.config)
+		sdk := p.models.GenerateContentStream(context.WithValue(ctx, responseKey{}, rec), c.model, c.contents, c.config)
+		// The SDK yields an error or, when the transport took the body of
+		// a successful response (rec.body), nothing: the body's events
+		// are then read by the fast path.
+		events := func(yield func(*genai.GenerateContentResponse, error) bool) {
+			for r, err := range sdk {
+				if !yield(r, err) {
+					return
+				}
+			}
+			if body := rec.takenBody(); body != nil {
+				defer rec.closeBody()
+				p.fastEvents(ctx, c, body, rec.headers(), yield)
+			}
+		}
 		stream.Consume(ctx, p.name, stream.Call[*genai.GenerateContentResponse]{
 			Events:   events,
 			Decoder:  d,
@@ -146,9 +178,31 @@ type responseKey struct{}
 // response is the status and headers of one call's HTTP response, which
 // the SDK does not expose on its errors.
 type response struct {
+	// fast asks the transport to take the body of a successful response
+	// for the fast path, and give the SDK an empty one.
+	fast   bool
 	mu     sync.Mutex
 	code   int
 	header http.Header
+	body   io.ReadCloser
+}
+
+// takenBody returns the body the transport took, nil if none.
+func (r *response) takenBody() io.ReadCloser {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.body
+}
+
+// closeBody closes the body the transport took, if any.
+func (r *response) closeBody() {
+	r.mu.Lock()
+	b := r.body
+	r.body = nil
+	r.mu.Unlock()
+	if b != nil {
+		_ = b.Close()
+	}
 }
 
 func (r *response) set(code int, h http.Header) {
@@ -183,6 +237,12 @@ func (t recorder) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := next.RoundTrip(r)
 	if rec, ok := r.Context().Value(responseKey{}).(*response); ok && resp != nil {
 		rec.set(resp.StatusCode, resp.Header.Clone())
+		if rec.fast && resp.StatusCode >= 200 && resp.StatusCode < 300 && resp.Body != nil {
+			rec.mu.Lock()
+			rec.body = resp.Body
+			rec.mu.Unlock()
+			resp.Body = http.NoBody
+		}
 	}
 	return resp, err
 }

@@ -138,7 +138,7 @@ func parseChunk(data []byte, c *chunk) bool {
 			if c.model != "" {
 				return s.Skip() // named by an earlier event
 			}
-			return stringInto(&s, &c.model)
+			return s.StringOrNull(&c.model)
 		case "choices":
 			if !once(1) {
 				return false
@@ -182,7 +182,7 @@ func parseChoice(s *jsonscan.Scanner, ch *choice) bool {
 		case "index":
 			return once(1) && (s.Null() || intInto(s, &ch.index))
 		case "finish_reason":
-			return once(2) && stringInto(s, &ch.finishReason)
+			return once(2) && s.StringOrNull(&ch.finishReason)
 		case "delta":
 			if !once(4) {
 				return false
@@ -209,13 +209,13 @@ func parseDelta(s *jsonscan.Scanner, ch *choice) bool {
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "content":
-			return once(1) && stringInto(s, &ch.content)
+			return once(1) && s.StringOrNull(&ch.content)
 		case "refusal":
-			return once(2) && stringInto(s, &ch.refusal)
+			return once(2) && s.StringOrNull(&ch.refusal)
 		case "reasoning_content":
-			return once(4) && stringInto(s, &reasoningContent)
+			return once(4) && s.StringOrNull(&reasoningContent)
 		case "reasoning":
-			return once(8) && stringInto(s, &reasoning)
+			return once(8) && s.StringOrNull(&reasoning)
 		case "tool_calls":
 			if !once(16) {
 				return false
@@ -259,7 +259,7 @@ func parseToolCall(s *jsonscan.Scanner, tc *toolCallDelta) bool {
 		case "index":
 			return once(1) && (s.Null() || intInto(s, &tc.index))
 		case "id":
-			return once(2) && stringInto(s, &tc.id)
+			return once(2) && s.StringOrNull(&tc.id)
 		case "function":
 			if !once(4) {
 				return false
@@ -275,13 +275,13 @@ func parseToolCall(s *jsonscan.Scanner, tc *toolCallDelta) bool {
 						return false
 					}
 					fseen |= 1
-					return stringInto(s, &tc.name)
+					return s.StringOrNull(&tc.name)
 				case "arguments":
 					if fseen&2 != 0 {
 						return false
 					}
 					fseen |= 2
-					return stringInto(s, &tc.arguments)
+					return s.StringOrNull(&tc.arguments)
 				}
 				return s.Skip()
 			})
@@ -335,17 +335,6 @@ func parseUsage(s *jsonscan.Scanner, u *llm.Usage) bool {
 		return s.Skip()
 	})
 	*u = usageOf(prompt, completion, cached, cacheWrite)
-	return ok
-}
-
-// stringInto reads a string, or null as empty, into dst.
-func stringInto(s *jsonscan.Scanner, dst *string) bool {
-	if s.Null() {
-		*dst = ""
-		return true
-	}
-	v, ok := s.String()
-	*dst = v
 	return ok
 }
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
@@ -65,7 +64,7 @@ func runBoth(t *testing.T, p *Provider, body []byte, end error) (sdk, fast []llm
 		return &http.Response{
 			StatusCode: 200,
 			Header:     http.Header{"Content-Type": {"text/event-stream"}, "X-Request-Id": {"req_1"}},
-			Body:       io.NopCloser(&pieces{b: body, end: end}),
+			Body:       io.NopCloser(&providertest.Pieces{B: body, End: end}),
 		}
 	}
 	collect := func(chunks *[]llm.Chunk, failed *error) func(llm.Chunk, error) bool {
@@ -84,24 +83,6 @@ func runBoth(t *testing.T, p *Provider, body []byte, end error) (sdk, fast []llm
 	_ = s.Close()
 	p.consumeFast(t.Context(), resp(), collect(&fast, &fastErr))
 	return sdk, fast, sdkErr, fastErr
-}
-
-// pieces reads b a few bytes at a time, then returns end.
-type pieces struct {
-	b   []byte
-	n   int
-	end error
-}
-
-func (p *pieces) Read(b []byte) (int, error) {
-	if len(p.b) == 0 {
-		return 0, p.end
-	}
-	p.n++
-	k := min(len(b), len(p.b), 1+p.n*37%211)
-	copy(b, p.b[:k])
-	p.b = p.b[k:]
-	return k, nil
 }
 
 // FuzzFastMatchesSDK holds the fast path to the SDK: for any body, cut
@@ -125,21 +106,8 @@ func FuzzFastMatchesSDK(f *testing.F) {
 			end = io.ErrUnexpectedEOF
 		}
 		sdk, fast, sdkErr, fastErr := runBoth(t, p, body, end)
-		if diff := cmp.Diff(sdk, fast); diff != "" {
-			t.Errorf("chunks differ (-sdk +fast):\n%s", diff)
-		}
-		if (sdkErr == nil) != (fastErr == nil) {
-			t.Fatalf("errors differ: sdk %v, fast %v", sdkErr, fastErr)
-		}
-		if sdkErr == nil {
-			return
-		}
-		se, fe := providertest.AsError(t, sdkErr), providertest.AsError(t, fastErr)
-		if diff := cmp.Diff(se, fe, providertest.IgnoreErr); diff != "" {
-			t.Errorf("errors differ (-sdk +fast):\n%s", diff)
-		}
-		if (se.Err == nil) != (fe.Err == nil) || se.Err != nil && se.Err.Error() != fe.Err.Error() {
-			t.Errorf("causes differ: sdk %v, fast %v", se.Err, fe.Err)
+		if d := providertest.StreamDiff(providertest.Stream{Chunks: sdk, Err: sdkErr}, providertest.Stream{Chunks: fast, Err: fastErr}); d != "" {
+			t.Error(d)
 		}
 	})
 }
@@ -165,14 +133,14 @@ func TestFastPathTakesTheCommonShape(t *testing.T) {
 // [DONE], so its connection can be reused.
 func TestFastPathDrainsTheBody(t *testing.T) {
 	t.Parallel()
-	body := &pieces{b: []byte(fastSeeds[3] + "data: {\"ignored\":true}\n\n"), end: io.EOF}
+	body := &providertest.Pieces{B: []byte(fastSeeds[3] + "data: {\"ignored\":true}\n\n"), End: io.EOF}
 	p, err := New(Config{Name: "oa", BaseURL: "http://127.0.0.1:1/v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(body)}
 	p.consumeFast(t.Context(), resp, func(llm.Chunk, error) bool { return true })
-	if n, _ := body.Read(make([]byte, 1)); n != 0 || !bytes.Equal(body.b, nil) {
-		t.Errorf("%d bytes left unread after [DONE]", len(body.b))
+	if n, _ := body.Read(make([]byte, 1)); n != 0 || !bytes.Equal(body.B, nil) {
+		t.Errorf("%d bytes left unread after [DONE]", len(body.B))
 	}
 }

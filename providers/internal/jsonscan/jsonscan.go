@@ -150,21 +150,34 @@ func (s *Scanner) Array(elem func() bool) bool {
 	}
 }
 
+// plain marks the bytes a string holds as they are: printable ASCII but
+// the quote and the backslash. Scanning a run of them is one table load a
+// byte.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// plainRun returns the end of the run of plain bytes of b from i.
+func plainRun(b []byte, i int) int {
+	for i < len(b) && plain[b[i]] {
+		i++
+	}
+	return i
+}
+
 // rawKey reads a string without escapes and returns its bytes.
 func (s *Scanner) rawKey() ([]byte, bool) {
 	if s.pos >= len(s.b) || s.b[s.pos] != '"' {
 		return nil, false
 	}
 	start := s.pos + 1
-	for i := start; i < len(s.b); i++ {
-		c := s.b[i]
-		switch {
-		case c == '"':
-			s.pos = i + 1
-			return s.b[start:i], true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return nil, false
-		}
+	i := plainRun(s.b, start)
+	if i < len(s.b) && s.b[i] == '"' {
+		s.pos = i + 1
+		return s.b[start:i], true
 	}
 	return nil, false
 }
@@ -177,7 +190,7 @@ func (s *Scanner) String() (string, bool) {
 		return "", false
 	}
 	start := s.pos + 1
-	i := start
+	i := plainRun(s.b, start)
 	ascii := true
 	for ; i < len(s.b); i++ {
 		c := s.b[i]
@@ -309,8 +322,57 @@ func (s *Scanner) Int() (int64, bool) {
 	return n, true
 }
 
+// StringOrNull reads a string into dst, or null as the empty string.
+func (s *Scanner) StringOrNull(dst *string) bool {
+	if s.Null() {
+		*dst = ""
+		return true
+	}
+	v, ok := s.String()
+	*dst = v
+	return ok
+}
+
+// IntOrNull reads an integer, as [Scanner.Int] does, into dst, or null
+// as zero.
+func (s *Scanner) IntOrNull(dst *int64) bool {
+	if s.Null() {
+		*dst = 0
+		return true
+	}
+	v, ok := s.Int()
+	*dst = v
+	return ok
+}
+
+// Keys records which of up to eight keys of one object were read, one bit
+// each, so that a decoder can decline an object that repeats one (JSON
+// decoders differ on which of the two they keep).
+type Keys uint8
+
+// Once records bit and reports whether it was not recorded before.
+func (k *Keys) Once(bit uint8) bool {
+	if uint8(*k)&bit != 0 {
+		return false
+	}
+	*k |= Keys(bit)
+	return true
+}
+
 // Skip consumes one value of any kind, checking that it is valid JSON.
 func (s *Scanner) Skip() bool { return s.skip(0) }
+
+// Raw consumes one value of any kind, as [Scanner.Skip] does, and returns
+// its text as it is written, without the whitespace around it. The slice
+// shares the scanner's input.
+func (s *Scanner) Raw() ([]byte, bool) {
+	s.ws()
+	start := s.pos
+	if !s.skip(0) {
+		return nil, false
+	}
+	return s.b[start:s.pos], true
+}
 
 func (s *Scanner) skip(depth int) bool {
 	if depth > MaxDepth {
@@ -341,7 +403,7 @@ func (s *Scanner) skip(depth int) bool {
 
 // skipString consumes a string, checking its escapes.
 func (s *Scanner) skipString() bool {
-	for i := s.pos + 1; i < len(s.b); i++ {
+	for i := plainRun(s.b, s.pos+1); i < len(s.b); i = plainRun(s.b, i+1) {
 		switch c := s.b[i]; {
 		case c == '"':
 			s.pos = i + 1

@@ -57,6 +57,28 @@ func TestScanner(t *testing.T) {
 	}
 }
 
+func TestRaw(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, raw string
+		ok      bool
+	}{
+		{in: ` {"a": [1, "x"]} ,`, raw: `{"a": [1, "x"]}`, ok: true},
+		{in: "\n\tnull", raw: "null", ok: true},
+		{in: `"s\u00e9"`, raw: `"s\u00e9"`, ok: true},
+		{in: `-1.5e3]`, raw: `-1.5e3`, ok: true},
+		{in: `{"a":}`},
+		{in: ``},
+	}
+	for _, tt := range tests {
+		s := New([]byte(tt.in))
+		raw, ok := s.Raw()
+		if ok != tt.ok || string(raw) != tt.raw {
+			t.Errorf("Raw(%q) = %q, %v; want %q, %v", tt.in, raw, ok, tt.raw, tt.ok)
+		}
+	}
+}
+
 // FuzzScanner holds the scanner to encoding/json: what it skips as valid
 // is valid JSON, and a string or integer it reads has the value
 // encoding/json reads.
@@ -84,4 +106,36 @@ func FuzzScanner(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestOrNull(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in    string
+		str   string
+		strOK bool
+		n     int64
+		intOK bool
+	}{
+		{in: `null`, strOK: true, intOK: true},
+		{in: `"a\n"`, str: "a\n", strOK: true},
+		{in: `-3`, n: -3, intOK: true},
+		{in: `nul`},
+		{in: `1.5`},
+	}
+	for _, tt := range tests {
+		str, n := "before", int64(9)
+		s := New([]byte(tt.in))
+		if ok := s.StringOrNull(&str) && s.End(); ok != tt.strOK || ok && str != tt.str {
+			t.Errorf("StringOrNull(%s) = %q, %v; want %q, %v", tt.in, str, ok, tt.str, tt.strOK)
+		}
+		s = New([]byte(tt.in))
+		if ok := s.IntOrNull(&n) && s.End(); ok != tt.intOK || ok && n != tt.n {
+			t.Errorf("IntOrNull(%s) = %d, %v; want %d, %v", tt.in, n, ok, tt.n, tt.intOK)
+		}
+	}
+	var k Keys
+	if !k.Once(1) || !k.Once(4) || k.Once(1) || k.Once(4) || !k.Once(2) {
+		t.Errorf("Keys.Once: a bit recorded twice, or a new one refused (%08b)", k)
+	}
 }
