@@ -162,7 +162,7 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	release := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 		defer cancel()
-		_ = s.leases.Delete(dctx, k.lease())
+		_ = s.dropLease(dctx, k)
 	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -657,10 +657,22 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 				err = fmt.Errorf("store: release lease: %w", perr)
 			}
 		} else {
-			_ = s.leases.Delete(dctx, w.key.lease())
+			_ = s.dropLease(dctx, w.key)
 		}
 	}
 	return err
+}
+
+// dropLease gives up run k's lease without a word to the other replicas:
+// it purges the lease's subject from the bucket's stream, which removes
+// every entry of the key and leaves no tombstone. A tombstone (the bucket's
+// Delete) would age out of the bucket like any entry, and the marker the
+// server then places reads to every replica's [Store.WatchExpired] as an
+// expired lease: each would claim the run, find it ended, and give its
+// lease up again, which leaves a new tombstone — a churn that never ends,
+// for every run ever finished.
+func (s *Store) dropLease(ctx context.Context, k runKey) error {
+	return s.leaseLog.Purge(ctx, jetstream.WithPurgeSubject("$KV."+LeaseBucket+"."+k.lease()))
 }
 
 // Record returns the first record of the run (turnID, attempt): the one

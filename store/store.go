@@ -63,6 +63,7 @@ type Store struct {
 	js        jetstream.JetStream
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
+	leaseLog  jetstream.Stream // the stream behind leases: see dropLease
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
 
@@ -327,6 +328,9 @@ func (s *Store) setUp(ctx context.Context) error {
 			return fmt.Errorf("store: bucket %s: %w", b.cfg.Bucket, err)
 		}
 		*b.kv = kv
+	}
+	if s.leaseLog, err = js.Stream(ctx, "KV_"+LeaseBucket); err != nil {
+		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {
