@@ -117,9 +117,32 @@ const SignalLost = "lost"
 // and must end with [Store.Finish]. When the run exists, Create returns its
 // first record and created is false. Of concurrent Creates of one run, on
 // any replicas, exactly one creates it.
+//
+// The record's publish is made again, as an append's is, when the stream
+// could not take it for now and, with a NATS cluster, when it got no
+// answer: it carries a message id of its own (this call's, not the run's:
+// another replica's Create of the run is not a duplicate of this one), so
+// an attempt stored after all is stored once and answered as such.
 func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, record []byte, onSignal func(signal string) []byte) (created bool, existing []byte, err error) {
 	k := runKey{turnID, attempt}
-	ack, err := s.js.Publish(ctx, k.own(), record, jetstream.WithExpectLastSequencePerSubject(0))
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+	dedupe := s.cfg.Mode == ModeNATS
+	var msgID string
+	if dedupe {
+		msgID = k.prefix() + ".create." + s.id + "." + newID()
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := s.publishRetried(pctx, &nats.Msg{Subject: k.own(), Data: record}, dedupe, opts...)
+	if isWrongLastSeq(err) && dedupe {
+		// A server that is not clustered checks the expectation before
+		// the message id: a retry of a record stored after all is refused
+		// as any later record is. The record tells whose it is.
+		if seq, ok := s.ownRecord(pctx, k, msgID); ok {
+			ack, err = &jetstream.PubAck{Sequence: seq}, nil
+		}
+	}
 	if isWrongLastSeq(err) {
 		existing, err := s.Record(ctx, turnID, attempt)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -141,6 +164,16 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		return false, nil, err
 	}
 	return true, nil, nil
+}
+
+// ownRecord reports whether the last owner record of run k is the one
+// published with message id msgID, and its stream sequence.
+func (s *Store) ownRecord(ctx context.Context, k runKey, msgID string) (uint64, bool) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != msgID {
+		return 0, false
+	}
+	return m.Sequence, true
 }
 
 // ErrNotClaimed is the failure of a Claim that another replica won, or of
@@ -452,24 +485,37 @@ func (w *writer) publish(frame []byte) error {
 		// owner's frames are others.
 		opts = append(opts, jetstream.WithMsgID(w.key.prefix()+"."+strconv.FormatUint(w.ownSeq, 10)+"."+strconv.FormatUint(w.next, 10)))
 	}
+	_, err := w.s.publishRetried(ctx, msg, dedupe, opts...)
+	switch {
+	case err == nil:
+		return nil
+	case isWrongLastSeq(err):
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	case w.s.isClosed():
+		return ErrClosed
+	}
+	return fmt.Errorf("store: append: %w", err)
+}
+
+// publishRetried publishes msg and returns its acknowledgement. An attempt
+// that [mayPass] is made again after a short pause, each waiting
+// publishTry for its answer, all within ctx and until the store closes;
+// dedupe says that msg carries a message id, so one that got no answer
+// may be made again too. It returns the last attempt's failure.
+func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, publishTry)
-		_, err := w.s.js.PublishMsg(tctx, msg, opts...)
+		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
-		switch {
-		case err == nil:
-			return nil
-		case isWrongLastSeq(err):
-			return fmt.Errorf("%w: %w", ErrLost, err)
-		case w.s.isClosed():
-			return ErrClosed
-		case ctx.Err() != nil || !mayPass(err, dedupe):
-			return fmt.Errorf("store: append: %w", err)
+		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
+			return ack, err
 		}
-		w.s.logger.Debug("turn store: append retried", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("store: append: %w", err)
+			return nil, err
+		case <-s.closed:
+			return nil, err
 		case <-time.After(publishBackoff):
 		}
 	}
