@@ -307,22 +307,59 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 }
 
 // watchBucket calls fn with the latest entry of each of kv's keys, then
-// with each new one, until ctx is done or the store closes.
+// with each new one, until ctx is done or the store closes. A watch that
+// ends on its own (the client library gives up its consumer, as it may
+// after failed resets in a cluster) is made again, after a pause that
+// grows to rewatchMax, and delivers the latest entries again: fn must take
+// an entry twice. Only a first watch that cannot be made is an error.
 func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("store: watch %s: %w", kv.Bucket(), err)
 	}
-	defer func() { _ = w.Stop() }()
+	pause := rewatchMin
 	for {
+		if err == nil && s.follow(ctx, w, fn) {
+			return nil
+		}
+		if err == nil {
+			s.logger.Warn("turn store: a bucket's watch ended; watching it again", "bucket", kv.Bucket())
+		} else {
+			s.logger.Warn("turn store: cannot watch a bucket again", "bucket", kv.Bucket(), "error", err, "retry_in", pause)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.closed:
 			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, rewatchMax)
+		if w, err = kv.WatchAll(ctx); err == nil {
+			pause = rewatchMin
+		}
+	}
+}
+
+// The pauses before a bucket is watched again (see watchBucket).
+const (
+	rewatchMin = 100 * time.Millisecond
+	rewatchMax = 5 * time.Second
+)
+
+// follow passes w's entries to fn until ctx is done or the store closes
+// (it reports true), or w ends on its own (false). It stops w.
+func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jetstream.KeyValueEntry)) (done bool) {
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-s.closed:
+			return true
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil
+				return false
 			}
 			if e != nil {
 				fn(e)
