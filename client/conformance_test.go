@@ -212,6 +212,7 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string) observatio
 		obs["outcome"] = "completed"
 		obs["end_reason"] = enumName(res.EndReason, "END_REASON_")
 		obs["attempts"] = float64(res.Attempts)
+		obs["reattaches"] = float64(res.Reattaches)
 		obs["roles"] = roles(res.Messages)
 		if n := len(res.Messages); n > 0 {
 			obs["final_text"] = messageText(res.Messages[n-1])
@@ -226,6 +227,7 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string) observatio
 	obs["code"] = client.CodeName(te.Code)
 	obs["retryable"] = te.Retryable
 	obs["attempts"] = float64(te.Attempts)
+	obs["reattaches"] = float64(te.Reattaches)
 	obs["roles"] = roles(te.Messages)
 	if te.Status != nil {
 		obs["status"] = statusName(te.Status.Code())
@@ -268,7 +270,10 @@ func TestConformance(t *testing.T) {
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
 			obs := observe(t, c, sc.Prompt, sc.CancelOn)
-			obs["reattaches"] = float64(reattaches.n.Load())
+			// The count the turn reports is the count the client logged.
+			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
+				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)
+			}
 			for k, want := range sc.Expect {
 				if got := obs[k]; !reflect.DeepEqual(got, want) {
 					t.Errorf("%s = %#v, want %#v", k, got, want)

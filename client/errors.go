@@ -38,6 +38,9 @@ type TurnError struct {
 	// Attempts is the number of attempts the client made, the first
 	// included.
 	Attempts int
+	// Reattaches is the number of times the client re-attached to a run
+	// whose stream broke (WatchTurn calls), across every attempt.
+	Reattaches int
 	// ModelAttempts lists the attempts the server made per model during
 	// the last attempt, when it said.
 	ModelAttempts []*turnstilev1.ModelAttempts

@@ -81,6 +81,9 @@ type Result struct {
 	Counters *turnstilev1.TurnCounters
 	// Attempts is the number of attempts the client made.
 	Attempts int
+	// Reattaches is the number of times the client re-attached to a run
+	// whose stream broke (WatchTurn calls), across every attempt.
+	Reattaches int
 }
 
 // Turn is a turn started by [Client.RunTurn]. Range over [Turn.Events] once
@@ -190,17 +193,26 @@ type attemptOutcome struct {
 	toolsRunning []string
 	usage        *turnstilev1.Usage
 	counters     *turnstilev1.TurnCounters
+	// reattached counts the attempt's WatchTurn calls.
+	reattached int
 }
 
 func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 	ctx, o := t.ctx, t.c.opts
 	var carried []*turnstilev1.Message
 	usage, counters := &turnstilev1.Usage{}, &turnstilev1.TurnCounters{}
+	reattaches := 0
+	// ended fills in what a failure says of the whole turn.
+	ended := func(te *TurnError, n int) *TurnError {
+		te.TurnID, te.Attempts, te.Messages, te.Reattaches = t.ID(), n, slices.Clone(carried), reattaches
+		return te
+	}
 	for n := 1; ; n++ {
 		out := t.attempt(ctx, n, carried, yield)
 		if out.stopped {
 			return nil, ErrStopped
 		}
+		reattaches += out.reattached
 		addUsage(usage, out.usage)
 		addCounters(counters, out.counters)
 		if tc := out.completed; tc != nil {
@@ -212,12 +224,13 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 				added = out.committed
 			}
 			return &Result{
-				TurnID:    t.ID(),
-				EndReason: tc.GetEndReason(),
-				Messages:  append(carried, added...),
-				Usage:     usage,
-				Counters:  counters,
-				Attempts:  n,
+				TurnID:     t.ID(),
+				EndReason:  tc.GetEndReason(),
+				Messages:   append(carried, added...),
+				Usage:      usage,
+				Counters:   counters,
+				Attempts:   n,
+				Reattaches: reattaches,
 			}, nil
 		}
 		fail := out.fail
@@ -225,11 +238,9 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 		kept := standing(carried)
 		discard := out.partial || len(kept) < len(carried)
 		carried = kept
-		fail.err.TurnID, fail.err.Attempts, fail.err.Messages = t.ID(), n, slices.Clone(carried)
+		ended(fail.err, n)
 		if ctx.Err() != nil {
-			te := contextError(ctx)
-			te.TurnID, te.Attempts, te.Messages = t.ID(), n, slices.Clone(carried)
-			return nil, te
+			return nil, ended(contextError(ctx), n)
 		}
 		if fail.transport && len(out.toolsRunning) > 0 {
 			// The server may have run them: resuming could run them again.
@@ -268,9 +279,7 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 			return nil, ErrStopped
 		}
 		if err := sleep(ctx, delay); err != nil {
-			te := contextError(ctx)
-			te.TurnID, te.Attempts, te.Messages = t.ID(), n, slices.Clone(carried)
-			return nil, te
+			return nil, ended(contextError(ctx), n)
 		}
 	}
 }
@@ -322,6 +331,7 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 					broken = err
 				}
 				reattaches++
+				out.reattached++
 				delay := t.c.opts.reattach.delay(reattaches, t.c.opts.jitter())
 				t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: re-attaching to the turn",
 					slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.Uint64("after_seq", lastSeq),

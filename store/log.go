@@ -74,7 +74,14 @@ type writer struct {
 	sent   chan struct{} // closed when the sender has sent everything and ended
 
 	onSignal func(signal string) []byte
-	lease    jetstream.PubAckFuture // the first write of the lease, when not waited for
+	// lease is the first write of the lease, when not waited for: its
+	// acknowledgement gives leaseRev. The renewal takes it (and sets it to
+	// nil); Finish waits for it when the renewal had not.
+	lease jetstream.PubAckFuture
+	// leaseRev is the lease's revision this replica wrote last, 0 when
+	// not known: the renewal updates the lease against it. Only the
+	// renewal goroutine uses it once started.
+	leaseRev uint64
 
 	mu      sync.Mutex
 	queued  []pending     // appended, not yet sent
@@ -110,9 +117,32 @@ const SignalLost = "lost"
 // and must end with [Store.Finish]. When the run exists, Create returns its
 // first record and created is false. Of concurrent Creates of one run, on
 // any replicas, exactly one creates it.
+//
+// The record's publish is made again, as an append's is, when the stream
+// could not take it for now and, with a NATS cluster, when it got no
+// answer: it carries a message id of its own (this call's, not the run's:
+// another replica's Create of the run is not a duplicate of this one), so
+// an attempt stored after all is stored once and answered as such.
 func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, record []byte, onSignal func(signal string) []byte) (created bool, existing []byte, err error) {
 	k := runKey{turnID, attempt}
-	ack, err := s.js.Publish(ctx, k.own(), record, jetstream.WithExpectLastSequencePerSubject(0))
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+	dedupe := s.cfg.Mode == ModeNATS
+	var msgID string
+	if dedupe {
+		msgID = k.prefix() + ".create." + s.id + "." + newID()
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := s.publishRetried(pctx, &nats.Msg{Subject: k.own(), Data: record}, dedupe, opts...)
+	if isWrongLastSeq(err) && dedupe {
+		// A server that is not clustered checks the expectation before
+		// the message id: a retry of a record stored after all is refused
+		// as any later record is. The record tells whose it is.
+		if seq, ok := s.ownRecord(pctx, k, msgID); ok {
+			ack, err = &jetstream.PubAck{Sequence: seq}, nil
+		}
+	}
 	if isWrongLastSeq(err) {
 		existing, err := s.Record(ctx, turnID, attempt)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -130,13 +160,20 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	if err != nil {
 		return false, nil, fmt.Errorf("store: lease: %w", err)
 	}
-	if err := s.own(ctx, k, ack.Sequence, 1, onSignal); err != nil {
+	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
 		return false, nil, err
 	}
-	s.mu.Lock()
-	s.runs[k].lease = lease
-	s.mu.Unlock()
 	return true, nil, nil
+}
+
+// ownRecord reports whether the last owner record of run k is the one
+// published with message id msgID, and its stream sequence.
+func (s *Store) ownRecord(ctx context.Context, k runKey, msgID string) (uint64, bool) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != msgID {
+		return 0, false
+	}
+	return m.Sequence, true
 }
 
 // ErrNotClaimed is the failure of a Claim that another replica won, or of
@@ -153,7 +190,8 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // run's log is gone.
 func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error) {
 	k := runKey{turnID, attempt}
-	if _, err := s.leases.Create(ctx, k.lease(), []byte(s.id)); err != nil {
+	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, nil, ErrNotClaimed
 		}
@@ -196,7 +234,7 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		release()
 		return nil, nil, err
 	}
-	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal); err != nil {
+	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
 		release()
 		return nil, nil, err
 	}
@@ -269,22 +307,59 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 }
 
 // watchBucket calls fn with the latest entry of each of kv's keys, then
-// with each new one, until ctx is done or the store closes.
+// with each new one, until ctx is done or the store closes. A watch that
+// ends on its own (the client library gives up its consumer, as it may
+// after failed resets in a cluster) is made again, after a pause that
+// grows to rewatchMax, and delivers the latest entries again: fn must take
+// an entry twice. Only a first watch that cannot be made is an error.
 func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("store: watch %s: %w", kv.Bucket(), err)
 	}
-	defer func() { _ = w.Stop() }()
+	pause := rewatchMin
 	for {
+		if err == nil && s.follow(ctx, w, fn) {
+			return nil
+		}
+		if err == nil {
+			s.logger.Warn("turn store: a bucket's watch ended; watching it again", "bucket", kv.Bucket())
+		} else {
+			s.logger.Warn("turn store: cannot watch a bucket again", "bucket", kv.Bucket(), "error", err, "retry_in", pause)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.closed:
 			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, rewatchMax)
+		if w, err = kv.WatchAll(ctx); err == nil {
+			pause = rewatchMin
+		}
+	}
+}
+
+// The pauses before a bucket is watched again (see watchBucket).
+const (
+	rewatchMin = 100 * time.Millisecond
+	rewatchMax = 5 * time.Second
+)
+
+// follow passes w's entries to fn until ctx is done or the store closes
+// (it reports true), or w ends on its own (false). It stops w.
+func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jetstream.KeyValueEntry)) (done bool) {
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-s.closed:
+			return true
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil
+				return false
 			}
 			if e != nil {
 				fn(e)
@@ -294,9 +369,10 @@ func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(
 }
 
 // own makes this replica the owner of run k, whose appends expect the
-// owner record at ownSeq; the caller holds the lease.
-func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte) error {
-	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1)}
+// owner record at ownSeq; the caller holds the lease, written at revision
+// leaseRev or by the pending publish lease.
+func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte, lease jetstream.PubAckFuture, leaseRev uint64) error {
+	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1), lease: lease, leaseRev: leaseRev}
 	w.room = sync.NewCond(&w.mu)
 	var err error
 	w.sub, err = s.nc.Subscribe(k.control(), func(m *nats.Msg) {
@@ -446,24 +522,37 @@ func (w *writer) publish(frame []byte) error {
 		// owner's frames are others.
 		opts = append(opts, jetstream.WithMsgID(w.key.prefix()+"."+strconv.FormatUint(w.ownSeq, 10)+"."+strconv.FormatUint(w.next, 10)))
 	}
+	_, err := w.s.publishRetried(ctx, msg, dedupe, opts...)
+	switch {
+	case err == nil:
+		return nil
+	case isWrongLastSeq(err):
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	case w.s.isClosed():
+		return ErrClosed
+	}
+	return fmt.Errorf("store: append: %w", err)
+}
+
+// publishRetried publishes msg and returns its acknowledgement. An attempt
+// that [mayPass] is made again after a short pause, each waiting
+// publishTry for its answer, all within ctx and until the store closes;
+// dedupe says that msg carries a message id, so one that got no answer
+// may be made again too. It returns the last attempt's failure.
+func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, publishTry)
-		_, err := w.s.js.PublishMsg(tctx, msg, opts...)
+		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
-		switch {
-		case err == nil:
-			return nil
-		case isWrongLastSeq(err):
-			return fmt.Errorf("%w: %w", ErrLost, err)
-		case w.s.isClosed():
-			return ErrClosed
-		case ctx.Err() != nil || !mayPass(err, dedupe):
-			return fmt.Errorf("store: append: %w", err)
+		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
+			return ack, err
 		}
-		w.s.logger.Debug("turn store: append retried", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("store: append: %w", err)
+			return nil, err
+		case <-s.closed:
+			return nil, err
 		case <-time.After(publishBackoff):
 		}
 	}
@@ -507,12 +596,15 @@ func (w *writer) abandon(err error) {
 }
 
 // renewLoop renews the run's lease three times per lease TTL until the
-// run ends. A lease that expired (a long pause) is taken again unless
-// another replica holds it.
+// run ends. A renewal is one update of the lease against the revision this
+// replica wrote last; only when that is refused (another write came
+// between: another replica's claim, or the lease expired during a long
+// pause) or its outcome is unknown does the renewal read the lease: an
+// expired lease is taken again unless another replica holds it, and a
+// lease another replica holds means the run is lost.
 func (w *writer) renewLoop() {
 	defer w.renew.Done()
-	s := w.s
-	t := time.NewTicker(s.cfg.LeaseTTL / 3)
+	t := time.NewTicker(w.s.cfg.LeaseTTL / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -522,25 +614,59 @@ func (w *writer) renewLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
-		e, err := s.leases.Get(ctx, w.key.lease())
-		switch {
-		case err == nil && string(e.Value()) == s.id:
-			_, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), e.Revision())
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			_, err = s.leases.Create(ctx, w.key.lease(), []byte(s.id))
-		case err == nil:
-			err = fmt.Errorf("%w: replica %s holds its lease", ErrLost, e.Value())
-			w.fail(err)
-			go w.onSignal(SignalLost)
-			cancel()
+		if !w.renewOnce() {
 			return
 		}
-		cancel()
-		if err != nil {
+	}
+}
+
+// renewOnce renews the lease once; it reports false when the run is lost.
+func (w *writer) renewOnce() bool {
+	s := w.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
+	defer cancel()
+	if w.lease != nil {
+		// The first write's revision; its acknowledgement came long ago.
+		select {
+		case ack := <-w.lease.Ok():
+			w.leaseRev = ack.Sequence
+		case <-w.lease.Err():
+		case <-ctx.Done():
+		}
+		w.lease = nil
+	}
+	var err error
+	if w.leaseRev != 0 {
+		var rev uint64
+		rev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), w.leaseRev)
+		if err == nil {
+			w.leaseRev = rev
+			return true
+		}
+		// Refused: somebody else wrote it. Unknown (no answer): it may
+		// have been written; either way the next revision is read.
+		w.leaseRev = 0
+		if !isWrongLastSeq(err) {
 			s.logger.Warn("turn lease not renewed", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+			return true
 		}
 	}
+	e, err := s.leases.Get(ctx, w.key.lease())
+	switch {
+	case err == nil && string(e.Value()) == s.id:
+		w.leaseRev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), e.Revision())
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		w.leaseRev, err = s.leases.Create(ctx, w.key.lease(), []byte(s.id))
+	case err == nil:
+		err = fmt.Errorf("%w: replica %s holds its lease", ErrLost, e.Value())
+		w.fail(err)
+		go w.onSignal(SignalLost)
+		return false
+	}
+	if err != nil {
+		s.logger.Warn("turn lease not renewed", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+	}
+	return true
 }
 
 func (w *writer) fail(err error) {

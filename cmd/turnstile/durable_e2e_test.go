@@ -217,7 +217,12 @@ server: {shutdown_grace: 1s}
 			var killed, lastAt time.Time
 			var takeover, pause time.Duration
 			var turnErr error
-			stopped := make(chan int, 1) // the index of a replica stopped with SIGTERM, once it exited
+			// A replica stopped with SIGTERM: its index and when it exited.
+			type exit struct {
+				j  int
+				at time.Time
+			}
+			stopped := make(chan exit, 1)
 			for ev, err := range turn.Events() {
 				if err != nil {
 					turnErr = err
@@ -242,7 +247,7 @@ server: {shutdown_grace: 1s}
 						case tt.sigterm:
 							// It drains while the turn goes on.
 							killed = time.Now()
-							go func() { p.kill(syscall.SIGTERM); stopped <- j }()
+							go func() { p.kill(syscall.SIGTERM); stopped <- exit{j, time.Now()} }()
 						default:
 							killed = time.Now()
 							p.kill(syscall.SIGKILL)
@@ -259,9 +264,22 @@ server: {shutdown_grace: 1s}
 				t.Fatal("the owner was never killed")
 			}
 			if tt.sigterm {
-				j := <-stopped
-				t.Logf("the replica stopped %v after the SIGTERM; the client's longest pause between two events after it: %v", time.Since(killed), pause)
-				procs[j] = startReplica(t, parent, bin, config, procs[j].addr)
+				ended := time.Now()
+				var e exit
+				select {
+				case e = <-stopped:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the replica stopped with SIGTERM did not exit")
+				}
+				t.Logf("the replica exited %v after the SIGTERM (shutdown_grace 1s); the turn ended %v after it; the client's longest pause between two events after it: %v",
+					e.at.Sub(killed), ended.Sub(killed), pause)
+				// It hands the turn off at the end of the grace and exits:
+				// the turn, which runs its model call again elsewhere
+				// (3.2 s of tokens), ends well after that.
+				if e.at.After(ended) {
+					t.Errorf("the replica exited %v after the SIGTERM, after the turn it handed off ended (%v)", e.at.Sub(killed), ended.Sub(killed))
+				}
+				procs[e.j] = startReplica(t, parent, bin, config, procs[e.j].addr)
 			} else {
 				t.Logf("the client's next event came %v after the SIGKILL", takeover)
 			}

@@ -126,6 +126,7 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
         obs["outcome"] = "completed"
         obs["end_reason"] = agent_pb2.EndReason.Name(res.end_reason).removeprefix("END_REASON_")
         obs["attempts"] = res.attempts
+        obs["reattaches"] = res.reattaches
         obs["roles"] = role_names(res.messages)
         if res.messages:
             obs["final_text"] = message_text(res.messages[-1])
@@ -137,6 +138,7 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
     obs["code"] = ts.code_name(failure.code)
     obs["retryable"] = failure.retryable
     obs["attempts"] = failure.attempts
+    obs["reattaches"] = failure.reattaches
     obs["roles"] = role_names(failure.messages)
     if failure.status_code is not None:
         obs["status"] = failure.status_code.name
@@ -184,7 +186,8 @@ class ConformanceTest(unittest.TestCase):
         client = new_client(addr, {**SCENARIOS["client"], **sc.get("client", {})}, logger)
         self.addCleanup(client.close)
         obs = observe(client, sc["prompt"], sc.get("cancel_on"))
-        obs["reattaches"] = counter.count
+        # The count the turn reports is the count the client logged.
+        self.assertEqual(obs["reattaches"], counter.count, f"{sc['name']}: reattaches differ from the client's log")
         for key, want in sc["expect"].items():
             self.assertEqual(obs.get(key), want, f"{sc['name']}: {key}")
 

@@ -120,6 +120,9 @@ class Result:
     counters: agent_pb2.TurnCounters
     #: The number of attempts the client made.
     attempts: int
+    #: The number of times the client re-attached to a run whose stream
+    #: broke (WatchTurn calls), across every attempt.
+    reattaches: int = 0
 
 
 @dataclass
@@ -251,6 +254,8 @@ class Turn:
         self._lock = threading.Lock()
         self._call: Optional[grpc.Call] = None
         self._started = False
+        #: The WatchTurn calls made to resume broken streams, every attempt's.
+        self._reattached = 0
         #: The turn's outcome once the iteration ended; None while it runs or when it failed.
         self.result: Optional[Result] = None
         #: The turn's failure once the iteration ended; None on success or while it runs.
@@ -309,6 +314,7 @@ class Turn:
 
     def _stamp(self, te: TurnError, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
         te.turn_id, te.attempts, te.messages = self.id, n, list(carried)
+        te.reattaches = self._reattached
         return te
 
     def _run(self) -> Iterator[Event]:
@@ -335,6 +341,7 @@ class Turn:
                     usage=usage,
                     counters=counters,
                     attempts=n,
+                    reattaches=self._reattached,
                 )
                 return
             fail = out.fail
@@ -455,6 +462,7 @@ class Turn:
                     if broken is None:
                         broken = err
                     reattaches += 1
+                    self._reattached += 1
                     delay = c.reattach_backoff.delay(reattaches, c.random())
                     cause = "the stream ended without a terminal event" if err is _END else err.details()  # type: ignore[union-attr]
                     c.logger.info(

@@ -47,6 +47,9 @@ class TurnError(Exception):
         self.model = ""
         #: The number of attempts the client made, the first included.
         self.attempts = 0
+        #: The number of times the client re-attached to a run whose stream
+        #: broke (WatchTurn calls), across every attempt.
+        self.reattaches = 0
         #: The attempts the server made per model during the last attempt.
         self.model_attempts: List[errors_pb2.ModelAttempts] = []
         #: The messages the turn committed that stand: to run the turn again

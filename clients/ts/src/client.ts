@@ -168,6 +168,11 @@ export interface Result {
   counters: TurnCounters;
   /** The number of attempts the client made. */
   attempts: number;
+  /**
+   * The number of times the client re-attached to a run whose stream broke
+   * (WatchTurn calls), across every attempt.
+   */
+  reattaches: number;
 }
 
 /** Options of one turn. */
@@ -294,6 +299,8 @@ export class Turn {
   /** The turn's failure once the iteration ended; undefined on success or while it runs. */
   error?: TurnError;
   private started = false;
+  /** The WatchTurn calls made to resume broken streams, every attempt's. */
+  private reattached = 0;
 
   /** @internal */
   constructor(
@@ -357,6 +364,7 @@ export class Turn {
             usage,
             counters,
             attempts: n,
+            reattaches: this.reattached,
           };
           return this.result;
         }
@@ -423,6 +431,7 @@ export class Turn {
   private stamp(te: TurnError, n: number, carried: Message[]): TurnError {
     te.turnId = this.id;
     te.attempts = n;
+    te.reattaches = this.reattached;
     te.messages = [...carried];
     return te;
   }
@@ -483,6 +492,7 @@ export class Turn {
         if (!out.completed && !errEvent && watchable && !ctl.signal.aborted && reattaches < c.maxReattaches && worthWatching(err)) {
           if (broken === undefined) broken = err;
           reattaches++;
+          this.reattached++;
           const delay = backoffDelay(c.reattachBackoff, reattaches, c.random());
           c.logger.info("turnstile: re-attaching to the turn", {
             turn_id: this.id,

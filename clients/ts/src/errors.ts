@@ -45,6 +45,11 @@ export class TurnError extends Error {
   model = "";
   /** The number of attempts the client made, the first included. */
   attempts = 0;
+  /**
+   * The number of times the client re-attached to a run whose stream broke
+   * (WatchTurn calls), across every attempt.
+   */
+  reattaches = 0;
   /** The attempts the server made per model during the last attempt. */
   modelAttempts: ModelAttempts[] = [];
   /**

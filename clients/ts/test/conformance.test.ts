@@ -135,6 +135,7 @@ async function observe(client: Client, sc: Scenario): Promise<Record<string, unk
     obs.outcome = "completed";
     obs.end_reason = EndReason[res.endReason];
     obs.attempts = res.attempts;
+    obs.reattaches = res.reattaches;
     obs.roles = roles(res.messages);
     if (res.messages.length > 0) obs.final_text = text(res.messages[res.messages.length - 1]);
     return obs;
@@ -145,6 +146,7 @@ async function observe(client: Client, sc: Scenario): Promise<Record<string, unk
   obs.code = codeName(failure.code);
   obs.retryable = failure.retryable;
   obs.attempts = failure.attempts;
+  obs.reattaches = failure.reattaches;
   obs.roles = roles(failure.messages);
   if (failure.status) obs.status = statusName(failure.status.code);
   return obs;
@@ -171,7 +173,8 @@ describe("conformance (clients/conformance/scenarios.json on a live turnstile se
         if (proxy) addr = proxy.addr;
         const { client, reattaches } = newClient(addr, { ...conf.client, ...sc.client });
         const obs = await observe(client, sc);
-        obs.reattaches = reattaches();
+        // The count the turn reports is the count the client logged.
+        assert.strictEqual(obs.reattaches, reattaches(), "reattaches: the turn's count differs from the client's log");
         for (const [k, want] of Object.entries(sc.expect)) {
           assert.deepStrictEqual(obs[k], want, `${k}: got ${JSON.stringify(obs[k])}, want ${JSON.stringify(want)}`);
         }
