@@ -63,3 +63,76 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+// replay is an in-process transport that answers every request with body,
+// as a stream, after reading the request's body.
+type replay struct{ body []byte }
+
+func (r replay) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	return &http.Response{StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(r.body)), Request: req}, nil
+}
+
+// BenchmarkRequest runs one turn of a 20-chunk reply against an in-process
+// transport, the request built and sent by the SDK's pipeline ("sdk") or
+// directly ("direct"; the reply is read by the fast decoder in both), for
+// a one-message request ("short", as turnstile bench sends) and one with
+// history and two tools ("tools"):
+//
+//	go test -run XXX -bench BenchmarkRequest -benchmem ./providers/openai
+func BenchmarkRequest(b *testing.B) {
+	p, err := New(Config{Name: "oa", BaseURL: "http://127.0.0.1:1/v1", APIKey: testKey,
+		HTTPClient: &http.Client{Transport: replay{benchBody()}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	temp := 0.7
+	reqs := []struct {
+		name string
+		req  *llm.Request
+	}{
+		{"short", &llm.Request{Model: "gpt-4.1-mini", Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("Say hello in twenty words.")}}}}},
+		{"tools", &llm.Request{Model: "gpt-4.1-mini", System: "You are a helpful assistant. Use the tools when they help.", MaxOutputTokens: 1024, Temperature: &temp,
+			Messages: []llm.Message{
+				{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("What is the weather in Paris, and what time is it there?")}},
+				{Role: llm.RoleAssistant, Parts: []llm.Part{{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "call_0123456789", Name: "get_weather", Arguments: `{"city":"Paris"}`}}}},
+				{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "call_0123456789", Name: "get_weather", Content: `{"temperature":18,"sky":"clear"}`}}}},
+			},
+			Tools: []llm.ToolSpec{
+				{Name: "get_weather", Description: "Current weather in a city", Schema: []byte(`{"type":"object","properties":{"city":{"type":"string","description":"City name"}},"required":["city"]}`)},
+				{Name: "get_time", Description: "Current local time in a city", Schema: []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
+			}}},
+	}
+	yield := func(c llm.Chunk, err error) bool {
+		if err != nil {
+			b.Fatal(err)
+		}
+		return true
+	}
+	for _, r := range reqs {
+		b.Run(r.name+"/sdk", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				params, err := buildParams(r.req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.viaSDK(b.Context(), params, yield)
+			}
+		})
+		b.Run(r.name+"/direct", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, err := range p.Stream(b.Context(), r.req) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -14,8 +14,9 @@ import (
 	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
 
-// The SDK stays the source of truth: it builds and sends the request, and
-// reads and classifies every answer that is not a stream. Only the events
+// The SDK stays the source of truth: it decides the request (direct.go
+// sends exactly its bytes and headers), and reads and classifies every
+// answer that is not a stream. Only the events
 // of a successful stream are read here, and only those of the shape
 // OpenAI and the compatible servers send; any other event is handed to
 // the SDK's own decoding (see [sdkEvent]), so both paths yield the same

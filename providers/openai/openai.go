@@ -22,7 +22,8 @@
 // code; transport failures as network or timeout; a stream without a
 // finish reason as "missing finish". When the caller's context is done its
 // error is returned unchanged. The SDK's own retries are off: one Stream is
-// at most one HTTP request.
+// at most one HTTP request. The request is the SDK's, byte for byte, but
+// sent by the adapter itself (see direct.go).
 //
 // The package imports only llm, the shared adapter code under
 // providers/internal (httpfail, stream, endpoint, which also holds its
@@ -32,6 +33,7 @@ package openai
 import (
 	"context"
 	"iter"
+	"net/http"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -68,7 +70,8 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{name: c.Name, secrets: c.Secrets(), chat: openai.NewChatCompletionService(opts...)}, nil
+	chat := openai.NewChatCompletionService(opts...)
+	return &Provider{name: c.Name, secrets: c.Secrets(), chat: chat, direct: newDirect(&chat, c.HTTPClient)}, nil
 }
 
 // Provider streams chat completions. It is safe for concurrent use.
@@ -77,6 +80,9 @@ type Provider struct {
 	// secrets are the API key and header values, redacted from errors.
 	secrets []string
 	chat    openai.ChatCompletionService
+	// direct sends the requests the SDK would send (see direct.go); nil
+	// when the SDK built none at New, and then the SDK sends them.
+	direct *direct
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -84,5 +90,35 @@ var _ llm.Provider = (*Provider)(nil)
 // Stream sends req as one streamed chat completion and yields its chunks,
 // ending with a [llm.ChunkStop] or with one classified error.
 func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Chunk, error] {
-	return stream.Stainless(ctx, p.name, req, buildParams, p.chat.NewStreaming, option.WithResponseInto, p.streamChunks)
+	return stream.Run(p.name, req, buildParams, func(params openai.ChatCompletionNewParams, yield func(llm.Chunk, error) bool) {
+		if p.direct == nil {
+			p.viaSDK(ctx, params, yield)
+			return
+		}
+		body, ok := appendParams(make([]byte, 0, 1024), &params)
+		if !ok {
+			p.viaSDK(ctx, params, yield)
+			return
+		}
+		resp, err := p.direct.send(ctx, body)
+		if err != nil || resp.StatusCode >= 400 || ctx.Err() != nil {
+			// Not a stream: the SDK reads and classifies what came back,
+			// as if its own client had received it.
+			p.viaSDK(ctx, params, yield, option.WithMiddleware(func(*http.Request, option.MiddlewareNext) (*http.Response, error) {
+				return resp, err
+			}))
+			return
+		}
+		defer resp.Body.Close()
+		p.consumeFast(ctx, resp, yield)
+	})
+}
+
+// viaSDK sends params through the SDK's own request pipeline, with opts,
+// and yields the reply's chunks.
+func (p *Provider) viaSDK(ctx context.Context, params openai.ChatCompletionNewParams, yield func(llm.Chunk, error) bool, opts ...option.RequestOption) {
+	var resp *http.Response
+	s := p.chat.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&resp))...)
+	defer s.Close()
+	p.streamChunks(ctx, s, resp, yield)
 }
