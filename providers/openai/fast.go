@@ -120,14 +120,8 @@ func (o *oneEvent) Err() error             { return nil }
 func parseChunk(data []byte, c *chunk) bool {
 	s := jsonscan.New(data)
 	c.choices, c.hasUsage, c.usage = c.choices[:0], false, llm.Usage{}
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
+	var seen jsonscan.Keys
+	once := seen.Once
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "error":
@@ -170,14 +164,8 @@ func parseChoice(s *jsonscan.Scanner, ch *choice) bool {
 	if s.Null() {
 		return true
 	}
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
+	var seen jsonscan.Keys
+	once := seen.Once
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "index":
@@ -198,14 +186,8 @@ func parseChoice(s *jsonscan.Scanner, ch *choice) bool {
 }
 
 func parseDelta(s *jsonscan.Scanner, ch *choice) bool {
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
+	var seen jsonscan.Keys
+	once := seen.Once
 	var reasoningContent, reasoning string
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
@@ -247,14 +229,8 @@ func parseToolCall(s *jsonscan.Scanner, tc *toolCallDelta) bool {
 	if s.Null() {
 		return true
 	}
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
+	var seen jsonscan.Keys
+	once := seen.Once
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "index":
@@ -268,21 +244,13 @@ func parseToolCall(s *jsonscan.Scanner, tc *toolCallDelta) bool {
 			if s.Null() {
 				return true
 			}
-			var fseen uint8
+			var fseen jsonscan.Keys
 			return s.Object(func(key []byte) bool {
 				switch string(key) {
 				case "name":
-					if fseen&1 != 0 {
-						return false
-					}
-					fseen |= 1
-					return s.StringOrNull(&tc.name)
+					return fseen.Once(1) && s.StringOrNull(&tc.name)
 				case "arguments":
-					if fseen&2 != 0 {
-						return false
-					}
-					fseen |= 2
-					return s.StringOrNull(&tc.arguments)
+					return fseen.Once(2) && s.StringOrNull(&tc.arguments)
 				}
 				return s.Skip()
 			})
@@ -293,14 +261,8 @@ func parseToolCall(s *jsonscan.Scanner, tc *toolCallDelta) bool {
 
 func parseUsage(s *jsonscan.Scanner, u *llm.Usage) bool {
 	var prompt, completion, cached, cacheWrite int64
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
+	var seen jsonscan.Keys
+	once := seen.Once
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "prompt_tokens":
