@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/llm"
+)
+
+// cancelReply is an owner's reply to a cancel signal.
+type cancelReply struct {
+	Cancelled bool   `json:"cancelled"`
+	LastSeq   uint64 `json:"last_seq"`
+}
+
+// stop cancels the run for CancelTurn, waits until it is over (or ctx is
+// done), and says whether this call stopped it.
+func (r *run) stop(ctx context.Context) cancelReply {
+	r.mu.Lock()
+	cancelled := !r.done && !r.stopped
+	r.stopped = true
+	r.mu.Unlock()
+	r.cancel(&llm.Error{Kind: llm.KindCancelled, Message: "the turn was cancelled by CancelTurn"})
+	select {
+	case <-r.ended:
+	case <-ctx.Done():
+	}
+	return cancelReply{Cancelled: cancelled, LastSeq: r.lastSeq()}
+}
+
+// onSignal answers a signal sent to a run this replica owns.
+func (s *service) onSignal(r *run, sig string) []byte {
+	switch sig {
+	case signalCancel:
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		b, _ := json.Marshal(r.stop(ctx))
+		return b
+	case signalWatch:
+		r.touched(s.grace)
+	case signalLost:
+		s.logger.Warn("another server took the turn over: stopping it here", "turn_id", r.key.turnID, "attempt", r.key.attempt)
+		r.cancel(&llm.Error{Kind: llm.KindUnavailable, Message: "another server took the turn over"})
+	}
+	return nil
+}
+
+// CancelTurn implements [turnstilev1.AgentServiceServer].
+func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnRequest) (*turnstilev1.CancelTurnResponse, error) {
+	k, st := s.resolve(ctx, req.GetTurnId(), req.GetAttempt())
+	if st != nil {
+		return nil, st.Err()
+	}
+	logging.AddFields(ctx, logging.Fields{"turn_id", k.turnID, "attempt", k.attempt})
+	resp := &turnstilev1.CancelTurnResponse{Attempt: k.attempt}
+	s.mu.Lock()
+	r := s.runs[k]
+	s.mu.Unlock()
+	var reply cancelReply
+	if r != nil {
+		reply = r.stop(ctx)
+	} else {
+		b, err := s.store.Signal(ctx, k.turnID, k.attempt, signalCancel)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// No replica runs it: it ended (or its owner went away).
+			reply.LastSeq, err = s.lastSeq(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+		case err != nil:
+			s.logger.Warn("turn store: cancel signal", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			return nil, storeUnavailable().Err()
+		default:
+			if err := json.Unmarshal(b, &reply); err != nil {
+				return nil, status.Error(codes.Internal, "internal error")
+			}
+		}
+	}
+	resp.Cancelled, resp.LastSeq = reply.Cancelled, reply.LastSeq
+	return resp, nil
+}
+
+// lastSeq returns the seq of the run's last stored event.
+func (s *service) lastSeq(ctx context.Context, k runKey) (uint64, error) {
+	b, err := s.store.LastEvent(ctx, k.turnID, k.attempt)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, storeUnavailable().Err()
+	}
+	ev := &turnstilev1.AgentEvent{}
+	if err := proto.Unmarshal(b, ev); err != nil {
+		return 0, status.Error(codes.Internal, "internal error")
+	}
+	return ev.GetSeq(), nil
+}

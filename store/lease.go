@@ -1,0 +1,186 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// SignalLost is the signal a run's owner receives, from its own store,
+// when it finds that another replica took the run over: it must stop the
+// run, whose appends fail from then on.
+const SignalLost = "lost"
+
+// WatchExpired calls fn, on its own goroutine, with each run whose lease
+// expired without its owner giving it up, or that its owner released
+// ([Store.Release]), until ctx is done: the runs to take over. It
+// includes the runs whose lease expired within the last ten minutes
+// before the call.
+func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
+	return s.watchBucket(ctx, s.leases, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePurge {
+			return
+		}
+		tok, n, found := strings.Cut(e.Key(), ".")
+		id, err := base64.RawURLEncoding.DecodeString(tok)
+		attempt, aerr := strconv.ParseUint(n, 10, 32)
+		if !found || err != nil || aerr != nil {
+			return
+		}
+		fn(string(id), uint32(attempt))
+	})
+}
+
+// watchBucket calls fn with the latest entry of each of kv's keys, then
+// with each new one, until ctx is done or the store closes. A watch that
+// ends on its own (the client library gives up its consumer, as it may
+// after failed resets in a cluster) is made again, after a pause that
+// grows to rewatchMax, and delivers the latest entries again: fn must take
+// an entry twice. Only a first watch that cannot be made is an error.
+func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("store: watch %s: %w", kv.Bucket(), err)
+	}
+	pause := rewatchMin
+	for {
+		if err == nil && s.follow(ctx, w, fn) {
+			return nil
+		}
+		if err == nil {
+			s.logger.Warn("turn store: a bucket's watch ended; watching it again", "bucket", kv.Bucket())
+		} else {
+			s.logger.Warn("turn store: cannot watch a bucket again", "bucket", kv.Bucket(), "error", err, "retry_in", pause)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.closed:
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, rewatchMax)
+		if w, err = kv.WatchAll(ctx); err == nil {
+			pause = rewatchMin
+		}
+	}
+}
+
+// The pauses before a bucket is watched again (see watchBucket).
+const (
+	rewatchMin = 100 * time.Millisecond
+	rewatchMax = 5 * time.Second
+)
+
+// follow passes w's entries to fn until ctx is done or the store closes
+// (it reports true), or w ends on its own (false). It stops w.
+func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jetstream.KeyValueEntry)) (done bool) {
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-s.closed:
+			return true
+		case e, ok := <-w.Updates():
+			if !ok {
+				return false
+			}
+			if e != nil {
+				fn(e)
+			}
+		}
+	}
+}
+
+// renewLoop renews the run's lease three times per lease TTL until the
+// run ends. A renewal is one update of the lease against the revision this
+// replica wrote last; only when that is refused (another write came
+// between: another replica's claim, or the lease expired during a long
+// pause) or its outcome is unknown does the renewal read the lease: an
+// expired lease is taken again unless another replica holds it, and a
+// lease another replica holds means the run is lost.
+func (w *writer) renewLoop() {
+	defer w.renew.Done()
+	t := time.NewTicker(w.s.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.s.closed:
+			return
+		case <-t.C:
+		}
+		if !w.renewOnce() {
+			return
+		}
+	}
+}
+
+// renewOnce renews the lease once; it reports false when the run is lost.
+func (w *writer) renewOnce() bool {
+	s := w.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
+	defer cancel()
+	if w.lease != nil {
+		// The first write's revision; its acknowledgement came long ago.
+		select {
+		case ack := <-w.lease.Ok():
+			w.leaseRev = ack.Sequence
+		case <-w.lease.Err():
+		case <-ctx.Done():
+		}
+		w.lease = nil
+	}
+	var err error
+	if w.leaseRev != 0 {
+		var rev uint64
+		rev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), w.leaseRev)
+		if err == nil {
+			w.leaseRev = rev
+			return true
+		}
+		// Refused: somebody else wrote it. Unknown (no answer): it may
+		// have been written; either way the next revision is read.
+		w.leaseRev = 0
+		if !isWrongLastSeq(err) {
+			s.logger.Warn("turn lease not renewed", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+			return true
+		}
+	}
+	e, err := s.leases.Get(ctx, w.key.lease())
+	switch {
+	case err == nil && string(e.Value()) == s.id:
+		w.leaseRev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), e.Revision())
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		w.leaseRev, err = s.leases.Create(ctx, w.key.lease(), []byte(s.id))
+	case err == nil:
+		err = fmt.Errorf("%w: replica %s holds its lease", ErrLost, e.Value())
+		w.fail(err)
+		go w.onSignal(SignalLost)
+		return false
+	}
+	if err != nil {
+		s.logger.Warn("turn lease not renewed", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+	}
+	return true
+}
+
+// dropLease gives up run k's lease without a word to the other replicas:
+// it purges the lease's subject from the bucket's stream, which removes
+// every entry of the key and leaves no tombstone. A tombstone (the bucket's
+// Delete) would age out of the bucket like any entry, and the marker the
+// server then places reads to every replica's [Store.WatchExpired] as an
+// expired lease: each would claim the run, find it ended, and give its
+// lease up again, which leaves a new tombstone — a churn that never ends,
+// for every run ever finished.
+func (s *Store) dropLease(ctx context.Context, k runKey) error {
+	return s.leaseLog.Purge(ctx, jetstream.WithPurgeSubject("$KV."+LeaseBucket+"."+k.lease()))
+}

@@ -1,0 +1,180 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Create opens the log of the run (turnID, attempt) with record as its
+// first record, unless the run exists. When it creates the run, this
+// replica owns it: it holds its lease, appends its events with [Store.Append],
+// answers the signals sent to it with onSignal (called on its own
+// goroutine; the reply of a signal sent with [Store.Signal] is its result),
+// and must end with [Store.Finish]. When the run exists, Create returns its
+// first record and created is false. Of concurrent Creates of one run, on
+// any replicas, exactly one creates it.
+//
+// The record's publish is made again, as an append's is, when the stream
+// could not take it for now and, with a NATS cluster, when it got no
+// answer: it carries a message id of its own (this call's, not the run's:
+// another replica's Create of the run is not a duplicate of this one), so
+// an attempt stored after all is stored once and answered as such.
+func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, record []byte, onSignal func(signal string) []byte) (created bool, existing []byte, err error) {
+	k := runKey{turnID, attempt}
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+	dedupe := s.cfg.Mode == ModeNATS
+	var msgID string
+	if dedupe {
+		msgID = k.prefix() + ".create." + s.id + "." + newID()
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := s.publishRetried(pctx, &nats.Msg{Subject: k.own(), Data: record}, dedupe, opts...)
+	if isWrongLastSeq(err) && dedupe {
+		// A server that is not clustered checks the expectation before
+		// the message id: a retry of a record stored after all is refused
+		// as any later record is. The record tells whose it is.
+		if seq, ok := s.ownRecord(pctx, k, msgID); ok {
+			ack, err = &jetstream.PubAck{Sequence: seq}, nil
+		}
+	}
+	if isWrongLastSeq(err) {
+		existing, err := s.Record(ctx, turnID, attempt)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Written and already expired: the run is not ours to redo.
+			return false, nil, fmt.Errorf("store: run %q attempt %d exists but its record is gone: %w", turnID, attempt, err)
+		}
+		return false, existing, err
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("store: create run: %w", err)
+	}
+	// The lease is written without waiting: the run starts at once, and
+	// Finish waits for it before deleting it.
+	lease, err := s.js.PublishAsync("$KV."+LeaseBucket+"."+k.lease(), []byte(s.id))
+	if err != nil {
+		return false, nil, fmt.Errorf("store: lease: %w", err)
+	}
+	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
+		return false, nil, err
+	}
+	return true, nil, nil
+}
+
+// ownRecord reports whether the last owner record of run k is the one
+// published with message id msgID, and its stream sequence.
+func (s *Store) ownRecord(ctx context.Context, k runKey, msgID string) (uint64, bool) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != msgID {
+		return 0, false
+	}
+	return m.Sequence, true
+}
+
+// ErrNotClaimed is the failure of a Claim that another replica won, or of
+// a run that needs no taking over.
+var ErrNotClaimed = errors.New("store: the run was not claimed")
+
+// Claim takes over the run (turnID, attempt) whose owner's lease expired:
+// it takes the lease (one replica wins), fences the previous owner out of
+// the log (its appends fail from then on), and returns the run's first
+// record and every event stored, which no other replica can add to any
+// more. Then this replica owns the run as if it had created it: Append,
+// signals to onSignal, and Finish. It fails with [ErrNotClaimed] when
+// another replica holds the lease, and with [fs.ErrNotExist] when the
+// run's log is gone.
+func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error) {
+	k := runKey{turnID, attempt}
+	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, nil, ErrNotClaimed
+		}
+		return nil, nil, fmt.Errorf("store: claim lease: %w", err)
+	}
+	release := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
+		defer cancel()
+		_ = s.dropLease(dctx, k)
+	}
+	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		release()
+		return nil, nil, fmt.Errorf("store: run %q attempt %d: %w", turnID, attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("store: claim: %w", err)
+	}
+	// The fence: appends expect the last owner record, which is now ours.
+	// A replicated stream refuses it while an append of the old owner,
+	// which expects the same record, is in flight: try again shortly.
+	ack, err := s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	for try := 0; try < 20 && isInFlightConflict(err); try++ {
+		time.Sleep(25 * time.Millisecond)
+		ack, err = s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	}
+	if isWrongLastSeq(err) {
+		release()
+		return nil, nil, ErrNotClaimed
+	}
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("store: claim: %w", err)
+	}
+	if record, err = s.Record(ctx, turnID, attempt); err == nil {
+		events, err = s.readAll(ctx, k)
+	}
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return record, events, nil
+}
+
+// readAll returns every event of run k stored now.
+func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
+	var out [][]byte
+	_, err := s.readFrames(ctx, k, 0, func(first uint64, events [][]byte) bool {
+		out = append(out, events...)
+		return true
+	})
+	return out, err
+}
+
+// own makes this replica the owner of run k, whose appends expect the
+// owner record at ownSeq; the caller holds the lease, written at revision
+// leaseRev or by the pending publish lease.
+func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte, lease jetstream.PubAckFuture, leaseRev uint64) error {
+	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1), lease: lease, leaseRev: leaseRev}
+	w.room = sync.NewCond(&w.mu)
+	var err error
+	w.sub, err = s.nc.Subscribe(k.control(), func(m *nats.Msg) {
+		reply := onSignal(string(m.Data))
+		if m.Reply != "" {
+			_ = m.Respond(reply)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("store: control subscription: %w", err)
+	}
+	go w.sender()
+	w.renew.Add(1)
+	go w.renewLoop()
+	s.mu.Lock()
+	s.runs[k] = w
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,242 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoOwner is the failure of a watch whose run stopped receiving events
+// and has no live owner: the replica that ran it went away.
+var ErrNoOwner = errors.New("store: the run has no live owner and no terminal event")
+
+// readFrames calls fn with each frame of run k stored after the stream
+// sequence after, in order, with the index of its first event, until fn
+// returns false or no frame is left; it returns the stream sequence of the
+// last frame read (after, when none). A frame is one direct get, served by
+// any replica of the stream: no consumer is made.
+func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(first uint64, events [][]byte) bool) (uint64, error) {
+	for {
+		m, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(k.events()))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return after, nil
+		}
+		if err != nil {
+			return after, fmt.Errorf("store: read run: %w", err)
+		}
+		after = m.Sequence
+		first, events, err := decodeFrame(m.Header, m.Data)
+		if err != nil {
+			return after, err
+		}
+		if !fn(first, events) {
+			return after, nil
+		}
+	}
+}
+
+// decodeFrame returns the index of a frame's first event and its events.
+func decodeFrame(h nats.Header, data []byte) (uint64, [][]byte, error) {
+	first, err := strconv.ParseUint(h.Get(firstHeader), 10, 64)
+	if err != nil || first == 0 {
+		return 0, nil, errors.New("store: a frame of the log has no first event index")
+	}
+	events, err := splitFrame(data)
+	return first, events, err
+}
+
+// Record returns the first record of the run (turnID, attempt): the one
+// Create stored. It fails with [fs.ErrNotExist] when the store holds no
+// such run.
+func (s *Store) Record(ctx context.Context, turnID string, attempt uint32) ([]byte, error) {
+	k := runKey{turnID, attempt}
+	m, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(k.own()))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("store: run %q attempt %d: %w", turnID, attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read run: %w", err)
+	}
+	return m.Data, nil
+}
+
+// LatestAttempt returns the highest attempt of turnID the store holds, or
+// [fs.ErrNotExist].
+func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error) {
+	k := runKey{turnID: turnID}
+	filter := subjectRoot + "." + k.token() + ".*.own"
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, fmt.Errorf("store: list attempts: %w", err)
+	}
+	var latest uint64
+	for subj := range info.State.Subjects {
+		parts := strings.Split(subj, ".")
+		if len(parts) < 2 {
+			continue
+		}
+		if n, err := strconv.ParseUint(parts[len(parts)-2], 10, 32); err == nil && n > latest {
+			latest = n
+		}
+	}
+	if latest == 0 {
+		return 0, fmt.Errorf("store: turn %q: %w", turnID, fs.ErrNotExist)
+	}
+	return uint32(latest), nil
+}
+
+// Events returns the events of the run (turnID, attempt) after the first
+// afterSeq ones, in order: the stored ones, then each one as it is
+// stored. The sequence never ends by itself while the run has an owner:
+// the caller stops when it has seen the run's last event. When no event
+// arrives for a lease TTL and the run has no live owner, it yields
+// [ErrNoOwner]; a failure of the store or ctx's end is yielded too, last.
+//
+// It holds no JetStream consumer: stored frames are read by direct gets,
+// and live ones arrive on a core NATS subscription to the run's subject,
+// made first; a frame missed there (a slow reader) is read from the store.
+func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		k := runKey{turnID, attempt}
+		live := make(chan *nats.Msg, 256)
+		sub, err := s.nc.ChanSubscribe(k.events(), live)
+		if err != nil {
+			yield(nil, fmt.Errorf("store: watch run: %w", err))
+			return
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		next := afterSeq + 1 // the index of the next event to yield
+		stopped := false
+		// deliver yields the events of a frame that are due; it reports
+		// whether the frame left a gap before them.
+		deliver := func(first uint64, events [][]byte) (gap bool) {
+			if first > next {
+				return true
+			}
+			for i, ev := range events {
+				if first+uint64(i) < next {
+					continue
+				}
+				if !yield(ev, nil) {
+					stopped = true
+					return false
+				}
+				next++
+			}
+			return false
+		}
+		var read uint64 // the stream sequence of the last frame read
+		catchUp := func() error {
+			var err error
+			read, err = s.readFrames(ctx, k, read, func(first uint64, events [][]byte) bool {
+				deliver(first, events)
+				return !stopped
+			})
+			return err
+		}
+		if err := catchUp(); err != nil {
+			yield(nil, err)
+			return
+		}
+		quiet := time.NewTimer(s.cfg.LeaseTTL)
+		defer quiet.Stop()
+		for !stopped {
+			select {
+			case m := <-live:
+				first, events, err := decodeFrame(m.Header, m.Data)
+				if err != nil {
+					yield(nil, err)
+					return
+				}
+				if deliver(first, events) {
+					// Missed frames: the store has them, this one included.
+					if err := catchUp(); err != nil {
+						yield(nil, err)
+						return
+					}
+				}
+				quiet.Reset(s.cfg.LeaseTTL)
+			case <-quiet.C:
+				gone, err := s.ownerGone(ctx, k, next-1)
+				if err == nil && gone {
+					// One more look: events stored since the last frame seen.
+					before := next
+					if err = catchUp(); err == nil && next == before {
+						err = ErrNoOwner
+					}
+				}
+				if err != nil {
+					if !stopped {
+						yield(nil, err)
+					}
+					return
+				}
+				quiet.Reset(s.cfg.LeaseTTL)
+			case <-ctx.Done():
+				yield(nil, ctx.Err())
+				return
+			}
+		}
+	}
+}
+
+// ownerGone reports whether run k has no lease and no event stored after
+// the one at index last.
+func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, error) {
+	_, err := s.leases.Get(ctx, k.lease())
+	switch {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, fmt.Errorf("store: read lease: %w", err)
+	}
+	// An owner that took the run less than a lease TTL ago may not have
+	// written its lease yet (the first write is not waited for).
+	own, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("store: read run: %w", err)
+	case time.Since(own.Time) < s.cfg.LeaseTTL:
+		return false, nil
+	}
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.events())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("store: read run: %w", err)
+	}
+	first, events, err := decodeFrame(m.Header, m.Data)
+	if err != nil {
+		return false, err
+	}
+	return first+uint64(len(events))-1 <= last, nil
+}
+
+// LastEvent returns the last event stored for the run, or
+// [fs.ErrNotExist] when it has none.
+func (s *Store) LastEvent(ctx context.Context, turnID string, attempt uint32) ([]byte, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, runKey{turnID, attempt}.events())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("store: run %q attempt %d has no event: %w", turnID, attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read run: %w", err)
+	}
+	_, events, err := decodeFrame(m.Header, m.Data)
+	if err != nil || len(events) == 0 {
+		return nil, fmt.Errorf("store: read run: %w", cmp.Or(err, errors.New("an empty frame")))
+	}
+	return events[len(events)-1], nil
+}

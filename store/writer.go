@@ -1,0 +1,389 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrLost is the failure of appends to a run this replica no longer owns.
+var ErrLost = errors.New("store: this replica no longer owns the run")
+
+// ErrClosed is the failure of appends pending when the store closed.
+var ErrClosed = errors.New("store: closed")
+
+// writer is this replica's hold on a run it owns. Its events are stored
+// by group commit: one message, a frame of every event appended since the
+// last one was sent, is in flight at a time, under the owner fence; the
+// next frame goes as soon as it is acknowledged. A burst of events costs
+// one round trip per frame, not per event, and the fence holds on
+// replicated streams, which take one expectation per subject at a time.
+type writer struct {
+	s      *Store
+	key    runKey
+	ownSeq uint64 // the stream sequence of the owner record appends expect
+	next   uint64 // the index (seq) of the next event the run stores, from 1
+	sub    *nats.Subscription
+	stop   chan struct{} // ends the lease renewal
+	renew  sync.WaitGroup
+	sent   chan struct{} // closed when the sender has sent everything and ended
+
+	onSignal func(signal string) []byte
+	// lease is the first write of the lease, when not waited for: its
+	// acknowledgement gives leaseRev. The renewal takes it (and sets it to
+	// nil); Finish waits for it when the renewal had not.
+	lease jetstream.PubAckFuture
+	// leaseRev is the lease's revision this replica wrote last, 0 when
+	// not known: the renewal updates the lease against it. Only the
+	// renewal goroutine uses it once started.
+	leaseRev uint64
+
+	mu      sync.Mutex
+	queued  []pending     // appended, not yet sent
+	kick    chan struct{} // wakes the sender; buffered, 1
+	room    *sync.Cond    // signalled when the queue shrinks
+	closing bool          // Finish was called: send what is queued, then end
+	err     error         // the first failure; every later append fails with it
+}
+
+type pending struct {
+	event []byte
+	done  func(error)
+}
+
+// firstHeader is the header of a frame that holds the index (the seq) of
+// its first event, so a frame read on its own is placed in the run.
+const firstHeader = "Turnstile-First-Event"
+
+// maxFrame bounds the bytes of one frame; an event larger than that goes
+// alone.
+const maxFrame = 256 << 10
+
+// isInFlightConflict reports whether a replicated stream refused an
+// expectation because another message with one on the same subject is in
+// flight.
+func isInFlightConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// sender sends the queued events as frames, one in flight at a time,
+// and reports each event's outcome in order, until Finish or the store's
+// end.
+func (w *writer) sender() {
+	defer close(w.sent)
+	for {
+		w.mu.Lock()
+		for len(w.queued) == 0 && !w.closing {
+			w.mu.Unlock()
+			select {
+			case <-w.kick:
+			case <-w.s.closed:
+				w.abandon(ErrClosed)
+				return
+			}
+			w.mu.Lock()
+		}
+		if len(w.queued) == 0 {
+			w.mu.Unlock()
+			return
+		}
+		batch, frame := takeFrame(w.queued)
+		w.queued = w.queued[len(batch):]
+		failed := w.err
+		w.room.Broadcast()
+		w.mu.Unlock()
+
+		err := failed
+		if err == nil {
+			err = w.publish(frame)
+		}
+		if err == nil {
+			w.next += uint64(len(batch))
+		}
+		if err != nil {
+			w.fail(err)
+		}
+		for _, p := range batch {
+			p.done(err)
+		}
+	}
+}
+
+// takeFrame takes the events at the head of q that fit one frame (at
+// least one) and encodes them: each as a uvarint length and its bytes.
+func takeFrame(q []pending) ([]pending, []byte) {
+	n, size := 0, 0
+	for n < len(q) && (n == 0 || size+len(q[n].event)+binary.MaxVarintLen64 <= maxFrame) {
+		size += len(q[n].event) + binary.MaxVarintLen64
+		n++
+	}
+	frame := make([]byte, 0, size)
+	for _, p := range q[:n] {
+		frame = binary.AppendUvarint(frame, uint64(len(p.event)))
+		frame = append(frame, p.event...)
+	}
+	return q[:n], frame
+}
+
+// splitFrame returns the events of a frame.
+func splitFrame(frame []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(frame) > 0 {
+		n, k := binary.Uvarint(frame)
+		if k <= 0 || uint64(len(frame)-k) < n {
+			return nil, errors.New("store: a corrupt frame in the log")
+		}
+		out = append(out, frame[k:k+int(n)])
+		frame = frame[k+int(n):]
+	}
+	return out, nil
+}
+
+// Bounds of storing one frame: how long an attempt waits for its
+// acknowledgement, and how long all of them may take.
+const (
+	publishTry     = 500 * time.Millisecond
+	publishTimeout = 10 * time.Second
+	publishBackoff = 50 * time.Millisecond
+	// duplicateWindow is how long the stream remembers the message ids
+	// of frames: longer than a frame's attempts take.
+	duplicateWindow = publishTimeout + 5*time.Second
+)
+
+// publish stores one frame under the owner fence and waits for the
+// acknowledgement. An attempt the stream refused for now (no responders,
+// JetStream temporarily unavailable, a new leader catching up) is made
+// again. With a NATS cluster (mode nats), so is one that got no answer
+// (the stream's leader or the server this replica is connected to went
+// away mid-request): the frame carries a message id, so a frame whose
+// first attempt was stored after all is stored once (JetStream's duplicate
+// window, [duplicateWindow]). The embedded server, in-process, fails over
+// to nothing: its frames carry no id, which would cost its memory a
+// duplicate window's worth of ids.
+func (w *writer) publish(frame []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-w.s.closed:
+			cancel()
+		case <-done:
+		}
+	}()
+	defer close(done)
+	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
+	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
+	dedupe := w.s.cfg.Mode == ModeNATS
+	if dedupe {
+		// One id per frame of one owner: a retry is the same frame; a new
+		// owner's frames are others.
+		opts = append(opts, jetstream.WithMsgID(w.key.prefix()+"."+strconv.FormatUint(w.ownSeq, 10)+"."+strconv.FormatUint(w.next, 10)))
+	}
+	_, err := w.s.publishRetried(ctx, msg, dedupe, opts...)
+	switch {
+	case err == nil:
+		return nil
+	case isWrongLastSeq(err):
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	case w.s.isClosed():
+		return ErrClosed
+	}
+	return fmt.Errorf("store: append: %w", err)
+}
+
+// publishRetried publishes msg and returns its acknowledgement. An attempt
+// that [mayPass] is made again after a short pause, each waiting
+// publishTry for its answer, all within ctx and until the store closes;
+// dedupe says that msg carries a message id, so one that got no answer
+// may be made again too. It returns the last attempt's failure.
+func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		ack, err := s.js.PublishMsg(tctx, msg, opts...)
+		tcancel()
+		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
+			return ack, err
+		}
+		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-s.closed:
+			return nil, err
+		case <-time.After(publishBackoff):
+		}
+	}
+}
+
+// mayPass reports whether a failed publish may be made again: the stream
+// could not take it for now, or, when a retry is deduplicated (answered),
+// it got no answer.
+func mayPass(err error, answered bool) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		// JetStream temporarily unavailable; this frame's earlier attempt
+		// still in process; the subject's last sequence not known yet (a
+		// new leader catching up).
+		case 10008, 10158, 10163:
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true // nothing took it
+	}
+	return answered && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected))
+}
+
+// abandon fails every queued event with err: the store closed.
+func (w *writer) abandon(err error) {
+	w.mu.Lock()
+	q := w.queued
+	w.queued = nil
+	if w.err == nil {
+		w.err = err
+	}
+	w.room.Broadcast()
+	w.mu.Unlock()
+	for _, p := range q {
+		p.done(err)
+	}
+}
+
+func (w *writer) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *writer) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.runs[runKey{turnID, attempt}]
+	if w == nil {
+		return nil, fmt.Errorf("%w: run %q attempt %d", ErrLost, turnID, attempt)
+	}
+	return w, nil
+}
+
+// Append appends event to the log of a run this replica owns, without
+// waiting for the store's acknowledgement: done is called with nil once
+// the event is stored, or with the failure, for each append in order, on
+// one goroutine. Events appended while a frame is in flight go together in
+// the next one. Append waits only while 256 events of the run are queued,
+// and fails at once when an earlier one failed. Appends of one run must
+// not be concurrent.
+func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event []byte, done func(error)) error {
+	w, err := s.writer(turnID, attempt)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	for len(w.queued) >= maxInFlight && w.err == nil && ctx.Err() == nil {
+		w.room.Wait()
+	}
+	if err := w.err; err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	w.queued = append(w.queued, pending{event: event, done: done})
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Finish waits until every append of the run is acknowledged (or ctx is
+// done), then gives the run up: its lease is deleted and signals are no
+// longer answered. It returns the first failure of the run's appends.
+func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error {
+	return s.giveUp(ctx, turnID, attempt, false)
+}
+
+// Release gives up a run this replica owns that has not ended, for another
+// replica to take over at once (this one is shutting down): it waits until
+// every append is acknowledged, as Finish does, then purges the run's
+// lease, which every replica's [Store.WatchExpired] reports as it does an
+// expired one, so none waits for the lease TTL. The run's appends must have
+// stopped.
+func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) error {
+	return s.giveUp(ctx, turnID, attempt, true)
+}
+
+func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handOff bool) error {
+	w, err := s.writer(turnID, attempt)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.sent:
+	case <-ctx.Done():
+		w.fail(ctx.Err())
+	}
+	close(w.stop)
+	w.renew.Wait()
+	if w.lease != nil {
+		select {
+		case <-w.lease.Ok():
+		case <-w.lease.Err():
+		case <-ctx.Done():
+		case <-s.closed:
+		}
+	}
+	_ = w.sub.Unsubscribe()
+	s.mu.Lock()
+	delete(s.runs, w.key)
+	s.mu.Unlock()
+	err = w.failure()
+	if err == nil || !errors.Is(err, ErrLost) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
+		defer cancel()
+		if handOff {
+			if perr := s.leases.Purge(dctx, w.key.lease()); perr != nil && err == nil {
+				err = fmt.Errorf("store: release lease: %w", perr)
+			}
+		} else {
+			_ = s.dropLease(dctx, w.key)
+		}
+	}
+	return err
+}
