@@ -466,13 +466,13 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 		}
 	}()
 	// The header is for servers that predate the attempt field.
-	sctx = metadata.AppendToOutgoingContext(sctx, AttemptHeader, strconv.Itoa(n))
+	rctx := metadata.AppendToOutgoingContext(sctx, AttemptHeader, strconv.Itoa(n))
 	req := proto.CloneOf(t.req)
 	req.Attempt = uint32(n)
 	req.Messages = append(req.Messages, carried...)
 	out.counters = &turnstilev1.TurnCounters{}
 
-	stream, err := t.c.rpc.RunTurn(sctx, req)
+	stream, err := t.c.rpc.RunTurn(rctx, req)
 	if err != nil {
 		out.fail = fromStatus(err)
 		return out
@@ -510,7 +510,7 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 						slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.Uint64("after_seq", lastSeq),
 						slog.Int("reattach", reattaches), slog.Duration("delay", delay), slog.String("cause", status.Convert(err).Message()))
 					if sleep(ctx, delay) == nil {
-						w, werr := t.c.rpc.WatchTurn(sctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(n), AfterSeq: lastSeq})
+						w, werr := t.c.rpc.WatchTurn(rctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(n), AfterSeq: lastSeq})
 						if werr == nil {
 							recv = func() (*turnstilev1.AgentEvent, error) {
 								r, err := w.Recv()
