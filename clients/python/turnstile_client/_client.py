@@ -596,31 +596,34 @@ class Turn:
             self._cancel_run(call, n)
         return call
 
-    def _interrupted(self, call: grpc.Call, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> None:
+    def _interrupted(
+        self, call: grpc.Call, n: int, last_seq: int, carried: List[conversation_pb2.Message], out: _Outcome
+    ) -> None:
         """Cancels attempt n on the server after a KeyboardInterrupt, and notes the turn's error.
 
-        It reads what the server sends as it stops the run, within
-        cancel_timeout, without yielding it: turn.error gets the messages
+        The interrupted call cannot be read on (grpcio leaves its receive
+        pending): it is dropped, and the events the server stored as it
+        stopped the run are read with WatchTurn from last_seq, within
+        cancel_timeout, without yielding them; turn.error gets the messages
         the turn committed.
         """
         with self._lock:
             self._reason = self._reason or "cancelled"
             self._cancelled.set()
             self._live = 0
-        wait = self._c.cancel_timeout
-        if wait > 0 and self._cancel_on_server(n, wait, call.is_active):
-            timer = threading.Timer(wait, call.cancel)
-            timer.daemon = True
-            timer.start()
+        c = self._c
+        wait = c.cancel_timeout
+        end = time.monotonic() + wait
+        held = wait > 0 and self._cancel_on_server(n, wait, None)
+        call.cancel()
+        if held:
+            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
             try:
-                for resp in call:
+                for resp in c._stub.WatchTurn(watch, timeout=max(end - time.monotonic(), 0.001), metadata=c._metadata):
                     if resp.HasField("event"):
                         _observe(resp.event, out)
             except grpc.RpcError:
-                pass
-            finally:
-                timer.cancel()
-        call.cancel()
+                pass  # the run's status after its events, or the time is over
         self.error = self._stopped(n, standing(carried + out.committed))
         with self._lock:
             self._ended = True
@@ -675,7 +678,7 @@ class Turn:
                             err_event = _observe(ev, out) or err_event
                             yield Event(attempt=n, agent=ev)
                     except KeyboardInterrupt:
-                        self._interrupted(call, n, carried, out)
+                        self._interrupted(call, n, last_seq, carried, out)
                         raise
                 except grpc.RpcError as e:
                     err = e
