@@ -15,6 +15,25 @@
 // The package imports only the generated code, gRPC and the standard
 // library; it never imports the server or the runtime.
 //
+// # Cancelling and leaving
+//
+// A server with a turn store takes a dropped stream for a detach: it keeps
+// running the turn for turn.detach_grace (30s), so that a client that
+// crashed can re-attach. Cancelling is therefore explicit: when the
+// context a turn runs with ends, or [Turn.Close] is called before the
+// turn's end, the client calls CancelTurn and reads the events the server
+// sends as it stops the turn (for at most [WithCancelTimeout], 2s), and
+// the turn fails CANCELLED with every message it committed in
+// [TurnError.Messages], from which the next turn continues. Only leaving
+// (the process dying, or breaking out of [Turn.Events] without Close) is a
+// detach.
+//
+// # Re-attaching
+//
+// The client keeps re-attaching to a broken stream for
+// [DefaultReattachTimeout] (30s) from the break, as long as a server takes
+// to restart plus the lease TTL, with margin; see [WithReattachTimeout].
+//
 // # Tracing
 //
 // The client starts no spans and sends no trace context on its own: it
