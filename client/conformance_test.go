@@ -55,11 +55,15 @@ type clientOptions map[string]int
 func newConformanceClient(t *testing.T, addr string, opts clientOptions, logger *slog.Logger) *client.Client {
 	t.Helper()
 	ms := func(k string) time.Duration { return time.Duration(opts[k]) * time.Millisecond }
-	c, err := client.New(addr, client.WithInsecure(), client.WithLogger(logger),
+	copts := []client.Option{client.WithInsecure(), client.WithLogger(logger),
 		client.WithMaxStepRetries(opts["max_step_retries"]),
 		client.WithBackoff(client.Backoff{Initial: ms("backoff_initial_ms"), Max: ms("backoff_max_ms"), Multiplier: 2}),
-		client.WithMaxReattaches(opts["max_reattaches"]),
-		client.WithReattachBackoff(client.Backoff{Initial: ms("reattach_backoff_initial_ms"), Max: ms("reattach_backoff_max_ms"), Multiplier: 2}))
+		client.WithReattachTimeout(ms("reattach_timeout_ms")),
+		client.WithReattachBackoff(client.Backoff{Initial: ms("reattach_backoff_initial_ms"), Max: ms("reattach_backoff_max_ms"), Multiplier: 2})}
+	if n, ok := opts["max_reattaches"]; ok {
+		copts = append(copts, client.WithMaxReattaches(n))
+	}
+	c, err := client.New(addr, copts...)
 	if err != nil {
 		t.Fatal(err)
 	}

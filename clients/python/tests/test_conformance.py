@@ -82,7 +82,8 @@ def new_client(addr: str, opts: dict, logger: logging.Logger) -> ts.Client:
         addr,
         max_step_retries=opts["max_step_retries"],
         backoff=ts.Backoff(initial=opts["backoff_initial_ms"] / 1000, maximum=opts["backoff_max_ms"] / 1000, jitter=0),
-        max_reattaches=opts["max_reattaches"],
+        reattach_timeout=opts["reattach_timeout_ms"] / 1000,
+        max_reattaches=opts.get("max_reattaches"),
         reattach_backoff=ts.Backoff(
             initial=opts["reattach_backoff_initial_ms"] / 1000, maximum=opts["reattach_backoff_max_ms"] / 1000, jitter=0
         ),

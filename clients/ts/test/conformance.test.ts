@@ -36,7 +36,8 @@ function newClient(addr: string, opts: ClientOptions): { client: Client; reattac
   const client = new Client(`http://${addr}`, {
     maxStepRetries: opts.max_step_retries,
     backoff: { initialMs: opts.backoff_initial_ms, maxMs: opts.backoff_max_ms, multiplier: 2, jitter: 0 },
-    maxReattaches: opts.max_reattaches,
+    reattachTimeoutMs: opts.reattach_timeout_ms,
+    maxReattaches: opts.max_reattaches, // undefined when the scenario gives none
     reattachBackoff: { initialMs: opts.reattach_backoff_initial_ms, maxMs: opts.reattach_backoff_max_ms, multiplier: 2, jitter: 0 },
     logger: {
       info: (message) => {
