@@ -21,8 +21,8 @@ import (
 
 // run is "turnstile run": it runs one turn and renders it for a person, or
 // as JSON lines for a script. The first SIGINT (Ctrl-C) or SIGTERM cancels
-// the turn: the client asks the server to stop it and shows what it
-// committed, for at most 2s; a second signal exits at once. The command
+// the turn: the client asks the server to stop it and the command renders
+// its last events, for at most 2s; a second signal exits at once. The command
 // then exits 128 + the signal's number (130 for Ctrl-C).
 func run(args []string) int {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -93,9 +93,9 @@ Words: a "retry" is the server calling the model again within the turn; a
 committed (--retries).
 
 Ctrl-C cancels the turn: the server stops it (with a turn store, it would
-otherwise finish it unwatched) and the command shows what the turn had
-committed, waiting at most 2s for that, then exits 130; a second Ctrl-C
-exits at once. A command killed outright (SIGKILL, a lost terminal) only
+otherwise finish it unwatched) and the command renders the turn's last
+events, waiting at most 2s for them, then exits 130; a second Ctrl-C exits
+at once. A command killed outright (SIGKILL, a lost terminal) only
 leaves the turn: a server with a turn store runs it on for
 turn.detach_grace.
 
