@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
@@ -22,6 +24,7 @@ type upstream struct {
 	*scripted
 	streaming chan struct{} // closed once the first call streamed its words
 	closed    chan struct{} // closed once the first call's request was closed
+	closedAt  time.Time     // when, set before closed is closed
 }
 
 func newUpstream() *upstream {
@@ -31,7 +34,10 @@ func newUpstream() *upstream {
 			return reply("a later call")
 		}
 		return func(yield func(llm.Chunk, error) bool) {
-			defer close(u.closed)
+			defer func() {
+				u.closedAt = time.Now()
+				close(u.closed)
+			}()
 			for c, err := range hang(ctx, u.streaming, "Once upon ", "a time") {
 				if !yield(c, err) {
 					return
@@ -139,6 +145,7 @@ func TestCancelStopsTheRun(t *testing.T) {
 	turn := c.RunTurn(ctx, userRequest("tell me a story"))
 	var evs []*client.Event
 	var err error
+	var cancelled time.Time
 	for ev, e := range turn.Events() {
 		if e != nil {
 			err = e
@@ -147,9 +154,11 @@ func TestCancelStopsTheRun(t *testing.T) {
 		evs = append(evs, ev)
 		if ev.Agent.GetTextDelta() != nil && ctx.Err() == nil {
 			<-u.streaming
+			cancelled = time.Now()
 			cancel()
 		}
 	}
+	ended := time.Since(cancelled)
 	var te *client.TurnError
 	if !errors.As(err, &te) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want a *client.TurnError wrapping context.Canceled", err)
@@ -158,6 +167,7 @@ func TestCancelStopsTheRun(t *testing.T) {
 		t.Errorf("err = %v (attempts %d, retryable %v), want CANCELLED after 1 attempt, not retryable", te, te.Attempts, te.Retryable)
 	}
 	u.waitClosed(t)
+	t.Logf("after the cancel, the upstream request was closed in %v and the turn ended in %v", u.closedAt.Sub(cancelled), ended)
 	ends := terminal(evs)
 	if len(ends) != 1 || ends[0].GetError().GetCode() != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED {
 		t.Errorf("terminal events = %v, want one CANCELLED error", ends)
@@ -293,4 +303,79 @@ func TestCancelWithoutStore(t *testing.T) {
 	if logs.String() != "" {
 		t.Errorf("the client logged:\n%s", logs.String())
 	}
+}
+
+// A turn cancelled while a server-side tool runs leaves a conversation the
+// next turn continues from: the messages the turn committed that stand are
+// the error's, and a request made of them and a new user message runs.
+func TestContinueAfterCancelDuringTool(t *testing.T) {
+	b := &blocker{started: make(chan struct{})}
+	p := &scripted{fn: func(ctx context.Context, call int, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
+		if call == 1 {
+			return callTool("call_1", "deploy", `{}`)
+		}
+		return reply("Stopped as asked.")
+	}}
+	st := sharedStores(t, 1)
+	addr := serveDurable(t, newReplica(t, p, b), st[0])
+	c := newClient(t, addr)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req := userRequest("deploy it")
+	turn := c.RunTurn(ctx, req)
+	var evs []*client.Event
+	var err error
+	for ev, e := range turn.Events() {
+		if e != nil {
+			err = e
+			break
+		}
+		evs = append(evs, ev)
+		if ev.Agent.GetToolStarted() != nil {
+			<-b.started
+			cancel()
+		}
+	}
+	var te *client.TurnError
+	if !errors.As(err, &te) || te.Code != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED {
+		t.Fatalf("err = %v, want CANCELLED", err)
+	}
+	if ends := terminal(evs); len(ends) != 1 {
+		t.Errorf("terminal events = %v, want one", ends)
+	}
+	// Every message the server committed stands, but a tool call it left
+	// unanswered, which no server would take back.
+	want := committed(evs)
+	if n := len(want); n > 0 && want[n-1].GetRole() == turnstilev1.Role_ROLE_ASSISTANT && hasToolCall(want[n-1]) {
+		want = want[:n-1]
+	}
+	if len(te.Messages) != len(want) {
+		t.Fatalf("the error holds %d messages, want %d: %v", len(te.Messages), len(want), te.Messages)
+	}
+	for i := range want {
+		if !proto.Equal(te.Messages[i], want[i]) {
+			t.Errorf("message %d = %v, want %v", i, te.Messages[i], want[i])
+		}
+	}
+
+	next := userRequest("deploy it")
+	next.Messages = append(next.Messages, te.Messages...)
+	next.Messages = append(next.Messages, userRequest("never mind").Messages...)
+	res, err := c.RunTurn(t.Context(), next).Wait()
+	if err != nil {
+		t.Fatalf("the next turn: %v", err)
+	}
+	if res.EndReason != turnstilev1.EndReason_END_REASON_END_TURN {
+		t.Errorf("the next turn ended %v", res.EndReason)
+	}
+}
+
+func hasToolCall(m *turnstilev1.Message) bool {
+	for _, p := range m.GetParts() {
+		if p.GetToolCall() != nil {
+			return true
+		}
+	}
+	return false
 }
