@@ -15,6 +15,25 @@
 // The package imports only the generated code, gRPC and the standard
 // library; it never imports the server or the runtime.
 //
+// # Cancelling and leaving
+//
+// A server with a turn store takes a dropped stream for a detach: it keeps
+// running the turn for turn.detach_grace (30s), so that a client that
+// crashed can re-attach. Cancelling is therefore explicit: when the
+// context a turn runs with ends, or [Turn.Close] is called before the
+// turn's end, the client calls CancelTurn and reads the events the server
+// sends as it stops the turn (for at most [WithCancelTimeout], 2s), and
+// the turn fails CANCELLED with every message it committed in
+// [TurnError.Messages], from which the next turn continues. Only leaving
+// (the process dying, or breaking out of [Turn.Events] without Close) is a
+// detach.
+//
+// # Re-attaching
+//
+// The client keeps re-attaching to a broken stream for
+// [DefaultReattachTimeout] (30s) from the break, as long as a server takes
+// to restart plus the lease TTL, with margin; see [WithReattachTimeout].
+//
 // # Tracing
 //
 // The client starts no spans and sends no trace context on its own: it
@@ -77,7 +96,10 @@ type options struct {
 	dialOpts      []grpc.DialOption
 	logger        *slog.Logger
 	maxRetries    int
-	maxReattaches int
+	maxReattaches int  // with capReattaches, the most re-attaches in a row
+	capReattaches bool // WithMaxReattaches was given
+	reattachFor   time.Duration
+	cancelWait    time.Duration
 	reattach      Backoff
 	backoff       Backoff
 	maxDelay      time.Duration
@@ -147,16 +169,48 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // again (default 1; 0 disables step retries). See [Client.RunTurn].
 func WithMaxStepRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
 
-// WithMaxReattaches sets how many times in a row the client re-attaches
-// to a run whose stream broke, with WatchTurn from the last seq received,
-// before it gives the attempt up (default 10; 0 never re-attaches). The
-// count starts again with every event received.
-func WithMaxReattaches(n int) Option { return func(o *options) { o.maxReattaches = n } }
+// DefaultReattachTimeout is how long the client keeps re-attaching to a
+// run whose stream broke, by default: longer than a server process takes
+// to restart plus the store's lease TTL (2s) with margin, and as long as
+// the server keeps a turn nobody watches (turn.detach_grace, 30s).
+const DefaultReattachTimeout = 30 * time.Second
+
+// WithReattachTimeout sets how long the client keeps re-attaching to a run
+// whose stream broke, with WatchTurn from the last seq received, before it
+// gives the attempt up (default [DefaultReattachTimeout]; 0 never
+// re-attaches). The time counts from the break and starts again with every
+// event received; no re-attach starts once its delay would end past it.
+func WithReattachTimeout(d time.Duration) Option { return func(o *options) { o.reattachFor = d } }
+
+// WithMaxReattaches also caps how many times in a row the client
+// re-attaches to a run whose stream broke, within the re-attach timeout
+// (default: no cap; 0 never re-attaches). The count starts again with
+// every event received.
+//
+// Deprecated: a count of tries is no measure of an outage, which is what
+// the client must outlast; use [WithReattachTimeout]. WithMaxReattaches
+// still works, as a cap on top of the timeout.
+func WithMaxReattaches(n int) Option {
+	return func(o *options) { o.maxReattaches, o.capReattaches = n, true }
+}
 
 // WithReattachBackoff sets the delays before re-attaching to a broken
-// stream (default 50ms doubling up to 1s, spread by ±20%: ten re-attaches
-// span about 6s, longer than a replica takes to take a turn over).
+// stream (default 50ms doubling up to 1s, spread by ±20%).
 func WithReattachBackoff(b Backoff) Option { return func(o *options) { o.reattach = b } }
+
+// DefaultCancelTimeout is how long, by default, a turn whose caller
+// cancels it waits for the server to stop it.
+const DefaultCancelTimeout = 2 * time.Second
+
+// WithCancelTimeout sets how long the client spends cancelling a turn on
+// the server once its caller cancels it (the turn's context ends, or
+// [Turn.Close] is called before its end): the CancelTurn call and the
+// events the server sends until its CANCELLED error, the messages the
+// turn committed among them (default [DefaultCancelTimeout]). With 0 the
+// client does not call CancelTurn: it only drops the stream, which a
+// server with a turn store takes for a detach and goes on running the
+// turn for turn.detach_grace.
+func WithCancelTimeout(d time.Duration) Option { return func(o *options) { o.cancelWait = d } }
 
 // WithBackoff sets the delays between step retries when the server gives
 // no retry delay (default [DefaultBackoff]).
@@ -209,14 +263,15 @@ func (b Backoff) delay(n int, u float64) time.Duration {
 // the first RPC does. The caller must Close the client.
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{
-		logger:        slog.New(slog.DiscardHandler),
-		maxRetries:    1,
-		maxReattaches: 10,
-		reattach:      Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2},
-		backoff:       DefaultBackoff(),
-		maxDelay:      time.Minute,
-		jitter:        mathrand.Float64,
-		maxEvent:      DefaultMaxEventBytes,
+		logger:      slog.New(slog.DiscardHandler),
+		maxRetries:  1,
+		reattachFor: DefaultReattachTimeout,
+		cancelWait:  DefaultCancelTimeout,
+		reattach:    Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2},
+		backoff:     DefaultBackoff(),
+		maxDelay:    time.Minute,
+		jitter:      mathrand.Float64,
+		maxEvent:    DefaultMaxEventBytes,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -226,8 +281,12 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, errors.New("client: empty target")
 	case o.maxRetries < 0:
 		return nil, errors.New("client: max step retries must not be negative")
-	case o.maxReattaches < 0:
+	case o.capReattaches && o.maxReattaches < 0:
 		return nil, errors.New("client: max re-attaches must not be negative")
+	case o.reattachFor < 0:
+		return nil, errors.New("client: the re-attach timeout must not be negative")
+	case o.cancelWait < 0:
+		return nil, errors.New("client: the cancel timeout must not be negative")
 	case o.backoff.Initial < 0 || o.backoff.Max < 0 || o.backoff.Jitter < 0 || o.backoff.Jitter > 1:
 		return nil, errors.New("client: invalid backoff")
 	case o.insecureSet && o.tlsSet:

@@ -32,6 +32,8 @@ type conformance struct {
 		Name     string `json:"name"`
 		Prompt   string `json:"prompt"`
 		CancelOn string `json:"cancel_on"`
+		// ReadLog reads the run's stored log once the turn ended.
+		ReadLog bool `json:"read_log"`
 		// Server names the server's configuration: "" is server.yaml,
 		// another name NAME.yaml.
 		Server string `json:"server"`
@@ -53,11 +55,15 @@ type clientOptions map[string]int
 func newConformanceClient(t *testing.T, addr string, opts clientOptions, logger *slog.Logger) *client.Client {
 	t.Helper()
 	ms := func(k string) time.Duration { return time.Duration(opts[k]) * time.Millisecond }
-	c, err := client.New(addr, client.WithInsecure(), client.WithLogger(logger),
+	copts := []client.Option{client.WithInsecure(), client.WithLogger(logger),
 		client.WithMaxStepRetries(opts["max_step_retries"]),
 		client.WithBackoff(client.Backoff{Initial: ms("backoff_initial_ms"), Max: ms("backoff_max_ms"), Multiplier: 2}),
-		client.WithMaxReattaches(opts["max_reattaches"]),
-		client.WithReattachBackoff(client.Backoff{Initial: ms("reattach_backoff_initial_ms"), Max: ms("reattach_backoff_max_ms"), Multiplier: 2}))
+		client.WithReattachTimeout(ms("reattach_timeout_ms")),
+		client.WithReattachBackoff(client.Backoff{Initial: ms("reattach_backoff_initial_ms"), Max: ms("reattach_backoff_max_ms"), Multiplier: 2})}
+	if n, ok := opts["max_reattaches"]; ok {
+		copts = append(copts, client.WithMaxReattaches(n))
+	}
+	c, err := client.New(addr, copts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,11 +179,14 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, prompt, cancelOn string) observation {
+func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bool) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	turn := c.RunTurn(ctx, userRequest(prompt))
-	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true}
+	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0)}
+	if readLog {
+		defer func() { observeLog(t, c, turn.ID(), obs) }()
+	}
 	var kept keptText
 	var turnErr error
 	next := map[int]uint64{} // the seq each attempt's next event must have
@@ -199,6 +208,9 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string) observatio
 				"discard_partial": sr.DiscardPartial, "messages": float64(len(sr.Messages)),
 			})
 			continue
+		}
+		if ev.Agent.GetError() != nil || ev.Agent.GetTurnCompleted() != nil {
+			obs["terminal_events"] = obs["terminal_events"].(float64) + 1
 		}
 		if ts := ev.Agent.GetToolStarted(); ts != nil {
 			obs["tools_started"] = append(obs["tools_started"].([]any), ts.GetName())
@@ -235,6 +247,27 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string) observatio
 	return obs
 }
 
+// observeLog reads the run's stored log and notes its model calls and
+// how it ends.
+func observeLog(t *testing.T, c *client.Client, turnID string, obs observation) {
+	log := storedLog(t, c, turnID)
+	calls := 0
+	for _, ev := range log {
+		if ev.GetLlmCallStarted() != nil {
+			calls++
+		}
+	}
+	obs["log_model_calls"] = float64(calls)
+	if len(log) > 0 {
+		switch last := log[len(log)-1]; {
+		case last.GetTurnCompleted() != nil:
+			obs["log_end"] = "COMPLETED"
+		case last.GetError() != nil:
+			obs["log_end"] = client.CodeName(last.GetError().GetCode())
+		}
+	}
+}
+
 // TestConformance runs the shared scenarios against a live `turnstile
 // serve` on the embedded simulator.
 func TestConformance(t *testing.T) {
@@ -269,7 +302,7 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, sc.Prompt, sc.CancelOn)
+			obs := observe(t, c, sc.Prompt, sc.CancelOn, sc.ReadLog)
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

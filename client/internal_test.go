@@ -138,9 +138,12 @@ func TestStanding(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	for name, opts := range map[string][]Option{
-		"negative retries": {WithInsecure(), WithMaxStepRetries(-1)},
-		"bad jitter":       {WithInsecure(), WithBackoff(Backoff{Jitter: 2})},
-		"insecure and tls": {WithInsecure(), WithTLS(nil)},
+		"negative retries":           {WithInsecure(), WithMaxStepRetries(-1)},
+		"bad jitter":                 {WithInsecure(), WithBackoff(Backoff{Jitter: 2})},
+		"insecure and tls":           {WithInsecure(), WithTLS(nil)},
+		"negative re-attaches":       {WithInsecure(), WithMaxReattaches(-1)},
+		"negative re-attach timeout": {WithInsecure(), WithReattachTimeout(-time.Second)},
+		"negative cancel timeout":    {WithInsecure(), WithCancelTimeout(-time.Second)},
 	} {
 		if _, err := New("127.0.0.1:1", opts...); err == nil {
 			t.Errorf("%s: New succeeded", name)
@@ -148,5 +151,26 @@ func TestNewRejects(t *testing.T) {
 	}
 	if _, err := New(""); err == nil {
 		t.Error("empty target: New succeeded")
+	}
+}
+
+// The defaults: re-attach for 30s with no cap on the count, cancel within
+// 2s; the deprecated count still caps.
+func TestReattachAndCancelDefaults(t *testing.T) {
+	c, err := New("127.0.0.1:1", WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o := c.opts; o.reattachFor != 30*time.Second || o.capReattaches || o.cancelWait != 2*time.Second {
+		t.Errorf("reattach timeout %v, count capped %v, cancel timeout %v; want 30s, false, 2s", o.reattachFor, o.capReattaches, o.cancelWait)
+	}
+	c2, err := New("127.0.0.1:1", WithInsecure(), WithMaxReattaches(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if o := c2.opts; !o.capReattaches || o.maxReattaches != 3 || o.reattachFor != 30*time.Second {
+		t.Errorf("with WithMaxReattaches(3): cap %v %d, timeout %v", o.capReattaches, o.maxReattaches, o.reattachFor)
 	}
 }

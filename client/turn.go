@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -21,7 +22,9 @@ import (
 )
 
 // ErrStopped is the error of a turn whose caller stopped ranging over
-// [Turn.Events] before the turn ended; the RPC was cancelled.
+// [Turn.Events] before the turn ended; its stream was dropped, which a
+// server with a turn store takes for a detach: [Turn.Close] cancels the
+// run.
 var ErrStopped = errors.New("client: iteration stopped before the turn ended")
 
 // Event is one step of a turn as the client sees it: either an event the
@@ -96,12 +99,42 @@ type Turn struct {
 	started bool
 	res     *Result
 	err     error
+
+	mu     sync.Mutex
+	closed bool
+	// stop cancels the context the turn runs under, while it runs.
+	stop context.CancelCauseFunc
+	// left is the attempt whose stream the caller left by stopping the
+	// iteration, while the run may go on; 0 otherwise.
+	left int
 }
+
+// ErrClosed is the cause of the context of a turn that [Turn.Close]
+// cancelled: errors.Is(err, ErrClosed) tells it from the caller's own
+// cancellation.
+var ErrClosed = errors.New("client: the turn was closed")
 
 // RunTurn prepares one turn of req; it runs as the caller ranges over
 // [Turn.Events] (or calls [Turn.Wait]). ctx bounds the whole turn, retries
-// and their delays included; cancelling it, or stopping the iteration
-// early, cancels the RPC.
+// and their delays included.
+//
+// Cancelling and leaving differ. When ctx ends (cancelled, or its deadline
+// passed) or [Turn.Close] is called while the turn runs, the client
+// cancels the turn on the server: it calls CancelTurn for the running
+// attempt and keeps reading its stream until the server's CANCELLED error
+// event, for at most the client's cancel timeout (2s by default, see
+// [WithCancelTimeout]); the server stops the model call and tools and
+// sends, before that event, message_completed events for what the turn
+// had (the partial reply, a "cancelled by the user" result for every tool
+// call that did not run, an interruption note). The iteration yields them
+// and the turn fails with a [*TurnError] of code CANCELLED (or
+// DEADLINE_EXCEEDED) whose Messages hold every message the turn
+// committed: append them to the conversation and the next turn continues
+// from it. A server without a turn store answers CancelTurn
+// FAILED_PRECONDITION; there the dropped stream is what cancels the turn.
+// Stopping the iteration early (break) only drops the stream: a server
+// with a turn store keeps running the turn for turn.detach_grace (30s),
+// as it does when the program dies, and [Turn.Close] cancels it.
 //
 // When req has no turn_id the client makes one, so every attempt shares
 // it. Each attempt is a run of its own on the server, named by the turn id
@@ -111,9 +144,11 @@ type Turn struct {
 // A stream that breaks before the attempt's last event (a connection
 // reset, a replica that went away) is first resumed, not retried: the
 // client re-attaches to the same run with WatchTurn from the seq of the
-// last event it received, on any replica, up to MaxReattaches times in a
-// row, and the iteration goes on with the next event; nothing is run again
-// and no event is repeated. This needs a server with a turn store; a
+// last event it received, on any replica, for up to the re-attach
+// timeout (30s by default, see [WithReattachTimeout]) from the break, and
+// the iteration goes on with the next event; nothing is run again and no
+// event is repeated: a server restarting, or a replica taking the turn
+// over, is outlasted. This needs a server with a turn store; a
 // server without one, or one that never stored the run, makes the break
 // stand.
 //
@@ -144,7 +179,8 @@ func (t *Turn) ID() string { return t.req.GetTurnId() }
 
 // Events returns the turn's events as they happen. The turn runs as the
 // iteration proceeds, on the caller's goroutine; breaking out of the loop
-// cancels the RPC at once. The sequence yields a non-nil error at most
+// drops its stream at once, which leaves the run rather than cancelling it
+// (see [Turn.Close]). The sequence yields a non-nil error at most
 // once, last: a [*TurnError] when the turn failed. It may be ranged over
 // only once.
 func (t *Turn) Events() iter.Seq2[*Event, error] {
@@ -154,11 +190,57 @@ func (t *Turn) Events() iter.Seq2[*Event, error] {
 			return
 		}
 		t.started = true
-		t.res, t.err = t.run(yield)
+		ctx, stop := context.WithCancelCause(t.ctx)
+		t.mu.Lock()
+		closed := t.closed
+		t.stop = stop
+		t.mu.Unlock()
+		if closed {
+			stop(ErrClosed)
+		}
+		t.res, t.err = t.run(ctx, yield)
+		t.mu.Lock()
+		t.stop = nil
+		t.mu.Unlock()
+		stop(nil)
 		if t.err != nil && !errors.Is(t.err, ErrStopped) {
 			yield(nil, t.err)
 		}
 	}
+}
+
+// Close cancels the turn on the server if it has not ended, as cancelling
+// the turn's context does (see [Client.RunTurn]); after the turn's end it
+// does nothing. It is safe to call from any goroutine and more than once;
+// a deferred Close is the way to cancel a turn whose iteration the caller
+// stops early (break), which otherwise only leaves it. While the turn
+// runs, Close returns at once and the iteration goes on with the events
+// the server sends as it stops the turn; after the iteration stopped,
+// Close calls CancelTurn itself and waits for its answer, for at most the
+// cancel timeout. It returns the error of that call, except NOT_FOUND and
+// FAILED_PRECONDITION (a server that keeps no turn log, where leaving
+// already cancelled the turn).
+func (t *Turn) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	stop, left := t.stop, t.left
+	t.left = 0
+	t.mu.Unlock()
+	switch {
+	case stop != nil:
+		stop(ErrClosed)
+	case left > 0 && t.c.opts.cancelWait > 0:
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.c.opts.cancelWait)
+		defer cancel()
+		if _, err := t.cancelOnServer(ctx, left, nil); err != nil {
+			return fmt.Errorf("client: cancel turn %s: %w", t.ID(), err)
+		}
+	}
+	return nil
 }
 
 // Wait runs the turn to its end, dropping its events, and returns its
@@ -180,11 +262,48 @@ func (t *Turn) Result() *Result { return t.res }
 // or [ErrStopped] when the caller stopped early; nil on success.
 func (t *Turn) Err() error { return t.err }
 
+// cancelOnServer calls CancelTurn for attempt n until it is answered, ctx
+// ends, or (when open is given) it closes; a run not found yet is asked
+// again (the server may not have stored it yet). It reports whether the
+// server holds the run (it cancelled it, or found it ended): false with a
+// nil error when the server keeps no turn log (FAILED_PRECONDITION), where
+// leaving the stream is what cancels a turn, or when it has no such run.
+func (t *Turn) cancelOnServer(ctx context.Context, n int, open <-chan struct{}) (bool, error) {
+	req := &turnstilev1.CancelTurnRequest{TurnId: t.ID(), Attempt: uint32(n)}
+	for {
+		_, err := t.c.rpc.CancelTurn(ctx, req)
+		switch status.Code(err) {
+		case codes.OK:
+			return true, nil
+		case codes.FailedPrecondition, codes.Unimplemented:
+			return false, nil
+		case codes.NotFound, codes.Unavailable:
+			if open == nil {
+				if status.Code(err) == codes.NotFound {
+					return false, nil
+				}
+				return false, err
+			}
+		default:
+			return false, err
+		}
+		select {
+		case <-open:
+			return false, nil
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // attemptOutcome is what one attempt left behind.
 type attemptOutcome struct {
 	completed *turnstilev1.TurnCompleted
 	fail      failure
 	stopped   bool
+	// ended reports that the attempt's terminal event arrived.
+	ended bool
 	// committed are the messages the attempt committed, in order.
 	committed []*turnstilev1.Message
 	// partial reports output streamed since the last commit.
@@ -197,8 +316,8 @@ type attemptOutcome struct {
 	reattached int
 }
 
-func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
-	ctx, o := t.ctx, t.c.opts
+func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result, error) {
+	o := t.c.opts
 	var carried []*turnstilev1.Message
 	usage, counters := &turnstilev1.Usage{}, &turnstilev1.TurnCounters{}
 	reattaches := 0
@@ -210,6 +329,11 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 	for n := 1; ; n++ {
 		out := t.attempt(ctx, n, carried, yield)
 		if out.stopped {
+			t.mu.Lock()
+			if !out.ended {
+				t.left = n // the run may go on: Close cancels it
+			}
+			t.mu.Unlock()
 			return nil, ErrStopped
 		}
 		reattaches += out.reattached
@@ -240,7 +364,11 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 		carried = kept
 		ended(fail.err, n)
 		if ctx.Err() != nil {
-			return nil, ended(contextError(ctx), n)
+			// The caller cancelled the turn: the messages the server
+			// committed as it stopped it stand, for the next turn.
+			te := ended(contextError(ctx), n)
+			te.Status = fail.err.Status
+			return nil, te
 		}
 		if fail.transport && len(out.toolsRunning) > 0 {
 			// The server may have run them: resuming could run them again.
@@ -292,16 +420,59 @@ func (t *Turn) run(yield func(*Event, error) bool) (*Result, error) {
 // turn log, or never stored the run) or keeps failing does the attempt
 // end with the break.
 func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	o := t.c.opts
+	if err := ctx.Err(); err != nil {
+		// Cancelled before it began: no run to start, none to cancel.
+		out.fail = fromStatus(status.FromContextError(err).Err())
+		return out
+	}
+	// The stream outlives ctx by up to the cancel timeout: once the caller
+	// cancels, the client asks the server to stop the run and reads the
+	// events it sends as it does (the messages it commits, the CANCELLED
+	// error), then drops the stream.
+	sctx, drop := context.WithCancel(context.WithoutCancel(ctx))
+	defer drop()
+	open := make(chan struct{})
+	cancelled := make(chan struct{})
+	var timer *time.Timer // drops the stream once the cancel timeout is over
+	stopCancel := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		if o.cancelWait <= 0 {
+			drop()
+			return
+		}
+		timer = time.AfterFunc(o.cancelWait, drop)
+		cctx, cancel := context.WithTimeout(sctx, o.cancelWait)
+		defer cancel()
+		held, err := t.cancelOnServer(cctx, n, open)
+		if err != nil {
+			t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: could not cancel the turn on the server",
+				slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.String("cause", status.Convert(err).Message()))
+		}
+		if !held {
+			// No log: leaving the stream is what cancels the turn.
+			drop()
+		}
+		// Else the server stored the run's last event; the stream brings
+		// it.
+	})
+	defer func() {
+		close(open)
+		if !stopCancel() {
+			<-cancelled
+			if timer != nil {
+				timer.Stop()
+			}
+		}
+	}()
 	// The header is for servers that predate the attempt field.
-	ctx = metadata.AppendToOutgoingContext(ctx, AttemptHeader, strconv.Itoa(n))
+	rctx := metadata.AppendToOutgoingContext(sctx, AttemptHeader, strconv.Itoa(n))
 	req := proto.CloneOf(t.req)
 	req.Attempt = uint32(n)
 	req.Messages = append(req.Messages, carried...)
 	out.counters = &turnstilev1.TurnCounters{}
 
-	stream, err := t.c.rpc.RunTurn(ctx, req)
+	stream, err := t.c.rpc.RunTurn(rctx, req)
 	if err != nil {
 		out.fail = fromStatus(err)
 		return out
@@ -313,8 +484,9 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 	var (
 		errEvent   *turnstilev1.Error
 		lastSeq    uint64
-		broken     error // the break that the current re-attach follows
-		reattaches int   // re-attaches since the last event received
+		broken     error     // the break that the current re-attach follows
+		brokeAt    time.Time // when it happened
+		reattaches int       // re-attaches since the last event received
 		watchable  = true
 	)
 	for {
@@ -325,28 +497,30 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 				// break stands.
 				watchable, err = false, broken
 			}
-			if out.completed == nil && errEvent == nil && watchable && ctx.Err() == nil &&
-				reattaches < t.c.opts.maxReattaches && breakWorthWatching(err) {
+			if out.completed == nil && errEvent == nil && watchable && ctx.Err() == nil && breakWorthWatching(err) {
 				if broken == nil {
-					broken = err
+					broken, brokeAt = err, time.Now()
 				}
-				reattaches++
-				out.reattached++
-				delay := t.c.opts.reattach.delay(reattaches, t.c.opts.jitter())
-				t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: re-attaching to the turn",
-					slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.Uint64("after_seq", lastSeq),
-					slog.Int("reattach", reattaches), slog.Duration("delay", delay), slog.String("cause", status.Convert(err).Message()))
-				if sleep(ctx, delay) == nil {
-					w, werr := t.c.rpc.WatchTurn(ctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(n), AfterSeq: lastSeq})
-					if werr == nil {
-						recv = func() (*turnstilev1.AgentEvent, error) {
-							r, err := w.Recv()
-							return r.GetEvent(), err
+				delay := o.reattach.delay(reattaches+1, o.jitter())
+				if o.reattachFor > 0 && time.Since(brokeAt)+delay <= o.reattachFor &&
+					(!o.capReattaches || reattaches < o.maxReattaches) {
+					reattaches++
+					out.reattached++
+					t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: re-attaching to the turn",
+						slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.Uint64("after_seq", lastSeq),
+						slog.Int("reattach", reattaches), slog.Duration("delay", delay), slog.String("cause", status.Convert(err).Message()))
+					if sleep(ctx, delay) == nil {
+						w, werr := t.c.rpc.WatchTurn(rctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(n), AfterSeq: lastSeq})
+						if werr == nil {
+							recv = func() (*turnstilev1.AgentEvent, error) {
+								r, err := w.Recv()
+								return r.GetEvent(), err
+							}
+						} else {
+							recv = func() (*turnstilev1.AgentEvent, error) { return nil, werr }
 						}
-					} else {
-						recv = func() (*turnstilev1.AgentEvent, error) { return nil, werr }
+						continue
 					}
-					continue
 				}
 				err = broken
 			}
@@ -414,9 +588,9 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 		case *turnstilev1.AgentEvent_Usage:
 			out.usage = p.Usage
 		case *turnstilev1.AgentEvent_Error:
-			errEvent = p.Error
+			errEvent, out.ended = p.Error, true
 		case *turnstilev1.AgentEvent_TurnCompleted:
-			out.completed = p.TurnCompleted
+			out.completed, out.ended = p.TurnCompleted, true
 			// The final attempt's own counters are in TurnCompleted.
 			out.usage, out.counters = nil, nil
 		}

@@ -20,31 +20,64 @@ import (
 )
 
 // run is "turnstile run": it runs one turn and renders it for a person, or
-// as JSON lines for a script. SIGINT (Ctrl-C) or SIGTERM cancels the turn;
-// the command then exits 128 + the signal's number (130 for Ctrl-C).
+// as JSON lines for a script. The first SIGINT (Ctrl-C) or SIGTERM cancels
+// the turn: the client asks the server to stop it and the command renders
+// its last events, for at most 2s; a second signal exits at once. The command
+// then exits 128 + the signal's number (130 for Ctrl-C).
 func run(args []string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	var caught atomic.Int32
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		select {
-		case s := <-sigs:
-			caught.Store(int32(s.(syscall.Signal)))
-			cancel()
-		case <-done:
-		}
-	}()
+	prefix := ""
+	if isTerminal(os.Stderr) {
+		prefix = "\n" // after the terminal's ^C, on a line of its own
+	}
+	caught := interrupts(sigs, done, cancel, os.Stderr, prefix, os.Exit)
 	code := runCommand(ctx, args, os.Stdin, os.Stdout, os.Stderr, detectConsole(os.Stdout, os.Stderr, os.Getenv))
 	if s := caught.Load(); s != 0 {
 		fmt.Fprintln(os.Stderr, "turnstile run: interrupted")
 		return 128 + int(s)
 	}
 	return code
+}
+
+// interrupts handles the signals sigs delivers until done closes: the
+// first cancels the turn (cancel; the client then cancels it on the
+// server, bounded in time) and says so on stderr; the second exits at
+// once with 128 + its number. It returns the first signal's number, 0
+// until one came.
+func interrupts(sigs <-chan os.Signal, done <-chan struct{}, cancel func(), stderr io.Writer, prefix string, exit func(int)) *atomic.Int32 {
+	var caught atomic.Int32
+	go func() {
+		select {
+		case s := <-sigs:
+			caught.Store(int32(signalNumber(s)))
+			fmt.Fprintf(stderr, "%sturnstile run: cancelling the turn (press Ctrl-C again to quit at once)\n", prefix)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintln(stderr, "turnstile run: interrupted")
+			exit(128 + signalNumber(s))
+		case <-done:
+		}
+	}()
+	return &caught
+}
+
+// signalNumber returns s's number, that of SIGINT for a signal that has
+// none.
+func signalNumber(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return int(syscall.SIGINT)
 }
 
 const runUsage = `Usage: turnstile run [flags] PROMPT...
@@ -57,7 +90,14 @@ with auth is read from the environment variable TURNSTILE_TOKEN.
 
 Words: a "retry" is the server calling the model again within the turn; a
 "resume" is this command running a failed turn again from what it
-committed (--retries). Ctrl-C cancels the turn and exits 130.
+committed (--retries).
+
+Ctrl-C cancels the turn: the server stops it (with a turn store, it would
+otherwise finish it unwatched) and the command renders the turn's last
+events, waiting at most 2s for them, then exits 130; a second Ctrl-C exits
+at once. A command killed outright (SIGKILL, a lost terminal) only
+leaves the turn: a server with a turn store runs it on for
+turn.detach_grace.
 
 Exit codes: 0 the turn completed; 1 it failed and retrying won't help;
 2 bad flags or arguments; 3 it failed but may succeed if run again;

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,5 +326,52 @@ func TestSpinnerClearsItsLine(t *testing.T) {
 	s.stop()
 	if got := buf.String(); !strings.HasPrefix(got, "\r") || !strings.Contains(got, "waiting…") || !strings.HasSuffix(got, "\r\x1b[K") {
 		t.Errorf("spinner wrote %q", got)
+	}
+}
+
+// lockedBuilder is a strings.Builder safe for concurrent use.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedBuilder) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuilder) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// The first Ctrl-C cancels the turn and says so; the second exits at once.
+func TestInterruptsCancelThenExit(t *testing.T) {
+	sigs, done := make(chan os.Signal, 2), make(chan struct{})
+	defer close(done)
+	cancelled, exited := make(chan struct{}), make(chan int, 1)
+	var stderr lockedBuilder
+	caught := interrupts(sigs, done, func() { close(cancelled) }, &stderr, "", func(code int) { exited <- code })
+	if n := caught.Load(); n != 0 {
+		t.Fatalf("caught = %d before any signal", n)
+	}
+	sigs <- os.Interrupt
+	<-cancelled
+	if n := caught.Load(); n != int32(syscall.SIGINT) {
+		t.Errorf("caught = %d, want SIGINT", n)
+	}
+	if !strings.Contains(stderr.String(), "cancelling the turn (press Ctrl-C again to quit at once)") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+	select {
+	case code := <-exited:
+		t.Fatalf("exited %d after one Ctrl-C", code)
+	default:
+	}
+	sigs <- os.Interrupt
+	if code := <-exited; code != 130 {
+		t.Errorf("exit code %d, want 130", code)
 	}
 }

@@ -25,11 +25,7 @@ import (
 // The test's cleanup stops the server.
 func Serve(tb testing.TB, root, config string) string {
 	tb.Helper()
-	bin := os.Getenv("TURNSTILE_BIN")
-	if bin == "" {
-		bin = binary(tb, root)
-	}
-	cmd := exec.Command(bin, "serve", "--config", config)
+	cmd := exec.Command(Binary(tb, root), "serve", "--config", config)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -72,6 +68,15 @@ func Serve(tb testing.TB, root, config string) string {
 		tb.Fatal("turnstile serve did not log its address within 30s")
 	}
 	return ""
+}
+
+// Binary returns the turnstile binary the tests run: TURNSTILE_BIN, or one
+// built from root once per test.
+func Binary(tb testing.TB, root string) string {
+	if bin := os.Getenv("TURNSTILE_BIN"); bin != "" {
+		return bin
+	}
+	return binary(tb, root)
 }
 
 // built holds the binary each test built, so that a test starting several

@@ -72,10 +72,10 @@ class Server:
             lines.put(line)
         lines.put(None)
 
-    def stop(self) -> None:
-        """Stops the server with SIGTERM and waits for it."""
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stops the server with sig (SIGTERM by default) and waits for it."""
         if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
+            self._proc.send_signal(sig)
             try:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

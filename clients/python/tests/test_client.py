@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import threading
 import time
 import unittest
 
@@ -10,11 +13,11 @@ import grpc
 import turnstile_client as ts
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
-from turnstile.v1 import conversation_pb2, errors_pb2
+from turnstile.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2, errors_pb2
 from turnstile_client._errors import from_status, never_connected
 
 from .server import CONFORMANCE, Server, ServerTestCase
-from .test_conformance import user_request
+from .test_conformance import stored_log, user_request
 
 
 class OptionsTest(unittest.TestCase):
@@ -22,6 +25,8 @@ class OptionsTest(unittest.TestCase):
         for kwargs in [
             {"max_step_retries": -1},
             {"max_reattaches": -1},
+            {"reattach_timeout": -1},
+            {"cancel_timeout": -1},
             {"backoff": ts.Backoff(jitter=2)},
             {"reattach_backoff": ts.Backoff(initial=-1)},
         ]:
@@ -31,7 +36,10 @@ class OptionsTest(unittest.TestCase):
     def test_defaults_are_the_go_clients(self) -> None:
         with ts.Client("127.0.0.1:1") as c:
             self.assertEqual(c.max_step_retries, 1)
-            self.assertEqual(c.max_reattaches, 10)
+            self.assertEqual(c.reattach_timeout, 30.0)
+            self.assertEqual(c.reattach_timeout, ts.REATTACH_TIMEOUT)
+            self.assertIsNone(c.max_reattaches)
+            self.assertEqual(c.cancel_timeout, 2.0)
             self.assertEqual(c.reattach_backoff, ts.Backoff(initial=0.05, maximum=1.0, multiplier=2, jitter=0.2))
             self.assertIs(c.logger, ts.LOGGER)
 
@@ -154,7 +162,7 @@ class LiveTest(ServerTestCase):
         self.addCleanup(c.close)
         return c
 
-    def test_closing_the_generator_cancels_the_turn(self) -> None:
+    def test_closing_the_generator_leaves_the_turn_which_a_server_without_a_store_cancels(self) -> None:
         turn = self.client().run_turn(user_request("[sim fail=timeout after=1] never ends"))
         start = time.monotonic()
         events = turn.events()
@@ -204,6 +212,77 @@ class LiveTest(ServerTestCase):
         with self.assertRaises(ts.TurnError) as cm:
             self.client().run_turn(user_request("[sim fail=timeout] hangs"), timeout=0.3).wait()
         self.assertEqual(cm.exception.code, errors_pb2.ERROR_CODE_DEADLINE_EXCEEDED)
+
+
+class DurableCancelTest(unittest.TestCase):
+    """Cancelling and leaving a turn on a server with a turn store, where a dropped stream is a detach."""
+
+    server: Server
+    #: A reply that streams one token, then hangs until the run is stopped.
+    PROMPT = "[sim fail=timeout after=1] never ends"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server(CONFORMANCE / "durable.yaml")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+    def client(self, **kw) -> ts.Client:
+        c = ts.Client(self.server.addr, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def assert_cancelled_on_server(self, turn_id: str) -> None:
+        log = stored_log(self.server.addr, turn_id)
+        self.assertEqual(sum(1 for e in log if e.WhichOneof("payload") == "llm_call_started"), 1)
+        self.assertEqual(log[-1].WhichOneof("payload"), "error")
+        self.assertEqual(log[-1].error.code, errors_pb2.ERROR_CODE_CANCELLED)
+
+    def test_keyboard_interrupt_cancels_the_turn_on_the_server(self) -> None:
+        turn = self.client().run_turn(user_request(self.PROMPT))
+        with self.assertRaises(KeyboardInterrupt):
+            for ev in turn.events():
+                if ev.agent is not None and ev.agent.WhichOneof("payload") == "text_delta":
+                    # Ctrl-C while the client waits for the next event.
+                    threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+        self.assertIsInstance(turn.error, ts.TurnError)
+        self.assertEqual(turn.error.code, errors_pb2.ERROR_CODE_CANCELLED)
+        self.assert_cancelled_on_server(turn.id)
+
+    def test_leaving_the_with_block_early_cancels_the_turn_on_the_server(self) -> None:
+        with self.client().run_turn(user_request(self.PROMPT)) as turn:
+            for ev in turn.events():
+                if ev.agent is not None and ev.agent.WhichOneof("payload") == "text_delta":
+                    break
+        self.assert_cancelled_on_server(turn.id)
+
+    def test_cancel_keeps_the_committed_messages(self) -> None:
+        turn = self.client().run_turn(user_request(self.PROMPT))
+        committed = []
+        with self.assertRaises(ts.TurnError) as cm:
+            for ev in turn.events():
+                kind = ev.agent.WhichOneof("payload") if ev.agent is not None else None
+                if kind == "text_delta":
+                    turn.cancel()
+                if kind == "message_completed":
+                    committed.append(ev.agent.message_completed.message)
+        self.assertEqual(cm.exception.code, errors_pb2.ERROR_CODE_CANCELLED)
+        self.assertEqual(list(cm.exception.messages), ts.standing(committed))
+        self.assert_cancelled_on_server(turn.id)
+
+    def test_closing_the_generator_alone_leaves_the_turn_running(self) -> None:
+        turn = self.client().run_turn(user_request(self.PROMPT))
+        events = turn.events()
+        for ev in events:
+            if ev.agent is not None and ev.agent.WhichOneof("payload") == "text_delta":
+                break
+        events.close()
+        # The run still goes on: this CancelTurn is the one that stops it.
+        with grpc.insecure_channel(self.server.addr) as ch:
+            res = agent_pb2_grpc.AgentServiceStub(ch).CancelTurn(agent_pb2.CancelTurnRequest(turn_id=turn.id, attempt=1), timeout=10)
+        self.assertTrue(res.cancelled)
 
 
 class SmallEventsTest(unittest.TestCase):

@@ -7,8 +7,9 @@ import logging
 import re
 import unittest
 
+import grpc
 import turnstile_client as ts
-from turnstile.v1 import agent_pb2, conversation_pb2
+from turnstile.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
 from .server import CONFORMANCE, CutProxy, Server
 
@@ -81,7 +82,8 @@ def new_client(addr: str, opts: dict, logger: logging.Logger) -> ts.Client:
         addr,
         max_step_retries=opts["max_step_retries"],
         backoff=ts.Backoff(initial=opts["backoff_initial_ms"] / 1000, maximum=opts["backoff_max_ms"] / 1000, jitter=0),
-        max_reattaches=opts["max_reattaches"],
+        reattach_timeout=opts["reattach_timeout_ms"] / 1000,
+        max_reattaches=opts.get("max_reattaches"),
         reattach_backoff=ts.Backoff(
             initial=opts["reattach_backoff_initial_ms"] / 1000, maximum=opts["reattach_backoff_max_ms"] / 1000, jitter=0
         ),
@@ -89,9 +91,38 @@ def new_client(addr: str, opts: dict, logger: logging.Logger) -> ts.Client:
     )
 
 
-def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
+def stored_log(addr: str, turn_id: str) -> list:
+    """The run's stored log (attempt 1), read with WatchTurn."""
+    events = []
+    with grpc.insecure_channel(addr) as ch:
+        try:
+            for r in agent_pb2_grpc.AgentServiceStub(ch).WatchTurn(
+                agent_pb2.WatchTurnRequest(turn_id=turn_id, attempt=1), timeout=10
+            ):
+                if r.HasField("event"):
+                    events.append(r.event)
+        except grpc.RpcError:
+            # A failed run's stream ends with its status, after its events.
+            if not events:
+                raise
+    return events
+
+
+def observe_log(addr: str, turn_id: str, obs: dict) -> None:
+    """Notes the stored run's model calls and how it ends."""
+    log = stored_log(addr, turn_id)
+    obs["log_model_calls"] = sum(1 for e in log if e.WhichOneof("payload") == "llm_call_started")
+    if log:
+        last = log[-1]
+        if last.WhichOneof("payload") == "turn_completed":
+            obs["log_end"] = "COMPLETED"
+        elif last.WhichOneof("payload") == "error":
+            obs["log_end"] = ts.code_name(last.error.code)
+
+
+def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
     turn = client.run_turn(user_request(prompt), timeout=30)
-    obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True}
+    obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0}
     kept = KeptText()
     next_seq: dict = {}  # the seq each attempt's next event must have
     failure = None
@@ -114,6 +145,8 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
                 )
                 continue
             kind = ev.agent.WhichOneof("payload")
+            if kind in ("error", "turn_completed"):
+                obs["terminal_events"] += 1
             if kind == "tool_started":
                 obs["tools_started"].append(ev.agent.tool_started.name)
             if cancel_on == "text_delta" and kind == "text_delta":
@@ -121,6 +154,8 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None) -> dict:
     except ts.TurnError as e:
         failure = e
     obs["kept_text"] = str(kept)
+    if read_log_of is not None:
+        observe_log(read_log_of, turn.id, obs)
     res = turn.result
     if res is not None:
         obs["outcome"] = "completed"
@@ -185,7 +220,7 @@ class ConformanceTest(unittest.TestCase):
         self.addCleanup(logger.removeHandler, counter)
         client = new_client(addr, {**SCENARIOS["client"], **sc.get("client", {})}, logger)
         self.addCleanup(client.close)
-        obs = observe(client, sc["prompt"], sc.get("cancel_on"))
+        obs = observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
         # The count the turn reports is the count the client logged.
         self.assertEqual(obs["reattaches"], counter.count, f"{sc['name']}: reattaches differ from the client's log")
         for key, want in sc["expect"].items():

@@ -11,6 +11,9 @@ resumes the turn as a new attempt, re-sending the conversation plus every
 message the failed attempt committed, under the same turn id, so a
 server-side tool that already ran is never run twice. It follows the Go
 client's protocol (github.com/turnstile-dev/turnstile/client) step for step.
+Turn.cancel(), a KeyboardInterrupt and leaving a ``with turn:`` block cancel
+the turn on the server (CancelTurn); closing the generator alone only leaves
+it, as a process that dies does.
 
 The generated code it uses (packages turnstile.v1 and google.rpc) is in the
 repository's gen/python, which must be on the import path beside this
@@ -18,16 +21,31 @@ package; grpcio and protobuf come from Debian's python3-grpcio and
 python3-protobuf (or any grpcio >= 1.51 and protobuf >= 4.21).
 """
 
-from ._client import ATTEMPT_HEADER, LOGGER, REATTACH_BACKOFF, Backoff, Client, Event, Result, StepRetry, Turn, standing
+from ._client import (
+    ATTEMPT_HEADER,
+    CANCEL_TIMEOUT,
+    LOGGER,
+    REATTACH_BACKOFF,
+    REATTACH_TIMEOUT,
+    Backoff,
+    Client,
+    Event,
+    Result,
+    StepRetry,
+    Turn,
+    standing,
+)
 from ._errors import ERROR_DOMAIN, TurnError, code_name
 
 __all__ = [
     "ATTEMPT_HEADER",
     "Backoff",
+    "CANCEL_TIMEOUT",
     "Client",
     "ERROR_DOMAIN",
     "LOGGER",
     "REATTACH_BACKOFF",
+    "REATTACH_TIMEOUT",
     "Event",
     "Result",
     "StepRetry",

@@ -56,9 +56,18 @@ class Backoff:
 
 
 #: The default delays before re-attaching to a broken stream: 50 ms doubling up
-#: to 1 s, spread by ±20%; ten re-attaches span about 6 s, longer than a
-#: replica takes to take a turn over.
+#: to 1 s, spread by ±20%.
 REATTACH_BACKOFF = Backoff(initial=0.05, maximum=1.0, multiplier=2.0, jitter=0.2)
+
+#: How long, by default, the client keeps re-attaching to a run whose stream
+#: broke, in seconds: longer than a server process takes to restart plus the
+#: store's lease TTL (2 s) with margin, and as long as the server keeps a turn
+#: nobody watches (turn.detach_grace, 30 s).
+REATTACH_TIMEOUT = 30.0
+
+#: How long, by default, a turn whose caller cancels it waits for the server to
+#: stop it, in seconds.
+CANCEL_TIMEOUT = 2.0
 
 
 @dataclass
@@ -156,15 +165,21 @@ class Client:
         max_step_retries: int = 1,
         backoff: Backoff = Backoff(),
         max_retry_delay: float = 60.0,
-        max_reattaches: int = 10,
+        reattach_timeout: float = REATTACH_TIMEOUT,
+        max_reattaches: Optional[int] = None,
         reattach_backoff: Backoff = REATTACH_BACKOFF,
+        cancel_timeout: float = CANCEL_TIMEOUT,
         metadata: Sequence[Tuple[str, str]] = (),
         logger: Optional[logging.Logger] = None,
     ) -> None:
         if max_step_retries < 0:
             raise ValueError("turnstile: max_step_retries must not be negative")
-        if max_reattaches < 0:
+        if max_reattaches is not None and max_reattaches < 0:
             raise ValueError("turnstile: max_reattaches must not be negative")
+        if reattach_timeout < 0:
+            raise ValueError("turnstile: reattach_timeout must not be negative")
+        if cancel_timeout < 0:
+            raise ValueError("turnstile: cancel_timeout must not be negative")
         for b in (backoff, reattach_backoff):
             if b.initial < 0 or b.maximum < 0 or not 0 <= b.jitter <= 1:
                 raise ValueError("turnstile: invalid backoff")
@@ -185,8 +200,23 @@ class Client:
         self.max_step_retries = max_step_retries
         self.backoff = backoff
         self.max_retry_delay = max_retry_delay
+        #: How long the client keeps re-attaching to a run whose stream broke,
+        #: in seconds from the break; the time starts again with every event
+        #: received, and no re-attach starts once its delay would end past it
+        #: (0: never re-attaches).
+        self.reattach_timeout = reattach_timeout
+        #: Deprecated: a count of tries is no measure of an outage, which is
+        #: what the client must outlast; use reattach_timeout. When set, it
+        #: still caps how many times in a row the client re-attaches, within
+        #: reattach_timeout (None: no cap; 0: never re-attaches).
         self.max_reattaches = max_reattaches
         self.reattach_backoff = reattach_backoff
+        #: How long the client spends cancelling a turn on the server once its
+        #: caller cancels it, in seconds: the CancelTurn call and the events
+        #: the server sends until its CANCELLED error (0: the client does not
+        #: call CancelTurn and only drops the stream, which a server with a
+        #: turn store takes for a detach).
+        self.cancel_timeout = cancel_timeout
         self.logger = logger if logger is not None else LOGGER
         self._metadata = tuple(metadata)
         #: The jitter draw; replaceable in tests.
@@ -214,9 +244,10 @@ class Client:
         A stream that breaks before the attempt's last event (a connection
         reset, a replica that went away) is first resumed, not retried: the
         client re-attaches to the same run with WatchTurn from the seq of the
-        last event it received, up to max_reattaches times in a row, and the
-        iteration goes on with the next event; nothing is run again and no
-        event is repeated. This needs a server with a turn store; a server
+        last event it received, for up to reattach_timeout (30 s) from the
+        break, and the iteration goes on with the next event; nothing is run
+        again and no event is repeated: a server restarting, or a replica
+        taking the turn over, is outlasted. This needs a server with a turn store; a server
         without one (WatchTurn answers FAILED_PRECONDITION), or one that never
         stored the run (NOT_FOUND), makes the break stand. A call that never
         reached the server (it could not connect) is not re-attached.
@@ -231,6 +262,26 @@ class Client:
         stands while server-side tools were running, as they may have had
         effects. timeout (seconds) bounds the whole turn, retries and
         re-attaches included. request is not modified.
+
+        Cancelling and leaving differ. Turn.cancel() (from any thread), a
+        KeyboardInterrupt while the client waits for the server, leaving a
+        ``with turn:`` block before the turn's end, and the timeout passing
+        cancel the turn on the server: the client calls CancelTurn for the
+        running attempt, bounded by cancel_timeout (2 s). After cancel() the
+        iteration goes on with the events the server sends as it stops the
+        turn: message_completed events for what the turn had (the partial
+        reply, a "cancelled by the user" result for every tool call that did
+        not run, an interruption note), then its CANCELLED error; it then
+        raises TurnError CANCELLED (DEADLINE_EXCEEDED for the timeout) whose
+        messages hold every message the turn committed: append them to the
+        conversation and the next turn continues from it. After a
+        KeyboardInterrupt, which propagates, turn.error holds that TurnError.
+        A server without a turn store answers CancelTurn FAILED_PRECONDITION;
+        there dropping the stream is what cancels the turn. Closing the
+        generator (breaking out of a for loop) outside a ``with turn:``
+        block only drops the stream: a server with a turn store keeps
+        running the turn for turn.detach_grace (30 s), as it does when the
+        process dies.
         """
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(request)
@@ -243,7 +294,9 @@ class Turn:
     """A turn started by Client.run_turn.
 
     Iterate over events() once to run it, then read result (or error).
-    cancel() may be called from any thread.
+    cancel() may be called from any thread. Used as a context manager
+    (``with client.run_turn(req) as turn:``), a turn left before its end is
+    cancelled on the server (see Client.run_turn).
     """
 
     def __init__(self, client: Client, request: agent_pb2.RunTurnRequest, timeout: Optional[float]) -> None:
@@ -251,8 +304,17 @@ class Turn:
         self._req = request
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._cancelled = threading.Event()
+        #: Why _cancelled is set: "cancelled" or "deadline".
+        self._reason: Optional[str] = None
         self._lock = threading.Lock()
         self._call: Optional[grpc.Call] = None
+        #: The attempt whose run may go on on the server (its stream open, or
+        #: left when the caller closed the generator); 0 otherwise.
+        self._live = 0
+        #: Timers that drop a cancelled attempt's stream once cancel_timeout
+        #: is over.
+        self._timers: List[threading.Timer] = []
+        self._ended = False
         self._started = False
         #: The WatchTurn calls made to resume broken streams, every attempt's.
         self._reattached = 0
@@ -267,12 +329,110 @@ class Turn:
         return self._req.turn_id
 
     def cancel(self) -> None:
-        """Cancels the turn: its RPC and any retry delay. The iteration then raises TurnError CANCELLED."""
-        self._cancelled.set()
+        """Cancels the turn on the server, and any retry delay; it returns at once.
+
+        The client calls CancelTurn from a thread of its own; the iteration
+        goes on with the events the server sends as it stops the turn (its
+        committed messages, its CANCELLED error), for at most the client's
+        cancel_timeout, then raises TurnError CANCELLED.
+        """
+        self._stop("cancelled")
+
+    def close(self) -> None:
+        """Cancels the turn on the server if it has not ended, and waits for the answer.
+
+        Bounded by the client's cancel_timeout; it drops the turn's stream
+        without reading the events that follow. Nothing after the turn's end.
+        ``with turn:`` calls it on leaving the block.
+        """
         with self._lock:
-            call = self._call
+            if self._ended:
+                return
+            if self._reason is None:
+                self._reason = "cancelled"
+            self._cancelled.set()
+            call, n = self._call, self._live
+            self._live = 0
+        if n and self._c.cancel_timeout > 0:
+            self._cancel_on_server(n, self._c.cancel_timeout, None)
         if call is not None:
             call.cancel()
+
+    def __enter__(self) -> "Turn":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stop(self, reason: str) -> None:
+        """Marks the turn cancelled for reason and cancels its running attempt on the server."""
+        with self._lock:
+            if self._cancelled.is_set():
+                return
+            self._reason = reason
+            self._cancelled.set()
+            call, n = self._call, self._live
+        if call is not None and n:
+            self._cancel_run(call, n)
+
+    def _cancel_run(self, call: grpc.Call, n: int) -> None:
+        """Cancels attempt n's run on the server from a thread of its own.
+
+        The stream (call) goes on, so the iteration reads the events the
+        server sends as it stops the run; it is dropped when the server keeps
+        no turn log (leaving is then what cancels the turn), when the call
+        fails, or once cancel_timeout is over.
+        """
+        wait = self._c.cancel_timeout
+        if wait <= 0:
+            call.cancel()
+            return
+        timer = threading.Timer(wait, call.cancel)
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
+
+        def run() -> None:
+            if not self._cancel_on_server(n, wait, call.is_active):
+                call.cancel()
+
+        threading.Thread(target=run, name="turnstile-cancel", daemon=True).start()
+
+    def _cancel_on_server(self, n: int, wait: float, is_open: Optional[Callable[[], bool]]) -> bool:
+        """Calls CancelTurn for attempt n for at most wait seconds; reports whether the server holds the run.
+
+        A run not found yet, or a server out of reach, is asked again while
+        is_open() holds (the server may not have stored the run yet). False
+        when the server keeps no turn log (FAILED_PRECONDITION), has no such
+        run, or could not be asked.
+        """
+        c = self._c
+        end = time.monotonic() + wait
+        req = agent_pb2.CancelTurnRequest(turn_id=self.id, attempt=n)
+        while True:
+            try:
+                c._stub.CancelTurn(req, timeout=max(end - time.monotonic(), 0.001), metadata=c._metadata)
+                return True
+            except grpc.RpcError as e:
+                code = e.code() if isinstance(e, grpc.Call) else None
+                if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED):
+                    return False
+                if (
+                    code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE)
+                    and is_open is not None
+                    and is_open()
+                    and time.monotonic() + 0.05 < end
+                ):
+                    time.sleep(0.05)
+                    continue
+                if code != grpc.StatusCode.NOT_FOUND:
+                    cause = e.details() if isinstance(e, grpc.Call) else str(e)
+                    c.logger.info(
+                        "turnstile: could not cancel the turn on the server: turn %s, attempt %d (%s)",
+                        self.id, n, cause, extra={"turn_id": self.id, "attempt": n, "cause": cause},
+                    )
+                return False
 
     def wait(self) -> Result:
         """Runs the turn to its end, dropping its events, and returns its result."""
@@ -284,26 +444,42 @@ class Turn:
     def events(self) -> Iterator[Event]:
         """Yields the turn's events as they happen; raises TurnError when the turn fails.
 
-        Closing the generator (breaking out of a for loop) cancels the RPC at
-        once. It may be iterated only once.
+        Closing the generator (breaking out of a for loop) drops the stream
+        at once, which leaves the run rather than cancelling it, unless the
+        turn is used as a context manager (see Client.run_turn). It may be
+        iterated only once.
         """
         if self._started:
             raise RuntimeError("turnstile: the events of a turn can be iterated only once")
         self._started = True
+        deadline: Optional[threading.Timer] = None
+        if self._deadline is not None:
+            deadline = threading.Timer(max(self._deadline - time.monotonic(), 0), self._stop, args=("deadline",))
+            deadline.daemon = True
+            deadline.start()
         try:
             yield from self._run()
+            with self._lock:
+                self._ended = True
         except TurnError as e:
+            with self._lock:
+                self._ended = True
             self.error = e
             raise
         finally:
-            # A caller that stopped early cancels the RPC here.
+            if deadline is not None:
+                deadline.cancel()
+            # A caller that stopped early leaves the run here.
             with self._lock:
                 call = self._call
+                timers, self._timers = self._timers, []
+            for t in timers:
+                t.cancel()
             if call is not None:
                 call.cancel()
 
     def _stopped(self, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
-        if self._cancelled.is_set():
+        if self._reason == "cancelled":
             te = TurnError(errors_pb2.ERROR_CODE_CANCELLED, "the turn was cancelled")
         else:
             te = TurnError(errors_pb2.ERROR_CODE_DEADLINE_EXCEEDED, "the turn's deadline passed")
@@ -352,7 +528,11 @@ class Turn:
             carried = kept
             self._stamp(fail.err, n, carried)
             if self._cancelled.is_set() or self._expired():
-                raise self._stopped(n, carried)
+                # The caller cancelled the turn: the messages the server
+                # committed as it stopped it stand, for the next turn.
+                te = self._stopped(n, carried)
+                te.status_code, te.status = fail.err.status_code, fail.err.status
+                raise te
             if fail.transport and out.tools_running:
                 # The server may have run them: resuming could run them again.
                 fail.err.code = errors_pb2.ERROR_CODE_TOOLS_UNSAFE
@@ -399,15 +579,70 @@ class Turn:
                 raise self._stopped(n, carried)
 
     def _start(self, rpc: Callable[..., grpc.Call], request: object, n: int) -> grpc.Call:
-        """Starts a streaming call that turn.cancel() cancels."""
-        timeout = None if self._deadline is None else max(self._deadline - time.monotonic(), 0)
+        """Starts a streaming call of attempt n that turn.cancel() cancels on the server.
+
+        The call outlives the turn's deadline by cancel_timeout, so the
+        events the server sends as it stops the run arrive.
+        """
+        timeout = None
+        if self._deadline is not None:
+            timeout = max(self._deadline - time.monotonic(), 0) + self._c.cancel_timeout
         # The header is for servers that predate the attempt field.
         call = rpc(request, timeout=timeout, metadata=self._c._metadata + ((ATTEMPT_HEADER, str(n)),))
         with self._lock:
-            self._call = call
-        if self._cancelled.is_set():
-            call.cancel()
+            self._call, self._live = call, n
+            cancelled = self._cancelled.is_set()
+        if cancelled:
+            self._cancel_run(call, n)
         return call
+
+    def _interrupted(
+        self, call: grpc.Call, n: int, last_seq: int, carried: List[conversation_pb2.Message], out: _Outcome
+    ) -> None:
+        """Cancels attempt n on the server after a KeyboardInterrupt, and notes the turn's error.
+
+        The interrupted call cannot be read on (grpcio leaves its receive
+        pending): it is dropped, and the events the server stored as it
+        stopped the run are read with WatchTurn from last_seq, within
+        cancel_timeout, without yielding them; turn.error gets the messages
+        the turn committed.
+        """
+        with self._lock:
+            self._reason = self._reason or "cancelled"
+            self._cancelled.set()
+            self._live = 0
+        c = self._c
+        wait = c.cancel_timeout
+        end = time.monotonic() + wait
+        held = wait > 0 and self._cancel_on_server(n, wait, None)
+        call.cancel()
+        if held:
+            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
+            try:
+                for resp in c._stub.WatchTurn(watch, timeout=max(end - time.monotonic(), 0.001), metadata=c._metadata):
+                    if resp.HasField("event"):
+                        _observe(resp.event, out)
+            except grpc.RpcError:
+                pass  # the run's status after its events, or the time is over
+        self.error = self._stopped(n, standing(carried + out.committed))
+        with self._lock:
+            self._ended = True
+
+    def _reattach_wait(self, n: int, last_seq: int, reattach: int, delay: float, err: object) -> bool:
+        """Logs re-attach number reattach and waits its delay; reports whether to re-attach now."""
+        c = self._c
+        cause = "the stream ended without a terminal event" if err is _END else err.details()  # type: ignore[union-attr]
+        c.logger.info(
+            "turnstile: re-attaching to the turn %s: attempt %d after seq %d, re-attach %d in %.3fs (%s)",
+            self.id, n, last_seq, reattach, delay, cause,
+            extra={
+                "turn_id": self.id, "attempt": n, "after_seq": last_seq,
+                "reattach": reattach, "delay": delay, "cause": cause,
+            },
+        )
+        if self._deadline is not None:
+            delay = max(min(delay, self._deadline - time.monotonic()), 0)
+        return not self._cancelled.wait(delay) and not self._expired()
 
     def _attempt(self, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
         """Makes attempt number n, re-sending carried after the request's messages.
@@ -426,6 +661,7 @@ class Turn:
         err_event: Optional[errors_pb2.Error] = None
         last_seq = 0
         broken: object = None  # the break that the current re-attach follows
+        broke_at = 0.0  # when it happened, time.monotonic()
         reattaches = 0  # re-attaches since the last event received
         watchable = True
         call = self._start(c._stub.RunTurn, req, n)
@@ -433,13 +669,17 @@ class Turn:
             while True:
                 err: object = _END
                 try:
-                    for resp in call:
-                        ev = resp.event
-                        if not resp.HasField("event") or (last_seq > 0 and ev.seq <= last_seq):
-                            continue
-                        last_seq, broken, reattaches = ev.seq, None, 0
-                        err_event = _observe(ev, out) or err_event
-                        yield Event(attempt=n, agent=ev)
+                    try:
+                        for resp in call:
+                            ev = resp.event
+                            if not resp.HasField("event") or (last_seq > 0 and ev.seq <= last_seq):
+                                continue
+                            last_seq, broken, reattaches = ev.seq, None, 0
+                            err_event = _observe(ev, out) or err_event
+                            yield Event(attempt=n, agent=ev)
+                    except KeyboardInterrupt:
+                        self._interrupted(call, n, last_seq, carried, out)
+                        raise
                 except grpc.RpcError as e:
                     err = e
                     if broken is None and last_seq == 0 and never_connected(e):
@@ -456,31 +696,26 @@ class Turn:
                     and watchable
                     and not self._cancelled.is_set()
                     and not self._expired()
-                    and reattaches < c.max_reattaches
                     and _worth_watching(err)
                 ):
                     if broken is None:
-                        broken = err
-                    reattaches += 1
-                    self._reattached += 1
-                    delay = c.reattach_backoff.delay(reattaches, c.random())
-                    cause = "the stream ended without a terminal event" if err is _END else err.details()  # type: ignore[union-attr]
-                    c.logger.info(
-                        "turnstile: re-attaching to the turn %s: attempt %d after seq %d, re-attach %d in %.3fs (%s)",
-                        self.id, n, last_seq, reattaches, delay, cause,
-                        extra={
-                            "turn_id": self.id, "attempt": n, "after_seq": last_seq,
-                            "reattach": reattaches, "delay": delay, "cause": cause,
-                        },
-                    )
-                    if self._deadline is not None:
-                        delay = max(min(delay, self._deadline - time.monotonic()), 0)
-                    if not self._cancelled.wait(delay) and not self._expired():
-                        watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
-                        call.cancel()
-                        call = self._start(c._stub.WatchTurn, watch, n)
-                        continue
-                    err = broken
+                        broken, broke_at = err, time.monotonic()
+                    delay = c.reattach_backoff.delay(reattaches + 1, c.random())
+                    if (
+                        c.reattach_timeout <= 0
+                        or time.monotonic() - broke_at + delay > c.reattach_timeout
+                        or (c.max_reattaches is not None and reattaches >= c.max_reattaches)
+                    ):
+                        err = broken
+                    else:
+                        reattaches += 1
+                        self._reattached += 1
+                        if self._reattach_wait(n, last_seq, reattaches, delay, err):
+                            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
+                            call.cancel()
+                            call = self._start(c._stub.WatchTurn, watch, n)
+                            continue
+                        err = broken
                 if (
                     broken is not None
                     and err is not _END
@@ -513,6 +748,8 @@ class Turn:
         finally:
             with self._lock:
                 self._call = None
+                if out.completed is not None or out.fail is not None:
+                    self._live = 0  # else the caller left the run: close() cancels it
             call.cancel()
 
 
@@ -626,8 +863,10 @@ def _add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounter
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "CANCEL_TIMEOUT",
     "LOGGER",
     "REATTACH_BACKOFF",
+    "REATTACH_TIMEOUT",
     "Backoff",
     "Client",
     "Event",

@@ -6,6 +6,8 @@ import { randomBytes } from "node:crypto";
 import {
   AgentService,
   type AgentEvent,
+  type CancelTurnRequest,
+  CancelTurnRequestSchema,
   type WatchTurnRequest,
   WatchTurnRequestSchema,
   type EndReason,
@@ -54,12 +56,19 @@ export function backoffDelay(b: Backoff, n: number, u: number): number {
   return Math.max(d, 0);
 }
 
-/**
- * The default delays before re-attaching to a broken stream: 50 ms doubling
- * up to 1 s, spread by ±20%; ten re-attaches span about 6 s, longer than a
- * replica takes to take a turn over.
- */
+/** The default delays before re-attaching to a broken stream: 50 ms doubling up to 1 s, spread by ±20%. */
 export const DEFAULT_REATTACH_BACKOFF: Readonly<Backoff> = { initialMs: 50, maxMs: 1000, multiplier: 2, jitter: 0.2 };
+
+/**
+ * How long, by default, the client keeps re-attaching to a run whose stream
+ * broke: longer than a server process takes to restart plus the store's
+ * lease TTL (2 s) with margin, and as long as the server keeps a turn nobody
+ * watches (turn.detach_grace, 30 s).
+ */
+export const DEFAULT_REATTACH_TIMEOUT_MS = 30_000;
+
+/** How long, by default, a turn whose caller aborts it waits for the server to stop it. */
+export const DEFAULT_CANCEL_TIMEOUT_MS = 2_000;
 
 /**
  * Logger receives the client's structured log lines: one at info per
@@ -79,12 +88,33 @@ export interface ClientOptions {
   /** How many times a failed step of a turn is run again (default 1; 0 disables step retries). */
   maxStepRetries?: number;
   /**
-   * How many times in a row the client re-attaches to a run whose stream
-   * broke, with WatchTurn from the last seq received, before it gives the
-   * attempt up (default 10; 0 never re-attaches). The count starts again
-   * with every event received.
+   * How long the client keeps re-attaching to a run whose stream broke, with
+   * WatchTurn from the last seq received, before it gives the attempt up, in
+   * ms (default DEFAULT_REATTACH_TIMEOUT_MS, 30 s; 0 never re-attaches). The
+   * time counts from the break and starts again with every event received;
+   * no re-attach starts once its delay would end past it.
+   */
+  reattachTimeoutMs?: number;
+  /**
+   * Also caps how many times in a row the client re-attaches, within
+   * reattachTimeoutMs (default: no cap; 0 never re-attaches). The count
+   * starts again with every event received.
+   *
+   * @deprecated A count of tries is no measure of an outage, which is what
+   * the client must outlast: use reattachTimeoutMs. maxReattaches still
+   * works, as a cap on top of it.
    */
   maxReattaches?: number;
+  /**
+   * How long the client spends cancelling a turn on the server once its
+   * caller aborts it (TurnOptions.signal, or timeoutMs): the CancelTurn call
+   * and the events the server sends until its CANCELLED error, the messages
+   * the turn committed among them, in ms (default DEFAULT_CANCEL_TIMEOUT_MS,
+   * 2 s). With 0 the client does not call CancelTurn: it only drops the
+   * stream, which a server with a turn store takes for a detach and goes on
+   * running the turn for turn.detach_grace.
+   */
+  cancelTimeoutMs?: number;
   /** The delays before re-attaching to a broken stream (default DEFAULT_REATTACH_BACKOFF). */
   reattachBackoff?: Backoff;
   /** Receives one line per re-attach and per step retry (default: none). */
@@ -192,8 +222,11 @@ export class Client {
   readonly maxStepRetries: number;
   readonly backoff: Backoff;
   readonly maxRetryDelayMs: number;
+  readonly reattachTimeoutMs: number;
+  /** @deprecated See ClientOptions.maxReattaches. */
   readonly maxReattaches: number;
   readonly reattachBackoff: Backoff;
+  readonly cancelTimeoutMs: number;
   /** @internal */
   readonly logger: Logger;
   private readonly headers: Record<string, string>;
@@ -204,15 +237,23 @@ export class Client {
     this.maxStepRetries = options.maxStepRetries ?? 1;
     this.backoff = options.backoff ?? { ...DEFAULT_BACKOFF };
     this.maxRetryDelayMs = options.maxRetryDelayMs ?? 60_000;
-    this.maxReattaches = options.maxReattaches ?? 10;
+    this.reattachTimeoutMs = options.reattachTimeoutMs ?? DEFAULT_REATTACH_TIMEOUT_MS;
+    this.maxReattaches = options.maxReattaches ?? Infinity;
+    this.cancelTimeoutMs = options.cancelTimeoutMs ?? DEFAULT_CANCEL_TIMEOUT_MS;
     this.reattachBackoff = options.reattachBackoff ?? { ...DEFAULT_REATTACH_BACKOFF };
     this.logger = options.logger ?? discardLogger;
     this.headers = { ...options.headers };
     if (!Number.isInteger(this.maxStepRetries) || this.maxStepRetries < 0) {
       throw new RangeError("turnstile: maxStepRetries must be a non-negative integer");
     }
-    if (!Number.isInteger(this.maxReattaches) || this.maxReattaches < 0) {
+    if (options.maxReattaches !== undefined && (!Number.isInteger(this.maxReattaches) || this.maxReattaches < 0)) {
       throw new RangeError("turnstile: maxReattaches must be a non-negative integer");
+    }
+    for (const [name, v] of [
+      ["reattachTimeoutMs", this.reattachTimeoutMs],
+      ["cancelTimeoutMs", this.cancelTimeoutMs],
+    ] as const) {
+      if (!Number.isFinite(v) || v < 0) throw new RangeError(`turnstile: ${name} must be a non-negative number`);
     }
     for (const b of [this.backoff, this.reattachBackoff]) {
       if (b.initialMs < 0 || b.maxMs < 0 || b.jitter < 0 || b.jitter > 1) {
@@ -241,9 +282,10 @@ export class Client {
    * A stream that breaks before the attempt's last event (a connection
    * reset, a replica that went away) is first resumed, not retried: the
    * client re-attaches to the same run with WatchTurn from the seq of the
-   * last event it received, up to maxReattaches times in a row, and the
-   * iteration goes on with the next event; nothing is run again and no event
-   * is repeated. This needs a server with a turn store; a server without one
+   * last event it received, for up to reattachTimeoutMs (30 s) from the
+   * break, and the iteration goes on with the next event; nothing is run
+   * again and no event is repeated: a server restarting, or a replica taking
+   * the turn over, is outlasted. This needs a server with a turn store; a server without one
    * (WatchTurn answers FAILED_PRECONDITION), or one that never stored the run
    * (NOT_FOUND), makes the break stand. A call that never reached the server
    * (it could not connect) is not re-attached.
@@ -256,6 +298,23 @@ export class Client {
    * committed (message_completed events). An error whose retryable is false
    * or unset is thrown at once; so is a break that stands while server-side
    * tools were running, as they may have had effects. req is not modified.
+   *
+   * Cancelling and leaving differ. Aborting options.signal (or reaching
+   * options.timeoutMs) cancels the turn on the server: the client calls
+   * CancelTurn for the running attempt and keeps reading its stream until
+   * the server's CANCELLED error event, for at most cancelTimeoutMs (2 s);
+   * the server stops the model call and tools and sends, before that event,
+   * message_completed events for what the turn had (the partial reply, a
+   * "cancelled by the user" result for every tool call that did not run, an
+   * interruption note). The iteration yields them, then throws a TurnError
+   * with code CANCELLED (or DEADLINE_EXCEEDED) whose messages hold every
+   * message the turn committed: append them to the conversation and the next
+   * turn continues from it. A server without a turn store answers CancelTurn
+   * FAILED_PRECONDITION; there dropping the stream is what cancels the turn.
+   * Breaking out of the loop without aborting only drops the stream: a
+   * server with a turn store keeps running the turn for turn.detach_grace
+   * (30 s), as it does when the process dies. To stop a turn and leave the
+   * loop, abort the signal, then break.
    */
   runTurn(req: MessageInitShape<typeof RunTurnRequestSchema>, options: TurnOptions = {}): Turn {
     const r = clone(RunTurnRequestSchema, create(RunTurnRequestSchema, req));
@@ -272,6 +331,11 @@ export class Client {
   /** @internal */
   watch(req: WatchTurnRequest, signal: AbortSignal): AsyncIterable<{ event?: AgentEvent }> {
     return this.rpc.watchTurn(req, { signal, headers: this.headers });
+  }
+
+  /** @internal */
+  async cancel(req: CancelTurnRequest, signal: AbortSignal): Promise<void> {
+    await this.rpc.cancelTurn(req, { signal, headers: this.headers });
   }
 }
 
@@ -316,7 +380,8 @@ export class Turn {
 
   /**
    * events yields the turn's events as they happen and throws a TurnError
-   * when the turn fails. Breaking out of the loop cancels the RPC at once.
+   * when the turn fails. Breaking out of the loop drops the stream at once,
+   * which leaves the run rather than cancelling it (see Client.runTurn).
    * It may be iterated only once.
    */
   async *events(): AsyncGenerator<Event, Result, undefined> {
@@ -374,7 +439,13 @@ export class Turn {
         const discard = out.partial || kept.length < carried.length;
         carried = kept;
         this.stamp(fail.err, n, carried);
-        if (turnCtl.signal.aborted) throw cancelled(n, carried);
+        if (turnCtl.signal.aborted) {
+          // The caller cancelled the turn: the messages the server committed
+          // as it stopped it stand, for the next turn.
+          const te = cancelled(n, carried);
+          te.status = fail.err.status;
+          throw te;
+        }
         if (fail.transport && out.toolsRunning.length > 0) {
           // The server may have run them: resuming could run them again.
           fail.err.code = ErrorCode.TOOLS_UNSAFE;
@@ -415,7 +486,7 @@ export class Turn {
     } finally {
       clearTimeout(deadline);
       this.options.signal?.removeEventListener("abort", onAbort);
-      // A caller that broke out of the loop cancels the RPC here.
+      // A caller that broke out of the loop leaves the run here.
       turnCtl.abort(new Error("iteration stopped before the turn ended"));
     }
   }
@@ -447,10 +518,27 @@ export class Turn {
    */
   private async *attempt(n: number, carried: Message[], turnSignal: AbortSignal, out: AttemptOutcome): AsyncGenerator<Event> {
     const c = this.client;
+    // The stream outlives turnSignal by up to cancelTimeoutMs: once the
+    // caller cancels, the client asks the server to stop the run and reads
+    // the events it sends as it does, then drops the stream.
     const ctl = new AbortController();
-    const onAbort = () => ctl.abort(turnSignal.reason);
+    let cancelling: Promise<void> | undefined;
+    let dropTimer: ReturnType<typeof setTimeout> | undefined;
+    const onAbort = () => {
+      if (c.cancelTimeoutMs <= 0) {
+        ctl.abort(turnSignal.reason);
+        return;
+      }
+      dropTimer = setTimeout(() => ctl.abort(turnSignal.reason), c.cancelTimeoutMs);
+      cancelling = this.cancelOnServer(n, ctl, turnSignal.reason);
+    };
     turnSignal.addEventListener("abort", onAbort, { once: true });
-    if (turnSignal.aborted) onAbort();
+    if (turnSignal.aborted) {
+      // Cancelled before it began: no run to start, none to cancel.
+      turnSignal.removeEventListener("abort", onAbort);
+      out.fail = fromStatus(new ConnectError("the turn was cancelled", Code.Canceled));
+      return;
+    }
     const req = clone(RunTurnRequestSchema, this.req);
     req.attempt = n;
     req.messages.push(...carried);
@@ -458,6 +546,7 @@ export class Turn {
     let errEvent: ErrorEvent | undefined;
     let lastSeq = 0n;
     let broken: unknown; // the break that the current re-attach follows
+    let brokeAt = 0; // when it happened, in ms since the epoch
     let reattaches = 0; // re-attaches since the last event received
     let watchable = true;
     let stream = c.stream(req, ctl.signal);
@@ -489,23 +578,28 @@ export class Turn {
           watchable = false;
           err = broken;
         }
-        if (!out.completed && !errEvent && watchable && !ctl.signal.aborted && reattaches < c.maxReattaches && worthWatching(err)) {
-          if (broken === undefined) broken = err;
-          reattaches++;
-          this.reattached++;
-          const delay = backoffDelay(c.reattachBackoff, reattaches, c.random());
-          c.logger.info("turnstile: re-attaching to the turn", {
-            turn_id: this.id,
-            attempt: n,
-            after_seq: lastSeq,
-            reattach: reattaches,
-            delay_ms: delay,
-            cause: err === END ? "the stream ended without a terminal event" : ConnectError.from(err).rawMessage,
-          });
-          if (await sleep(delay, ctl.signal)) {
-            const w = create(WatchTurnRequestSchema, { turnId: this.id, attempt: n, afterSeq: lastSeq });
-            stream = c.watch(w, ctl.signal);
-            continue;
+        if (!out.completed && !errEvent && watchable && !turnSignal.aborted && !ctl.signal.aborted && worthWatching(err)) {
+          if (broken === undefined) {
+            broken = err;
+            brokeAt = Date.now();
+          }
+          const delay = backoffDelay(c.reattachBackoff, reattaches + 1, c.random());
+          if (c.reattachTimeoutMs > 0 && Date.now() - brokeAt + delay <= c.reattachTimeoutMs && reattaches < c.maxReattaches) {
+            reattaches++;
+            this.reattached++;
+            c.logger.info("turnstile: re-attaching to the turn", {
+              turn_id: this.id,
+              attempt: n,
+              after_seq: lastSeq,
+              reattach: reattaches,
+              delay_ms: delay,
+              cause: err === END ? "the stream ended without a terminal event" : ConnectError.from(err).rawMessage,
+            });
+            if (await sleep(delay, turnSignal)) {
+              const w = create(WatchTurnRequestSchema, { turnId: this.id, attempt: n, afterSeq: lastSeq });
+              stream = c.watch(w, ctl.signal);
+              continue;
+            }
           }
           err = broken;
         }
@@ -539,6 +633,41 @@ export class Turn {
     } finally {
       turnSignal.removeEventListener("abort", onAbort);
       ctl.abort();
+      await cancelling;
+      clearTimeout(dropTimer);
+    }
+  }
+
+  /**
+   * cancelOnServer calls CancelTurn for attempt n, within cancelTimeoutMs,
+   * asking again while the run is not found yet (the server may not have
+   * stored it) or the server is unreachable, until the stream ctl governs
+   * ends. When the server keeps no turn log (FAILED_PRECONDITION), or the
+   * call fails, it drops the stream: leaving is then what cancels the turn.
+   * When the server cancelled the run, or found it ended, the stream brings
+   * its last events.
+   */
+  private async cancelOnServer(n: number, ctl: AbortController, reason: unknown): Promise<void> {
+    const c = this.client;
+    const deadline = AbortSignal.timeout(c.cancelTimeoutMs);
+    const req = create(CancelTurnRequestSchema, { turnId: this.id, attempt: n });
+    for (;;) {
+      try {
+        await c.cancel(req, deadline);
+        return;
+      } catch (e) {
+        const code = ConnectError.from(e).code;
+        if ((code === Code.NotFound || code === Code.Unavailable) && !ctl.signal.aborted && (await sleep(50, deadline))) continue;
+        if (code !== Code.FailedPrecondition && code !== Code.Unimplemented && code !== Code.NotFound) {
+          c.logger.info("turnstile: could not cancel the turn on the server", {
+            turn_id: this.id,
+            attempt: n,
+            cause: ConnectError.from(e).rawMessage,
+          });
+        }
+        ctl.abort(reason);
+        return;
+      }
     }
   }
 }

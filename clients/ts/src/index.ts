@@ -9,7 +9,9 @@
  * and cannot be re-attached, the client runs the failed step again: it
  * resumes the turn as a new attempt, re-sending the conversation plus every
  * message the failed attempt committed, under the same turn id, so a
- * server-side tool that already ran is never run twice. It follows the Go
+ * server-side tool that already ran is never run twice. Aborting a turn's
+ * signal cancels it on the server (CancelTurn); breaking out of its loop only
+ * leaves it, as a process that dies does. It follows the Go
  * client's protocol (github.com/turnstile-dev/turnstile/client) step for
  * step.
  */
@@ -17,7 +19,9 @@ export {
   ATTEMPT_HEADER,
   Client,
   DEFAULT_BACKOFF,
+  DEFAULT_CANCEL_TIMEOUT_MS,
   DEFAULT_REATTACH_BACKOFF,
+  DEFAULT_REATTACH_TIMEOUT_MS,
   Turn,
   backoffDelay,
   standing,

@@ -12,6 +12,7 @@ import { fromStatus, transportBreak } from "../src/errors.js";
 import {
   Client,
   DEFAULT_REATTACH_BACKOFF,
+  DEFAULT_REATTACH_TIMEOUT_MS,
   ErrorCode,
   Role,
   TurnError,
@@ -39,7 +40,10 @@ describe("options", () => {
   it("default to the Go client's", () => {
     const c = new Client("http://127.0.0.1:1");
     assert.equal(c.maxStepRetries, 1);
-    assert.equal(c.maxReattaches, 10);
+    assert.equal(c.reattachTimeoutMs, 30_000);
+    assert.equal(c.reattachTimeoutMs, DEFAULT_REATTACH_TIMEOUT_MS);
+    assert.equal(c.maxReattaches, Infinity);
+    assert.equal(c.cancelTimeoutMs, 2_000);
     assert.deepEqual(c.reattachBackoff, { initialMs: 50, maxMs: 1000, multiplier: 2, jitter: 0.2 });
     assert.deepEqual(c.reattachBackoff, DEFAULT_REATTACH_BACKOFF);
   });
@@ -47,6 +51,8 @@ describe("options", () => {
     ["maxStepRetries -1", { maxStepRetries: -1 }],
     ["maxReattaches -1", { maxReattaches: -1 }],
     ["maxReattaches 1.5", { maxReattaches: 1.5 }],
+    ["reattachTimeoutMs -1", { reattachTimeoutMs: -1 }],
+    ["cancelTimeoutMs -1", { cancelTimeoutMs: -1 }],
     ["a reattach backoff with jitter 2", { reattachBackoff: { initialMs: 1, maxMs: 2, multiplier: 2, jitter: 2 } }],
   ] as const) {
     it(`refuse ${name}`, () => assert.throws(() => new Client("http://127.0.0.1:1", opts), RangeError));
@@ -148,7 +154,7 @@ describe("against a server", () => {
   });
   const ask = (text: string) => ({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text" as const, value: text } }] }] });
 
-  it("breaking out of the loop cancels the turn", async () => {
+  it("breaking out of the loop leaves the turn, which a server without a store cancels", async () => {
     const c = new Client(`http://${server.addr}`);
     const turn = c.runTurn(ask("[sim fail=timeout after=1] never ends"));
     const started = Date.now();

@@ -2,9 +2,10 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { Code } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import { Client, type Event, Role, TurnError, codeName, type Message, EndReason } from "../src/index.js";
+import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
@@ -14,6 +15,8 @@ interface Scenario {
   name: string;
   prompt: string;
   cancel_on?: string;
+  /** Read the run's stored log once the turn ended. */
+  read_log?: boolean;
   /** The server's configuration: server.yaml when unset, else NAME.yaml. */
   server?: string;
   cut?: { on: string; then?: string };
@@ -33,7 +36,8 @@ function newClient(addr: string, opts: ClientOptions): { client: Client; reattac
   const client = new Client(`http://${addr}`, {
     maxStepRetries: opts.max_step_retries,
     backoff: { initialMs: opts.backoff_initial_ms, maxMs: opts.backoff_max_ms, multiplier: 2, jitter: 0 },
-    maxReattaches: opts.max_reattaches,
+    reattachTimeoutMs: opts.reattach_timeout_ms,
+    maxReattaches: opts.max_reattaches, // undefined when the scenario gives none
     reattachBackoff: { initialMs: opts.reattach_backoff_initial_ms, maxMs: opts.reattach_backoff_max_ms, multiplier: 2, jitter: 0 },
     logger: {
       info: (message) => {
@@ -95,13 +99,29 @@ class KeptText {
   }
 }
 
-async function observe(client: Client, sc: Scenario): Promise<Record<string, unknown>> {
+/** observeLog reads the run's stored log and notes its model calls and how it ends. */
+async function observeLog(addr: string, turnId: string, obs: Record<string, unknown>): Promise<void> {
+  const rpc = createClient(AgentService, createGrpcTransport({ baseUrl: `http://${addr}` }));
+  const log: AgentEvent[] = [];
+  try {
+    for await (const r of rpc.watchTurn({ turnId, attempt: 1 }, { timeoutMs: 10_000 })) if (r.event) log.push(r.event);
+  } catch (e) {
+    // A failed run's stream ends with its status, after its events.
+    if (log.length === 0) throw e;
+  }
+  obs.log_model_calls = log.filter((e) => e.payload.case === "llmCallStarted").length;
+  const last = log[log.length - 1]?.payload;
+  if (last?.case === "turnCompleted") obs.log_end = "COMPLETED";
+  else if (last?.case === "error") obs.log_end = codeName(last.value.code);
+}
+
+async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
   const turn = client.runTurn(
     { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
     { signal: ctl.signal, timeoutMs: 30_000 },
   );
-  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true };
+  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0 };
   const kept = new KeptText();
   const next = new Map<number, bigint>(); // the seq each attempt's next event must have
   let failure: unknown;
@@ -123,6 +143,7 @@ async function observe(client: Client, sc: Scenario): Promise<Record<string, unk
         continue;
       }
       const p = ev.agent!.payload;
+      if (p.case === "error" || p.case === "turnCompleted") obs.terminal_events = (obs.terminal_events as number) + 1;
       if (p.case === "toolStarted") (obs.tools_started as unknown[]).push(p.value.name);
       if (sc.cancel_on === "text_delta" && p.case === "textDelta") ctl.abort();
     }
@@ -130,6 +151,7 @@ async function observe(client: Client, sc: Scenario): Promise<Record<string, unk
     failure = e;
   }
   obs.kept_text = kept.toString();
+  if (sc.read_log) await observeLog(addr, turn.id, obs);
   const res = turn.result;
   if (res) {
     obs.outcome = "completed";
@@ -172,7 +194,7 @@ describe("conformance (clients/conformance/scenarios.json on a live turnstile se
       try {
         if (proxy) addr = proxy.addr;
         const { client, reattaches } = newClient(addr, { ...conf.client, ...sc.client });
-        const obs = await observe(client, sc);
+        const obs = await observe(client, sc, addr);
         // The count the turn reports is the count the client logged.
         assert.strictEqual(obs.reattaches, reattaches(), "reattaches: the turn's count differs from the client's log");
         for (const [k, want] of Object.entries(sc.expect)) {

@@ -12,8 +12,8 @@ export const repoRoot = resolve(__dirname, "../../../..");
 export interface Server {
   /** The gRPC address, host:port. */
   addr: string;
-  /** Stops it with SIGTERM and waits for it. */
-  stop(): Promise<void>;
+  /** Stops it with signal (SIGTERM by default) and waits for it. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
 /**
@@ -55,8 +55,8 @@ export async function startServer(config = join(repoRoot, "clients/conformance/s
   });
   return {
     addr,
-    async stop() {
-      if (child.exitCode === null) child.kill("SIGTERM");
+    async stop(signal: NodeJS.Signals = "SIGTERM") {
+      if (child.exitCode === null) child.kill(signal);
       await exited;
     },
   };
