@@ -21,8 +21,10 @@ import (
 // drop it and the step is made again; when the last committed message is
 // a reply whose tool calls have no committed results, those tools are
 // dealt with (see ToolResults and ToolsStarted); when it is a reply that
-// ended the turn, the turn ends as it would have. Then the turn goes on as
-// any other. Limits count from the restored Counters; a resumed step
+// ended the turn, the turn ends as it would have; when it is what a
+// cancel commits (its user note, or its cancelled tool results, see
+// [Runner.Run]), the turn ends CANCELLED, its note committed. Then the
+// turn goes on as any other. Limits count from the restored Counters; a resumed step
 // numbers its attempts from 1 again.
 type Resume struct {
 	// NextSeq is the seq of the first event the resumed turn emits: one
@@ -73,10 +75,34 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		return nil, false, nil
 	}
 	last := rs.Committed[len(rs.Committed)-1]
-	if last.Role != llm.RoleAssistant {
+	switch {
+	case last.Role == llm.RoleUser:
+		// Only a cancel commits a user message, its last: the previous
+		// runner went away before the terminal event.
+		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role == llm.RoleTool && cancelledResults(last):
+		// The previous runner went away while closing a cancelled turn.
+		t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(InterruptedToolUseNote)}})
+		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role != llm.RoleAssistant:
 		return nil, false, nil
 	}
 	return t.afterReply(ctx, last, rs.LastStop)
+}
+
+// errCancelledBefore ends a resumed turn whose log shows it was being
+// cancelled when its runner went away.
+var errCancelledBefore = &llm.Error{Kind: llm.KindCancelled, Message: "the turn was cancelled"}
+
+// cancelledResults reports whether a tool message holds a result a cancel
+// gave (see [turn.closeCancelled]).
+func cancelledResults(m llm.Message) bool {
+	for _, p := range m.Parts {
+		if r := p.ToolResult; r != nil && r.IsError && r.Content == CancelledToolResult {
+			return true
+		}
+	}
+	return false
 }
 
 // resumedResults returns what a resumed turn already knows of calls: the

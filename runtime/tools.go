@@ -57,6 +57,7 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 	}
 	t.mu.Lock()
 	t.unsafeRunning = 0
+	t.answered, t.started = nil, nil
 	t.mu.Unlock()
 	t.commit(ctx, msg)
 	return pending == 0, nil
@@ -76,6 +77,7 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	for i, c := range calls {
 		if i < len(known) && known[i] != nil {
 			results[i] = *known[i]
+			t.answer(*known[i])
 			continue
 		}
 		tool, ok := t.r.tools[c.Name]
@@ -149,8 +151,23 @@ func (t *turn) shareResultBudget(results []llm.ToolResult) {
 // refuse returns an error result for a call that is not run, and emits its
 // ToolFinished event.
 func (t *turn) refuse(ctx context.Context, c llm.ToolCall, msg string) llm.ToolResult {
-	t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true})
-	return llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
+	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
+	if t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}) != 0 {
+		t.answer(res)
+	}
+	return res
+}
+
+// answer records the result of one of the running step's tool calls,
+// which a cancel keeps.
+func (t *turn) answer(res llm.ToolResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.answered == nil {
+		t.answered = map[string]llm.ToolResult{}
+	}
+	t.answered[res.CallID] = res
+	delete(t.started, res.CallID)
 }
 
 // callTool runs one tool call with its timeout, emitting its events.
@@ -162,7 +179,14 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 		t.mu.Unlock()
 	}
 	info := ToolInfo{TurnID: t.info.TurnID, CallID: c.ID, Name: c.Name, Arguments: c.Arguments, ReadOnly: spec.ReadOnly, Idempotent: spec.Idempotent}
-	t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
+	if t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments}) != 0 {
+		t.mu.Lock()
+		if t.started == nil {
+			t.started = map[string]time.Time{}
+		}
+		t.started[c.ID] = time.Now()
+		t.mu.Unlock()
+	}
 	timeout := t.r.opts.limits.ToolTimeout
 	if tt, ok := tool.(interface{ Timeout() time.Duration }); ok && tt.Timeout() > 0 {
 		timeout = tt.Timeout()
@@ -201,7 +225,9 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 	if ctx.Err() != nil {
 		return res // the turn is ending; nothing more is emitted
 	}
-	t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur})
+	if t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur}) != 0 {
+		t.answer(res)
+	}
 	return res
 }
 
