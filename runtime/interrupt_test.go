@@ -357,3 +357,44 @@ func nth[P runtime.Payload](n int) func(runtime.Event) bool {
 		return false
 	}
 }
+
+// TestCancelledResumeKeepsStoredResults: a resumed turn cancelled before
+// it goes on answers its last reply's calls with the results its log
+// stored, and only the others with the cancelled one.
+func TestCancelledResumeKeepsStoredResults(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("never")})
+	deploy := fake.NewTool("deploy", nil)
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{deploy})
+	call := func(id string) llm.Part {
+		return llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: id, Name: "deploy", Arguments: `{}`}}
+	}
+	req := userTurn("deploy both")
+	req.Resume = &runtime.Resume{
+		NextSeq: 9, LastStop: llm.StopToolUse,
+		Committed:   []llm.Message{{Role: llm.RoleAssistant, Parts: []llm.Part{call("c1"), call("c2")}}},
+		ToolResults: map[string]llm.ToolResult{"c1": {CallID: "c1", Name: "deploy", Content: "deployed"}},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rec := &recorder{}
+	_, err := r.Run(ctx, req, rec)
+	if te, ok := err.(*runtime.TurnError); !ok || te.Kind != llm.KindCancelled {
+		t.Fatalf("Run = %v, want CANCELLED", err)
+	}
+	var msgs []string
+	for _, ev := range rec.events {
+		if mc, ok := ev.Payload.(*runtime.MessageCompleted); ok {
+			msgs = append(msgs, render(mc.Message))
+		}
+	}
+	want := []string{`tool result c1 "deployed" error=false result c2 cancelled error=true`, `user "[Request interrupted by user for tool use]"`}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("messages:\n got %s\nwant %s", strings.Join(msgs, "\n     "), strings.Join(want, "\n     "))
+	}
+	if got := describeAll(rec.events); got != "commit tool | commit user | error CANCELLED retryable=false" {
+		t.Errorf("events: %s", got)
+	}
+	if p.Calls() != 0 || len(deploy.Calls()) != 0 {
+		t.Errorf("the model was called %d times, the tool %d times; want neither", p.Calls(), len(deploy.Calls()))
+	}
+}

@@ -92,6 +92,11 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			results[i] = t.refuse(ctx, c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, limits.ToolFailures))
 			continue
 		}
+		if ctx.Err() != nil {
+			// Stopped: no tool starts (the select below may pick either).
+			wg.Wait()
+			return nil, t.stopped(ctx)
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -113,6 +114,10 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		t.usage, t.counters = rs.Usage, rs.Counters
 		t.out.seq = max(rs.NextSeq, 1) - 1
 		t.resumed = rs
+		if len(rs.ToolResults) > 0 {
+			// A cancel before the tools run keeps the stored results.
+			t.answered = maps.Clone(rs.ToolResults)
+		}
 	}
 	return t, tctx, cancel
 }
