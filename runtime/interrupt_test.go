@@ -398,3 +398,40 @@ func TestCancelledResumeKeepsStoredResults(t *testing.T) {
 		t.Errorf("the model was called %d times, the tool %d times; want neither", p.Calls(), len(deploy.Calls()))
 	}
 }
+
+// TestCancelDoesNotWaitForAToolThatIgnoresIt: a tool that ignores its
+// context does not hold a cancelled turn: the turn ends, closing its
+// conversation, while the tool still runs, and its late result is
+// dropped.
+func TestCancelDoesNotWaitForAToolThatIgnoresIt(t *testing.T) {
+	started, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	stubborn := fake.NewTool("stubborn", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		defer close(returned)
+		close(started)
+		<-release
+		return llm.ToolOutput{Content: "too late"}, nil
+	})
+	defer func() {
+		close(release)
+		<-returned
+	}()
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "stubborn", `{}`)})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{stubborn})
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-started
+		cancel()
+	}()
+	evs, _, te := run(t, ctx, r, userTurn("go"))
+	select {
+	case <-returned:
+		t.Fatal("the tool returned before the turn ended: the test proves nothing")
+	default:
+	}
+	if te == nil || te.Kind != llm.KindCancelled {
+		t.Fatalf("the turn ended with %v, want CANCELLED", te)
+	}
+	if got, want := describeAll(evs), "start | call a#1 | tooldelta | finished | usage | commit assistant | tool stubborn | toolerr stubborn | commit tool | commit user | error CANCELLED retryable=false"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}

@@ -94,13 +94,13 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		}
 		if ctx.Err() != nil {
 			// Stopped: no tool starts (the select below may pick either).
-			wg.Wait()
+			t.awaitTools(ctx, &wg)
 			return nil, t.stopped(ctx)
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			wg.Wait()
+			t.awaitTools(ctx, &wg)
 			return nil, t.stopped(ctx)
 		}
 		wg.Add(1)
@@ -117,7 +117,9 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			results[i] = t.callTool(ctx, tool, c)
 		}()
 	}
-	wg.Wait()
+	if !t.awaitTools(ctx, &wg) {
+		return nil, t.stopped(ctx)
+	}
 	if panicked != nil {
 		t.r.opts.logger.Error("tool panicked", "turn_id", t.info.TurnID, "tool", panicked.tool, "panic", fmt.Sprint(panicked.value), "stack", string(panicked.stack))
 		return nil, &llm.Error{Kind: llm.KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", panicked.tool), Err: panicked}
@@ -136,6 +138,38 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		t.breakerRecord(res.Name, res.IsError)
 	}
 	return results, nil
+}
+
+// ToolStopGrace bounds how long a stopped turn waits for its running tools
+// to return once their context is cancelled. A tool that ignores its
+// context is left running, its result dropped, so that the turn still
+// ends at once.
+const ToolStopGrace = 500 * time.Millisecond
+
+// awaitTools waits until the tool calls wg counts have returned, or, once
+// the turn has stopped, ToolStopGrace more; it reports whether they all
+// returned.
+func (t *turn) awaitTools(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	timer := time.NewTimer(ToolStopGrace)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+		t.r.opts.logger.Warn("a tool did not return after the turn stopped; its result is dropped",
+			"turn_id", t.info.TurnID, "grace", ToolStopGrace)
+		return false
+	}
 }
 
 // shareResultBudget cuts the results of one step so that together they fit
