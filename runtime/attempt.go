@@ -129,7 +129,8 @@ func (t *turn) close(ctx context.Context, c *call) {
 		t.r.health.Failure(c.m.Alias, res.err.Kind)
 	}
 	if err := t.stopped(ctx); err != nil {
-		// Nothing but the terminal event follows a cancellation.
+		// Nothing more of the call is emitted once the turn stopped: only
+		// what ends the turn (see [turn.fail]).
 		t.countAttempt(c.m.Alias, llm.AsError(err))
 		return
 	}

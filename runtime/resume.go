@@ -24,8 +24,8 @@ import (
 // ended the turn, the turn ends as it would have; when it is what a
 // cancel commits (its user note, or its cancelled tool results, see
 // [Runner.Run]), the turn ends CANCELLED, its note committed. Then the
-// turn goes on as any other. Limits count from the restored Counters; a resumed step
-// numbers its attempts from 1 again.
+// turn goes on as any other. Limits count from the restored Counters; a
+// resumed step numbers its attempts from 1 again.
 type Resume struct {
 	// NextSeq is the seq of the first event the resumed turn emits: one
 	// more than the last seq stored.
