@@ -23,7 +23,8 @@ import (
 // dealt with (see ToolResults and ToolsStarted); when it is a reply that
 // ended the turn, the turn ends as it would have; when it is what a
 // cancel commits (its user note, or its cancelled tool results, see
-// [Runner.Run]), the turn ends CANCELLED, its note committed. Then the
+// [Runner.Run]; or a cancelled tool result among ToolResults), the turn
+// ends CANCELLED, its closing messages committed. Then the
 // turn goes on as any other. Limits count from the restored Counters; a
 // resumed step numbers its attempts from 1 again.
 type Resume struct {
@@ -80,9 +81,14 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		// Only a cancel commits a user message, its last: the previous
 		// runner went away before the terminal event.
 		return nil, true, t.fail(ctx, errCancelledBefore)
-	case last.Role == llm.RoleTool && cancelledResults(last):
+	case last.Role == llm.RoleTool && cancelledResult(last.Parts):
 		// The previous runner went away while closing a cancelled turn.
 		t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(InterruptedToolUseNote)}})
+		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role == llm.RoleAssistant && cancelledResult(storedResults(rs.ToolResults)):
+		// It went away earlier in the closing: after the cancelled result
+		// of a running tool.
+		t.closeCancelled(ctx)
 		return nil, true, t.fail(ctx, errCancelledBefore)
 	case last.Role != llm.RoleAssistant:
 		return nil, false, nil
@@ -90,14 +96,23 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 	return t.afterReply(ctx, last, rs.LastStop)
 }
 
+// storedResults returns results as tool result parts.
+func storedResults(results map[string]llm.ToolResult) []llm.Part {
+	parts := make([]llm.Part, 0, len(results))
+	for _, r := range results {
+		parts = append(parts, llm.Part{Kind: llm.PartToolResult, ToolResult: &r})
+	}
+	return parts
+}
+
 // errCancelledBefore ends a resumed turn whose log shows it was being
 // cancelled when its runner went away.
 var errCancelledBefore = &llm.Error{Kind: llm.KindCancelled, Message: "the turn was cancelled"}
 
-// cancelledResults reports whether a tool message holds a result a cancel
-// gave (see [turn.closeCancelled]).
-func cancelledResults(m llm.Message) bool {
-	for _, p := range m.Parts {
+// cancelledResult reports whether parts hold a tool result a cancel gave
+// (see [turn.closeCancelled]).
+func cancelledResult(parts []llm.Part) bool {
+	for _, p := range parts {
 		if r := p.ToolResult; r != nil && r.IsError && r.Content == CancelledToolResult {
 			return true
 		}

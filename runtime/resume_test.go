@@ -65,6 +65,12 @@ func TestResume(t *testing.T) {
 		resume: runtime.Resume{NextSeq: 9, Committed: []llm.Message{callMsg("deploy"), {Role: llm.RoleTool, Parts: []llm.Part{{
 			Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "c1", Name: "deploy", Content: runtime.CancelledToolResult, IsError: true}}}}}},
 		want: "commit user | error CANCELLED retryable=false",
+	}, {
+		name: "cancelled tool result stored",
+		resume: runtime.Resume{NextSeq: 9, Committed: []llm.Message{callMsg("deploy")}, LastStop: llm.StopToolUse,
+			ToolResults:  map[string]llm.ToolResult{"c1": {CallID: "c1", Name: "deploy", Content: runtime.CancelledToolResult, IsError: true}},
+			ToolsStarted: map[string]bool{}},
+		want: "commit tool | commit user | error CANCELLED retryable=false",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,6 +51,7 @@ func TestResumeFromACancelledLog(t *testing.T) {
 	}{
 		{"after the note", 1, "Error"},
 		{"after the cancelled results", 2, "MessageCompleted Error"},
+		{"after the running tool's cancelled result", 3, "MessageCompleted MessageCompleted Error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
