@@ -190,6 +190,17 @@ func until(t *testing.T, stream interface {
 	}
 }
 
+// nthTextDelta returns a test of whether an event is the n-th text delta.
+func nthTextDelta(n int) func(*turnstilev1.AgentEvent) bool {
+	seen := 0
+	return func(ev *turnstilev1.AgentEvent) bool {
+		if ev.GetTextDelta() != nil {
+			seen++
+		}
+		return seen == n
+	}
+}
+
 // rest receives the rest of a stream and its status.
 func rest(stream interface {
 	Recv() (*turnstilev1.RunTurnResponse, error)
@@ -259,26 +270,34 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 		// nextWire is the next turn's conversation as the upstream gets
 		// it, by role.
 		nextWire string
+		// elsewhere sends CancelTurn and WatchTurn to another replica
+		// sharing a NATS server with the one running the turn.
+		elsewhere bool
 	}{
 		{
 			name: "mid-reply",
 			replies: func(u *upstream) []func(http.ResponseWriter, *http.Request) {
 				return []func(http.ResponseWriter, *http.Request){u.textThenHang("Hello, ", "wor"), textReply("world.")}
 			},
-			backoff: time.Millisecond,
-			cancelAt: func() func(*turnstilev1.AgentEvent) bool {
-				n := 0
-				return func(ev *turnstilev1.AgentEvent) bool {
-					if ev.GetTextDelta() != nil {
-						n++
-					}
-					return n == 2
-				}
-			}(),
+			backoff:  time.Millisecond,
+			cancelAt: nthTextDelta(2),
 			stopped:  func(u *upstream) <-chan time.Time { return u.closed },
 			want:     "TurnStarted LlmCallStarted TextDelta MessageCompleted MessageCompleted Error",
 			closing:  []string{"ROLE_ASSISTANT Hello, wor", "ROLE_USER " + runtime.InterruptedNote},
 			nextWire: "user assistant user user",
+		},
+		{
+			name: "mid-reply, cancelled on another replica",
+			replies: func(u *upstream) []func(http.ResponseWriter, *http.Request) {
+				return []func(http.ResponseWriter, *http.Request){u.textThenHang("Hello, ", "wor"), textReply("world.")}
+			},
+			backoff:   time.Millisecond,
+			cancelAt:  nthTextDelta(2),
+			stopped:   func(u *upstream) <-chan time.Time { return u.closed },
+			want:      "TurnStarted LlmCallStarted TextDelta MessageCompleted MessageCompleted Error",
+			closing:   []string{"ROLE_ASSISTANT Hello, wor", "ROLE_USER " + runtime.InterruptedNote},
+			nextWire:  "user assistant user user",
+			elsewhere: true,
 		},
 		{
 			name: "mid-tool",
@@ -309,6 +328,12 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 			u := newUpstream(t)
 			u.replies = tt.replies(u)
 			ts := start(t, upstreamRunner(t, u, tt.backoff, block), server.Options{Store: memStore(t)})
+			other := ts
+			if tt.elsewhere {
+				url := natsServer(t)
+				ts = start(t, upstreamRunner(t, u, tt.backoff, block), server.Options{Store: clusterStore(t, url)})
+				other = start(t, upstreamRunner(t, u, tt.backoff, block), server.Options{Store: clusterStore(t, url)})
+			}
 			stream, err := ts.client.RunTurn(t.Context(), hello())
 			if err != nil {
 				t.Fatal(err)
@@ -316,7 +341,7 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 			head := until(t, stream, tt.cancelAt)
 
 			cancelledAt := time.Now()
-			resp, err := ts.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1", Attempt: 1})
+			resp, err := other.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1", Attempt: 1})
 			if err != nil {
 				t.Fatalf("CancelTurn: %v", err)
 			}
@@ -374,7 +399,7 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 			if n := len(u.calls()); n != 1 {
 				t.Errorf("the upstream got %d calls, want 1", n)
 			}
-			w, wst := watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+			w, wst := watch(t, t.Context(), other.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
 			sameEvents(t, "WatchTurn", w, evs)
 			sameStatus(t, "WatchTurn", wst, st)
 
@@ -400,8 +425,9 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 	}
 }
 
-// TestCancelTurnIdempotent: a second CancelTurn of a cancelled turn
-// changes nothing, and the log still holds one terminal event.
+// TestCancelledTurnHasOneTerminalEvent: of four concurrent CancelTurns
+// one cancels, all report the same last seq, and the log holds one
+// terminal event, the one the caller received.
 func TestCancelledTurnHasOneTerminalEvent(t *testing.T) {
 	u := newUpstream(t)
 	u.replies = []func(http.ResponseWriter, *http.Request){u.textThenHang("partial")}
