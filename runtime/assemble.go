@@ -114,6 +114,16 @@ func (b *assembler) closeText() {
 // message returns the assembled message. A reply cut by the output limit
 // loses the tool calls whose arguments were not complete.
 func (b *assembler) message(stop llm.StopReason) llm.Message {
+	return b.assemble(stop == llm.StopMaxTokens)
+}
+
+// interrupted returns the parts of a reply its turn stopped, as far as
+// they got: the tool calls whose arguments were not complete are dropped.
+func (b *assembler) interrupted() []llm.Part { return b.assemble(true).Parts }
+
+// assemble returns the assembled message, without the tool calls whose
+// arguments were not complete when dropIncomplete is set.
+func (b *assembler) assemble(dropIncomplete bool) llm.Message {
 	b.closeText()
 	complete := make(map[int]bool, len(b.calls)) // part index -> arguments complete
 	for ci, pi := range b.calls {
@@ -128,7 +138,7 @@ func (b *assembler) message(stop llm.StopReason) llm.Message {
 	m := llm.Message{Role: llm.RoleAssistant, Parts: make([]llm.Part, 0, len(b.parts))}
 	for i, p := range b.parts {
 		if p.Kind == llm.PartToolCall {
-			if !complete[i] && stop == llm.StopMaxTokens {
+			if !complete[i] && dropIncomplete {
 				continue
 			}
 			tc := *p.ToolCall

@@ -25,7 +25,8 @@ type attemptResult struct {
 	// err is the classified failure, nil on success.
 	err *llm.Error
 	// streamed reports that output events reached the sink; firstSeq is
-	// the first of them. partial is that output, when the call failed.
+	// the first of them. partial is that output, when the call failed;
+	// when the turn stopped, without the tool calls left incomplete.
 	streamed bool
 	firstSeq uint64
 	partial  []llm.Part
@@ -128,7 +129,8 @@ func (t *turn) close(ctx context.Context, c *call) {
 		t.r.health.Failure(c.m.Alias, res.err.Kind)
 	}
 	if err := t.stopped(ctx); err != nil {
-		// Nothing but the terminal event follows a cancellation.
+		// Nothing more of the call is emitted once the turn stopped: only
+		// what ends the turn (see [turn.fail]).
 		t.countAttempt(c.m.Alias, llm.AsError(err))
 		return
 	}
@@ -237,6 +239,9 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 	switch {
 	case res.err == nil:
 		res.msg = b.message(res.stop)
+	case t.stopped(ctx) != nil:
+		// What a stopped turn keeps of its reply (see [turn.closeCancelled]).
+		res.partial = b.interrupted()
 	case b.streamed:
 		res.partial = b.message(llm.StopUnspecified).Parts
 	}

@@ -58,12 +58,15 @@ type emitter struct {
 }
 
 // emit sends p as the next event and returns its seq, or 0 when the event
-// was not delivered (the sink failed, now or earlier). A delta merged into
-// an earlier one returns that one's seq.
+// was not delivered: the sink failed, now or earlier, or ctx is done. A
+// stopped turn emits nothing more of what it was doing; what it emits to
+// end (what a cancel commits, the terminal event) it emits with a context
+// that is not done. A delta merged into an earlier one returns that one's
+// seq.
 func (e *emitter) emit(ctx context.Context, p Payload) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.failed != nil {
+	if e.failed != nil || ctx.Err() != nil {
 		return 0
 	}
 	if e.pending != nil {
@@ -107,7 +110,9 @@ func (e *emitter) busy() bool {
 // flush hands on the pending delta; e.mu is held. It reports false when
 // the sink failed.
 func (e *emitter) flush() bool {
-	ev, ctx := *e.pending, e.pendCtx
+	// The held delta was numbered when its turn was going: it is handed on
+	// even when the turn has stopped since, so seqs have no gap.
+	ev, ctx := *e.pending, context.WithoutCancel(e.pendCtx)
 	e.pending, e.pendCtx = nil, nil
 	e.timer.Stop()
 	*deltaText(ev.Payload) = e.pendText.String()

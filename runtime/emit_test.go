@@ -112,7 +112,7 @@ func TestHeldDeltaFlushedLate(t *testing.T) {
 	cancel()
 	<-done
 	checkSequence(t, sink.events)
-	if got, want := describeAll(sink.events), "start | call m#1 | text | error CANCELLED retryable=false"; got != want {
+	if got, want := describeAll(sink.events), "start | call m#1 | text | commit assistant | commit user | error CANCELLED retryable=false"; got != want {
 		t.Errorf("events:\n got %s\nwant %s", got, want)
 	}
 }

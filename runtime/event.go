@@ -120,7 +120,10 @@ type ToolCallDelta struct {
 // output token limit, or a cut stream continued) is committed once, when
 // its last call completes: every text delta until then belongs to it. A
 // turn that fails or runs out of model calls while continuing a reply cut
-// by the output limit commits what it has before it ends.
+// by the output limit commits what it has before it ends. A cancelled
+// turn commits what closes its conversation (see [Runner.Run]): the
+// reply cut short, cancelled tool results, and a user message saying the
+// user interrupted it.
 type MessageCompleted struct{ Message llm.Message }
 
 // ToolStarted says a server-side tool began running.

@@ -21,9 +21,12 @@ import (
 // drop it and the step is made again; when the last committed message is
 // a reply whose tool calls have no committed results, those tools are
 // dealt with (see ToolResults and ToolsStarted); when it is a reply that
-// ended the turn, the turn ends as it would have. Then the turn goes on as
-// any other. Limits count from the restored Counters; a resumed step
-// numbers its attempts from 1 again.
+// ended the turn, the turn ends as it would have; when it is what a
+// cancel commits (its user note, or its cancelled tool results, see
+// [Runner.Run]; or a cancelled tool result among ToolResults), the turn
+// ends CANCELLED, its closing messages committed. Then the
+// turn goes on as any other. Limits count from the restored Counters; a
+// resumed step numbers its attempts from 1 again.
 type Resume struct {
 	// NextSeq is the seq of the first event the resumed turn emits: one
 	// more than the last seq stored.
@@ -73,10 +76,48 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		return nil, false, nil
 	}
 	last := rs.Committed[len(rs.Committed)-1]
-	if last.Role != llm.RoleAssistant {
+	switch {
+	case last.Role == llm.RoleUser:
+		// Only a cancel commits a user message, its last: the previous
+		// runner went away before the terminal event.
+		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role == llm.RoleTool && cancelledResult(last.Parts):
+		// The previous runner went away while closing a cancelled turn.
+		t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(InterruptedToolUseNote)}})
+		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role == llm.RoleAssistant && cancelledResult(storedResults(rs.ToolResults)):
+		// It went away earlier in the closing: after the cancelled result
+		// of a running tool.
+		t.closeCancelled(ctx)
+		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role != llm.RoleAssistant:
 		return nil, false, nil
 	}
 	return t.afterReply(ctx, last, rs.LastStop)
+}
+
+// storedResults returns results as tool result parts.
+func storedResults(results map[string]llm.ToolResult) []llm.Part {
+	parts := make([]llm.Part, 0, len(results))
+	for _, r := range results {
+		parts = append(parts, llm.Part{Kind: llm.PartToolResult, ToolResult: &r})
+	}
+	return parts
+}
+
+// errCancelledBefore ends a resumed turn whose log shows it was being
+// cancelled when its runner went away.
+var errCancelledBefore = &llm.Error{Kind: llm.KindCancelled, Message: "the turn was cancelled"}
+
+// cancelledResult reports whether parts hold a tool result a cancel gave
+// (see [turn.closeCancelled]).
+func cancelledResult(parts []llm.Part) bool {
+	for _, p := range parts {
+		if r := p.ToolResult; r != nil && r.IsError && r.Content == CancelledToolResult {
+			return true
+		}
+	}
+	return false
 }
 
 // resumedResults returns what a resumed turn already knows of calls: the

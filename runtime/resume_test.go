@@ -53,6 +53,24 @@ func TestResume(t *testing.T) {
 		resume:   runtime.Resume{NextSeq: 7, Committed: []llm.Message{reply}, LastStop: llm.StopEndTurn},
 		want:     "completed end_turn",
 		messages: 1,
+	}, {
+		// The previous runner went away while closing a cancelled turn:
+		// it ends cancelled, and does not call the model again.
+		name: "cancel note committed",
+		resume: runtime.Resume{NextSeq: 9, Committed: []llm.Message{reply,
+			{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(runtime.InterruptedNote)}}}},
+		want: "error CANCELLED retryable=false",
+	}, {
+		name: "cancelled tool results committed",
+		resume: runtime.Resume{NextSeq: 9, Committed: []llm.Message{callMsg("deploy"), {Role: llm.RoleTool, Parts: []llm.Part{{
+			Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "c1", Name: "deploy", Content: runtime.CancelledToolResult, IsError: true}}}}}},
+		want: "commit user | error CANCELLED retryable=false",
+	}, {
+		name: "cancelled tool result stored",
+		resume: runtime.Resume{NextSeq: 9, Committed: []llm.Message{callMsg("deploy")}, LastStop: llm.StopToolUse,
+			ToolResults:  map[string]llm.ToolResult{"c1": {CallID: "c1", Name: "deploy", Content: runtime.CancelledToolResult, IsError: true}},
+			ToolsStarted: map[string]bool{}},
+		want: "commit tool | commit user | error CANCELLED retryable=false",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -287,8 +287,17 @@ func (r *Runner) Tools() []llm.ToolSpec {
 // turn's outcome, which it also emitted as the last event, or a
 // [*TurnError] equal to the last event emitted. When the sink fails, Run
 // stops and returns a TurnError it could not emit. Run blocks until the
-// turn ends; when ctx is done it stops the model call and tools at once and
-// emits only the terminal error. A panic in the turn ends it with
+// turn ends; when ctx is done it stops the model call and tools at once
+// and emits nothing more of them. A turn whose ctx ends with a cause of
+// class [llm.KindCancelled] (context.Canceled, or an [*llm.Error] of that
+// kind: its caller cancelled it) then commits what closes its
+// conversation, each a MessageCompleted: the reply it was writing as far
+// as it got (its complete tool calls included), a result for each tool
+// call of its last reply left without one ([CancelledToolResult]), and a
+// user message, [InterruptedNote] or [InterruptedToolUseNote]; a client
+// that appends every committed message to its conversation can send the
+// next turn from it. Any other end of ctx (its deadline, a shutdown's
+// cause) emits only the terminal error. A panic in the turn ends it with
 // [llm.KindInternal].
 func (r *Runner) Run(ctx context.Context, req *TurnRequest, sink Sink) (res *TurnCompleted, err error) {
 	t, ctx, cancel := newTurn(ctx, r, req, sink)

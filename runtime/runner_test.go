@@ -618,7 +618,7 @@ func TestCancelDuringBackoffReturnsFast(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	checkSequence(t, rec.events)
-	if got, want := describeAll(rec.events), "start | call a#1 | failed SERVER_ERROR | retry 2/3 SERVER_ERROR | error CANCELLED retryable=false"; got != want {
+	if got, want := describeAll(rec.events), "start | call a#1 | failed SERVER_ERROR | retry 2/3 SERVER_ERROR | commit user | error CANCELLED retryable=false"; got != want {
 		t.Errorf("events:\n got %s\nwant %s", got, want)
 	}
 }
@@ -638,7 +638,7 @@ func TestCancelMidStreamStopsProvider(t *testing.T) {
 	if llm.KindOf(err) != llm.KindCancelled && !errors.As(err, new(*runtime.TurnError)) {
 		t.Fatalf("err = %v", err)
 	}
-	if got, want := describeAll(rec.events), "start | call a#1 | text | error CANCELLED retryable=false"; got != want {
+	if got, want := describeAll(rec.events), "start | call a#1 | text | commit assistant | commit user | error CANCELLED retryable=false"; got != want {
 		t.Errorf("events:\n got %s\nwant %s", got, want)
 	}
 }

@@ -22,7 +22,12 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 	// keptFrom is the first event of the output this step kept from cut
 	// streams (t.cut), 0 when none was kept.
 	var keptFrom uint64
-	defer func() { t.cut = nil }()
+	defer func() {
+		if t.interrupted == nil && t.stopped(ctx) != nil {
+			t.interrupted = t.cut
+		}
+		t.cut = nil
+	}()
 	for {
 		if err := t.stopped(ctx); err != nil {
 			ticket.Cancel()
@@ -33,6 +38,11 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		res := t.attempt(ctx, m, number, ticket)
 		ticket = nil
 		if err := t.stopped(ctx); err != nil {
+			out := res.partial
+			if res.err == nil {
+				out = res.msg.Parts // complete, but the turn stopped before committing it
+			}
+			t.interrupted = mergeParts(t.cut, out)
 			return llm.Message{}, 0, err
 		}
 		if res.model != m {

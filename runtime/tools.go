@@ -57,6 +57,7 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 	}
 	t.mu.Lock()
 	t.unsafeRunning = 0
+	t.answered, t.started = nil, nil
 	t.mu.Unlock()
 	t.commit(ctx, msg)
 	return pending == 0, nil
@@ -76,6 +77,7 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	for i, c := range calls {
 		if i < len(known) && known[i] != nil {
 			results[i] = *known[i]
+			t.answer(*known[i])
 			continue
 		}
 		tool, ok := t.r.tools[c.Name]
@@ -90,10 +92,15 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			results[i] = t.refuse(ctx, c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, limits.ToolFailures))
 			continue
 		}
+		if ctx.Err() != nil {
+			// Stopped: no tool starts (the select below may pick either).
+			t.awaitTools(ctx, &wg)
+			return nil, t.stopped(ctx)
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			wg.Wait()
+			t.awaitTools(ctx, &wg)
 			return nil, t.stopped(ctx)
 		}
 		wg.Add(1)
@@ -110,7 +117,9 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			results[i] = t.callTool(ctx, tool, c)
 		}()
 	}
-	wg.Wait()
+	if !t.awaitTools(ctx, &wg) {
+		return nil, t.stopped(ctx)
+	}
 	if panicked != nil {
 		t.r.opts.logger.Error("tool panicked", "turn_id", t.info.TurnID, "tool", panicked.tool, "panic", fmt.Sprint(panicked.value), "stack", string(panicked.stack))
 		return nil, &llm.Error{Kind: llm.KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", panicked.tool), Err: panicked}
@@ -131,6 +140,38 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	return results, nil
 }
 
+// ToolStopGrace bounds how long a stopped turn waits for its running tools
+// to return once their context is cancelled. A tool that ignores its
+// context is left running, its result dropped, so that the turn still
+// ends at once.
+const ToolStopGrace = 500 * time.Millisecond
+
+// awaitTools waits until the tool calls wg counts have returned, or, once
+// the turn has stopped, ToolStopGrace more; it reports whether they all
+// returned.
+func (t *turn) awaitTools(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	timer := time.NewTimer(ToolStopGrace)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+		t.r.opts.logger.Warn("a tool did not return after the turn stopped; its result is dropped",
+			"turn_id", t.info.TurnID, "grace", ToolStopGrace)
+		return false
+	}
+}
+
 // shareResultBudget cuts the results of one step so that together they fit
 // the turn's MaxToolResultBytes, as the message that commits them must.
 func (t *turn) shareResultBudget(results []llm.ToolResult) {
@@ -149,8 +190,23 @@ func (t *turn) shareResultBudget(results []llm.ToolResult) {
 // refuse returns an error result for a call that is not run, and emits its
 // ToolFinished event.
 func (t *turn) refuse(ctx context.Context, c llm.ToolCall, msg string) llm.ToolResult {
-	t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true})
-	return llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
+	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
+	if t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}) != 0 {
+		t.answer(res)
+	}
+	return res
+}
+
+// answer records the result of one of the running step's tool calls,
+// which a cancel keeps.
+func (t *turn) answer(res llm.ToolResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.answered == nil {
+		t.answered = map[string]llm.ToolResult{}
+	}
+	t.answered[res.CallID] = res
+	delete(t.started, res.CallID)
 }
 
 // callTool runs one tool call with its timeout, emitting its events.
@@ -162,7 +218,14 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 		t.mu.Unlock()
 	}
 	info := ToolInfo{TurnID: t.info.TurnID, CallID: c.ID, Name: c.Name, Arguments: c.Arguments, ReadOnly: spec.ReadOnly, Idempotent: spec.Idempotent}
-	t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
+	if t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments}) != 0 {
+		t.mu.Lock()
+		if t.started == nil {
+			t.started = map[string]time.Time{}
+		}
+		t.started[c.ID] = time.Now()
+		t.mu.Unlock()
+	}
 	timeout := t.r.opts.limits.ToolTimeout
 	if tt, ok := tool.(interface{ Timeout() time.Duration }); ok && tt.Timeout() > 0 {
 		timeout = tt.Timeout()
@@ -201,7 +264,9 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 	if ctx.Err() != nil {
 		return res // the turn is ending; nothing more is emitted
 	}
-	t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur})
+	if t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur}) != 0 {
+		t.answer(res)
+	}
 	return res
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -35,12 +36,15 @@ type turn struct {
 	// being continued: committed, merged with the rest, once it ends. cut
 	// holds the text the current step kept from cut streams. While either
 	// is set, each call continues them (see [continuation]).
-	reply    []llm.Part
-	cut      []llm.Part
-	usage    llm.Usage
-	counters Counters
-	attempts []ModelAttempts
-	steps    int
+	reply []llm.Part
+	cut   []llm.Part
+	// interrupted holds the reply the turn was writing when it stopped:
+	// what a cancel commits of it (see [turn.closeCancelled]).
+	interrupted []llm.Part
+	usage       llm.Usage
+	counters    Counters
+	attempts    []ModelAttempts
+	steps       int
 	// resumed holds what the previous runner of a resumed turn left of
 	// the tool calls it was running; nil once they are dealt with.
 	resumed *Resume
@@ -57,6 +61,11 @@ type turn struct {
 	unsafeRunning int
 	// breaker counts each tool's consecutive failures in this turn.
 	breaker map[string]int
+	// answered holds, by call id, the results of the running step's tool
+	// calls whose ToolFinished was emitted; started holds when the others
+	// whose ToolStarted was emitted began. A cancel answers the rest.
+	answered map[string]llm.ToolResult
+	started  map[string]time.Time
 }
 
 // newTurn prepares a turn of req and returns it with the turn's context,
@@ -105,6 +114,10 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		t.usage, t.counters = rs.Usage, rs.Counters
 		t.out.seq = max(rs.NextSeq, 1) - 1
 		t.resumed = rs
+		if len(rs.ToolResults) > 0 {
+			// A cancel before the tools run keeps the stored results.
+			t.answered = maps.Clone(rs.ToolResults)
+		}
 	}
 	return t, tctx, cancel
 }
@@ -226,21 +239,29 @@ func (t *turn) commit(ctx context.Context, m llm.Message) {
 }
 
 // complete ends the turn with its outcome; when the outcome cannot be
-// emitted, the turn fails instead.
+// emitted (the turn stopped, or its sink failed), the turn fails instead.
 func (t *turn) complete(ctx context.Context, reason EndReason) (*TurnCompleted, error) {
 	tc := &TurnCompleted{Reason: reason, Messages: t.added, Usage: t.usage, Counters: t.counters}
 	if t.out.emit(ctx, tc) == 0 {
-		return nil, t.toTurnError(llm.AsError(t.stopped(ctx)), 0)
+		err := t.stopped(ctx)
+		if err == nil {
+			err = &llm.Error{Kind: llm.KindInternal, Message: "internal error: the turn's outcome was not emitted"}
+		}
+		return nil, t.fail(ctx, err)
 	}
 	return tc, nil
 }
 
 // fail emits the terminal error for err, unless the sink has failed, and
-// returns it.
+// returns it. A turn its caller cancelled first commits what closes its
+// conversation (see [turn.closeCancelled]).
 func (t *turn) fail(ctx context.Context, err error) *TurnError {
 	var te *TurnError
 	if !errors.As(err, &te) {
 		te = t.toTurnError(llm.AsError(err), 0)
+	}
+	if t.cancelled() {
+		t.closeCancelled(ctx)
 	}
 	t.out.emit(context.WithoutCancel(ctx), te)
 	return te

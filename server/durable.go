@@ -226,7 +226,11 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
 		}
-		return s.store.Append(ctx, k.turnID, k.attempt, b, func(err error) {
+		// Whatever the runtime emits is stored, even once the turn is
+		// stopped: it emits nothing more of its work then, but what a
+		// cancel commits and its terminal event must not be lost to the
+		// cancel racing them.
+		return s.store.Append(context.WithoutCancel(ctx), k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out)
 			}

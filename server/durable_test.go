@@ -303,7 +303,8 @@ func TestCancelTurnStopsForEveryWatcher(t *testing.T) {
 		rest = append(rest, r.GetEvent())
 	}
 	all := append(head, rest...)
-	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Error" {
+	// The partial reply and the interruption note close the conversation.
+	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta MessageCompleted MessageCompleted Error" {
 		t.Fatalf("events = %s", got)
 	}
 	if code := all[len(all)-1].GetError().GetCode(); code != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED {

@@ -560,7 +560,10 @@ func (x *WatchTurnResponse) GetEvent() *AgentEvent {
 	return nil
 }
 
-// CancelTurnRequest names the run of a turn to stop.
+// CancelTurnRequest names the run of a turn to stop. A client that only
+// disconnects from a turn detaches from it and leaves it running; this
+// request is how it stops it (see AgentService.CancelTurn for what the
+// turn commits before its CANCELLED error).
 type CancelTurnRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The turn's id. Required.
@@ -1010,7 +1013,9 @@ type AgentEvent_Usage struct {
 }
 
 type AgentEvent_Error struct {
-	// The turn failed. Always the last event when present.
+	// The turn failed. Always the last event when present. A cancelled
+	// turn's error (ERROR_CODE_CANCELLED) follows the message_completed
+	// events that close its conversation (see AgentService.CancelTurn).
 	Error *Error `protobuf:"bytes,24,opt,name=error,proto3,oneof"`
 }
 

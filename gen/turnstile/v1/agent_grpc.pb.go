@@ -38,9 +38,9 @@ const (
 // attempt); AgentEvent.seq numbers the events of one run from 1 without
 // gaps, and a replayed event is equal to the one sent live. Stopping a turn
 // and leaving it are different: CancelTurn stops it; a client that
-// disconnects leaves it running, and a turn no client watches for the
-// server's detach grace (turn.detach_grace, 30s by default) is then
-// cancelled.
+// disconnects only detaches and leaves it running, and a turn no client
+// watches for the server's detach grace (turn.detach_grace, 30s by
+// default) is then cancelled as CancelTurn would.
 type AgentServiceClient interface {
 	// RunTurn runs one agent turn: it calls the model, streams its output, runs
 	// the server-side tools it asks for and calls the model again, until the
@@ -88,12 +88,26 @@ type AgentServiceClient interface {
 	// be reached or the replica running the turn went away without finishing
 	// it.
 	WatchTurn(ctx context.Context, in *WatchTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTurnResponse], error)
-	// CancelTurn stops a running turn, wherever it runs: its model call and
-	// tools are cancelled and its last event is an error with code
-	// ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
-	// event is stored. Cancelling a run that already ended changes nothing and
-	// succeeds with cancelled false. NOT_FOUND when the store holds no such
-	// run; FAILED_PRECONDITION when the server keeps no turn log.
+	// CancelTurn stops a running turn, wherever it runs: its model call (the
+	// request to the provider is closed), its tools and any wait before a
+	// retry are cancelled at once, and nothing more is sent to the provider.
+	// The turn then commits what closes its conversation, each as a
+	// message_completed event: the reply it was writing as far as it got
+	// (its text and its complete tool calls), a tool result for every tool
+	// call of its last reply that has none (the tool's own when it had
+	// finished, else an error saying the user cancelled it), and a user
+	// message "[Request interrupted by user]" ("[Request interrupted by user
+	// for tool use]" after such results). Its last event is an error with
+	// code ERROR_CODE_CANCELLED, not retryable. Every watcher receives all of
+	// it; the RPC running the turn ends CANCELLED. To continue, append every
+	// message_completed message to the conversation, then the next user
+	// message, and run a new turn: the server accepts that conversation.
+	//
+	// It returns once the last event is stored. Cancelling a run that already
+	// ended changes nothing and succeeds with cancelled false. NOT_FOUND when
+	// the store holds no such run; FAILED_PRECONDITION when the server keeps
+	// no turn log (then a turn lives in its RunTurn stream, and closing the
+	// stream cancels it).
 	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
 }
 
@@ -167,9 +181,9 @@ func (c *agentServiceClient) CancelTurn(ctx context.Context, in *CancelTurnReque
 // attempt); AgentEvent.seq numbers the events of one run from 1 without
 // gaps, and a replayed event is equal to the one sent live. Stopping a turn
 // and leaving it are different: CancelTurn stops it; a client that
-// disconnects leaves it running, and a turn no client watches for the
-// server's detach grace (turn.detach_grace, 30s by default) is then
-// cancelled.
+// disconnects only detaches and leaves it running, and a turn no client
+// watches for the server's detach grace (turn.detach_grace, 30s by
+// default) is then cancelled as CancelTurn would.
 type AgentServiceServer interface {
 	// RunTurn runs one agent turn: it calls the model, streams its output, runs
 	// the server-side tools it asks for and calls the model again, until the
@@ -217,12 +231,26 @@ type AgentServiceServer interface {
 	// be reached or the replica running the turn went away without finishing
 	// it.
 	WatchTurn(*WatchTurnRequest, grpc.ServerStreamingServer[WatchTurnResponse]) error
-	// CancelTurn stops a running turn, wherever it runs: its model call and
-	// tools are cancelled and its last event is an error with code
-	// ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
-	// event is stored. Cancelling a run that already ended changes nothing and
-	// succeeds with cancelled false. NOT_FOUND when the store holds no such
-	// run; FAILED_PRECONDITION when the server keeps no turn log.
+	// CancelTurn stops a running turn, wherever it runs: its model call (the
+	// request to the provider is closed), its tools and any wait before a
+	// retry are cancelled at once, and nothing more is sent to the provider.
+	// The turn then commits what closes its conversation, each as a
+	// message_completed event: the reply it was writing as far as it got
+	// (its text and its complete tool calls), a tool result for every tool
+	// call of its last reply that has none (the tool's own when it had
+	// finished, else an error saying the user cancelled it), and a user
+	// message "[Request interrupted by user]" ("[Request interrupted by user
+	// for tool use]" after such results). Its last event is an error with
+	// code ERROR_CODE_CANCELLED, not retryable. Every watcher receives all of
+	// it; the RPC running the turn ends CANCELLED. To continue, append every
+	// message_completed message to the conversation, then the next user
+	// message, and run a new turn: the server accepts that conversation.
+	//
+	// It returns once the last event is stored. Cancelling a run that already
+	// ended changes nothing and succeeds with cancelled false. NOT_FOUND when
+	// the store holds no such run; FAILED_PRECONDITION when the server keeps
+	// no turn log (then a turn lives in its RunTurn stream, and closing the
+	// stream cancels it).
 	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -56,7 +56,12 @@ const (
 	ErrorCode_ERROR_CODE_NOT_FOUND ErrorCode = 12
 	// A content filter blocked the request.
 	ErrorCode_ERROR_CODE_CONTENT_FILTERED ErrorCode = 13
-	// The client cancelled the turn.
+	// The turn was cancelled: by CancelTurn, by the detach grace ending with
+	// no client watching, or, without a turn log, by its client leaving. The
+	// turn's message_completed events before this error close its
+	// conversation (see AgentService.CancelTurn); not retryable. In an
+	// llm_call_finished, the call was cancelled because the other call of
+	// its hedged pair answered first.
 	ErrorCode_ERROR_CODE_CANCELLED ErrorCode = 14
 	// The turn's deadline passed.
 	ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED ErrorCode = 15

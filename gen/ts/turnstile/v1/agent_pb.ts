@@ -244,7 +244,10 @@ export const WatchTurnResponseSchema: GenMessage<WatchTurnResponse> = /*@__PURE_
   messageDesc(file_turnstile_v1_agent, 5);
 
 /**
- * CancelTurnRequest names the run of a turn to stop.
+ * CancelTurnRequest names the run of a turn to stop. A client that only
+ * disconnects from a turn detaches from it and leaves it running; this
+ * request is how it stops it (see AgentService.CancelTurn for what the
+ * turn commits before its CANCELLED error).
  *
  * @generated from message turnstile.v1.CancelTurnRequest
  */
@@ -460,7 +463,9 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
     case: "usage";
   } | {
     /**
-     * The turn failed. Always the last event when present.
+     * The turn failed. Always the last event when present. A cancelled
+     * turn's error (ERROR_CODE_CANCELLED) follows the message_completed
+     * events that close its conversation (see AgentService.CancelTurn).
      *
      * @generated from field: turnstile.v1.Error error = 24;
      */
@@ -1356,9 +1361,9 @@ export const EndReasonSchema: GenEnum<EndReason> = /*@__PURE__*/
  * attempt); AgentEvent.seq numbers the events of one run from 1 without
  * gaps, and a replayed event is equal to the one sent live. Stopping a turn
  * and leaving it are different: CancelTurn stops it; a client that
- * disconnects leaves it running, and a turn no client watches for the
- * server's detach grace (turn.detach_grace, 30s by default) is then
- * cancelled.
+ * disconnects only detaches and leaves it running, and a turn no client
+ * watches for the server's detach grace (turn.detach_grace, 30s by
+ * default) is then cancelled as CancelTurn would.
  *
  * @generated from service turnstile.v1.AgentService
  */
@@ -1426,12 +1431,26 @@ export const AgentService: GenService<{
     output: typeof WatchTurnResponseSchema;
   },
   /**
-   * CancelTurn stops a running turn, wherever it runs: its model call and
-   * tools are cancelled and its last event is an error with code
-   * ERROR_CODE_CANCELLED, which every watcher receives. It returns once that
-   * event is stored. Cancelling a run that already ended changes nothing and
-   * succeeds with cancelled false. NOT_FOUND when the store holds no such
-   * run; FAILED_PRECONDITION when the server keeps no turn log.
+   * CancelTurn stops a running turn, wherever it runs: its model call (the
+   * request to the provider is closed), its tools and any wait before a
+   * retry are cancelled at once, and nothing more is sent to the provider.
+   * The turn then commits what closes its conversation, each as a
+   * message_completed event: the reply it was writing as far as it got
+   * (its text and its complete tool calls), a tool result for every tool
+   * call of its last reply that has none (the tool's own when it had
+   * finished, else an error saying the user cancelled it), and a user
+   * message "[Request interrupted by user]" ("[Request interrupted by user
+   * for tool use]" after such results). Its last event is an error with
+   * code ERROR_CODE_CANCELLED, not retryable. Every watcher receives all of
+   * it; the RPC running the turn ends CANCELLED. To continue, append every
+   * message_completed message to the conversation, then the next user
+   * message, and run a new turn: the server accepts that conversation.
+   *
+   * It returns once the last event is stored. Cancelling a run that already
+   * ended changes nothing and succeeds with cancelled false. NOT_FOUND when
+   * the store holds no such run; FAILED_PRECONDITION when the server keeps
+   * no turn log (then a turn lives in its RunTurn stream, and closing the
+   * stream cancels it).
    *
    * @generated from rpc turnstile.v1.AgentService.CancelTurn
    */

@@ -214,7 +214,12 @@ export enum ErrorCode {
   CONTENT_FILTERED = 13,
 
   /**
-   * The client cancelled the turn.
+   * The turn was cancelled: by CancelTurn, by the detach grace ending with
+   * no client watching, or, without a turn log, by its client leaving. The
+   * turn's message_completed events before this error close its
+   * conversation (see AgentService.CancelTurn); not retryable. In an
+   * llm_call_finished, the call was cancelled because the other call of
+   * its hedged pair answered first.
    *
    * @generated from enum value: ERROR_CODE_CANCELLED = 14;
    */
