@@ -217,6 +217,7 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, 
 		tctx, tcancel := context.WithTimeout(ctx, publishTry)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
+		s.noteWrite(err)
 		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
 			return ack, err
 		}
