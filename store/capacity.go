@@ -67,7 +67,7 @@ type capacity struct {
 
 	mu       sync.Mutex
 	usage    Usage
-	refused  error     // a write JetStream refused for room since the last pass
+	need     uint64    // the bytes of the largest write refused for room since then
 	suspect  bool      // a write of the embedded server failed: probe it
 	warned   time.Time // the last retention warning
 	onChange []func(error)
@@ -127,9 +127,9 @@ func (s *Store) keep() {
 }
 
 // noteWrite is told the outcome of each publish to the log: a write
-// refused for room makes Room refuse new turns at once, until the keeper's
-// next pass, which it starts.
-func (s *Store) noteWrite(err error) {
+// refused for room starts a pass of the keeper, which makes room for it,
+// and refuses new turns when it cannot.
+func (s *Store) noteWrite(msg *nats.Msg, err error) {
 	if err == nil || s.room.kick == nil {
 		return
 	}
@@ -139,10 +139,15 @@ func (s *Store) noteWrite(err error) {
 	}
 	s.room.mu.Lock()
 	if full != nil {
-		s.room.refused = full
-		if s.room.usage.Full == nil {
-			s.room.usage.Full = full
+		// What JetStream counts: subject, headers, data, and its own
+		// bytes per record.
+		need := uint64(len(msg.Subject) + len(msg.Data) + 64)
+		for k, vs := range msg.Header {
+			for _, v := range vs {
+				need += uint64(len(k) + len(v) + 4)
+			}
 		}
+		s.room.need = max(s.room.need, need)
 	}
 	// The embedded server answers no write after a failed one (a full
 	// disk): the keeper finds out.
@@ -152,6 +157,19 @@ func (s *Store) noteWrite(err error) {
 	case s.room.kick <- struct{}{}:
 	default:
 	}
+}
+
+// waitRoom reports whether a publish to subj that failed with err is made
+// again once the keeper (woken by noteWrite) made room: a record refused
+// because the log is full. A running run's event frame is, for as long as
+// its publish may take (backpressure on the turn); a new run's record is
+// while the keeper has not found the log full of running runs, which
+// refuses the turn.
+func (s *Store) waitRoom(subj string, err error) bool {
+	if roomError(err) == nil {
+		return false
+	}
+	return strings.HasSuffix(subj, ".ev") || s.Room() == nil
 }
 
 // roomError returns the ErrFull of a write JetStream refused for room,
@@ -190,9 +208,18 @@ func (s *Store) keepOnce(ctx context.Context) {
 	}
 	limit := s.limit(ctx, info.State.Bytes)
 	bytes := info.State.Bytes
+	s.room.mu.Lock()
+	need := s.room.need
+	s.room.need = 0
+	s.room.mu.Unlock()
+	target := uint64(lowWater * float64(limit))
+	if need > 0 && limit > need {
+		// A record was refused: room for it, below the low-water mark.
+		target = min(target, limit-need)
+	}
 	var evicted int
-	if limit > 0 && float64(bytes) > highWater*float64(limit) {
-		evicted = s.evict(ctx, info.State.FirstSeq, uint64(lowWater*float64(limit)), bytes)
+	if limit > 0 && (float64(bytes) > highWater*float64(limit) || need > 0 && bytes > target) {
+		evicted = s.evict(ctx, info.State.FirstSeq, target, bytes)
 		if evicted > 0 {
 			if info, err = s.stream.Info(ctx); err != nil {
 				return
@@ -200,7 +227,7 @@ func (s *Store) keepOnce(ctx context.Context) {
 			bytes = info.State.Bytes
 		}
 	}
-	if full == nil && limit > 0 && float64(bytes) >= highWater*float64(limit) {
+	if full == nil && limit > 0 && (float64(bytes) >= highWater*float64(limit) || bytes+need > limit) {
 		full = fmt.Errorf("%w: %d of %d bytes held by turns still running", ErrFull, bytes, limit)
 	}
 	var oldest time.Time
@@ -208,7 +235,6 @@ func (s *Store) keepOnce(ctx context.Context) {
 		oldest = info.State.FirstTime
 	}
 	s.room.mu.Lock()
-	s.room.refused = nil
 	s.room.usage.Evicted += uint64(evicted)
 	was := s.room.usage.Full
 	s.room.usage = Usage{Bytes: bytes, Limit: limit, Oldest: oldest, Evicted: s.room.usage.Evicted, Full: full}
@@ -402,26 +428,24 @@ func runOf(subj string) (runKey, bool) {
 }
 
 // running reports whether run k may still be written to: it has a lease,
-// or its last owner record or event was written within a lease TTL (an
-// owner that just created or claimed it may not have written its lease
-// yet).
+// or its last owner record was written within a lease TTL (an owner that
+// just created or claimed it may not have written its lease yet). A run
+// whose owner died is not running: its log may go before a replica takes
+// it over, which then finds it gone.
 func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
 	if _, err := s.leases.Get(ctx, k.lease()); err == nil {
 		return true, nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, err
 	}
-	for _, subj := range []string{k.own(), k.events()} {
-		m, err := s.stream.GetLastMsgForSubject(ctx, subj)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return false, err
-		case time.Since(m.Time) < s.cfg.LeaseTTL:
-			return true, nil
-		}
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return false, nil
+	return time.Since(m.Time) < s.cfg.LeaseTTL, nil
 }
 
 // noRoomToStart explains a stream JetStream refused for its size: the

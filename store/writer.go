@@ -217,8 +217,8 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, 
 		tctx, tcancel := context.WithTimeout(ctx, publishTry)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
-		s.noteWrite(err)
-		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
+		s.noteWrite(msg, err)
+		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
 			return ack, err
 		}
 		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
