@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/config"
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 )
 
