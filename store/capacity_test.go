@@ -275,3 +275,34 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestSmallDiskSaysWhatToSet: on a disk smaller than store.max_bytes
+// needs, the embedded server refuses the log; Open says which key to set
+// and to what, instead of nats-server's "insufficient storage resources".
+// It needs a tmpfs: root, or it is skipped.
+func TestSmallDiskSaysWhatToSet(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	cfg := store.DefaultConfig() // max_bytes: 1 GiB
+	cfg.Dir = filepath.Join(mnt, "js")
+	s, err := store.Open(context.Background(), cfg, nil)
+	if err == nil {
+		s.Close()
+		t.Fatal("a 1 GiB log opened on a 64 MiB disk")
+	}
+	for _, want := range []string{"store.max_bytes (1073741824 bytes) is more than the embedded JetStream may use on the disk of store.dir", "set store.max_bytes to at most"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	t.Log(err)
+	cfg.MaxBytes = 32 << 20
+	s, err = store.Open(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatalf("32 MiB on a 64 MiB disk: %v", err)
+	}
+	s.Close()
+}
