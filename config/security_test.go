@@ -127,6 +127,7 @@ func TestSecurityMistakes(t *testing.T) {
 		{"same digest", ok + "auth: {keys: [{name: a, token_sha256: " + strings.Repeat("b", 64) + "}, {name: c, token_sha256: " + strings.Repeat("B", 64) + "}]}\n", `auth.keys[1].token_sha256: is also the digest of key "a"`},
 		{"unknown model", ok + "auth: {keys: [{name: a, token_env: A, models: [b]}]}\n", `auth.keys[0].models[0]: "b" is not a configured model`},
 		{"negative limit", ok + "auth: {keys: [{name: a, token_env: A, limits: {turns_per_minute: -1}}]}\n", "auth.keys[0].limits.turns_per_minute: must not be negative"},
+		{"retention within max_duration", ok + "turn: {max_duration: 2h}\nstore: {retention: 1h}\n", "store.retention: must be longer than turn.max_duration"},
 		{"negative stored bytes", ok + "auth: {keys: [{name: a, token_env: A, limits: {stored_bytes: -1}}]}\n", "auth.keys[0].limits.stored_bytes: must not be negative"},
 		{"zero turns", ok + "server: {max_concurrent_turns: 0}\n", "server.max_concurrent_turns: must be at least 1"},
 		{"zero send timeout", ok + "server: {send_timeout: 0}\n", "server.send_timeout: must be positive"},

@@ -203,6 +203,8 @@ func (w *writer) publish(frame []byte) error {
 		return fmt.Errorf("%w: %w", ErrLost, err)
 	case w.s.isClosed():
 		return ErrClosed
+	case roomError(err) != nil:
+		return fmt.Errorf("store: append: %w: %w", roomError(err), err)
 	}
 	return fmt.Errorf("store: append: %w", err)
 }
