@@ -264,33 +264,37 @@ func (s *Store) keepOnce(ctx context.Context) {
 }
 
 // limit returns what the log may hold: store.max_bytes, or what
-// JetStream's storage limit leaves it (the log's bytes plus what the
-// account may still store) when that is less; 0 is no bound.
+// JetStream's storage limit leaves it (the log's bytes plus what may still
+// be stored: the account's limit, or the embedded server's own) when that
+// is less; 0 is no bound.
 func (s *Store) limit(ctx context.Context, held uint64) uint64 {
 	var limit uint64
 	if s.cfg.MaxBytes > 0 {
 		limit = uint64(s.cfg.MaxBytes)
 	}
 	ai, err := s.js.AccountInfo(ctx)
-	if err != nil || ai.Limits.MaxStore <= 0 {
+	if err != nil {
 		return limit
 	}
-	var used uint64
-	if s.cfg.Mode == ModeEmbedded && s.cfg.Dir == "" {
-		used = ai.Memory
-	} else {
-		used = ai.Store
+	memory := s.cfg.Mode == ModeEmbedded && s.cfg.Dir == ""
+	used, most := ai.Store, ai.Limits.MaxStore
+	if memory {
+		used, most = ai.Memory, ai.Limits.MaxMemory
 	}
-	max := uint64(ai.Limits.MaxStore)
-	if s.cfg.Mode == ModeEmbedded && s.cfg.Dir == "" {
-		if ai.Limits.MaxMemory <= 0 {
-			return limit
+	if most <= 0 && s.srv != nil {
+		if cfg := s.srv.JetStreamConfig(); cfg != nil {
+			most = cfg.MaxStore
+			if memory {
+				most = cfg.MaxMemory
+			}
 		}
-		max = uint64(ai.Limits.MaxMemory)
+	}
+	if most <= 0 {
+		return limit
 	}
 	var left uint64
-	if max > used {
-		left = max - used
+	if uint64(most) > used {
+		left = uint64(most) - used
 	}
 	if account := held + left; limit == 0 || account < limit {
 		return account
