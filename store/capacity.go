@@ -62,7 +62,8 @@ type Usage struct {
 
 // capacity is the keeper's state.
 type capacity struct {
-	kick chan struct{} // wakes the keeper; buffered, 1
+	js   jetstream.JetStream // the keeper's own: s.js as the store opened
+	kick chan struct{}       // wakes the keeper; buffered, 1
 	done sync.WaitGroup
 
 	mu       sync.Mutex
@@ -101,6 +102,7 @@ func (s *Store) OnRoom(fn func(full error)) {
 // startKeeper starts the keeper, which Close stops.
 func (s *Store) startKeeper() {
 	s.room.kick = make(chan struct{}, 1)
+	s.room.js = s.js
 	s.room.done.Add(1)
 	go s.keep()
 }
@@ -272,7 +274,7 @@ func (s *Store) limit(ctx context.Context, held uint64) uint64 {
 	if s.cfg.MaxBytes > 0 {
 		limit = uint64(s.cfg.MaxBytes)
 	}
-	ai, err := s.js.AccountInfo(ctx)
+	ai, err := s.room.js.AccountInfo(ctx)
 	if err != nil {
 		return limit
 	}
@@ -353,7 +355,7 @@ const probeSubject = subjectRoot + ".-.0.probe"
 func (s *Store) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := s.js.PublishMsg(pctx, &nats.Msg{Subject: probeSubject, Data: []byte("probe")}); err != nil {
+	if _, err := s.room.js.PublishMsg(pctx, &nats.Msg{Subject: probeSubject, Data: []byte("probe")}); err != nil {
 		return err
 	}
 	return s.stream.Purge(pctx, jetstream.WithPurgeSubject(probeSubject))
