@@ -291,6 +291,13 @@ func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
 	if rst.Code() != codes.OK {
 		t.Errorf("victim's replay: %v", rst)
 	}
+	// The same RunTurn again, while the store is still full, stores
+	// nothing: it attaches to the run and replays it.
+	again, ast := wiretest.Collect(t, victim, ts.client, sized("victim-turn", "hold:victim", 1000), nil)
+	sameEvents(t, "victim's RunTurn again", again, v.evs)
+	if ast.Code() != codes.OK {
+		t.Errorf("victim's RunTurn again: %v", ast)
+	}
 	// The flood's turns end; the keeper makes room, and turns run again.
 	for _, name := range held {
 		g.release(name)

@@ -160,7 +160,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	rec, _ := json.Marshal(record)
 
 	// The store's room, and the key's (limits.go).
-	if st := s.refuseStore(ctx, len(rec)); st != nil {
+	if st := s.refuseStore(ctx, k, len(rec)); st != nil {
 		return st.Err()
 	}
 	if st := s.admit(); st != nil {

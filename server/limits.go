@@ -345,17 +345,23 @@ type storeRoom interface {
 
 // refuseStore returns the status of a turn the store cannot take now (the
 // store is full), or whose request of n bytes would take its key over its
-// stored_bytes; nil when it may start.
-func (s *service) refuseStore(ctx context.Context, n int) *status.Status {
-	if st := s.storeFull(); st != nil {
-		return st
-	}
-	if k := keyFrom(ctx); k != nil {
-		if r := k.limiter.storedRefusal(n); r != nil {
-			return r.status(k.Name)
+// stored_bytes; nil when it may start, or when the store holds the run k
+// already: the call attaches to it, which stores nothing.
+func (s *service) refuseStore(ctx context.Context, k runKey, n int) *status.Status {
+	st := s.storeFull()
+	if st == nil {
+		if key := keyFrom(ctx); key != nil {
+			if r := key.limiter.storedRefusal(n); r != nil {
+				st = r.status(key.Name)
+			}
 		}
 	}
-	return nil
+	if st != nil {
+		if _, err := s.store.Record(ctx, k.turnID, k.attempt); err == nil {
+			return nil
+		}
+	}
+	return st
 }
 
 // storeFull returns STORE_FULL while the store says it has no room.
