@@ -434,11 +434,23 @@ func runOf(subj string) (runKey, bool) {
 }
 
 // running reports whether run k may still be written to: it has a lease,
-// or its last owner record was written within a lease TTL (an owner that
-// just created or claimed it may not have written its lease yet). A run
-// whose owner died is not running: its log may go before a replica takes
-// it over, which then finds it gone.
+// or its last owner record is recent enough that its owner may not have
+// written the lease yet (Create writes it without waiting): a lease TTL,
+// or with the embedded server, whose runs are all this replica's, 100ms
+// for a run this replica does not run. A run whose owner died is not
+// running: its log may go before a replica takes it over, which then finds
+// it gone.
 func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
+	young := s.cfg.LeaseTTL
+	if s.srv != nil {
+		s.mu.Lock()
+		_, mine := s.runs[k]
+		s.mu.Unlock()
+		if mine {
+			return true, nil
+		}
+		young = 100 * time.Millisecond
+	}
 	if _, err := s.leases.Get(ctx, k.lease()); err == nil {
 		return true, nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -451,7 +463,7 @@ func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	return time.Since(m.Time) < s.cfg.LeaseTTL, nil
+	return time.Since(m.Time) < young, nil
 }
 
 // noRoomToStart explains a stream JetStream refused for its size: the

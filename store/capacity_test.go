@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/store"
 )
 
@@ -305,4 +306,44 @@ func TestSmallDiskSaysWhatToSet(t *testing.T) {
 		t.Fatalf("32 MiB on a 64 MiB disk: %v", err)
 	}
 	s.Close()
+}
+
+// TestKeeperAcrossReplicas: with a NATS server shared by two replicas,
+// a flood of finished runs on one does not remove the running run of the
+// other, whose lease is the only sign that it runs.
+func TestKeeperAcrossReplicas(t *testing.T) {
+	url := natstest.Start(t)
+	open := func() *store.Store {
+		cfg := store.DefaultConfig()
+		cfg.Mode, cfg.NATS.URL, cfg.MaxBytes, cfg.LeaseTTL = store.ModeNATS, url, 1<<20, 500*time.Millisecond
+		s, err := store.Open(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	a, b := open(), open()
+	if err := run(t, a, "victim", 1000, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // older than a lease TTL
+	for i := range 40 {
+		if err := run(t, b, fmt.Sprintf("flood-%d", i), 100<<10, true); err != nil {
+			waitFor(t, "room", func() bool { return b.Room() == nil })
+		}
+	}
+	waitFor(t, "the keepers", func() bool { return b.Usage().Evicted+a.Usage().Evicted > 0 })
+	if rec, err := b.Record(context.Background(), "victim", 1); err != nil || len(rec) != 1000 {
+		t.Fatalf("victim's record: %d bytes, %v", len(rec), err)
+	}
+	if err := a.Append(context.Background(), "victim", 1, []byte("victim e2"), func(error) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Finish(context.Background(), "victim", 1); err != nil {
+		t.Fatalf("victim's finish: %v", err)
+	}
+	if got := collect(t, b, "victim", 1, 0, 2); fmt.Sprint(got) != "[victim e1 victim e2]" {
+		t.Errorf("victim's events: %v", got)
+	}
 }
