@@ -30,6 +30,7 @@ const (
 	highWater   = 0.90
 	lowWater    = 0.80
 	keepEvery   = time.Second
+	kickGap     = 50 * time.Millisecond
 	maxExamined = 512
 	// minFreeDisk is the free space below which the embedded file store
 	// takes no new turn: what running turns may still write.
@@ -119,6 +120,15 @@ func (s *Store) keep() {
 	defer t.Stop()
 	for {
 		s.keepOnce(ctx)
+		// Refused writes wake it at most every kickGap: while the log is
+		// full of running runs, their waiting events would keep it busy.
+		gap := time.NewTimer(kickGap)
+		select {
+		case <-s.closed:
+			gap.Stop()
+			return
+		case <-gap.C:
+		}
 		select {
 		case <-s.closed:
 			return
