@@ -21,8 +21,8 @@ import (
 // records. Size-based retention is the keeper's job instead: every
 // keepEvery, or at once after a write was refused, it reads the log's size
 // and, above highWater of its limit, purges the oldest runs that are not
-// running (no lease, no record for a lease TTL) until the log is under
-// lowWater, looking at no more than maxExamined runs per pass. While the
+// running (see running) until the log is under lowWater, or has room for
+// the record refused, looking at no more than maxExamined runs per pass. While the
 // log is still above highWater after that, or the disk or JetStream cannot
 // take more, [Store.Room] refuses new turns; running ones go on in the
 // room left above the mark.
@@ -66,6 +66,8 @@ type capacity struct {
 	js   jetstream.JetStream // the keeper's own: s.js as the store opened
 	kick chan struct{}       // wakes the keeper; buffered, 1
 	done sync.WaitGroup
+	// notify orders the calls of the OnRoom functions.
+	notify sync.Mutex
 
 	mu       sync.Mutex
 	usage    Usage
@@ -90,14 +92,28 @@ func (s *Store) Usage() Usage {
 	return s.room.usage
 }
 
-// OnRoom calls fn, on the keeper's goroutine, with the outcome of
-// [Store.Room] now and each time it changes, until the store closes.
+// OnRoom calls fn with the outcome of [Store.Room] now, then, on the
+// keeper's goroutine, each time it changes, until the store closes. The
+// calls are in order: the last one holds the outcome in force.
 func (s *Store) OnRoom(fn func(full error)) {
+	s.room.notify.Lock()
+	defer s.room.notify.Unlock()
 	s.room.mu.Lock()
 	s.room.onChange = append(s.room.onChange, fn)
-	full := s.room.usage.Full
 	s.room.mu.Unlock()
-	fn(full)
+	fn(s.Room())
+}
+
+// tell calls the OnRoom functions with the outcome of Room now.
+func (s *Store) tell() {
+	s.room.notify.Lock()
+	defer s.room.notify.Unlock()
+	s.room.mu.Lock()
+	fns, full := s.room.onChange, s.room.usage.Full
+	s.room.mu.Unlock()
+	for _, fn := range fns {
+		fn(full)
+	}
 }
 
 // startKeeper starts the keeper, which Close stops.
@@ -206,11 +222,7 @@ func roomError(err error) error {
 func (s *Store) keepOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var full error
-	disk := s.checkDisk(ctx)
-	if disk != nil {
-		full = disk
-	}
+	full := s.checkDisk(ctx)
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		if ctx.Err() == nil && !s.isClosed() {
@@ -254,7 +266,6 @@ func (s *Store) keepOnce(ctx context.Context) {
 	if warn {
 		s.room.warned = time.Now()
 	}
-	fns := s.room.onChange
 	s.room.mu.Unlock()
 	if evicted > 0 {
 		s.logger.Info("turn store: removed the oldest finished runs to make room", "runs", evicted, "bytes", bytes, "limit", limit)
@@ -269,9 +280,7 @@ func (s *Store) keepOnce(ctx context.Context) {
 		} else {
 			s.logger.Info("turn store: space returned; new turns are taken again")
 		}
-		for _, fn := range fns {
-			fn(full)
-		}
+		s.tell()
 	}
 }
 
