@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 var (
@@ -98,6 +99,16 @@ func (c *Config) checkAuthEnv(v *checker, lookup func(string) (string, bool)) {
 	}
 }
 
+// DefaultStoredBytes is the stored_bytes of a key whose limits leave it
+// out: a quarter of store.max_bytes, so no one key's running turns hold
+// the store; 0 (none) without a store or a bound on it.
+func (c *Config) DefaultStoredBytes() int64 {
+	if c.Store.Mode == store.ModeOff || c.Store.MaxBytes <= 0 {
+		return 0
+	}
+	return c.Store.MaxBytes / 4
+}
+
 // Keys returns the client keys for the server, their tokens read through
 // getenv and kept only as digests. Call it after [Config.CheckEnv].
 func (c *Config) Keys(getenv func(string) string) []server.Key {
@@ -111,6 +122,9 @@ func (c *Config) Keys(getenv func(string) string) []server.Key {
 		}
 		if len(sk.Models) == 0 {
 			sk.Models = nil
+		}
+		if n := c.DefaultStoredBytes(); sk.Limits.StoredBytes == nil && n > 0 {
+			sk.Limits.StoredBytes = &n
 		}
 		keys = append(keys, sk)
 	}

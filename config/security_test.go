@@ -35,7 +35,7 @@ auth:
     - name: web
       token_env: WEB_TOKEN
       models: [fast]
-      limits: {concurrent_turns: 4, turns_per_minute: 60, tokens_per_minute: 100000, tokens_per_day: 0}
+      limits: {concurrent_turns: 4, turns_per_minute: 60, tokens_per_minute: 100000, tokens_per_day: 0, stored_bytes: 1048576}
     - name: batch
       token_sha256: %s
 `
@@ -66,10 +66,17 @@ func TestSecureConfig(t *testing.T) {
 		t.Errorf("web key %+v", web)
 	}
 	l := web.Limits
-	if *l.ConcurrentTurns != 4 || *l.TurnsPerMinute != 60 || *l.TokensPerMinute != 100000 || *l.TokensPerDay != 0 {
+	if *l.ConcurrentTurns != 4 || *l.TurnsPerMinute != 60 || *l.TokensPerMinute != 100000 || *l.TokensPerDay != 0 || *l.StoredBytes != 1<<20 {
 		t.Errorf("web limits %+v", l)
 	}
-	if batch := keys[1]; batch.TokenSHA256 != digest || batch.Models != nil || batch.Limits != (server.KeyLimits{}) {
+	// A key without limits has but the default stored_bytes: a quarter
+	// of store.max_bytes.
+	batch := keys[1]
+	if stored := batch.Limits.StoredBytes; stored == nil || *stored != 256<<20 {
+		t.Errorf("batch key's stored_bytes %v, want a quarter of store.max_bytes", stored)
+	}
+	batch.Limits.StoredBytes = nil
+	if batch.TokenSHA256 != digest || batch.Models != nil || batch.Limits != (server.KeyLimits{}) {
 		t.Errorf("batch key %+v", batch)
 	}
 	if err := c.CheckEnv(func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "auth.keys[0].token_env: the environment variable WEB_TOKEN is not set") {
@@ -78,6 +85,31 @@ func TestSecureConfig(t *testing.T) {
 	twice := map[string]string{"WEB_TOKEN": "batch-token"}
 	if err := c.CheckEnv(func(k string) (string, bool) { v, ok := twice[k]; return v, ok }); err == nil || !strings.Contains(err.Error(), `auth.keys[1].token_sha256: holds the same token as key "web"`) {
 		t.Errorf("CheckEnv with a shared token = %v", err)
+	}
+}
+
+// TestDefaultStoredBytes: a key that leaves stored_bytes out gets a
+// quarter of store.max_bytes; none without a store or a bound on it.
+func TestDefaultStoredBytes(t *testing.T) {
+	const base = "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m}}\nauth: {keys: [{name: a, token_sha256: %s}]}\n"
+	digest := sha256.Sum256([]byte("a-token"))
+	for _, tt := range []struct {
+		store string
+		want  int64 // 0: none
+	}{
+		{"", 256 << 20},
+		{"store: {max_bytes: 4194304}\n", 1 << 20},
+		{"store: {max_bytes: -1}\n", 0},
+		{"store: {mode: off}\n", 0},
+	} {
+		c, err := Parse("config.yaml", []byte(strings.Replace(base, "%s", hex.EncodeToString(digest[:]), 1)+tt.store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.Keys(func(string) string { return "" })[0].Limits.StoredBytes
+		if tt.want == 0 && got != nil || tt.want != 0 && (got == nil || *got != tt.want) {
+			t.Errorf("%q: stored_bytes %v, want %d", tt.store, got, tt.want)
+		}
 	}
 }
 
@@ -95,6 +127,8 @@ func TestSecurityMistakes(t *testing.T) {
 		{"same digest", ok + "auth: {keys: [{name: a, token_sha256: " + strings.Repeat("b", 64) + "}, {name: c, token_sha256: " + strings.Repeat("B", 64) + "}]}\n", `auth.keys[1].token_sha256: is also the digest of key "a"`},
 		{"unknown model", ok + "auth: {keys: [{name: a, token_env: A, models: [b]}]}\n", `auth.keys[0].models[0]: "b" is not a configured model`},
 		{"negative limit", ok + "auth: {keys: [{name: a, token_env: A, limits: {turns_per_minute: -1}}]}\n", "auth.keys[0].limits.turns_per_minute: must not be negative"},
+		{"retention within max_duration", ok + "turn: {max_duration: 2h}\nstore: {retention: 1h}\n", "store.retention: must be longer than turn.max_duration"},
+		{"negative stored bytes", ok + "auth: {keys: [{name: a, token_env: A, limits: {stored_bytes: -1}}]}\n", "auth.keys[0].limits.stored_bytes: must not be negative"},
 		{"zero turns", ok + "server: {max_concurrent_turns: 0}\n", "server.max_concurrent_turns: must be at least 1"},
 		{"zero send timeout", ok + "server: {send_timeout: 0}\n", "server.send_timeout: must be positive"},
 		{"events smaller than tool results", ok + "server: {max_event_bytes: 100000}\n", "server.max_event_bytes: must be at least turn.max_tool_result_bytes + 65536 (1114112)"},

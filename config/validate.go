@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 // Validate checks c as a whole: the sections' ranges, the providers' own
@@ -88,6 +89,10 @@ func (c *Config) problems() []Problem {
 	v.settings("retry", c.Retry.Problems(), false)
 	v.settings("turn", c.Turn.Problems(), false)
 	v.settings("store", c.Store.Problems(), false)
+	if c.Store.Mode != store.ModeOff && c.Store.Retention > 0 && c.Turn.MaxDuration > 0 && c.Store.Retention <= c.Turn.MaxDuration {
+		// The stream's age limit removes records whatever their turn.
+		v.at("store.retention", "must be longer than turn.max_duration, or a running turn's first records expire before it ends")
+	}
 	c.checkServer(v)
 	if c.Server.MaxRunningTurns < 1 {
 		v.at("server.max_running_turns", "must be at least 1")

@@ -159,6 +159,10 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	}
 	rec, _ := json.Marshal(record)
 
+	// The store's room, and the key's (limits.go).
+	if st := s.refuseStore(ctx, k, len(rec)); st != nil {
+		return st.Err()
+	}
 	if st := s.admit(); st != nil {
 		return st.Err()
 	}
@@ -180,6 +184,10 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	if err != nil {
 		cancel(nil)
 		s.unadmit()
+		if st := s.storeFull(); st != nil {
+			// Refused for room: the store says so from now on.
+			return st.Err()
+		}
 		s.logger.Error("turn store: create run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		return storeUnavailable().Err()
 	}
@@ -194,6 +202,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		logging.AddFields(ctx, logging.Fields{"attached", true})
 		return s.follow(ctx, k, 0, send).Err()
 	}
+	// Counted to its key; refuseStore checked the room (concurrent
+	// turns of the key may pass it together).
+	_ = r.charge.store(len(rec))
 	s.mu.Lock()
 	s.runs[k] = r
 	s.mu.Unlock()
@@ -205,6 +216,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 // log and, once acknowledged, to the run's watchers.
 func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	defer s.unadmit()
+	defer r.charge.release()
 	defer close(r.ended)
 	defer r.cancel(nil)
 	k := r.key
@@ -254,6 +266,12 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
 			// The turn fails with err as its cause (INTERNAL, the message
 			// names the limit); its error event takes this one's seq.
+			tooLarge = ev.Seq
+			r.cancel(err)
+			return err
+		}
+		if err := r.charge.store(proto.Size(out)); err != nil {
+			// Over its key's stored_bytes: the same, QUOTA_EXHAUSTED.
 			tooLarge = ev.Seq
 			r.cancel(err)
 			return err

@@ -7,8 +7,12 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
@@ -33,6 +37,14 @@ type KeyLimits struct {
 	// new turns wait until it is paid back.
 	TokensPerMinute *int64 `yaml:"tokens_per_minute"`
 	TokensPerDay    *int64 `yaml:"tokens_per_day"`
+	// StoredBytes bounds the bytes the key's running turns hold in the
+	// turn store at once (their requests and events as stored): what the
+	// store may not remove to make room while they run. A turn that would
+	// go over it ends with QUOTA_EXHAUSTED, and a turn is not started
+	// while the key's running turns hold it. Only with a store; the
+	// configuration gives a key that leaves it out a quarter of
+	// store.max_bytes.
+	StoredBytes *int64 `yaml:"stored_bytes"`
 }
 
 // Problems lists every limit that is out of range; none when l is valid.
@@ -47,6 +59,7 @@ func (l KeyLimits) Problems() []llm.Problem {
 	neg("turns_per_minute", l.TurnsPerMinute != nil, int64(deref(l.TurnsPerMinute)))
 	neg("tokens_per_minute", l.TokensPerMinute != nil, deref(l.TokensPerMinute))
 	neg("tokens_per_day", l.TokensPerDay != nil, deref(l.TokensPerDay))
+	neg("stored_bytes", l.StoredBytes != nil, deref(l.StoredBytes))
 	return out
 }
 
@@ -87,6 +100,7 @@ type keyLimiter struct {
 	tokDay   *rate.Limiter
 	mu       sync.Mutex
 	running  int
+	stored   int64 // the bytes the key's running turns hold in the store
 	now      func() time.Time
 	periodOf map[*rate.Limiter]string
 }
@@ -248,10 +262,11 @@ func admission(gate *turnGate) grpc.StreamServerInterceptor {
 }
 
 // usageCharger charges a turn's tokens to its key as the running totals
-// arrive.
+// arrive, and the bytes the turn stores to the key's stored_bytes.
 type usageCharger struct {
-	k    *keyLimiter
-	last int64
+	k      *keyLimiter
+	last   int64
+	stored int64 // the bytes this turn stored
 }
 
 func (c *usageCharger) total(u llm.Usage) {
@@ -261,6 +276,115 @@ func (c *usageCharger) total(u llm.Usage) {
 	n := u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
 	c.k.charge(n - c.last)
 	c.last = max(c.last, n)
+}
+
+// store counts n more bytes the turn stores; it fails, counting none,
+// when they would take the key's running turns over its stored_bytes.
+func (c *usageCharger) store(n int) error {
+	if c == nil || c.k == nil {
+		return nil
+	}
+	k := c.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if lim := k.limits.StoredBytes; lim != nil && k.stored+int64(n) > *lim {
+		return &llm.Error{
+			Kind: llm.KindQuotaExhausted,
+			Message: fmt.Sprintf("the turns client key %q runs hold %d bytes in the turn store, and this turn's next event of %d bytes would take them over the key's limit (stored_bytes: %d); the turn was ended",
+				k.name, k.stored, n, *lim),
+		}
+	}
+	k.stored += int64(n)
+	c.stored += int64(n)
+	return nil
+}
+
+// release gives back the bytes the turn stored: it ended, and the store
+// may remove them when it needs room.
+func (c *usageCharger) release() {
+	if c == nil || c.k == nil {
+		return
+	}
+	c.k.mu.Lock()
+	c.k.stored -= c.stored
+	c.k.mu.Unlock()
+	c.stored = 0
+}
+
+// storedRefusal says why a turn whose request is n bytes may not start
+// under the key's stored_bytes: its running turns hold too much.
+func (k *keyLimiter) storedRefusal(n int) *refusal {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	lim := k.limits.StoredBytes
+	if lim == nil || k.stored+int64(n) <= *lim {
+		return nil
+	}
+	r := &refusal{limit: "stored_bytes", retryAfter: busyRetry,
+		msg: fmt.Sprintf("the turns client key %q runs hold %d bytes in the turn store; with this request's %d the key would be over its limit (stored_bytes: %d); retry when one has ended", k.name, k.stored, n, *lim)}
+	if int64(n) > *lim {
+		r.retryAfter = 0
+		r.msg = fmt.Sprintf("the request (%d bytes) is larger than client key %q may hold in the turn store (stored_bytes: %d)", n, k.name, *lim)
+	}
+	return r
+}
+
+// ReasonStoreFull is the ErrorInfo reason of a RunTurn refused because the
+// turn store cannot take a new turn (full of running turns, or its disk
+// is): RESOURCE_EXHAUSTED with RetryInfo, before any event.
+const ReasonStoreFull = "STORE_FULL"
+
+// storeFullRetry is the wait advised to a turn refused for a full store.
+const storeFullRetry = 5 * time.Second
+
+// storeRoom is the part of a TurnStore that says whether it can take a new
+// run now, without I/O: nil, or why not (package store's Store has it).
+type storeRoom interface {
+	Room() error
+}
+
+// refuseStore returns the status of a turn the store cannot take now (the
+// store is full), or whose request of n bytes would take its key over its
+// stored_bytes; nil when it may start, or when the store holds the run k
+// already: the call attaches to it, which stores nothing.
+func (s *service) refuseStore(ctx context.Context, k runKey, n int) *status.Status {
+	st := s.storeFull()
+	if st == nil {
+		if key := keyFrom(ctx); key != nil {
+			if r := key.limiter.storedRefusal(n); r != nil {
+				st = r.status(key.Name)
+			}
+		}
+	}
+	if st != nil {
+		if _, err := s.store.Record(ctx, k.turnID, k.attempt); err == nil {
+			return nil
+		}
+	}
+	return st
+}
+
+// storeFull returns STORE_FULL while the store says it has no room.
+func (s *service) storeFull() *status.Status {
+	room, ok := s.store.(storeRoom)
+	if !ok || room.Room() == nil {
+		return nil
+	}
+	st := status.New(codes.ResourceExhausted, "the turn store is full: it takes no new turn until running turns end or space returns; retry later, running turns go on")
+	return withDetails(st, errorInfo(ReasonStoreFull, nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
+}
+
+// StoreRoom tells the server whether its turn store can take new turns:
+// full is nil when it can, else why not. While it cannot, the health of
+// the AgentService is NOT_SERVING (the server's own, "", stays SERVING:
+// watches and cancels work); a draining server ignores it. Package store's
+// Store.OnRoom calls it.
+func (s *Server) StoreRoom(full error) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if full != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, st)
 }
 
 // keyContext is the context key of the caller's *key.

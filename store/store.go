@@ -72,6 +72,8 @@ type Store struct {
 
 	mu   sync.Mutex
 	runs map[runKey]*writer
+
+	room capacity // the keeper's: see capacity.go
 }
 
 // Open starts or connects to the engine cfg describes and makes sure the
@@ -100,6 +102,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
+	s.startKeeper()
 	return s, nil
 }
 
@@ -283,7 +286,11 @@ func (s *Store) setUp(ctx context.Context) error {
 			Replicas:    replicas,
 			MaxAge:      s.cfg.Retention,
 			MaxBytes:    s.cfg.MaxBytes,
-			Discard:     jetstream.DiscardOld,
+			// Full, the log refuses a record rather than drop the oldest,
+			// which may be a running run's: the keeper (capacity.go)
+			// removes finished runs to make room. A stream made before
+			// with DiscardOld is updated in place.
+			Discard: jetstream.DiscardNew,
 			// Runs are read from their start: direct gets serve them from
 			// any replica.
 			AllowDirect: true,
@@ -294,7 +301,7 @@ func (s *Store) setUp(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("store: stream %s: %w", StreamName, err)
+			return fmt.Errorf("store: stream %s: %w", StreamName, s.noRoomToStart(err))
 		}
 		s.stream = stream
 		break
@@ -360,6 +367,7 @@ func (s *Store) Close() { s.closeOnce.Do(s.close) }
 
 func (s *Store) close() {
 	close(s.closed)
+	s.room.done.Wait()
 	s.mu.Lock()
 	runs := s.runs
 	s.runs = map[runKey]*writer{}

@@ -203,6 +203,8 @@ func (w *writer) publish(frame []byte) error {
 		return fmt.Errorf("%w: %w", ErrLost, err)
 	case w.s.isClosed():
 		return ErrClosed
+	case roomError(err) != nil:
+		return fmt.Errorf("store: append: %w: %w", roomError(err), err)
 	}
 	return fmt.Errorf("store: append: %w", err)
 }
@@ -217,7 +219,8 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, 
 		tctx, tcancel := context.WithTimeout(ctx, publishTry)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
-		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
+		s.noteWrite(msg, err)
+		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
 			return ack, err
 		}
 		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)

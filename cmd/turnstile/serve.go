@@ -157,14 +157,20 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 	if err != nil {
 		return err
 	}
+	var st *store.Store
 	if cfg.Store.Mode != store.ModeOff {
-		st, err := store.Open(ctx, cfg.Store, logger)
+		st, err = store.Open(ctx, cfg.Store, logger)
 		if err != nil {
 			return err
 		}
 		// Closed after the server has stopped and its turns have ended.
 		defer st.Close()
 		opts.Store = st
+		unregister, err := telemetry.RegisterStoreMetrics(tel.MeterProvider, storeUsage(st), nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = unregister() }()
 		// Cooldowns decided here reach every replica, and theirs reach
 		// this one.
 		runner.ShareCooldowns(st)
@@ -194,6 +200,10 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		opts.GRPCOptions = append(opts.GRPCOptions, grpc.StatsHandler(h))
 	}
 	srv := server.New(runner, opts)
+	if st != nil {
+		// Health says when the store takes no new turn.
+		st.OnRoom(srv.StoreRoom)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	logger.Info("serving", "address", lis.Addr().String(), "tls", opts.TLS != nil, "mtls", cfg.Server.TLS != nil && cfg.Server.TLS.ClientCAFile != "",
@@ -216,6 +226,14 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 	defer stop()
 	srv.Shutdown(second)
 	return <-served
+}
+
+// storeUsage reads the store's size for its metrics.
+func storeUsage(st *store.Store) func() telemetry.StoreUsage {
+	return func() telemetry.StoreUsage {
+		u := st.Usage()
+		return telemetry.StoreUsage{Bytes: u.Bytes, Limit: u.Limit, Oldest: u.Oldest, Evicted: u.Evicted, Full: u.Full != nil}
+	}
 }
 
 // serverOptions turns the server and auth blocks into the server's

@@ -1,0 +1,512 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The log's capacity. The stream refuses a record that does not fit
+// (DiscardNew) rather than drop the oldest, which could belong to a run
+// still going: no bound of the store ever removes a running run's
+// records. Size-based retention is the keeper's job instead: every
+// keepEvery, or at once after a write was refused, it reads the log's size
+// and, above highWater of its limit, purges the oldest runs that are not
+// running (see running) until the log is under lowWater, or has room for
+// the record refused, looking at no more than maxExamined runs per pass. While the
+// log is still above highWater after that, or the disk or JetStream cannot
+// take more, [Store.Room] refuses new turns; running ones go on in the
+// room left above the mark.
+const (
+	highWater   = 0.90
+	lowWater    = 0.80
+	keepEvery   = time.Second
+	kickGap     = 50 * time.Millisecond
+	maxExamined = 512
+	// minFreeDisk is the free space below which the embedded file store
+	// takes no new turn: what running turns may still write.
+	minFreeDisk = 16 << 20
+	// warnEvery spaces the warnings that retention is shorter than
+	// configured.
+	warnEvery = 10 * time.Minute
+)
+
+// ErrFull is the failure of [Store.Room] when the log cannot take a new
+// turn: it is full of running turns, or its disk or JetStream's storage
+// is. It passes when space returns.
+var ErrFull = errors.New("store: the turn log is full")
+
+// Usage is the log's size as the keeper last read it.
+type Usage struct {
+	// Bytes is what the log holds, every run's.
+	Bytes uint64
+	// Limit is what it may hold: store.max_bytes, or less when JetStream's
+	// own storage limit leaves less; 0 when neither bounds it.
+	Limit uint64
+	// Oldest is when the oldest record kept was written; zero when the log
+	// is empty.
+	Oldest time.Time
+	// Evicted counts the runs the keeper removed since the store opened.
+	Evicted uint64
+	// Full is the reason new turns are refused, nil when they are not.
+	Full error
+}
+
+// capacity is the keeper's state.
+type capacity struct {
+	js   jetstream.JetStream // the keeper's own: s.js as the store opened
+	kick chan struct{}       // wakes the keeper; buffered, 1
+	done sync.WaitGroup
+	// notify orders the calls of the OnRoom functions.
+	notify sync.Mutex
+
+	mu       sync.Mutex
+	usage    Usage
+	need     uint64    // the bytes of the largest write refused for room since then
+	suspect  bool      // a write of the embedded server failed: probe it
+	warned   time.Time // the last retention warning
+	onChange []func(error)
+}
+
+// Room reports whether the log can take a new turn now: nil, or an error
+// wrapping [ErrFull] that says why not. It does no I/O.
+func (s *Store) Room() error {
+	s.room.mu.Lock()
+	defer s.room.mu.Unlock()
+	return s.room.usage.Full
+}
+
+// Usage returns the log's size as last read (every keepEvery).
+func (s *Store) Usage() Usage {
+	s.room.mu.Lock()
+	defer s.room.mu.Unlock()
+	return s.room.usage
+}
+
+// OnRoom calls fn with the outcome of [Store.Room] now, then, on the
+// keeper's goroutine, each time it changes, until the store closes. The
+// calls are in order: the last one holds the outcome in force.
+func (s *Store) OnRoom(fn func(full error)) {
+	s.room.notify.Lock()
+	defer s.room.notify.Unlock()
+	s.room.mu.Lock()
+	s.room.onChange = append(s.room.onChange, fn)
+	s.room.mu.Unlock()
+	fn(s.Room())
+}
+
+// tell calls the OnRoom functions with the outcome of Room now.
+func (s *Store) tell() {
+	s.room.notify.Lock()
+	defer s.room.notify.Unlock()
+	s.room.mu.Lock()
+	fns, full := s.room.onChange, s.room.usage.Full
+	s.room.mu.Unlock()
+	for _, fn := range fns {
+		fn(full)
+	}
+}
+
+// startKeeper starts the keeper, which Close stops.
+func (s *Store) startKeeper() {
+	s.room.kick = make(chan struct{}, 1)
+	s.room.js = s.js
+	s.room.done.Add(1)
+	go s.keep()
+}
+
+func (s *Store) keep() {
+	defer s.room.done.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.closed
+		cancel()
+	}()
+	t := time.NewTicker(keepEvery)
+	defer t.Stop()
+	for {
+		s.keepOnce(ctx)
+		// Refused writes wake it at most every kickGap: while the log is
+		// full of running runs, their waiting events would keep it busy.
+		gap := time.NewTimer(kickGap)
+		select {
+		case <-s.closed:
+			gap.Stop()
+			return
+		case <-gap.C:
+		}
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+		case <-s.room.kick:
+		}
+	}
+}
+
+// noteWrite is told the outcome of each publish to the log: a write
+// refused for room starts a pass of the keeper, which makes room for it,
+// and refuses new turns when it cannot.
+func (s *Store) noteWrite(msg *nats.Msg, err error) {
+	if err == nil || s.room.kick == nil {
+		return
+	}
+	full := roomError(err)
+	if full == nil && !(s.srv != nil && errors.Is(err, context.DeadlineExceeded)) {
+		return
+	}
+	s.room.mu.Lock()
+	if full != nil {
+		// What JetStream counts: subject, headers, data, and its own
+		// bytes per record.
+		need := uint64(len(msg.Subject) + len(msg.Data) + 64)
+		for k, vs := range msg.Header {
+			for _, v := range vs {
+				need += uint64(len(k) + len(v) + 4)
+			}
+		}
+		s.room.need = max(s.room.need, need)
+	}
+	// The embedded server answers no write after a failed one (a full
+	// disk): the keeper finds out.
+	s.room.suspect = s.room.suspect || s.srv != nil
+	s.room.mu.Unlock()
+	select {
+	case s.room.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waitRoom reports whether a publish to subj that failed with err is made
+// again once the keeper (woken by noteWrite) made room: a record refused
+// because the log is full. A running run's event frame is, for as long as
+// its publish may take (backpressure on the turn); a new run's record is
+// while the keeper has not found the log full of running runs, which
+// refuses the turn.
+func (s *Store) waitRoom(subj string, err error) bool {
+	if roomError(err) == nil {
+		return false
+	}
+	return strings.HasSuffix(subj, ".ev") || s.Room() == nil
+}
+
+// roomError returns the ErrFull of a write JetStream refused for room,
+// nil for any other failure.
+func roomError(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return nil
+	}
+	switch {
+	case apiErr.ErrorCode == 10077 && strings.Contains(apiErr.Description, "maximum bytes"):
+		return fmt.Errorf("%w: it holds store.max_bytes", ErrFull) // 10077: stream store failed
+	case apiErr.ErrorCode == 10023, apiErr.ErrorCode == 10047: // insufficient resources
+		return fmt.Errorf("%w: JetStream has no storage left for it", ErrFull)
+	case strings.Contains(apiErr.Description, "no space left"):
+		return fmt.Errorf("%w: its disk is full", ErrFull)
+	}
+	return nil
+}
+
+// keepOnce is one pass of the keeper.
+func (s *Store) keepOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	full := s.checkDisk(ctx)
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		if ctx.Err() == nil && !s.isClosed() {
+			s.logger.Warn("turn store: cannot read the log's size", "error", err)
+		}
+		return
+	}
+	limit := s.limit(ctx, info.State.Bytes)
+	bytes := info.State.Bytes
+	s.room.mu.Lock()
+	need := s.room.need
+	s.room.need = 0
+	s.room.mu.Unlock()
+	target := uint64(lowWater * float64(limit))
+	if need > 0 && limit > need {
+		// A record was refused: room for it, below the low-water mark.
+		target = min(target, limit-need)
+	}
+	var evicted int
+	if limit > 0 && (float64(bytes) > highWater*float64(limit) || need > 0 && bytes > target) {
+		evicted = s.evict(ctx, info.State.FirstSeq, target, bytes)
+		if evicted > 0 {
+			if info, err = s.stream.Info(ctx); err != nil {
+				return
+			}
+			bytes = info.State.Bytes
+		}
+	}
+	if full == nil && limit > 0 && (float64(bytes) >= highWater*float64(limit) || bytes+need > limit) {
+		full = fmt.Errorf("%w: %d of %d bytes held by turns still running", ErrFull, bytes, limit)
+	}
+	var oldest time.Time
+	if info.State.Msgs > 0 {
+		oldest = info.State.FirstTime
+	}
+	s.room.mu.Lock()
+	s.room.usage.Evicted += uint64(evicted)
+	was := s.room.usage.Full
+	s.room.usage = Usage{Bytes: bytes, Limit: limit, Oldest: oldest, Evicted: s.room.usage.Evicted, Full: full}
+	warn := evicted > 0 && !oldest.IsZero() && time.Since(oldest) < s.cfg.Retention && time.Since(s.room.warned) >= warnEvery
+	if warn {
+		s.room.warned = time.Now()
+	}
+	s.room.mu.Unlock()
+	if evicted > 0 {
+		s.logger.Info("turn store: removed the oldest finished runs to make room", "runs", evicted, "bytes", bytes, "limit", limit)
+	}
+	if warn {
+		s.logger.Warn("turn store: retention is shorter than configured: the log is full, and the oldest run kept is younger than store.retention; raise store.max_bytes or lower store.retention",
+			"retention", s.cfg.Retention, "oldest_kept", time.Since(oldest).Round(time.Second), "max_bytes", s.cfg.MaxBytes, "limit", limit)
+	}
+	if (was == nil) != (full == nil) {
+		if full != nil {
+			s.logger.Warn("turn store: full; new turns are refused until space returns", "reason", full.Error())
+		} else {
+			s.logger.Info("turn store: space returned; new turns are taken again")
+		}
+		s.tell()
+	}
+}
+
+// limit returns what the log may hold: store.max_bytes, or what
+// JetStream's storage limit leaves it (the log's bytes plus what may still
+// be stored: the account's limit, or the embedded server's own) when that
+// is less; 0 is no bound.
+func (s *Store) limit(ctx context.Context, held uint64) uint64 {
+	var limit uint64
+	if s.cfg.MaxBytes > 0 {
+		limit = uint64(s.cfg.MaxBytes)
+	}
+	ai, err := s.room.js.AccountInfo(ctx)
+	if err != nil {
+		return limit
+	}
+	memory := s.cfg.Mode == ModeEmbedded && s.cfg.Dir == ""
+	used, most := ai.Store, ai.Limits.MaxStore
+	if memory {
+		used, most = ai.Memory, ai.Limits.MaxMemory
+	}
+	if most <= 0 && s.srv != nil {
+		if cfg := s.srv.JetStreamConfig(); cfg != nil {
+			most = cfg.MaxStore
+			if memory {
+				most = cfg.MaxMemory
+			}
+		}
+	}
+	if most <= 0 {
+		return limit
+	}
+	var left uint64
+	if uint64(most) > used {
+		left = uint64(most) - used
+	}
+	if account := held + left; limit == 0 || account < limit {
+		return account
+	}
+	return limit
+}
+
+// checkDisk returns an ErrFull when store.dir's disk has less than
+// minFreeDisk free, for the embedded file store; and when the disk has
+// room again after a write failed, it probes the embedded server, which
+// takes no write after a failed one, and restarts its JetStream if need
+// be.
+func (s *Store) checkDisk(ctx context.Context) error {
+	if s.srv == nil || s.cfg.Dir == "" {
+		return nil
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.cfg.Dir, &st); err != nil {
+		return nil
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	s.room.mu.Lock()
+	if free < minFreeDisk {
+		s.room.suspect = true
+	}
+	suspect := s.room.suspect
+	s.room.mu.Unlock()
+	if free < minFreeDisk {
+		return fmt.Errorf("%w: the disk of store.dir has %d bytes free", ErrFull, free)
+	}
+	if !suspect {
+		return nil
+	}
+	if err := s.probe(ctx); err != nil {
+		s.logger.Warn("turn store: the embedded server takes no writes since one failed; restarting its JetStream", "error", err)
+		if err := s.restartJetStream(); err != nil {
+			s.logger.Error("turn store: cannot restart the embedded JetStream", "error", err)
+			return fmt.Errorf("%w: the embedded server takes no writes", ErrFull)
+		}
+		if err := s.probe(ctx); err != nil {
+			return fmt.Errorf("%w: the embedded server takes no writes: %w", ErrFull, err)
+		}
+		s.logger.Info("turn store: the embedded JetStream was restarted and takes writes again")
+	}
+	s.room.mu.Lock()
+	s.room.suspect = false
+	s.room.mu.Unlock()
+	return nil
+}
+
+// probeSubject is where the keeper writes its probe: a token no turn id
+// encodes to (base64 never has one character).
+const probeSubject = subjectRoot + ".-.0.probe"
+
+// probe stores a small record and removes it.
+func (s *Store) probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.room.js.PublishMsg(pctx, &nats.Msg{Subject: probeSubject, Data: []byte("probe")}); err != nil {
+		return err
+	}
+	return s.stream.Purge(pctx, jetstream.WithPurgeSubject(probeSubject))
+}
+
+// restartJetStream restarts the embedded server's JetStream, which opens
+// the stream's files anew: a file store that failed a write (its disk was
+// full) refuses every later one until then.
+func (s *Store) restartJetStream() error {
+	cfg := s.srv.JetStreamConfig()
+	if cfg == nil {
+		return errors.New("JetStream is not enabled")
+	}
+	if err := s.srv.ShutdownJetStream(); err != nil {
+		return err
+	}
+	// EnableJetStream places its directory under the one it is given.
+	cfg.StoreDir = s.cfg.Dir
+	return s.srv.EnableJetStream(cfg)
+}
+
+// evict purges the oldest runs that are not running, from stream
+// sequence first on, until the log holds at most target bytes or
+// maxExamined runs were looked at; it returns how many it purged. bytes is
+// what the log holds now.
+func (s *Store) evict(ctx context.Context, first, target, bytes uint64) int {
+	purged := 0
+	seq := first
+	for examined := 0; examined < maxExamined && bytes > target; examined++ {
+		m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subjectRoot+".*.*.own"))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
+				s.logger.Warn("turn store: cannot read the log to make room", "error", err)
+			}
+			break
+		}
+		seq = m.Sequence + 1
+		k, ok := runOf(m.Subject)
+		if !ok {
+			continue
+		}
+		running, err := s.running(ctx, k)
+		if err != nil {
+			s.logger.Warn("turn store: cannot tell whether a run is running", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			continue
+		}
+		if running {
+			continue
+		}
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(k.prefix()+".>")); err != nil {
+			s.logger.Warn("turn store: cannot remove a finished run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			continue
+		}
+		purged++
+		info, err := s.stream.Info(ctx)
+		if err != nil {
+			break
+		}
+		bytes = info.State.Bytes
+	}
+	return purged
+}
+
+// runOf returns the run whose owner record subject is subj.
+func runOf(subj string) (runKey, bool) {
+	parts := strings.Split(subj, ".")
+	if len(parts) != 5 {
+		return runKey{}, false
+	}
+	id, err := base64.RawURLEncoding.DecodeString(parts[2])
+	n, aerr := strconv.ParseUint(parts[3], 10, 32)
+	if err != nil || aerr != nil {
+		return runKey{}, false
+	}
+	return runKey{turnID: string(id), attempt: uint32(n)}, true
+}
+
+// running reports whether run k may still be written to: it has a lease,
+// or its last owner record is recent enough that its owner may not have
+// written the lease yet (Create writes it without waiting): a lease TTL,
+// or with the embedded server, whose runs are all this replica's, 100ms
+// for a run this replica does not run. A run whose owner died is not
+// running: its log may go before a replica takes it over, which then finds
+// it gone.
+func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
+	young := s.cfg.LeaseTTL
+	if s.srv != nil {
+		s.mu.Lock()
+		_, mine := s.runs[k]
+		s.mu.Unlock()
+		if mine {
+			return true, nil
+		}
+		young = 100 * time.Millisecond
+	}
+	if _, err := s.leases.Get(ctx, k.lease()); err == nil {
+		return true, nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, err
+	}
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return time.Since(m.Time) < young, nil
+}
+
+// noRoomToStart explains a stream JetStream refused for its size: the
+// embedded server takes up to 75% of the disk's free space when it starts,
+// and refuses a stream whose max_bytes is larger.
+func (s *Store) noRoomToStart(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10047 && apiErr.ErrorCode != 10023 {
+		return err
+	}
+	if s.srv != nil {
+		var most int64
+		if cfg := s.srv.JetStreamConfig(); cfg != nil {
+			most = cfg.MaxStore
+			if s.cfg.Dir == "" {
+				most = cfg.MaxMemory
+			}
+		}
+		where := "the disk of store.dir (" + s.cfg.Dir + ")"
+		if s.cfg.Dir == "" {
+			where = "memory"
+		}
+		return fmt.Errorf("store.max_bytes (%d bytes) is more than the embedded JetStream may use on %s: %d bytes (three quarters of what was free when it started); set store.max_bytes to at most that, free space, or point store.dir at a larger disk: %w",
+			s.cfg.MaxBytes, where, most, err)
+	}
+	return fmt.Errorf("store.max_bytes (%d bytes) is more than the NATS account or servers may store (their JetStream max_file_store or the account's limit); lower store.max_bytes or raise theirs: %w", s.cfg.MaxBytes, err)
+}
