@@ -158,7 +158,12 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		return err
 	}
 	if cfg.Store.Mode != store.ModeOff {
+		// The store may wait for its NATS cluster to form (a new install's
+		// replicas start with it): meanwhile the listener answers health
+		// with NOT_SERVING and every RPC with UNAVAILABLE.
+		stopStarting := startingServer(lis, opts.TLS)
 		st, err := store.Open(ctx, cfg.Store, logger)
+		lis = stopStarting()
 		if err != nil {
 			return err
 		}
