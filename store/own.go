@@ -91,8 +91,30 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // signals to onSignal, and Finish. It fails with [ErrNotClaimed] when
 // another replica holds the lease, and with [fs.ErrNotExist] when the
 // run's log is gone.
+//
+// A lease that expired is taken over only when its owner does not say it
+// is renewing it (asked on a core NATS subject, which needs no stream
+// leader): a claim of a run whose owner is alive waits until the owner has
+// written its lease again, then fails with [ErrNotClaimed], or until the
+// owner stops answering, then claims it.
 func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error) {
 	k := runKey{turnID, attempt}
+	// An expired lease is no proof that its owner stopped: a bucket whose
+	// leader was lost for longer than the lease TTL expires the leases of
+	// live owners too. An owner that says it is renewing keeps the run: it
+	// writes its lease again once the bucket answers.
+	for s.ownerRenewing(ctx, k) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
+		case <-s.closed:
+			return nil, nil, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
+		case <-time.After(s.cfg.LeaseTTL / 2):
+		}
+		if _, err := s.leases.Get(ctx, k.lease()); err == nil {
+			return nil, nil, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
+		}
+	}
 	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
@@ -168,6 +190,19 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 		}
 	})
 	if err != nil {
+		return fmt.Errorf("store: control subscription: %w", err)
+	}
+	w.beat()
+	// Answered apart from the signals, whose handler may take its time.
+	w.alive, err = s.nc.Subscribe(k.alive(), func(m *nats.Msg) {
+		reply := "stopped"
+		if w.renewing() {
+			reply = aliveReply
+		}
+		_ = m.Respond([]byte(reply))
+	})
+	if err != nil {
+		_ = w.sub.Unsubscribe()
 		return fmt.Errorf("store: control subscription: %w", err)
 	}
 	go w.sender()

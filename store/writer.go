@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,7 +32,8 @@ type writer struct {
 	ownSeq uint64 // the stream sequence of the owner record appends expect
 	next   uint64 // the index (seq) of the next event the run stores, from 1
 	sub    *nats.Subscription
-	stop   chan struct{} // ends the lease renewal
+	alive  *nats.Subscription // answers whether the renewal runs
+	stop   chan struct{}      // ends the lease renewal
 	renew  sync.WaitGroup
 	sent   chan struct{} // closed when the sender has sent everything and ended
 
@@ -44,6 +46,8 @@ type writer struct {
 	// not known: the renewal updates the lease against it. Only the
 	// renewal goroutine uses it once started.
 	leaseRev uint64
+	// beatAt is when the renewal last ran, in Unix nanoseconds.
+	beatAt atomic.Int64
 
 	mu      sync.Mutex
 	queued  []pending     // appended, not yet sent
@@ -361,6 +365,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 	}
 	close(w.stop)
 	w.renew.Wait()
+	w.beatAt.Store(0) // renewing no more: a claim need not wait
 	if w.lease != nil {
 		select {
 		case <-w.lease.Ok():
@@ -370,6 +375,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		}
 	}
 	_ = w.sub.Unsubscribe()
+	_ = w.alive.Unsubscribe()
 	s.mu.Lock()
 	delete(s.runs, w.key)
 	s.mu.Unlock()
