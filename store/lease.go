@@ -115,6 +115,7 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jets
 // and renewing, which a lease expired for want of a leader does not say.
 func (w *writer) renewLoop() {
 	defer w.renew.Done()
+	defer w.beatAt.Store(0) // stopped: a claim need not wait
 	every := w.s.cfg.LeaseTTL / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
@@ -128,7 +129,10 @@ func (w *writer) renewLoop() {
 		case <-t.C:
 		}
 		w.beat()
+		w.trying.Store(true)
 		renewed, lost := w.renewOnce()
+		w.trying.Store(false)
+		w.beat()
 		if lost {
 			return
 		}
@@ -146,20 +150,20 @@ const renewRetry = 100 * time.Millisecond
 // beat records that the renewal is running now.
 func (w *writer) beat() { w.beatAt.Store(time.Now().UnixNano()) }
 
-// renewing reports whether the lease's renewal ran within half a lease
-// TTL: it runs at least every third of one, each attempt bounded by a
-// third, so a renewal that is working (or trying, against a cluster
-// electing a leader) beats well within it, and one that stopped (the run
-// ended, the process is paused) does not.
+// renewing reports whether the lease's renewal is running: an attempt is
+// under way (against a cluster electing a leader it may wait up to a
+// lease TTL), or one ended within half a lease TTL (they are at most a
+// third apart). A renewal that stopped (the run ended, the process is
+// paused) is not.
 func (w *writer) renewing() bool {
-	return time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
+	return w.trying.Load() || time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
 }
 
 // renewOnce renews the lease once; it reports whether the lease was
 // written, and whether the run is lost.
 func (w *writer) renewOnce() (renewed, lost bool) {
 	s := w.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/3)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
 	defer cancel()
 	if w.lease != nil {
 		// The first write's revision; its acknowledgement came long ago.

@@ -46,8 +46,10 @@ type writer struct {
 	// not known: the renewal updates the lease against it. Only the
 	// renewal goroutine uses it once started.
 	leaseRev uint64
-	// beatAt is when the renewal last ran, in Unix nanoseconds.
+	// beatAt is when the renewal last ran, in Unix nanoseconds; trying
+	// says an attempt is under way (see renewing).
 	beatAt atomic.Int64
+	trying atomic.Bool
 
 	mu      sync.Mutex
 	queued  []pending     // appended, not yet sent
@@ -159,9 +161,20 @@ func splitFrame(frame []byte) ([][]byte, error) {
 
 // Bounds of storing one frame: how long an attempt waits for its
 // acknowledgement, and how long all of them may take.
+//
+// They follow the cluster's elections. A NATS server that dies uncleanly
+// (SIGKILL, a lost node) leaves its streams without a leader until a
+// follower's election timer fires: nats-server waits 4–9 s (random, not
+// configurable) after the dead leader's last heartbeat, and meanwhile an
+// append gets no answer. The attempts are short, so the first one after
+// the election is made within publishTry+publishBackoff of it (a frame
+// sent again carries the same message id and is stored once), and all of
+// them together outlast the slowest election and the new leader's
+// catching up three times over, so a turn pauses through a leader's loss
+// instead of failing.
 const (
-	publishTry     = 500 * time.Millisecond
-	publishTimeout = 10 * time.Second
+	publishTry     = 250 * time.Millisecond
+	publishTimeout = 30 * time.Second
 	publishBackoff = 50 * time.Millisecond
 	// duplicateWindow is how long the stream remembers the message ids
 	// of frames: longer than a frame's attempts take.
@@ -213,12 +226,18 @@ func (w *writer) publish(frame []byte) error {
 
 // publishRetried publishes msg and returns its acknowledgement. An attempt
 // that [mayPass] is made again after a short pause, each waiting
-// publishTry for its answer, all within ctx and until the store closes;
+// publishTry for its answer (one that may not be made again waits as long
+// as ctx allows), all within ctx and until the store closes;
 // dedupe says that msg carries a message id, so one that got no answer
 // may be made again too. It returns the last attempt's failure.
 func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for {
-		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		// Only an attempt that may be made again gives up early.
+		try := publishTimeout
+		if dedupe {
+			try = publishTry
+		}
+		tctx, tcancel := context.WithTimeout(ctx, try)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
 		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
@@ -365,7 +384,6 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 	}
 	close(w.stop)
 	w.renew.Wait()
-	w.beatAt.Store(0) // renewing no more: a claim need not wait
 	if w.lease != nil {
 		select {
 		case <-w.lease.Ok():
