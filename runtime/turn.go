@@ -35,8 +35,11 @@ type turn struct {
 	// being continued: committed, merged with the rest, once it ends. cut
 	// holds the text the current step kept from cut streams. While either
 	// is set, each call continues them (see [continuation]).
-	reply    []llm.Part
-	cut      []llm.Part
+	reply []llm.Part
+	cut   []llm.Part
+	// cutFrom is the first event of cut when a resumed turn kept it from
+	// the previous runner's interrupted call; the first step takes it.
+	cutFrom  uint64
 	usage    llm.Usage
 	counters Counters
 	attempts []ModelAttempts

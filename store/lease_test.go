@@ -170,7 +170,7 @@ func TestLeaseRenewalIsOneWrite(t *testing.T) {
 	wa, _ := a.writer(k.turnID, k.attempt)
 	pauseRenewal(wa)
 	waitExpired(t, expired, k)
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	// The claim's write may be among the next two; four renewals follow.
@@ -223,7 +223,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 			break
 		}
 	}
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
 		t.Fatalf("claim of a renewed lease: %v", err)
 	}
 	select {
@@ -235,7 +235,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 	// Paused again; this time b claims the run before a wakes up.
 	resume = pauseRenewal(w)
 	waitExpired(t, expired, k)
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	resume()
@@ -289,7 +289,7 @@ func TestLiveOwnerKeepsItsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExpired(t, expired, k)
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
 		t.Fatalf("claim of a run whose owner is alive: %v, want ErrNotClaimed", err)
 	}
 	if e, err := b.leases.Get(ctx, k.lease()); err != nil || string(e.Value()) != a.ReplicaID() {
@@ -312,7 +312,7 @@ func TestLiveOwnerKeepsItsRun(t *testing.T) {
 	w, _ := a.writer(k.turnID, k.attempt)
 	resume := pauseRenewal(w)
 	waitExpired(t, expired, k)
-	if _, evs, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil || len(evs) != 1 {
+	if _, evs, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil || len(evs) != 1 {
 		t.Fatalf("claim of a run whose owner stopped renewing: %d events, %v", len(evs), err)
 	}
 	resume()
