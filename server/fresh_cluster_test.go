@@ -104,4 +104,3 @@ func TestFreshClusterStart(t *testing.T) {
 		sameEvents(t, fmt.Sprintf("replica %d's turn replayed elsewhere", i), got, evs)
 	}
 }
-

@@ -253,4 +253,3 @@ func TestTakeoverBounded(t *testing.T) {
 	default:
 	}
 }
-
