@@ -128,10 +128,16 @@ func TestLeaderKillPause(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 
+	// TURNSTILE_LEADER_KILL_TARGET=leases kills the lease bucket's leader
+	// instead: the live owners' leases expire, and none may be taken over.
+	target := StreamName
+	if os.Getenv("TURNSTILE_LEADER_KILL_TARGET") == "leases" {
+		target = "KV_" + LeaseBucket
+	}
 	leader := func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		st, err := js.Stream(ctx, StreamName)
+		st, err := js.Stream(ctx, target)
 		if err != nil {
 			return ""
 		}
@@ -140,12 +146,21 @@ func TestLeaderKillPause(t *testing.T) {
 		}
 		return ""
 	}
+	streamLeader := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, StreamName)
+		if err != nil || st.CachedInfo().Cluster == nil {
+			return ""
+		}
+		return st.CachedInfo().Cluster.Leader
+	}
 	// caughtUp reports whether the stream has a leader and every replica
 	// is current.
 	caughtUp := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		st, err := js.Stream(ctx, StreamName)
+		st, err := js.Stream(ctx, target)
 		if err != nil {
 			return false
 		}
@@ -160,7 +175,7 @@ func TestLeaderKillPause(t *testing.T) {
 		}
 		return true
 	}
-	var all []time.Duration
+	var all, afterElection []time.Duration
 	time.Sleep(2 * time.Second)
 	for k := range kills {
 		for deadline := time.Now().Add(60 * time.Second); !caughtUp(); time.Sleep(100 * time.Millisecond) {
@@ -170,8 +185,30 @@ func TestLeaderKillPause(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		name := leader()
+		if target != StreamName {
+			// The lease bucket must have been without a leader for longer
+			// than the lease TTL (2s) for leases to expire.
+			t.Logf("kill %d: the stream's leader is on the server killed: %v", k+1, name == streamLeader())
+		}
 		killed := time.Now()
 		c.kill(t, name)
+		// When the cluster has a new leader, polled every 20ms: the pause
+		// beyond it is the replicas' own.
+		elected := make(chan time.Time, 1)
+		go func() {
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				st, err := js.Stream(ctx, target)
+				cancel()
+				if err == nil && st.CachedInfo().Cluster != nil {
+					if l := st.CachedInfo().Cluster.Leader; l != "" && l != name {
+						elected <- time.Now()
+						return
+					}
+				}
+			}
+			elected <- time.Time{}
+		}()
 		// Wait until every run stores events again: its last append
 		// acknowledged within 200ms, a second or more after the kill.
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -194,21 +231,42 @@ func TestLeaderKillPause(t *testing.T) {
 				t.Fatalf("kill %d: %d of %d runs resumed within a minute", k, resumed, len(rs))
 			}
 		}
-		var pauses []time.Duration
+		var pauses, after []time.Duration
+		at := <-elected
 		for _, r := range rs {
 			r.mu.Lock()
 			pauses = append(pauses, pauseAround(r.acks, killed))
+			for _, a := range r.acks {
+				if !at.IsZero() && a.After(at) {
+					after = append(after, a.Sub(at))
+					break
+				}
+			}
 			r.mu.Unlock()
+		}
+		slices.Sort(after)
+		if len(after) > 0 {
+			afterElection = append(afterElection, after...)
+			t.Logf("kill %d: new leader seen %v after the kill; first append %v-%v after it", k+1,
+				at.Sub(killed).Round(time.Millisecond), after[0].Round(time.Millisecond), after[len(after)-1].Round(time.Millisecond))
 		}
 		slices.Sort(pauses)
 		all = append(all, pauses...)
-		t.Logf("kill %d of %s (stream leader): pause min %v, median %v, max %v", k+1, name,
-			pauses[0].Round(time.Millisecond), pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond))
+		t.Logf("kill %d of %s (leader of %s): pause min %v, median %v, max %v", k+1, name,
+			target, pauses[0].Round(time.Millisecond), pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond))
 		c.restart(t, name)
 	}
 	slices.Sort(all)
+	if len(afterElection) > 0 {
+		slices.Sort(afterElection)
+		t.Logf("first append after the new leader was seen: p50 %v, p99 %v", percentile(afterElection, 50).Round(time.Millisecond),
+			percentile(afterElection, 99).Round(time.Millisecond))
+	}
 	t.Logf("%d kills, %d runs: pause p50 %v, p99 %v, max %v", kills, runs, percentile(all, 50).Round(time.Millisecond),
 		percentile(all, 99).Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond))
+	n := 0
+	stolen.Range(func(any, any) bool { n++; return true })
+	t.Logf("runs taken over from their live owner: %d", n)
 	stolen.Range(func(id, _ any) bool {
 		t.Errorf("run %v was taken over from its live owner", id)
 		return true
