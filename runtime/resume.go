@@ -18,7 +18,9 @@ import (
 // messages plus Committed. Then it finishes what was interrupted, in this
 // order: when the interrupted model call had streamed output (from
 // DiscardFromSeq), a Retry event with DiscardPartial tells consumers to
-// drop it and the step is made again; when the last committed message is
+// drop it and the step is made again, unless the model continues cut
+// streams and the output was text (Cut), which the Retry event keeps and
+// the step continues; when the last committed message is
 // a reply whose tool calls have no committed results, those tools are
 // dealt with (see ToolResults and ToolsStarted); when it is a reply that
 // ended the turn, the turn ends as it would have; when it is what a
@@ -43,8 +45,21 @@ type Resume struct {
 	Usage    llm.Usage
 	Counters Counters
 	// DiscardFromSeq, when not 0, is the seq of the first output event of
-	// the model call that was interrupted: that output is never committed.
+	// the model call that was interrupted: that output is never committed
+	// as it is.
 	DiscardFromSeq uint64
+	// Cut is the text the interrupted model call had streamed (from
+	// DiscardFromSeq), when it streamed text only. A model whose
+	// on_stream_cut is [StreamCutContinue] continues it, as it continues
+	// a stream cut short in one process: the Retry event keeps it
+	// (DiscardPartial false), the next call continues from it, and the
+	// committed reply is Cut followed by the continuation. Otherwise the
+	// output is discarded and the call made again.
+	Cut []llm.Part
+	// Abort, when set, ends the resumed turn at once with it (a TurnError)
+	// instead of continuing it: the turn has been taken over too many
+	// times.
+	Abort *llm.Error
 	// ToolResults holds, by call id, the results already stored
 	// (ToolFinished events) of the last committed reply's tool calls:
 	// they are used as they are, and those calls do not run again.
@@ -63,14 +78,24 @@ type Resume struct {
 // resume finishes what the previous runner of a resumed turn was doing.
 // done reports that the turn ended, with res or err.
 func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done bool, err error) {
+	if rs.Abort != nil {
+		return nil, true, t.fail(ctx, rs.Abort)
+	}
 	if rs.DiscardFromSeq > 0 {
 		m := t.chain.current()
 		t.counters.Retries++
-		t.out.emit(ctx, &Retry{
+		retry := &Retry{
 			Attempt: 2, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias, Kind: llm.KindUnavailable,
 			Message:        "the server running the turn went away during the model call; the call is made again",
 			DiscardPartial: true, DiscardFromSeq: rs.DiscardFromSeq,
-		})
+		}
+		if m.OnStreamCut == StreamCutContinue && continuable(rs.Cut) {
+			// Kept: the first step continues it (see step's keptFrom).
+			t.cut, t.cutFrom = slices.Clone(rs.Cut), rs.DiscardFromSeq
+			retry.Message = "the server running the turn went away during the model call; the reply is continued from where it stopped"
+			retry.DiscardPartial, retry.DiscardFromSeq = false, 0
+		}
+		t.out.emit(ctx, retry)
 	}
 	if len(rs.Committed) == 0 {
 		return nil, false, nil

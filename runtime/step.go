@@ -21,7 +21,8 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 	var ticket *policy.Ticket
 	// keptFrom is the first event of the output this step kept from cut
 	// streams (t.cut), 0 when none was kept.
-	var keptFrom uint64
+	keptFrom := t.cutFrom
+	t.cutFrom = 0
 	defer func() {
 		if t.interrupted == nil && t.stopped(ctx) != nil {
 			t.interrupted = t.cut

@@ -41,10 +41,13 @@ type turn struct {
 	// interrupted holds the reply the turn was writing when it stopped:
 	// what a cancel commits of it (see [turn.closeCancelled]).
 	interrupted []llm.Part
-	usage       llm.Usage
-	counters    Counters
-	attempts    []ModelAttempts
-	steps       int
+	// cutFrom is the first event of cut when a resumed turn kept it from
+	// the previous runner's interrupted call; the first step takes it.
+	cutFrom  uint64
+	usage    llm.Usage
+	counters Counters
+	attempts []ModelAttempts
+	steps    int
 	// resumed holds what the previous runner of a resumed turn left of
 	// the tool calls it was running; nil once they are dealt with.
 	resumed *Resume

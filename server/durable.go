@@ -64,8 +64,9 @@ type TurnStore interface {
 	WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error
 	// Claim takes over a run whose owner's lease expired: it fences the
 	// old owner out and returns the run's first record and every event
-	// stored. The claimer then owns the run as its creator would.
-	Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error)
+	// stored, and how many times the run was claimed, this claim's
+	// included. The claimer then owns the run as its creator would.
+	Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, claims int, err error)
 }
 
 // Signals sent to the owner of a run.

@@ -35,14 +35,14 @@ func (s *service) takeOver(ctx context.Context, k runKey) {
 	}
 	rctx, cancel := context.WithCancelCause(context.Background())
 	r := newRun(k, nil, cancel)
-	rec, raw, err := s.store.Claim(ctx, k.turnID, k.attempt, func(sig string) []byte { return s.onSignal(r, sig) })
+	rec, raw, claims, err := s.store.Claim(ctx, k.turnID, k.attempt, func(sig string) []byte { return s.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
 		s.unadmit()
 		s.logger.Debug("turn store: run not taken over", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		return
 	}
-	tr, events, err := s.resumeRequest(k, rec, raw)
+	tr, events, err := s.resumeRequest(k, rec, raw, claims)
 	if err != nil || tr == nil {
 		// Finished after all, or unreadable: give it up as it is.
 		if err != nil {
@@ -63,8 +63,9 @@ func (s *service) takeOver(ctx context.Context, k runKey) {
 		r.cancel = func(cause error) { stop(cause); cancelDL() }
 	}
 	r.events = events
-	s.logger.Info("taking over a turn whose server went away", "turn_id", k.turnID, "attempt", k.attempt,
-		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "committed", len(tr.Resume.Committed))
+	s.logger.Info("taking over a turn whose server went away", "turn_id", k.turnID, "attempt", k.attempt, "takeover", claims,
+		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "continued", len(tr.Resume.Cut) > 0,
+		"committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
 	s.mu.Lock()
 	s.runs[k] = r
 	s.mu.Unlock()
@@ -74,9 +75,15 @@ func (s *service) takeOver(ctx context.Context, k runKey) {
 	go s.own(rctx, r, tr)
 }
 
+// maxTakeovers bounds the takeovers of one run: a run claimed more often
+// than that (its owners keep going away, or the turn itself brings them
+// down) ends with a retryable UNAVAILABLE error instead of looping.
+const maxTakeovers = 3
+
 // resumeRequest rebuilds the runtime request of a run taken over from its
 // first record and its stored events; nil when the run already ended.
-func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
+// claims counts the run's takeovers, this one's included.
+func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
 	var first runRecord
 	if err := json.Unmarshal(rec, &first); err != nil {
 		return nil, nil, fmt.Errorf("run record: %w", err)
@@ -108,6 +115,10 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte) (*runtime.Tu
 	if err != nil || rs == nil {
 		return nil, nil, err
 	}
+	if claims > maxTakeovers {
+		rs.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
+			"the turn was taken over %d times (at most %d): the servers running it kept going away; run it again", claims, maxTakeovers)}
+	}
 	tr.Resume = rs
 	return tr, events, nil
 }
@@ -117,6 +128,10 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte) (*runtime.Tu
 func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 	rs := &runtime.Resume{NextSeq: uint64(len(events)) + 1}
 	var lastStop llm.StopReason
+	// cut is the text streamed from rs.DiscardFromSeq on; textOnly says
+	// nothing else was.
+	var cut string
+	var textOnly bool
 	for _, ev := range events {
 		switch p := ev.GetPayload().(type) {
 		case *turnstilev1.AgentEvent_TurnCompleted, *turnstilev1.AgentEvent_Error:
@@ -126,10 +141,16 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 		case *turnstilev1.AgentEvent_LlmCallStarted:
 			rs.Counters.ModelCalls++
 			rs.Model = p.LlmCallStarted.GetModel()
-		case *turnstilev1.AgentEvent_TextDelta, *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
+		case *turnstilev1.AgentEvent_TextDelta:
+			if rs.DiscardFromSeq == 0 {
+				rs.DiscardFromSeq, cut, textOnly = ev.GetSeq(), "", true
+			}
+			cut += p.TextDelta.GetText()
+		case *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
 			if rs.DiscardFromSeq == 0 {
 				rs.DiscardFromSeq = ev.GetSeq()
 			}
+			textOnly = false
 		case *turnstilev1.AgentEvent_LlmCallFinished:
 			lastStop = llm.StopReason(p.LlmCallFinished.GetStopReason())
 		case *turnstilev1.AgentEvent_Retry:
@@ -175,6 +196,9 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 				delete(rs.ToolsStarted, f.GetCallId())
 			}
 		}
+	}
+	if rs.DiscardFromSeq != 0 && textOnly && cut != "" {
+		rs.Cut = []llm.Part{llm.TextPart(cut)}
 	}
 	return rs, nil
 }

@@ -55,7 +55,7 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 	for _, err := b.leases.Get(ctx, runKey{"t.1", 2}.lease()); err != nil; _, err = b.leases.Get(ctx, runKey{"t.1", 2}.lease()) {
 		time.Sleep(time.Millisecond)
 	}
-	if _, _, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil }); !errors.Is(err, ErrNotClaimed) {
+	if _, _, _, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil }); !errors.Is(err, ErrNotClaimed) {
 		t.Fatalf("claim of a run whose lease is held: %v", err)
 	}
 	select {
@@ -66,9 +66,12 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the expired lease was not seen")
 	}
-	rec, evs, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil })
+	rec, evs, claims, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil })
 	if err != nil {
 		t.Fatal(err)
+	}
+	if claims != 1 {
+		t.Errorf("the run's first claim counts %d claims, want 1", claims)
 	}
 	if string(rec) != "req" || fmt.Sprintf("%q", evs) != `["e1" "e2"]` {
 		t.Fatalf("claimed %q with %q", rec, evs)

@@ -33,3 +33,7 @@ func (k runKey) control() string {
 
 // lease is the run's key in the lease bucket.
 func (k runKey) lease() string { return k.token() + "." + strconv.FormatUint(uint64(k.attempt), 10) }
+
+// alive is the core NATS subject on which the run's owner says whether it
+// is renewing the run's lease.
+func (k runKey) alive() string { return k.control() + ".alive" }

@@ -100,17 +100,27 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jets
 }
 
 // renewLoop renews the run's lease three times per lease TTL until the
-// run ends. A renewal is one update of the lease against the revision this
-// replica wrote last; only when that is refused (another write came
-// between: another replica's claim, or the lease expired during a long
-// pause) or its outcome is unknown does the renewal read the lease: an
-// expired lease is taken again unless another replica holds it, and a
+// run ends, and sooner after a renewal that failed (the bucket's leader
+// went away: the cluster is electing another): the lease is written again
+// as soon as a leader takes it. A renewal is one update of the lease
+// against the revision this replica wrote last; only when that is refused
+// (another write came between: another replica's claim, or the lease
+// expired, as a bucket whose leader was lost for longer than the TTL
+// expires it) or its outcome is unknown does the renewal read the lease:
+// an expired lease is taken again unless another replica holds it, and a
 // lease another replica holds means the run is lost.
+//
+// Each attempt, failed or not, is a beat ([writer.renewing]): it is how
+// the owner tells a replica about to take the run over that it is alive
+// and renewing, which a lease expired for want of a leader does not say.
 func (w *writer) renewLoop() {
 	defer w.renew.Done()
-	t := time.NewTicker(w.s.cfg.LeaseTTL / 3)
+	defer w.beatAt.Store(0) // stopped: a claim need not wait
+	every := w.s.cfg.LeaseTTL / 3
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
+		w.beat()
 		select {
 		case <-w.stop:
 			return
@@ -118,14 +128,40 @@ func (w *writer) renewLoop() {
 			return
 		case <-t.C:
 		}
-		if !w.renewOnce() {
+		w.beat()
+		w.trying.Store(true)
+		renewed, lost := w.renewOnce()
+		w.trying.Store(false)
+		w.beat()
+		if lost {
 			return
+		}
+		if renewed {
+			t.Reset(every)
+		} else {
+			t.Reset(min(renewRetry, every))
 		}
 	}
 }
 
-// renewOnce renews the lease once; it reports false when the run is lost.
-func (w *writer) renewOnce() bool {
+// renewRetry is the pause before a failed renewal is made again.
+const renewRetry = 100 * time.Millisecond
+
+// beat records that the renewal is running now.
+func (w *writer) beat() { w.beatAt.Store(time.Now().UnixNano()) }
+
+// renewing reports whether the lease's renewal is running: an attempt is
+// under way (against a cluster electing a leader it may wait up to a
+// lease TTL), or one ended within half a lease TTL (they are at most a
+// third apart). A renewal that stopped (the run ended, the process is
+// paused) is not.
+func (w *writer) renewing() bool {
+	return w.trying.Load() || time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
+}
+
+// renewOnce renews the lease once; it reports whether the lease was
+// written, and whether the run is lost.
+func (w *writer) renewOnce() (renewed, lost bool) {
 	s := w.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
 	defer cancel()
@@ -145,14 +181,14 @@ func (w *writer) renewOnce() bool {
 		rev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), w.leaseRev)
 		if err == nil {
 			w.leaseRev = rev
-			return true
+			return true, false
 		}
 		// Refused: somebody else wrote it. Unknown (no answer): it may
 		// have been written; either way the next revision is read.
 		w.leaseRev = 0
 		if !isWrongLastSeq(err) {
 			s.logger.Warn("turn lease not renewed", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
-			return true
+			return false, false
 		}
 	}
 	e, err := s.leases.Get(ctx, w.key.lease())
@@ -165,12 +201,29 @@ func (w *writer) renewOnce() bool {
 		err = fmt.Errorf("%w: replica %s holds its lease", ErrLost, e.Value())
 		w.fail(err)
 		go w.onSignal(SignalLost)
-		return false
+		return false, true
 	}
 	if err != nil {
 		s.logger.Warn("turn lease not renewed", "turn_id", w.key.turnID, "attempt", w.key.attempt, "error", err)
+		return false, false
 	}
-	return true
+	return true, false
+}
+
+// aliveReply is the answer of an owner whose renewal is running to the
+// question a replica asks before it takes a run over (see [Store.Claim]).
+const aliveReply = "renewing"
+
+// ownerRenewing asks the owner of run k, on the run's alive subject (core
+// NATS, which needs no stream leader), whether it is renewing the run's
+// lease. No answer (no owner, or one that cannot answer in time) is the
+// evidence a takeover needs; an owner that answers is alive and will
+// write its lease again.
+func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL, time.Second))
+	defer cancel()
+	m, err := s.nc.RequestWithContext(ctx, k.alive(), nil)
+	return err == nil && string(m.Data) == aliveReply
 }
 
 // dropLease gives up run k's lease without a word to the other replicas:

@@ -170,7 +170,7 @@ func TestLeaseRenewalIsOneWrite(t *testing.T) {
 	wa, _ := a.writer(k.turnID, k.attempt)
 	pauseRenewal(wa)
 	waitExpired(t, expired, k)
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	// The claim's write may be among the next two; four renewals follow.
@@ -223,7 +223,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 			break
 		}
 	}
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
 		t.Fatalf("claim of a renewed lease: %v", err)
 	}
 	select {
@@ -235,7 +235,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 	// Paused again; this time b claims the run before a wakes up.
 	resume = pauseRenewal(w)
 	waitExpired(t, expired, k)
-	if _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	resume()
@@ -259,4 +259,65 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 	if e, err := b.leases.Get(ctx, k.lease()); err == nil {
 		t.Fatalf("lease left after Finish: %s", e.Value())
 	}
+}
+
+// TestLiveOwnerKeepsItsRun: a lease that expires while its owner is alive
+// and renewing, as every lease of a bucket does when its leader is lost
+// for longer than the TTL, is not taken over: the claim waits until the
+// owner has written its lease again and fails with ErrNotClaimed, the
+// owner is told nothing and goes on appending. Once the owner stops
+// renewing, a claim succeeds.
+func TestLiveOwnerKeepsItsRun(t *testing.T) {
+	url := natstest.Start(t)
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond
+	a := openTestReplica(t, url, ttl)
+	b := openTestReplica(t, url, ttl)
+	k := runKey{"alive", 1}
+	ops := watchLeaseOps(t, url, k.lease())
+	expired := watchExpired(t, b)
+
+	signals := make(chan string, 4)
+	onSignal := func(sig string) []byte { signals <- sig; return nil }
+	if _, _, err := a.Create(ctx, k.turnID, k.attempt, []byte("req"), onSignal); err != nil {
+		t.Fatal(err)
+	}
+	ops.waitWrites(t, 2)
+	// The lease expires under its live owner: what a bucket that was
+	// without a leader for longer than the TTL does, a purge marker.
+	if err := b.leases.Purge(ctx, k.lease()); err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(t, expired, k)
+	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
+		t.Fatalf("claim of a run whose owner is alive: %v, want ErrNotClaimed", err)
+	}
+	if e, err := b.leases.Get(ctx, k.lease()); err != nil || string(e.Value()) != a.ReplicaID() {
+		t.Fatalf("lease after the claim: %v, err %v; want held by the owner %s", e, err, a.ReplicaID())
+	}
+	select {
+	case sig := <-signals:
+		t.Fatalf("signal %q to an owner that kept its run", sig)
+	default:
+	}
+	stored := make(chan error, 1)
+	if err := a.Append(ctx, k.turnID, k.attempt, []byte("e1"), func(err error) { stored <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stored; err != nil {
+		t.Fatalf("the owner's append: %v", err)
+	}
+
+	// Paused, it no longer says it renews: the run is taken over.
+	w, _ := a.writer(k.turnID, k.attempt)
+	resume := pauseRenewal(w)
+	waitExpired(t, expired, k)
+	if _, evs, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil || len(evs) != 1 {
+		t.Fatalf("claim of a run whose owner stopped renewing: %d events, %v", len(evs), err)
+	}
+	resume()
+	if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Finish(ctx, k.turnID, k.attempt)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -159,7 +160,11 @@ func TestNATSAuthAndTLS(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := store.DefaultConfig()
 			cfg.Mode, cfg.NATS = store.ModeNATS, tt.nats
-			s, err := store.Open(t.Context(), cfg, nil)
+			// A server that is not there is waited for (it may be starting)
+			// as long as the context allows.
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			s, err := store.Open(ctx, cfg, nil)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Open: %v", err)

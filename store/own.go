@@ -90,15 +90,42 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // more. Then this replica owns the run as if it had created it: Append,
 // signals to onSignal, and Finish. It fails with [ErrNotClaimed] when
 // another replica holds the lease, and with [fs.ErrNotExist] when the
-// run's log is gone.
-func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, err error) {
+// run's log is gone. claims counts the run's claims, this one's included:
+// how many times its owner went away.
+//
+// A lease that expired is taken over only when its owner does not say it
+// is renewing it (asked on a core NATS subject, which needs no stream
+// leader): a claim of a run whose owner is alive waits until the owner has
+// written its lease again, then fails with [ErrNotClaimed], or until the
+// owner stops answering, then claims it.
+func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, claims int, err error) {
 	k := runKey{turnID, attempt}
+	// An expired lease is no proof that its owner stopped: a bucket whose
+	// leader was lost for longer than the lease TTL expires the leases of
+	// live owners too. An owner that says it is renewing keeps the run: it
+	// writes its lease again once the bucket answers.
+	for waited := false; s.ownerRenewing(ctx, k); waited = true {
+		if !waited {
+			s.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
+				"turn_id", turnID, "attempt", attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
+		case <-s.closed:
+			return nil, nil, 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
+		case <-time.After(s.cfg.LeaseTTL / 2):
+		}
+		if _, err := s.leases.Get(ctx, k.lease()); err == nil {
+			return nil, nil, 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
+		}
+	}
 	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return nil, nil, ErrNotClaimed
+			return nil, nil, 0, ErrNotClaimed
 		}
-		return nil, nil, fmt.Errorf("store: claim lease: %w", err)
+		return nil, nil, 0, fmt.Errorf("store: claim lease: %w", err)
 	}
 	release := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
@@ -108,11 +135,11 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		release()
-		return nil, nil, fmt.Errorf("store: run %q attempt %d: %w", turnID, attempt, fs.ErrNotExist)
+		return nil, nil, 0, fmt.Errorf("store: run %q attempt %d: %w", turnID, attempt, fs.ErrNotExist)
 	}
 	if err != nil {
 		release()
-		return nil, nil, fmt.Errorf("store: claim: %w", err)
+		return nil, nil, 0, fmt.Errorf("store: claim: %w", err)
 	}
 	// The fence: appends expect the last owner record, which is now ours.
 	// A replicated stream refuses it while an append of the old owner,
@@ -124,24 +151,37 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	}
 	if isWrongLastSeq(err) {
 		release()
-		return nil, nil, ErrNotClaimed
+		return nil, nil, 0, ErrNotClaimed
 	}
 	if err != nil {
 		release()
-		return nil, nil, fmt.Errorf("store: claim: %w", err)
+		return nil, nil, 0, fmt.Errorf("store: claim: %w", err)
 	}
 	if record, err = s.Record(ctx, turnID, attempt); err == nil {
 		events, err = s.readAll(ctx, k)
 	}
+	if err == nil {
+		claims, err = s.claims(ctx, k)
+	}
 	if err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return record, events, nil
+	return record, events, claims, nil
+}
+
+// claims returns how many times run k was claimed: its owner records but
+// the first (its creator's), this claim's included.
+func (s *Store) claims(ctx context.Context, k runKey) (int, error) {
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(k.own()))
+	if err != nil {
+		return 0, fmt.Errorf("store: claim: %w", err)
+	}
+	return int(info.State.Subjects[k.own()]) - 1, nil
 }
 
 // readAll returns every event of run k stored now.
@@ -168,6 +208,19 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 		}
 	})
 	if err != nil {
+		return fmt.Errorf("store: control subscription: %w", err)
+	}
+	w.beat()
+	// Answered apart from the signals, whose handler may take its time.
+	w.alive, err = s.nc.Subscribe(k.alive(), func(m *nats.Msg) {
+		reply := "stopped"
+		if w.renewing() {
+			reply = aliveReply
+		}
+		_ = m.Respond([]byte(reply))
+	})
+	if err != nil {
+		_ = w.sub.Unsubscribe()
 		return fmt.Errorf("store: control subscription: %w", err)
 	}
 	go w.sender()

@@ -90,13 +90,14 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	}
 	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, closed: make(chan struct{})}
 	var err error
+	until := time.Now().Add(setUpBound)
 	if cfg.Mode == ModeEmbedded {
 		err = s.startEmbedded()
 	} else {
-		err = s.connect()
+		err = s.connect(ctx, until)
 	}
 	if err == nil {
-		err = s.setUp(ctx)
+		err = s.setUp(ctx, until)
 	}
 	if err != nil {
 		s.Close()
@@ -171,10 +172,20 @@ func (s *Store) startEmbedded() error {
 	return nil
 }
 
-// connect connects to the cluster of mode nats.
-func (s *Store) connect() error {
+// connect connects to the cluster of mode nats. A cluster that nothing
+// answers at yet (its servers start with this replica, as a new install
+// does) is tried again, within the set-up's bound (see [setUpBound]);
+// any other failure (credentials, TLS) is reported at once.
+func (s *Store) connect(ctx context.Context, until time.Time) error {
 	n := s.cfg.NATS
-	opts := []nats.Option{nats.Name("turnstile"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts := []nats.Option{
+		nats.Name("turnstile"), nats.MaxReconnects(-1),
+		// A server that died is left for another at once: the cluster
+		// elects new stream leaders meanwhile, and appends resume on the
+		// first server that answers.
+		nats.ReconnectWait(reconnectWait), nats.ReconnectJitter(reconnectJitter, reconnectJitter),
+		nats.Timeout(connectTimeout),
+	}
 	if n.Credentials != "" {
 		opts = append(opts, nats.UserCredentials(n.Credentials))
 	}
@@ -184,13 +195,28 @@ func (s *Store) connect() error {
 	if n.CertFile != "" {
 		opts = append(opts, nats.ClientCert(n.CertFile, n.KeyFile))
 	}
-	nc, err := nats.Connect(n.URL, opts...)
+	err := s.retrySetUp(ctx, until, "a NATS server of store.nats.url to answer", func(context.Context) error {
+		nc, err := nats.Connect(n.URL, opts...)
+		if err != nil {
+			return err
+		}
+		s.nc = nc
+		return nil
+	})
 	if err != nil {
 		return connectError(err, n)
 	}
-	s.nc = nc
 	return nil
 }
+
+// The NATS client's timing in mode nats: how long a connection attempt
+// waits, and the pause before the next server is tried once the one this
+// replica was connected to went away.
+const (
+	connectTimeout  = 2 * time.Second
+	reconnectWait   = 100 * time.Millisecond
+	reconnectJitter = 100 * time.Millisecond
+)
 
 // connectError explains why connecting to NATS failed, naming the keys to
 // check. The URL may hold credentials (a user and password, a token): it
@@ -257,9 +283,84 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// setUp creates or updates the stream and the lease bucket.
-func (s *Store) setUp(ctx context.Context) error {
-	js, err := jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(16*maxInFlight), jetstream.WithPublishAsyncTimeout(10*time.Second))
+// Bounds of opening the store on a NATS cluster that is still forming, as
+// a new install's is when its replicas start with it.
+//
+// A new cluster takes a few seconds to elect its JetStream meta leader
+// once a quorum of its servers has met (a raft election: 4–9 s in
+// nats-server), then each stream and bucket elects its own; until then
+// every request of the set-up fails ("temporarily unavailable", no
+// answer, too few servers known). setUpBound gives the servers time to
+// start too (a pod scheduled beside this replica's) with room to spare,
+// while a URL that is wrong, or a cluster that never forms, still ends the
+// start within a minute with the last failure, rather than hanging.
+const (
+	setUpBound = time.Minute
+	// setUpTry bounds one request of the set-up; one that got no answer
+	// (a request to a cluster with no meta leader yet) is made again.
+	setUpTry = 2 * time.Second
+	// The pauses between the set-up's tries grow from setUpPauseMin to
+	// setUpPauseMax.
+	setUpPauseMin = 100 * time.Millisecond
+	setUpPauseMax = 2 * time.Second
+	// placeR3Within is how long a cluster that cannot place three
+	// replicas yet (its servers still meeting) is waited for before the
+	// automatic replication factor settles for one.
+	placeR3Within = 15 * time.Second
+)
+
+// retrySetUp calls op, with a context bounded by setUpTry, until it
+// succeeds, fails in a way waiting does not mend, ctx is done, or until
+// passes; each wait is logged with what it waits for. It returns op's
+// last failure.
+func (s *Store) retrySetUp(ctx context.Context, until time.Time, what string, op func(context.Context) error) error {
+	pause := setUpPauseMin
+	for {
+		tctx, cancel := context.WithTimeout(ctx, setUpTry)
+		err := op(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !clusterForming(err) {
+			return err
+		}
+		left := time.Until(until)
+		if left <= 0 {
+			return fmt.Errorf("%w (waited %s for %s)", err, setUpBound, what)
+		}
+		wait := min(pause, left)
+		s.logger.Info("turn store: waiting for the NATS cluster", "for", what, "error", redact(err.Error(), s.cfg.NATS.URL), "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		pause = min(2*pause, setUpPauseMax)
+	}
+}
+
+// clusterForming reports whether err is one a NATS cluster that is still
+// starting gives: nothing answers yet, no meta or stream leader yet, too
+// few servers known to place the replicas.
+func clusterForming(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		// JetStream temporarily unavailable; no suitable peers; not the
+		// leader; insufficient resources.
+		case 10008, 10005, 10009, 10023:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected)
+}
+
+// setUp creates or updates the stream and the buckets, waiting for a
+// cluster that is still forming until the set-up's bound.
+func (s *Store) setUp(ctx context.Context, until time.Time) error {
+	js, err := jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(16*maxInFlight), jetstream.WithPublishAsyncTimeout(publishTimeout))
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -272,31 +373,57 @@ func (s *Store) setUp(ctx context.Context) error {
 	auto := replicas == 0
 	if auto {
 		replicas = 3
-		if st, err := js.Stream(ctx, StreamName); err == nil {
-			// Keep what an earlier start chose.
-			replicas = st.CachedInfo().Config.Replicas
+		err := s.retrySetUp(ctx, until, "JetStream to answer (stream "+StreamName+")", func(ctx context.Context) error {
+			st, err := js.Stream(ctx, StreamName)
+			if err == nil {
+				// Keep what an earlier start chose.
+				replicas = st.CachedInfo().Config.Replicas
+			}
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("store: stream %s: %w", StreamName, err)
 		}
 	}
+	placeBy := time.Now().Add(placeR3Within)
 	for {
-		stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        StreamName,
-			Description: "turnstile: the log of every turn",
-			Subjects:    []string{subjectRoot + ".>"},
-			Storage:     storage,
-			Replicas:    replicas,
-			MaxAge:      s.cfg.Retention,
-			MaxBytes:    s.cfg.MaxBytes,
-			// Full, the log refuses a record rather than drop the oldest,
-			// which may be a running run's: the keeper (capacity.go)
-			// removes finished runs to make room. A stream made before
-			// with DiscardOld is updated in place.
-			Discard: jetstream.DiscardNew,
-			// Runs are read from their start: direct gets serve them from
-			// any replica.
-			AllowDirect: true,
-			Duplicates:  duplicateWindow,
+		var stream jetstream.Stream
+		err := s.retrySetUp(ctx, until, fmt.Sprintf("stream %s (%d replicas)", StreamName, replicas), func(ctx context.Context) (err error) {
+			stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name:        StreamName,
+				Description: "turnstile: the log of every turn",
+				Subjects:    []string{subjectRoot + ".>"},
+				Storage:     storage,
+				Replicas:    replicas,
+				MaxAge:      s.cfg.Retention,
+				MaxBytes:    s.cfg.MaxBytes,
+				// Full, the log refuses a record rather than drop the oldest,
+				// which may be a running run's: the keeper (capacity.go)
+				// removes finished runs to make room. A stream made before
+				// with DiscardOld is updated in place.
+				Discard: jetstream.DiscardNew,
+				// Runs are read from their start: direct gets serve them from
+				// any replica.
+				AllowDirect: true,
+				Duplicates:  duplicateWindow,
+			})
+			if err != nil && auto && replicas > 1 && tooFewServers(err) && time.Now().Before(placeBy) {
+				// Maybe a cluster whose servers have not all met yet:
+				// wait for them a while before settling for one replica.
+				var apiErr *jetstream.APIError
+				if errors.As(err, &apiErr) && apiErr.ErrorCode != 10074 {
+					return err
+				}
+			}
+			if err != nil && auto && replicas > 1 && tooFewServers(err) {
+				return errSettleForOne
+			}
+			return err
 		})
-		if err != nil && auto && replicas > 1 && tooFewServers(err) {
+		if errors.Is(err, errSettleForOne) {
 			replicas = 1
 			continue
 		}
@@ -330,13 +457,19 @@ func (s *Store) setUp(ctx context.Context) error {
 		}},
 	} {
 		b.cfg.History, b.cfg.Storage, b.cfg.Replicas = 1, storage, replicas
-		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		err := s.retrySetUp(ctx, until, "bucket "+b.cfg.Bucket, func(ctx context.Context) (err error) {
+			*b.kv, err = js.CreateOrUpdateKeyValue(ctx, b.cfg)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("store: bucket %s: %w", b.cfg.Bucket, err)
 		}
-		*b.kv = kv
 	}
-	if s.leaseLog, err = js.Stream(ctx, "KV_"+LeaseBucket); err != nil {
+	err = s.retrySetUp(ctx, until, "bucket "+LeaseBucket, func(ctx context.Context) (err error) {
+		s.leaseLog, err = js.Stream(ctx, "KV_"+LeaseBucket)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
@@ -347,6 +480,10 @@ func (s *Store) setUp(ctx context.Context) error {
 	return nil
 }
 
+// errSettleForOne ends the set-up's tries of a stream of several replicas
+// that the cluster cannot place: the automatic factor settles for one.
+var errSettleForOne = errors.New("store: too few servers for three replicas")
+
 // tooFewServers reports whether err says the cluster cannot place the
 // replicas asked for.
 func tooFewServers(err error) bool {
@@ -355,7 +492,7 @@ func tooFewServers(err error) bool {
 		return false
 	}
 	switch apiErr.ErrorCode {
-	case 10074, 10023: // replicas > 1 in a server that is not clustered; insufficient resources
+	case 10074, 10023, 10005: // replicas > 1 in a server that is not clustered; insufficient resources; no suitable peers
 		return true
 	}
 	return false

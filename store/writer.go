@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,7 +32,8 @@ type writer struct {
 	ownSeq uint64 // the stream sequence of the owner record appends expect
 	next   uint64 // the index (seq) of the next event the run stores, from 1
 	sub    *nats.Subscription
-	stop   chan struct{} // ends the lease renewal
+	alive  *nats.Subscription // answers whether the renewal runs
+	stop   chan struct{}      // ends the lease renewal
 	renew  sync.WaitGroup
 	sent   chan struct{} // closed when the sender has sent everything and ended
 
@@ -44,6 +46,10 @@ type writer struct {
 	// not known: the renewal updates the lease against it. Only the
 	// renewal goroutine uses it once started.
 	leaseRev uint64
+	// beatAt is when the renewal last ran, in Unix nanoseconds; trying
+	// says an attempt is under way (see renewing).
+	beatAt atomic.Int64
+	trying atomic.Bool
 
 	mu      sync.Mutex
 	queued  []pending     // appended, not yet sent
@@ -155,9 +161,20 @@ func splitFrame(frame []byte) ([][]byte, error) {
 
 // Bounds of storing one frame: how long an attempt waits for its
 // acknowledgement, and how long all of them may take.
+//
+// They follow the cluster's elections. A NATS server that dies uncleanly
+// (SIGKILL, a lost node) leaves its streams without a leader until a
+// follower's election timer fires: nats-server waits 4–9 s (random, not
+// configurable) after the dead leader's last heartbeat, and meanwhile an
+// append gets no answer. The attempts are short, so the first one after
+// the election is made within publishTry+publishBackoff of it (a frame
+// sent again carries the same message id and is stored once), and all of
+// them together outlast the slowest election and the new leader's
+// catching up three times over, so a turn pauses through a leader's loss
+// instead of failing.
 const (
-	publishTry     = 500 * time.Millisecond
-	publishTimeout = 10 * time.Second
+	publishTry     = 250 * time.Millisecond
+	publishTimeout = 30 * time.Second
 	publishBackoff = 50 * time.Millisecond
 	// duplicateWindow is how long the stream remembers the message ids
 	// of frames: longer than a frame's attempts take.
@@ -211,12 +228,18 @@ func (w *writer) publish(frame []byte) error {
 
 // publishRetried publishes msg and returns its acknowledgement. An attempt
 // that [mayPass] is made again after a short pause, each waiting
-// publishTry for its answer, all within ctx and until the store closes;
+// publishTry for its answer (one that may not be made again waits as long
+// as ctx allows), all within ctx and until the store closes;
 // dedupe says that msg carries a message id, so one that got no answer
 // may be made again too. It returns the last attempt's failure.
 func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for {
-		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		// Only an attempt that may be made again gives up early.
+		try := publishTimeout
+		if dedupe {
+			try = publishTry
+		}
+		tctx, tcancel := context.WithTimeout(ctx, try)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
 		s.noteWrite(msg, err)
@@ -373,6 +396,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		}
 	}
 	_ = w.sub.Unsubscribe()
+	_ = w.alive.Unsubscribe()
 	s.mu.Lock()
 	delete(s.runs, w.key)
 	s.mu.Unlock()

@@ -159,7 +159,17 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 	}
 	var st *store.Store
 	if cfg.Store.Mode != store.ModeOff {
+		// A store on a NATS cluster may wait for the cluster to form (a new
+		// install's replicas start with it): meanwhile the listener answers
+		// health with NOT_SERVING and every RPC with UNAVAILABLE. The
+		// embedded store opens at once: a client connecting meanwhile just
+		// waits for the server, as before.
+		stopStarting := func() net.Listener { return lis }
+		if cfg.Store.Mode == store.ModeNATS {
+			stopStarting = startingServer(lis, opts.TLS)
+		}
 		st, err = store.Open(ctx, cfg.Store, logger)
+		lis = stopStarting()
 		if err != nil {
 			return err
 		}

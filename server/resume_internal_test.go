@@ -1,0 +1,58 @@
+package server
+
+import (
+	"testing"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+)
+
+// TestResumeFromCut: what resumeFrom keeps of the output of the model call
+// a dead owner left: the text streamed since the last commit (through
+// retries that kept it), which a model with on_stream_cut: continue goes
+// on from; nothing when reasoning or a tool call was streamed, or the
+// output was discarded or committed.
+func TestResumeFromCut(t *testing.T) {
+	type ev = *turnstilev1.AgentEvent
+	text := func(s string) ev {
+		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: s}}}
+	}
+	thinking := &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: "hmm"}}}
+	call := func() ev {
+		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_LlmCallStarted{LlmCallStarted: &turnstilev1.LlmCallStarted{Model: "sim"}}}
+	}
+	retry := func(discard bool) ev {
+		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{DiscardPartial: discard}}}
+	}
+	tests := []struct {
+		name        string
+		events      []ev
+		wantCut     string
+		wantDiscard uint64
+	}{
+		{"text", []ev{call(), text("Hel"), text("lo ")}, "Hello ", 2},
+		{"text kept through a retry", []ev{call(), text("Hel"), retry(false), call(), text("lo ")}, "Hello ", 2},
+		{"text discarded by a retry", []ev{call(), text("Hel"), retry(true), call(), text("Hi ")}, "Hi ", 5},
+		{"reasoning first", []ev{call(), thinking, text("Hello")}, "", 2},
+		{"no output", []ev{call()}, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var evs []*turnstilev1.AgentEvent
+			for i, e := range tt.events {
+				e.Seq = uint64(i + 1)
+				evs = append(evs, e)
+			}
+			rs, err := resumeFrom(evs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cut string
+			for _, p := range rs.Cut {
+				cut += p.Text
+			}
+			if cut != tt.wantCut || rs.DiscardFromSeq != tt.wantDiscard {
+				t.Errorf("cut %q from seq %d, want %q from %d", cut, rs.DiscardFromSeq, tt.wantCut, tt.wantDiscard)
+			}
+		})
+	}
+}
