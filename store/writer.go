@@ -211,10 +211,17 @@ func (w *writer) publish(frame []byte) error {
 // that [mayPass] is made again after a short pause, each waiting
 // publishTry for its answer, all within ctx and until the store closes;
 // dedupe says that msg carries a message id, so one that got no answer
-// may be made again too. It returns the last attempt's failure.
+// may be made again too. Without one, an attempt that got no answer
+// cannot be made again (it may be stored), so it waits for its answer as
+// long as ctx lets it: a loaded server answers late, and that is
+// backpressure, not a failure. It returns the last attempt's failure.
 func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	try := publishTry
+	if !dedupe {
+		try = publishTimeout
+	}
 	for {
-		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		tctx, tcancel := context.WithTimeout(ctx, try)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
 		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) {
