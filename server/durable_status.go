@@ -54,6 +54,19 @@ func storeUnavailable() *status.Status {
 	})
 }
 
+// turnNotStored is the status of the streams of a run whose events the
+// turn log failed to store (an append failed or was not acknowledged in
+// time; the server's log has the cause): the turn ended there, without
+// its outcome. Retryable: the log holds what was stored, and the turn can
+// be run again as its next attempt.
+func turnNotStored() *status.Status {
+	yes := true
+	return turnStatus(&runtime.TurnError{
+		Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: time.Second,
+		Message: "the turn log failed to store the turn's events, so the turn ended without its outcome; run it again as its next attempt",
+	})
+}
+
 // turnIDReused is the status of a RunTurn that reuses a turn id and
 // attempt for a different request.
 func turnIDReused(k runKey) *status.Status {
