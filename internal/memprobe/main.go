@@ -61,6 +61,8 @@ func main() {
 	bigShape := flag.String("big-shape", "messages", "`shape` of a large request: text (one long user message) or messages (many short ones)")
 	window := flag.Int("client-window", 64<<10, "HTTP/2 receive `window` of the non-reading clients, fixed; 0: gRPC's default, which grows with the bandwidth-delay estimate up to 16 MiB a stream, so the server can push a turn's whole reply into the client's memory")
 	extra := flag.String("config", "", "YAML `lines` appended to the generated configuration (e.g. server settings)")
+	env := flag.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=100,GODEBUG=gctrace=1)")
+	serverLog := flag.String("server-log", "", "`file` that receives the server's whole log (stderr)")
 	stores := flag.String("store", "off,on", "comma-separated turn store `modes` each scenario runs with: off, or on (embedded, files in a temporary directory)")
 	flag.Parse()
 
@@ -79,7 +81,10 @@ func main() {
 			if mode != "on" && mode != "off" {
 				fail("unknown store mode %q", mode)
 			}
-			p := probe{bin: *bin, extra: *extra, store: mode == "on"}
+			p := probe{bin: *bin, extra: *extra, store: mode == "on", log: *serverLog}
+			if *env != "" {
+				p.env = strings.Split(*env, ",")
+			}
 			switch s {
 			case "streams":
 				p.streams(*streams, *perConn, *words, *settle, *window)
@@ -97,7 +102,9 @@ func main() {
 // probe is one scenario's server settings.
 type probe struct {
 	bin, extra string
-	store      bool // the embedded turn store, else store: {mode: off}
+	store      bool     // the embedded turn store, else store: {mode: off}
+	env        []string // added to the server's environment
+	log        string   // a file for the server's log, if any
 }
 
 // label names the scenario and its store mode in the output.
@@ -143,11 +150,18 @@ log: {level: warn}
 	addr := lis.Addr().String()
 	lis.Close()
 	cmd := exec.Command(p.bin, "serve", "--config", path, "--listen", addr)
+	cmd.Env = append(os.Environ(), p.env...)
 	stderr, err := cmd.StderrPipe()
 	check(err)
 	check(cmd.Start())
 	s := &server{cmd: cmd, addr: addr, dir: dir, logDone: make(chan struct{})}
-	go s.scanLog(stderr)
+	var copyTo io.Writer = io.Discard
+	if p.log != "" {
+		f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		check(err)
+		copyTo = f
+	}
+	go s.scanLog(stderr, copyTo)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -172,9 +186,9 @@ func (s *server) stop() {
 }
 
 // scanLog copies the server's log to this process's stderr, at most
-// maxLogLines lines of it, and counts the lines that say a turn ended
-// without its terminal event.
-func (s *server) scanLog(r io.Reader) {
+// maxLogLines lines of it, and all of it to w, and counts the lines that
+// say a turn ended without its terminal event.
+func (s *server) scanLog(r io.Reader, w io.Writer) {
 	defer close(s.logDone)
 	const maxLogLines = 20
 	sc := bufio.NewScanner(r)
@@ -182,6 +196,7 @@ func (s *server) scanLog(r io.Reader) {
 	lines := 0
 	for sc.Scan() {
 		line := sc.Text()
+		fmt.Fprintln(w, line)
 		if strings.Contains(line, "without its last event") || strings.Contains(line, "without a terminal event") {
 			s.lost.Add(1)
 		}
