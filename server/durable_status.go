@@ -54,16 +54,18 @@ func storeUnavailable() *status.Status {
 	})
 }
 
-// turnNotStored is the status of the streams of a run whose events the
-// turn log failed to store (an append failed or was not acknowledged in
-// time; the server's log has the cause): the turn ended there, without
-// its outcome. Retryable: the log holds what was stored, and the turn can
-// be run again as its next attempt.
+// turnNotStored is the status of the streams of a run this replica could
+// not store the last events of: an append failed or was not acknowledged
+// in time, or another replica took the run over (its lease was not
+// renewed in time); the server's log line says which. Retryable, by
+// watching the turn again: the log holds what was stored, and the
+// replica that took the run over, if one did, goes on with it.
 func turnNotStored() *status.Status {
 	yes := true
 	return turnStatus(&runtime.TurnError{
 		Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: time.Second,
-		Message: "the turn log failed to store the turn's events, so the turn ended without its outcome; run it again as its next attempt",
+		Message: "this server could not store the turn's last events (the turn log failed them, or another server took the turn over); " +
+			"watch the turn again from the last seq received",
 	})
 }
 
