@@ -40,8 +40,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -369,6 +371,10 @@ func watchEnd(client turnstilev1.AgentServiceClient, id string) string {
 		resp, err := stream.Recv()
 		if err != nil {
 			switch {
+			case last == nil && status.Code(err) == codes.NotFound:
+				// Refused by a limit (a refusal arrives in the
+				// trailers, which a client that never reads does not see).
+				return "never run (refused)"
 			case last == nil:
 				return "no event: " + clipped(err)
 			case last.GetTurnCompleted() != nil:
