@@ -195,7 +195,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 			return turnIDReused(k).Err()
 		}
 		logging.AddFields(ctx, logging.Fields{"attached", true})
-		return paced(s, stream.Send, wrap, func(send func(*turnstilev1.AgentEvent) error) *status.Status {
+		return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 			return s.follow(ctx, k, 0, send)
 		}).Err()
 	}
@@ -203,7 +203,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	s.runs[k] = r
 	s.mu.Unlock()
 	go s.own(rctx, r, tr)
-	return paced(s, stream.Send, wrap, func(send func(*turnstilev1.AgentEvent) error) *status.Status {
+	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 		return s.watchRun(ctx, r, 0, send)
 	}).Err()
 }

@@ -210,7 +210,24 @@ func TestDurableSendTimeout(t *testing.T) {
 		// then ends the turn: released, or left to the detach grace.
 		release bool
 		want    string // the turn's last event
+		// idle: the model streams two events larger than the client's
+		// window and waits: gRPC takes the first, the second's Send
+		// blocks, and the stream stalls while no event comes.
+		idle bool
 	}{
+		{
+			name: "RunTurn, the turn idle",
+			stall: func(t *testing.T, ts *testServer, _ *gated) func() (*turnstilev1.AgentEvent, error) {
+				s, err := stingyClient(t, ts).RunTurn(t.Context(), hello())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return eventsOf(s.Recv)
+			},
+			idle:    true,
+			release: true,
+			want:    "TurnCompleted",
+		},
 		{
 			name: "RunTurn, then the turn completes",
 			stall: func(t *testing.T, ts *testServer, _ *gated) func() (*turnstilev1.AgentEvent, error) {
@@ -265,6 +282,9 @@ func TestDurableSendTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs syncBuffer
 			g := newGated(256, 4<<10)
+			if tc.idle {
+				g = newGated(2, 512<<10)
+			}
 			ts := start(t, runner(t, g), server.Options{Store: memStore(t), SendTimeout: timeout, DetachGrace: 500 * time.Millisecond, Logger: newLogger(&logs)})
 			recv := tc.stall(t, ts, g)
 			<-g.streamed

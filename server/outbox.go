@@ -272,26 +272,40 @@ func streamStalled(timeout time.Duration) *status.Status {
 }
 
 // paced streams a durable turn's events to a client through a [pacer]:
-// follow sends each event with the function it is given and returns the
-// status the stream ends with. A client that accepts no event for the
-// send timeout has its stream closed with [streamStalled]; the turn goes
-// on. It returns once the last event was sent, or the stream stalled.
-func paced[M any](s *service, send func(M) error, wrap func(*turnstilev1.AgentEvent) M,
-	follow func(send func(*turnstilev1.AgentEvent) error) *status.Status) *status.Status {
-	p := newPacer(send, s.opts.SendTimeout, s.senders.run)
-	st := follow(func(ev *turnstilev1.AgentEvent) error {
+// follow sends each event with the function it is given, under a context
+// of ctx, and returns the status the stream ends with. A client that
+// accepts no event for the send timeout has its stream closed with
+// [streamStalled], also while no new event comes (follow's context ends
+// then); the turn goes on. It returns once the last event was sent, or the
+// stream stalled.
+func paced[M any](ctx context.Context, s *service, send func(M) error, wrap func(*turnstilev1.AgentEvent) M,
+	follow func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status) *status.Status {
+	timeout := s.opts.SendTimeout
+	fctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	// The watchdog of the Send under way, on the pacer's goroutine.
+	dog := time.AfterFunc(timeout, func() { stop(errStalled) })
+	dog.Stop()
+	p := newPacer(func(m M) error {
+		dog.Reset(timeout)
+		defer dog.Stop()
+		return send(m)
+	}, timeout, s.senders.run)
+	st := follow(fctx, func(ev *turnstilev1.AgentEvent) error {
 		if err := p.hand(wrap(ev)); err != nil {
 			if errors.Is(err, errStalled) {
-				return streamStalled(s.opts.SendTimeout).Err()
+				return streamStalled(timeout).Err()
 			}
 			return err
 		}
 		return nil
 	})
-	if err := p.wait(); errors.Is(err, errStalled) {
+	err := p.wait()
+	switch {
+	case errors.Is(err, errStalled), ctx.Err() == nil && errors.Is(context.Cause(fctx), errStalled):
 		// The stream's outcome was not delivered.
-		st = streamStalled(s.opts.SendTimeout)
-	} else if err != nil && st.Code() == codes.OK {
+		st = streamStalled(timeout)
+	case err != nil && st.Code() == codes.OK:
 		st = status.Convert(err)
 	}
 	p.close()

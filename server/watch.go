@@ -78,7 +78,7 @@ func (s *service) WatchTurn(req *turnstilev1.WatchTurnRequest, stream grpc.Serve
 	wrap := func(ev *turnstilev1.AgentEvent) *turnstilev1.WatchTurnResponse {
 		return &turnstilev1.WatchTurnResponse{Event: ev}
 	}
-	return paced(s, stream.Send, wrap, func(send func(*turnstilev1.AgentEvent) error) *status.Status {
+	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 		return s.follow(ctx, k, req.GetAfterSeq(), send)
 	}).Err()
 }
