@@ -7,6 +7,7 @@ import (
 	"errors"
 	"iter"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -192,7 +193,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		s.logger.Error("turn store: create run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		return storeUnavailable().Err()
 	}
-	send := func(ev *turnstilev1.AgentEvent) error { return stream.Send(&turnstilev1.RunTurnResponse{Event: ev}) }
+	wrap := func(ev *turnstilev1.AgentEvent) *turnstilev1.RunTurnResponse {
+		return &turnstilev1.RunTurnResponse{Event: ev}
+	}
 	if !created {
 		cancel(nil)
 		s.unadmit()
@@ -201,7 +204,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 			return turnIDReused(k).Err()
 		}
 		logging.AddFields(ctx, logging.Fields{"attached", true})
-		return s.follow(ctx, k, 0, send).Err()
+		return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
+			return s.follow(ctx, k, 0, send)
+		}).Err()
 	}
 	// Counted to its key; refuseStore checked the room (concurrent
 	// turns of the key may pass it together).
@@ -210,7 +215,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	s.runs[k] = r
 	s.mu.Unlock()
 	go s.own(rctx, r, tr)
-	return r.watch(ctx, 0, send, s.grace).Err()
+	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
+		return s.watchRun(ctx, r, 0, send)
+	}).Err()
 }
 
 // own runs r's turn on this replica to its end: every event goes to the
@@ -231,6 +238,28 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	// tooLarge is the seq of an event too large to store or send: the run
 	// ends there, with its terminal error in that event's place.
 	var tooLarge uint64
+	// The events appended and not yet acknowledged, and their bytes. A
+	// store that keeps up acknowledges a frame of them per round trip; one
+	// that falls behind has more waiting, and the sink is busy: the
+	// runtime merges the deltas that come meanwhile, so a slow store gets
+	// fewer, larger events. Beyond maxUnackedBytes the sink waits for the
+	// store before it appends more: a slow store holds the turn back (it
+	// is the turn's backpressure, not its end), and what a run has on its
+	// way to the store, in this process and the embedded server's queues,
+	// stays within that bound.
+	var (
+		ackMu        sync.Mutex
+		acked        = sync.NewCond(&ackMu)
+		unacked      int
+		unackedBytes int
+	)
+	release := func(n int) {
+		ackMu.Lock()
+		unacked--
+		unackedBytes -= n
+		acked.Broadcast()
+		ackMu.Unlock()
+	}
 	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
 		if err != nil {
@@ -239,17 +268,29 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
 		}
+		ackMu.Lock()
+		for unacked > 0 && unackedBytes+len(b) > maxUnackedBytes {
+			acked.Wait()
+		}
+		unacked++
+		unackedBytes += len(b)
+		ackMu.Unlock()
 		// Whatever the runtime emits is stored, even once the turn is
 		// stopped: it emits nothing more of its work then, but what a
 		// cancel commits and its terminal event must not be lost to the
 		// cancel racing them.
-		return s.store.Append(context.WithoutCancel(ctx), k.turnID, k.attempt, b, func(err error) {
+		err = s.store.Append(context.WithoutCancel(ctx), k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
-				r.publish(out)
+				r.publish(out, len(b))
 			}
+			release(len(b))
 		})
+		if err != nil {
+			release(len(b))
+		}
+		return err
 	}
-	sink := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+	emit := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
 		if r.handedOff.Load() {
 			// As if this replica had died here: the next owner goes on
 			// from what is stored, and stores nothing this one would
@@ -279,6 +320,11 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		}
 		return appendEvent(ctx, out)
 	})
+	sink := busySink{Sink: emit, busy: func() bool {
+		ackMu.Lock()
+		defer ackMu.Unlock()
+		return unacked > busyUnacked || unackedBytes > busyUnackedBytes
+	}}
 	_, runErr := s.runner.Run(ctx, tr, sink)
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -302,11 +348,11 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	switch {
 	case err != nil:
 		s.logger.Error("turn store: append failed; the turn ends without its last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		r.finish(storeUnavailable())
+		r.finish(turnNotStored())
 	case terminal == nil:
 		// The runtime could not emit its last event (its sink failed).
 		s.logger.Error("turn ended without a terminal event", "turn_id", k.turnID, "attempt", k.attempt, "error", runErr)
-		r.finish(storeUnavailable())
+		r.finish(turnNotStored())
 	default:
 		r.finish(eventStatus(terminal))
 	}
@@ -318,3 +364,25 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	delete(s.runs, k)
 	s.mu.Unlock()
 }
+
+// Bounds of what a run owned here has on its way to the store: beyond
+// busyUnacked events or busyUnackedBytes its sink says it is busy (the
+// runtime merges deltas), and it appends nothing more while
+// maxUnackedBytes wait for their acknowledgement (an event larger than
+// that goes alone). 64 KiB is a frame of merged deltas: 1,024 running
+// turns have at most 64 MiB on their way.
+const (
+	busyUnacked      = 16
+	busyUnackedBytes = 16 << 10
+	maxUnackedBytes  = 64 << 10
+)
+
+// busySink is a [runtime.BusySink] of a Sink and a function that says
+// whether it is busy.
+type busySink struct {
+	runtime.Sink
+	busy func() bool
+}
+
+// Busy implements [runtime.BusySink].
+func (b busySink) Busy() bool { return b.busy() }

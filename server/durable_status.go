@@ -54,6 +54,21 @@ func storeUnavailable() *status.Status {
 	})
 }
 
+// turnNotStored is the status of the streams of a run this replica could
+// not store the last events of: an append failed or was not acknowledged
+// in time, or another replica took the run over (its lease was not
+// renewed in time); the server's log line says which. Retryable, by
+// watching the turn again: the log holds what was stored, and the
+// replica that took the run over, if one did, goes on with it.
+func turnNotStored() *status.Status {
+	yes := true
+	return turnStatus(&runtime.TurnError{
+		Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: time.Second,
+		Message: "this server could not store the turn's last events (the turn log failed them, or another server took the turn over); " +
+			"watch the turn again from the last seq received",
+	})
+}
+
 // turnIDReused is the status of a RunTurn that reuses a turn id and
 // attempt for a different request.
 func turnIDReused(k runKey) *status.Status {

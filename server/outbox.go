@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -14,39 +16,124 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 )
 
-// outbox is the sink of one turn: it maps each event for the wire, keeps it
-// within the event size limit, and hands it to the stream.
+// pacer hands a stream's messages to its Send, one at a time, on a
+// goroutine of its own, and waits at most a send timeout for each.
 //
 // grpc-go's Send blocks while the client's flow-control window is full,
-// and nothing but the end of the handler unblocks it. So Send runs on a
-// goroutine of the outbox's own, which takes one event at a time: Emit
-// hands an event over once the previous one was sent, waiting at most
-// sendTimeout from when that one was handed over. A client that accepts no
-// event for that long has its turn cancelled (the model call and tools
-// stop, the upstream connection is closed) and the handler returns, which
-// ends the stream and the blocked Send with it. While a Send is under way
-// the outbox says it is busy ([runtime.BusySink]), and the runtime merges
-// the deltas that come meanwhile: a slow client gets fewer, larger events,
-// and at most one event waits here.
+// and nothing but the end of the handler unblocks it. So Send runs on the
+// pacer's goroutine, which takes one message at a time: hand gives it a
+// message once the previous one was sent, waiting at most timeout from
+// when that one was handed over, and fails with [errStalled] when it was
+// not; the handler then returns, which ends the stream and the blocked
+// Send with it. A stream costs at most the message being sent and gRPC's
+// queue.
+type pacer[M any] struct {
+	send    func(M) error
+	timeout time.Duration
+
+	msgs  chan M
+	acks  chan error // buffered: the sender never waits for a reader
+	done  chan struct{}
+	timer *time.Timer
+
+	inflight bool      // a message was handed over and its Send has not been acknowledged
+	handedAt time.Time // when it was
+	stalled  bool      // a Send did not return within the timeout
+}
+
+// errStalled is the failure of a pacer whose client accepted no message
+// for the send timeout.
+var errStalled = errors.New("server: the client accepted no message for the send timeout")
+
+// newPacer returns the pacer of send; start runs its sender on a goroutine
+// (see [workers]).
+func newPacer[M any](send func(M) error, timeout time.Duration, start func(func())) *pacer[M] {
+	p := &pacer[M]{
+		send: send, timeout: timeout,
+		msgs: make(chan M), acks: make(chan error, 1), done: make(chan struct{}),
+		timer: time.NewTimer(timeout),
+	}
+	p.timer.Stop()
+	start(p.sender)
+	return p
+}
+
+func (p *pacer[M]) sender() {
+	defer close(p.done)
+	for m := range p.msgs {
+		p.acks <- p.send(m)
+	}
+}
+
+// busy reports whether a Send is under way.
+func (p *pacer[M]) busy() bool { return p.inflight && len(p.acks) == 0 }
+
+// hand gives m to the sender once it has sent the previous message.
+func (p *pacer[M]) hand(m M) error {
+	if err := p.wait(); err != nil {
+		return err
+	}
+	p.msgs <- m // the sender is idle: it takes it at once
+	p.inflight, p.handedAt = true, time.Now()
+	return nil
+}
+
+// wait waits until the message in flight, if any, was sent: at most the
+// send timeout from when it was handed over. It returns the Send's error,
+// or errStalled.
+func (p *pacer[M]) wait() error {
+	if p.stalled {
+		return errStalled
+	}
+	if !p.inflight {
+		return nil
+	}
+	select {
+	case err := <-p.acks:
+		p.inflight = false
+		return err
+	default:
+	}
+	p.timer.Reset(p.timeout - time.Since(p.handedAt))
+	defer p.timer.Stop()
+	select {
+	case err := <-p.acks:
+		p.inflight = false
+		return err
+	case <-p.timer.C:
+		p.stalled = true
+		return errStalled
+	}
+}
+
+// close ends the sender once it has sent what it was handed, unless a Send
+// is stuck, which ends with the handler.
+func (p *pacer[M]) close() {
+	close(p.msgs)
+	if !p.stalled {
+		<-p.done
+	}
+}
+
+// outbox is the sink of one turn without a turn store: it maps each event
+// for the wire, keeps it within the event size limit, and hands it to the
+// stream through a [pacer]. A client that accepts no event for the send
+// timeout has its turn cancelled (the model call and tools stop, the
+// upstream connection is closed) and the stream ends. While a Send is
+// under way the outbox says it is busy ([runtime.BusySink]), and the
+// runtime merges the deltas that come meanwhile: a slow client gets fewer,
+// larger events, and at most one event waits here.
 type outbox struct {
-	stream   grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]
+	p        *pacer[*turnstilev1.RunTurnResponse]
 	cancel   context.CancelCauseFunc // the turn's
 	timeout  time.Duration
 	maxBytes int
 	usage    *usageCharger
 	attempt  uint32 // the run's, set on every event
 
-	msgs  chan *turnstilev1.RunTurnResponse
-	acks  chan error // buffered: the sender never waits for a reader
-	done  chan struct{}
-	timer *time.Timer
-
-	turnID   string
-	sent     uint64    // seq of the last event handed over
-	inflight bool      // an event was handed over and its Send has not been acknowledged
-	handedAt time.Time // when it was
-	failed   error     // the first failure; every later Emit returns it
-	stalled  bool      // a Send did not return within the timeout
+	turnID string
+	sent   uint64 // seq of the last event handed over
+	failed error  // the first failure; every later Emit returns it
 	// tooLarge is set when an event could not be made to fit: the turn
 	// ends with an error event the outbox sends itself.
 	tooLarge bool
@@ -58,25 +145,14 @@ var _ runtime.BusySink = (*outbox)(nil)
 // sender on a goroutine (see [workers]).
 func newOutbox(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse], cancel context.CancelCauseFunc,
 	timeout time.Duration, maxBytes int, usage *usageCharger, start func(func())) *outbox {
-	o := &outbox{
-		stream: stream, cancel: cancel, timeout: timeout, maxBytes: maxBytes, usage: usage,
-		msgs: make(chan *turnstilev1.RunTurnResponse), acks: make(chan error, 1), done: make(chan struct{}),
-		timer: time.NewTimer(timeout),
-	}
-	o.timer.Stop()
-	start(o.sender)
-	return o
-}
-
-func (o *outbox) sender() {
-	defer close(o.done)
-	for m := range o.msgs {
-		o.acks <- o.stream.Send(m)
+	return &outbox{
+		p:      newPacer(stream.Send, timeout, start),
+		cancel: cancel, timeout: timeout, maxBytes: maxBytes, usage: usage,
 	}
 }
 
 // Busy implements [runtime.BusySink]: a Send is under way.
-func (o *outbox) Busy() bool { return o.inflight && len(o.acks) == 0 }
+func (o *outbox) Busy() bool { return o.p.busy() }
 
 // Emit implements [runtime.Sink].
 func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
@@ -138,51 +214,24 @@ func fitEvent(resp *turnstilev1.RunTurnResponse, maxBytes int) error {
 
 // hand gives resp to the sender once it has sent the previous event.
 func (o *outbox) hand(resp *turnstilev1.RunTurnResponse) error {
-	if err := o.wait(); err != nil {
-		return err
-	}
-	o.msgs <- resp // the sender is idle: it takes it at once
-	o.inflight, o.handedAt = true, time.Now()
-	return nil
+	return o.failure(o.p.hand(resp))
 }
 
-// wait waits until the event in flight, if any, was sent: at most the
-// send timeout from when it was handed over.
-func (o *outbox) wait() error {
-	if !o.inflight {
+// failure records err, a failure of the pacer, as the outbox's; a stall
+// cancels the turn of a client that stopped reading.
+func (o *outbox) failure(err error) error {
+	switch {
+	case err == nil:
 		return nil
-	}
-	select {
-	case err := <-o.acks:
-		return o.acked(err)
+	case errors.Is(err, errStalled):
+		o.failed = &llm.Error{
+			Kind:    llm.KindDeadlineExceeded,
+			Message: fmt.Sprintf("the client accepted no event for %s (server.send_timeout); the turn was cancelled", o.timeout),
+		}
+		o.cancel(o.failed)
 	default:
-	}
-	o.timer.Reset(o.timeout - time.Since(o.handedAt))
-	defer o.timer.Stop()
-	select {
-	case err := <-o.acks:
-		return o.acked(err)
-	case <-o.timer.C:
-		return o.stall()
-	}
-}
-
-func (o *outbox) acked(err error) error {
-	o.inflight = false
-	if err != nil {
 		o.failed = err
 	}
-	return err
-}
-
-// stall cancels the turn of a client that stopped reading.
-func (o *outbox) stall() error {
-	o.stalled = true
-	o.failed = &llm.Error{
-		Kind:    llm.KindDeadlineExceeded,
-		Message: fmt.Sprintf("the client accepted no event for %s (server.send_timeout); the turn was cancelled", o.timeout),
-	}
-	o.cancel(o.failed)
 	return o.failed
 }
 
@@ -193,7 +242,8 @@ func (o *outbox) stall() error {
 // delivered). It returns once the sender is gone, unless a Send is stuck,
 // which ends with the handler.
 func (o *outbox) finish(te *runtime.TurnError) error {
-	if o.tooLarge && te != nil && !o.stalled {
+	stalled := o.p.stalled
+	if o.tooLarge && te != nil && !stalled {
 		resp, err := toResponse(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
 		if err == nil {
 			o.failed = nil
@@ -201,14 +251,63 @@ func (o *outbox) finish(te *runtime.TurnError) error {
 		}
 	}
 	var err error
-	if !o.stalled {
-		if werr := o.wait(); o.stalled {
+	if !stalled {
+		if werr := o.failure(o.p.wait()); o.p.stalled {
 			err = werr
 		}
 	}
-	close(o.msgs)
-	if !o.stalled {
-		<-o.done
-	}
+	o.p.close()
 	return err
+}
+
+// streamStalled is the status of a stream of a durable turn whose client
+// accepted no event for timeout: the stream is closed, and the turn goes
+// on without it (its detach grace applies) and can be watched again.
+func streamStalled(timeout time.Duration) *status.Status {
+	return turnStatus(&runtime.TurnError{
+		Kind: llm.KindDeadlineExceeded,
+		Message: fmt.Sprintf("the client accepted no event for %s (server.send_timeout); the stream was closed and the turn goes on: "+
+			"watch it again from the last seq received", timeout),
+	})
+}
+
+// paced streams a durable turn's events to a client through a [pacer]:
+// follow sends each event with the function it is given, under a context
+// of ctx, and returns the status the stream ends with. A client that
+// accepts no event for the send timeout has its stream closed with
+// [streamStalled], also while no new event comes (follow's context ends
+// then); the turn goes on. It returns once the last event was sent, or the
+// stream stalled.
+func paced[M any](ctx context.Context, s *service, send func(M) error, wrap func(*turnstilev1.AgentEvent) M,
+	follow func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status) *status.Status {
+	timeout := s.opts.SendTimeout
+	fctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	// The watchdog of the Send under way, on the pacer's goroutine.
+	dog := time.AfterFunc(timeout, func() { stop(errStalled) })
+	dog.Stop()
+	p := newPacer(func(m M) error {
+		dog.Reset(timeout)
+		defer dog.Stop()
+		return send(m)
+	}, timeout, s.senders.run)
+	st := follow(fctx, func(ev *turnstilev1.AgentEvent) error {
+		if err := p.hand(wrap(ev)); err != nil {
+			if errors.Is(err, errStalled) {
+				return streamStalled(timeout).Err()
+			}
+			return err
+		}
+		return nil
+	})
+	err := p.wait()
+	switch {
+	case errors.Is(err, errStalled), ctx.Err() == nil && errors.Is(context.Cause(fctx), errStalled):
+		// The stream's outcome was not delivered.
+		st = streamStalled(timeout)
+	case err != nil && st.Code() == codes.OK:
+		st = status.Convert(err)
+	}
+	p.close()
+	return st
 }

@@ -62,7 +62,7 @@ func (s *service) takeOver(ctx context.Context, k runKey) {
 		stop := r.cancel
 		r.cancel = func(cause error) { stop(cause); cancelDL() }
 	}
-	r.events = events
+	r.fill(events)
 	s.logger.Info("taking over a turn whose server went away", "turn_id", k.turnID, "attempt", k.attempt, "takeover", claims,
 		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "continued", len(tr.Resume.Cut) > 0,
 		"committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)

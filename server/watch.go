@@ -26,7 +26,7 @@ func (s *service) follow(ctx context.Context, k runKey, afterSeq uint64, send fu
 	r := s.runs[k]
 	s.mu.Unlock()
 	if r != nil {
-		return r.watch(ctx, afterSeq, send, s.grace)
+		return s.watchRun(ctx, r, afterSeq, send)
 	}
 	// Tell the owner, wherever it is, that a client watches.
 	s.store.Notify(k.turnID, k.attempt, signalWatch)
@@ -75,8 +75,11 @@ func (s *service) WatchTurn(req *turnstilev1.WatchTurnRequest, stream grpc.Serve
 		return st.Err()
 	}
 	logging.AddFields(ctx, logging.Fields{"turn_id", k.turnID, "attempt", k.attempt, "after_seq", req.GetAfterSeq()})
-	return s.follow(ctx, k, req.GetAfterSeq(), func(ev *turnstilev1.AgentEvent) error {
-		return stream.Send(&turnstilev1.WatchTurnResponse{Event: ev})
+	wrap := func(ev *turnstilev1.AgentEvent) *turnstilev1.WatchTurnResponse {
+		return &turnstilev1.WatchTurnResponse{Event: ev}
+	}
+	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
+		return s.follow(ctx, k, req.GetAfterSeq(), send)
 	}).Err()
 }
 

@@ -228,17 +228,18 @@ func (w *writer) publish(frame []byte) error {
 
 // publishRetried publishes msg and returns its acknowledgement. An attempt
 // that [mayPass] is made again after a short pause, each waiting
-// publishTry for its answer (one that may not be made again waits as long
-// as ctx allows), all within ctx and until the store closes;
+// publishTry for its answer, all within ctx and until the store closes;
 // dedupe says that msg carries a message id, so one that got no answer
-// may be made again too. It returns the last attempt's failure.
+// may be made again too. Without one, an attempt that got no answer
+// cannot be made again (it may be stored), so it waits for its answer as
+// long as ctx lets it: a loaded server answers late, and that is
+// backpressure, not a failure. It returns the last attempt's failure.
 func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	try := publishTry
+	if !dedupe {
+		try = publishTimeout
+	}
 	for {
-		// Only an attempt that may be made again gives up early.
-		try := publishTimeout
-		if dedupe {
-			try = publishTry
-		}
 		tctx, tcancel := context.WithTimeout(ctx, try)
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()

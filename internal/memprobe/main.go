@@ -10,11 +10,15 @@
 // Scenarios (each on a fresh server process):
 //
 //   - streams: -streams RunTurn calls (-per-conn per connection) whose
-//     clients never read an event;
+//     clients never read an event; with the turn store on, the probe then
+//     lets the clients go, watches every turn to its end (WatchTurn from
+//     seq 0) and counts the turns whose log has no terminal event;
 //   - silent: -silent TCP connections that never send a byte;
 //   - big: -big concurrent requests of -big-bytes each.
 //
-// The figures are the server process's alone; the clients run in this
+// Each scenario runs once per -store mode: off (store: {mode: off}) and on
+// (the default embedded store, its files in a temporary directory). The
+// figures are the server process's alone; the clients run in this
 // process. BENCHMARKS.md records results and how they were taken.
 package main
 
@@ -32,11 +36,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -56,6 +63,9 @@ func main() {
 	bigShape := flag.String("big-shape", "messages", "`shape` of a large request: text (one long user message) or messages (many short ones)")
 	window := flag.Int("client-window", 64<<10, "HTTP/2 receive `window` of the non-reading clients, fixed; 0: gRPC's default, which grows with the bandwidth-delay estimate up to 16 MiB a stream, so the server can push a turn's whole reply into the client's memory")
 	extra := flag.String("config", "", "YAML `lines` appended to the generated configuration (e.g. server settings)")
+	env := flag.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=100,GODEBUG=gctrace=1)")
+	serverLog := flag.String("server-log", "", "`file` that receives the server's whole log (stderr)")
+	stores := flag.String("store", "off,on", "comma-separated turn store `modes` each scenario runs with: off, or on (embedded, files in a temporary directory)")
 	flag.Parse()
 
 	if *bin == "" {
@@ -69,17 +79,42 @@ func main() {
 		}
 	}
 	for s := range strings.SplitSeq(*scenarios, ",") {
-		switch s {
-		case "streams":
-			probeStreams(*bin, *extra, *streams, *perConn, *words, *settle, *window)
-		case "silent":
-			probeSilent(*bin, *extra, *silent, *silentWait)
-		case "big":
-			probeBig(*bin, *extra, *big, *bigBytes, *bigShape)
-		default:
-			fail("unknown scenario %q", s)
+		for mode := range strings.SplitSeq(*stores, ",") {
+			if mode != "on" && mode != "off" {
+				fail("unknown store mode %q", mode)
+			}
+			p := probe{bin: *bin, extra: *extra, store: mode == "on", log: *serverLog}
+			if *env != "" {
+				p.env = strings.Split(*env, ",")
+			}
+			switch s {
+			case "streams":
+				p.streams(*streams, *perConn, *words, *settle, *window)
+			case "silent":
+				p.silent(*silent, *silentWait)
+			case "big":
+				p.big(*big, *bigBytes, *bigShape)
+			default:
+				fail("unknown scenario %q", s)
+			}
 		}
 	}
+}
+
+// probe is one scenario's server settings.
+type probe struct {
+	bin, extra string
+	store      bool     // the embedded turn store, else store: {mode: off}
+	env        []string // added to the server's environment
+	log        string   // a file for the server's log, if any
+}
+
+// label names the scenario and its store mode in the output.
+func (p probe) label(scenario string) string {
+	if p.store {
+		return scenario + " [store on]"
+	}
+	return scenario + " [store off]"
 }
 
 // server is a running turnstile serve process.
@@ -87,31 +122,48 @@ type server struct {
 	cmd  *exec.Cmd
 	addr string
 	dir  string
+	// lost counts the server's log lines that say a turn ended without
+	// its terminal event.
+	lost    atomic.Int64
+	logDone chan struct{}
 }
 
-func startServer(bin, extra string, words int) *server {
+func (p probe) start(words int) *server {
 	dir, err := os.MkdirTemp("", "memprobe-srv")
 	check(err)
 	reply := strings.TrimSpace(strings.Repeat("lorem ", words))
+	store := "store: {mode: off}"
+	if p.store {
+		store = fmt.Sprintf("store: {dir: %q}", filepath.Join(dir, "jetstream"))
+	}
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 providers:
   sim: {type: simulator, token_delay: 0, script: [%q]}
 models:
   sim: {provider: sim, model: sim-1, context_window: 100000000}
 log: {level: warn}
-store: {mode: off}
 %s
-`, fmt.Sprintf("reply=%q", reply), extra)
+%s
+`, fmt.Sprintf("reply=%q", reply), store, p.extra)
 	path := filepath.Join(dir, "turnstile.yaml")
 	check(os.WriteFile(path, []byte(cfg), 0o600))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	check(err)
 	addr := lis.Addr().String()
 	lis.Close()
-	cmd := exec.Command(bin, "serve", "--config", path, "--listen", addr)
-	cmd.Stderr = os.Stderr
+	cmd := exec.Command(p.bin, "serve", "--config", path, "--listen", addr)
+	cmd.Env = append(os.Environ(), p.env...)
+	stderr, err := cmd.StderrPipe()
+	check(err)
 	check(cmd.Start())
-	s := &server{cmd: cmd, addr: addr, dir: dir}
+	s := &server{cmd: cmd, addr: addr, dir: dir, logDone: make(chan struct{})}
+	var copyTo io.Writer = io.Discard
+	if p.log != "" {
+		f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		check(err)
+		copyTo = f
+	}
+	go s.scanLog(stderr, copyTo)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -130,8 +182,33 @@ store: {mode: off}
 
 func (s *server) stop() {
 	_ = s.cmd.Process.Kill()
+	<-s.logDone
 	_ = s.cmd.Wait()
 	os.RemoveAll(s.dir)
+}
+
+// scanLog copies the server's log to this process's stderr, at most
+// maxLogLines lines of it, and all of it to w, and counts the lines that
+// say a turn ended without its terminal event.
+func (s *server) scanLog(r io.Reader, w io.Writer) {
+	defer close(s.logDone)
+	const maxLogLines = 20
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	lines := 0
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(w, line)
+		if strings.Contains(line, "without its last event") || strings.Contains(line, "without a terminal event") {
+			s.lost.Add(1)
+		}
+		if lines++; lines <= maxLogLines {
+			fmt.Fprintln(os.Stderr, "server:", line)
+		} else if lines == maxLogLines+1 {
+			fmt.Fprintln(os.Stderr, "server: (more log lines not shown)")
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
 }
 
 // mem reads the process's VmRSS and VmHWM in MiB.
@@ -184,15 +261,17 @@ func request(text string) *turnstilev1.RunTurnRequest {
 	}}}
 }
 
-// probeStreams opens streams whose clients never read.
-func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration, window int) {
-	s := startServer(bin, extra, words)
+// streams opens streams whose clients never read.
+func (p probe) streams(n, perConn, words int, settle time.Duration, window int) {
+	name := p.label("streams")
+	s := p.start(words)
 	defer s.stop()
 	rss0, _ := s.mem()
 	ctx, cancel := context.WithCancel(context.Background())
 	var conns []*grpc.ClientConn
 	var mu sync.Mutex
 	opened, refused := 0, map[string]int{}
+	var ids []string
 	var wg sync.WaitGroup
 	for i := 0; i < n; i += perConn {
 		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -207,7 +286,13 @@ func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				stream, err := client.RunTurn(ctx, request(fmt.Sprintf("stream %d", j)))
+				req := request(fmt.Sprintf("stream %d", j))
+				req.TurnId = fmt.Sprintf("memprobe-%d", j)
+				stream, err := client.RunTurn(ctx, req)
+				if err == nil {
+					// A RunTurn is refused in its headers: wait for them.
+					_, err = stream.Header()
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -215,24 +300,104 @@ func probeStreams(bin, extra string, n, perConn, words int, settle time.Duration
 					return
 				}
 				opened++
-				_ = stream // never read
+				ids = append(ids, req.TurnId)
 			}()
 		}
 	}
 	wg.Wait()
-	fmt.Printf("streams: %d opened (client window %d), %d refused %v; sampling for %s\n", opened, window, n-opened, refused, settle)
+	fmt.Printf("%s: %d opened (client window %d), %d refused %v; sampling for %s\n", name, opened, window, n-opened, refused, settle)
 	peak := sample(s, settle)
 	ok, took := s.healthy()
 	rss, hwm := s.mem()
-	fmt.Printf("streams: server RSS before %.0f MiB, peak while held %.0f MiB (VmHWM %.0f MiB), now %.0f MiB; fds %d; health ok=%v in %s\n",
-		rss0, peak, hwm, rss, s.fds(), ok, took.Round(time.Millisecond))
+	fmt.Printf("%s: server RSS before %.0f MiB, peak while held %.0f MiB (VmHWM %.0f MiB), now %.0f MiB; fds %d; health ok=%v in %s\n",
+		name, rss0, peak, hwm, rss, s.fds(), ok, took.Round(time.Millisecond))
 	cancel()
 	for _, c := range conns {
 		c.Close()
 	}
 	time.Sleep(3 * time.Second)
 	rss, _ = s.mem()
-	fmt.Printf("streams: 3s after the clients went away: RSS %.0f MiB, fds %d\n", rss, s.fds())
+	fmt.Printf("%s: 3s after the clients went away: RSS %.0f MiB, fds %d\n", name, rss, s.fds())
+	if p.store {
+		p.ends(s, name, ids)
+	}
+}
+
+// ends watches each turn of ids from its first event to the end of its
+// log, a few at a time, and prints how the turns ended: with their
+// terminal event (its kind), or without one.
+func (p probe) ends(s *server, name string, ids []string) {
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	check(err)
+	defer conn.Close()
+	client := turnstilev1.NewAgentServiceClient(conn)
+	start := time.Now()
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for id := range work {
+				o := watchEnd(client, id)
+				mu.Lock()
+				outcomes[o]++
+				mu.Unlock()
+			}
+		})
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+	_, hwm := s.mem()
+	fmt.Printf("%s: every turn watched to its end in %s: %v; server log lines of turns ended without their terminal event: %d; VmHWM %.0f MiB\n",
+		name, time.Since(start).Round(time.Millisecond), outcomes, s.lost.Load(), hwm)
+}
+
+// watchEnd reads the log of turn id from its first event and says how it
+// ends: the kind of its terminal event, or what went wrong.
+func watchEnd(client turnstilev1.AgentServiceClient, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stream, err := client.WatchTurn(ctx, &turnstilev1.WatchTurnRequest{TurnId: id})
+	if err != nil {
+		return "watch: " + err.Error()
+	}
+	var last *turnstilev1.AgentEvent
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			switch {
+			case last == nil && status.Code(err) == codes.NotFound:
+				// Refused by a limit (a refusal arrives in the
+				// trailers, which a client that never reads does not see).
+				return "never run (refused)"
+			case last == nil:
+				return "no event: " + clipped(err)
+			case last.GetTurnCompleted() != nil:
+				return "turn_completed"
+			case last.GetError() != nil:
+				return "error " + last.GetError().GetCode().String()
+			}
+			return "no terminal event: " + clipped(err)
+		}
+		ev := resp.GetEvent()
+		if want := last.GetSeq() + 1; ev.GetSeq() != want {
+			return fmt.Sprintf("seq %d where %d was due", ev.GetSeq(), want)
+		}
+		last = ev
+	}
+}
+
+func clipped(err error) string {
+	s := err.Error()
+	if len(s) > 120 {
+		s = s[:120] + "..."
+	}
+	return s
 }
 
 // sample polls the server's RSS for d and returns the highest value seen.
@@ -250,21 +415,22 @@ func sample(s *server, d time.Duration) float64 {
 
 // probeSilent opens TCP connections that never send anything and counts
 // how many the server still holds open after wait.
-func probeSilent(bin, extra string, n int, wait time.Duration) {
-	s := startServer(bin, extra, 10)
+func (p probe) silent(n int, wait time.Duration) {
+	name := p.label("silent")
+	s := p.start(10)
 	defer s.stop()
 	fds0 := s.fds()
 	var conns []net.Conn
 	for range n {
 		c, err := net.DialTimeout("tcp", s.addr, 2*time.Second)
 		if err != nil {
-			fmt.Printf("silent: dial failed after %d connections: %v\n", len(conns), err)
+			fmt.Printf("%s: dial failed after %d connections: %v\n", name, len(conns), err)
 			break
 		}
 		conns = append(conns, c)
 	}
 	time.Sleep(time.Second)
-	fmt.Printf("silent: %d connections dialled; server fds %d (%d before)\n", len(conns), s.fds(), fds0)
+	fmt.Printf("%s: %d connections dialled; server fds %d (%d before)\n", name, len(conns), s.fds(), fds0)
 	time.Sleep(wait)
 	closed := 0
 	for _, c := range conns {
@@ -284,17 +450,18 @@ func probeSilent(bin, extra string, n int, wait time.Duration) {
 	}
 	ok, took := s.healthy()
 	rss, _ := s.mem()
-	fmt.Printf("silent: after %s the server had closed %d of %d; server fds %d; RSS %.0f MiB; health ok=%v in %s\n",
-		wait, closed, len(conns), s.fds(), rss, ok, took.Round(time.Millisecond))
+	fmt.Printf("%s: after %s the server had closed %d of %d; server fds %d; RSS %.0f MiB; health ok=%v in %s\n",
+		name, wait, closed, len(conns), s.fds(), rss, ok, took.Round(time.Millisecond))
 	for _, c := range conns {
 		c.Close()
 	}
 }
 
-// probeBig sends n concurrent requests of size bytes each and reads them
-// to their end.
-func probeBig(bin, extra string, n, size int, shape string) {
-	s := startServer(bin, extra, 10)
+// big sends n concurrent requests of size bytes each and reads them to
+// their end.
+func (p probe) big(n, size int, shape string) {
+	name := p.label("big")
+	s := p.start(10)
 	defer s.stop()
 	rss0, _ := s.mem()
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -346,8 +513,8 @@ func probeBig(bin, extra string, n, size int, shape string) {
 	}
 	wg.Wait()
 	rss, hwm := s.mem()
-	fmt.Printf("big: %d requests of %d bytes (%s, %d messages) in %s: %v; server RSS before %.0f MiB, peak (VmHWM) %.0f MiB, now %.0f MiB\n",
-		n, proto.Size(req), shape, len(req.Messages), time.Since(start).Round(time.Millisecond), results, rss0, hwm, rss)
+	fmt.Printf("%s: %d requests of %d bytes (%s, %d messages) in %s: %v; server RSS before %.0f MiB, peak (VmHWM) %.0f MiB, now %.0f MiB\n",
+		name, n, proto.Size(req), shape, len(req.Messages), time.Since(start).Round(time.Millisecond), results, rss0, hwm, rss)
 }
 
 func check(err error) {
