@@ -6,6 +6,7 @@ import (
 	"log"
 	"log/slog"
 	"strings"
+	"unicode/utf8"
 )
 
 // redactHandler is the last line of defence against a secret in a log
@@ -14,15 +15,22 @@ import (
 // attributes before the wrapped handler writes it. The parts that build
 // errors redact at the source; this catches what a library logs or
 // formats on its own.
+//
+// It is also where a line's size is bounded: every text value (an
+// error, a cause, a model name, a directive: anything a client or an
+// upstream wrote) is cut to maxAttrBytes, its original size noted, so
+// no line a new call site writes can carry a request whole.
 type redactHandler struct {
 	next    slog.Handler
 	secrets []string
 }
 
+// maxAttrBytes bounds the text of a log attribute, and a line's message.
+// A provider's 400 may quote the whole request (megabytes); the first
+// KiB says what went wrong.
+const maxAttrBytes = 1024
+
 func newRedactHandler(next slog.Handler, secrets []string) slog.Handler {
-	if len(secrets) == 0 {
-		return next
-	}
 	return &redactHandler{next: next, secrets: secrets}
 }
 
@@ -51,17 +59,33 @@ func (h *redactHandler) WithGroup(name string) slog.Handler {
 	return &redactHandler{next: h.next.WithGroup(name), secrets: h.secrets}
 }
 
+// redact returns s with every secret replaced, cut to maxAttrBytes.
+// Secrets are replaced first, so a cut cannot leave half of one.
 func (h *redactHandler) redact(s string) string {
 	for _, secret := range h.secrets {
 		if strings.Contains(s, secret) {
 			s = strings.ReplaceAll(s, secret, "[redacted]")
 		}
 	}
-	return s
+	return bound(s, maxAttrBytes)
 }
 
-// attr returns a with secrets redacted from its value; a value that is
-// not text is rendered as text when its text holds a secret.
+// bound cuts s to at most n bytes on a rune boundary, noting the size
+// it had: "…[cut: 3145728 bytes in all]".
+func bound(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…[cut: %d bytes in all]", s[:cut], len(s))
+}
+
+// attr returns a with secrets redacted from its value, cut to
+// maxAttrBytes; a value that is not text is rendered as text when its
+// text holds a secret or is longer than that.
 func (h *redactHandler) attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
