@@ -158,3 +158,24 @@ func (w *syncBuffer) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// TestSimulatorBigPrompt: a 3 MB prompt to the simulator (the default
+// model) is a valid request: the turn completes, its reply quoting the
+// question cut short, and no event goes over max_event_bytes.
+func TestSimulatorBigPrompt(t *testing.T) {
+	for name, prompt := range map[string]string{
+		"one word":  strings.Repeat("x", 3<<20),
+		"ten words": strings.Repeat(strings.Repeat("y", 300<<10)+" ", 10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := serveYAML(t, "providers:\n  sim: {type: simulator, token_delay: -1ns}\nmodels:\n  m: {provider: sim, model: turnstile-sim-1}\n")
+			evs, st := wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: wiretest.UserText(prompt)}, nil)
+			if st.Code() != codes.OK {
+				t.Fatalf("status %v", st)
+			}
+			if got := wiretest.Names(evs); !strings.HasSuffix(got, "MessageCompleted TurnCompleted") {
+				t.Errorf("events %s", got)
+			}
+		})
+	}
+}
