@@ -190,6 +190,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		}()
 	}
 
+	opts.MeterProvider = tel.MeterProvider
 	if h := tel.ServerHandler(); h != nil {
 		opts.GRPCOptions = append(opts.GRPCOptions, grpc.StatsHandler(h))
 	}
@@ -233,6 +234,8 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		NoReflection:          !s.Reflection,
 		MaxConcurrentTurns:    s.MaxConcurrentTurns,
 		MaxConnections:        s.MaxConnections,
+		MaxConnectionsPerPeer: s.MaxConnectionsPerPeer,
+		MaxHeaderBytes:        s.MaxHeaderBytes,
 		MaxConnectionIdle:     s.MaxConnectionIdle,
 		MaxConnectionAge:      s.MaxConnectionAge,
 		MaxConnectionAgeGrace: s.MaxConnectionAgeGrace,
