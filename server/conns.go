@@ -57,12 +57,16 @@ const (
 // guard keeps the per-peer connection counts, the instruments and the
 // sampled log of everything refused below the RPC layer.
 type guard struct {
-	logger   *slog.Logger
-	perPeer  int
-	headers  int
-	sampler  *sampler
-	refusals metric.Int64Counter
-	unserved metric.Int64Counter
+	logger  *slog.Logger
+	perPeer int
+	headers int
+	// sampler shares the lines of RPCs that did no work among peers;
+	// connSampler those about connections, apart, so a flood of the
+	// first cannot hide the line that a connection was closed.
+	sampler     *sampler
+	connSampler *sampler
+	refusals    metric.Int64Counter
+	unserved    metric.Int64Counter
 
 	mu    sync.Mutex
 	peers map[string]int
@@ -78,13 +82,14 @@ func newGuard(opts *Options) *guard {
 	unserved, _ := m.Int64Counter(metricUnserved, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs that ended before any work (cancelled by the client, unauthenticated, refused by a limit), by status code."))
 	return &guard{
-		logger:   opts.Logger,
-		perPeer:  opts.MaxConnectionsPerPeer,
-		headers:  opts.MaxHeaderBytes,
-		sampler:  newSampler(),
-		refusals: refusals,
-		unserved: unserved,
-		peers:    map[string]int{},
+		logger:      opts.Logger,
+		perPeer:     opts.MaxConnectionsPerPeer,
+		headers:     opts.MaxHeaderBytes,
+		sampler:     newSampler(),
+		connSampler: newSampler(),
+		refusals:    refusals,
+		unserved:    unserved,
+		peers:       map[string]int{},
 	}
 }
 
@@ -93,15 +98,15 @@ func (g *guard) refused(reason string) {
 	g.refusals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
 }
 
-// logSampled writes msg for peer at level unless peer has had its share
-// of lines (see [sampler]); the line says how many were left out since
+// logSampled writes msg about a connection of peer at level unless peer
+// has had its share of such lines (see [sampler]); the line says how many were left out since
 // the last one.
 func (g *guard) logSampled(level slog.Level, peer, msg string, attrs ...any) {
 	if !g.logger.Enabled(context.Background(), level) {
 		return
 	}
 	if level > slog.LevelDebug {
-		ok, suppressed := g.sampler.allow(peer, time.Now())
+		ok, suppressed := g.connSampler.allow(peer, time.Now())
 		if !ok {
 			return
 		}
