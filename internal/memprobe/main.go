@@ -12,7 +12,8 @@
 //   - streams: -streams RunTurn calls (-per-conn per connection) whose
 //     clients never read an event;
 //   - silent: -silent TCP connections that never send a byte;
-//   - big: -big concurrent requests of -big-bytes each.
+//   - big: -big concurrent requests of -big-bytes each;
+//   - resets, unauth, header, peer, burst: see edges.go.
 //
 // The figures are the server process's alone; the clients run in this
 // process. BENCHMARKS.md records results and how they were taken.
@@ -55,6 +56,13 @@ func main() {
 	bigBytes := flag.Int("big-bytes", 3_600_000, "bytes of each large request")
 	bigShape := flag.String("big-shape", "messages", "`shape` of a large request: text (one long user message) or messages (many short ones)")
 	window := flag.Int("client-window", 64<<10, "HTTP/2 receive `window` of the non-reading clients, fixed; 0: gRPC's default, which grows with the bandwidth-delay estimate up to 16 MiB a stream, so the server can push a turn's whole reply into the client's memory")
+	resets := flag.Int("resets", 100_000, "HEADERS+RST_STREAM pairs of the resets scenario")
+	unauth := flag.Int("unauth", 20_000, "calls without a key of the unauth scenario")
+	headers := flag.Int("headers", 10, "concurrent streams of the header scenario")
+	headerBytes := flag.Int("header-bytes", 16<<20-1024, "bytes of the header scenario's one header")
+	peerSilent := flag.Int("peer-silent", 1500, "silent connections from 127.0.0.2 of the peer scenario")
+	burst := flag.Int("burst", 16, "concurrent requests of the burst scenario")
+	burstBytes := flag.Int("burst-bytes", 4_000_000, "bytes of each request of the burst scenario")
 	extra := flag.String("config", "", "YAML `lines` appended to the generated configuration (e.g. server settings)")
 	flag.Parse()
 
@@ -76,6 +84,16 @@ func main() {
 			probeSilent(*bin, *extra, *silent, *silentWait)
 		case "big":
 			probeBig(*bin, *extra, *big, *bigBytes, *bigShape)
+		case "resets":
+			probeResets(*bin, *extra, *resets)
+		case "unauth":
+			probeUnauth(*bin, *extra, *unauth)
+		case "header":
+			probeHeader(*bin, *extra, *headers, *headerBytes)
+		case "peer":
+			probePeer(*bin, *extra, *peerSilent)
+		case "burst":
+			probeBurst(*bin, *extra, *burst, *burstBytes)
 		default:
 			fail("unknown scenario %q", s)
 		}
