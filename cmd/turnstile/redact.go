@@ -39,6 +39,15 @@ func (h *redactHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h *redactHandler) Handle(ctx context.Context, r slog.Record) error {
+	clean := h.clean(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		clean = clean && h.cleanAttr(a)
+		return clean
+	})
+	if clean {
+		// Most lines: nothing to redact or cut, no copy.
+		return h.next.Handle(ctx, r)
+	}
 	out := slog.NewRecord(r.Time, r.Level, h.redact(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		out.AddAttrs(h.attr(a))
@@ -68,6 +77,39 @@ func (h *redactHandler) redact(s string) string {
 		}
 	}
 	return bound(s, maxAttrBytes)
+}
+
+// clean reports whether s has no secret and is within maxAttrBytes.
+func (h *redactHandler) clean(s string) bool {
+	if len(s) > maxAttrBytes {
+		return false
+	}
+	for _, secret := range h.secrets {
+		if strings.Contains(s, secret) {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanAttr reports whether a would pass [redactHandler.attr] unchanged
+// without formatting it: text that is clean, numbers, times, and groups of
+// those. A value of another kind (an error) takes the slow path.
+func (h *redactHandler) cleanAttr(a slog.Attr) bool {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		return h.clean(a.Value.String())
+	case slog.KindGroup:
+		for _, g := range a.Value.Group() {
+			if !h.cleanAttr(g) {
+				return false
+			}
+		}
+		return true
+	case slog.KindAny, slog.KindLogValuer:
+		return false
+	}
+	return true
 }
 
 // bound cuts s to at most n bytes on a rune boundary, noting the size

@@ -76,6 +76,9 @@ func serve(args []string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go returnMemory(ctx, memoryCheckInterval, func(held, live uint64) {
+		logger.Info("heap returned to the OS after a burst", "held_mib", held>>20, "live_mib", live>>20)
+	})
 	if err := serveConfig(ctx, cfg, logger); err != nil {
 		var cerr *config.Errors
 		if errors.As(err, &cerr) {
