@@ -319,9 +319,9 @@ type h2Conn struct {
 
 	// The read side, touched only by gRPC's reader goroutine.
 	in         frameScanner
-	seen       bool // a frame was read
-	inBlock    bool // a header block is open (no END_HEADERS yet)
-	lastStream uint32
+	seen       bool          // a frame was read
+	inBlock    atomic.Bool   // a header block is open (no END_HEADERS yet)
+	lastStream atomic.Uint32 // the GOAWAY's last stream
 	streams    int
 	resets     int
 	tokens     float64
@@ -371,13 +371,13 @@ func (c *h2Conn) inFrame(h frameHeader, _ uint32) {
 	}
 	switch h.typ {
 	case frameHeaders:
-		if h.stream > c.lastStream {
-			c.lastStream = h.stream
+		if h.stream > c.lastStream.Load() {
+			c.lastStream.Store(h.stream)
 			c.streams++
 		}
-		c.inBlock = h.flags&flagEndHeaders == 0
+		c.inBlock.Store(h.flags&flagEndHeaders == 0)
 	case frameContinuation:
-		c.inBlock = h.flags&flagEndHeaders == 0
+		c.inBlock.Store(h.flags&flagEndHeaders == 0)
 	case frameRSTStream:
 		c.resets++
 		now := time.Now()
@@ -444,7 +444,7 @@ func (c *h2Conn) flushGoAway() {
 	f := make([]byte, 9+8+len(debug))
 	n := 8 + len(debug)
 	f[0], f[1], f[2], f[3] = byte(n>>16), byte(n>>8), byte(n), frameGoAway
-	binary.BigEndian.PutUint32(f[9:], c.lastStream)
+	binary.BigEndian.PutUint32(f[9:], c.lastStream.Load())
 	binary.BigEndian.PutUint32(f[13:], codeEnhanceYourCalm)
 	copy(f[17:], debug)
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -458,8 +458,7 @@ func (c *h2Conn) Close() error {
 	defer c.wmu.Unlock()
 	// gRPC closes a connection whose header block does not decode: one
 	// header longer than max_header_bytes ends there, mid-block.
-	if c.inBlock && !c.readFailed.Load() && !c.tripped.Load() {
-		c.inBlock = false
+	if c.inBlock.Swap(false) && !c.readFailed.Load() && !c.tripped.Load() {
 		c.headerRefused()
 	}
 	c.flushGoAway()
