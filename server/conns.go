@@ -165,6 +165,10 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		host := hostOf(c.RemoteAddr())
+		if _, ip := c.RemoteAddr().(*net.TCPAddr); !ip {
+			// A Unix socket's peers have no address to count by.
+			return &peerConn{Conn: c, g: l.g, host: host, uncounted: true}, nil
+		}
 		if !l.g.admit(host) {
 			c.Close()
 			l.g.refused(reasonPerPeer)
@@ -179,8 +183,9 @@ func (l *peerListener) Accept() (net.Conn, error) {
 // when closed, and counts a handshake that handshake_timeout cut.
 type peerConn struct {
 	net.Conn
-	g    *guard
-	host string
+	g         *guard
+	host      string
+	uncounted bool // not counted against its address (not TCP)
 	// established is set once the client's HTTP/2 preface has been read.
 	established atomic.Bool
 	timedOut    atomic.Bool
@@ -199,7 +204,7 @@ func (c *peerConn) Read(p []byte) (int, error) {
 }
 
 func (c *peerConn) Close() error {
-	if !c.closed.Swap(true) {
+	if !c.closed.Swap(true) && !c.uncounted {
 		c.g.release(c.host)
 	}
 	return c.Conn.Close()

@@ -3,10 +3,13 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -377,4 +380,43 @@ func dialSilent(t *testing.T, addr string, n int) []net.Conn {
 		out = append(out, c)
 	}
 	return out
+}
+
+// TestUnixSocketNotCapped: connections on a Unix socket have no address
+// to count by, so max_connections_per_peer does not apply to them.
+func TestUnixSocketNotCapped(t *testing.T) {
+	m := newMeter()
+	lis, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
+		server.Options{MeterProvider: m, MaxConnectionsPerPeer: 2, HandshakeTimeout: time.Minute})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	defer func() { srv.Stop(); <-done }()
+	var conns []net.Conn
+	for range 5 {
+		c, err := net.Dial("unix", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	// A connection the server closed reads EOF after what it was sent
+	// (the server's SETTINGS); an open one times out.
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		var err error
+		for err == nil {
+			_, err = c.Read(make([]byte, 512))
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("connection %d: %v, want it held open", i, err)
+		}
+	}
+	if n := m.sum(t, "turnstile.server.refusals", attribute.String("reason", "per_peer_limit")); n != 0 {
+		t.Errorf("%d refused", n)
+	}
 }
