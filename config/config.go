@@ -156,6 +156,11 @@ type Server struct {
 	// MaxConnections bounds the connections open at once (default 1024;
 	// at least 1).
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerPeer bounds the connections open at once from one
+	// IP address; more are closed at once (default 64, or
+	// max_connections when that is smaller; at least 1, at most
+	// max_connections).
+	MaxConnectionsPerPeer int `yaml:"max_connections_per_peer"`
 	// MaxConnectionIdle closes a connection without RPCs for this long
 	// (default 5m; positive).
 	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
@@ -169,6 +174,9 @@ type Server struct {
 	// HandshakeTimeout closes a connection that has not completed its TLS
 	// and HTTP/2 handshake in this time (default 10s; positive).
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// MaxHeaderBytes bounds a request's header list (default 32 KiB; at
+	// least 1 KiB, at most 16 MiB).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
@@ -206,15 +214,17 @@ func (t Turn) Problems() []llm.Problem {
 func defaultServer() Server {
 	return Server{
 		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256,
-		Reflection:         true,
-		MaxConcurrentTurns: server.DefaultMaxConcurrentTurns,
-		MaxConnections:     server.DefaultMaxConnections,
-		MaxConnectionIdle:  server.DefaultMaxConnectionIdle,
-		HandshakeTimeout:   server.DefaultHandshakeTimeout,
-		MaxRequestBytes:    server.DefaultMaxRequestBytes,
-		MaxEventBytes:      server.DefaultMaxEventBytes,
-		SendTimeout:        server.DefaultSendTimeout,
-		MaxRunningTurns:    1024,
+		Reflection:            true,
+		MaxConcurrentTurns:    server.DefaultMaxConcurrentTurns,
+		MaxConnections:        server.DefaultMaxConnections,
+		MaxConnectionsPerPeer: server.DefaultMaxConnsPerPeer,
+		MaxHeaderBytes:        server.DefaultMaxHeaderBytes,
+		MaxConnectionIdle:     server.DefaultMaxConnectionIdle,
+		HandshakeTimeout:      server.DefaultHandshakeTimeout,
+		MaxRequestBytes:       server.DefaultMaxRequestBytes,
+		MaxEventBytes:         server.DefaultMaxEventBytes,
+		SendTimeout:           server.DefaultSendTimeout,
+		MaxRunningTurns:       1024,
 	}
 }
 
@@ -347,6 +357,10 @@ func Parse(name string, b []byte) (*Config, error) {
 		for alias := range c.Models {
 			c.DefaultModel = alias
 		}
+	}
+	// Left out, the per-address cap follows a smaller max_connections.
+	if _, set := c.lines["server.max_connections_per_peer"]; !set && c.Server.MaxConnections > 0 {
+		c.Server.MaxConnectionsPerPeer = min(c.Server.MaxConnectionsPerPeer, c.Server.MaxConnections)
 	}
 	// A key that could not be decoded is reported once, by what was wrong
 	// with it, not again by the checks of the value it left behind.

@@ -124,7 +124,8 @@ server: {drain_delay: 0}
 	}
 	want := Server{
 		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
-		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
+		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionsPerPeer: 64, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
+		MaxHeaderBytes:  32 << 10,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
 	}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {

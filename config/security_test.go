@@ -163,3 +163,27 @@ func TestDeployConfig(t *testing.T) {
 		t.Errorf("CheckEnv without variables = %v, want only TURNSTILE_KEY", err)
 	}
 }
+
+// TestConnectionAndHeaderBounds: max_connections_per_peer follows a
+// smaller max_connections when left out, and is checked against it when
+// set; max_header_bytes has a floor and a ceiling; every problem at once.
+func TestConnectionAndHeaderBounds(t *testing.T) {
+	const models = "providers: {sim: {type: simulator}}\nmodels: {m: {provider: sim, model: x}}\n"
+	c, err := Parse("config.yaml", []byte(models+"server: {max_connections: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.MaxConnectionsPerPeer != 10 || c.Server.MaxHeaderBytes != 32<<10 {
+		t.Errorf("per peer %d, header bytes %d; want 10 and 32768", c.Server.MaxConnectionsPerPeer, c.Server.MaxHeaderBytes)
+	}
+	_, err = Parse("config.yaml", []byte(models+"server: {max_connections: 10, max_connections_per_peer: 11, max_header_bytes: 100}\n"))
+	for _, want := range []string{"server.max_connections_per_peer: must be at least 1 and at most server.max_connections (10)", "server.max_header_bytes: must be at least 1024"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	if _, err := Parse("config.yaml", []byte(models+"server: {max_connections_per_peer: 0, max_header_bytes: 20000000}\n")); err == nil ||
+		!strings.Contains(err.Error(), "max_connections_per_peer") || !strings.Contains(err.Error(), "max_header_bytes") {
+		t.Errorf("zero per peer and 20 MB headers: %v", err)
+	}
+}

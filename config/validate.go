@@ -157,6 +157,9 @@ func (c *Config) checkServer(v *checker) {
 	}
 	atLeast("max_concurrent_turns", s.MaxConcurrentTurns, 1)
 	atLeast("max_connections", s.MaxConnections, 1)
+	if s.MaxConnectionsPerPeer < 1 || s.MaxConnectionsPerPeer > max(s.MaxConnections, 1) {
+		v.at("server.max_connections_per_peer", "must be at least 1 and at most server.max_connections (%d)", s.MaxConnections)
+	}
 	positive("max_connection_idle", s.MaxConnectionIdle)
 	if s.MaxConnectionAge < 0 {
 		v.at("server.max_connection_age", "must not be negative (0 means never)")
@@ -168,6 +171,9 @@ func (c *Config) checkServer(v *checker) {
 		v.at("server.max_connection_age_grace", "must be 0 or at least turn.max_duration, or turns still running when a connection reaches its age are cut")
 	}
 	positive("handshake_timeout", s.HandshakeTimeout)
+	if s.MaxHeaderBytes < 1024 || s.MaxHeaderBytes > 16<<20 {
+		v.at("server.max_header_bytes", "must be at least 1024 and at most %d", 16<<20)
+	}
 	atLeast("max_request_bytes", s.MaxRequestBytes, 1024)
 	if need := c.Turn.MaxToolResultBytes + minEventMargin; s.MaxEventBytes < need {
 		v.at("server.max_event_bytes", "must be at least turn.max_tool_result_bytes + %d (%d), so the tool results of a step fit one event", minEventMargin, need)

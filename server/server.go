@@ -17,10 +17,13 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -82,9 +85,23 @@ type Options struct {
 	// closed for its age before it is closed hard (default 0: until
 	// they end).
 	MaxConnectionAgeGrace time.Duration
+	// MaxConnectionsPerPeer bounds the connections open at once from one
+	// IP address; a connection beyond it is closed at once, so one
+	// address cannot hold every slot of MaxConnections (default 64;
+	// behind a proxy or load balancer that does not keep client
+	// addresses, raise it to MaxConnections).
+	MaxConnectionsPerPeer int
 	// HandshakeTimeout closes a connection that has not completed its TLS
-	// and HTTP/2 handshake in this time (default 10s).
+	// and HTTP/2 handshake in this time (default 10s). Each one closed is
+	// counted (metric turnstile.server.refusals, reason
+	// handshake_timeout) and logged at DEBUG.
 	HandshakeTimeout time.Duration
+	// MaxHeaderBytes bounds the header list of a request, as HTTP/2
+	// counts it (each field's name and value plus 32 bytes): a stream
+	// over it is refused at once (RST_STREAM), or its connection closed
+	// when one field alone is over it; counted, and logged once per
+	// connection (default 32 KiB).
+	MaxHeaderBytes int
 	// MaxRequestBytes bounds a request; a larger one fails with
 	// RESOURCE_EXHAUSTED and ErrorInfo REQUEST_TOO_LARGE. One up to twice
 	// as large (at most 1 MiB more) is read first; a larger one is refused
@@ -116,6 +133,10 @@ type Options struct {
 	// retryable UNAVAILABLE (default 1024).
 	MaxRunningTurns int
 
+	// MeterProvider records the server's own metrics: refusals below the
+	// RPC layer and RPCs that ended before any work (default: none).
+	MeterProvider metric.MeterProvider
+
 	// GRPCOptions are appended to the server's options (stats handlers,
 	// more interceptors).
 	GRPCOptions []grpc.ServerOption
@@ -127,6 +148,8 @@ const (
 	DefaultMaxConnections     = 1024
 	DefaultMaxConnectionIdle  = 5 * time.Minute
 	DefaultHandshakeTimeout   = 10 * time.Second
+	DefaultMaxConnsPerPeer    = 64
+	DefaultMaxHeaderBytes     = 32 << 10
 	DefaultMaxRequestBytes    = 4 << 20
 	DefaultMaxEventBytes      = 2 << 20
 	DefaultSendTimeout        = 30 * time.Second
@@ -152,6 +175,7 @@ var bufferPool = func() mem.BufferPool {
 // Server is a gRPC server for AgentService with health and reflection.
 type Server struct {
 	grpc    *grpc.Server
+	guard   *guard
 	health  *health.Server
 	service *service
 	opts    Options
@@ -178,6 +202,11 @@ func (o *Options) setDefaults() {
 	def(&o.SendTimeout, DefaultSendTimeout)
 	defInt(&o.MaxConcurrentTurns, DefaultMaxConcurrentTurns)
 	defInt(&o.MaxConnections, DefaultMaxConnections)
+	defInt(&o.MaxConnectionsPerPeer, min(DefaultMaxConnsPerPeer, o.MaxConnections))
+	defInt(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	if o.MeterProvider == nil {
+		o.MeterProvider = metricnoop.NewMeterProvider()
+	}
 	defInt(&o.MaxRequestBytes, DefaultMaxRequestBytes)
 	defInt(&o.MaxEventBytes, DefaultMaxEventBytes)
 	defInt(&o.MaxRunningTurns, 1024)
@@ -191,8 +220,9 @@ func (o *Options) setDefaults() {
 func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
+	g := newGuard(&opts)
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		logger.Log(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields...)
+		g.logRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
 	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in RPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -231,6 +261,7 @@ func New(runner turnRunner, opts Options) *Server {
 		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
 		grpc.MaxRecvMsgSize(hardRequestLimit(opts.MaxRequestBytes)),
 		grpc.ConnectionTimeout(opts.HandshakeTimeout),
+		grpc.MaxHeaderListSize(uint32(opts.MaxHeaderBytes)),
 		grpc.StaticStreamWindowSize(flowWindow),
 		grpc.StaticConnWindowSize(flowWindow),
 		experimental.BufferPool(bufferPool),
@@ -240,13 +271,17 @@ func New(runner turnRunner, opts Options) *Server {
 		// server's instructions per turn under callgrind.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	// Every connection, TLS or not, through the guard (conns.go).
+	creds := insecure.NewCredentials()
 	if opts.TLS != nil {
-		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+		creds = credentials.NewTLS(opts.TLS)
 	}
+	sopts = append(sopts, grpc.Creds(guardCreds{TransportCredentials: creds, g: g}))
 	sopts = append(sopts, opts.GRPCOptions...)
 
 	s := &Server{
 		grpc:   grpc.NewServer(sopts...),
+		guard:  g,
 		health: health.NewServer(),
 		opts:   opts,
 	}
@@ -289,9 +324,10 @@ func rpcLevel(lvl slog.Level, fields []any) slog.Level {
 }
 
 // Serve accepts connections on lis until Shutdown or Stop, at most
-// MaxConnections at once. It returns nil after a shutdown.
+// MaxConnections at once and MaxConnectionsPerPeer from one address. It
+// returns nil after a shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	lis = netutil.LimitListener(lis, s.opts.MaxConnections)
+	lis = &peerListener{Listener: netutil.LimitListener(lis, s.opts.MaxConnections), g: s.guard}
 	if err := s.grpc.Serve(lis); err != nil && err != grpc.ErrServerStopped {
 		return fmt.Errorf("server: %w", err)
 	}

@@ -35,7 +35,8 @@ func NewTurnLog(logger *slog.Logger) *TurnLog { return &TurnLog{logger: logger} 
 // tool_calls; input_tokens (cached input excluded), output_tokens,
 // cache_read_tokens, cache_write_tokens; ttft_ms (to the first streamed output), wait_ms
 // (backoff), duration_ms; then end_reason for a completed turn, or
-// error_code, retryable and the root cause (cut at 4 KiB) for a failed one. Durations are
+// error_code, retryable and the root cause (cut at 4 KiB here, and every value at 1 KiB by
+// the redacting handler `turnstile serve` logs through) for a failed one. Durations are
 // milliseconds and every count a number. No prompt or completion text is
 // logged, and the cause comes from errors whose text the providers have
 // already stripped of keys.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // defaultGOGC is the server's GOGC when the operator sets none. A turn
@@ -47,5 +50,81 @@ func setGCDefaults() {
 	}
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
+	}
+}
+
+// After a burst (a few large requests) the heap holds what the burst left
+// for as long as no collection runs, and with GOGC 400 and little traffic
+// after it, none runs for minutes: the process keeps the burst's peak.
+// returnMemory checks every memoryCheckInterval and, when no collection
+// ran since the last check while the heap holds much more than its live
+// part, collects and returns the free memory to the OS
+// (debug.FreeOSMemory). Under steady traffic collections run every few
+// turns, so the check never fires there and GOGC keeps its throughput.
+const (
+	memoryCheckInterval = 10 * time.Second
+	// memoryExcessFloor is the excess (heap held over live heap) below
+	// which nothing is returned: a few dozen MB are not worth a
+	// collection.
+	memoryExcessFloor = 64 << 20
+)
+
+// heapSample is what returnMemory reads of the runtime.
+type heapSample struct {
+	cycles uint64 // collections so far
+	live   uint64 // live heap as of the last collection
+	held   uint64 // heap memory not returned to the OS: objects, dead ones included, and free spans
+}
+
+// heapSamples are the runtime/metrics returnMemory reads.
+var heapSamples = []string{"/gc/cycles/total:gc-cycles", "/gc/heap/live:bytes", "/memory/classes/heap/objects:bytes", "/memory/classes/heap/free:bytes", "/memory/classes/heap/unused:bytes"}
+
+func readHeap(s []metrics.Sample) heapSample {
+	metrics.Read(s)
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	return heapSample{cycles: u(0), live: u(1), held: u(2) + u(3) + u(4)}
+}
+
+// shouldReturn reports whether the heap, sampled at now after prev, holds
+// a burst's leftovers: no collection ran in between, and what it holds
+// exceeds twice its live part by more than memoryExcessFloor. The live
+// part is the smaller of the last collection's and base, the live heap
+// after the last return: a collection that ran at the burst's peak
+// counted the burst as live.
+func shouldReturn(prev, now heapSample, base uint64) bool {
+	return now.cycles == prev.cycles && now.held > 2*min(now.live, base)+memoryExcessFloor
+}
+
+// returnMemory runs the check until ctx is done; freed is called with the
+// bytes held before each return and the live heap after it (for the log).
+func returnMemory(ctx context.Context, interval time.Duration, freed func(held, live uint64)) {
+	s := make([]metrics.Sample, len(heapSamples))
+	for i, name := range heapSamples {
+		s[i].Name = name
+	}
+	prev := readHeap(s)
+	base := prev.live
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := readHeap(s)
+		if shouldReturn(prev, now, base) {
+			debug.FreeOSMemory()
+			held := now.held
+			now = readHeap(s)
+			base = now.live
+			freed(held, now.live)
+		}
+		prev = now
 	}
 }

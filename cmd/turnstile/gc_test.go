@@ -1,6 +1,13 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
 
 func TestGCSettings(t *testing.T) {
 	t.Parallel()
@@ -27,4 +34,71 @@ func TestGCSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestShouldReturn(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	tests := []struct {
+		name       string
+		prev, now  heapSample
+		base       uint64
+		wantReturn bool
+	}{
+		{"steady traffic: collections run", heapSample{cycles: 7}, heapSample{cycles: 9, live: 10 * mib, held: 400 * mib}, 10 * mib, false},
+		{"idle, small excess", heapSample{cycles: 7}, heapSample{cycles: 7, live: 10 * mib, held: 50 * mib}, 10 * mib, false},
+		{"idle after a burst", heapSample{cycles: 7}, heapSample{cycles: 7, live: 10 * mib, held: 400 * mib}, 10 * mib, true},
+		{"last collection at the burst's peak", heapSample{cycles: 7}, heapSample{cycles: 7, live: 380 * mib, held: 400 * mib}, 10 * mib, true},
+		{"a large live heap, returned once", heapSample{cycles: 7}, heapSample{cycles: 7, live: 380 * mib, held: 400 * mib}, 380 * mib, false},
+	}
+	for _, tt := range tests {
+		if got := shouldReturn(tt.prev, tt.now, tt.base); got != tt.wantReturn {
+			t.Errorf("%s: shouldReturn = %v, want %v", tt.name, got, tt.wantReturn)
+		}
+	}
+}
+
+// TestReturnMemory: garbage left by a burst, counted live by the last
+// collection, is returned to the OS once no collection runs.
+func TestReturnMemory(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(defaultGOGC))
+	released := func() uint64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	freed := make(chan [2]uint64, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		returnMemory(ctx, 100*time.Millisecond, func(held, live uint64) {
+			select {
+			case freed <- [2]uint64{held, live}:
+			default:
+			}
+		})
+	}()
+	time.Sleep(50 * time.Millisecond) // its first sample, before the burst
+	burst := make([][]byte, 64)
+	for i := range burst {
+		burst[i] = make([]byte, 4<<20)
+		burst[i][0] = 1
+	}
+	runtime.GC() // the burst counted live
+	before := released()
+	runtime.KeepAlive(burst)
+	burst = nil
+	select {
+	case f := <-freed:
+		t.Logf("held %d MiB, live after %d MiB", f[0]>>20, f[1]>>20)
+		if after := released(); after < before+128<<20 {
+			t.Errorf("released %d MiB more, want the burst's 256", (after-before)>>20)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the burst's memory was not returned")
+	}
+	cancel()
+	<-done
 }

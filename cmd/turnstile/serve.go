@@ -76,6 +76,9 @@ func serve(args []string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go returnMemory(ctx, memoryCheckInterval, func(held, live uint64) {
+		logger.Info("heap returned to the OS after a burst", "held_mib", held>>20, "live_mib", live>>20)
+	})
 	if err := serveConfig(ctx, cfg, logger); err != nil {
 		var cerr *config.Errors
 		if errors.As(err, &cerr) {
@@ -206,6 +209,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		}()
 	}
 
+	opts.MeterProvider = tel.MeterProvider
 	if h := tel.ServerHandler(); h != nil {
 		opts.GRPCOptions = append(opts.GRPCOptions, grpc.StatsHandler(h))
 	}
@@ -261,6 +265,8 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		NoReflection:          !s.Reflection,
 		MaxConcurrentTurns:    s.MaxConcurrentTurns,
 		MaxConnections:        s.MaxConnections,
+		MaxConnectionsPerPeer: s.MaxConnectionsPerPeer,
+		MaxHeaderBytes:        s.MaxHeaderBytes,
 		MaxConnectionIdle:     s.MaxConnectionIdle,
 		MaxConnectionAge:      s.MaxConnectionAge,
 		MaxConnectionAgeGrace: s.MaxConnectionAgeGrace,

@@ -14,7 +14,8 @@
 //     lets the clients go, watches every turn to its end (WatchTurn from
 //     seq 0) and counts the turns whose log has no terminal event;
 //   - silent: -silent TCP connections that never send a byte;
-//   - big: -big concurrent requests of -big-bytes each.
+//   - big: -big concurrent requests of -big-bytes each;
+//   - resets, unauth, header, peer, burst: see edges.go.
 //
 // Each scenario runs once per -store mode: off (store: {mode: off}) and on
 // (the default embedded store, its files in a temporary directory). The
@@ -62,6 +63,13 @@ func main() {
 	bigBytes := flag.Int("big-bytes", 3_600_000, "bytes of each large request")
 	bigShape := flag.String("big-shape", "messages", "`shape` of a large request: text (one long user message) or messages (many short ones)")
 	window := flag.Int("client-window", 64<<10, "HTTP/2 receive `window` of the non-reading clients, fixed; 0: gRPC's default, which grows with the bandwidth-delay estimate up to 16 MiB a stream, so the server can push a turn's whole reply into the client's memory")
+	resets := flag.Int("resets", 100_000, "HEADERS+RST_STREAM pairs of the resets scenario")
+	unauth := flag.Int("unauth", 20_000, "calls without a key of the unauth scenario")
+	headers := flag.Int("headers", 10, "concurrent streams of the header scenario")
+	headerBytes := flag.Int("header-bytes", 16<<20-1024, "bytes of the header scenario's one header")
+	peerSilent := flag.Int("peer-silent", 1500, "silent connections from 127.0.0.2 of the peer scenario")
+	burst := flag.Int("burst", 16, "concurrent requests of the burst scenario")
+	burstBytes := flag.Int("burst-bytes", 4_000_000, "bytes of each request of the burst scenario")
 	extra := flag.String("config", "", "YAML `lines` appended to the generated configuration (e.g. server settings)")
 	env := flag.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=100,GODEBUG=gctrace=1)")
 	serverLog := flag.String("server-log", "", "`file` that receives the server's whole log (stderr)")
@@ -79,6 +87,25 @@ func main() {
 		}
 	}
 	for s := range strings.SplitSeq(*scenarios, ",") {
+		// The edges' scenarios start servers of their own configuration
+		// (edges.go), once.
+		switch s {
+		case "resets":
+			probeResets(*bin, *extra, *resets)
+			continue
+		case "unauth":
+			probeUnauth(*bin, *extra, *unauth)
+			continue
+		case "header":
+			probeHeader(*bin, *extra, *headers, *headerBytes)
+			continue
+		case "peer":
+			probePeer(*bin, *extra, *peerSilent)
+			continue
+		case "burst":
+			probeBurst(*bin, *extra, *burst, *burstBytes)
+			continue
+		}
 		for mode := range strings.SplitSeq(*stores, ",") {
 			if mode != "on" && mode != "off" {
 				fail("unknown store mode %q", mode)

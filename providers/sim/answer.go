@@ -37,14 +37,23 @@ func defaultAnswer(question string) string {
 	return fmt.Sprintf(answerTemplates[h.Sum32()%uint32(len(answerTemplates))], gist(q))
 }
 
-// gist returns the first dozen words of q without trailing punctuation.
+// maxGistBytes bounds the gist a reply quotes: a prompt of a dozen
+// megabyte-long words must not make a reply larger than an event may be.
+const maxGistBytes = 200
+
+// gist returns the first dozen words of q without trailing punctuation,
+// at most maxGistBytes of them.
 func gist(q string) string {
 	words := strings.Fields(q)
 	cut := len(words) > 12
 	if cut {
 		words = words[:12]
 	}
-	g := strings.TrimRight(strings.Join(words, " "), ".?!,;: ")
+	g := strings.Join(words, " ")
+	if len(g) > maxGistBytes {
+		g, cut = clip(g, maxGistBytes), false
+	}
+	g = strings.TrimRight(g, ".?!,;: ")
 	g = strings.ReplaceAll(g, `"`, "'")
 	if cut {
 		g += "…"

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -920,5 +921,36 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	if len(texts) != 1 {
 		t.Errorf("%d different answers to one question, want 1", len(texts))
+	}
+}
+
+// TestHugePromptSmallAnswer: the reply, its reasoning, and the answer after
+// a tool quote at most 200 bytes of the question, however long its
+// words: a 3 MB prompt must not make a reply larger than an event may be.
+func TestHugePromptSmallAnswer(t *testing.T) {
+	t.Parallel()
+	for name, q := range map[string]string{
+		"one word":    strings.Repeat("x", 3<<20),
+		"long words":  strings.Repeat(strings.Repeat("y", 300<<10)+" ", 10),
+		"many words":  strings.Repeat("word ", 600_000),
+		"multibyte":   strings.Repeat("é", 1<<20),
+		"with a turn": "[sim think] " + strings.Repeat("z", 3<<20),
+	} {
+		got := call(t, newSim(t), ask("m", q))
+		if n := len(got.text()); n > 500 {
+			t.Errorf("%s: a reply of %d bytes", name, n)
+		}
+		var thinking int
+		for _, c := range got.chunks {
+			if c.Kind == llm.ChunkThinking {
+				thinking += len(c.Text)
+			}
+		}
+		if thinking > 500 {
+			t.Errorf("%s: reasoning of %d bytes", name, thinking)
+		}
+		if !utf8.ValidString(got.text()) {
+			t.Errorf("%s: the reply is not valid UTF-8", name)
+		}
 	}
 }
