@@ -259,7 +259,7 @@ type Telemetry struct {
 // Ops configures the ops HTTP listener.
 type Ops struct {
 	// Listen is the listener's host:port; empty (the default) is no
-	// listener.
+	// listener. It always serves the probes' /healthz and /readyz.
 	Listen string `yaml:"listen"`
 	// Metrics serves /metrics in the Prometheus format, which turns
 	// metrics on (default true).
