@@ -123,7 +123,8 @@ server: {drain_delay: 0}
 		t.Errorf("default token_delay = %v", s.TokenDelay)
 	}
 	want := Server{
-		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
+		ShutdownGrace: 15 * time.Second, DrainDelay: 5 * time.Second, MaxConnectionAge: 30 * time.Minute,
+		KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
 		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
 	}
