@@ -33,6 +33,25 @@ import (
 // DefaultListen is the address served when neither the file nor a flag says.
 const DefaultListen = "127.0.0.1:7700"
 
+// Shutdown and connection defaults, chosen for Kubernetes, whose default
+// termination grace is 30s: on SIGTERM the server keeps accepting for
+// DefaultDrainDelay while health (and /readyz) says NOT_SERVING, so the
+// endpoint's removal reaches every proxy before the listener closes; then
+// running turns get DefaultShutdownGrace to end before they are handed to
+// another replica (with a store) or cancelled, which waits at most 5s
+// more. 5s + 15s + 5s leaves 5s of the 30s for the store and telemetry to
+// close. A pod given more time (terminationGracePeriodSeconds) can raise
+// both.
+const (
+	DefaultDrainDelay    = 5 * time.Second
+	DefaultShutdownGrace = 15 * time.Second
+	// DefaultMaxConnectionAge closes a connection this old gracefully,
+	// so long-lived clients reconnect and spread over replicas added
+	// since. Its grace defaults to 0: RPCs on the old connection run
+	// until they end, which turn.max_duration bounds.
+	DefaultMaxConnectionAge = 30 * time.Minute
+)
+
 // Config is the whole configuration file. Build one with [Parse], [Load]
 // or [Default]; the zero value is not valid.
 type Config struct {
@@ -130,11 +149,11 @@ type Model struct {
 // Server tunes the gRPC server.
 type Server struct {
 	// ShutdownGrace is how long running turns may finish after SIGTERM
-	// before they are cancelled with a retryable error (default 30s;
-	// positive).
+	// (and DrainDelay) before they are handed off or cancelled with a
+	// retryable error (default 15s; positive).
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// DrainDelay is how long health reports NOT_SERVING before the server
-	// stops accepting turns, so load balancers notice (default 0).
+	// stops accepting turns, so load balancers notice (default 5s).
 	DrainDelay time.Duration `yaml:"drain_delay"`
 	// KeepaliveTime is the server's ping interval on idle connections
 	// (default 30s; positive).
@@ -165,7 +184,7 @@ type Server struct {
 	// (default 5m; positive).
 	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
 	// MaxConnectionAge closes connections this old gracefully (default
-	// 0: never).
+	// 30m; 0: never).
 	MaxConnectionAge time.Duration `yaml:"max_connection_age"`
 	// MaxConnectionAgeGrace is how long RPCs may go on on a connection
 	// closed for its age (default 0: until they end; else at least
@@ -213,7 +232,8 @@ func (t Turn) Problems() []llm.Problem {
 // defaultServer returns the server block's defaults.
 func defaultServer() Server {
 	return Server{
-		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256,
+		ShutdownGrace: DefaultShutdownGrace, DrainDelay: DefaultDrainDelay, MaxConnectionAge: DefaultMaxConnectionAge,
+		KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256,
 		Reflection:            true,
 		MaxConcurrentTurns:    server.DefaultMaxConcurrentTurns,
 		MaxConnections:        server.DefaultMaxConnections,
@@ -269,7 +289,7 @@ type Telemetry struct {
 // Ops configures the ops HTTP listener.
 type Ops struct {
 	// Listen is the listener's host:port; empty (the default) is no
-	// listener.
+	// listener. It always serves the probes' /healthz and /readyz.
 	Listen string `yaml:"listen"`
 	// Metrics serves /metrics in the Prometheus format, which turns
 	// metrics on (default true).

@@ -123,7 +123,8 @@ server: {drain_delay: 0}
 		t.Errorf("default token_delay = %v", s.TokenDelay)
 	}
 	want := Server{
-		ShutdownGrace: 30 * time.Second, KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
+		ShutdownGrace: 15 * time.Second, DrainDelay: 5 * time.Second, MaxConnectionAge: 30 * time.Minute,
+		KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
 		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionsPerPeer: 64, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 		MaxHeaderBytes:  32 << 10,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
@@ -192,7 +193,6 @@ func TestInvalid(t *testing.T) {
 		{"ops port", ok + "ops: {listen: \"localhost:99999\"}\n", `config.yaml:3: ops.listen: "localhost:99999" is not host:port`},
 		{"ops on the grpc address", "listen: 127.0.0.1:7700\n" + ok + "ops: {listen: 127.0.0.1:7700}\n", `config.yaml:4: ops.listen: "127.0.0.1:7700" is also the gRPC listen address`},
 		{"pprof alone", ok + "ops: {pprof: true}\n", "config.yaml:3: ops.pprof: needs ops.listen"},
-		{"ops serving nothing", ok + "ops: {listen: \"127.0.0.1:9464\", metrics: false}\n", "config.yaml:3: ops.listen: serves nothing with ops.metrics and ops.pprof both false"},
 		{"capture content", ok + "telemetry: {capture_content: maybe}\n", "config.yaml:3: telemetry.capture_content: expected true or false"},
 		{"bad duration", ok + "retry: {max_backoff: soon}\n", "config.yaml:3: retry.max_backoff: expected a duration such as 500ms or 2s"},
 		{"tool failures", ok + "turn: {tool_failures: 0}\n", "config.yaml:3: turn.tool_failures: must be at least 1"},

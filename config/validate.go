@@ -116,10 +116,8 @@ func (c *Config) checkOps(v *checker) {
 		_, port, err := net.SplitHostPort(c.Ops.Listen)
 		if _, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil {
 			v.at("ops.listen", "%q is not host:port (e.g. 127.0.0.1:9464, or :9464 for every interface)", c.Ops.Listen)
-		} else if c.Ops.Listen == c.Listen {
+		} else if c.Ops.Listen == c.Listen && port != "0" {
 			v.at("ops.listen", "%q is also the gRPC listen address", c.Ops.Listen)
-		} else if !c.Ops.Metrics && !c.Ops.PProf {
-			v.at("ops.listen", "serves nothing with ops.metrics and ops.pprof both false")
 		}
 	case c.Ops.PProf:
 		v.at("ops.pprof", "needs ops.listen: profiles are served on the ops listener")

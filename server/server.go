@@ -323,6 +323,20 @@ func rpcLevel(lvl slog.Level, fields []any) slog.Level {
 	return lvl
 }
 
+// Ready reports whether the health service answers SERVING, for the
+// server as a whole ("") and for AgentService: what a load balancer asking
+// over gRPC is told, for probes that cannot speak gRPC (the ops
+// listener's /readyz).
+func (s *Server) Ready(ctx context.Context) bool {
+	for _, name := range []string{"", turnstilev1.AgentService_ServiceDesc.ServiceName} {
+		r, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return false
+		}
+	}
+	return true
+}
+
 // Serve accepts connections on lis until Shutdown or Stop, at most
 // MaxConnections at once and MaxConnectionsPerPeer from one address. It
 // returns nil after a shutdown.

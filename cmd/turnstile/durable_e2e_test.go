@@ -145,7 +145,7 @@ store:
   mode: nats
   nats: {url: %s}
   lease_ttl: %s
-server: {shutdown_grace: 1s}
+server: {shutdown_grace: 1s, drain_delay: 0s}
 `, mcpServerBinary(t), counted, url, leaseTTL), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -38,12 +38,14 @@ func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers
 	return runtime.Observers(obs, log), nil
 }
 
-// serveOps serves the ops listener on lis: /metrics when tel serves them,
-// and the Go runtime's debugging endpoints (/debug/pprof/, /debug/alloc,
-// /debug/gc) with withPProf. The returned function stops it.
-func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, logger *slog.Logger) (stop func()) {
+// serveOps serves the ops listener on lis: the probes' /healthz and
+// /readyz (see [withHealth]; ready is the gRPC health's state), /metrics
+// when tel serves them, and the Go runtime's debugging endpoints
+// (/debug/pprof/, /debug/alloc, /debug/gc) with withPProf. The returned
+// function stops it.
+func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, ready func(context.Context) bool, logger *slog.Logger) (stop func()) {
 	srv := &http.Server{
-		Handler:           telemetry.OpsHandler(tel.MetricsHandler(), withPProf),
+		Handler:           withHealth(telemetry.OpsHandler(tel.MetricsHandler(), withPProf), ready),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	done := make(chan struct{})

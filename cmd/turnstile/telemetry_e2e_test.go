@@ -319,6 +319,8 @@ func serveWithOps(t *testing.T, cfg *config.Config, logs io.Writer) (addr, opsAd
 		lis.Close()
 		t.Fatal(err)
 	}
+	// No client here needs the drain: stop at once.
+	cfg.Server.DrainDelay = 0
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- serveOn(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)), lis, ops) }()

@@ -58,6 +58,7 @@ store: {mode: off}
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Server.DrainDelay = 0 // no client here needs the drain
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- serveOn(ctx, cfg, slog.New(slog.DiscardHandler), lis, nil) }()

@@ -154,6 +154,11 @@ class Client:
     "dns:///turnstile.internal:7700". Without credentials the channel is
     plaintext; pass grpc.ssl_channel_credentials() for TLS, or a channel of
     your own. Close the client (or use it as a context manager) when done.
+
+    load_balancing_policy is gRPC's policy over the addresses the target
+    resolves to: "round_robin" (the default, as the Go client does: with
+    "dns:///" and a headless Service, turns spread over every replica) or
+    "pick_first" (one connection).
     """
 
     def __init__(
@@ -171,7 +176,10 @@ class Client:
         cancel_timeout: float = CANCEL_TIMEOUT,
         metadata: Sequence[Tuple[str, str]] = (),
         logger: Optional[logging.Logger] = None,
+        load_balancing_policy: str = "round_robin",
     ) -> None:
+        if load_balancing_policy not in ("round_robin", "pick_first"):
+            raise ValueError("turnstile: load_balancing_policy must be round_robin or pick_first")
         if max_step_retries < 0:
             raise ValueError("turnstile: max_step_retries must not be negative")
         if max_reattaches is not None and max_reattaches < 0:
@@ -187,7 +195,7 @@ class Client:
             if not target:
                 raise ValueError("turnstile: empty target")
             # No transport retry: it would stack on the client's step retry.
-            options = [("grpc.enable_retries", 0)]
+            options = [("grpc.enable_retries", 0), ("grpc.lb_policy_name", load_balancing_policy)]
             if credentials is not None:
                 channel = grpc.secure_channel(target, credentials, options=options)
             else:

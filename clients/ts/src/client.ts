@@ -20,6 +20,7 @@ import {
 import { type Message, Role, type Usage, UsageSchema } from "./gen/turnstile/v1/conversation_pb.js";
 import { ErrorCode, type Error as ErrorEvent } from "./gen/turnstile/v1/errors_pb.js";
 import { type Failure, TurnError, codeName, fromErrorEvent, fromStatus, transportBreak } from "./errors.js";
+import { type LoadBalancing, balancedTransport, parseTarget } from "./balance.js";
 
 /**
  * The request metadata key in which the client numbers its attempts at one
@@ -134,6 +135,13 @@ export interface ClientOptions {
    * from the base URL (for TLS options, interceptors...).
    */
   transport?: Transport;
+  /**
+   * How calls spread over the addresses the target names (see
+   * LoadBalancing): "round_robin" by default for a dns:/// target or a list
+   * of addresses, "pick_first" (one connection) for one http(s) URL.
+   * "round_robin" on "https://name:port" resolves name to every address.
+   */
+  loadBalancing?: LoadBalancing;
 }
 
 /**
@@ -215,7 +223,9 @@ export interface TurnOptions {
 
 /**
  * Client runs turns on a turnstile server over gRPC. baseUrl is
- * "http://host:port" for plaintext (h2c) or "https://host:port" for TLS.
+ * "http://host:port" for plaintext (h2c) or "https://host:port" for TLS;
+ * "dns:///host:port" is TLS to every address host resolves to, round robin
+ * (as the Go client's target; see parseTarget).
  */
 export class Client {
   private readonly rpc: RpcClient<typeof AgentService>;
@@ -262,10 +272,18 @@ export class Client {
     }
     let transport = options.transport;
     if (!transport) {
-      if (!/^https?:\/\//.test(baseUrl)) {
-        throw new TypeError(`turnstile: base URL ${JSON.stringify(baseUrl)} needs a scheme: http://host:port (plaintext) or https://host:port (TLS)`);
+      const target = parseTarget(baseUrl);
+      const balancing = options.loadBalancing ?? target.balancing;
+      if (balancing !== "pick_first" && balancing !== "round_robin") {
+        throw new RangeError("turnstile: loadBalancing must be pick_first or round_robin");
       }
-      transport = createGrpcTransport({ baseUrl });
+      if (balancing === "pick_first" && target.hosts.length > 1) {
+        throw new RangeError("turnstile: pick_first takes one address; a list of them needs round_robin");
+      }
+      transport =
+        balancing === "round_robin" || baseUrl.startsWith("dns:")
+          ? balancedTransport({ ...target, balancing })
+          : createGrpcTransport({ baseUrl });
     }
     this.rpc = createClient(AgentService, transport);
   }

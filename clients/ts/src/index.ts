@@ -15,6 +15,7 @@
  * client's protocol (github.com/turnstile-dev/turnstile/client) step for
  * step.
  */
+export { RESOLVE_EVERY_MS, parseTarget, type LoadBalancing, type Target } from "./balance.js";
 export {
   ATTEMPT_HEADER,
   Client,

@@ -38,7 +38,7 @@ providers:
 models:
   sim: {provider: sim, model: turnstile-sim-1, context_window: 32000}
 default_model: sim
-server: {shutdown_grace: 100ms}
+server: {shutdown_grace: 100ms, drain_delay: 0s}
 store: {mode: embedded, dir: ${JSON.stringify(join(dir, "jetstream"))}}
 `,
     );

@@ -1,0 +1,545 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsconf "github.com/nats-io/nats-server/v2/conf"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/turnstile-dev/turnstile/config"
+)
+
+const (
+	chartDir  = "../turnstile"
+	release   = "prod"
+	namespace = "ai"
+)
+
+var (
+	helmOnce sync.Once
+	helmBin  string
+	helmErr  error
+)
+
+// helm returns a helm binary: HELM_BIN, or one built from this module's
+// pinned tool.
+func helm(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		if helmBin = os.Getenv("HELM_BIN"); helmBin != "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "helm-")
+		if err != nil {
+			helmErr = err
+			return
+		}
+		helmBin = filepath.Join(dir, "helm")
+		if out, err := exec.Command("go", "build", "-o", helmBin, "helm.sh/helm/v3/cmd/helm").CombinedOutput(); err != nil {
+			helmErr = fmt.Errorf("go build helm: %v\n%s", err, out)
+		}
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmBin
+}
+
+// chartCopy copies the chart without its dependency: charts cannot be
+// downloaded here, and helm refuses to render a chart whose declared
+// dependency is missing, enabled or not. The shape with the NATS chart
+// renders this chart's objects; TestNATSValues checks what it passes on.
+func chartCopy(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "turnstile")
+	if out, err := exec.Command("cp", "-r", chartDir, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	var meta map[string]any
+	b, err := os.ReadFile(filepath.Join(dst, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	delete(meta, "dependencies")
+	if b, err = yaml.Marshal(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "Chart.yaml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// shapes are the values files of the three shapes.
+func shapes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil || len(files) != 3 {
+		t.Fatalf("ci/*-values.yaml: %v, %v; want the three shapes", files, err)
+	}
+	return files
+}
+
+func TestLint(t *testing.T) {
+	chart := chartCopy(t)
+	for _, f := range shapes(t) {
+		out, err := exec.Command(helm(t), "lint", "--strict", chart, "-f", f).CombinedOutput()
+		if err != nil {
+			t.Errorf("helm lint --strict -f %s: %v\n%s", filepath.Base(f), err, out)
+		}
+	}
+}
+
+// object is one rendered object, decoded into its k8s.io/api type.
+type object struct {
+	kind, name string
+	obj        any
+}
+
+// serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor
+// the chart renders (its types are not in k8s.io/api).
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector  metav1.LabelSelector `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// render runs helm template with the values files and decodes every
+// object strictly: a field the API type does not have fails.
+func render(t *testing.T, chart string, args ...string) []object {
+	t.Helper()
+	cmd := exec.Command(helm(t), append([]string{"template", release, chart, "--namespace", namespace}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", args, err, stderr.String())
+	}
+	var objs []object
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
+		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
+			continue
+		}
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("rendered YAML: %v\n%s", err, doc)
+		}
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(j, &tm); err != nil {
+			t.Fatal(err)
+		}
+		var into any
+		switch tm.APIVersion + "/" + tm.Kind {
+		case "v1/ConfigMap":
+			into = &corev1.ConfigMap{}
+		case "v1/Secret":
+			into = &corev1.Secret{}
+		case "v1/Service":
+			into = &corev1.Service{}
+		case "v1/ServiceAccount":
+			into = &corev1.ServiceAccount{}
+		case "apps/v1/Deployment":
+			into = &appsv1.Deployment{}
+		case "apps/v1/StatefulSet":
+			into = &appsv1.StatefulSet{}
+		case "policy/v1/PodDisruptionBudget":
+			into = &policyv1.PodDisruptionBudget{}
+		case "autoscaling/v2/HorizontalPodAutoscaler":
+			into = &autoscalingv2.HorizontalPodAutoscaler{}
+		case "networking.k8s.io/v1/NetworkPolicy":
+			into = &networkingv1.NetworkPolicy{}
+		case "monitoring.coreos.com/v1/ServiceMonitor":
+			into = &serviceMonitor{}
+		default:
+			t.Fatalf("rendered %s %s, which the test does not know", tm.APIVersion, tm.Kind)
+		}
+		dec := json.NewDecoder(bytes.NewReader(j))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			t.Fatalf("%s: %v\n%s", tm.Kind, err, doc)
+		}
+		var meta struct{ Metadata metav1.ObjectMeta }
+		_ = json.Unmarshal(j, &meta)
+		objs = append(objs, object{tm.Kind, meta.Metadata.Name, into})
+	}
+	return objs
+}
+
+func find[T any](objs []object) []T {
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.obj.(*T); ok {
+			out = append(out, *v)
+		}
+	}
+	return out
+}
+
+// serverProbePaths reads the probe paths cmd/turnstile serves
+// (livePath, readyPath in health.go).
+func serverProbePaths(t *testing.T) (live, ready string) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../../../cmd/turnstile/health.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Values) == 1 {
+			if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				consts[vs.Names[0].Name], _ = strconv.Unquote(lit.Value)
+			}
+		}
+		return true
+	})
+	if consts["livePath"] == "" || consts["readyPath"] == "" {
+		t.Fatalf("cmd/turnstile/health.go: no livePath/readyPath constants (%v)", consts)
+	}
+	return consts["livePath"], consts["readyPath"]
+}
+
+func port(t *testing.T, hostport string) int32 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int32(n)
+}
+
+// TestShapes renders each shape and holds it to the server: the
+// configuration parses, the pod's ports are the ones it listens on, the
+// probes ask the ops listener's health paths, the grace period covers the
+// drain, the shutdown grace and the hand-off with a margin, and the pod
+// runs as non-root on a read-only root filesystem with the store on a
+// volume.
+func TestShapes(t *testing.T) {
+	chart := chartCopy(t)
+	live, ready := serverProbePaths(t)
+	for _, f := range shapes(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			objs := render(t, chart, "-f", f)
+			cms := find[corev1.ConfigMap](objs)
+			if len(cms) != 1 {
+				t.Fatalf("%d ConfigMaps, want 1", len(cms))
+			}
+			cfg, err := config.Parse("turnstile.yaml", []byte(cms[0].Data["turnstile.yaml"]))
+			if err != nil {
+				t.Fatalf("the rendered configuration: %v\n%s", err, cms[0].Data["turnstile.yaml"])
+			}
+
+			var pod corev1.PodTemplateSpec
+			var replicas *int32
+			sts, deps := find[appsv1.StatefulSet](objs), find[appsv1.Deployment](objs)
+			switch {
+			case len(sts) == 1 && len(deps) == 0:
+				pod, replicas = sts[0].Spec.Template, sts[0].Spec.Replicas
+				if cfg.Store.Mode != "embedded" {
+					t.Errorf("a StatefulSet for store.mode %q", cfg.Store.Mode)
+				}
+				if len(sts[0].Spec.VolumeClaimTemplates) != 1 {
+					t.Fatal("the embedded store's StatefulSet has no volumeClaimTemplate")
+				}
+				if replicas == nil || *replicas != 1 {
+					t.Errorf("embedded store: replicas %v, want 1", replicas)
+				}
+			case len(deps) == 1 && len(sts) == 0:
+				pod, replicas = deps[0].Spec.Template, deps[0].Spec.Replicas
+				if cfg.Store.Mode != "nats" {
+					t.Errorf("a Deployment for store.mode %q", cfg.Store.Mode)
+				}
+			default:
+				t.Fatalf("%d StatefulSets and %d Deployments, want one workload", len(sts), len(deps))
+			}
+			if len(pod.Spec.Containers) != 1 {
+				t.Fatalf("%d containers", len(pod.Spec.Containers))
+			}
+			c := pod.Spec.Containers[0]
+
+			// The configuration is the file the image reads.
+			var cfgPath string
+			for _, e := range c.Env {
+				if e.Name == "TURNSTILE_CONFIG" {
+					cfgPath = e.Value
+				}
+			}
+			mounts := map[string]corev1.VolumeMount{}
+			for _, m := range c.VolumeMounts {
+				mounts[m.Name] = m
+			}
+			vols := map[string]corev1.Volume{}
+			for _, v := range pod.Spec.Volumes {
+				vols[v.Name] = v
+			}
+			if m, ok := mounts["config"]; !ok || cfgPath != m.MountPath+"/turnstile.yaml" || vols["config"].ConfigMap == nil || vols["config"].ConfigMap.Name != cms[0].Name {
+				t.Errorf("TURNSTILE_CONFIG %q is not the ConfigMap's turnstile.yaml as mounted (%+v)", cfgPath, m)
+			}
+			if len(c.Args) != 1 || c.Args[0] != "serve" {
+				t.Errorf("args %q, want [serve]", c.Args)
+			}
+
+			// Ports.
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			if ports["grpc"] != port(t, cfg.Listen) || ports["ops"] != port(t, cfg.Ops.Listen) {
+				t.Errorf("container ports %v; the server listens on %s (gRPC) and %s (ops)", ports, cfg.Listen, cfg.Ops.Listen)
+			}
+
+			// Probes on the ops listener's health paths.
+			for _, p := range []struct {
+				name  string
+				probe *corev1.Probe
+				path  string
+			}{{"startup", c.StartupProbe, live}, {"liveness", c.LivenessProbe, live}, {"readiness", c.ReadinessProbe, ready}} {
+				if p.probe == nil || p.probe.HTTPGet == nil {
+					t.Errorf("no %s httpGet probe", p.name)
+					continue
+				}
+				if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "ops" || p.probe.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+					t.Errorf("%s probe %+v, want plaintext GET %s on port ops", p.name, p.probe.HTTPGet, p.path)
+				}
+			}
+
+			// The grace period: drain, shutdown grace, the 5s hand-off
+			// bound, and a margin.
+			grace := pod.Spec.TerminationGracePeriodSeconds
+			need := cfg.Server.DrainDelay + cfg.Server.ShutdownGrace + 5*time.Second
+			if grace == nil {
+				t.Error("no terminationGracePeriodSeconds")
+			} else if time.Duration(*grace)*time.Second <= need {
+				t.Errorf("terminationGracePeriodSeconds %d, want more than drain_delay + shutdown_grace + 5s = %v", *grace, need)
+			}
+			if cfg.Server.DrainDelay <= 0 {
+				t.Error("server.drain_delay 0: the listener would close before endpoints are removed")
+			}
+
+			// Security.
+			psc, sc := pod.Spec.SecurityContext, c.SecurityContext
+			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("security contexts %+v, %+v: want non-root, read-only root filesystem, no privilege escalation", psc, sc)
+			}
+			if cfg.Store.Mode == "embedded" {
+				m, ok := mounts["store"]
+				if !ok || !strings.HasPrefix(cfg.Store.Dir, m.MountPath+"/") || m.ReadOnly {
+					t.Errorf("store.dir %s is not on the store volume (%+v)", cfg.Store.Dir, m)
+				}
+			}
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("resources %+v: want a CPU request and a memory limit", c.Resources)
+			}
+			if len(pod.Spec.TopologySpreadConstraints) == 0 {
+				t.Error("no topology spread")
+			}
+
+			// Services: gRPC with appProtocol grpc, and a headless one.
+			var headless bool
+			for _, s := range find[corev1.Service](objs) {
+				var grpcPort *corev1.ServicePort
+				for i := range s.Spec.Ports {
+					if s.Spec.Ports[i].Name == "grpc" {
+						grpcPort = &s.Spec.Ports[i]
+					}
+				}
+				if grpcPort == nil || grpcPort.AppProtocol == nil || *grpcPort.AppProtocol != "grpc" || grpcPort.TargetPort.String() != "grpc" {
+					t.Errorf("Service %s: grpc port %+v, want appProtocol grpc to the grpc port", s.Name, grpcPort)
+				}
+				headless = headless || s.Spec.ClusterIP == corev1.ClusterIPNone
+			}
+			if !headless {
+				t.Error("no headless Service for the clients' dns:/// target")
+			}
+
+			pdbs := find[policyv1.PodDisruptionBudget](objs)
+			hpas := find[autoscalingv2.HorizontalPodAutoscaler](objs)
+			multi := len(hpas) > 0 || (replicas != nil && *replicas > 1)
+			if multi != (len(pdbs) == 1) {
+				t.Errorf("%d PodDisruptionBudgets with %v replicas and %d HPAs: want one exactly when there can be more than one replica", len(pdbs), replicas, len(hpas))
+			}
+
+			if cfg.Store.Mode == "nats" && strings.Contains(f, "nats-chart") {
+				want := "nats://" + release + "-nats." + namespace + ".svc:4222"
+				if cfg.Store.NATS.URL != want {
+					t.Errorf("store.nats.url %q, want the NATS chart's Service %s", cfg.Store.NATS.URL, want)
+				}
+			}
+		})
+	}
+}
+
+// TestChartDefaultsAreTheServers: the chart's shutdown values are the
+// server's defaults, so a chart without overrides and a bare `turnstile
+// serve` shut down alike.
+func TestChartDefaultsAreTheServers(t *testing.T) {
+	objs := render(t, chartCopy(t))
+	cfg, err := config.Parse("turnstile.yaml", []byte(find[corev1.ConfigMap](objs)[0].Data["turnstile.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.DrainDelay != config.DefaultDrainDelay || cfg.Server.ShutdownGrace != config.DefaultShutdownGrace {
+		t.Errorf("chart: drain_delay %v, shutdown_grace %v; server defaults %v, %v", cfg.Server.DrainDelay, cfg.Server.ShutdownGrace,
+			config.DefaultDrainDelay, config.DefaultShutdownGrace)
+	}
+	if g := find[appsv1.StatefulSet](objs)[0].Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g > 30 {
+		t.Errorf("default terminationGracePeriodSeconds %v: want at most Kubernetes' default 30", g)
+	}
+}
+
+// TestRefusals: shapes that cannot work fail at render time.
+func TestRefusals(t *testing.T) {
+	chart := chartCopy(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "replicaCount=3"}, "store.mode embedded keeps one process's own log"},
+		{[]string{"--set", "store.mode=nats"}, "store.mode nats needs store.nats.url"},
+		{[]string{"--set", "store.mode=off"}, `store.mode "off": embedded or nats`},
+	} {
+		out, err := exec.Command(helm(t), append([]string{"template", release, chart}, tc.args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("helm template %v: %v, %s; want it to fail with %q", tc.args, err, out, tc.want)
+		}
+	}
+}
+
+// natsChartKeys are the value keys of the official NATS chart this chart
+// sets, as its values.yaml documents them (nats-io/k8s,
+// helm/charts/nats/values.yaml, chart 2.14.2): config.cluster.{enabled,
+// replicas}, config.jetstream.{enabled, fileStore.{enabled, pvc.{enabled,
+// size}}}, and config.merge, whose keys are nats-server configuration.
+var natsChartKeys = []string{
+	"enabled", // this chart's condition (Chart.yaml), not the NATS chart's
+	"config.cluster.enabled",
+	"config.cluster.replicas",
+	"config.jetstream.enabled",
+	"config.jetstream.fileStore.enabled",
+	"config.jetstream.fileStore.pvc.enabled",
+	"config.jetstream.fileStore.pvc.size",
+	"config.merge",
+}
+
+func leaves(prefix string, v any, out *[]string) {
+	m, ok := v.(map[string]any)
+	if !ok || prefix == "config.merge" {
+		*out = append(*out, prefix)
+		return
+	}
+	for k, v := range m {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		leaves(p, v, out)
+	}
+}
+
+// TestNATSValues holds what the chart passes to the NATS chart to that
+// chart's keys and to what turnstile needs of the cluster: JetStream on a
+// file store, 3 servers, max_payload of at least 8 MiB (parsed as
+// nats-server parses it); and the dependency is declared, not vendored.
+func TestNATSValues(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		NATS map[string]any `json:"nats"`
+	}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	leaves("", values.NATS, &got)
+	for _, k := range got {
+		if !slices.Contains(natsChartKeys, k) {
+			t.Errorf("values.yaml nats.%s is not a key of the NATS chart", k)
+		}
+	}
+	get := func(path string) any {
+		var v any = values.NATS
+		for _, k := range strings.Split(path, ".") {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		return v
+	}
+	if get("config.jetstream.enabled") != true || get("config.jetstream.fileStore.enabled") != true || get("config.cluster.enabled") != true {
+		t.Error("the NATS chart's JetStream (file store) and cluster must be on")
+	}
+	if r, _ := get("config.cluster.replicas").(float64); r != 3 {
+		t.Errorf("config.cluster.replicas %v, want 3", get("config.cluster.replicas"))
+	}
+	// The NATS chart writes a string "<< x >>" unquoted into nats.conf.
+	mp, _ := get("config.merge.max_payload").(string)
+	raw, ok := strings.CutPrefix(strings.TrimSpace(mp), "<<")
+	raw, ok2 := strings.CutSuffix(raw, ">>")
+	if !ok || !ok2 {
+		t.Fatalf("config.merge.max_payload %q: want << size >>, which the NATS chart writes unquoted", mp)
+	}
+	conf, err := natsconf.Parse("max_payload: " + strings.TrimSpace(raw))
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	if n, _ := conf["max_payload"].(int64); n < 8<<20 {
+		t.Errorf("max_payload %v, want at least 8 MiB", conf["max_payload"])
+	}
+
+	b, err = os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Dependencies []struct{ Name, Version, Repository, Condition string }
+	}
+	if err := yaml.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if len(meta.Dependencies) != 1 || meta.Dependencies[0].Name != "nats" || meta.Dependencies[0].Condition != "nats.enabled" ||
+		meta.Dependencies[0].Repository != "https://nats-io.github.io/k8s/helm/charts/" {
+		t.Errorf("Chart.yaml dependencies %+v, want the official nats chart under the condition nats.enabled", meta.Dependencies)
+	}
+	if vendored, _ := filepath.Glob(filepath.Join(chartDir, "charts", "*")); len(vendored) > 0 {
+		if out, _ := exec.Command("git", "ls-files", filepath.Join(chartDir, "charts")).Output(); len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("charts/ is committed (%s): declare the dependency, do not copy it", out)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+{{- define "turnstile.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "turnstile.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "turnstile.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "turnstile.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "turnstile.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "turnstile.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "turnstile.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "turnstile.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "turnstile.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The NATS URL: store.nats.url, or the NATS chart's Service of this release (its nats.fullname). */}}
+{{- define "turnstile.natsURL" -}}
+{{- if .Values.store.nats.url }}
+{{- .Values.store.nats.url }}
+{{- else if .Values.nats.enabled }}
+{{- $name := "nats" }}
+{{- $full := ternary (.Release.Name | trunc 63 | trimSuffix "-") (printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-") (contains $name .Release.Name) }}
+{{- printf "nats://%s.%s.svc:4222" $full .Release.Namespace }}
+{{- else }}
+{{- fail "store.mode nats needs store.nats.url, or nats.enabled to deploy the NATS chart" }}
+{{- end }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: drain, grace, the server's 5s bound on handing turns off, and a margin. */}}
+{{- define "turnstile.terminationGrace" -}}
+{{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds 5 .Values.server.terminationMarginSeconds }}
+{{- end }}
+
+{{/* The server's configuration: what the chart sets, with .Values.config merged over it. */}}
+{{- define "turnstile.config" -}}
+{{- $c := dict
+  "listen" (printf "0.0.0.0:%d" (int .Values.ports.grpc))
+  "ops" (dict "listen" (printf "0.0.0.0:%d" (int .Values.ports.ops)))
+  "server" (dict
+    "drain_delay" (printf "%ds" (int .Values.server.drainDelaySeconds))
+    "shutdown_grace" (printf "%ds" (int .Values.server.shutdownGraceSeconds)))
+-}}
+{{- if .Values.tls.secretName }}
+{{- $tls := dict "cert_file" "/etc/turnstile/tls/tls.crt" "key_file" "/etc/turnstile/tls/tls.key" }}
+{{- if .Values.tls.clientCASecret.name }}
+{{- $_ := set $tls "client_ca_file" (printf "/etc/turnstile/client-ca/%s" .Values.tls.clientCASecret.key) }}
+{{- end }}
+{{- $_ := set $c.server "tls" $tls }}
+{{- end }}
+{{- if eq .Values.store.mode "embedded" }}
+{{- $_ := set $c "store" (dict "mode" "embedded" "dir" "/var/lib/turnstile/jetstream") }}
+{{- else if eq .Values.store.mode "nats" }}
+{{- $n := dict "url" (include "turnstile.natsURL" .) }}
+{{- if .Values.store.nats.credentialsSecret.name }}
+{{- $_ := set $n "credentials" (printf "/etc/turnstile/nats-creds/%s" .Values.store.nats.credentialsSecret.key) }}
+{{- end }}
+{{- if .Values.store.nats.tlsSecret.name }}
+{{- $_ := set $n "ca_file" "/etc/turnstile/nats-tls/ca.crt" }}
+{{- if .Values.store.nats.tlsSecret.clientCert }}
+{{- $_ := set $n "cert_file" "/etc/turnstile/nats-tls/tls.crt" }}
+{{- $_ := set $n "key_file" "/etc/turnstile/nats-tls/tls.key" }}
+{{- end }}
+{{- end }}
+{{- $_ := set $c "store" (dict "mode" "nats" "nats" $n) }}
+{{- else }}
+{{- fail (printf "store.mode %q: embedded or nats" .Values.store.mode) }}
+{{- end }}
+{{- toYaml (mustMergeOverwrite (deepCopy .Values.config) $c) }}
+{{- end }}
