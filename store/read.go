@@ -16,8 +16,19 @@ import (
 )
 
 // ErrNoOwner is the failure of a watch whose run stopped receiving events
-// and has no live owner: the replica that ran it went away.
-var ErrNoOwner = errors.New("store: the run has no live owner and no terminal event")
+// and has no live owner: the replica that ran it went away. It has the
+// method Orphaned, true, by which a caller that does not import the store
+// tells it from a failure of the store.
+var ErrNoOwner error = noOwnerError{}
+
+type noOwnerError struct{}
+
+func (noOwnerError) Error() string {
+	return "store: the run has no live owner and no terminal event"
+}
+
+// Orphaned reports that the run has no live owner.
+func (noOwnerError) Orphaned() bool { return true }
 
 // readFrames calls fn with each frame of run k stored after the stream
 // sequence after, in order, with the index of its first event, until fn
