@@ -69,7 +69,7 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 	if r != nil {
 		reply = r.stop(ctx)
 	} else {
-		b, err := s.store.Signal(ctx, k.turnID, k.attempt, signalCancel)
+		b, err := s.store.Signal(ctx, k.id(), k.attempt, signalCancel)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			// No replica runs it: it ended (or its owner went away).
@@ -78,8 +78,8 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 				return nil, err
 			}
 		case err != nil:
-			s.logger.Warn("turn store: cancel signal", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-			return nil, storeUnavailable().Err()
+			s.logger.Warn("turn store unreachable: cancel signal not sent", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			return nil, storeUnreachable().Err()
 		default:
 			if err := json.Unmarshal(b, &reply); err != nil {
 				return nil, status.Error(codes.Internal, "internal error")
@@ -92,12 +92,12 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 
 // lastSeq returns the seq of the run's last stored event.
 func (s *service) lastSeq(ctx context.Context, k runKey) (uint64, error) {
-	b, err := s.store.LastEvent(ctx, k.turnID, k.attempt)
+	b, err := s.store.LastEvent(ctx, k.id(), k.attempt)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, storeUnavailable().Err()
+		return 0, storeUnreachable().Err()
 	}
 	ev := &turnstilev1.AgentEvent{}
 	if err := proto.Unmarshal(b, ev); err != nil {
