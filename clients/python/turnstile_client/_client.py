@@ -136,6 +136,8 @@ class _Outcome:
     tools_running: List[str] = field(default_factory=list)
     usage: Optional[conversation_pb2.Usage] = None
     counters: Optional[agent_pb2.TurnCounters] = field(default_factory=agent_pb2.TurnCounters)
+    #: The attempt received an event: the server stored its run.
+    started: bool = False
 
 
 class Client:
@@ -322,11 +324,18 @@ class Turn:
         carried: List[conversation_pb2.Message] = []
         usage, counters = conversation_pb2.Usage(), agent_pb2.TurnCounters()
         n = 0
+        # wire numbers the attempts on the wire: a server with a turn store
+        # runs attempt n only after attempt n-1, so an attempt refused before
+        # any event (a limit, a server draining) is sent again under its
+        # number, the same request, which the server runs or attaches to.
+        wire = 1
         while True:
             n += 1
             out = _Outcome()
             # Each attempt's events are yielded as they arrive.
-            yield from self._attempt(n, carried, out)
+            yield from self._attempt(n, wire, carried, out)
+            if out.started:
+                wire += 1
             _add_usage(usage, out.usage)
             _add_counters(counters, out.counters)
             if out.completed is not None:
@@ -409,8 +418,8 @@ class Turn:
             call.cancel()
         return call
 
-    def _attempt(self, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
-        """Makes attempt number n, re-sending carried after the request's messages.
+    def _attempt(self, n: int, wire: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
+        """Makes attempt number n, numbered wire on the wire, re-sending carried after the request's messages.
 
         When the stream breaks before the attempt's last event, it re-attaches
         to the same run with WatchTurn from the last seq received, so the run
@@ -421,14 +430,14 @@ class Turn:
         c = self._c
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(self._req)
-        req.attempt = n
+        req.attempt = wire
         req.messages.extend(carried)
         err_event: Optional[errors_pb2.Error] = None
         last_seq = 0
         broken: object = None  # the break that the current re-attach follows
         reattaches = 0  # re-attaches since the last event received
         watchable = True
-        call = self._start(c._stub.RunTurn, req, n)
+        call = self._start(c._stub.RunTurn, req, wire)
         try:
             while True:
                 err: object = _END
@@ -437,7 +446,7 @@ class Turn:
                         ev = resp.event
                         if not resp.HasField("event") or (last_seq > 0 and ev.seq <= last_seq):
                             continue
-                        last_seq, broken, reattaches = ev.seq, None, 0
+                        last_seq, broken, reattaches, out.started = ev.seq, None, 0, True
                         err_event = _observe(ev, out) or err_event
                         yield Event(attempt=n, agent=ev)
                 except grpc.RpcError as e:
@@ -467,18 +476,18 @@ class Turn:
                     cause = "the stream ended without a terminal event" if err is _END else err.details()  # type: ignore[union-attr]
                     c.logger.info(
                         "turnstile: re-attaching to the turn %s: attempt %d after seq %d, re-attach %d in %.3fs (%s)",
-                        self.id, n, last_seq, reattaches, delay, cause,
+                        self.id, wire, last_seq, reattaches, delay, cause,
                         extra={
-                            "turn_id": self.id, "attempt": n, "after_seq": last_seq,
+                            "turn_id": self.id, "attempt": wire, "after_seq": last_seq,
                             "reattach": reattaches, "delay": delay, "cause": cause,
                         },
                     )
                     if self._deadline is not None:
                         delay = max(min(delay, self._deadline - time.monotonic()), 0)
                     if not self._cancelled.wait(delay) and not self._expired():
-                        watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
+                        watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=wire, after_seq=last_seq)
                         call.cancel()
-                        call = self._start(c._stub.WatchTurn, watch, n)
+                        call = self._start(c._stub.WatchTurn, watch, wire)
                         continue
                     err = broken
                 if (
