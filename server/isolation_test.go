@@ -492,3 +492,41 @@ func drainStream(stream interface {
 		evs = append(evs, resp.GetEvent())
 	}
 }
+
+// TestTakenOverTurnHoldsItsKeySlot: a turn another replica takes over
+// counts against its key's concurrent_turns there until it ends.
+func TestTakenOverTurnHoldsItsKeySlot(t *testing.T) {
+	one := 1
+	k := keyed("limited", "tok-limited-0123")
+	k.Limits = server.KeyLimits{ConcurrentTurns: &one}
+	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
+		if n <= 2 { // on a, then resumed on b
+			return chunks(ctx, true, textChunk("Hel"))
+		}
+		return chunks(ctx, false, fake.Text("Hello")...)
+	}}
+	url := natsServer(t)
+	sa := clusterStore(t, url)
+	took := newLogSignal("taking over a turn")
+	opts := server.Options{Keys: []server.Key{k}, DetachGrace: time.Minute}
+	opts.Store = sa
+	a := start(t, runner(t, p), opts)
+	opts.Store, opts.Logger = clusterStore(t, url), slog.New(slog.NewTextHandler(took, nil))
+	b := start(t, runner(t, p), opts)
+	ctx := bearer(t.Context(), "tok-limited-0123")
+
+	startDetached(t, ctx, a.client, "turn-1")
+	sa.Close() // a dies
+	took.wait(t)
+	second := hello()
+	second.TurnId = "turn-2"
+	evs, st := wiretest.Collect(t, ctx, b.client, second, nil)
+	refusedWith(t, evs, st, "concurrent_turns", true)
+	resp, err := b.client.CancelTurn(ctx, &turnstilev1.CancelTurnRequest{TurnId: "turn-1"})
+	if err != nil || !resp.GetCancelled() {
+		t.Fatalf("CancelTurn: %v, %v", resp, err)
+	}
+	if _, st := wiretest.Collect(t, ctx, b.client, second, nil); st.Code() != codes.OK {
+		t.Errorf("after the taken-over turn ended: %v", st)
+	}
+}
