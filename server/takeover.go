@@ -141,6 +141,9 @@ func (s *service) adopt(ctx context.Context, k runKey) *status.Status {
 		return storeUnreachable()
 	}
 	if last != nil {
+		if terminal(last) {
+			return nil // it ended after all: following it again ends
+		}
 		lastAt = last.GetTime().AsTime()
 	}
 	var why string
