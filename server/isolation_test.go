@@ -295,17 +295,20 @@ func (l *logSignal) wait(t *testing.T) {
 // take it over (b was full when the lease expired) has no owner and no
 // terminal event. The first replica whose watcher finds it adopts it: a
 // recent run is taken over and goes on; one past its deadline is closed
-// with a stored UNAVAILABLE, retryable error event. Either way the watch
-// ends, and the log holds exactly one terminal event.
+// with a stored UNAVAILABLE, retryable error event. A CancelTurn that finds
+// it closes it with CANCELLED. Each way the watch ends, and the log holds
+// exactly one terminal event.
 func TestOrphanedRunAdopted(t *testing.T) {
 	tests := []struct {
 		name     string
 		deadline time.Duration // 0: none
+		cancel   bool          // CancelTurn finds it first
 		want     string        // the events after the cut
 		code     codes.Code
 	}{
-		{"recent: taken over", 0, "Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted", codes.OK},
-		{"past its deadline: closed", 2 * time.Second, "Error", codes.Unavailable},
+		{"recent: taken over", 0, false, "Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted", codes.OK},
+		{"past its deadline: closed", 2 * time.Second, false, "Error", codes.Unavailable},
+		{"cancelled: closed", 0, true, "Error", codes.Canceled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,6 +356,12 @@ func TestOrphanedRunAdopted(t *testing.T) {
 			if dl, ok := ctx.Deadline(); ok {
 				time.Sleep(time.Until(dl) + 100*time.Millisecond)
 			}
+			if tt.cancel {
+				resp, err := b.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1"})
+				if err != nil || !resp.GetCancelled() || resp.GetLastSeq() != uint64(len(head))+1 || resp.GetAttempt() != 1 {
+					t.Fatalf("CancelTurn: %v, %v", resp, err)
+				}
+			}
 			rest, st := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: uint64(len(head))})
 			if got := strings.TrimPrefix(wiretest.Names(append(head, rest...)), wiretest.Names(head)+" "); got != tt.want || st.Code() != tt.code {
 				t.Fatalf("after the cut: %s, %v; want %s, %v", got, st, tt.want, tt.code)
@@ -371,6 +380,9 @@ func TestOrphanedRunAdopted(t *testing.T) {
 			}
 			if terminals != 1 {
 				t.Errorf("%d terminal events", terminals)
+			}
+			if tt.cancel && all[len(all)-1].GetError().GetCode() != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED {
+				t.Errorf("closing event %v", all[len(all)-1])
 			}
 			if tt.code == codes.Unavailable {
 				e := all[len(all)-1].GetError()

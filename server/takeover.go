@@ -157,16 +157,20 @@ func (s *service) adopt(ctx context.Context, k runKey) *status.Status {
 	default:
 		why = "this server runs as many turns as it may"
 	}
-	s.closeOrphan(ctx, k, why)
+	yes := true
+	s.closeOrphan(ctx, k, &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
+		Message: fmt.Sprintf("the server running the turn went away and the turn was not resumed (%s); run its next attempt", why)}, why)
 	return nil
 }
 
-// closeOrphan claims run k, which has no owner, and ends it with a stored
-// error event: UNAVAILABLE, retryable, telling the client to run the
-// turn's next attempt. Another replica's claim wins over it, and a run
-// whose log ends with a terminal event is given up as it is: a run has
-// exactly one terminal event.
-func (s *service) closeOrphan(ctx context.Context, k runKey, why string) {
+// closeOrphan claims run k, which has no owner, and ends it with te as
+// its stored error event (for a watcher that adopts it: UNAVAILABLE,
+// retryable, telling the client to run the turn's next attempt), why being
+// the reason logged. Another replica's claim wins over it, and a run whose
+// log ends with a terminal event is given up as it is: a run has exactly
+// one terminal event. It returns the seq of the event it stored, and
+// whether it stored one.
+func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnError, why string) (uint64, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var lastSeq atomic.Uint64
@@ -179,7 +183,7 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, why string) {
 	})
 	if err != nil {
 		s.logger.Debug("turn store: orphaned run not claimed", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return
+		return 0, false
 	}
 	lastSeq.Store(uint64(len(raw)))
 	ended := false
@@ -187,11 +191,9 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, why string) {
 		ev := &turnstilev1.AgentEvent{}
 		ended = proto.Unmarshal(raw[n-1], ev) == nil && terminal(ev)
 	}
+	seq := uint64(len(raw)) + 1
 	if !ended {
-		yes := true
-		te := &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
-			Message: fmt.Sprintf("the server running the turn went away and the turn was not resumed (%s); run its next attempt", why)}
-		ev, err := fromEvent(runtime.Event{Seq: uint64(len(raw)) + 1, Time: time.Now(), TurnID: k.turnID, Payload: te})
+		ev, err := fromEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.turnID, Payload: te})
 		if err == nil {
 			ev.Attempt = k.attempt
 			var b []byte
@@ -205,11 +207,14 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, why string) {
 	}
 	if err := s.store.Finish(ctx, k.id(), k.attempt); err != nil {
 		s.logger.Error("turn store unreachable: orphaned run not closed", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return
+		return 0, false
 	}
-	if !ended {
-		s.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.turnID, "attempt", k.attempt, "last_seq", len(raw)+1, "reason", why)
+	if ended {
+		return 0, false
 	}
+	s.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.turnID, "attempt", k.attempt,
+		"last_seq", seq, "error_code", te.Kind.String(), "reason", why)
+	return seq, true
 }
 
 // keyNamed returns the client key of that name, nil when there is none
