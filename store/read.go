@@ -114,7 +114,8 @@ func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error
 //
 // It holds no JetStream consumer: stored frames are read by direct gets,
 // and live ones arrive on a core NATS subscription to the run's subject,
-// made first; a frame missed there (a slow reader) is read from the store.
+// made first; a frame missed there (a slow reader) is read from the store,
+// as is, after a lease TTL without a frame, any frame stored since.
 func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		k := runKey{turnID, attempt}
@@ -177,12 +178,19 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
 			case <-quiet.C:
-				gone, err := s.ownerGone(ctx, k, next-1)
-				if err == nil && gone {
-					// One more look: events stored since the last frame seen.
-					before := next
-					if err = catchUp(); err == nil && next == before {
-						err = ErrNoOwner
+				// A quiet run may have stored a frame this watch missed: one
+				// published before the subscription was in place, and not yet
+				// stored when the first catch-up read.
+				before := next
+				err := catchUp()
+				if err == nil && next == before && !stopped {
+					var gone bool
+					gone, err = s.ownerGone(ctx, k, next-1)
+					if err == nil && gone {
+						// One more look: events stored since the last one seen.
+						if err = catchUp(); err == nil && next == before {
+							err = ErrNoOwner
+						}
 					}
 				}
 				if err != nil {
