@@ -314,6 +314,9 @@ type attemptOutcome struct {
 	counters     *turnstilev1.TurnCounters
 	// reattached counts the attempt's WatchTurn calls.
 	reattached int
+	// started reports that the attempt received an event: the server
+	// stored its run.
+	started bool
 }
 
 func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result, error) {
@@ -326,12 +329,21 @@ func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result
 		te.TurnID, te.Attempts, te.Messages, te.Reattaches = t.ID(), n, slices.Clone(carried), reattaches
 		return te
 	}
+	// wire numbers the attempts on the wire: a server with a turn store
+	// runs attempt n only after attempt n-1, so an attempt refused before
+	// any event (a limit, a server draining) is sent again under its
+	// number, the same request, which the server runs or attaches to.
+	wire := 1
 	for n := 1; ; n++ {
-		out := t.attempt(ctx, n, carried, yield)
+		out := t.attempt(ctx, n, wire, carried, yield)
+		sent := wire
+		if out.started {
+			wire++
+		}
 		if out.stopped {
 			t.mu.Lock()
 			if !out.ended {
-				t.left = n // the run may go on: Close cancels it
+				t.left = sent // the run may go on: Close cancels it
 			}
 			t.mu.Unlock()
 			return nil, ErrStopped
@@ -418,8 +430,8 @@ func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result
 // from the last seq received, on any replica, so the run goes on without
 // loss or duplicates; only when that is impossible (the server keeps no
 // turn log, or never stored the run) or keeps failing does the attempt
-// end with the break.
-func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
+// end with the break. wire is the attempt's number on the wire.
+func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
 	o := t.c.opts
 	if err := ctx.Err(); err != nil {
 		// Cancelled before it began: no run to start, none to cancel.
@@ -444,10 +456,10 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 		timer = time.AfterFunc(o.cancelWait, drop)
 		cctx, cancel := context.WithTimeout(sctx, o.cancelWait)
 		defer cancel()
-		held, err := t.cancelOnServer(cctx, n, open)
+		held, err := t.cancelOnServer(cctx, wire, open)
 		if err != nil {
 			t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: could not cancel the turn on the server",
-				slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.String("cause", status.Convert(err).Message()))
+				slog.String("turn_id", t.ID()), slog.Int("attempt", wire), slog.String("cause", status.Convert(err).Message()))
 		}
 		if !held {
 			// No log: leaving the stream is what cancels the turn.
@@ -466,9 +478,9 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 		}
 	}()
 	// The header is for servers that predate the attempt field.
-	rctx := metadata.AppendToOutgoingContext(sctx, AttemptHeader, strconv.Itoa(n))
+	rctx := metadata.AppendToOutgoingContext(sctx, AttemptHeader, strconv.Itoa(wire))
 	req := proto.CloneOf(t.req)
-	req.Attempt = uint32(n)
+	req.Attempt = uint32(wire)
 	req.Messages = append(req.Messages, carried...)
 	out.counters = &turnstilev1.TurnCounters{}
 
@@ -507,10 +519,10 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 					reattaches++
 					out.reattached++
 					t.c.logger.LogAttrs(ctx, slog.LevelInfo, "turnstile: re-attaching to the turn",
-						slog.String("turn_id", t.ID()), slog.Int("attempt", n), slog.Uint64("after_seq", lastSeq),
+						slog.String("turn_id", t.ID()), slog.Int("attempt", wire), slog.Uint64("after_seq", lastSeq),
 						slog.Int("reattach", reattaches), slog.Duration("delay", delay), slog.String("cause", status.Convert(err).Message()))
 					if sleep(ctx, delay) == nil {
-						w, werr := t.c.rpc.WatchTurn(rctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(n), AfterSeq: lastSeq})
+						w, werr := t.c.rpc.WatchTurn(rctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(wire), AfterSeq: lastSeq})
 						if werr == nil {
 							recv = func() (*turnstilev1.AgentEvent, error) {
 								r, err := w.Recv()
@@ -555,7 +567,7 @@ func (t *Turn) attempt(ctx context.Context, n int, carried []*turnstilev1.Messag
 		if ev == nil || (lastSeq > 0 && ev.GetSeq() <= lastSeq) {
 			continue
 		}
-		lastSeq, broken, reattaches = ev.GetSeq(), nil, 0
+		lastSeq, broken, reattaches, out.started = ev.GetSeq(), nil, 0, true
 		switch p := ev.GetPayload().(type) {
 		case *turnstilev1.AgentEvent_TextDelta, *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
 			out.partial = true

@@ -10,10 +10,10 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // cancelReply is an owner's reply to a cancel signal.
@@ -69,17 +69,26 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 	if r != nil {
 		reply = r.stop(ctx)
 	} else {
-		b, err := s.store.Signal(ctx, k.turnID, k.attempt, signalCancel)
+		b, err := s.store.Signal(ctx, k.id(), k.attempt, signalCancel)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			// No replica runs it: it ended (or its owner went away).
-			reply.LastSeq, err = s.lastSeq(ctx, k)
+			// No replica runs it: it ended, or its owner went away without
+			// ending it, which this call then does.
+			last, err := s.lastEvent(ctx, k)
 			if err != nil {
-				return nil, err
+				s.logger.Warn("turn store unreachable: run not read", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+				return nil, storeUnreachable().Err()
+			}
+			reply.LastSeq = last.GetSeq()
+			if last == nil || !terminal(last) {
+				cancelled := &runtime.TurnError{Kind: llm.KindCancelled, Message: "the turn was cancelled by CancelTurn"}
+				if seq, ok := s.closeOrphan(ctx, k, cancelled, "cancelled by CancelTurn"); ok {
+					reply.Cancelled, reply.LastSeq = true, seq
+				}
 			}
 		case err != nil:
-			s.logger.Warn("turn store: cancel signal", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-			return nil, storeUnavailable().Err()
+			s.logger.Warn("turn store unreachable: cancel signal not sent", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			return nil, storeUnreachable().Err()
 		default:
 			if err := json.Unmarshal(b, &reply); err != nil {
 				return nil, status.Error(codes.Internal, "internal error")
@@ -88,20 +97,4 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 	}
 	resp.Cancelled, resp.LastSeq = reply.Cancelled, reply.LastSeq
 	return resp, nil
-}
-
-// lastSeq returns the seq of the run's last stored event.
-func (s *service) lastSeq(ctx context.Context, k runKey) (uint64, error) {
-	b, err := s.store.LastEvent(ctx, k.turnID, k.attempt)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, storeUnavailable().Err()
-	}
-	ev := &turnstilev1.AgentEvent{}
-	if err := proto.Unmarshal(b, ev); err != nil {
-		return 0, status.Error(codes.Internal, "internal error")
-	}
-	return ev.GetSeq(), nil
 }

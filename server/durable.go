@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"iter"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,10 +86,43 @@ const (
 // turn id and attempt for a different request.
 const ReasonTurnIDReused = "TURN_ID_REUSED"
 
-// runKey names a run: one attempt of one turn.
+// runKey names a run: one attempt of one turn of one client key.
 type runKey struct {
+	// client is the name of the client key whose turn it is; "" without
+	// keys.
+	client string
+	// turnID is the turn's id as the client sent it (or as the server
+	// made it): the one on its events, log lines and messages.
 	turnID  string
 	attempt uint32
+}
+
+// id is the run's turn id in the store: the client's id in its key's
+// namespace, an unambiguous encoding of (key name, turn id), so that one
+// key's ids never meet another's. Without keys it is the client's id.
+func (k runKey) id() string {
+	if k.client == "" {
+		return k.turnID
+	}
+	return strconv.Itoa(len(k.client)) + ":" + k.client + ":" + k.turnID
+}
+
+// storedKey returns the key of the run the store names (id, attempt);
+// keyed says the server has client keys, whose ids are all namespaced. An
+// id that does not parse (a run stored before ids were namespaced) is
+// taken as it is.
+func storedKey(id string, attempt uint32, keyed bool) runKey {
+	k := runKey{turnID: id, attempt: attempt}
+	if !keyed {
+		return k
+	}
+	n, rest, ok := strings.Cut(id, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size <= 0 || size >= len(rest) || rest[size] != ':' || strconv.Itoa(size) != n {
+		return k
+	}
+	k.client, k.turnID = rest[:size], rest[size+1:]
+	return k
 }
 
 // runRecord is the first record of a run's log.
@@ -141,12 +177,15 @@ func attemptOf(ctx context.Context, req *turnstilev1.RunTurnRequest) uint32 {
 // attaches to the one the store holds, and streams it from its log.
 func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
 	ctx := stream.Context()
-	k := runKey{turnID: req.GetTurnId(), attempt: attemptOf(ctx, req)}
+	k := runKey{client: tr.Client, turnID: req.GetTurnId(), attempt: attemptOf(ctx, req)}
 	if k.turnID == "" {
 		k.turnID = uuid.NewString()
 	}
 	tr.TurnID = k.turnID
 	logging.AddFields(ctx, logging.Fields{"turn_id", k.turnID, "attempt", k.attempt})
+	if st := s.attemptFollows(ctx, k); st != nil {
+		return st.Err()
+	}
 	hash, err := requestHash(req)
 	if err != nil {
 		return status.Error(codes.Internal, "internal error")
@@ -182,7 +221,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	if key := keyFrom(ctx); key != nil {
 		r.charge = &usageCharger{k: key.limiter}
 	}
-	created, existing, err := s.store.Create(ctx, k.turnID, k.attempt, rec, func(sig string) []byte { return s.onSignal(r, sig) })
+	created, existing, err := s.store.Create(ctx, k.id(), k.attempt, rec, func(sig string) []byte { return s.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
 		s.unadmit()
@@ -190,8 +229,8 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 			// Refused for room: the store says so from now on.
 			return st.Err()
 		}
-		s.logger.Error("turn store: create run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return storeUnavailable().Err()
+		s.logger.Error("turn store unreachable: run not created", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		return storeUnreachable().Err()
 	}
 	wrap := func(ev *turnstilev1.AgentEvent) *turnstilev1.RunTurnResponse {
 		return &turnstilev1.RunTurnResponse{Event: ev}
@@ -199,6 +238,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	if !created {
 		cancel(nil)
 		s.unadmit()
+		// This call follows a turn another call runs: it holds no turn
+		// slot, as a WatchTurn holds none.
+		slotsFrom(ctx).callEnded()
 		var prev runRecord
 		if err := json.Unmarshal(existing, &prev); err != nil || string(prev.Hash) != string(hash) || prev.Client != tr.Client {
 			return turnIDReused(k).Err()
@@ -214,18 +256,47 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	s.mu.Lock()
 	s.runs[k] = r
 	s.mu.Unlock()
-	go s.own(rctx, r, tr)
+	// The turn holds the call's turn slots (the server's and its key's)
+	// until it ends, not until its client goes.
+	go s.own(rctx, r, tr, slotsFrom(ctx).keep())
 	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 		return s.watchRun(ctx, r, 0, send)
 	}).Err()
 }
 
+// attemptFollows checks the attempt of a RunTurn: attempt n of a turn may
+// run only when attempt n-1 of it is stored in the caller's namespace (1
+// always), or when n itself is (a repeat of it). Anything else is
+// INVALID_ARGUMENT naming the attempt field.
+func (s *service) attemptFollows(ctx context.Context, k runKey) *status.Status {
+	if k.attempt <= 1 {
+		return nil
+	}
+	_, err := s.store.Record(ctx, k.id(), k.attempt-1)
+	if errors.Is(err, fs.ErrNotExist) {
+		_, err = s.store.Record(ctx, k.id(), k.attempt)
+		if errors.Is(err, fs.ErrNotExist) {
+			return invalidArgument([]*runtime.FieldError{{Field: "attempt", Description: fmt.Sprintf(
+				"attempt %d of turn %q cannot run: its attempt %d was never run (or is older than the log's retention); attempts are numbered from 1, each after the one before",
+				k.attempt, clip(k.turnID, maxEchoBytes), k.attempt-1)}})
+		}
+	}
+	if err != nil {
+		s.logger.Warn("turn store unreachable: attempt not checked", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		return storeUnreachable()
+	}
+	return nil
+}
+
 // own runs r's turn on this replica to its end: every event goes to the
-// log and, once acknowledged, to the run's watchers.
-func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
-	defer s.unadmit()
+// log and, once acknowledged, to the run's watchers. release frees the
+// turn's slots (the server's and its client key's) once it has ended.
+func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
+	// Its slots are free before CancelTurn, which waits for ended, returns.
 	defer r.charge.release()
 	defer close(r.ended)
+	defer s.unadmit()
+	defer release()
 	defer r.cancel(nil)
 	k := r.key
 	t := &activeTurn{cancel: r.cancel}
@@ -253,7 +324,7 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		unacked      int
 		unackedBytes int
 	)
-	release := func(n int) {
+	settled := func(n int) {
 		ackMu.Lock()
 		unacked--
 		unackedBytes -= n
@@ -279,14 +350,14 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		// stopped: it emits nothing more of its work then, but what a
 		// cancel commits and its terminal event must not be lost to the
 		// cancel racing them.
-		err = s.store.Append(context.WithoutCancel(ctx), k.turnID, k.attempt, b, func(err error) {
+		err = s.store.Append(context.WithoutCancel(ctx), k.id(), k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out, len(b))
 			}
-			release(len(b))
+			settled(len(b))
 		})
 		if err != nil {
-			release(len(b))
+			settled(len(b))
 		}
 		return err
 	}
@@ -344,10 +415,15 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 			}
 		}
 	}
-	err := s.store.Finish(fctx, k.turnID, k.attempt)
+	err := s.store.Finish(fctx, k.id(), k.attempt)
 	switch {
+	case takenOver(err):
+		// Another replica claimed the run (this one was thought dead): it
+		// goes on there, from the log, and stores its last event.
+		s.logger.Warn("turn taken over by another server: this replica lost its lease and stops it here", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		r.finish(lostLease())
 	case err != nil:
-		s.logger.Error("turn store: append failed; the turn ends without its last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		s.logger.Error("turn store: the turn's last events were not stored; it ends without them", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		r.finish(turnNotStored())
 	case terminal == nil:
 		// The runtime could not emit its last event (its sink failed).
@@ -361,7 +437,10 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		s.logger.Info("turn failed", "turn_id", k.turnID, "attempt", k.attempt, "error_code", te.Kind.String(), "cause", te.Cause.Error())
 	}
 	s.mu.Lock()
-	delete(s.runs, k)
+	if s.runs[k] == r {
+		// Not a run of the same key this replica took over since.
+		delete(s.runs, k)
+	}
 	s.mu.Unlock()
 }
 

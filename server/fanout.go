@@ -186,13 +186,13 @@ func (s *service) watchRun(ctx context.Context, r *run, afterSeq uint64, send fu
 func (s *service) fromLog(ctx context.Context, r *run, next uint64, send func(*turnstilev1.AgentEvent) error) (uint64, *status.Status) {
 	k := r.key
 	s.logger.Debug("a watcher fell behind the turn's window: served from the log", "turn_id", k.turnID, "attempt", k.attempt, "after_seq", next)
-	for b, err := range s.store.Events(ctx, k.turnID, k.attempt, next) {
+	for b, err := range s.store.Events(ctx, k.id(), k.attempt, next) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return next, status.FromContextError(ctx.Err())
 			}
 			s.logger.Warn("turn store: watch ended", "turn_id", k.turnID, "attempt", k.attempt, "after_seq", next, "error", err)
-			return next, storeUnavailable()
+			return next, storeUnreachable()
 		}
 		ev := &turnstilev1.AgentEvent{}
 		if err := proto.Unmarshal(b, ev); err != nil {

@@ -34,7 +34,7 @@ func (s *service) handOff() int {
 // here are told to watch it again (elsewhere).
 func (s *service) handOver(ctx context.Context, r *run) {
 	k := r.key
-	if err := s.store.Release(ctx, k.turnID, k.attempt); err != nil {
+	if err := s.store.Release(ctx, k.id(), k.attempt); err != nil {
 		s.logger.Warn("turn store: run not released; another server takes it over when its lease expires", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 	} else {
 		s.logger.Info("turn handed over to another server", "turn_id", k.turnID, "attempt", k.attempt, "last_seq", r.lastSeq())

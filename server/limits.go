@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -237,7 +238,9 @@ func (g *turnGate) enter() (func(), *refusal) {
 // admission is the stream interceptor that starts RunTurn calls only
 // within the server's bound on turns and the caller's key limits; a turn
 // refused gets RESOURCE_EXHAUSTED with ErrorInfo LIMIT_EXCEEDED (and
-// RetryInfo when waiting helps) before its request is read.
+// RetryInfo when waiting helps) before its request is read. The slots it
+// takes are the call's, freed when it returns, unless the handler keeps
+// them for a turn that outlives the call (slotsFrom).
 func admission(gate *turnGate) grpc.StreamServerInterceptor {
 	runTurn := "/" + turnstilev1.AgentService_ServiceDesc.ServiceName + "/RunTurn"
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -249,15 +252,90 @@ func admission(gate *turnGate) grpc.StreamServerInterceptor {
 		if r != nil {
 			return r.status(k.name()).Err()
 		}
-		defer leave()
+		held := &slots{free: []func(){leave}}
+		defer held.callEnded()
 		if k != nil {
 			end, r := k.limiter.admit()
 			if r != nil {
 				return r.status(k.Name).Err()
 			}
-			defer end()
+			held.free = append(held.free, end)
 		}
-		return handler(srv, ss)
+		w := middleware.WrapServerStream(ss)
+		w.WrappedContext = context.WithValue(ss.Context(), slotsContext{}, held)
+		return handler(srv, w)
+	}
+}
+
+// slots are the server's and the key's turn slots a RunTurn call was
+// admitted with. The call frees them when it ends, unless a turn that
+// outlives it (a durable turn) kept them: then the turn frees them when it
+// ends, so a client that disconnects does not free its key's slot while
+// its turn still runs.
+type slots struct {
+	mu   sync.Mutex
+	free []func()
+	kept bool
+}
+
+// keep hands the slots to a turn that outlives the call: the returned
+// function frees them (once). On nil slots (a call that was not
+// admitted, as in tests of the service alone) it returns a no-op.
+func (h *slots) keep() (release func()) {
+	if h == nil {
+		return func() {}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.kept = true
+	var once sync.Once
+	return func() { once.Do(h.release) }
+}
+
+// callEnded frees the slots when the call ends, unless a turn kept them.
+func (h *slots) callEnded() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	kept := h.kept
+	h.kept = true // freed once, here or by the turn
+	h.mu.Unlock()
+	if !kept {
+		h.release()
+	}
+}
+
+func (h *slots) release() {
+	for _, f := range h.free {
+		f()
+	}
+}
+
+// slotsContext is the context key of a RunTurn call's *slots.
+type slotsContext struct{}
+
+func slotsFrom(ctx context.Context) *slots {
+	h, _ := ctx.Value(slotsContext{}).(*slots)
+	return h
+}
+
+// hold counts a turn of the key that is already running and must go on
+// whatever the key's limits say now: a turn taken over from a replica that
+// went away, admitted there. While it runs the key's count may exceed
+// concurrent_turns, and its new turns wait until it is back under. The
+// returned function ends the turn.
+func (k *keyLimiter) hold() func() {
+	k.mu.Lock()
+	k.running++
+	k.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			k.mu.Lock()
+			k.running--
+			k.mu.Unlock()
+		})
 	}
 }
 
@@ -357,7 +435,7 @@ func (s *service) refuseStore(ctx context.Context, k runKey, n int) *status.Stat
 		}
 	}
 	if st != nil {
-		if _, err := s.store.Record(ctx, k.turnID, k.attempt); err == nil {
+		if _, err := s.store.Record(ctx, k.id(), k.attempt); err == nil {
 			return nil
 		}
 	}

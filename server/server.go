@@ -228,17 +228,19 @@ func New(runner turnRunner, opts Options) *Server {
 		logger.ErrorContext(ctx, "panic in RPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
+	s := &Server{opts: opts}
+	s.service = newService(runner, &s.opts)
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
 	// Outermost first: the log line sees the final status and the client
 	// key's name; keys are checked before a request is read; the turn
 	// limits apply to the key found; recovery is innermost.
 	unary := []grpc.UnaryServerInterceptor{logging.UnaryServerInterceptor(logFn, logOpts...)}
 	stream := []grpc.StreamServerInterceptor{logging.StreamServerInterceptor(logFn, logOpts...), decodeErrors(opts.MaxRequestBytes)}
-	if len(opts.Keys) > 0 {
-		u, s := newAuthenticator(opts.Keys, time.Now).requireKey()
+	if a := s.service.auth; a != nil {
+		u, s := a.requireKey()
 		unary, stream = append(unary, u), append(stream, s)
 	}
-	stream = append(stream, admission(&turnGate{max: opts.MaxConcurrentTurns}), recovery.StreamServerInterceptor(onPanic))
+	stream = append(stream, admission(s.service.gate), recovery.StreamServerInterceptor(onPanic))
 	unary = append(unary, recovery.UnaryServerInterceptor(onPanic))
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
@@ -279,13 +281,7 @@ func New(runner turnRunner, opts Options) *Server {
 	sopts = append(sopts, grpc.Creds(guardCreds{TransportCredentials: creds, g: g}))
 	sopts = append(sopts, opts.GRPCOptions...)
 
-	s := &Server{
-		grpc:   grpc.NewServer(sopts...),
-		guard:  g,
-		health: health.NewServer(),
-		opts:   opts,
-	}
-	s.service = newService(runner, &s.opts)
+	s.grpc, s.health, s.guard = grpc.NewServer(sopts...), health.NewServer(), g
 	s.service.senders.start(streamWorkers)
 	// Every service through reg: a unary method's malformed request
 	// reaches the interceptors (codec.go).

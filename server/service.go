@@ -60,6 +60,12 @@ type service struct {
 
 	// senders run the outboxes' senders.
 	senders *workers
+	// gate bounds the turns running at once (max_concurrent_turns); auth
+	// holds the client keys and their limiters, nil without keys. A turn
+	// that outlives its call, or that this replica takes over, holds its
+	// slots in both until it ends.
+	gate *turnGate
+	auth *authenticator
 }
 
 type activeTurn struct {
@@ -73,6 +79,10 @@ func newService(r turnRunner, opts *Options) *service {
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
 		senders: newWorkers(streamWorkers),
+		gate:    &turnGate{max: opts.MaxConcurrentTurns},
+	}
+	if len(opts.Keys) > 0 {
+		s.auth = newAuthenticator(opts.Keys, time.Now)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTakeovers = cancel

@@ -3,7 +3,14 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,11 +22,11 @@ import (
 // takeOvers takes over, until ctx is done, every run whose owner died:
 // another replica's, or this one's before a restart.
 func (s *service) takeOvers(ctx context.Context) {
-	err := s.store.WatchExpired(ctx, func(turnID string, attempt uint32) {
+	err := s.store.WatchExpired(ctx, func(id string, attempt uint32) {
 		s.turns.Add(1)
 		go func() {
 			defer s.turns.Done()
-			s.takeOver(ctx, runKey{turnID: turnID, attempt: attempt})
+			s.takeOver(ctx, storedKey(id, attempt, s.auth != nil))
 		}()
 	})
 	if err != nil {
@@ -28,19 +35,35 @@ func (s *service) takeOvers(ctx context.Context) {
 }
 
 // takeOver claims run k, whose owner went away, and continues it from
-// its log. Of the replicas that try, one wins; the others do nothing.
-func (s *service) takeOver(ctx context.Context, k runKey) {
-	if s.admit() != nil {
-		return // draining or full: another replica takes it
+// its log. Of the replicas that try, one wins; the others do nothing. It
+// reports false, having claimed nothing, when this replica may run no more
+// turns (it drains, or runs max_running_turns or max_concurrent_turns):
+// another replica takes the run. The turn holds a slot of the server's
+// bounds as any turn does, and one of its client key's concurrent_turns:
+// it was admitted within the key's limits where it started, so it goes on
+// even when the key is at its limit here, and the key's new turns wait
+// until it is back under.
+func (s *service) takeOver(ctx context.Context, k runKey) bool {
+	leave, full := s.gate.enter()
+	if full == nil && s.admit() != nil {
+		leave()
+		full = &refusal{msg: "draining or at server.max_running_turns"}
+	}
+	if full != nil {
+		// Another replica takes it; if none may, the first watcher of the
+		// run adopts it (adopt).
+		s.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.turnID, "attempt", k.attempt, "reason", full.msg)
+		return false
 	}
 	rctx, cancel := context.WithCancelCause(context.Background())
 	r := newRun(k, nil, cancel)
-	rec, raw, claims, err := s.store.Claim(ctx, k.turnID, k.attempt, func(sig string) []byte { return s.onSignal(r, sig) })
+	rec, raw, claims, err := s.store.Claim(ctx, k.id(), k.attempt, func(sig string) []byte { return s.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
+		leave()
 		s.unadmit()
 		s.logger.Debug("turn store: run not taken over", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return
+		return true
 	}
 	tr, events, err := s.resumeRequest(k, rec, raw, claims)
 	if err != nil || tr == nil {
@@ -48,14 +71,24 @@ func (s *service) takeOver(ctx context.Context, k runKey) {
 		if err != nil {
 			s.logger.Error("turn store: cannot take the run over", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		}
-		_ = s.store.Finish(ctx, k.turnID, k.attempt)
+		_ = s.store.Finish(ctx, k.id(), k.attempt)
 		cancel(nil)
+		leave()
 		s.unadmit()
-		return
+		return true
 	}
 	var first runRecord
 	_ = json.Unmarshal(rec, &first)
 	r.hash = first.Hash
+	release := leave
+	if key := s.keyNamed(first.Client); key != nil {
+		endKey := key.limiter.hold()
+		release = func() { leave(); endKey() }
+		// The tokens used before the takeover were charged where they were
+		// used.
+		u := tr.Resume.Usage
+		r.charge = &usageCharger{k: key.limiter, last: u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens}
+	}
 	if !first.Deadline.IsZero() {
 		var cancelDL context.CancelFunc
 		rctx, cancelDL = context.WithDeadline(rctx, first.Deadline)
@@ -72,7 +105,131 @@ func (s *service) takeOver(ctx context.Context, k runKey) {
 	// Its clients re-attach, here or elsewhere; without any, the detach
 	// grace ends it.
 	r.touched(s.grace)
-	go s.own(rctx, r, tr)
+	go s.own(rctx, r, tr, release)
+	return true
+}
+
+// staleOrphan is how long ago a run without an owner must have stored
+// its last event to be closed rather than resumed: the store's markers of
+// expired leases, from which replicas take runs over, last as long. A
+// client is unlikely to wait for such a run, whose resumption would spend
+// tokens for nobody.
+const staleOrphan = 10 * time.Minute
+
+// adopt ends the orphanhood of run k, which a watcher found with no live
+// owner and no terminal event (its replica died and no other took it
+// over: all were full, or its lease expired so long ago that no replica
+// was told, before a restart). A recent run is taken over as takeOver
+// does; one whose last event is older than staleOrphan, or past its
+// deadline, or that this replica may not run, is closed with a stored
+// error event. Of the replicas that try, one claims the run. adopt returns
+// nil when the run can be followed again, else the status to end with.
+func (s *service) adopt(ctx context.Context, k runKey) *status.Status {
+	rec, err := s.store.Record(ctx, k.id(), k.attempt)
+	if errors.Is(err, fs.ErrNotExist) {
+		return status.New(codes.NotFound, "no such turn in the log: never run, or older than its retention")
+	}
+	if err != nil {
+		s.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		return storeUnreachable()
+	}
+	var first runRecord
+	_ = json.Unmarshal(rec, &first)
+	lastAt := first.Started
+	last, err := s.lastEvent(ctx, k)
+	if err != nil {
+		s.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		return storeUnreachable()
+	}
+	if last != nil {
+		if terminal(last) {
+			return nil // it ended after all: following it again ends
+		}
+		lastAt = last.GetTime().AsTime()
+	}
+	var why string
+	switch {
+	case !first.Deadline.IsZero() && time.Now().After(first.Deadline):
+		why = "its deadline passed"
+	case time.Since(lastAt) > staleOrphan:
+		why = fmt.Sprintf("it stored nothing for over %s", staleOrphan)
+	case s.takeOver(ctx, k):
+		return nil
+	default:
+		why = "this server runs as many turns as it may"
+	}
+	yes := true
+	s.closeOrphan(ctx, k, &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
+		Message: fmt.Sprintf("the server running the turn went away and the turn was not resumed (%s); run its next attempt", why)}, why)
+	return nil
+}
+
+// closeOrphan claims run k, which has no owner, and ends it with te as
+// its stored error event (for a watcher that adopts it: UNAVAILABLE,
+// retryable, telling the client to run the turn's next attempt), why being
+// the reason logged. Another replica's claim wins over it, and a run whose
+// log ends with a terminal event is given up as it is: a run has exactly
+// one terminal event. It returns the seq of the event it stored, and
+// whether it stored one.
+func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnError, why string) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var lastSeq atomic.Uint64
+	_, raw, _, err := s.store.Claim(ctx, k.id(), k.attempt, func(sig string) []byte {
+		if sig != signalCancel {
+			return nil
+		}
+		b, _ := json.Marshal(cancelReply{LastSeq: lastSeq.Load()})
+		return b
+	})
+	if err != nil {
+		s.logger.Debug("turn store: orphaned run not claimed", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		return 0, false
+	}
+	lastSeq.Store(uint64(len(raw)))
+	ended := false
+	if n := len(raw); n > 0 {
+		ev := &turnstilev1.AgentEvent{}
+		ended = proto.Unmarshal(raw[n-1], ev) == nil && terminal(ev)
+	}
+	seq := uint64(len(raw)) + 1
+	if !ended {
+		ev, err := fromEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.turnID, Payload: te})
+		if err == nil {
+			ev.Attempt = k.attempt
+			var b []byte
+			if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(ev); err == nil {
+				err = s.store.Append(ctx, k.id(), k.attempt, b, func(error) {})
+			}
+		}
+		if err != nil {
+			s.logger.Error("turn store: cannot close an orphaned run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		}
+	}
+	if err := s.store.Finish(ctx, k.id(), k.attempt); err != nil {
+		s.logger.Error("turn store unreachable: orphaned run not closed", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		return 0, false
+	}
+	if ended {
+		return 0, false
+	}
+	s.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.turnID, "attempt", k.attempt,
+		"last_seq", seq, "error_code", te.Kind.String(), "reason", why)
+	return seq, true
+}
+
+// keyNamed returns the client key of that name, nil when there is none
+// (no keys, or a key no longer configured).
+func (s *service) keyNamed(name string) *key {
+	if s.auth == nil || name == "" {
+		return nil
+	}
+	for _, k := range s.auth.keys {
+		if k.Name == name {
+			return k
+		}
+	}
+	return nil
 }
 
 // maxTakeovers bounds the takeovers of one run: a run claimed more often

@@ -16,8 +16,19 @@ import (
 )
 
 // ErrNoOwner is the failure of a watch whose run stopped receiving events
-// and has no live owner: the replica that ran it went away.
-var ErrNoOwner = errors.New("store: the run has no live owner and no terminal event")
+// and has no live owner: the replica that ran it went away. It has the
+// method Orphaned, true, by which a caller that does not import the store
+// tells it from a failure of the store.
+var ErrNoOwner error = noOwnerError{}
+
+type noOwnerError struct{}
+
+func (noOwnerError) Error() string {
+	return "store: the run has no live owner and no terminal event"
+}
+
+// Orphaned reports that the run has no live owner.
+func (noOwnerError) Orphaned() bool { return true }
 
 // readFrames calls fn with each frame of run k stored after the stream
 // sequence after, in order, with the index of its first event, until fn
@@ -103,7 +114,8 @@ func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error
 //
 // It holds no JetStream consumer: stored frames are read by direct gets,
 // and live ones arrive on a core NATS subscription to the run's subject,
-// made first; a frame missed there (a slow reader) is read from the store.
+// made first; a frame missed there (a slow reader) is read from the store,
+// as is, after a lease TTL without a frame, any frame stored since.
 func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		k := runKey{turnID, attempt}
@@ -166,12 +178,19 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
 			case <-quiet.C:
-				gone, err := s.ownerGone(ctx, k, next-1)
-				if err == nil && gone {
-					// One more look: events stored since the last frame seen.
-					before := next
-					if err = catchUp(); err == nil && next == before {
-						err = ErrNoOwner
+				// A quiet run may have stored a frame this watch missed: one
+				// published before the subscription was in place, and not yet
+				// stored when the first catch-up read.
+				before := next
+				err := catchUp()
+				if err == nil && next == before && !stopped {
+					var gone bool
+					gone, err = s.ownerGone(ctx, k, next-1)
+					if err == nil && gone {
+						// One more look: events stored since the last one seen.
+						if err = catchUp(); err == nil && next == before {
+							err = ErrNoOwner
+						}
 					}
 				}
 				if err != nil {

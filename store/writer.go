@@ -15,7 +15,16 @@ import (
 )
 
 // ErrLost is the failure of appends to a run this replica no longer owns.
-var ErrLost = errors.New("store: this replica no longer owns the run")
+// It has the method TakenOver, true, by which a caller that does not
+// import the store tells it from a failure of the store.
+var ErrLost error = lostError{}
+
+type lostError struct{}
+
+func (lostError) Error() string { return "store: this replica no longer owns the run" }
+
+// TakenOver reports that another replica owns the run.
+func (lostError) TakenOver() bool { return true }
 
 // ErrClosed is the failure of appends pending when the store closed.
 var ErrClosed = errors.New("store: closed")
@@ -313,6 +322,10 @@ func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.runs[runKey{turnID, attempt}]
+	if w == nil && s.isClosed() {
+		// Closed: its runs were given up with it, not taken over.
+		return nil, ErrClosed
+	}
 	if w == nil {
 		return nil, fmt.Errorf("%w: run %q attempt %d", ErrLost, turnID, attempt)
 	}

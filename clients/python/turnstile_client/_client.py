@@ -145,6 +145,8 @@ class _Outcome:
     tools_running: List[str] = field(default_factory=list)
     usage: Optional[conversation_pb2.Usage] = None
     counters: Optional[agent_pb2.TurnCounters] = field(default_factory=agent_pb2.TurnCounters)
+    #: The attempt received an event: the server stored its run.
+    started: bool = False
 
 
 class Client:
@@ -506,11 +508,18 @@ class Turn:
         carried: List[conversation_pb2.Message] = []
         usage, counters = conversation_pb2.Usage(), agent_pb2.TurnCounters()
         n = 0
+        # wire numbers the attempts on the wire: a server with a turn store
+        # runs attempt n only after attempt n-1, so an attempt refused before
+        # any event (a limit, a server draining) is sent again under its
+        # number, the same request, which the server runs or attaches to.
+        wire = 1
         while True:
             n += 1
             out = _Outcome()
             # Each attempt's events are yielded as they arrive.
-            yield from self._attempt(n, carried, out)
+            yield from self._attempt(n, wire, carried, out)
+            if out.started:
+                wire += 1
             _add_usage(usage, out.usage)
             _add_counters(counters, out.counters)
             if out.completed is not None:
@@ -605,9 +614,9 @@ class Turn:
         return call
 
     def _interrupted(
-        self, call: grpc.Call, n: int, last_seq: int, carried: List[conversation_pb2.Message], out: _Outcome
+        self, call: grpc.Call, n: int, wire: int, last_seq: int, carried: List[conversation_pb2.Message], out: _Outcome
     ) -> None:
-        """Cancels attempt n on the server after a KeyboardInterrupt, and notes the turn's error.
+        """Cancels attempt n (numbered wire on the wire) on the server after a KeyboardInterrupt, and notes the turn's error.
 
         The interrupted call cannot be read on (grpcio leaves its receive
         pending): it is dropped, and the events the server stored as it
@@ -622,10 +631,10 @@ class Turn:
         c = self._c
         wait = c.cancel_timeout
         end = time.monotonic() + wait
-        held = wait > 0 and self._cancel_on_server(n, wait, None)
+        held = wait > 0 and self._cancel_on_server(wire, wait, None)
         call.cancel()
         if held:
-            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
+            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=wire, after_seq=last_seq)
             try:
                 for resp in c._stub.WatchTurn(watch, timeout=max(end - time.monotonic(), 0.001), metadata=c._metadata):
                     if resp.HasField("event"):
@@ -652,8 +661,8 @@ class Turn:
             delay = max(min(delay, self._deadline - time.monotonic()), 0)
         return not self._cancelled.wait(delay) and not self._expired()
 
-    def _attempt(self, n: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
-        """Makes attempt number n, re-sending carried after the request's messages.
+    def _attempt(self, n: int, wire: int, carried: List[conversation_pb2.Message], out: _Outcome) -> Iterator[Event]:
+        """Makes attempt number n, numbered wire on the wire, re-sending carried after the request's messages.
 
         When the stream breaks before the attempt's last event, it re-attaches
         to the same run with WatchTurn from the last seq received, so the run
@@ -664,7 +673,7 @@ class Turn:
         c = self._c
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(self._req)
-        req.attempt = n
+        req.attempt = wire
         req.messages.extend(carried)
         err_event: Optional[errors_pb2.Error] = None
         last_seq = 0
@@ -672,7 +681,7 @@ class Turn:
         broke_at = 0.0  # when it happened, time.monotonic()
         reattaches = 0  # re-attaches since the last event received
         watchable = True
-        call = self._start(c._stub.RunTurn, req, n)
+        call = self._start(c._stub.RunTurn, req, wire)
         try:
             while True:
                 err: object = _END
@@ -682,11 +691,11 @@ class Turn:
                             ev = resp.event
                             if not resp.HasField("event") or (last_seq > 0 and ev.seq <= last_seq):
                                 continue
-                            last_seq, broken, reattaches = ev.seq, None, 0
+                            last_seq, broken, reattaches, out.started = ev.seq, None, 0, True
                             err_event = _observe(ev, out) or err_event
                             yield Event(attempt=n, agent=ev)
                     except KeyboardInterrupt:
-                        self._interrupted(call, n, last_seq, carried, out)
+                        self._interrupted(call, n, wire, last_seq, carried, out)
                         raise
                 except grpc.RpcError as e:
                     err = e
@@ -718,10 +727,10 @@ class Turn:
                     else:
                         reattaches += 1
                         self._reattached += 1
-                        if self._reattach_wait(n, last_seq, reattaches, delay, err):
-                            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=n, after_seq=last_seq)
+                        if self._reattach_wait(wire, last_seq, reattaches, delay, err):
+                            watch = agent_pb2.WatchTurnRequest(turn_id=self.id, attempt=wire, after_seq=last_seq)
                             call.cancel()
-                            call = self._start(c._stub.WatchTurn, watch, n)
+                            call = self._start(c._stub.WatchTurn, watch, wire)
                             continue
                         err = broken
                 if (

@@ -369,6 +369,8 @@ interface AttemptOutcome {
   toolsRunning: string[];
   usage?: Usage;
   counters?: TurnCounters;
+  /** The attempt received an event: the server stored its run. */
+  started: boolean;
 }
 
 /**
@@ -429,10 +431,16 @@ export class Turn {
       let carried: Message[] = [];
       const usage = create(UsageSchema);
       const counters = create(TurnCountersSchema);
+      // wire numbers the attempts on the wire: a server with a turn store
+      // runs attempt n only after attempt n-1, so an attempt refused before
+      // any event (a limit, a server draining) is sent again under its
+      // number, the same request, which the server runs or attaches to.
+      let wire = 1;
       for (let n = 1; ; n++) {
-        const out: AttemptOutcome = { committed: [], partial: false, toolsRunning: [] };
+        const out: AttemptOutcome = { committed: [], partial: false, toolsRunning: [], started: false };
         // Each attempt's events are yielded as they arrive.
-        yield* this.attempt(n, carried, turnCtl.signal, out);
+        yield* this.attempt(n, wire, carried, turnCtl.signal, out);
+        if (out.started) wire++;
         addUsage(usage, out.usage);
         addCounters(counters, out.counters);
         if (out.completed) {
@@ -532,9 +540,9 @@ export class Turn {
    * with WatchTurn from the last seq received, so the run goes on without
    * loss or duplicates; only when that is impossible (the server keeps no
    * turn log, or never stored the run) or keeps failing does the attempt end
-   * with the break.
+   * with the break. wire is the attempt's number on the wire.
    */
-  private async *attempt(n: number, carried: Message[], turnSignal: AbortSignal, out: AttemptOutcome): AsyncGenerator<Event> {
+  private async *attempt(n: number, wire: number, carried: Message[], turnSignal: AbortSignal, out: AttemptOutcome): AsyncGenerator<Event> {
     const c = this.client;
     // The stream outlives turnSignal by up to cancelTimeoutMs: once the
     // caller cancels, the client asks the server to stop the run and reads
@@ -548,7 +556,7 @@ export class Turn {
         return;
       }
       dropTimer = setTimeout(() => ctl.abort(turnSignal.reason), c.cancelTimeoutMs);
-      cancelling = this.cancelOnServer(n, ctl, turnSignal.reason);
+      cancelling = this.cancelOnServer(wire, ctl, turnSignal.reason);
     };
     turnSignal.addEventListener("abort", onAbort, { once: true });
     if (turnSignal.aborted) {
@@ -558,7 +566,7 @@ export class Turn {
       return;
     }
     const req = clone(RunTurnRequestSchema, this.req);
-    req.attempt = n;
+    req.attempt = wire;
     req.messages.push(...carried);
     out.counters = create(TurnCountersSchema);
     let errEvent: ErrorEvent | undefined;
@@ -576,6 +584,7 @@ export class Turn {
             const ev = resp.event;
             if (!ev || (lastSeq > 0n && ev.seq <= lastSeq)) continue;
             lastSeq = ev.seq;
+            out.started = true;
             broken = undefined;
             reattaches = 0;
             observe(ev, out, (e) => (errEvent = e));
@@ -607,14 +616,14 @@ export class Turn {
             this.reattached++;
             c.logger.info("turnstile: re-attaching to the turn", {
               turn_id: this.id,
-              attempt: n,
+              attempt: wire,
               after_seq: lastSeq,
               reattach: reattaches,
               delay_ms: delay,
               cause: err === END ? "the stream ended without a terminal event" : ConnectError.from(err).rawMessage,
             });
             if (await sleep(delay, turnSignal)) {
-              const w = create(WatchTurnRequestSchema, { turnId: this.id, attempt: n, afterSeq: lastSeq });
+              const w = create(WatchTurnRequestSchema, { turnId: this.id, attempt: wire, afterSeq: lastSeq });
               stream = c.watch(w, ctl.signal);
               continue;
             }

@@ -196,7 +196,10 @@ type RunTurnRequest struct {
 	// number: each attempt is its own run, with its own events numbered from
 	// seq 1, its own idempotency and its own log. 0 means 1, unless the
 	// request metadata holds turnstile-attempt (sent by older clients), whose
-	// value is then used.
+	// value is then used. With a turn store, attempt n > 1 runs only when
+	// attempt n-1 of the turn is stored (or n itself is, which the call then
+	// attaches to); otherwise INVALID_ARGUMENT naming attempt. A client
+	// whose attempt was refused before any event sends that number again.
 	Attempt       uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -454,10 +457,12 @@ type WatchTurnRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The turn's id, as in RunTurnRequest. Required.
 	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
-	// The attempt to watch; 0 means the latest attempt the store holds.
+	// The attempt to watch; 0 means the latest attempt the store holds (of
+	// the caller's key's turn).
 	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The seq of the last event the client holds: events with a greater seq
-	// are streamed. 0 streams the run from its first event.
+	// are streamed. 0 streams the run from its first event. Past the last
+	// event of a finished run: OUT_OF_RANGE.
 	AfterSeq      uint64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -91,7 +91,8 @@ class AgentServiceServicer(object):
         re-sends the RPC) get identical streams of one run. When the content
         differs, the call ends with ALREADY_EXISTS (ErrorInfo reason
         TURN_ID_REUSED), before any event. A request without turn_id gets a
-        fresh id and no idempotency.
+        fresh id and no idempotency. With client keys, turn ids are each key's
+        own: a turn_id another key used is, for this caller, an id never used.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,11 +107,16 @@ class AgentServiceServicer(object):
         cancelled by the detach grace.
 
         Errors before any event: INVALID_ARGUMENT for a missing turn_id;
-        NOT_FOUND when the store holds no such run (never started, or older
-        than the store's retention); FAILED_PRECONDITION when the server keeps
-        no turn log. UNAVAILABLE (retryable, at any point) when the store cannot
-        be reached or the replica running the turn went away without finishing
-        it.
+        NOT_FOUND when the store holds no such run (never started, older than
+        the store's retention, or another client key's); FAILED_PRECONDITION
+        when the server keeps no turn log; OUT_OF_RANGE (not retryable) when
+        after_seq is past the last event of a finished run, which the message
+        and ErrorInfo metadata last_seq name. UNAVAILABLE (retryable, at any
+        point) when the store cannot be reached (ErrorInfo metadata cause
+        store_unreachable) or the replica the stream came from lost the run to
+        another's takeover (cause taken_over). A run whose replica went away
+        without finishing it is taken over, or closed with a terminal error
+        event, by the first replica that finds it, so every watch ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -90,7 +90,10 @@ export type RunTurnRequest = Message<"turnstile.v1.RunTurnRequest"> & {
    * number: each attempt is its own run, with its own events numbered from
    * seq 1, its own idempotency and its own log. 0 means 1, unless the
    * request metadata holds turnstile-attempt (sent by older clients), whose
-   * value is then used.
+   * value is then used. With a turn store, attempt n > 1 runs only when
+   * attempt n-1 of the turn is stored (or n itself is, which the call then
+   * attaches to); otherwise INVALID_ARGUMENT naming attempt. A client
+   * whose attempt was refused before any event sends that number again.
    *
    * @generated from field: uint32 attempt = 8;
    */
@@ -200,7 +203,8 @@ export type WatchTurnRequest = Message<"turnstile.v1.WatchTurnRequest"> & {
   turnId: string;
 
   /**
-   * The attempt to watch; 0 means the latest attempt the store holds.
+   * The attempt to watch; 0 means the latest attempt the store holds (of
+   * the caller's key's turn).
    *
    * @generated from field: uint32 attempt = 2;
    */
@@ -208,7 +212,8 @@ export type WatchTurnRequest = Message<"turnstile.v1.WatchTurnRequest"> & {
 
   /**
    * The seq of the last event the client holds: events with a greater seq
-   * are streamed. 0 streams the run from its first event.
+   * are streamed. 0 streams the run from its first event. Past the last
+   * event of a finished run: OUT_OF_RANGE.
    *
    * @generated from field: uint64 after_seq = 3;
    */
@@ -1399,7 +1404,8 @@ export const AgentService: GenService<{
    * re-sends the RPC) get identical streams of one run. When the content
    * differs, the call ends with ALREADY_EXISTS (ErrorInfo reason
    * TURN_ID_REUSED), before any event. A request without turn_id gets a
-   * fresh id and no idempotency.
+   * fresh id and no idempotency. With client keys, turn ids are each key's
+   * own: a turn_id another key used is, for this caller, an id never used.
    *
    * @generated from rpc turnstile.v1.AgentService.RunTurn
    */
@@ -1417,11 +1423,16 @@ export const AgentService: GenService<{
    * cancelled by the detach grace.
    *
    * Errors before any event: INVALID_ARGUMENT for a missing turn_id;
-   * NOT_FOUND when the store holds no such run (never started, or older
-   * than the store's retention); FAILED_PRECONDITION when the server keeps
-   * no turn log. UNAVAILABLE (retryable, at any point) when the store cannot
-   * be reached or the replica running the turn went away without finishing
-   * it.
+   * NOT_FOUND when the store holds no such run (never started, older than
+   * the store's retention, or another client key's); FAILED_PRECONDITION
+   * when the server keeps no turn log; OUT_OF_RANGE (not retryable) when
+   * after_seq is past the last event of a finished run, which the message
+   * and ErrorInfo metadata last_seq name. UNAVAILABLE (retryable, at any
+   * point) when the store cannot be reached (ErrorInfo metadata cause
+   * store_unreachable) or the replica the stream came from lost the run to
+   * another's takeover (cause taken_over). A run whose replica went away
+   * without finishing it is taken over, or closed with a terminal error
+   * event, by the first replica that finds it, so every watch ends.
    *
    * @generated from rpc turnstile.v1.AgentService.WatchTurn
    */
