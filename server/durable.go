@@ -422,9 +422,12 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 		// goes on there, from the log, and stores its last event.
 		s.logger.Warn("turn taken over by another server: this replica lost its lease and stops it here", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		r.finish(lostLease())
-	case err != nil:
-		s.logger.Error("turn store: the turn's last events were not stored; it ends without them", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+	case err != nil && s.storeFull() != nil:
+		s.logger.Error("turn store full: the turn's last events did not fit; it ends without them", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		r.finish(turnNotStored())
+	case err != nil:
+		s.logger.Error("turn store unreachable: the turn ends without its last events", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		r.finish(storeUnreachable())
 	case terminal == nil:
 		// The runtime could not emit its last event (its sink failed).
 		s.logger.Error("turn ended without a terminal event", "turn_id", k.turnID, "attempt", k.attempt, "error", runErr)
