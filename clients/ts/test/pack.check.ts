@@ -73,9 +73,12 @@ console.error(require.resolve("@turnstile-dev/client"));
 (async () => {${program("Hello from require.", 'new Client(`http://${process.argv[2]},${process.argv[2]}`)')}})().catch((e) => { console.error(e); process.exitCode = 1; });
 `;
 
-// Consumers' TypeScript in each module format: the declarations resolve
-// through the matching condition and type the API.
+// Consumers' TypeScript in each module format: the declarations of the root
+// and of a gen/ subpath resolve through the matching condition (tsc fails on
+// a module it cannot find) and type the API.
 const typed = (from: string) => `${from}
+import { AgentEventSchema, type AgentEvent } from "@turnstile-dev/client/gen/turnstile/v1/agent_pb";
+export const typeName: AgentEvent["$typeName"] = AgentEventSchema.typeName as AgentEvent["$typeName"];
 export async function reply(target: string): Promise<string> {
   const client: Client = new Client(target, { maxStepRetries: 2, loadBalancing: "round_robin" });
   const turn = client.runTurn({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: "hi" } }] }] }, { signal: AbortSignal.timeout(1000) });
