@@ -25,8 +25,17 @@ export interface RpcStatus {
 }
 
 /**
+ * The mark every TurnError carries, shared through the global symbol
+ * registry by every copy of this package loaded in one process.
+ */
+const TURN_ERROR = Symbol.for("@turnstile-dev/client.TurnError");
+
+/**
  * TurnError is the failure of a turn after the client's last attempt: the
  * async iterator of Turn.events() throws it, and Turn.wait() rejects with it.
+ * `instanceof TurnError` holds for a TurnError of either build of the package:
+ * an app that loads both the ES module and the CommonJS one (its code imports
+ * the package, a dependency requires it) has two TurnError classes.
  */
 export class TurnError extends Error {
   /** The turn's id, shared by every attempt. */
@@ -64,6 +73,13 @@ export class TurnError extends Error {
     super(message, options);
     this.name = "TurnError";
     this.code = code;
+    Object.defineProperty(this, TURN_ERROR, { value: true });
+  }
+
+  /** Tells a TurnError of any copy of the package by its mark; a subclass tests its prototype chain as usual. */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== TurnError) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === "object" && v !== null && (v as { [TURN_ERROR]?: unknown })[TURN_ERROR] === true;
   }
 
   /** The code, the message and the attempts, as the Go client's Error(). */

@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
-import { pathToFileURL } from "node:url";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
@@ -264,13 +263,41 @@ describe("against a server whose events are small", () => {
 });
 
 describe("module formats", () => {
+  // The package by its name (a self-reference through package.json's
+  // exports): require takes dist/cjs, import takes dist/esm, and both work.
   it("loads with require (CommonJS) and import (ES modules)", async () => {
-    const entry = join(__dirname, "../src/index.js");
+    const name = "@turnstile-dev/client";
+    assert.match(require.resolve(name), /[\\/]dist[\\/]cjs[\\/]index\.js$/);
     // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const cjs = require(entry) as typeof import("../src/index.js");
-    const esm = (await import(pathToFileURL(entry).href)) as typeof import("../src/index.js");
+    const cjs = require(name) as typeof import("../src/index.js");
+    const esm = (await import(name)) as typeof import("../src/index.js");
     assert.equal(typeof cjs.Client, "function");
-    assert.equal(esm.Client, cjs.Client);
+    assert.equal(typeof esm.Client, "function");
+    assert.notEqual(esm.Client, cjs.Client, "import loaded the CommonJS build");
     assert.equal(esm.ErrorCode.RATE_LIMITED, 2);
+    assert.equal(cjs.ErrorCode.RATE_LIMITED, 2);
+  });
+
+  it("a TurnError of either build is instanceof the other's TurnError, and nothing else is", async () => {
+    const name = "@turnstile-dev/client";
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const cjs = require(name) as typeof import("../src/index.js");
+    const esm = (await import(name)) as typeof import("../src/index.js");
+    assert.notEqual(esm.TurnError, cjs.TurnError);
+    const fromCjs = new cjs.TurnError(cjs.ErrorCode.AUTH, "from require");
+    const fromEsm = new esm.TurnError(esm.ErrorCode.AUTH, "from import");
+    for (const e of [fromCjs, fromEsm]) {
+      assert.ok(e instanceof esm.TurnError);
+      assert.ok(e instanceof cjs.TurnError);
+      assert.ok(e instanceof Error);
+    }
+    for (const v of [new Error("x"), Object.assign(new Error("x"), { name: "TurnError", code: 5 }), null, undefined, "TurnError", {}]) {
+      assert.ok(!(v instanceof esm.TurnError), `${String(v)} is a TurnError`);
+      assert.ok(!(v instanceof cjs.TurnError), `${String(v)} is a TurnError`);
+    }
+    class Sub extends esm.TurnError {}
+    assert.ok(new Sub(esm.ErrorCode.AUTH, "sub") instanceof esm.TurnError);
+    assert.ok(new Sub(esm.ErrorCode.AUTH, "sub") instanceof Sub);
+    assert.ok(!(fromEsm instanceof Sub));
   });
 });

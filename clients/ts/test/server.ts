@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 
-/** The repository's root, from dist/test. */
+/** The repository's root, from build/test. */
 export const repoRoot = resolve(__dirname, "../../../..");
 
 /** A running `turnstile serve`. */
