@@ -150,7 +150,10 @@ def from_status(e: grpc.RpcError) -> Failure:
 
 # The starts of grpc-core's messages for a call that found no connection to
 # send it on: it never reached the server.
-_NOT_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed")
+# grpc-core's words for a call that found no connection: pick_first's,
+# round_robin's (the client's default policy), and a name that did not
+# resolve.
+_NOT_CONNECTED = ("failed to connect to all addresses", "connections to all backends failing", "DNS resolution failed")
 
 
 def never_connected(e: grpc.RpcError) -> bool:
