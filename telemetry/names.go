@@ -29,6 +29,8 @@ const (
 	keyToolCallID         = attribute.Key("gen_ai.tool.call.id")
 	keyToolType           = attribute.Key("gen_ai.tool.type")
 	keyErrorType          = attribute.Key("error.type")
+	keyServerAddress      = attribute.Key("server.address")
+	keyServerPort         = attribute.Key("server.port")
 
 	// Opt-in content (telemetry.capture_content).
 	keyInputMessages      = attribute.Key("gen_ai.input.messages")
