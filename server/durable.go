@@ -215,9 +215,19 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	s.runs[k] = r
 	s.mu.Unlock()
 	go s.own(rctx, r, tr)
-	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
+	st := paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 		return s.watchRun(ctx, r, 0, send)
-	}).Err()
+	})
+	r.mu.Lock()
+	delivered := r.done && st == r.final
+	r.mu.Unlock()
+	if delivered {
+		// The turn ran here and its outcome reached the client: the turn's
+		// own line says it all, and this RPC's goes to DEBUG, as without a
+		// store. A stream that ended otherwise keeps its line.
+		logging.AddFields(ctx, logging.Fields{turnRanField, true})
+	}
+	return st.Err()
 }
 
 // own runs r's turn on this replica to its end: every event goes to the
@@ -355,10 +365,6 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		r.finish(turnNotStored())
 	default:
 		r.finish(eventStatus(terminal))
-	}
-	if te != nil && te.Cause != nil {
-		// The root cause, for operators only: it never reaches the client.
-		s.logger.Info("turn failed", "turn_id", k.turnID, "attempt", k.attempt, "error_code", te.Kind.String(), "cause", te.Cause.Error())
 	}
 	s.mu.Lock()
 	delete(s.runs, k)
