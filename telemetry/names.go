@@ -18,6 +18,7 @@ const (
 	keyRequestMaxTokens   = attribute.Key("gen_ai.request.max_tokens")
 	keyRequestTemperature = attribute.Key("gen_ai.request.temperature")
 	keyResponseModel      = attribute.Key("gen_ai.response.model")
+	keyResponseID         = attribute.Key("gen_ai.response.id")
 	keyFinishReasons      = attribute.Key("gen_ai.response.finish_reasons")
 	keyTimeToFirstChunk   = attribute.Key("gen_ai.response.time_to_first_chunk")
 	keyInputTokens        = attribute.Key("gen_ai.usage.input_tokens")

@@ -331,6 +331,9 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		if end.ResponseModel != "" {
 			attrs = append(attrs, keyResponseModel.String(end.ResponseModel))
 		}
+		if end.ResponseID != "" {
+			attrs = append(attrs, keyResponseID.String(end.ResponseID))
+		}
 		if end.TimeToFirstChunk > 0 {
 			attrs = append(attrs, keyTimeToFirstChunk.Float64(end.TimeToFirstChunk.Seconds()))
 		}

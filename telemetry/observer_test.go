@@ -86,7 +86,7 @@ func scenario(t *testing.T, obs runtime.Observer, req *runtime.TurnRequest) *run
 	)
 	answer := fake.Text("done")
 	answer[1].Usage.CacheReadTokens = 30
-	answer[2].Model = "b-id-2026-01-01"
+	answer[2].Model, answer[2].ResponseID = "b-id-2026-01-01", "msg_b2"
 	b := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "lookup", `{"q":"x"}`)}, fake.Reply{Chunks: answer})
 	lookup := fake.NewTool("lookup", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		return llm.ToolOutput{Content: "42"}, nil
@@ -259,7 +259,7 @@ func TestSpanTree(t *testing.T) {
 	last := named(t, spans, "chat b-id", 1)
 	answer := attrs(last)
 	for k, v := range map[attribute.Key]string{
-		"gen_ai.response.model": "b-id-2026-01-01", "gen_ai.response.finish_reasons": `["stop"]`,
+		"gen_ai.response.model": "b-id-2026-01-01", "gen_ai.response.id": "msg_b2", "gen_ai.response.finish_reasons": `["stop"]`,
 		"gen_ai.usage.input_tokens": "40", "gen_ai.usage.output_tokens": "5", "gen_ai.usage.cache_read.input_tokens": "30",
 		"gen_ai.usage.cache_creation.input_tokens": "0", "turnstile.call": "5", "turnstile.step": "2",
 	} {
