@@ -545,7 +545,9 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 		budget, err := m.Float64ObservableGauge(metricRetryBudget, metric.WithUnit("{token}"),
 			metric.WithDescription("Retry budget left per model; retries stop while less than one token is left."))
 		errs = append(errs, err)
-		cooling, err := m.Int64ObservableGauge(metricCoolingDown, metric.WithUnit("1"),
+		// {model}: summed over the models, it counts those cooling down
+		// (and Prometheus keeps the name, which "1" would suffix _ratio).
+		cooling, err := m.Int64ObservableGauge(metricCoolingDown, metric.WithUnit("{model}"),
 			metric.WithDescription("1 while new turns skip the model (cooldown or half-open probe), else 0."))
 		errs = append(errs, err)
 		if err := errors.Join(errs...); err != nil {
