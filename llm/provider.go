@@ -63,7 +63,7 @@ const (
 	// usage chunk replaces an earlier one.
 	ChunkUsage
 	// ChunkStop ends the reply with Stop, and names in Model the model that
-	// served it when the provider said.
+	// served it and in ResponseID the reply's id, when the provider said.
 	ChunkStop
 )
 
@@ -81,6 +81,10 @@ type Chunk struct {
 	// reply as the provider reported it (often a dated version of the id
 	// asked for); empty when the provider did not say.
 	Model string
+	// ResponseID is set on a ChunkStop: the provider's id of the reply
+	// (Anthropic's message id, OpenAI's completion id, Gemini's
+	// responseId); empty when the provider did not say.
+	ResponseID string
 }
 
 // StopReason says why a model ended its reply.

@@ -32,8 +32,10 @@ type attemptResult struct {
 	partial  []llm.Part
 	duration time.Duration
 	ttfc     time.Duration
-	// served is the model the provider said served the reply.
-	served string
+	// served is the model the provider said served the reply; responseID
+	// the reply's id, as the provider said.
+	served     string
+	responseID string
 }
 
 // call is one model call in flight: what was sent, the observer's view of
@@ -111,7 +113,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	t.usage = t.usage.Add(res.usage)
 	t.recordLatency(c)
 	end := AttemptEnd{
-		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, Err: res.err, Streamed: res.streamed, Lost: c.lost,
+		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, ResponseID: res.responseID, Err: res.err, Streamed: res.streamed, Lost: c.lost,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
 	}
 	if res.err == nil {
@@ -214,7 +216,7 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 			res.usage = ch.Usage
 			continue
 		case llm.ChunkStop:
-			res.stop, res.served, stopped = ch.Stop, ch.Model, true
+			res.stop, res.served, res.responseID, stopped = ch.Stop, ch.Model, ch.ResponseID, true
 			continue
 		}
 		p := b.add(ch, t.r.opts.newID)

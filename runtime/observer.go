@@ -111,6 +111,9 @@ type AttemptEnd struct {
 	// ResponseModel is the id of the model that served the reply, as the
 	// provider reported it; empty when it did not, or the call failed.
 	ResponseModel string
+	// ResponseID is the provider's id of the reply; empty when it did not
+	// say, or the call failed.
+	ResponseID string
 	// Message is the reply, when the call succeeded (its Role is zero
 	// otherwise). Observers must not change it.
 	Message llm.Message

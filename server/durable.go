@@ -259,9 +259,19 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
 	go s.own(rctx, r, tr, slotsFrom(ctx).keep())
-	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
+	st := paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 		return s.watchRun(ctx, r, 0, send)
-	}).Err()
+	})
+	r.mu.Lock()
+	delivered := r.done && st == r.final
+	r.mu.Unlock()
+	if delivered {
+		// The turn ran here and its outcome reached the client: the turn's
+		// own line says it all, and this RPC's goes to DEBUG, as without a
+		// store. A stream that ended otherwise keeps its line.
+		logging.AddFields(ctx, logging.Fields{turnRanField, true})
+	}
+	return st.Err()
 }
 
 // attemptFollows checks the attempt of a RunTurn: attempt n of a turn may
@@ -434,10 +444,6 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 		r.finish(turnNotStored())
 	default:
 		r.finish(eventStatus(terminal))
-	}
-	if te != nil && te.Cause != nil {
-		// The root cause, for operators only: it never reaches the client.
-		s.logger.Info("turn failed", "turn_id", k.turnID, "attempt", k.attempt, "error_code", te.Kind.String(), "cause", te.Cause.Error())
 	}
 	s.mu.Lock()
 	if s.runs[k] == r {

@@ -78,7 +78,7 @@ func inputMessages(msgs []llm.Message) string {
 
 // outputMessages returns gen_ai.output.messages for the reply.
 func outputMessages(m llm.Message, stop llm.StopReason) string {
-	return marshal([]chatMessage{{Role: "assistant", Parts: parts(m), FinishReason: stop.String()}})
+	return marshal([]chatMessage{{Role: "assistant", Parts: parts(m), FinishReason: finishReason(stop)}})
 }
 
 // systemInstructions returns gen_ai.system_instructions for a system

@@ -18,6 +18,7 @@ const (
 	keyRequestMaxTokens   = attribute.Key("gen_ai.request.max_tokens")
 	keyRequestTemperature = attribute.Key("gen_ai.request.temperature")
 	keyResponseModel      = attribute.Key("gen_ai.response.model")
+	keyResponseID         = attribute.Key("gen_ai.response.id")
 	keyFinishReasons      = attribute.Key("gen_ai.response.finish_reasons")
 	keyTimeToFirstChunk   = attribute.Key("gen_ai.response.time_to_first_chunk")
 	keyInputTokens        = attribute.Key("gen_ai.usage.input_tokens")
@@ -29,6 +30,8 @@ const (
 	keyToolCallID         = attribute.Key("gen_ai.tool.call.id")
 	keyToolType           = attribute.Key("gen_ai.tool.type")
 	keyErrorType          = attribute.Key("error.type")
+	keyServerAddress      = attribute.Key("server.address")
+	keyServerPort         = attribute.Key("server.port")
 
 	// Opt-in content (telemetry.capture_content).
 	keyInputMessages      = attribute.Key("gen_ai.input.messages")

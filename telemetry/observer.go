@@ -3,11 +3,14 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-dev/turnstile/llm"
@@ -31,6 +34,14 @@ type ObserverOptions struct {
 	// Now is the clock of the runner whose state Health reads
 	// (runtime.WithClock); nil is time.Now.
 	Now func() time.Time
+	// ModelProviders maps a model alias to the configured provider that
+	// serves it, for gen_ai.provider.name on the turn's span.
+	ModelProviders map[string]string
+	// Endpoints maps a configured provider name to the base URL its
+	// requests go to, from which server.address and server.port come.
+	Endpoints map[string]string
+	// Version is the instrumentation scope's version: turnstile's.
+	Version string
 }
 
 // Observer is a [runtime.Observer] that turns each turn into spans and
@@ -41,9 +52,47 @@ type ObserverOptions struct {
 // concurrent use.
 type Observer struct {
 	runtime.NopObserver
-	tracer trace.Tracer
-	opts   ObserverOptions
-	m      instruments
+	tracer  trace.Tracer
+	opts    ObserverOptions
+	m       instruments
+	servers map[string]server
+}
+
+// server is where a provider's requests go: server.address and
+// server.port.
+type server struct {
+	address string
+	port    int
+}
+
+// attrs returns the server's attributes: none when the address is not
+// known.
+func (s server) attrs() []attribute.KeyValue {
+	if s.address == "" {
+		return nil
+	}
+	return []attribute.KeyValue{keyServerAddress.String(s.address), keyServerPort.Int(s.port)}
+}
+
+// parseServer returns the server of base URL raw, with the scheme's
+// default port when it names none; zero when raw is not an absolute URL.
+func parseServer(raw string) server {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		return server{}
+	}
+	port, _ := strconv.Atoi(u.Port())
+	if port == 0 {
+		switch u.Scheme {
+		case "http":
+			port = 80
+		case "https":
+			port = 443
+		default:
+			return server{}
+		}
+	}
+	return server{address: u.Hostname(), port: port}
 }
 
 var _ runtime.Observer = (*Observer)(nil)
@@ -51,14 +100,24 @@ var _ runtime.Observer = (*Observer)(nil)
 // NewObserver returns an Observer that starts spans with tp and records
 // metrics with mp. Either may be a no-op provider.
 func NewObserver(tp trace.TracerProvider, mp metric.MeterProvider, opts ObserverOptions) (*Observer, error) {
+	scope := []trace.TracerOption{trace.WithSchemaURL(semconv.SchemaURL)}
+	meterScope := []metric.MeterOption{metric.WithSchemaURL(semconv.SchemaURL)}
+	if opts.Version != "" {
+		scope = append(scope, trace.WithInstrumentationVersion(opts.Version))
+		meterScope = append(meterScope, metric.WithInstrumentationVersion(opts.Version))
+	}
 	o := &Observer{
-		tracer: tp.Tracer(instrumentationURL),
-		opts:   opts,
+		tracer:  tp.Tracer(instrumentationURL, scope...),
+		opts:    opts,
+		servers: make(map[string]server, len(opts.Endpoints)),
+	}
+	for name, raw := range opts.Endpoints {
+		o.servers[name] = parseServer(raw)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	m, err := newInstruments(mp.Meter(instrumentationURL), opts.Health, opts.Now)
+	m, err := newInstruments(mp.Meter(instrumentationURL, meterScope...), opts.Health, opts.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +155,11 @@ func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Co
 		keyTurnID.String(t.TurnID),
 		keyModel.String(t.Model),
 	}
+	if p, ok := o.opts.ModelProviders[t.Model]; ok {
+		// The provider of the model asked for; a fallback may be served
+		// by another (turnstile.served_by).
+		attrs = append(attrs, keyProviderName.String(o.genAIProvider(p)))
+	}
 	if c := client(t); c != "" {
 		attrs = append(attrs, keyClient.String(c))
 	}
@@ -116,8 +180,7 @@ func (o *Observer) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.
 	span := trace.SpanFromContext(ctx)
 	outcome := turnOutcome(end)
 	if span.IsRecording() {
-		u := end.Usage
-		attrs := append(usageAttrs(u),
+		attrs := append(usageAttrs(end.Usage),
 			outcome,
 			keyModelCalls.Int(end.Counters.ModelCalls),
 			keyRetries.Int(end.Counters.Retries),
@@ -192,7 +255,13 @@ func client(t runtime.TurnInfo) string {
 // leaves the cached ones out).
 func inputTokens(u llm.Usage) int64 { return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens }
 
+// usageAttrs returns the usage attributes, none when u counts nothing: a
+// call that failed before the provider reported usage, or a provider
+// that does not report it, has no usage known, which is not zero.
 func usageAttrs(u llm.Usage) []attribute.KeyValue {
+	if u.IsZero() {
+		return nil
+	}
 	return []attribute.KeyValue{
 		keyInputTokens.Int64(inputTokens(u)),
 		keyOutputTokens.Int64(u.OutputTokens),
@@ -219,7 +288,7 @@ func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) cont
 	if !span.IsRecording() {
 		return ctx
 	}
-	attrs := []attribute.KeyValue{
+	attrs := append(o.servers[a.Provider].attrs(),
 		keyRequestStream.Bool(true),
 		keyTurnID.String(a.TurnID),
 		keyModel.String(a.Model),
@@ -227,7 +296,7 @@ func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) cont
 		keyAttempt.Int(a.Attempt),
 		keyCall.Int(a.Call),
 		keyStep.Int(a.Step),
-	}
+	)
 	if a.HedgeFrom != "" {
 		attrs = append(attrs, keyHedgeFrom.String(a.HedgeFrom), keyHedgeAfter.Float64(a.HedgeAfter.Seconds()))
 	}
@@ -262,6 +331,9 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		if end.ResponseModel != "" {
 			attrs = append(attrs, keyResponseModel.String(end.ResponseModel))
 		}
+		if end.ResponseID != "" {
+			attrs = append(attrs, keyResponseID.String(end.ResponseID))
+		}
 		if end.TimeToFirstChunk > 0 {
 			attrs = append(attrs, keyTimeToFirstChunk.Float64(end.TimeToFirstChunk.Seconds()))
 		}
@@ -280,7 +352,9 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 			}
 			span.SetStatus(codes.Error, e.Message)
 		default:
-			attrs = append(attrs, keyFinishReasons.StringSlice([]string{end.Stop.String()}))
+			if r := finishReason(end.Stop); r != "" {
+				attrs = append(attrs, keyFinishReasons.StringSlice([]string{r}))
+			}
 			if o.opts.CaptureContent {
 				attrs = append(attrs, keyOutputMessages.String(outputMessages(end.Message, end.Stop)))
 			}
@@ -289,13 +363,17 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 	}
 	span.End()
 
-	attrs := []attribute.KeyValue{
+	attrs := append(o.servers[a.Provider].attrs(),
 		keyOperationName.String(opChat),
 		keyProviderName.String(provider),
 		keyRequestModel.String(a.ProviderModel),
 		keyModel.String(a.Model),
 		keyProvider.String(a.Provider),
+	)
+	if end.ResponseModel != "" {
+		attrs = append(attrs, keyResponseModel.String(end.ResponseModel))
 	}
+	common := len(attrs)
 	switch {
 	case end.Lost:
 		attrs = append(attrs, keyErrorType.String(hedgeLost))
@@ -312,10 +390,30 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		return
 	}
 	// The conventions' token metric has no error.type.
-	attrs = append(attrs[:5], keyTokenType.String("input"))
+	attrs = append(attrs[:common], keyTokenType.String("input"))
 	o.m.tokenUsage.Record(ctx, inputTokens(end.Usage), metric.WithAttributes(attrs...))
-	attrs[5] = keyTokenType.String("output")
+	attrs[common] = keyTokenType.String("output")
 	o.m.tokenUsage.Record(ctx, end.Usage.OutputTokens, metric.WithAttributes(attrs...))
+}
+
+// finishReason is gen_ai.response.finish_reasons' value for why a reply
+// ended: the conventions' value (stop, length, content_filter,
+// tool_call) where they define one, else the provider's own name
+// (Anthropic's pause_turn); empty when the provider did not say.
+func finishReason(s llm.StopReason) string {
+	switch s {
+	case llm.StopEndTurn, llm.StopSequence:
+		return "stop"
+	case llm.StopToolUse:
+		return "tool_call"
+	case llm.StopMaxTokens:
+		return "length"
+	case llm.StopRefusal:
+		return "content_filter"
+	case llm.StopUnspecified:
+		return ""
+	}
+	return s.String()
 }
 
 // Decision adds the policy's decision to the turn's span as an event, and
@@ -447,7 +545,9 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 		budget, err := m.Float64ObservableGauge(metricRetryBudget, metric.WithUnit("{token}"),
 			metric.WithDescription("Retry budget left per model; retries stop while less than one token is left."))
 		errs = append(errs, err)
-		cooling, err := m.Int64ObservableGauge(metricCoolingDown,
+		// {model}: summed over the models, it counts those cooling down
+		// (and Prometheus keeps the name, which "1" would suffix _ratio).
+		cooling, err := m.Int64ObservableGauge(metricCoolingDown, metric.WithUnit("{model}"),
 			metric.WithDescription("1 while new turns skip the model (cooldown or half-open probe), else 0."))
 		errs = append(errs, err)
 		if err := errors.Join(errs...); err != nil {

@@ -86,7 +86,7 @@ func scenario(t *testing.T, obs runtime.Observer, req *runtime.TurnRequest) *run
 	)
 	answer := fake.Text("done")
 	answer[1].Usage.CacheReadTokens = 30
-	answer[2].Model = "b-id-2026-01-01"
+	answer[2].Model, answer[2].ResponseID = "b-id-2026-01-01", "msg_b2"
 	b := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "lookup", `{"q":"x"}`)}, fake.Reply{Chunks: answer})
 	lookup := fake.NewTool("lookup", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		return llm.ToolOutput{Content: "42"}, nil
@@ -259,7 +259,7 @@ func TestSpanTree(t *testing.T) {
 	last := named(t, spans, "chat b-id", 1)
 	answer := attrs(last)
 	for k, v := range map[attribute.Key]string{
-		"gen_ai.response.model": "b-id-2026-01-01", "gen_ai.response.finish_reasons": `["end_turn"]`,
+		"gen_ai.response.model": "b-id-2026-01-01", "gen_ai.response.id": "msg_b2", "gen_ai.response.finish_reasons": `["stop"]`,
 		"gen_ai.usage.input_tokens": "40", "gen_ai.usage.output_tokens": "5", "gen_ai.usage.cache_read.input_tokens": "30",
 		"gen_ai.usage.cache_creation.input_tokens": "0", "turnstile.call": "5", "turnstile.step": "2",
 	} {
@@ -301,7 +301,7 @@ func TestCaptureContent(t *testing.T) {
 	if got := last["gen_ai.input.messages"]; got != wantIn {
 		t.Errorf("input messages =\n%s\nwant\n%s", got, wantIn)
 	}
-	if got, want := last["gen_ai.output.messages"], `[{"role":"assistant","parts":[{"type":"text","content":"done"}],"finish_reason":"end_turn"}]`; got != want {
+	if got, want := last["gen_ai.output.messages"], `[{"role":"assistant","parts":[{"type":"text","content":"done"}],"finish_reason":"stop"}]`; got != want {
 		t.Errorf("output messages = %s, want %s", got, want)
 	}
 	tool := attrs(named(t, spans, "execute_tool lookup", 0))
@@ -364,32 +364,45 @@ func TestMetrics(t *testing.T) {
 	var r *runtime.Runner
 	req := userTurn("hi")
 	req.Client = "team-a"
-	obs := observer(t, p, telemetry.ObserverOptions{Health: func() []policy.ModelHealth { return r.Health() }, Now: still})
+	obs := observer(t, p, telemetry.ObserverOptions{
+		Health: func() []policy.ModelHealth { return r.Health() }, Now: still,
+		ModelProviders: map[string]string{"a": "oai", "b": "claude"},
+		Endpoints:      map[string]string{"oai": "https://api.openai.com/v1", "claude": "http://127.0.0.1:8081"},
+	})
 	r = scenario(t, obs, req)
 	got := p.metrics(t)
 
 	// Attributes are listed in key order.
 	chatA := "gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=a-id"
 	chatB := "gen_ai.operation.name=chat,gen_ai.provider.name=anthropic,gen_ai.request.model=b-id"
+	atA := ",server.address=api.openai.com,server.port=443,turnstile.model=a,turnstile.provider=oai"
+	atB := ",server.address=127.0.0.1,server.port=8081,turnstile.model=b,turnstile.provider=claude"
+	// b's answer names its model; its first call, cut short, does not.
+	answerB := chatB + ",gen_ai.response.model=b-id-2026-01-01"
 	want := map[string][]string{
 		"gen_ai.client.operation.duration": {
-			"error.type=OVERLOADED," + chatA + ",turnstile.model=a,turnstile.provider=oai count=3",
-			chatB + ",turnstile.model=b,turnstile.provider=claude count=2",
+			"error.type=OVERLOADED," + chatA + atA + " count=3",
+			chatB + atB + " count=1",
+			answerB + atB + " count=1",
 		},
 		"turnstile.attempts": {
-			"error.type=OVERLOADED," + chatA + ",turnstile.model=a,turnstile.provider=oai 3",
-			chatB + ",turnstile.model=b,turnstile.provider=claude 2",
+			"error.type=OVERLOADED," + chatA + atA + " 3",
+			chatB + atB + " 1",
+			answerB + atB + " 1",
 		},
 		// The second call on a streamed before it failed.
 		"gen_ai.client.operation.time_to_first_chunk": {
-			"error.type=OVERLOADED," + chatA + ",turnstile.model=a,turnstile.provider=oai count=1",
-			chatB + ",turnstile.model=b,turnstile.provider=claude count=2",
+			"error.type=OVERLOADED," + chatA + atA + " count=1",
+			chatB + atB + " count=1",
+			answerB + atB + " count=1",
 		},
 		"gen_ai.client.token.usage": {
-			chatA + ",gen_ai.token.type=input,turnstile.model=a,turnstile.provider=oai count=1 sum=7",
-			chatA + ",gen_ai.token.type=output,turnstile.model=a,turnstile.provider=oai count=1 sum=1",
-			chatB + ",gen_ai.token.type=input,turnstile.model=b,turnstile.provider=claude count=2 sum=50",
-			chatB + ",gen_ai.token.type=output,turnstile.model=b,turnstile.provider=claude count=2 sum=10",
+			chatA + ",gen_ai.token.type=input" + atA + " count=1 sum=7",
+			chatA + ",gen_ai.token.type=output" + atA + " count=1 sum=1",
+			chatB + ",gen_ai.token.type=input" + atB + " count=1 sum=10",
+			chatB + ",gen_ai.token.type=output" + atB + " count=1 sum=5",
+			answerB + ",gen_ai.token.type=input" + atB + " count=1 sum=40",
+			answerB + ",gen_ai.token.type=output" + atB + " count=1 sum=5",
 		},
 		"gen_ai.execute_tool.duration": {"gen_ai.operation.name=execute_tool,gen_ai.tool.name=lookup count=1"},
 		"gen_ai.invoke_agent.duration": {"turnstile.model=a count=1"},

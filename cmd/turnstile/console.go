@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
+	"github.com/rivo/uniseg"
 	"golang.org/x/term"
 )
 
@@ -52,82 +52,112 @@ func termWidth(f *os.File, tty bool) int {
 
 func isTerminal(f *os.File) bool { return f != nil && term.IsTerminal(int(f.Fd())) }
 
-// wrapper writes streamed text to a line of width columns, breaking lines
-// at word boundaries: a word that would overflow the line starts the next
-// one. It holds back the word being written until its end is known. Words
-// longer than a line are written whole. It counts runes as columns.
+// wrapper writes streamed text to a line of width display columns,
+// breaking lines where Unicode's line breaking rules (UAX #14) allow: after
+// the spaces between words, and between the characters of Chinese or
+// Japanese text, which has none. A segment that would overflow the line
+// starts the next one; one wider than a line is written whole. Columns are
+// counted per grapheme cluster, as a terminal draws them: two for East
+// Asian wide characters and emoji, none for combining marks (rivo/uniseg).
+// It holds back the text after the last break opportunity until the next
+// one is known, so a cluster or a word split across chunks is measured
+// whole.
 type wrapper struct {
-	width int // 0: no wrapping
-	col   int // columns written on the current line
-	word  []rune
+	width int    // 0: no wrapping
+	col   int    // columns written on the current line
+	held  string // the text after the last break opportunity, not yet written
+	state int    // the line breaking state at the start of held; -1 at the start
 }
 
 // text appends s and returns what to write now; style wraps each visible
 // piece (ANSI on, off), or is empty.
 func (w *wrapper) text(s string, on, off string) string {
-	var b strings.Builder
-	piece := func(p string) {
-		if p == "" {
-			return
-		}
-		b.WriteString(on + p + off)
-	}
 	if w.width <= 0 {
-		piece(s)
 		if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-			w.col = utf8.RuneCountInString(s[i+1:])
+			w.col = uniseg.StringWidth(s[i+1:])
 		} else {
-			w.col += utf8.RuneCountInString(s)
+			w.col += uniseg.StringWidth(s)
 		}
-		return b.String()
+		if s == "" {
+			return ""
+		}
+		return on + s + off
 	}
-	for _, r := range s {
-		switch {
-		case r == '\n':
-			piece(w.takeWord())
-			b.WriteByte('\n')
-			w.col = 0
-		case unicode.IsSpace(r):
-			piece(w.takeWord())
-			if w.col >= w.width {
-				b.WriteByte('\n')
-				w.col = 0
-				continue
-			}
-			piece(string(r))
-			w.col++
-		default:
-			if w.col > 0 && w.col+len(w.word)+1 > w.width {
-				// The word no longer fits the line: it starts the next.
-				b.WriteByte('\n')
-				w.col = 0
-			}
-			w.word = append(w.word, r)
+	if w.held == "" {
+		w.state = -1
+	}
+	w.held += s
+	var b strings.Builder
+	for {
+		seg, rest, _, state := uniseg.FirstLineSegmentInString(w.held, w.state)
+		if rest == "" {
+			// The last segment may go on in the next chunk.
+			break
 		}
+		w.place(&b, seg, on, off)
+		w.held, w.state = rest, state
 	}
 	return b.String()
 }
 
-// flush returns the held-back word, to be written as is.
-func (w *wrapper) flush(on, off string) string {
-	if len(w.word) == 0 {
-		return ""
+// place writes seg, a segment after which the line may be broken, on the
+// current line or, when it does not fit there, on the next.
+func (w *wrapper) place(b *strings.Builder, seg, on, off string) {
+	piece := func(p string) {
+		if p != "" {
+			b.WriteString(on + p + off)
+		}
 	}
-	return on + w.takeWord() + off
+	body := seg
+	hard := uniseg.HasTrailingLineBreakInString(seg)
+	if hard {
+		body = strings.TrimRight(seg, "\r\n")
+	}
+	word := strings.TrimRightFunc(body, unicode.IsSpace)
+	if ww := uniseg.StringWidth(word); ww > 0 {
+		if w.col > 0 && w.col+ww > w.width {
+			b.WriteByte('\n')
+			w.col = 0
+		}
+		piece(word)
+		w.col += ww
+	}
+	// Spaces that reach the line's end end it instead.
+	for _, r := range body[len(word):] {
+		if w.col >= w.width {
+			b.WriteByte('\n')
+			w.col = 0
+			continue
+		}
+		piece(string(r))
+		w.col += uniseg.StringWidth(string(r))
+	}
+	if hard {
+		if rest := seg[len(body):]; rest != "" {
+			b.WriteString(rest)
+		} else {
+			b.WriteByte('\n')
+		}
+		w.col = 0
+	}
 }
 
-func (w *wrapper) takeWord() string {
-	s := string(w.word)
-	w.col += len(w.word)
-	w.word = w.word[:0]
-	return s
+// flush returns the held-back text, laid out as the end of the text.
+func (w *wrapper) flush(on, off string) string {
+	if w.held == "" {
+		return ""
+	}
+	var b strings.Builder
+	w.place(&b, w.held, on, off)
+	w.held = ""
+	return b.String()
 }
 
 // newline records that a line was ended outside the wrapper.
-func (w *wrapper) newline() { w.col, w.word = 0, w.word[:0] }
+func (w *wrapper) newline() { w.col, w.held = 0, "" }
 
 // midLine reports whether the current line has anything on it.
-func (w *wrapper) midLine() bool { return w.col > 0 || len(w.word) > 0 }
+func (w *wrapper) midLine() bool { return w.col > 0 || w.held != "" }
 
 // spinner animates a line on a terminal until stopped. start and stop may
 // be called repeatedly, from one goroutine.

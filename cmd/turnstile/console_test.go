@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivo/uniseg"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -100,6 +101,49 @@ func TestWrapper(t *testing.T) {
 		if got := b.String(); got != tt.want {
 			t.Errorf("width %d, %q: %q, want %q", tt.width, tt.chunks, got, tt.want)
 		}
+	}
+}
+
+// TestWrapperDisplayWidth wraps wide characters and emoji at a narrow
+// width: each takes two columns, a grapheme cluster (an emoji sequence
+// joined by ZWJ, a letter and its combining accent) is measured whole even
+// when a chunk ends inside it, Japanese text, which has no spaces, breaks
+// between its characters where Unicode allows, and no line is wider than
+// the terminal.
+func TestWrapperDisplayWidth(t *testing.T) {
+	family := "\U0001F468\u200D\U0001F469\u200D\U0001F467" // one cluster, two columns
+	for _, tt := range []struct {
+		name   string
+		width  int
+		chunks []string
+		want   string
+	}{
+		{"japanese", 10, []string{"日本語のテキストを折り返す"}, "日本語のテ\nキストを折\nり返す"},
+		{"japanese in chunks", 10, []string{"日本", "語のテキ", "ストを折り返す"}, "日本語のテ\nキストを折\nり返す"},
+		{"japanese punctuation stays on its line", 8, []string{"こんにちは。世界"}, "こんにち\nは。世界"},
+		{"mixed", 12, []string{"turnstile は速い"}, "turnstile は\n速い"},
+		{"emoji", 8, []string{"👍👍 ok " + family + " fine"}, "👍👍 ok \n" + family + " fine"},
+		{"cluster split across chunks", 8, []string{"👍👍 ok \U0001F468\u200D", "\U0001F469\u200D\U0001F467 fine"}, "👍👍 ok \n" + family + " fine"},
+		{"combining accent", 6, []string{"cafe\u0301 cafe\u0301"}, "cafe\u0301 \ncafe\u0301"},
+		{"a wide character fills the line", 5, []string{"ab 日本"}, "ab 日\n本"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := wrapper{width: tt.width}
+			var b strings.Builder
+			for _, c := range tt.chunks {
+				b.WriteString(w.text(c, "", ""))
+			}
+			b.WriteString(w.flush("", ""))
+			got := b.String()
+			if got != tt.want {
+				t.Errorf("%q at width %d:\n%s\nwant\n%s", tt.chunks, tt.width, got, tt.want)
+			}
+			for _, line := range strings.Split(got, "\n") {
+				if n := uniseg.StringWidth(strings.TrimRight(line, " ")); n > tt.width {
+					t.Errorf("line %q is %d columns wide, more than %d", line, n, tt.width)
+				}
+			}
+		})
 	}
 }
 
@@ -222,6 +266,14 @@ func TestTextRendererWraps(t *testing.T) {
 		agent(&turnstilev1.TextDelta{Text: "fox jumps over the lazy dog."}),
 	)
 	if want := "The quick brown \nfox jumps over \nthe lazy dog.\n"; out != want {
+		t.Errorf("stdout = %q, want %q", out, want)
+	}
+	// Japanese and emoji take two columns each.
+	out, _ = renderAll(t, console{width: 12},
+		agent(&turnstilev1.TextDelta{Text: "東京の天気は"}),
+		agent(&turnstilev1.TextDelta{Text: "晴れです☀️ 明日も晴れ"}),
+	)
+	if want := "東京の天気は\n晴れです☀️ \n明日も晴れ\n"; out != want {
 		t.Errorf("stdout = %q, want %q", out, want)
 	}
 }

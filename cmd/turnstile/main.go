@@ -68,15 +68,12 @@ func cli(args []string, stdout, stderr io.Writer) int {
 // was built from (with +dirty for uncommitted changes) and when, and the Go
 // release and platform.
 func versionString() string {
-	v := version
-	info, ok := debug.ReadBuildInfo()
-	if v == "" && ok {
-		v = info.Main.Version
-	}
+	v := releaseVersion()
 	if v == "" {
 		v = "(unknown)"
 	}
 	s := "turnstile " + v
+	info, ok := debug.ReadBuildInfo()
 	if ok {
 		var rev, at string
 		var dirty bool
@@ -102,6 +99,20 @@ func versionString() string {
 		}
 	}
 	return s + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// releaseVersion is the version stamped by -ldflags, else the module's
+// version from the build information ("(devel)" for a build from a
+// checkout), else empty: the service.version of the telemetry's resource
+// and the version of its instrumentation scope.
+func releaseVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		return info.Main.Version
+	}
+	return ""
 }
 
 func usage(w io.Writer) {

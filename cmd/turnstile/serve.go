@@ -127,7 +127,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 	if ops != nil {
 		defer ops.Close()
 	}
-	tel, err := telemetry.Setup(ctx, telemetry.Options{Prometheus: ops != nil && cfg.Ops.Metrics, Logger: logger})
+	tel, err := telemetry.Setup(ctx, telemetry.Options{Prometheus: ops != nil && cfg.Ops.Metrics, Logger: logger, Version: releaseVersion()})
 	if err != nil {
 		return err
 	}

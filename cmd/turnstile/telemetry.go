@@ -23,13 +23,24 @@ func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers
 		return log, nil
 	}
 	types := make(map[string]string, len(cfg.Providers))
+	endpoints := make(map[string]string, len(cfg.Providers))
 	for name, p := range cfg.Providers {
 		types[name] = p.Type
+		if e, ok := p.Settings.(interface{ Endpoint() string }); ok {
+			endpoints[name] = e.Endpoint()
+		}
+	}
+	models := make(map[string]string, len(cfg.Models))
+	for alias, m := range cfg.Models {
+		models[alias] = m.Provider
 	}
 	obs, err := telemetry.NewObserver(tel.TracerProvider, tel.MeterProvider, telemetry.ObserverOptions{
 		CaptureContent: cfg.Telemetry.CaptureContent,
 		ProviderTypes:  types,
+		ModelProviders: models,
+		Endpoints:      endpoints,
 		Health:         health,
+		Version:        releaseVersion(),
 	})
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -36,6 +37,8 @@ type collector struct {
 	mu      sync.Mutex
 	spans   []*tracepb.Span
 	service []string
+	version []string // service.version
+	scopes  []string // each span's scope: name version schema
 	metrics map[string]bool
 }
 
@@ -49,12 +52,19 @@ func (s traceService) Export(_ context.Context, req *coltracepb.ExportTraceServi
 	defer s.c.mu.Unlock()
 	for _, rs := range req.GetResourceSpans() {
 		for _, a := range rs.GetResource().GetAttributes() {
-			if a.GetKey() == "service.name" {
+			switch a.GetKey() {
+			case "service.name":
 				s.c.service = append(s.c.service, a.GetValue().GetStringValue())
+			case "service.version":
+				s.c.version = append(s.c.version, a.GetValue().GetStringValue())
 			}
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			s.c.spans = append(s.c.spans, ss.GetSpans()...)
+			for range ss.GetSpans() {
+				sc := ss.GetScope()
+				s.c.scopes = append(s.c.scopes, sc.GetName()+" "+sc.GetVersion()+" "+ss.GetSchemaUrl())
+			}
 		}
 	}
 	return &coltracepb.ExportTraceServiceResponse{}, nil
@@ -157,6 +167,8 @@ func TestTelemetryEndToEnd(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
 	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
 	t.Setenv("OTEL_SERVICE_NAME", "turnstile-e2e")
+	version = "v9.9.9-e2e" // as -ldflags stamps it
+	t.Cleanup(func() { version = "" })
 
 	openai := providerCases(t)[0]
 	primary := newTracedUpstream(t, "503")
@@ -206,7 +218,7 @@ store: {dir: ""}
 	resp.Body.Close()
 	for _, want := range []string{
 		`gen_ai_client_operation_duration_seconds_count{error_type="OVERLOADED",gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",`,
-		`gen_ai_client_token_usage_sum{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",gen_ai_token_type="input",`,
+		`gen_ai_client_token_usage_sum{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",gen_ai_response_model="gpt-4.1-mini",gen_ai_token_type="input",`,
 		`turnstile_retries_total{error_type="OVERLOADED",`,
 		`turnstile_fallbacks_total{error_type="OVERLOADED",`,
 		`turnstile_turns_total{`,
@@ -227,7 +239,7 @@ store: {dir: ""}
 	}
 
 	col.mu.Lock()
-	spans, services := slices.Clone(col.spans), slices.Clone(col.service)
+	spans, services, versions, scopes := slices.Clone(col.spans), slices.Clone(col.service), slices.Clone(col.version), slices.Clone(col.scopes)
 	metrics := col.metrics
 	col.mu.Unlock()
 	byID := map[string]*tracepb.Span{}
@@ -271,6 +283,40 @@ store: {dir: ""}
 	}
 	if len(services) == 0 || services[0] != "turnstile-e2e" {
 		t.Errorf("service.name = %v, want turnstile-e2e from OTEL_SERVICE_NAME", services)
+	}
+	if len(versions) == 0 || versions[0] != "v9.9.9-e2e" {
+		t.Errorf("service.version = %v, want the stamped v9.9.9-e2e", versions)
+	}
+	ports := map[string]bool{}
+	for _, up := range []*tracedUpstream{primary, backup} {
+		ports[fmt.Sprint(up.Listener.Addr().(*net.TCPAddr).Port)] = true
+	}
+	for i, s := range spans {
+		chat := strings.HasPrefix(s.GetName(), "chat ")
+		if !chat && s.GetName() != "invoke_agent" && !strings.HasPrefix(s.GetName(), "execute_tool ") {
+			continue
+		}
+		if want := "github.com/turnstile-dev/turnstile/telemetry v9.9.9-e2e https://opentelemetry.io/schemas/1.41.0"; scopes[i] != want {
+			t.Errorf("span %s: scope %q, want %q", s.GetName(), scopes[i], want)
+		}
+		a := map[string]string{}
+		for _, kv := range s.GetAttributes() {
+			switch v := kv.GetValue(); v.GetValue().(type) {
+			case *commonpb.AnyValue_IntValue:
+				a[kv.GetKey()] = fmt.Sprint(v.GetIntValue())
+			default:
+				a[kv.GetKey()] = v.GetStringValue()
+			}
+		}
+		_, failed := a["error.type"]
+		switch {
+		case s.GetName() == "invoke_agent" && a["gen_ai.provider.name"] != "openai":
+			t.Errorf("invoke_agent: gen_ai.provider.name %q, want openai", a["gen_ai.provider.name"])
+		case chat && (a["server.address"] != "127.0.0.1" || !ports[a["server.port"]]):
+			t.Errorf("%s: server.address %q server.port %q, want a provider's", s.GetName(), a["server.address"], a["server.port"])
+		case chat && !failed && a["gen_ai.response.id"] == "":
+			t.Errorf("%s: no gen_ai.response.id, want the completion's id", s.GetName())
+		}
 	}
 	for _, s := range spans {
 		if s.GetName() != "invoke_agent" {

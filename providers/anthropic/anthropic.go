@@ -86,6 +86,12 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The SDK's own OpenTelemetry span (anthropic.messages.create, a
+	// second GenAI chat span with the call's usage) is off: turnstile's
+	// chat span is the call's, and the HTTP client's span its child, so
+	// backends count each call's tokens once. Its trace-context headers go
+	// too; the HTTP client's instrumentation sends them.
+	opts = append(opts, option.WithoutOpenTelemetry())
 	return &Provider{name: c.Name, secrets: c.Secrets(), messages: anthropic.NewMessageService(opts...)}, nil
 }
 

@@ -26,8 +26,8 @@ type decoder struct {
 	usage     llm.Usage
 	finished  bool
 	stop      llm.StopReason
-	// model is the model message_start named.
-	model string
+	// model and id are the model and the message id message_start named.
+	model, id string
 }
 
 // Finish reports the stop reason and whether message_stop arrived.
@@ -35,6 +35,9 @@ func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
 
 // Model returns the model message_start named.
 func (d *decoder) Model() string { return d.model }
+
+// ResponseID returns the message id message_start named.
+func (d *decoder) ResponseID() string { return d.id }
 
 type blockKind uint8
 
@@ -60,9 +63,9 @@ type block struct {
 type event struct {
 	typ   string
 	index int64
-	// model and startUsage are message_start's message.model and
-	// message.usage.
-	model      string
+	// model, id and startUsage are message_start's message.model,
+	// message.id and message.usage.
+	model, id  string
 	startUsage llm.Usage
 	block      blockStart
 	delta      delta
@@ -96,7 +99,7 @@ const (
 func viewOf(ev *anthropic.MessageStreamEventUnion) *event {
 	su, cb, d, u := ev.Message.Usage, ev.ContentBlock, ev.Delta, ev.Usage
 	v := &event{
-		typ: ev.Type, index: ev.Index, model: ev.Message.Model,
+		typ: ev.Type, index: ev.Index, model: ev.Message.Model, id: ev.Message.ID,
 		startUsage: llm.Usage{
 			InputTokens:      su.InputTokens,
 			OutputTokens:     su.OutputTokens,
@@ -137,7 +140,7 @@ func (d *decoder) Decode(ev *event, emit func(llm.Chunk) bool) (bool, *llm.Error
 	}
 	switch ev.typ {
 	case "message_start":
-		d.model = ev.model
+		d.model, d.id = ev.model, ev.id
 		d.usage = ev.startUsage
 		return emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: d.usage}), nil
 	case "content_block_start":

@@ -195,6 +195,8 @@ func parseMessage(s *jsonscan.Scanner, ev *event) bool {
 		switch string(key) {
 		case "model":
 			return seen.Once(1) && s.StringOrNull(&ev.model)
+		case "id":
+			return seen.Once(4) && s.StringOrNull(&ev.id)
 		case "usage":
 			if !seen.Once(2) || s.Peek() != '{' {
 				return false

@@ -25,7 +25,7 @@ func TestStreamSuccessFixture(t *testing.T) {
 		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `n Francisco"}`},
 		{Kind: llm.ChunkToolCallEnd, Index: 0},
 		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 394, OutputTokens: 79}},
-		{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "claude-sonnet-4-5-20250929"},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "claude-sonnet-4-5-20250929", ResponseID: "msg_01P7nF1bmxyzFZjF8zwbUDBM"},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
@@ -77,28 +77,28 @@ func TestStreamShapes(t *testing.T) {
 				{Kind: llm.ChunkToolCallArgs, Index: 1, Text: `{}`},
 				{Kind: llm.ChunkToolCallEnd, Index: 1},
 				cacheUsage(42),
-				{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "claude"},
+				{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "claude", ResponseID: "msg_1"},
 			},
 		},
 		{
 			Name: "stop reasons: max_tokens",
 			Body: ev("message_start", msgStart) + stop("max_tokens"),
-			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens, Model: "claude"}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens, Model: "claude", ResponseID: "msg_1"}},
 		},
 		{
 			Name: "stop reasons: refusal",
 			Body: ev("message_start", msgStart) + stop("refusal"),
-			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopRefusal, Model: "claude"}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopRefusal, Model: "claude", ResponseID: "msg_1"}},
 		},
 		{
 			Name: "stop reasons: pause_turn",
 			Body: ev("message_start", msgStart) + stop("pause_turn"),
-			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopPauseTurn, Model: "claude"}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopPauseTurn, Model: "claude", ResponseID: "msg_1"}},
 		},
 		{
 			Name: "stop reasons: stop_sequence",
 			Body: ev("message_start", msgStart) + stop("stop_sequence"),
-			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopSequence, Model: "claude"}},
+			Want: []llm.Chunk{cacheUsage(1), cacheUsage(42), {Kind: llm.ChunkStop, Stop: llm.StopSequence, Model: "claude", ResponseID: "msg_1"}},
 		},
 		{
 			Name:    "model_context_window_exceeded is an overflow",

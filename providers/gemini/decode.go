@@ -32,6 +32,9 @@ func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
 // Model returns the modelVersion the responses named.
 func (d *decoder) Model() string { return d.model }
 
+// ResponseID returns the responseId the responses named.
+func (d *decoder) ResponseID() string { return d.responseID }
+
 // Decode yields the runtime chunks of one streamed response through emit.
 // It returns false when emit did, and an error for a finish that means the
 // reply is unusable.

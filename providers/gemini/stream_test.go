@@ -31,7 +31,7 @@ func TestStreamSuccessFixture(t *testing.T) {
 		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"location":"Tokyo"}`},
 		{Kind: llm.ChunkToolCallEnd, Index: 0},
 		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 83, OutputTokens: 14 + 104}},
-		{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "gemini-2.5-flash"},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "gemini-2.5-flash", ResponseID: "qpc2afWVFJK4vr0Pq6WiyAU"},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)

@@ -27,8 +27,9 @@ type decoder struct {
 	refused  bool
 	finished bool
 	stop     llm.StopReason
-	// model is the model every chunk names; the first one is kept.
-	model string
+	// model is the model every chunk names, id the completion's id; the
+	// first of each is kept.
+	model, id string
 }
 
 // Finish reports the stop reason and whether a finish reason arrived.
@@ -36,6 +37,9 @@ func (d *decoder) Finish() (llm.StopReason, bool) { return d.stop, d.finished }
 
 // Model returns the model the chunks named.
 func (d *decoder) Model() string { return d.model }
+
+// ResponseID returns the completion id the chunks named.
+func (d *decoder) ResponseID() string { return d.id }
 
 type toolCall struct {
 	id, name string
@@ -50,7 +54,9 @@ type chunk struct {
 	// model is the model the event names. The fast path reads it until
 	// one event has named it, and keeps it across events: the decoder
 	// keeps the first.
-	model   string
+	model string
+	// id is the completion's id, read as model is.
+	id      string
 	choices []choice
 	// hasUsage reports a usage object (the SDK's JSON.Usage.Valid).
 	hasUsage bool
@@ -71,7 +77,7 @@ type toolCallDelta struct {
 
 // viewOf returns what the decoder reads of a chunk the SDK decoded.
 func viewOf(c openai.ChatCompletionChunk) *chunk {
-	v := &chunk{model: c.Model, choices: make([]choice, len(c.Choices))}
+	v := &chunk{model: c.Model, id: c.ID, choices: make([]choice, len(c.Choices))}
 	for i, ch := range c.Choices {
 		v.choices[i] = choice{
 			index: ch.Index, content: ch.Delta.Content, refusal: ch.Delta.Refusal,
@@ -107,6 +113,9 @@ func usageOf(prompt, completion, cached, cacheWrite int64) llm.Usage {
 func (d *decoder) Decode(c *chunk, emit func(llm.Chunk) bool) (bool, *llm.Error) {
 	if d.model == "" {
 		d.model = c.model
+	}
+	if d.id == "" {
+		d.id = c.id
 	}
 	for i := range c.choices {
 		choice := &c.choices[i]

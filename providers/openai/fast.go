@@ -134,6 +134,14 @@ func parseChunk(data []byte, c *chunk) bool {
 				return s.Skip() // named by an earlier event
 			}
 			return s.StringOrNull(&c.model)
+		case "id":
+			if !once(8) {
+				return false
+			}
+			if c.id != "" {
+				return s.Skip() // named by an earlier event
+			}
+			return s.StringOrNull(&c.id)
 		case "choices":
 			if !once(1) {
 				return false

@@ -27,7 +27,7 @@ func TestStreamSuccessFixture(t *testing.T) {
 		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `San Francisco, CA"}`},
 		{Kind: llm.ChunkToolCallEnd, Index: 0},
 		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 61, OutputTokens: 16}},
-		{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "gpt-4o-2024-08-06"},
+		{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "gpt-4o-2024-08-06", ResponseID: "chatcmpl-Cgx6pZPBgfLcMqfT0ILIH2mID2zWQ"},
 	}
 	if diff := cmp.Diff(want, chunks); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
@@ -59,7 +59,7 @@ func TestStreamShapes(t *testing.T) {
 			Want: []llm.Chunk{
 				{Kind: llm.ChunkText, Text: "Hel"}, {Kind: llm.ChunkText, Text: "lo"},
 				{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 20, OutputTokens: 5, CacheReadTokens: 80}},
-				{Kind: llm.ChunkStop, Stop: llm.StopEndTurn, Model: "m"},
+				{Kind: llm.ChunkStop, Stop: llm.StopEndTurn, Model: "m", ResponseID: "c"},
 			},
 		},
 		{
@@ -68,7 +68,7 @@ func TestStreamShapes(t *testing.T) {
 				chunkLine(`{"content":"x"}`, "length") + "data: [DONE]\n\n",
 			Want: []llm.Chunk{
 				{Kind: llm.ChunkThinking, Text: "think"}, {Kind: llm.ChunkThinking, Text: "more"},
-				{Kind: llm.ChunkText, Text: "x"}, {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens, Model: "m"},
+				{Kind: llm.ChunkText, Text: "x"}, {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens, Model: "m", ResponseID: "c"},
 			},
 		},
 		{
@@ -89,7 +89,7 @@ func TestStreamShapes(t *testing.T) {
 				{Kind: llm.ChunkToolCallEnd, Index: 1},
 				{Kind: llm.ChunkToolCallArgs, Index: 2, Text: `{}`},
 				{Kind: llm.ChunkToolCallEnd, Index: 2},
-				{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "m"},
+				{Kind: llm.ChunkStop, Stop: llm.StopToolUse, Model: "m", ResponseID: "c"},
 			},
 		},
 		{
@@ -97,13 +97,13 @@ func TestStreamShapes(t *testing.T) {
 			Body: chunkLine(`{"refusal":"I can't"}`, "") + chunkLine(`{"refusal":" help."}`, "") + chunkLine(`{}`, "stop") + "data: [DONE]\n\n",
 			Want: []llm.Chunk{
 				{Kind: llm.ChunkText, Text: "I can't"}, {Kind: llm.ChunkText, Text: " help."},
-				{Kind: llm.ChunkStop, Stop: llm.StopRefusal, Model: "m"},
+				{Kind: llm.ChunkStop, Stop: llm.StopRefusal, Model: "m", ResponseID: "c"},
 			},
 		},
 		{
 			Name: "content filter",
 			Body: chunkLine(`{"content":"I"}`, "content_filter") + "data: [DONE]\n\n",
-			Want: []llm.Chunk{{Kind: llm.ChunkText, Text: "I"}, {Kind: llm.ChunkStop, Stop: llm.StopRefusal, Model: "m"}},
+			Want: []llm.Chunk{{Kind: llm.ChunkText, Text: "I"}, {Kind: llm.ChunkStop, Stop: llm.StopRefusal, Model: "m", ResponseID: "c"}},
 		},
 		{
 			Name: "invalid tool arguments",

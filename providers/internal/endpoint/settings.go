@@ -233,3 +233,7 @@ func (e *Entry) Problems() []llm.Problem { return e.Check(e.typ, e.keyRequired) 
 func (e *Entry) Build(name string, getenv func(string) string) (llm.Provider, error) {
 	return e.build(Config{Name: name, BaseURL: e.BaseURL, APIKey: e.APIKey(getenv), Headers: e.AllHeaders(getenv), ConnectTimeout: e.ConnectTimeout})
 }
+
+// Endpoint returns the base URL the provider's requests go to, for the
+// model calls' telemetry (server.address and server.port).
+func (s Settings) Endpoint() string { return s.BaseURL }

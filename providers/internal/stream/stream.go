@@ -51,6 +51,9 @@ type Decoder[E any] interface {
 	// Model returns the id of the model that served the reply, as the
 	// events reported it; empty when they did not.
 	Model() string
+	// ResponseID returns the reply's id, as the events reported it; empty
+	// when they did not.
+	ResponseID() string
 }
 
 // Call is one streamed SDK call, as [Consume] reads it.
@@ -111,7 +114,7 @@ func Consume[E any](ctx context.Context, provider string, c Call[E], yield func(
 		yield(llm.Chunk{}, httpfail.MissingFinish(provider, output, status, id))
 		return
 	}
-	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: stop, Model: c.Decoder.Model()}, nil)
+	yield(llm.Chunk{Kind: llm.ChunkStop, Stop: stop, Model: c.Decoder.Model(), ResponseID: c.Decoder.ResponseID()}, nil)
 }
 
 // Run returns the body of an adapter's Stream method for req, guarded by

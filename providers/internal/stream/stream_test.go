@@ -32,7 +32,8 @@ func (d *textDecoder) Decode(ev string, emit func(llm.Chunk) bool) (bool, *llm.E
 
 func (d *textDecoder) Finish() (llm.StopReason, bool) { return llm.StopEndTurn, d.finished }
 
-func (d *textDecoder) Model() string { return "text-1" }
+func (d *textDecoder) Model() string      { return "text-1" }
+func (d *textDecoder) ResponseID() string { return "" }
 
 // seq yields evs, then err when it is not nil.
 func seq(err error, evs ...string) iter.Seq2[string, error] {
