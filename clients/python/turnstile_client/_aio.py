@@ -364,8 +364,7 @@ class AsyncTurn(TurnBase):
     async def _attempt(self, n: int, out: Outcome) -> AsyncIterator[Event]:
         """Makes attempt number n as Turn._attempt does, re-attaching to its run when its stream breaks."""
         c = self._c
-        a = Attempt(n)
-        a.out = out
+        a = Attempt(n, out)
         carried = self._carried
         call = self._start(c._stub.RunTurn, self._attempt_request(n), n)
         try:

@@ -398,8 +398,7 @@ class Turn(TurnBase):
         does the attempt end with the break.
         """
         c = self._c
-        a = Attempt(n)
-        a.out = out
+        a = Attempt(n, out)
         carried = self._carried
         call = self._start(c._stub.RunTurn, self._attempt_request(n), n)
         try:

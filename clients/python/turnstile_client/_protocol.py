@@ -328,10 +328,11 @@ class Attempt:
     attempt is over, what the attempt left behind (finish, then out).
     """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, out: Outcome) -> None:
         #: The attempt's number, from 1.
         self.n = n
-        self.out = Outcome()
+        #: What the attempt left behind, filled in as it goes.
+        self.out = out
         #: The seq of the last event received, for WatchTurn's after_seq.
         self.last_seq = 0
         #: The re-attaches in a row since the last event received.
