@@ -4,7 +4,7 @@ import os
 import sys
 
 import turnstile_client as ts
-from turnstile.v1 import agent_pb2, conversation_pb2
+from turnstile_client.v1 import agent_pb2, conversation_pb2
 
 with ts.Client(os.environ.get("TURNSTILE_ADDR", "127.0.0.1:7700")) as client:
     prompt = conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[{"text": " ".join(sys.argv[1:])}])

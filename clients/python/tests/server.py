@@ -13,7 +13,9 @@ import tempfile
 import threading
 import unittest
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+#: The repository: TURNSTILE_REPO, or the checkout the tests are in. CI runs
+#: a copy of the tests against the installed package, naming the checkout.
+REPO = pathlib.Path(os.environ.get("TURNSTILE_REPO") or pathlib.Path(__file__).resolve().parents[3])
 CONFORMANCE = REPO / "clients" / "conformance"
 
 

@@ -12,8 +12,8 @@ import unittest
 import grpc
 import turnstile_client as ts
 from google.protobuf import any_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
-from turnstile.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2, errors_pb2
+from turnstile_client.rpc import error_details_pb2, status_pb2
+from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2, errors_pb2
 from turnstile_client._errors import from_status, never_connected
 
 from .server import CONFORMANCE, Server, ServerTestCase
@@ -119,6 +119,7 @@ class NeverConnectedTest(unittest.TestCase):
         for code, message, want in [
             (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Connection refused", True),
             (grpc.StatusCode.UNAVAILABLE, "DNS resolution failed for nowhere.invalid:1: Domain name not found", True),
+            (grpc.StatusCode.UNAVAILABLE, "connections to all backends failing; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused", True),
             (grpc.StatusCode.UNAVAILABLE, "Socket closed", False),
             (grpc.StatusCode.UNAVAILABLE, "recvmsg:Connection reset by peer", False),
             (grpc.StatusCode.DEADLINE_EXCEEDED, "failed to connect to all addresses", False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -9,7 +10,7 @@ import unittest
 
 import grpc
 import turnstile_client as ts
-from turnstile.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
+from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
 from .server import CONFORMANCE, CutProxy, Server
 
@@ -76,10 +77,9 @@ class ReattachCounter(logging.Handler):
             self.count += 1
 
 
-def new_client(addr: str, opts: dict, logger: logging.Logger) -> ts.Client:
-    """A client for addr with a scenario's options (delays in ms, no jitter)."""
-    return ts.Client(
-        addr,
+def client_options(opts: dict, logger: logging.Logger) -> dict:
+    """A client's options from a scenario's (delays in ms, no jitter)."""
+    return dict(
         max_step_retries=opts["max_step_retries"],
         backoff=ts.Backoff(initial=opts["backoff_initial_ms"] / 1000, maximum=opts["backoff_max_ms"] / 1000, jitter=0),
         reattach_timeout=opts["reattach_timeout_ms"] / 1000,
@@ -120,64 +120,95 @@ def observe_log(addr: str, turn_id: str, obs: dict) -> None:
             obs["log_end"] = ts.code_name(last.error.code)
 
 
+class Observation:
+    """What a runner observes of one turn, event by event, in the keys of the scenarios' expect."""
+
+    def __init__(self, cancel_on: str | None) -> None:
+        self.cancel_on = cancel_on
+        self.obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0}
+        self.kept = KeptText()
+        self.next_seq: dict = {}  # the seq each attempt's next event must have
+
+    def event(self, ev: ts.Event) -> bool:
+        """Notes one event; reports whether the runner must cancel the turn now."""
+        obs = self.obs
+        self.kept.event(ev)
+        if ev.agent is not None:
+            if ev.agent.seq != self.next_seq.get(ev.attempt, 0) + 1:
+                obs["seq_gapless"] = False
+            self.next_seq[ev.attempt] = ev.agent.seq
+        if ev.step_retry is not None:
+            sr = ev.step_retry
+            obs["step_retries"].append(
+                {
+                    "attempt": sr.attempt,
+                    "code": ts.code_name(sr.error.code),
+                    "discard_partial": sr.discard_partial,
+                    "messages": len(sr.messages),
+                }
+            )
+            return False
+        kind = ev.agent.WhichOneof("payload")
+        if kind in ("error", "turn_completed"):
+            obs["terminal_events"] += 1
+        if kind == "tool_started":
+            obs["tools_started"].append(ev.agent.tool_started.name)
+        return self.cancel_on == "text_delta" and kind == "text_delta"
+
+    def end(self, turn: "ts.Turn | ts.AsyncTurn", failure: ts.TurnError | None, read_log_of: str | None) -> dict:
+        """Notes how the turn ended; returns the observations."""
+        obs = self.obs
+        obs["kept_text"] = str(self.kept)
+        if read_log_of is not None:
+            observe_log(read_log_of, turn.id, obs)
+        res = turn.result
+        if res is not None:
+            obs["outcome"] = "completed"
+            obs["end_reason"] = agent_pb2.EndReason.Name(res.end_reason).removeprefix("END_REASON_")
+            obs["attempts"] = res.attempts
+            obs["reattaches"] = res.reattaches
+            obs["roles"] = role_names(res.messages)
+            if res.messages:
+                obs["final_text"] = message_text(res.messages[-1])
+            return obs
+        if failure is None:
+            raise AssertionError("the turn ended with neither a result nor a TurnError")
+        assert turn.error is failure
+        obs["outcome"] = "error"
+        obs["code"] = ts.code_name(failure.code)
+        obs["retryable"] = failure.retryable
+        obs["attempts"] = failure.attempts
+        obs["reattaches"] = failure.reattaches
+        obs["roles"] = role_names(failure.messages)
+        if failure.status_code is not None:
+            obs["status"] = failure.status_code.name
+        return obs
+
+
 def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
     turn = client.run_turn(user_request(prompt), timeout=30)
-    obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0}
-    kept = KeptText()
-    next_seq: dict = {}  # the seq each attempt's next event must have
+    o = Observation(cancel_on)
     failure = None
     try:
         for ev in turn.events():
-            kept.event(ev)
-            if ev.agent is not None:
-                if ev.agent.seq != next_seq.get(ev.attempt, 0) + 1:
-                    obs["seq_gapless"] = False
-                next_seq[ev.attempt] = ev.agent.seq
-            if ev.step_retry is not None:
-                sr = ev.step_retry
-                obs["step_retries"].append(
-                    {
-                        "attempt": sr.attempt,
-                        "code": ts.code_name(sr.error.code),
-                        "discard_partial": sr.discard_partial,
-                        "messages": len(sr.messages),
-                    }
-                )
-                continue
-            kind = ev.agent.WhichOneof("payload")
-            if kind in ("error", "turn_completed"):
-                obs["terminal_events"] += 1
-            if kind == "tool_started":
-                obs["tools_started"].append(ev.agent.tool_started.name)
-            if cancel_on == "text_delta" and kind == "text_delta":
+            if o.event(ev):
                 turn.cancel()
     except ts.TurnError as e:
         failure = e
-    obs["kept_text"] = str(kept)
-    if read_log_of is not None:
-        observe_log(read_log_of, turn.id, obs)
-    res = turn.result
-    if res is not None:
-        obs["outcome"] = "completed"
-        obs["end_reason"] = agent_pb2.EndReason.Name(res.end_reason).removeprefix("END_REASON_")
-        obs["attempts"] = res.attempts
-        obs["reattaches"] = res.reattaches
-        obs["roles"] = role_names(res.messages)
-        if res.messages:
-            obs["final_text"] = message_text(res.messages[-1])
-        return obs
-    if failure is None:
-        raise AssertionError("the turn ended with neither a result nor a TurnError")
-    assert turn.error is failure
-    obs["outcome"] = "error"
-    obs["code"] = ts.code_name(failure.code)
-    obs["retryable"] = failure.retryable
-    obs["attempts"] = failure.attempts
-    obs["reattaches"] = failure.reattaches
-    obs["roles"] = role_names(failure.messages)
-    if failure.status_code is not None:
-        obs["status"] = failure.status_code.name
-    return obs
+    return o.end(turn, failure, read_log_of)
+
+
+async def observe_async(client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
+    turn = client.run_turn(user_request(prompt), timeout=30)
+    o = Observation(cancel_on)
+    failure = None
+    try:
+        async for ev in turn.events():
+            if o.event(ev):
+                turn.cancel()
+    except ts.TurnError as e:
+        failure = e
+    return o.end(turn, failure, read_log_of)
 
 
 SCENARIOS = json.loads((CONFORMANCE / "scenarios.json").read_text())
@@ -205,6 +236,11 @@ class ConformanceTest(unittest.TestCase):
         for server in cls.servers.values():
             server.stop()
 
+    def observe(self, addr: str, opts: dict, sc: dict) -> dict:
+        """Runs the scenario's turn with a Client of opts on addr."""
+        with ts.Client(addr, **opts) as client:
+            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
         cut = sc.get("cut")
@@ -218,9 +254,8 @@ class ConformanceTest(unittest.TestCase):
         counter = ReattachCounter()
         logger.addHandler(counter)
         self.addCleanup(logger.removeHandler, counter)
-        client = new_client(addr, {**SCENARIOS["client"], **sc.get("client", {})}, logger)
-        self.addCleanup(client.close)
-        obs = observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+        opts = client_options({**SCENARIOS["client"], **sc.get("client", {})}, logger)
+        obs = self.observe(addr, opts, sc)
         # The count the turn reports is the count the client logged.
         self.assertEqual(obs["reattaches"], counter.count, f"{sc['name']}: reattaches differ from the client's log")
         for key, want in sc["expect"].items():
@@ -238,6 +273,17 @@ def _scenario_test(sc: dict):
 # One test per scenario of the shared file.
 for _sc in SCENARIOS["scenarios"]:
     setattr(ConformanceTest, "test_" + re.sub(r"\W+", "_", _sc["name"]), _scenario_test(_sc))
+
+
+class AsyncConformanceTest(ConformanceTest):
+    """The scenarios on the asyncio client (AsyncClient)."""
+
+    def observe(self, addr: str, opts: dict, sc: dict) -> dict:
+        async def run() -> dict:
+            async with ts.AsyncClient(addr, **opts) as client:
+                return await observe_async(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+
+        return asyncio.run(run())
 
 
 if __name__ == "__main__":

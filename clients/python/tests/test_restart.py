@@ -12,7 +12,7 @@ import unittest
 from pathlib import Path
 
 import turnstile_client as ts
-from turnstile.v1 import agent_pb2
+from turnstile_client.v1 import agent_pb2
 
 from .server import Server
 from .test_conformance import user_request

@@ -15,30 +15,38 @@ Turn.cancel(), a KeyboardInterrupt and leaving a ``with turn:`` block cancel
 the turn on the server (CancelTurn); closing the generator alone only leaves
 it, as a process that dies does.
 
-The generated code it uses (packages turnstile.v1 and google.rpc) is in the
-repository's gen/python, which must be on the import path beside this
-package; grpcio and protobuf come from Debian's python3-grpcio and
-python3-protobuf (or any grpcio >= 1.51 and protobuf >= 4.21).
+AsyncClient is the same client for asyncio (grpc.aio): AsyncTurn.events() is
+an async generator, and cancelling the task that iterates it, or leaving an
+``async with turn:`` block early, cancels the turn on the server.
+
+The messages and the service stub are in turnstile_client.v1 (turnstile.v1 as
+buf generates it, copied under the package's name by copy_gen.py); google.rpc's
+Status and error details, in turnstile_client.rpc.
 """
 
-from ._client import (
+from . import rpc, v1
+from ._aio import AsyncClient, AsyncTurn
+from ._client import Client, Turn
+from ._protocol import (
     ATTEMPT_HEADER,
     CANCEL_TIMEOUT,
     LOGGER,
     REATTACH_BACKOFF,
     REATTACH_TIMEOUT,
     Backoff,
-    Client,
     Event,
     Result,
     StepRetry,
-    Turn,
     standing,
 )
 from ._errors import ERROR_DOMAIN, TurnError, code_name
 
 __all__ = [
+    "rpc",
+    "v1",
     "ATTEMPT_HEADER",
+    "AsyncClient",
+    "AsyncTurn",
     "Backoff",
     "CANCEL_TIMEOUT",
     "Client",

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
-from turnstile.v1 import conversation_pb2, errors_pb2
+import grpc.aio
+from .rpc import error_details_pb2, status_pb2
+from .v1 import conversation_pb2, errors_pb2
 
 #: The google.rpc.ErrorInfo domain of turnstile's errors.
 ERROR_DOMAIN = "turnstile"
@@ -94,10 +95,15 @@ def from_error_event(e: errors_pb2.Error) -> Failure:
     return Failure(err=err, retry=err.retryable)
 
 
-def status_details(call: grpc.Call) -> Optional[status_pb2.Status]:
+def has_status(e: object) -> bool:
+    """Reports whether e is a call's end with a status: a grpc.Call (sync) or a grpc.aio.AioRpcError (asyncio)."""
+    return isinstance(e, (grpc.Call, grpc.aio.AioRpcError))
+
+
+def status_details(call: object) -> Optional[status_pb2.Status]:
     """Returns the google.rpc.Status a call ended with, from its trailers."""
     try:
-        trailers = call.trailing_metadata() or ()
+        trailers = call.trailing_metadata() or ()  # type: ignore[attr-defined]
     except Exception:  # a call that never reached the server has none
         return None
     for key, value in trailers:
@@ -114,13 +120,13 @@ def from_status(e: grpc.RpcError) -> Failure:
     transport's (or a proxy's): UNAVAILABLE, a replica gone or a connection
     reset, is retried.
     """
-    code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
-    message = (e.details() if isinstance(e, grpc.Call) else str(e)) or ""
+    code = e.code() if has_status(e) else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
+    message = (e.details() if has_status(e) else str(e)) or ""  # type: ignore[attr-defined]
     err = TurnError(errors_pb2.ERROR_CODE_INTERNAL, message)
     err.__cause__ = e
     err.status_code = code
     info = retry = None
-    st = status_details(e) if isinstance(e, grpc.Call) else None
+    st = status_details(e) if has_status(e) else None
     err.status = st
     for d in st.details if st else ():
         if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
@@ -149,10 +155,8 @@ def from_status(e: grpc.RpcError) -> Failure:
 
 
 # The starts of grpc-core's messages for a call that found no connection to
-# send it on: it never reached the server.
-# grpc-core's words for a call that found no connection: pick_first's,
-# round_robin's (the client's default policy), and a name that did not
-# resolve.
+# send it on: it never reached the server. The first is pick_first's, the
+# second round_robin's (the client's default policy).
 _NOT_CONNECTED = ("failed to connect to all addresses", "connections to all backends failing", "DNS resolution failed")
 
 
@@ -163,9 +167,9 @@ def never_connected(e: grpc.RpcError) -> bool:
     details from a server; a stream that broke after it was sent says
     "Socket closed", "Connection reset by peer" or the like instead.
     """
-    if not isinstance(e, grpc.Call) or e.code() != grpc.StatusCode.UNAVAILABLE or status_details(e) is not None:
+    if not has_status(e) or e.code() != grpc.StatusCode.UNAVAILABLE or status_details(e) is not None:  # type: ignore[attr-defined]
         return False
-    return (e.details() or "").startswith(_NOT_CONNECTED)
+    return (e.details() or "").startswith(_NOT_CONNECTED)  # type: ignore[attr-defined]
 
 
 def code_from_reason(reason: str) -> int:

@@ -1,0 +1,616 @@
+"""The protocol of a turn, shared by the client (Client) and the asyncio client (AsyncClient).
+
+What is not transport lives here: the options and their defaults, the events
+and results, the reading of an attempt's events, and the decisions a turn
+makes when a stream ends (re-attach to the run, or end the attempt) and when
+an attempt ends (complete, run the step again, or fail). _client.py and
+_aio.py only move bytes, wait and cancel, each in its own way.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import grpc
+
+from ._errors import Failure, TurnError, code_name, from_error_event, from_status, has_status, never_connected
+from .v1 import agent_pb2, conversation_pb2, errors_pb2
+
+#: The request metadata key in which the client numbers its attempts at one
+#: turn id, from 1, for servers that predate RunTurnRequest.attempt (the
+#: client sends both).
+ATTEMPT_HEADER = "turnstile-attempt"
+
+#: The logger the client writes to unless given another: one record at INFO
+#: per re-attach ("turnstile: re-attaching to the turn ...") and one at
+#: WARNING per step retry ("turnstile: retrying turn step ..."), with the Go
+#: client's fields as attributes of the record (turn_id, attempt, ...; the
+#: step retry's message is error_message, as LogRecord has a message).
+LOGGER = logging.getLogger("turnstile_client")
+LOGGER.addHandler(logging.NullHandler())
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Jittered exponential delays between step retries when the server gives none.
+
+    Retry n (from 1) waits initial × multiplier^(n-1) seconds, capped at
+    maximum, then spread uniformly by ± jitter (a fraction).
+    """
+
+    initial: float = 1.0
+    maximum: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def delay(self, n: int, u: float) -> float:
+        """Returns the wait before retry n (n >= 1) for the jitter draw u in [0, 1)."""
+        d = self.initial
+        for _ in range(1, n):
+            d *= max(self.multiplier, 1.0)
+            if self.maximum > 0 and d >= self.maximum:
+                break
+        if self.maximum > 0:
+            d = min(d, self.maximum)
+        d *= 1 + self.jitter * (2 * u - 1)
+        return max(d, 0.0)
+
+
+#: The default delays before re-attaching to a broken stream: 50 ms doubling up
+#: to 1 s, spread by ±20%.
+REATTACH_BACKOFF = Backoff(initial=0.05, maximum=1.0, multiplier=2.0, jitter=0.2)
+
+#: How long, by default, the client keeps re-attaching to a run whose stream
+#: broke, in seconds: longer than a server process takes to restart plus the
+#: store's lease TTL (2 s) with margin, and as long as the server keeps a turn
+#: nobody watches (turn.detach_grace, 30 s).
+REATTACH_TIMEOUT = 30.0
+
+#: How long, by default, a turn whose caller cancels it waits for the server to
+#: stop it, in seconds.
+CANCEL_TIMEOUT = 2.0
+
+
+@dataclass
+class StepRetry:
+    """The client's signal that it resumes a failed turn with a new attempt."""
+
+    #: The number of the attempt about to start, from 2.
+    attempt: int
+    #: The most attempts the client makes at the turn.
+    max_attempts: int
+    #: How long the client waits before the attempt, in seconds.
+    delay: float
+    #: The failure of the attempt that ended.
+    error: TurnError
+    #: Output was streamed since the last message that stands (the last of
+    #: messages, or the turn's start): text, thinking and tool call deltas, and
+    #: any message committed after it, were never committed and every consumer
+    #: must drop them. The new attempt streams that step afresh.
+    discard_partial: bool
+    #: The messages the turn committed so far that stand; the new attempt
+    #: re-sends them after the request's own, so the work they hold (tool
+    #: results above all) is not done again.
+    messages: List[conversation_pb2.Message]
+
+
+@dataclass
+class Event:
+    """One step of a turn as the client sees it.
+
+    Either an event the server sent (agent) or a signal of the client's own
+    (step_retry); exactly one of the two is set.
+    """
+
+    #: The client's attempt at the turn that the event belongs to, from 1. The
+    #: server numbers the events of each attempt (AgentEvent.seq) from 1 again.
+    attempt: int
+    #: An event sent by the server. An error event ends an attempt, not
+    #: necessarily the turn: a step_retry event or the turn's error follows it.
+    agent: Optional[agent_pb2.AgentEvent] = None
+    #: The attempt failed and the client runs the failed step again once
+    #: step_retry.delay has passed.
+    step_retry: Optional[StepRetry] = None
+
+
+@dataclass
+class Result:
+    """The outcome of a turn that completed."""
+
+    turn_id: str
+    #: Why the turn ended, a turnstile.v1.EndReason value.
+    end_reason: int
+    #: The messages the turn added, across every attempt, in order: append
+    #: them to the conversation. With END_REASON_TOOL_CALLS_REQUIRED the last
+    #: one holds the tool calls the caller must run.
+    messages: List[conversation_pb2.Message]
+    #: The tokens used by every attempt, failed ones included.
+    usage: conversation_pb2.Usage
+    #: What happened in every attempt.
+    counters: agent_pb2.TurnCounters
+    #: The number of attempts the client made.
+    attempts: int
+    #: The number of times the client re-attached to a run whose stream
+    #: broke (WatchTurn calls), across every attempt.
+    reattaches: int = 0
+
+
+@dataclass
+class Outcome:
+    """What one attempt left behind."""
+
+    completed: Optional[agent_pb2.TurnCompleted] = None
+    fail: Optional[Failure] = None
+    committed: List[conversation_pb2.Message] = field(default_factory=list)
+    partial: bool = False
+    tools_running: List[str] = field(default_factory=list)
+    usage: Optional[conversation_pb2.Usage] = None
+    counters: Optional[agent_pb2.TurnCounters] = field(default_factory=agent_pb2.TurnCounters)
+    #: The attempt received an event: the server stored its run.
+    started: bool = False
+
+#: END marks a stream that ended without an error status.
+END = object()
+
+
+def worth_watching(err: object) -> bool:
+    """Reports whether a stream that ended with err before its last event may be resumed by watching the run.
+
+    The transport broke (UNAVAILABLE, or an end without a status), or the
+    server said the log or the run's replica is unavailable for now.
+    """
+    if err is END:
+        return True
+    if not isinstance(err, grpc.RpcError):
+        return False
+    f = from_status(err)
+    return f.transport or (f.retry and f.err.code == errors_pb2.ERROR_CODE_UNAVAILABLE)
+
+
+def no_run(err: object) -> bool:
+    """Reports whether a WatchTurn failed because there is no run to watch.
+
+    The server keeps no log (FAILED_PRECONDITION), predates WatchTurn
+    (UNIMPLEMENTED), or never stored the run (NOT_FOUND).
+    """
+    return has_status(err) and err.code() in (  # type: ignore[attr-defined]
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.NOT_FOUND,
+    )
+
+
+def observe(ev: agent_pb2.AgentEvent, out: Outcome) -> Optional[errors_pb2.Error]:
+    """Updates an attempt's outcome with one of its events; returns its error event, if it is one."""
+    kind = ev.WhichOneof("payload")
+    counters = out.counters
+    if kind in ("text_delta", "thinking_delta", "tool_call_delta"):
+        out.partial = True
+    elif kind == "message_completed":
+        out.committed.append(ev.message_completed.message)
+        out.partial, out.tools_running = False, []
+    elif kind == "tool_started":
+        out.tools_running.append(ev.tool_started.name)
+    elif kind == "tool_finished" and counters is not None:
+        counters.tool_calls += 1
+        if ev.tool_finished.is_error:
+            counters.tool_errors += 1
+    elif kind == "llm_call_started" and counters is not None:
+        counters.model_calls += 1
+    elif kind == "retry" and counters is not None:
+        counters.retries += 1
+        if ev.retry.discard_partial:
+            out.partial = False  # the server told consumers to drop it
+    elif kind == "fallback" and counters is not None:
+        counters.fallbacks += 1
+        if ev.fallback.discard_partial:
+            out.partial = False
+    elif kind == "compaction" and counters is not None:
+        counters.compactions += 1
+    elif kind == "hedge" and counters is not None:
+        counters.hedges += 1
+    elif kind == "usage":
+        out.usage = ev.usage
+    elif kind == "error":
+        return ev.error
+    elif kind == "turn_completed":
+        out.completed = ev.turn_completed
+        # The final attempt's own counters are in TurnCompleted.
+        out.usage, out.counters = None, None
+    return None
+
+
+def standing(msgs: List[conversation_pb2.Message]) -> List[conversation_pb2.Message]:
+    """Returns the prefix of the committed messages a new attempt can resume from.
+
+    A trailing assistant message whose tool calls have no results is
+    dropped, since the step that runs them has to be made again.
+    """
+    if not msgs:
+        return msgs
+    last = msgs[-1]
+    if last.role != conversation_pb2.ROLE_ASSISTANT:
+        return msgs
+    if any(p.WhichOneof("kind") == "tool_call" for p in last.parts):
+        return msgs[:-1]
+    return msgs
+
+
+def add_usage(dst: conversation_pb2.Usage, u: Optional[conversation_pb2.Usage]) -> None:
+    if u is None:
+        return
+    dst.input_tokens += u.input_tokens
+    dst.output_tokens += u.output_tokens
+    dst.cache_read_tokens += u.cache_read_tokens
+    dst.cache_write_tokens += u.cache_write_tokens
+
+
+def add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounters]) -> None:
+    if c is None:
+        return
+    dst.model_calls += c.model_calls
+    dst.retries += c.retries
+    dst.fallbacks += c.fallbacks
+    dst.tool_calls += c.tool_calls
+    dst.tool_errors += c.tool_errors
+    dst.compactions += c.compactions
+    dst.hedges += c.hedges
+
+
+
+
+class ClientBase:
+    """The options of a client and their checks, common to Client and AsyncClient."""
+
+    def __init__(
+        self,
+        *,
+        max_step_retries: int,
+        backoff: Backoff,
+        max_retry_delay: float,
+        reattach_timeout: float,
+        max_reattaches: Optional[int],
+        reattach_backoff: Backoff,
+        cancel_timeout: float,
+        metadata: Sequence[Tuple[str, str]],
+        logger: Optional[logging.Logger],
+        load_balancing_policy: str,
+    ) -> None:
+        if load_balancing_policy not in ("round_robin", "pick_first"):
+            raise ValueError("turnstile: load_balancing_policy must be round_robin or pick_first")
+        if max_step_retries < 0:
+            raise ValueError("turnstile: max_step_retries must not be negative")
+        if max_reattaches is not None and max_reattaches < 0:
+            raise ValueError("turnstile: max_reattaches must not be negative")
+        if reattach_timeout < 0:
+            raise ValueError("turnstile: reattach_timeout must not be negative")
+        if cancel_timeout < 0:
+            raise ValueError("turnstile: cancel_timeout must not be negative")
+        for b in (backoff, reattach_backoff):
+            if b.initial < 0 or b.maximum < 0 or not 0 <= b.jitter <= 1:
+                raise ValueError("turnstile: invalid backoff")
+        #: The gRPC channel options of a channel the client makes. No transport
+        #: retry: it would stack on the client's step retry.
+        self._channel_options = [("grpc.enable_retries", 0), ("grpc.lb_policy_name", load_balancing_policy)]
+        self.max_step_retries = max_step_retries
+        self.backoff = backoff
+        self.max_retry_delay = max_retry_delay
+        #: How long the client keeps re-attaching to a run whose stream broke,
+        #: in seconds from the break; the time starts again with every event
+        #: received, and no re-attach starts once its delay would end past it
+        #: (0: never re-attaches).
+        self.reattach_timeout = reattach_timeout
+        #: Deprecated: a count of tries is no measure of an outage, which is
+        #: what the client must outlast; use reattach_timeout. When set, it
+        #: still caps how many times in a row the client re-attaches, within
+        #: reattach_timeout (None: no cap; 0: never re-attaches).
+        self.max_reattaches = max_reattaches
+        self.reattach_backoff = reattach_backoff
+        #: How long the client spends cancelling a turn on the server once its
+        #: caller cancels it, in seconds: the CancelTurn call and the events
+        #: the server sends until its CANCELLED error (0: the client does not
+        #: call CancelTurn and only drops the stream, which a server with a
+        #: turn store takes for a detach).
+        self.cancel_timeout = cancel_timeout
+        self.logger = logger if logger is not None else LOGGER
+        self._metadata = tuple(metadata)
+        #: The jitter draw; replaceable in tests.
+        self.random: Callable[[], float] = random.random
+
+
+class Attempt:
+    """One attempt at a turn as its streams come and go: the RunTurn, then any WatchTurn re-attaching to its run.
+
+    The transport feeds it every response (accept), and the way each stream
+    ended (unreached, ended); it says whether to re-attach and, once the
+    attempt is over, what the attempt left behind (finish, then out).
+    """
+
+    def __init__(self, n: int, wire: int, out: Outcome) -> None:
+        #: The attempt's number, from 1.
+        self.n = n
+        #: The attempt's number on the wire (see TurnBase._wire).
+        self.wire = wire
+        #: What the attempt left behind, filled in as it goes.
+        self.out = out
+        #: The seq of the last event received, for WatchTurn's after_seq.
+        self.last_seq = 0
+        #: The re-attaches in a row since the last event received.
+        self.reattaches = 0
+        self._err_event: Optional[errors_pb2.Error] = None
+        self._broken: object = None  # the break that the current re-attach follows
+        self._broke_at = 0.0  # when it happened, time.monotonic()
+        self._watchable = True
+        self._err: object = END
+
+    def accept(self, resp: agent_pb2.RunTurnResponse) -> Optional[agent_pb2.AgentEvent]:
+        """Reads one response of a stream; returns its event unless it is none or one already received."""
+        ev = resp.event
+        if not resp.HasField("event") or (self.last_seq > 0 and ev.seq <= self.last_seq):
+            return None
+        self.last_seq, self._broken, self.reattaches, self.out.started = ev.seq, None, 0, True
+        self._err_event = observe(ev, self.out) or self._err_event
+        return ev
+
+    def unreached(self, err: grpc.RpcError) -> bool:
+        """Ends the attempt if its RunTurn failed with err without reaching the server; reports whether it did.
+
+        As the Go client's RunTurn that fails before its stream: no re-attach.
+        """
+        if self._broken is None and self.last_seq == 0 and never_connected(err):
+            self.out.fail = from_status(err)
+            return True
+        return False
+
+    def ended(self, err: object, client: ClientBase, stopping: bool) -> Optional[float]:
+        """Takes the end of a stream (err, or END); returns the delay before re-attaching, or None when the attempt is over.
+
+        stopping: the caller cancelled the turn or its deadline passed. A
+        stream that broke before the attempt's last event is re-attached
+        while the server may hold the run, for up to the client's
+        reattach_timeout from the break.
+        """
+        out = self.out
+        if self._broken is not None and no_run(err):
+            # The server keeps no log, or never stored the run: the break stands.
+            self._watchable, err = False, self._broken
+        if out.completed is None and self._err_event is None and self._watchable and not stopping and worth_watching(err):
+            if self._broken is None:
+                self._broken, self._broke_at = err, time.monotonic()
+            delay = client.reattach_backoff.delay(self.reattaches + 1, client.random())
+            if (
+                client.reattach_timeout <= 0
+                or time.monotonic() - self._broke_at + delay > client.reattach_timeout
+                or (client.max_reattaches is not None and self.reattaches >= client.max_reattaches)
+            ):
+                err = self._broken
+            else:
+                self.reattaches += 1
+                self._err = err
+                return delay
+        if (
+            self._broken is not None
+            and has_status(err)
+            and err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+            and out.completed is None
+            and self._err_event is None
+        ):
+            # Re-attaching kept failing: report the first break.
+            err = self._broken
+        self._err = err
+        return None
+
+    def give_up(self) -> None:
+        """The re-attach ended() asked for was not made (the turn was cancelled or its deadline passed)."""
+        self._err = self._broken
+
+    def finish(self) -> Outcome:
+        """Concludes the attempt from how its last stream ended; returns what it left behind."""
+        out, err = self.out, self._err
+        if out.completed is not None:
+            return out
+        if self._err_event is not None:
+            out.fail = from_error_event(self._err_event)
+            if isinstance(err, grpc.RpcError):
+                st = from_status(err)
+                out.fail.err.status_code, out.fail.err.status = st.err.status_code, st.err.status
+                out.fail.err.__cause__ = err
+        elif err is END:
+            te = TurnError(errors_pb2.ERROR_CODE_UNAVAILABLE, "the stream ended without a terminal event")
+            te.retryable = True
+            out.fail = Failure(err=te, retry=True, transport=True)
+        else:
+            assert isinstance(err, grpc.RpcError)
+            out.fail = from_status(err)
+            if self._broken is not None:
+                # The run was not finished when its stream broke.
+                out.fail.transport = True
+        return out
+
+    def reattach_request(self, turn_id: str) -> agent_pb2.WatchTurnRequest:
+        """The WatchTurn that resumes the attempt's run after its last event received."""
+        return agent_pb2.WatchTurnRequest(turn_id=turn_id, attempt=self.wire, after_seq=self.last_seq)
+
+
+class TurnBase:
+    """The protocol state of a turn, common to Turn and AsyncTurn.
+
+    It keeps what the attempts committed, used and did, builds each
+    attempt's request, and decides between attempts (settle). The
+    subclasses run the attempts, wait and cancel.
+    """
+
+    def __init__(self, client: ClientBase, request: agent_pb2.RunTurnRequest, timeout: Optional[float]) -> None:
+        self._cb = client
+        self._req = request
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        #: Why the turn is being stopped: "cancelled" or "deadline"; None while it is not.
+        self._reason: Optional[str] = None
+        #: The WatchTurn calls made to resume broken streams, every attempt's.
+        self._reattached = 0
+        #: The number the next attempt has on the wire: a server with a turn
+        #: store runs attempt n only after attempt n-1, so an attempt refused
+        #: before any event (a limit, a server draining) stored nothing and
+        #: is sent again under its number, the same request, which the
+        #: server runs or attaches to.
+        self._wire = 1
+        #: The messages the attempts so far committed that stand.
+        self._carried: List[conversation_pb2.Message] = []
+        self._usage = conversation_pb2.Usage()
+        self._counters = agent_pb2.TurnCounters()
+        self._ended = False
+        self._started = False
+        #: The turn's outcome once the iteration ended; None while it runs or when it failed.
+        self.result: Optional[Result] = None
+        #: The turn's failure once the iteration ended; None on success or while it runs.
+        self.error: Optional[TurnError] = None
+
+    @property
+    def id(self) -> str:
+        """The turn's id, the caller's or the one the client made."""
+        return self._req.turn_id
+
+    def _stopping(self) -> bool:
+        """Reports whether the caller cancelled the turn or its deadline passed."""
+        return self._reason is not None or self._expired()
+
+    def _expired(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _remaining(self) -> Optional[float]:
+        """The seconds left before the turn's deadline; None without one."""
+        return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+
+    def _call_timeout(self) -> Optional[float]:
+        """The timeout of a stream of the turn: its deadline plus cancel_timeout, so the events the server sends as it stops the run arrive."""
+        r = self._remaining()
+        return None if r is None else r + self._cb.cancel_timeout
+
+    def _attempt_request(self, n: int) -> agent_pb2.RunTurnRequest:
+        """The request of the attempt numbered n on the wire: the turn's, re-sending what the failed attempts committed."""
+        req = agent_pb2.RunTurnRequest()
+        req.CopyFrom(self._req)
+        req.attempt = n
+        req.messages.extend(self._carried)
+        return req
+
+    def _metadata(self, n: int) -> Tuple[Tuple[str, str], ...]:
+        # The header is for servers that predate the attempt field.
+        return self._cb._metadata + ((ATTEMPT_HEADER, str(n)),)
+
+    def _stopped(self, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
+        if self._reason == "deadline" or (self._reason is None and self._expired()):
+            te = TurnError(errors_pb2.ERROR_CODE_DEADLINE_EXCEEDED, "the turn's deadline passed")
+        else:
+            te = TurnError(errors_pb2.ERROR_CODE_CANCELLED, "the turn was cancelled")
+        return self._stamp(te, n, carried)
+
+    def _stamp(self, te: TurnError, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
+        te.turn_id, te.attempts, te.messages = self.id, n, list(carried)
+        te.reattaches = self._reattached
+        return te
+
+    def _log_reattach(self, a: Attempt, delay: float, err: object) -> float:
+        """Counts and logs the re-attach a.ended() asked for; returns how long to wait before it."""
+        self._reattached += 1
+        c = self._cb
+        cause = "the stream ended without a terminal event" if err is END else err.details()  # type: ignore[attr-defined]
+        c.logger.info(
+            "turnstile: re-attaching to the turn %s: attempt %d after seq %d, re-attach %d in %.3fs (%s)",
+            self.id, a.wire, a.last_seq, a.reattaches, delay, cause,
+            extra={
+                "turn_id": self.id, "attempt": a.wire, "after_seq": a.last_seq,
+                "reattach": a.reattaches, "delay": delay, "cause": cause,
+            },
+        )
+        r = self._remaining()
+        return delay if r is None else min(delay, r)
+
+    def _settle(self, n: int, out: Outcome) -> Optional[Event]:
+        """Folds attempt n's outcome into the turn and decides what follows it.
+
+        It returns None when the turn completed (result is set); raises the
+        turn's TurnError when the turn ends failed; else it logs a step retry
+        and returns its Event, which the caller yields before waiting
+        step_retry.delay (unless the turn is cancelled meanwhile) and making
+        attempt n + 1.
+        """
+        c = self._cb
+        if out.started:
+            self._wire += 1
+        add_usage(self._usage, out.usage)
+        add_counters(self._counters, out.counters)
+        if out.completed is not None:
+            tc = out.completed
+            add_usage(self._usage, tc.usage)
+            add_counters(self._counters, tc.counters)
+            self.result = Result(
+                turn_id=self.id,
+                end_reason=tc.end_reason,
+                # Too large for one event, they came in message_completed only.
+                messages=self._carried + (list(out.committed) if tc.messages_omitted else list(tc.messages)),
+                usage=self._usage,
+                counters=self._counters,
+                attempts=n,
+                reattaches=self._reattached,
+            )
+            return None
+        fail = out.fail
+        assert fail is not None
+        carried = self._carried + out.committed
+        kept = standing(carried)
+        discard = out.partial or len(kept) < len(carried)
+        self._carried = carried = kept
+        self._stamp(fail.err, n, carried)
+        if self._stopping():
+            # The caller cancelled the turn: the messages the server
+            # committed as it stopped it stand, for the next turn.
+            te = self._stopped(n, carried)
+            te.status_code, te.status = fail.err.status_code, fail.err.status
+            raise te
+        if fail.transport and out.tools_running:
+            # The server may have run them: resuming could run them again.
+            fail.err.code = errors_pb2.ERROR_CODE_TOOLS_UNSAFE
+            fail.err.message += (
+                f"; the connection broke while the tools {', '.join(out.tools_running)} were running,"
+                " check their effects before running the turn again"
+            )
+            fail.err.args = (fail.err.message,)
+            fail.err.retryable = fail.retry = False
+        if not fail.retry or n > c.max_step_retries:
+            raise fail.err
+        delay = fail.err.retry_after
+        if delay <= 0:
+            delay = c.backoff.delay(n, c.random())
+        if delay > c.max_retry_delay:
+            raise fail.err
+        if self._deadline is not None and self._deadline - time.monotonic() <= delay:
+            raise fail.err
+        fields = {
+            "turn_id": self.id,
+            "attempt": n + 1,
+            "code": code_name(fail.err.code),
+            "delay": delay,
+            "transport": fail.transport,
+            "messages_carried": len(carried),
+            "error_message": fail.err.message,
+        }
+        c.logger.warning(
+            "turnstile: retrying turn step: turn %s, attempt %d in %.3fs after %s: %s",
+            self.id, n + 1, delay, fields["code"], fail.err.message, extra=fields,
+        )
+        return Event(
+            attempt=n,
+            step_retry=StepRetry(
+                attempt=n + 1,
+                max_attempts=c.max_step_retries + 1,
+                delay=delay,
+                error=fail.err,
+                discard_partial=discard,
+                messages=list(carried),
+            ),
+        )

@@ -1,0 +1,353 @@
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from turnstile_client.v1 import conversation_pb2 as _conversation_pb2
+from turnstile_client.v1 import errors_pb2 as _errors_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+END_REASON_END_TURN: EndReason
+END_REASON_MAX_MODEL_CALLS: EndReason
+END_REASON_MAX_TOKENS: EndReason
+END_REASON_REFUSAL: EndReason
+END_REASON_STOP_SEQUENCE: EndReason
+END_REASON_TOOL_CALLS_REQUIRED: EndReason
+END_REASON_UNSPECIFIED: EndReason
+STOP_REASON_END_TURN: StopReason
+STOP_REASON_MAX_TOKENS: StopReason
+STOP_REASON_PAUSE_TURN: StopReason
+STOP_REASON_REFUSAL: StopReason
+STOP_REASON_STOP_SEQUENCE: StopReason
+STOP_REASON_TOOL_USE: StopReason
+STOP_REASON_UNSPECIFIED: StopReason
+
+class AgentEvent(_message.Message):
+    __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "text_delta", "thinking_delta", "time", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_FIELD_NUMBER: _ClassVar[int]
+    LLM_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    LLM_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    THINKING_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_STARTED_FIELD_NUMBER: _ClassVar[int]
+    TURN_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    compaction: Compaction
+    error: _errors_pb2.Error
+    fallback: Fallback
+    hedge: Hedge
+    llm_call_finished: LlmCallFinished
+    llm_call_started: LlmCallStarted
+    message_completed: MessageCompleted
+    retry: Retry
+    seq: int
+    text_delta: TextDelta
+    thinking_delta: ThinkingDelta
+    time: _timestamp_pb2.Timestamp
+    tool_call_delta: ToolCallDelta
+    tool_finished: ToolFinished
+    tool_progress: ToolProgress
+    tool_started: ToolStarted
+    turn_completed: TurnCompleted
+    turn_id: str
+    turn_started: TurnStarted
+    usage: _conversation_pb2.Usage
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ...) -> None: ...
+
+class CancelTurnRequest(_message.Message):
+    __slots__ = ["attempt", "turn_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class CancelTurnResponse(_message.Message):
+    __slots__ = ["attempt", "cancelled", "last_seq"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    cancelled: bool
+    last_seq: int
+    def __init__(self, cancelled: bool = ..., attempt: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class Compaction(_message.Message):
+    __slots__ = ["bytes_after", "bytes_before", "messages_after", "messages_before", "strategy"]
+    BYTES_AFTER_FIELD_NUMBER: _ClassVar[int]
+    BYTES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_AFTER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    bytes_after: int
+    bytes_before: int
+    messages_after: int
+    messages_before: int
+    strategy: str
+    def __init__(self, strategy: _Optional[str] = ..., messages_before: _Optional[int] = ..., messages_after: _Optional[int] = ..., bytes_before: _Optional[int] = ..., bytes_after: _Optional[int] = ...) -> None: ...
+
+class Fallback(_message.Message):
+    __slots__ = ["discard_from_seq", "discard_partial", "from_model", "message", "reason", "to_model"]
+    DISCARD_FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    FROM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TO_MODEL_FIELD_NUMBER: _ClassVar[int]
+    discard_from_seq: int
+    discard_partial: bool
+    from_model: str
+    message: str
+    reason: _errors_pb2.ErrorCode
+    to_model: str
+    def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
+
+class GenerationOptions(_message.Message):
+    __slots__ = ["max_output_tokens", "stop_sequences", "temperature"]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    max_output_tokens: int
+    stop_sequences: _containers.RepeatedScalarFieldContainer[str]
+    temperature: float
+    def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Hedge(_message.Message):
+    __slots__ = ["after", "from_model", "to_model"]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    FROM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TO_MODEL_FIELD_NUMBER: _ClassVar[int]
+    after: _duration_pb2.Duration
+    from_model: str
+    to_model: str
+    def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class LlmCallFinished(_message.Message):
+    __slots__ = ["attempt", "duration", "error", "model", "stop_reason", "time_to_first_chunk", "usage"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    duration: _duration_pb2.Duration
+    error: _errors_pb2.Error
+    model: str
+    stop_reason: StopReason
+    time_to_first_chunk: _duration_pb2.Duration
+    usage: _conversation_pb2.Usage
+    def __init__(self, model: _Optional[str] = ..., attempt: _Optional[int] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., time_to_first_chunk: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class LlmCallStarted(_message.Message):
+    __slots__ = ["attempt", "call", "model", "provider", "provider_model"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_MODEL_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    call: int
+    model: str
+    provider: str
+    provider_model: str
+    def __init__(self, model: _Optional[str] = ..., provider: _Optional[str] = ..., provider_model: _Optional[str] = ..., attempt: _Optional[int] = ..., call: _Optional[int] = ...) -> None: ...
+
+class MessageCompleted(_message.Message):
+    __slots__ = ["message"]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: _conversation_pb2.Message
+    def __init__(self, message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ...) -> None: ...
+
+class Retry(_message.Message):
+    __slots__ = ["attempt", "delay", "discard_from_seq", "discard_partial", "max_attempts", "message", "model", "reason"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    delay: _duration_pb2.Duration
+    discard_from_seq: int
+    discard_partial: bool
+    max_attempts: int
+    message: str
+    model: str
+    reason: _errors_pb2.ErrorCode
+    def __init__(self, attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., model: _Optional[str] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
+
+class RunTurnRequest(_message.Message):
+    __slots__ = ["attempt", "generation", "limits", "messages", "model", "system", "tools", "turn_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    generation: GenerationOptions
+    limits: TurnLimits
+    messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    model: str
+    system: str
+    tools: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.ToolDefinition]
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., model: _Optional[str] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.ToolDefinition, _Mapping]]] = ..., generation: _Optional[_Union[GenerationOptions, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class RunTurnResponse(_message.Message):
+    __slots__ = ["event"]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: AgentEvent
+    def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
+
+class TextDelta(_message.Message):
+    __slots__ = ["text"]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ThinkingDelta(_message.Message):
+    __slots__ = ["signature", "text"]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    signature: str
+    text: str
+    def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
+
+class ToolCallDelta(_message.Message):
+    __slots__ = ["arguments_delta", "call_id", "index", "name"]
+    ARGUMENTS_DELTA_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    arguments_delta: str
+    call_id: str
+    index: int
+    name: str
+    def __init__(self, index: _Optional[int] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_delta: _Optional[str] = ...) -> None: ...
+
+class ToolFinished(_message.Message):
+    __slots__ = ["call_id", "content", "duration", "is_error", "name"]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    content: str
+    duration: _duration_pb2.Duration
+    is_error: bool
+    name: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., content: _Optional[str] = ..., is_error: bool = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ToolProgress(_message.Message):
+    __slots__ = ["call_id", "message", "name", "progress", "total"]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    message: str
+    name: str
+    progress: float
+    total: float
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., message: _Optional[str] = ..., progress: _Optional[float] = ..., total: _Optional[float] = ...) -> None: ...
+
+class ToolStarted(_message.Message):
+    __slots__ = ["arguments", "call_id", "name"]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    arguments: str
+    call_id: str
+    name: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class TurnCompleted(_message.Message):
+    __slots__ = ["counters", "end_reason", "messages", "messages_omitted", "usage"]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    counters: TurnCounters
+    end_reason: EndReason
+    messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    messages_omitted: bool
+    usage: _conversation_pb2.Usage
+    def __init__(self, end_reason: _Optional[_Union[EndReason, str]] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., counters: _Optional[_Union[TurnCounters, _Mapping]] = ..., messages_omitted: bool = ...) -> None: ...
+
+class TurnCounters(_message.Message):
+    __slots__ = ["compactions", "fallbacks", "hedges", "model_calls", "retries", "tool_calls", "tool_errors"]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    HEDGES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    compactions: int
+    fallbacks: int
+    hedges: int
+    model_calls: int
+    retries: int
+    tool_calls: int
+    tool_errors: int
+    def __init__(self, model_calls: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_errors: _Optional[int] = ..., compactions: _Optional[int] = ..., hedges: _Optional[int] = ...) -> None: ...
+
+class TurnLimits(_message.Message):
+    __slots__ = ["max_model_calls"]
+    MAX_MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    max_model_calls: int
+    def __init__(self, max_model_calls: _Optional[int] = ...) -> None: ...
+
+class TurnStarted(_message.Message):
+    __slots__ = ["model"]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class WatchTurnRequest(_message.Message):
+    __slots__ = ["after_seq", "attempt", "turn_id"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    attempt: int
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class WatchTurnResponse(_message.Message):
+    __slots__ = ["event"]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: AgentEvent
+    def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
+
+class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class EndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
