@@ -100,6 +100,16 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // owner stops answering, then claims it.
 func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, claims int, err error) {
 	k := runKey{turnID, attempt}
+	s.mu.Lock()
+	_, mine := s.runs[k]
+	s.mu.Unlock()
+	if mine {
+		// This replica owns the run and has not given it up: its lease
+		// expired because a renewal came late (a loaded process), not
+		// because its owner stopped. Claiming it would only fence this
+		// replica's own turn out of its log.
+		return nil, nil, 0, fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
+	}
 	// An expired lease is no proof that its owner stopped: a bucket whose
 	// leader was lost for longer than the lease TTL expires the leases of
 	// live owners too. An owner that says it is renewing keeps the run: it

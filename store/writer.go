@@ -412,7 +412,9 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 	_ = w.sub.Unsubscribe()
 	_ = w.alive.Unsubscribe()
 	s.mu.Lock()
-	delete(s.runs, w.key)
+	if s.runs[w.key] == w {
+		delete(s.runs, w.key)
+	}
 	s.mu.Unlock()
 	err = w.failure()
 	if err == nil || !errors.Is(err, ErrLost) {
