@@ -192,17 +192,9 @@ const (
 // to nothing: its frames carry no id, which would cost its memory a
 // duplicate window's worth of ids.
 func (w *writer) publish(frame []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	// Cut short when the store closes, without a goroutine per frame.
+	ctx, cancel := context.WithTimeout(w.s.closing, publishTimeout)
 	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-w.s.closed:
-			cancel()
-		case <-done:
-		}
-	}()
-	defer close(done)
 	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
 	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
@@ -235,12 +227,13 @@ func (w *writer) publish(frame []byte) error {
 // long as ctx lets it: a loaded server answers late, and that is
 // backpressure, not a failure. It returns the last attempt's failure.
 func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	try := publishTry
-	if !dedupe {
-		try = publishTimeout
-	}
 	for {
-		tctx, tcancel := context.WithTimeout(ctx, try)
+		// Without a message id an attempt waits as long as ctx lets it:
+		// no timer of its own.
+		tctx, tcancel := ctx, context.CancelFunc(func() {})
+		if dedupe {
+			tctx, tcancel = context.WithTimeout(ctx, publishTry)
+		}
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
 		s.noteWrite(msg, err)
