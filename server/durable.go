@@ -222,8 +222,17 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 }
 
 // own runs r's turn on this replica to its end: every event goes to the
-// log and, once acknowledged, to the run's watchers.
+// log and, once acknowledged, to the run's watchers. It runs on one of
+// the owners' goroutines (see [workers]), whose stack a turn has grown
+// already: a fresh goroutine per run copied its stack at each doubling
+// (4–5% of a durable turn's instructions under callgrind). Its caller
+// only hands it over.
 func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
+	s.owners.run(func() { s.ownRun(ctx, r, tr) })
+}
+
+// ownRun is own, on the goroutine that runs the turn.
+func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	defer s.unadmit()
 	defer r.charge.release()
 	defer close(r.ended)

@@ -58,8 +58,8 @@ type service struct {
 	maxRuns  int
 	turns    sync.WaitGroup // the runs this replica owns, until they end
 
-	// senders run the outboxes' senders.
-	senders *workers
+	// senders run the outboxes' senders; owners the runs owned here.
+	senders, owners *workers
 }
 
 type activeTurn struct {
@@ -72,7 +72,7 @@ func newService(r turnRunner, opts *Options) *service {
 	s := &service{
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
-		senders: newWorkers(streamWorkers),
+		senders: newWorkers(streamWorkers), owners: newWorkers(streamWorkers),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTakeovers = cancel
