@@ -63,8 +63,11 @@ type Config struct {
 	Slow int
 	// ProfileDir, when set, receives the server's CPU profiles of the
 	// sequential and the concurrent phases of each store mode (on-seq.pprof,
-	// on-conc.pprof, off-seq.pprof...; with Callgrind, callgrind's profiles
-	// on-seq.callgrind...).
+	// on-conc.pprof, off-seq.pprof...), and their allocation profiles
+	// before and after the phase (on-seq.allocs.base, on-seq.allocs: `go
+	// tool pprof -sample_index=alloc_objects -base on-seq.allocs.base
+	// on-seq.allocs`); with Callgrind, callgrind's profiles
+	// (on-seq.callgrind...).
 	ProfileDir string
 	// Settle is how long the server is left idle before its idle resident
 	// set is read, at start and after the load (default 2s).
@@ -277,6 +280,8 @@ func runServer(ctx context.Context, cfg Config, store, upstreamURL string, logf 
 			keep = filepath.Join(cfg.ProfileDir, store+"-"+profile+".callgrind")
 		default:
 			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".pprof"), 3) })
+			fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs.base"))
+			defer fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs"))
 		}
 		before, err := srv.stats()
 		if err != nil {
@@ -430,6 +435,23 @@ func runtimeGC(srv *child) {
 
 func fetchProfile(opsAddr, path string, seconds int) {
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", opsAddr, seconds))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// fetchAllocs saves the server's allocation profile (its counts since
+// the start): a phase's allocations are those of the profile taken after
+// it less the one taken before (go tool pprof -base).
+func fetchAllocs(opsAddr, path string) {
+	resp, err := http.Get("http://" + opsAddr + "/debug/pprof/allocs")
 	if err != nil {
 		return
 	}
