@@ -270,8 +270,13 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		acked.Broadcast()
 		ackMu.Unlock()
 	}
+	// Whatever the runtime emits is stored, even once the turn is
+	// stopped: it emits nothing more of its work then, but what a cancel
+	// commits and its terminal event must not be lost to the cancel
+	// racing them. Append reads no value of its context: one for the run.
+	uncancelled := context.WithoutCancel(ctx)
 	// appendWire appends out, whose wire form is b.
-	appendWire := func(ctx context.Context, out *turnstilev1.AgentEvent, b []byte) error {
+	appendWire := func(out *turnstilev1.AgentEvent, b []byte) error {
 		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
 		}
@@ -282,11 +287,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		unacked++
 		unackedBytes += len(b)
 		ackMu.Unlock()
-		// Whatever the runtime emits is stored, even once the turn is
-		// stopped: it emits nothing more of its work then, but what a
-		// cancel commits and its terminal event must not be lost to the
-		// cancel racing them.
-		err := s.store.Append(context.WithoutCancel(ctx), k.turnID, k.attempt, b, func(err error) {
+		err := s.store.Append(uncancelled, k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out, len(b))
 			}
@@ -297,12 +298,12 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		}
 		return err
 	}
-	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
+	appendEvent := func(out *turnstilev1.AgentEvent) error {
 		b, err := marshalEvent(out)
 		if err != nil {
 			return err
 		}
-		return appendWire(ctx, out, b)
+		return appendWire(out, b)
 	}
 	emit := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
 		if r.handedOff.Load() {
@@ -345,7 +346,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 			r.cancel(err)
 			return err
 		}
-		return appendWire(ctx, out, b)
+		return appendWire(out, b)
 	})
 	sink := busySink{Sink: emit, busy: func() bool {
 		ackMu.Lock()
@@ -366,7 +367,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		// live clients and replays end alike.
 		if out, err := fromEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
 			out.Attempt = k.attempt
-			if err := appendEvent(fctx, out); err != nil {
+			if err := appendEvent(out); err != nil {
 				s.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 			}
 		}
