@@ -77,6 +77,8 @@ type Store struct {
 	mu   sync.Mutex
 	runs map[runKey]*writer
 
+	senders senders // the goroutines of the writers' senders: see writer.go
+
 	room capacity // the keeper's: see capacity.go
 }
 
@@ -94,6 +96,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	}
 	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, closed: make(chan struct{})}
 	s.closing, s.cancelClosing = context.WithCancel(context.Background())
+	s.senders.work = make(chan func())
 	var err error
 	until := time.Now().Add(setUpBound)
 	if cfg.Mode == ModeEmbedded {

@@ -89,6 +89,47 @@ func isWrongLastSeq(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
+// senders keeps the goroutines of the writers' senders between runs, at
+// most maxIdleSenders waiting: a sender's stack grows as it stores (the
+// JSON of each acknowledgement is decoded on it), and a fresh goroutine
+// per run paid for that growth again, a copy at each doubling.
+type senders struct {
+	work chan func()
+	idle atomic.Int32
+}
+
+// maxIdleSenders bounds the senders' goroutines waiting for a run.
+const maxIdleSenders = 64
+
+// goSender runs f, a writer's sender, on a waiting goroutine, or on a
+// new one if none waits.
+func (s *Store) goSender(f func()) {
+	select {
+	case s.senders.work <- f:
+	default:
+		go s.senderLoop(f)
+	}
+}
+
+// senderLoop runs f, then the senders it is given while it waits, until
+// the store closes.
+func (s *Store) senderLoop(f func()) {
+	for {
+		f()
+		if s.senders.idle.Add(1) > maxIdleSenders {
+			s.senders.idle.Add(-1)
+			return
+		}
+		select {
+		case f = <-s.senders.work:
+			s.senders.idle.Add(-1)
+		case <-s.closed:
+			s.senders.idle.Add(-1)
+			return
+		}
+	}
+}
+
 // sender sends the queued events as frames, one in flight at a time,
 // and reports each event's outcome in order, until Finish or the store's
 // end.
