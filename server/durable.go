@@ -225,8 +225,8 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 // log and, once acknowledged, to the run's watchers. It runs on one of
 // the owners' goroutines (see [workers]), whose stack a turn has grown
 // already: a fresh goroutine per run copied its stack at each doubling
-// (4–5% of a durable turn's instructions under callgrind). Its caller
-// only hands it over.
+// (about 3% of a durable turn's instructions under callgrind, BENCHMARKS.md).
+// Its caller only hands it over.
 func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 	s.owners.run(func() { s.ownRun(ctx, r, tr) })
 }
