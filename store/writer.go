@@ -27,18 +27,15 @@ var ErrClosed = errors.New("store: closed")
 // one round trip per frame, not per event, and the fence holds on
 // replicated streams, which take one expectation per subject at a time.
 type writer struct {
-	s   *Store
-	key runKey
-	// evSubj and ownSubj are the run's events and owner subjects, made
-	// once for its frames.
-	evSubj, ownSubj string
-	ownSeq          uint64 // the stream sequence of the owner record appends expect
-	next            uint64 // the index (seq) of the next event the run stores, from 1
-	sub             *nats.Subscription
-	alive           *nats.Subscription // answers whether the renewal runs
-	stop            chan struct{}      // ends the lease renewal
-	renew           sync.WaitGroup
-	sent            chan struct{} // closed when the sender has sent everything and ended
+	s      *Store
+	key    runKey
+	ownSeq uint64 // the stream sequence of the owner record appends expect
+	next   uint64 // the index (seq) of the next event the run stores, from 1
+	sub    *nats.Subscription
+	alive  *nats.Subscription // answers whether the renewal runs
+	stop   chan struct{}      // ends the lease renewal
+	renew  sync.WaitGroup
+	sent   chan struct{} // closed when the sender has sent everything and ended
 
 	onSignal func(signal string) []byte
 	// lease is the first write of the lease, when not waited for: its
@@ -239,8 +236,9 @@ func (w *writer) publish(frame []byte) error {
 	// Cut short when the store closes, without a goroutine per frame.
 	ctx, cancel := context.WithTimeout(w.s.closing, publishTimeout)
 	defer cancel()
-	msg := &nats.Msg{Subject: w.evSubj, Data: frame, Header: nats.Header{firstHeader: {strconv.FormatUint(w.next, 10)}}}
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.ownSubj)}
+	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
+	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
 	dedupe := w.s.cfg.Mode == ModeNATS
 	if dedupe {
 		// One id per frame of one owner: a retry is the same frame; a new
