@@ -270,13 +270,8 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		acked.Broadcast()
 		ackMu.Unlock()
 	}
-	// Whatever the runtime emits is stored, even once the turn is
-	// stopped: it emits nothing more of its work then, but what a cancel
-	// commits and its terminal event must not be lost to the cancel
-	// racing them. Append reads no value of its context: one for the run.
-	uncancelled := context.WithoutCancel(ctx)
 	// appendWire appends out, whose wire form is b.
-	appendWire := func(out *turnstilev1.AgentEvent, b []byte) error {
+	appendWire := func(ctx context.Context, out *turnstilev1.AgentEvent, b []byte) error {
 		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
 		}
@@ -287,7 +282,11 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		unacked++
 		unackedBytes += len(b)
 		ackMu.Unlock()
-		err := s.store.Append(uncancelled, k.turnID, k.attempt, b, func(err error) {
+		// Whatever the runtime emits is stored, even once the turn is
+		// stopped: it emits nothing more of its work then, but what a
+		// cancel commits and its terminal event must not be lost to the
+		// cancel racing them.
+		err := s.store.Append(context.WithoutCancel(ctx), k.turnID, k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out, len(b))
 			}
@@ -298,12 +297,12 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		}
 		return err
 	}
-	appendEvent := func(out *turnstilev1.AgentEvent) error {
+	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
 		b, err := marshalEvent(out)
 		if err != nil {
 			return err
 		}
-		return appendWire(out, b)
+		return appendWire(ctx, out, b)
 	}
 	emit := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
 		if r.handedOff.Load() {
@@ -346,7 +345,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 			r.cancel(err)
 			return err
 		}
-		return appendWire(out, b)
+		return appendWire(ctx, out, b)
 	})
 	sink := busySink{Sink: emit, busy: func() bool {
 		ackMu.Lock()
@@ -367,7 +366,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest) {
 		// live clients and replays end alike.
 		if out, err := fromEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
 			out.Attempt = k.attempt
-			if err := appendEvent(out); err != nil {
+			if err := appendEvent(fctx, out); err != nil {
 				s.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 			}
 		}
