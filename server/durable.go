@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -258,7 +259,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	s.mu.Unlock()
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
-	go s.own(rctx, r, tr, slotsFrom(ctx).keep())
+	s.own(rctx, r, tr, slotsFrom(ctx).keep())
 	st := paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 		return s.watchRun(ctx, r, 0, send)
 	})
@@ -299,9 +300,18 @@ func (s *service) attemptFollows(ctx context.Context, k runKey) *status.Status {
 }
 
 // own runs r's turn on this replica to its end: every event goes to the
-// log and, once acknowledged, to the run's watchers. release frees the
-// turn's slots (the server's and its client key's) once it has ended.
+// log and, once acknowledged, to the run's watchers; release frees the
+// turn's slots (the server's and its client key's) once it has ended. It
+// runs on one of the owners' goroutines (see [workers]), whose stack a turn
+// has grown already: a fresh goroutine per run copied its stack at each
+// doubling (about 3% of a durable turn's instructions under callgrind,
+// BENCHMARKS.md). Its caller only hands it over.
 func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
+	s.owners.run(func() { s.ownRun(ctx, r, tr, release) })
+}
+
+// ownRun is own, on the goroutine that runs the turn.
+func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
 	// Its slots are free before CancelTurn, which waits for ended, returns.
 	defer r.charge.release()
 	defer close(r.ended)
@@ -341,11 +351,8 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 		acked.Broadcast()
 		ackMu.Unlock()
 	}
-	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
-		if err != nil {
-			return err
-		}
+	// appendWire appends out, whose wire form is b.
+	appendWire := func(ctx context.Context, out *turnstilev1.AgentEvent, b []byte) error {
 		if out.GetError() != nil || out.GetTurnCompleted() != nil {
 			terminal = out
 		}
@@ -360,7 +367,7 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 		// stopped: it emits nothing more of its work then, but what a
 		// cancel commits and its terminal event must not be lost to the
 		// cancel racing them.
-		err = s.store.Append(context.WithoutCancel(ctx), k.id(), k.attempt, b, func(err error) {
+		err := s.store.Append(context.WithoutCancel(ctx), k.id(), k.attempt, b, func(err error) {
 			if err == nil {
 				r.publish(out, len(b))
 			}
@@ -370,6 +377,13 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 			settled(len(b))
 		}
 		return err
+	}
+	appendEvent := func(ctx context.Context, out *turnstilev1.AgentEvent) error {
+		b, err := marshalEvent(out)
+		if err != nil {
+			return err
+		}
+		return appendWire(ctx, out, b)
 	}
 	emit := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
 		if r.handedOff.Load() {
@@ -386,20 +400,33 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
 			r.charge.total(u.Total)
 		}
-		if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
-			// The turn fails with err as its cause (INTERNAL, the message
-			// names the limit); its error event takes this one's seq.
-			tooLarge = ev.Seq
-			r.cancel(err)
+		// The event is encoded once: its size, as sent and as stored, is
+		// that of its wire form.
+		b, err := marshalEvent(out)
+		if err != nil {
 			return err
 		}
-		if err := r.charge.store(proto.Size(out)); err != nil {
+		if responseSize(len(b)) > s.opts.MaxEventBytes {
+			if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
+				// The turn fails with err as its cause (INTERNAL, the
+				// message names the limit); its error event takes this
+				// one's seq.
+				tooLarge = ev.Seq
+				r.cancel(err)
+				return err
+			}
+			// It fits without its messages.
+			if b, err = marshalEvent(out); err != nil {
+				return err
+			}
+		}
+		if err := r.charge.store(len(b)); err != nil {
 			// Over its key's stored_bytes: the same, QUOTA_EXHAUSTED.
 			tooLarge = ev.Seq
 			r.cancel(err)
 			return err
 		}
-		return appendEvent(ctx, out)
+		return appendWire(ctx, out, b)
 	})
 	sink := busySink{Sink: emit, busy: func() bool {
 		ackMu.Lock()
@@ -451,6 +478,17 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 		delete(s.runs, k)
 	}
 	s.mu.Unlock()
+}
+
+// marshalEvent returns ev's wire form as the log stores it.
+func marshalEvent(ev *turnstilev1.AgentEvent) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(ev)
+}
+
+// responseSize is the wire size of a RunTurnResponse holding an event of
+// n bytes on the wire: its field's tag, length and bytes.
+func responseSize(n int) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(n)
 }
 
 // Bounds of what a run owned here has on its way to the store: beyond

@@ -355,6 +355,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // ended (after at most five more seconds, the server is stopped hard).
 func (s *Server) Shutdown(ctx context.Context) {
 	defer s.service.senders.close()
+	defer s.service.owners.close()
 	log := s.opts.Logger
 	s.health.Shutdown()
 	log.Info("draining", "drain_delay", s.opts.DrainDelay, "grace", s.opts.ShutdownGrace)
@@ -410,6 +411,7 @@ func (s *Server) Stop() {
 	s.service.cancelAll()
 	s.service.wait(context.Background())
 	s.service.senders.close()
+	s.service.owners.close()
 }
 
 // streamWorkers is how many goroutines run RPC handlers and how many

@@ -58,8 +58,8 @@ type service struct {
 	maxRuns  int
 	turns    sync.WaitGroup // the runs this replica owns, until they end
 
-	// senders run the outboxes' senders.
-	senders *workers
+	// senders run the outboxes' senders; owners the runs owned here.
+	senders, owners *workers
 	// gate bounds the turns running at once (max_concurrent_turns); auth
 	// holds the client keys and their limiters, nil without keys. A turn
 	// that outlives its call, or that this replica takes over, holds its
@@ -78,7 +78,7 @@ func newService(r turnRunner, opts *Options) *service {
 	s := &service{
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
-		senders: newWorkers(streamWorkers),
+		senders: newWorkers(streamWorkers), owners: newWorkers(streamWorkers),
 		gate:    &turnGate{max: opts.MaxConcurrentTurns},
 	}
 	if len(opts.Keys) > 0 {

@@ -105,7 +105,7 @@ func (s *service) takeOver(ctx context.Context, k runKey) bool {
 	// Its clients re-attach, here or elsewhere; without any, the detach
 	// grace ends it.
 	r.touched(s.grace)
-	go s.own(rctx, r, tr, release)
+	s.own(rctx, r, tr, release)
 	return true
 }
 

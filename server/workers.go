@@ -6,7 +6,8 @@ import (
 )
 
 // workers runs functions on goroutines that outlive them: each turn's
-// outbox sender ([outbox.sender]) runs on one. A Send grows its
+// outbox sender ([outbox.sender]) runs on one, and each durable run owned
+// here ([service.own]) on another pool's. A Send grows its
 // goroutine's stack (gRPC's encoding, the protobuf marshaller), and on a
 // fresh goroutine per turn every turn paid for that growth again, a copy
 // of the stack at each doubling (about 6% of the server's instructions

@@ -233,7 +233,7 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 		_ = w.sub.Unsubscribe()
 		return fmt.Errorf("store: control subscription: %w", err)
 	}
-	go w.sender()
+	s.goSender(w.sender)
 	w.renew.Add(1)
 	go w.renewLoop()
 	s.mu.Lock()

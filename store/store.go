@@ -67,11 +67,17 @@ type Store struct {
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
 
-	closed    chan struct{} // closed by Close: writers stop
-	closeOnce sync.Once
+	closed chan struct{} // closed by Close: writers stop
+	// closing is done once closed is: the context of the writers'
+	// publishes, which the store's end cuts short.
+	closing       context.Context
+	cancelClosing context.CancelFunc
+	closeOnce     sync.Once
 
 	mu   sync.Mutex
 	runs map[runKey]*writer
+
+	senders senders // the goroutines of the writers' senders: see writer.go
 
 	room capacity // the keeper's: see capacity.go
 }
@@ -89,6 +95,8 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, closed: make(chan struct{})}
+	s.closing, s.cancelClosing = context.WithCancel(context.Background())
+	s.senders.work = make(chan func())
 	var err error
 	until := time.Now().Add(setUpBound)
 	if cfg.Mode == ModeEmbedded {
@@ -504,6 +512,7 @@ func (s *Store) Close() { s.closeOnce.Do(s.close) }
 
 func (s *Store) close() {
 	close(s.closed)
+	s.cancelClosing()
 	s.room.done.Wait()
 	s.mu.Lock()
 	runs := s.runs

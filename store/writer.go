@@ -95,6 +95,47 @@ func isWrongLastSeq(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
+// senders keeps the goroutines of the writers' senders between runs, at
+// most maxIdleSenders waiting: a sender's stack grows as it stores (the
+// JSON of each acknowledgement is decoded on it), and a fresh goroutine
+// per run paid for that growth again, a copy at each doubling.
+type senders struct {
+	work chan func()
+	idle atomic.Int32
+}
+
+// maxIdleSenders bounds the senders' goroutines waiting for a run.
+const maxIdleSenders = 64
+
+// goSender runs f, a writer's sender, on a waiting goroutine, or on a
+// new one if none waits.
+func (s *Store) goSender(f func()) {
+	select {
+	case s.senders.work <- f:
+	default:
+		go s.senderLoop(f)
+	}
+}
+
+// senderLoop runs f, then the senders it is given while it waits, until
+// the store closes.
+func (s *Store) senderLoop(f func()) {
+	for {
+		f()
+		if s.senders.idle.Add(1) > maxIdleSenders {
+			s.senders.idle.Add(-1)
+			return
+		}
+		select {
+		case f = <-s.senders.work:
+			s.senders.idle.Add(-1)
+		case <-s.closed:
+			s.senders.idle.Add(-1)
+			return
+		}
+	}
+}
+
 // sender sends the queued events as frames, one in flight at a time,
 // and reports each event's outcome in order, until Finish or the store's
 // end.
@@ -201,17 +242,9 @@ const (
 // to nothing: its frames carry no id, which would cost its memory a
 // duplicate window's worth of ids.
 func (w *writer) publish(frame []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	// Cut short when the store closes, without a goroutine per frame.
+	ctx, cancel := context.WithTimeout(w.s.closing, publishTimeout)
 	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-w.s.closed:
-			cancel()
-		case <-done:
-		}
-	}()
-	defer close(done)
 	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
 	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
@@ -244,12 +277,13 @@ func (w *writer) publish(frame []byte) error {
 // long as ctx lets it: a loaded server answers late, and that is
 // backpressure, not a failure. It returns the last attempt's failure.
 func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	try := publishTry
-	if !dedupe {
-		try = publishTimeout
-	}
 	for {
-		tctx, tcancel := context.WithTimeout(ctx, try)
+		// Without a message id an attempt waits as long as ctx lets it:
+		// no timer of its own.
+		tctx, tcancel := ctx, context.CancelFunc(func() {})
+		if dedupe {
+			tctx, tcancel = context.WithTimeout(ctx, publishTry)
+		}
 		ack, err := s.js.PublishMsg(tctx, msg, opts...)
 		tcancel()
 		s.noteWrite(msg, err)

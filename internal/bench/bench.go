@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,12 +62,21 @@ type Config struct {
 	// slow phase is skipped).
 	Slow int
 	// ProfileDir, when set, receives the server's CPU profiles of the
-	// sequential and the concurrent phases (seq.pprof, conc.pprof; with
-	// Callgrind, callgrind's profiles seq.callgrind and conc.callgrind).
+	// sequential and the concurrent phases of each store mode (on-seq.pprof,
+	// on-conc.pprof, off-seq.pprof...), and their allocation profiles
+	// before and after the phase (on-seq.allocs.base, on-seq.allocs: `go
+	// tool pprof -sample_index=alloc_objects -base on-seq.allocs.base
+	// on-seq.allocs`); with Callgrind, callgrind's profiles
+	// (on-seq.callgrind...).
 	ProfileDir string
 	// Settle is how long the server is left idle before its idle resident
 	// set is read, at start and after the load (default 2s).
 	Settle time.Duration
+	// Stores are the turn stores the server phases are run with, one
+	// server after the other: "on" (the configuration as it is: by
+	// default the embedded store) and "off" (the configuration with
+	// [StoreOff]). Default: both.
+	Stores []string
 	// Callgrind runs the server under valgrind's callgrind tool, which
 	// counts the instructions the server executes during each measured
 	// phase: a figure that other work on the machine does not change, as
@@ -108,8 +118,32 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	if len(c.Stores) == 0 {
+		c.Stores = []string{"on", "off"}
+	}
+	for _, m := range c.Stores {
+		switch m {
+		case "on":
+		case "off":
+			if setsStore(c.ServerConfig) {
+				return errors.New("bench: the configuration sets store itself: measure it with the store on only")
+			}
+		default:
+			return fmt.Errorf("bench: store %q: want on or off", m)
+		}
+	}
 	c.Upstream.defaults()
 	return nil
+}
+
+// setsStore reports whether a YAML configuration has a top-level store key.
+func setsStore(yaml string) bool {
+	for line := range strings.SplitSeq(yaml, "\n") {
+		if strings.HasPrefix(line, "store:") {
+			return true
+		}
+	}
+	return false
 }
 
 // Phase is the measurement of one load phase.
@@ -137,9 +171,21 @@ type Phase struct {
 // Report is the result of a [Run].
 type Report struct {
 	Config Config
-	// Direct and Server are the sequential and concurrent phases, called
-	// directly and through turnstile.
-	DirectSeq, DirectConc, ServerSeq, ServerConc Phase
+	// DirectSeq and DirectConc are the sequential and concurrent phases
+	// with the upstream called directly.
+	DirectSeq, DirectConc Phase
+	// Servers are the measurements through turnstile, one per store mode
+	// of [Config.Stores], in its order.
+	Servers []*ServerReport
+}
+
+// ServerReport is the measurement of one server, with one store mode.
+type ServerReport struct {
+	// Store is the store mode: "on" or "off".
+	Store string
+	// ServerSeq and ServerConc are the sequential and concurrent phases
+	// through turnstile.
+	ServerSeq, ServerConc Phase
 	// IdleRSS is the server's resident set after start, before any turn;
 	// IdleRSSAfter after the load phases ended; PeakRSS the highest it
 	// reached outside the slow phase.
@@ -185,8 +231,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logf("direct, concurrency %d: %d turns", cfg.Concurrency, cfg.ConcurrentTurns)
 	rep.DirectConc = phase("direct", drive(ctx, cfg.ConcurrentTurns, cfg.Concurrency, direct), cfg.Concurrency)
 
-	logf("starting %s serve", cfg.Binary)
-	srv, err := startChild(ctx, cfg.Binary, cfg.ServerConfig, up.URL, cfg.Env, cfg.Callgrind)
+	for _, store := range cfg.Stores {
+		srep, err := runServer(ctx, cfg, store, up.URL, logf)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", store, err)
+		}
+		rep.Servers = append(rep.Servers, srep)
+	}
+	return rep, nil
+}
+
+// runServer starts the server with the store mode given and measures it.
+func runServer(ctx context.Context, cfg Config, store, upstreamURL string, logf func(string, ...any)) (*ServerReport, error) {
+	rep := &ServerReport{Store: store}
+	template := cfg.ServerConfig
+	if store == "off" {
+		template = strings.TrimRight(template, "\n") + "\n" + StoreOff
+	}
+	logf("starting %s serve, store %s", cfg.Binary, store)
+	srv, err := startChild(ctx, cfg.Binary, template, upstreamURL, cfg.Env, cfg.Callgrind)
 	if err != nil {
 		return nil, err
 	}
@@ -214,9 +277,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		switch {
 		case cfg.ProfileDir == "" || profile == "":
 		case cfg.Callgrind:
-			keep = filepath.Join(cfg.ProfileDir, profile+".callgrind")
+			keep = filepath.Join(cfg.ProfileDir, store+"-"+profile+".callgrind")
 		default:
-			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, profile+".pprof"), 3) })
+			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".pprof"), 3) })
+			fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs.base"))
+			defer fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs"))
 		}
 		before, err := srv.stats()
 		if err != nil {
@@ -273,7 +338,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // slowPhase holds cfg.Slow slow turns open, measures the server's memory
 // with them, and runs a sequential phase of fast turns beside them.
-func slowPhase(ctx context.Context, cfg Config, srv *child, rep *Report, fast turnFunc, logf func(string, ...any)) error {
+func slowPhase(ctx context.Context, cfg Config, srv *child, rep *ServerReport, fast turnFunc, logf func(string, ...any)) error {
 	// A connection carries at most max_concurrent_streams (256) streams.
 	conns := (cfg.Slow + 199) / 200
 	client, closeConns, err := dial(srv.addr, conns)
@@ -370,6 +435,23 @@ func runtimeGC(srv *child) {
 
 func fetchProfile(opsAddr, path string, seconds int) {
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", opsAddr, seconds))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// fetchAllocs saves the server's allocation profile (its counts since
+// the start): a phase's allocations are those of the profile taken after
+// it less the one taken before (go tool pprof -base).
+func fetchAllocs(opsAddr, path string) {
+	resp, err := http.Get("http://" + opsAddr + "/debug/pprof/allocs")
 	if err != nil {
 		return
 	}

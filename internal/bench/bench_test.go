@@ -38,17 +38,29 @@ func TestSmoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, p := range []Phase{rep.DirectSeq, rep.DirectConc, rep.ServerSeq, rep.ServerConc, rep.FastUnderSlow} {
+			if len(rep.Servers) != 2 || rep.Servers[0].Store != "on" || rep.Servers[1].Store != "off" {
+				t.Fatalf("servers %+v: want the store on, then off", rep.Servers)
+			}
+			for _, p := range []Phase{rep.DirectSeq, rep.DirectConc} {
 				if p.Errors != 0 || p.Turns == 0 || p.FirstDeltaP50 <= 0 || p.TotalP99 < p.FirstDeltaP50 {
 					t.Errorf("phase %+v: want turns, no errors and sane latencies", p)
 				}
 			}
-			if rep.ServerSeq.CPUPerTurn < 0 || rep.ServerSeq.AllocsPerTurn <= 0 || rep.IdleRSS <= 0 || rep.SlowOpen != 10 {
-				t.Errorf("report %+v: want server figures and 10 slow turns open", rep)
+			for _, s := range rep.Servers {
+				for _, p := range []Phase{s.ServerSeq, s.ServerConc, s.FastUnderSlow} {
+					if p.Errors != 0 || p.Turns == 0 || p.FirstDeltaP50 <= 0 || p.TotalP99 < p.FirstDeltaP50 {
+						t.Errorf("store %s: phase %+v: want turns, no errors and sane latencies", s.Store, p)
+					}
+				}
+				if s.ServerSeq.CPUPerTurn < 0 || s.ServerSeq.AllocsPerTurn <= 0 || s.IdleRSS <= 0 || s.SlowOpen != 10 {
+					t.Errorf("store %s: report %+v: want server figures and 10 slow turns open", s.Store, s)
+				}
 			}
 			var out bytes.Buffer
 			rep.Write(&out)
-			for _, want := range []string{"| turnstile, sequential |", "| direct, c=4 |", "idle RSS", "slow turns: 10 held open", "| target | measured | met |"} {
+			for _, want := range []string{"| turnstile, sequential, store on |", "| turnstile, sequential, store off |", "| direct, c=4 |",
+				"store on: idle RSS", "store on: slow turns: 10 held open", "store off: slow turns: 10 held open",
+				"| target | measured | met |", "| store on: server CPU per turn ≤ 1.2 × store off (sequential) |"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("report lacks %q:\n%s", want, out.String())
 				}

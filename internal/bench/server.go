@@ -37,20 +37,23 @@ const opsBlock = "\nops: {listen: %q, metrics: false, pprof: true}\n"
 // DefaultConfig is the server configuration the bench uses when none is
 // given: one OpenAI-compatible provider at the fake upstream and one
 // model, plus the slow model for the slow turns, and room for every slow
-// turn (the server runs 512 turns at once by default). A build older than
-// server.max_concurrent_turns refuses the key: give it --config. The turn
-// store is off: the bench measures the hot path, which must cost nothing
-// more without a store (what the store adds is BenchmarkDurable's, in
-// package server); a build older than the store refuses store.mode.
+// turn (the server runs 512 turns at once, 1024 with a store, by
+// default). The turn store is the default one (embedded, its files under
+// the server's temporary directory); [StoreOff] is the same with
+// `store: {mode: off}`. A build older than these keys refuses them: give
+// it --config.
 const DefaultConfig = `providers:
   up: {type: openai, base_url: "$UPSTREAM"}
 models:
   m: {provider: up, model: bench-model}
   slow: {provider: up, model: bench-slow}
 default_model: m
-server: {max_concurrent_turns: 50000}
-store: {mode: off}
+server: {max_concurrent_turns: 50000, max_running_turns: 50000}
 `
+
+// StoreOff is the line appended to a configuration to measure it with no
+// turn store. A configuration that sets store itself is measured as it is.
+const StoreOff = "store: {mode: off}\n"
 
 // ChainConfig is [DefaultConfig] with a chain of three models, each with
 // retries, so the cost of a configured chain on the success path shows.
@@ -64,8 +67,7 @@ models:
   m3: {provider: up3, model: bench-model, retry: {max_retries: 2}}
   slow: {provider: up, model: bench-slow}
 default_model: m
-server: {max_concurrent_turns: 50000}
-store: {mode: off}
+server: {max_concurrent_turns: 50000, max_running_turns: 50000}
 `
 
 // child is the server under test, run as a child process.
@@ -106,7 +108,9 @@ func startChild(ctx context.Context, bin, template, upstreamURL string, env []st
 	}
 	c := &child{addr: addr, ops: ops, stderr: &bytes.Buffer{}, dir: dir, done: make(chan struct{})}
 	args := []string{bin, "serve", "--config", cfgPath, "--listen", addr}
-	env = append(os.Environ(), env...)
+	// The embedded store's default directory is under XDG_STATE_HOME:
+	// this run's own, removed with it.
+	env = append(append(os.Environ(), "XDG_STATE_HOME="+dir), env...)
 	if callgrind {
 		c.callgrind = filepath.Join(dir, "callgrind.out")
 		args = append([]string{"valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
