@@ -79,7 +79,7 @@ func newService(r turnRunner, opts *Options) *service {
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
 		senders: newWorkers(streamWorkers), owners: newWorkers(streamWorkers),
-		gate:    &turnGate{max: opts.MaxConcurrentTurns},
+		gate: &turnGate{max: opts.MaxConcurrentTurns},
 	}
 	if len(opts.Keys) > 0 {
 		s.auth = newAuthenticator(opts.Keys, time.Now)
