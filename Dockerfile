@@ -10,7 +10,7 @@
 # no --config, so setting TURNSTILE_CONFIG (compose's environment, a
 # Kubernetes env var) moves the file; an explicit --config in a command
 # still wins over the variable. deploy/turnstile.yaml is such a file, with
-# TLS and a client key (README, Security). Without a file the container
+# TLS and a client key (docs/security.md). Without a file the container
 # exits with an error rather than serve plaintext to everyone who reaches
 # the port. To try the simulator without TLS, publish the port on the
 # host's loopback only and unset the variable:

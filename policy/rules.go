@@ -25,7 +25,8 @@ const (
 	FallbackLarger
 )
 
-// String returns the behaviour as README's class table writes it.
+// String returns the behaviour as the class table of docs/retries.md
+// writes it.
 func (f Fallback) String() string {
 	switch f {
 	case FallbackAtOnce:
@@ -39,8 +40,8 @@ func (f Fallback) String() string {
 }
 
 // Rule is how the policy treats one class of failure. The table of rules,
-// [Rules], is the single place where the classes differ; README's class
-// table is held to it by a test.
+// [Rules], is the single place where the classes differ; the class table
+// of docs/retries.md is held to it by a test.
 type Rule struct {
 	// Transient reports that the same request may succeed later. A
 	// transient failure spends the model's retry budget, and a turn that

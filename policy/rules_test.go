@@ -30,17 +30,17 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// TestREADMEClassTable holds README's class table and the code's rule
-// table to each other, row by row and cell by cell.
-func TestREADMEClassTable(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// TestDocsClassTable holds the class table of docs/retries.md and the
+// code's rule table to each other, row by row and cell by cell.
+func TestDocsClassTable(t *testing.T) {
+	b, err := os.ReadFile("../docs/retries.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const header = "| class | transient, client may retry | retried on the same model | falls back | cools the model down | compacts | after streamed output |"
 	_, table, ok := strings.Cut(string(b), header+"\n")
 	if !ok {
-		t.Fatalf("README.md has no class table starting with:\n%s", header)
+		t.Fatalf("docs/retries.md has no class table starting with:\n%s", header)
 	}
 	rows := map[string][]string{}
 	for i, line := range strings.Split(table, "\n") {
@@ -65,16 +65,16 @@ func TestREADMEClassTable(t *testing.T) {
 		want := []string{yesNo(r.ClientRetryable()), yesNo(r.Retry), r.Fallback.String(), yesNo(r.CoolsDown), yesNo(r.Compacts), after}
 		got, ok := rows[k.String()]
 		if !ok {
-			t.Errorf("README's class table has no row for %s; want | `%s` | %s |", k, k, strings.Join(want, " | "))
+			t.Errorf("docs/retries.md's class table has no row for %s; want | `%s` | %s |", k, k, strings.Join(want, " | "))
 			continue
 		}
 		delete(rows, k.String())
 		if strings.Join(got, " | ") != strings.Join(want, " | ") {
-			t.Errorf("README row %s = | %s |, the code says | %s |", k, strings.Join(got, " | "), strings.Join(want, " | "))
+			t.Errorf("docs/retries.md row %s = | %s |, the code says | %s |", k, strings.Join(got, " | "), strings.Join(want, " | "))
 		}
 	}
 	for class := range rows {
-		t.Errorf("README's class table has a row for %s, which the code does not know", class)
+		t.Errorf("docs/retries.md's class table has a row for %s, which the code does not know", class)
 	}
 }
 

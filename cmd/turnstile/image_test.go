@@ -256,8 +256,8 @@ type compose struct {
 	Configs map[string]struct{ Content string }
 }
 
-// TestCompose holds deploy/compose.yaml, which the README shows, to the
-// image and the servers: turnstile reads the file TURNSTILE_CONFIG names,
+// TestCompose holds deploy/compose.yaml, which docs/deployment.md shows, to
+// the image and the servers: turnstile reads the file TURNSTILE_CONFIG names,
 // and that file is a valid configuration using the NATS services; every
 // NATS server runs JetStream in one cluster with max_payload raised to
 // 8 MiB; every image it pulls is pinned.
@@ -266,12 +266,12 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/deployment.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```yaml\n"+string(raw)+"```\n") {
-		t.Error("README.md does not show deploy/compose.yaml as it is")
+	if !strings.Contains(string(page), "```yaml\n"+string(raw)+"```\n") {
+		t.Error("docs/deployment.md does not show deploy/compose.yaml as it is")
 	}
 	var c compose
 	if err := yaml.Unmarshal(raw, &c); err != nil {

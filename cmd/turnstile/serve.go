@@ -297,10 +297,10 @@ func warnExposed(logger *slog.Logger, addr net.Addr, opts server.Options) {
 		return
 	}
 	if opts.TLS == nil {
-		logger.Warn("serving plaintext beyond loopback: set server.tls (see README, Security)", "address", addr.String())
+		logger.Warn("serving plaintext beyond loopback: set server.tls (see docs/security.md)", "address", addr.String())
 	}
 	if len(opts.Keys) == 0 {
-		logger.Warn("serving every caller beyond loopback: set auth.keys (see README, Security)", "address", addr.String())
+		logger.Warn("serving every caller beyond loopback: set auth.keys (see docs/security.md)", "address", addr.String())
 	}
 }
 

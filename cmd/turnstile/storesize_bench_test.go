@@ -24,11 +24,11 @@ import (
 )
 
 // BenchmarkStoredBytesPerTurn measures what one turn costs the turn store,
-// for README's sizing guidance: the log's bytes (what store.max_bytes
-// counts, from turnstile_store_bytes) and the file store's bytes on disk
-// per turn, for a simulator turn as `turnstile serve` runs it with no
-// file (its default reply) and for long replies. Run it with a fixed
-// count, as the figures are per turn:
+// for the sizing guidance of docs/durable-turns.md: the log's bytes (what
+// store.max_bytes counts, from turnstile_store_bytes) and the file store's
+// bytes on disk per turn, for a simulator turn as `turnstile serve` runs it
+// with no file (its default reply) and for long replies. Run it with a
+// fixed count, as the figures are per turn:
 //
 //	go test -run '^$' -bench StoredBytesPerTurn -benchtime 50x ./cmd/turnstile
 func BenchmarkStoredBytesPerTurn(b *testing.B) {

@@ -24,12 +24,12 @@ import (
 )
 
 // TestGoClientTrace: a Go program traced with OpenTelemetry runs a turn
-// through the Go client with otelgrpc's client stats handler, as README
-// says to, against a server exporting traces over OTLP (OTEL_* variables
-// only). The server's spans are in the program's trace: its RunTurn span
-// is a child of the client's RPC span, invoke_agent of that, and the
-// provider's HTTP span carries the turn id like the others. The provider
-// gets the trace context too.
+// through the Go client with otelgrpc's client stats handler, as
+// docs/observability.md says to, against a server exporting traces over OTLP
+// (OTEL_* variables only). The server's spans are in the program's trace:
+// its RunTurn span is a child of the client's RPC span, invoke_agent of
+// that, and the provider's HTTP span carries the turn id like the others.
+// The provider gets the trace context too.
 func TestGoClientTrace(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
