@@ -62,11 +62,11 @@ type variant struct {
 // enums lists the values of keys the checks hold to a fixed set, by the
 // type and yaml key of the field, or by the named string type.
 var enums = map[string][]string{
-	typeKey(reflect.TypeFor[Log](), "format"):          logFormats,
-	typeKey(reflect.TypeFor[Log](), "level"):           logLevels,
-	typeKey(reflect.TypeFor[store.Config](), "mode"):   {store.ModeEmbedded, store.ModeNATS, store.ModeOff},
-	reflect.TypeFor[runtime.StreamCut]().String():      {string(runtime.StreamCutRestart), string(runtime.StreamCutContinue)},
-	reflect.TypeFor[runtime.HedgeTarget]().String():    {string(runtime.HedgeNext), string(runtime.HedgeSelf)},
+	typeKey(reflect.TypeFor[Log](), "format"):        logFormats,
+	typeKey(reflect.TypeFor[Log](), "level"):         logLevels,
+	typeKey(reflect.TypeFor[store.Config](), "mode"): {store.ModeEmbedded, store.ModeNATS, store.ModeOff},
+	reflect.TypeFor[runtime.StreamCut]().String():    {string(runtime.StreamCutRestart), string(runtime.StreamCutContinue)},
+	reflect.TypeFor[runtime.HedgeTarget]().String():  {string(runtime.HedgeNext), string(runtime.HedgeSelf)},
 }
 
 // typeKey names the field of struct t at yaml key k in fieldDocs and enums.
