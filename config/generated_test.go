@@ -95,16 +95,25 @@ func fieldDocsSource(t *testing.T) ([]byte, map[string]string) {
 				if !ok {
 					return false
 				}
+				// The yaml key of each field, to name the struct's other
+				// fields in help as the file does.
+				yamlKeys := map[string]string{}
 				for _, fld := range st.Fields.List {
-					if fld.Tag == nil || fld.Doc == nil || len(fld.Names) != 1 {
+					if fld.Tag == nil || len(fld.Names) != 1 {
 						continue
 					}
 					tag, _ := strconv.Unquote(fld.Tag.Value)
 					name, _, _ := strings.Cut(reflect.StructTag(tag).Get("yaml"), ",")
-					if name == "" || name == "-" {
+					if name != "" && name != "-" {
+						yamlKeys[fld.Names[0].Name] = name
+					}
+				}
+				for _, fld := range st.Fields.List {
+					if fld.Doc == nil || len(fld.Names) != 1 || yamlKeys[fld.Names[0].Name] == "" {
 						continue
 					}
-					docs[pkg+"."+ts.Name.Name+"."+name] = helpText(fld.Doc.Text(), fld.Names[0].Name, name)
+					name := yamlKeys[fld.Names[0].Name]
+					docs[pkg+"."+ts.Name.Name+"."+name] = helpText(fld.Doc.Text(), yamlKeys)
 				}
 				return false
 			})
@@ -166,19 +175,23 @@ func collectTypes(k *key, types map[reflect.Type]bool) {
 // docLink matches a doc link such as [runtime.HedgeConfig] or [*Errors].
 var docLink = regexp.MustCompile(`\[\*?([A-Za-z_][A-Za-z0-9_.]*)\]`)
 
-// helpText turns a field's doc comment into help: one paragraph, its Go
-// name at the start replaced by the yaml key, doc links unbracketed.
-func helpText(doc, goName, yamlKey string) string {
+// goWord matches an exported Go name.
+var goWord = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*\b`)
+
+// helpText turns a field's doc comment into help: one paragraph, doc
+// links unbracketed, and the struct's Go field names (the field's own, at
+// the start, among them) written as their yaml keys.
+func helpText(doc string, yamlKeys map[string]string) string {
 	var p comment.Parser
 	var pr comment.Printer
 	pr.TextWidth = -1
 	text := string(pr.Text(p.Parse(doc)))
 	text = strings.Join(strings.Fields(text), " ")
-	if rest, ok := strings.CutPrefix(text, goName+" "); ok {
-		text = yamlKey + " " + rest
-	} else if rest, ok := strings.CutPrefix(text, goName+", "); ok {
-		text = yamlKey + ", " + rest
-	}
 	text = docLink.ReplaceAllString(text, "$1")
-	return text
+	return goWord.ReplaceAllStringFunc(text, func(w string) string {
+		if k, ok := yamlKeys[w]; ok {
+			return k
+		}
+		return w
+	})
 }

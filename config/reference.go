@@ -41,6 +41,13 @@ Paths write a map's keys as ` + "`<name>`, `<alias>` or `<key>`" + `; ` + "`[]`"
 			continue
 		}
 		tableHead(&b)
+		if top.kind == kindObject {
+			// The section's paragraph is the block's row.
+			for _, f := range top.fields {
+				rows(&b, f, top.name+"."+f.name)
+			}
+			continue
+		}
 		rows(&b, top, top.name)
 	}
 	return b.Bytes()
