@@ -247,6 +247,10 @@ func jsonSchema(k *key) map[string]any {
 	case kindText:
 		s = map[string]any{"type": []any{"string", "number"}}
 	}
+	if t, ok := s["type"].(string); ok && k.unsetOK {
+		// null leaves a block or value that may be unset unset.
+		s["type"] = []any{t, "null"}
+	}
 	if k.enum != nil {
 		s["enum"] = k.enum
 	}

@@ -124,6 +124,8 @@ func TestSchemaRejects(t *testing.T) {
 		{"zero duration", "retry: {initial_backoff: 0, max_backoff: 2s}", true},
 		{"hedge quantile", "models: {m: {provider: p, model: x, hedge: {after: p95, to: self}}}", true},
 		{"provider keys", "providers: {o: {type: openai, api_key_env: K, base_url: 'https://x/'}}", true},
+		{"hedge left unset", "models: {m: {hedge: null}}", true},
+		{"key limit", "auth: {keys: [{name: a, token_env: K, limits: {turns_per_minute: 5, stored_bytes: null}}]}", true},
 		{"unknown key", "listne: 1", false},
 		{"unknown nested key", "server: {max_turns: 1}", false},
 		{"bad enum", "log: {level: loud}", false},
