@@ -8,6 +8,11 @@
 // problem of a file is reported at once, as an [*Errors] holding each with
 // its YAML path and line, and no secret is ever quoted.
 //
+// [Schema] (a JSON Schema, for editors) and [Reference] (Markdown) describe
+// the file from the same walk of its Go types the decoder makes, with the
+// fields' doc comments as help; `go generate ./config` writes their
+// committed copies, which a test holds fresh.
+//
 // The package knows nothing of the wire; cmd/turnstile turns a [Config]
 // into running parts.
 package config

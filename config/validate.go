@@ -50,6 +50,12 @@ func (v *checker) settings(prefix string, ps []llm.Problem, inherited bool) {
 }
 
 // wasMinusOne rewords the checks of the keys where -1 used to mean none.
+// logFormats and logLevels are the values log.format and log.level take.
+var (
+	logFormats = []string{"text", "json"}
+	logLevels  = []string{"debug", "info", "warn", "error"}
+)
+
 var wasMinusOne = map[string]string{
 	"max_retries":       "must not be negative: 0 now means no retries (-1 used to)",
 	"max_continuations": "must not be negative: 0 now means no continuations (-1 used to)",
@@ -97,10 +103,10 @@ func (c *Config) problems() []Problem {
 	if c.Server.MaxRunningTurns < 1 {
 		v.at("server.max_running_turns", "must be at least 1")
 	}
-	if c.Log.Format != "text" && c.Log.Format != "json" {
+	if !slices.Contains(logFormats, c.Log.Format) {
 		v.at("log.format", "%q is not text or json", c.Log.Format)
 	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+	if !slices.Contains(logLevels, c.Log.Level) {
 		v.at("log.level", "%q is not debug, info, warn or error", c.Log.Level)
 	}
 	c.checkOps(v)

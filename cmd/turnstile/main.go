@@ -5,6 +5,7 @@
 //	turnstile run [--addr ADDR] [--model ALIAS] [--system TEXT] [--json]
 //	              [--timeout D] [--retries N] [--tls] PROMPT...
 //	turnstile bench [--chunks N] [--delay D] [--c N] [--slow N] [--config FILE] ...
+//	turnstile config check [--env=false] FILE | schema | reference
 //	turnstile version
 //
 // run exits 0 when the turn completed, 1 when it failed and retrying won't
@@ -52,6 +53,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return run(args[1:])
 	case "bench":
 		return benchCmd(args[1:])
+	case "config":
+		return configCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK
@@ -122,6 +125,7 @@ Usage:
   turnstile serve [--config FILE] [--listen ADDR]   serve AgentService (default 127.0.0.1:7700)
   turnstile run [flags] PROMPT...                   run one turn and render it
   turnstile bench [flags]                           measure what the server adds (BENCHMARKS.md)
+  turnstile config check|schema|reference          check a config file; print its JSON Schema or reference
   turnstile version                                 print the version and build information
 
 Run "turnstile serve -h", "turnstile run -h" or "turnstile bench -h" for their flags.
