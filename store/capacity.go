@@ -396,7 +396,7 @@ func (s *Store) restartJetStream() error {
 	if err := s.srv.EnableJetStream(cfg); err != nil {
 		return err
 	}
-	// The lease bucket was in memory (see memoryLeases): make it again.
+	// The lease bucket was in memory (see dropFileLeases): make it again.
 	// The running runs' renewals write their leases anew.
 	ctx, cancel := context.WithTimeout(context.Background(), setUpTry)
 	defer cancel()

@@ -12,7 +12,7 @@ import (
 )
 
 // TestEmbeddedLeasesInMemory: with the log in files, the embedded store
-// keeps its lease bucket in memory (see memoryLeases). A directory whose
+// keeps its lease bucket in memory (see dropFileLeases). A directory whose
 // lease bucket an earlier version made in files gets it again in memory;
 // the log and the other buckets stay in files. A run the previous process
 // left has no lease after a restart, and is taken over by a claim (as a
@@ -78,7 +78,7 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 }
 
 // fileLeaseBucket makes the lease bucket in files under dir, with one key,
-// as versions before memoryLeases did.
+// as earlier versions did.
 func fileLeaseBucket(t *testing.T, dir string) {
 	t.Helper()
 	srv, err := natsserver.NewServer(&natsserver.Options{DontListen: true, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})

@@ -64,7 +64,7 @@ type Store struct {
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
 	leaseLog  jetstream.Stream // the stream behind leases: see dropLease
-	leaseCfg  jetstream.KeyValueConfig
+	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
 
@@ -454,7 +454,7 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		Replicas:       replicas,
 	}
 	if s.cfg.Mode == ModeEmbedded {
-		// See memoryLeases.
+		// Leases in memory: see dropFileLeases.
 		s.leaseCfg.Storage = jetstream.MemoryStorage
 		err := s.retrySetUp(ctx, until, "bucket "+LeaseBucket, s.dropFileLeases)
 		if err != nil {
