@@ -63,7 +63,7 @@ type Store struct {
 	js        jetstream.JetStream
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
-	leaseLog  jetstream.Stream // the stream behind leases: see dropLease
+	leaseLog  jetstream.Stream         // the stream behind leases: see dropLease
 	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
