@@ -393,7 +393,15 @@ func (s *Store) restartJetStream() error {
 	}
 	// EnableJetStream places its directory under the one it is given.
 	cfg.StoreDir = s.cfg.Dir
-	return s.srv.EnableJetStream(cfg)
+	if err := s.srv.EnableJetStream(cfg); err != nil {
+		return err
+	}
+	// The lease bucket was in memory (see dropFileLeases): make it again.
+	// The running runs' renewals write their leases anew.
+	ctx, cancel := context.WithTimeout(context.Background(), setUpTry)
+	defer cancel()
+	_, err := s.js.CreateOrUpdateKeyValue(ctx, s.leaseCfg)
+	return err
 }
 
 // evict purges the oldest runs that are not running, from stream

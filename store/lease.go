@@ -237,3 +237,35 @@ func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
 func (s *Store) dropLease(ctx context.Context, k runKey) error {
 	return s.leaseLog.Purge(ctx, jetstream.WithPurgeSubject("$KV."+LeaseBucket+"."+k.lease()))
 }
+
+// dropFileLeases deletes a lease bucket that an earlier version made in
+// files, so that set-up makes it again in memory (JetStream does not
+// change a stream's storage in place). Only the embedded store does it: it
+// holds the directory's lock, so no other process uses the bucket.
+//
+// The embedded store keeps its lease bucket in memory even when the log is
+// in files (store.dir). A lease lives for a lease TTL and only the process
+// that holds the directory's lock ever reads it, and the file store made
+// each turn pay for it in the kernel: a turn's lease is written to the
+// bucket's last block and purged at its end ([Store.dropLease]), and a
+// purge that empties the last block removes its file and creates a new one
+// (14–22% of the server's CPU per sequential turn: BENCHMARKS.md, issue
+// #26). In memory the same purge frees a message. What a restart loses is
+// only what no process could use any more: the leases and expiry markers
+// of the process before, whose runs are found by adoption instead (a
+// WatchTurn or re-attaching RunTurn that finds a run with no owner and no
+// terminal event takes it over; a CancelTurn closes it).
+func (s *Store) dropFileLeases(ctx context.Context) error {
+	st, err := s.js.Stream(ctx, "KV_"+LeaseBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.CachedInfo().Config.Storage == jetstream.MemoryStorage {
+		return nil
+	}
+	s.logger.Info("turn store: the lease bucket moves from files to memory", "bucket", LeaseBucket)
+	return s.js.DeleteKeyValue(ctx, LeaseBucket)
+}

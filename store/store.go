@@ -63,7 +63,8 @@ type Store struct {
 	js        jetstream.JetStream
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
-	leaseLog  jetstream.Stream // the stream behind leases: see dropLease
+	leaseLog  jetstream.Stream         // the stream behind leases: see dropLease
+	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
 
@@ -441,18 +442,30 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		s.stream = stream
 		break
 	}
+	s.leaseCfg = jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket,
+		Description: "turnstile: which replica runs each turn",
+		TTL:         s.cfg.LeaseTTL,
+		// An expired lease leaves a marker that every replica's watcher
+		// sees, and that one starting later still finds for a while.
+		LimitMarkerTTL: markerTTL,
+		History:        1,
+		Storage:        storage,
+		Replicas:       replicas,
+	}
+	if s.cfg.Mode == ModeEmbedded {
+		// Leases in memory: see dropFileLeases.
+		s.leaseCfg.Storage = jetstream.MemoryStorage
+		err := s.retrySetUp(ctx, until, "bucket "+LeaseBucket, s.dropFileLeases)
+		if err != nil {
+			return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
+		}
+	}
 	for _, b := range []struct {
 		kv  *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
 	}{
-		{&s.leases, jetstream.KeyValueConfig{
-			Bucket:      LeaseBucket,
-			Description: "turnstile: which replica runs each turn",
-			TTL:         s.cfg.LeaseTTL,
-			// An expired lease leaves a marker that every replica's watcher
-			// sees, and that one starting later still finds for a while.
-			LimitMarkerTTL: markerTTL,
-		}},
+		{&s.leases, s.leaseCfg},
 		{&s.cooldowns, jetstream.KeyValueConfig{
 			Bucket:      CooldownBucket,
 			Description: "turnstile: the models every replica skips for now",
@@ -464,7 +477,9 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 			Description: "turnstile: the models' retry budgets, shared by every replica",
 		}},
 	} {
-		b.cfg.History, b.cfg.Storage, b.cfg.Replicas = 1, storage, replicas
+		if b.cfg.Bucket != LeaseBucket {
+			b.cfg.History, b.cfg.Storage, b.cfg.Replicas = 1, storage, replicas
+		}
 		err := s.retrySetUp(ctx, until, "bucket "+b.cfg.Bucket, func(ctx context.Context) (err error) {
 			*b.kv, err = js.CreateOrUpdateKeyValue(ctx, b.cfg)
 			return err
