@@ -101,14 +101,21 @@ func TestRepoConfigs(t *testing.T) {
 			}
 		})
 	}
-	// The files that stand alone name the schema, for editors.
-	b, err := os.ReadFile("../deploy/turnstile.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const line = "# yaml-language-server: $schema=../config/turnstile.schema.json\n"
-	if !strings.HasPrefix(string(b), line) {
-		t.Errorf("deploy/turnstile.yaml does not start with %q", line)
+	// The files that stand alone name the schema, for editors, by a path
+	// that leads to it from where they are.
+	for name, b := range repoConfigs(t) {
+		if strings.Contains(name, "#") {
+			continue // a config inside another file
+		}
+		first, _, _ := strings.Cut(string(b), "\n")
+		rel, ok := strings.CutPrefix(first, "# yaml-language-server: $schema=")
+		if !ok {
+			t.Errorf("%s does not start with a yaml-language-server $schema line", name)
+			continue
+		}
+		if got := filepath.Join(filepath.Dir(name), rel); got != filepath.Clean("../config/turnstile.schema.json") {
+			t.Errorf("%s names the schema %s, which leads to %s", name, rel, got)
+		}
 	}
 }
 
