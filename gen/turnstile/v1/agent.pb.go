@@ -112,6 +112,9 @@ const (
 	EndReason_END_REASON_REFUSAL EndReason = 5
 	// A stop sequence ended the reply.
 	EndReason_END_REASON_STOP_SEQUENCE EndReason = 6
+	// A server-side tool the configuration lists under ends_turn succeeded:
+	// its result is committed and the turn ends without another model call.
+	EndReason_END_REASON_TOOL_ENDED_TURN EndReason = 7
 )
 
 // Enum value maps for EndReason.
@@ -124,6 +127,7 @@ var (
 		4: "END_REASON_MAX_TOKENS",
 		5: "END_REASON_REFUSAL",
 		6: "END_REASON_STOP_SEQUENCE",
+		7: "END_REASON_TOOL_ENDED_TURN",
 	}
 	EndReason_value = map[string]int32{
 		"END_REASON_UNSPECIFIED":         0,
@@ -133,6 +137,7 @@ var (
 		"END_REASON_MAX_TOKENS":          4,
 		"END_REASON_REFUSAL":             5,
 		"END_REASON_STOP_SEQUENCE":       6,
+		"END_REASON_TOOL_ENDED_TURN":     7,
 	}
 )
 
@@ -687,6 +692,284 @@ func (x *CancelTurnResponse) GetLastSeq() uint64 {
 	return 0
 }
 
+// ApproveToolCallRequest decides one tool call that waits for approval.
+type ApproveToolCallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's id. Required.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The attempt the call belongs to; 0 means the latest attempt the store
+	// holds.
+	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The id of the tool call, as in tool_approval_requested. Required.
+	CallId string `protobuf:"bytes,3,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// True runs the tool; false denies it.
+	Approved bool `protobuf:"varint,4,opt,name=approved,proto3" json:"approved,omitempty"`
+	// Why, at most 4 KiB; a denial's reason is shown to the model in the
+	// error tool result, and every decision's is stored in the log.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveToolCallRequest) Reset() {
+	*x = ApproveToolCallRequest{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveToolCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveToolCallRequest) ProtoMessage() {}
+
+func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
+func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ApproveToolCallRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *ApproveToolCallRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ApproveToolCallRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApproveToolCallRequest) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *ApproveToolCallRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ApproveToolCallResponse says what ApproveToolCall did.
+type ApproveToolCallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt the call concerned (the latest when the request said 0).
+	Attempt uint32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// True when this request's decision was taken; false when the call had
+	// been decided already, and approved then gives the decision that stands.
+	Applied bool `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	// The decision that stands.
+	Approved bool `protobuf:"varint,3,opt,name=approved,proto3" json:"approved,omitempty"`
+	// The seq of the tool_approval_decided event that holds the decision.
+	Seq           uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveToolCallResponse) Reset() {
+	*x = ApproveToolCallResponse{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveToolCallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveToolCallResponse) ProtoMessage() {}
+
+func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
+func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ApproveToolCallResponse) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ApproveToolCallResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *ApproveToolCallResponse) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *ApproveToolCallResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// SteerTurnRequest gives a running turn a user message.
+type SteerTurnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's id. Required.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The attempt to steer; 0 means the latest attempt the store holds.
+	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The message: role ROLE_USER (or unset, which means user) and text
+	// parts only, within the server's request limits. Required.
+	Message       *Message `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteerTurnRequest) Reset() {
+	*x = SteerTurnRequest{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteerTurnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteerTurnRequest) ProtoMessage() {}
+
+func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteerTurnRequest.ProtoReflect.Descriptor instead.
+func (*SteerTurnRequest) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SteerTurnRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *SteerTurnRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *SteerTurnRequest) GetMessage() *Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// SteerTurnResponse says the message is stored and queued.
+type SteerTurnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt the message went to (the latest when the request said 0).
+	Attempt uint32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The seq of the steered event that holds the message.
+	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteerTurnResponse) Reset() {
+	*x = SteerTurnResponse{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteerTurnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteerTurnResponse) ProtoMessage() {}
+
+func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteerTurnResponse.ProtoReflect.Descriptor instead.
+func (*SteerTurnResponse) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SteerTurnResponse) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *SteerTurnResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // AgentEvent is one step of a turn.
 type AgentEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -720,6 +1003,9 @@ type AgentEvent struct {
 	//	*AgentEvent_Error
 	//	*AgentEvent_TurnCompleted
 	//	*AgentEvent_Hedge
+	//	*AgentEvent_ToolApprovalRequested
+	//	*AgentEvent_ToolApprovalDecided
+	//	*AgentEvent_Steered
 	Payload       isAgentEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -727,7 +1013,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +1025,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +1038,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AgentEvent) GetSeq() uint64 {
@@ -943,6 +1229,33 @@ func (x *AgentEvent) GetHedge() *Hedge {
 	return nil
 }
 
+func (x *AgentEvent) GetToolApprovalRequested() *ToolApprovalRequested {
+	if x != nil {
+		if x, ok := x.Payload.(*AgentEvent_ToolApprovalRequested); ok {
+			return x.ToolApprovalRequested
+		}
+	}
+	return nil
+}
+
+func (x *AgentEvent) GetToolApprovalDecided() *ToolApprovalDecided {
+	if x != nil {
+		if x, ok := x.Payload.(*AgentEvent_ToolApprovalDecided); ok {
+			return x.ToolApprovalDecided
+		}
+	}
+	return nil
+}
+
+func (x *AgentEvent) GetSteered() *Steered {
+	if x != nil {
+		if x, ok := x.Payload.(*AgentEvent_Steered); ok {
+			return x.Steered
+		}
+	}
+	return nil
+}
+
 type isAgentEvent_Payload interface {
 	isAgentEvent_Payload()
 }
@@ -1035,6 +1348,22 @@ type AgentEvent_Hedge struct {
 	Hedge *Hedge `protobuf:"bytes,26,opt,name=hedge,proto3,oneof"`
 }
 
+type AgentEvent_ToolApprovalRequested struct {
+	// A tool call waits for a decision (AgentService.ApproveToolCall)
+	// before it runs.
+	ToolApprovalRequested *ToolApprovalRequested `protobuf:"bytes,27,opt,name=tool_approval_requested,json=toolApprovalRequested,proto3,oneof"`
+}
+
+type AgentEvent_ToolApprovalDecided struct {
+	// A tool call that waited for approval was decided.
+	ToolApprovalDecided *ToolApprovalDecided `protobuf:"bytes,28,opt,name=tool_approval_decided,json=toolApprovalDecided,proto3,oneof"`
+}
+
+type AgentEvent_Steered struct {
+	// A user message reached the running turn (AgentService.SteerTurn).
+	Steered *Steered `protobuf:"bytes,29,opt,name=steered,proto3,oneof"`
+}
+
 func (*AgentEvent_TurnStarted) isAgentEvent_Payload() {}
 
 func (*AgentEvent_LlmCallStarted) isAgentEvent_Payload() {}
@@ -1069,6 +1398,12 @@ func (*AgentEvent_TurnCompleted) isAgentEvent_Payload() {}
 
 func (*AgentEvent_Hedge) isAgentEvent_Payload() {}
 
+func (*AgentEvent_ToolApprovalRequested) isAgentEvent_Payload() {}
+
+func (*AgentEvent_ToolApprovalDecided) isAgentEvent_Payload() {}
+
+func (*AgentEvent_Steered) isAgentEvent_Payload() {}
+
 // TurnStarted opens a turn.
 type TurnStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1080,7 +1415,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1427,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1440,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TurnStarted) GetModel() string {
@@ -1134,7 +1469,7 @@ type LlmCallStarted struct {
 
 func (x *LlmCallStarted) Reset() {
 	*x = LlmCallStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1481,7 @@ func (x *LlmCallStarted) String() string {
 func (*LlmCallStarted) ProtoMessage() {}
 
 func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1494,7 @@ func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallStarted.ProtoReflect.Descriptor instead.
 func (*LlmCallStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LlmCallStarted) GetModel() string {
@@ -1208,7 +1543,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1555,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1568,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TextDelta) GetText() string {
@@ -1256,7 +1591,7 @@ type ThinkingDelta struct {
 
 func (x *ThinkingDelta) Reset() {
 	*x = ThinkingDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1603,7 @@ func (x *ThinkingDelta) String() string {
 func (*ThinkingDelta) ProtoMessage() {}
 
 func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1616,7 @@ func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThinkingDelta.ProtoReflect.Descriptor instead.
 func (*ThinkingDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ThinkingDelta) GetText() string {
@@ -1315,7 +1650,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1662,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1675,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1392,7 +1727,7 @@ type MessageCompleted struct {
 
 func (x *MessageCompleted) Reset() {
 	*x = MessageCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1739,7 @@ func (x *MessageCompleted) String() string {
 func (*MessageCompleted) ProtoMessage() {}
 
 func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1752,7 @@ func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageCompleted.ProtoReflect.Descriptor instead.
 func (*MessageCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MessageCompleted) GetMessage() *Message {
@@ -1442,7 +1777,7 @@ type ToolStarted struct {
 
 func (x *ToolStarted) Reset() {
 	*x = ToolStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1789,7 @@ func (x *ToolStarted) String() string {
 func (*ToolStarted) ProtoMessage() {}
 
 func (x *ToolStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1802,7 @@ func (x *ToolStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStarted.ProtoReflect.Descriptor instead.
 func (*ToolStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolStarted) GetCallId() string {
@@ -1510,7 +1845,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1857,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1870,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolProgress) GetCallId() string {
@@ -1592,7 +1927,7 @@ type ToolFinished struct {
 
 func (x *ToolFinished) Reset() {
 	*x = ToolFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1939,7 @@ func (x *ToolFinished) String() string {
 func (*ToolFinished) ProtoMessage() {}
 
 func (x *ToolFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1952,7 @@ func (x *ToolFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolFinished.ProtoReflect.Descriptor instead.
 func (*ToolFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ToolFinished) GetCallId() string {
@@ -1678,7 +2013,7 @@ type LlmCallFinished struct {
 
 func (x *LlmCallFinished) Reset() {
 	*x = LlmCallFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +2025,7 @@ func (x *LlmCallFinished) String() string {
 func (*LlmCallFinished) ProtoMessage() {}
 
 func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +2038,7 @@ func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallFinished.ProtoReflect.Descriptor instead.
 func (*LlmCallFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LlmCallFinished) GetModel() string {
@@ -1785,7 +2120,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2132,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2145,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Retry) GetAttempt() uint32 {
@@ -1890,7 +2225,7 @@ type Fallback struct {
 
 func (x *Fallback) Reset() {
 	*x = Fallback{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2237,7 @@ func (x *Fallback) String() string {
 func (*Fallback) ProtoMessage() {}
 
 func (x *Fallback) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2250,7 @@ func (x *Fallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fallback.ProtoReflect.Descriptor instead.
 func (*Fallback) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Fallback) GetFromModel() string {
@@ -1981,7 +2316,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2328,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2341,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Hedge) GetFromModel() string {
@@ -2030,6 +2365,233 @@ func (x *Hedge) GetAfter() *durationpb.Duration {
 	return nil
 }
 
+// ToolApprovalRequested says a tool call waits for a decision: answer it with
+// AgentService.ApproveToolCall. The calls of one reply that need approval are
+// requested together, and the turn waits until each is decided; its other
+// calls wait with them. A turn taken over by another replica emits the
+// request again for every call still undecided.
+type ToolApprovalRequested struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool call's id.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The call's JSON arguments.
+	Arguments string `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// What the call would do, in words, when the tool can say; else empty.
+	Preview string `protobuf:"bytes,4,opt,name=preview,proto3" json:"preview,omitempty"`
+	// When the server's approval timeout denies the call if nobody decided it.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolApprovalRequested) Reset() {
+	*x = ToolApprovalRequested{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolApprovalRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolApprovalRequested) ProtoMessage() {}
+
+func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolApprovalRequested.ProtoReflect.Descriptor instead.
+func (*ToolApprovalRequested) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ToolApprovalRequested) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolApprovalRequested) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolApprovalRequested) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *ToolApprovalRequested) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+func (x *ToolApprovalRequested) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+// ToolApprovalDecided says how a tool call that waited for approval was
+// decided. A denied call's error tool result follows; an approved call runs
+// (tool_started follows).
+type ToolApprovalDecided struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool call's id.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// True when the tool may run.
+	Approved bool `protobuf:"varint,3,opt,name=approved,proto3" json:"approved,omitempty"`
+	// The reason given with the decision, or the timeout's.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// True when nobody decided before the deadline and the server denied it.
+	TimedOut bool `protobuf:"varint,5,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// The name of the client key that decided; empty without client keys or
+	// when timed_out.
+	DecidedBy     string `protobuf:"bytes,6,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolApprovalDecided) Reset() {
+	*x = ToolApprovalDecided{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolApprovalDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolApprovalDecided) ProtoMessage() {}
+
+func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolApprovalDecided.ProtoReflect.Descriptor instead.
+func (*ToolApprovalDecided) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ToolApprovalDecided) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolApprovalDecided) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolApprovalDecided) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *ToolApprovalDecided) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ToolApprovalDecided) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *ToolApprovalDecided) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+// Steered says a user message reached the running turn. It is committed (a
+// message_completed event) at the turn's next step boundary.
+type Steered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message, as it will be committed.
+	Message       *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Steered) Reset() {
+	*x = Steered{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Steered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Steered) ProtoMessage() {}
+
+func (x *Steered) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Steered.ProtoReflect.Descriptor instead.
+func (*Steered) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Steered) GetMessage() *Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
 // Compaction says the conversation was shortened to fit a context window.
 type Compaction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2049,7 +2611,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2623,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2636,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -2136,7 +2698,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2710,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2723,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -2215,14 +2777,20 @@ type TurnCounters struct {
 	// Times the conversation was compacted.
 	Compactions uint32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
 	// Hedged model calls started (they count in model_calls too).
-	Hedges        uint32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
+	Hedges uint32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
+	// Tool calls that waited for approval.
+	ApprovalsRequested uint32 `protobuf:"varint,8,opt,name=approvals_requested,json=approvalsRequested,proto3" json:"approvals_requested,omitempty"`
+	// Tool calls denied, by a client or by the approval timeout.
+	ApprovalsDenied uint32 `protobuf:"varint,9,opt,name=approvals_denied,json=approvalsDenied,proto3" json:"approvals_denied,omitempty"`
+	// User messages the turn received through SteerTurn.
+	Steered       uint32 `protobuf:"varint,10,opt,name=steered,proto3" json:"steered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2802,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2815,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -2299,6 +2867,27 @@ func (x *TurnCounters) GetHedges() uint32 {
 	return 0
 }
 
+func (x *TurnCounters) GetApprovalsRequested() uint32 {
+	if x != nil {
+		return x.ApprovalsRequested
+	}
+	return 0
+}
+
+func (x *TurnCounters) GetApprovalsDenied() uint32 {
+	if x != nil {
+		return x.ApprovalsDenied
+	}
+	return 0
+}
+
+func (x *TurnCounters) GetSteered() uint32 {
+	if x != nil {
+		return x.Steered
+	}
+	return 0
+}
+
 var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
@@ -2339,7 +2928,25 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x12CancelTurnResponse\x12\x1c\n" +
 	"\tcancelled\x18\x01 \x01(\bR\tcancelled\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xab\t\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\x98\x01\n" +
+	"\x16ApproveToolCallRequest\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
+	"\acall_id\x18\x03 \x01(\tR\x06callId\x12\x1a\n" +
+	"\bapproved\x18\x04 \x01(\bR\bapproved\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"{\n" +
+	"\x17ApproveToolCallResponse\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied\x12\x1a\n" +
+	"\bapproved\x18\x03 \x01(\bR\bapproved\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"v\n" +
+	"\x10SteerTurnRequest\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12/\n" +
+	"\amessage\x18\x03 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"?\n" +
+	"\x11SteerTurnResponse\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x96\v\n" +
 	"\n" +
 	"AgentEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
@@ -2366,7 +2973,10 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x05usage\x18\x17 \x01(\v2\x13.turnstile.v1.UsageH\x00R\x05usage\x12+\n" +
 	"\x05error\x18\x18 \x01(\v2\x13.turnstile.v1.ErrorH\x00R\x05error\x12D\n" +
 	"\x0eturn_completed\x18\x19 \x01(\v2\x1b.turnstile.v1.TurnCompletedH\x00R\rturnCompleted\x12+\n" +
-	"\x05hedge\x18\x1a \x01(\v2\x13.turnstile.v1.HedgeH\x00R\x05hedgeB\t\n" +
+	"\x05hedge\x18\x1a \x01(\v2\x13.turnstile.v1.HedgeH\x00R\x05hedge\x12]\n" +
+	"\x17tool_approval_requested\x18\x1b \x01(\v2#.turnstile.v1.ToolApprovalRequestedH\x00R\x15toolApprovalRequested\x12W\n" +
+	"\x15tool_approval_decided\x18\x1c \x01(\v2!.turnstile.v1.ToolApprovalDecidedH\x00R\x13toolApprovalDecided\x121\n" +
+	"\asteered\x18\x1d \x01(\v2\x15.turnstile.v1.SteeredH\x00R\asteeredB\t\n" +
 	"\apayload\"#\n" +
 	"\vTurnStarted\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"\x97\x01\n" +
@@ -2434,7 +3044,23 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"from_model\x18\x01 \x01(\tR\tfromModel\x12\x19\n" +
 	"\bto_model\x18\x02 \x01(\tR\atoModel\x12/\n" +
-	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\"\xbc\x01\n" +
+	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\"\xb4\x01\n" +
+	"\x15ToolApprovalRequested\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\x12\x18\n" +
+	"\apreview\x18\x04 \x01(\tR\apreview\x126\n" +
+	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xb2\x01\n" +
+	"\x13ToolApprovalDecided\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bapproved\x18\x03 \x01(\bR\bapproved\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1b\n" +
+	"\ttimed_out\x18\x05 \x01(\bR\btimedOut\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x06 \x01(\tR\tdecidedBy\":\n" +
+	"\aSteered\x12/\n" +
+	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"\xbc\x01\n" +
 	"\n" +
 	"Compaction\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12'\n" +
@@ -2449,7 +3075,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x15.turnstile.v1.MessageR\bmessages\x12)\n" +
 	"\x05usage\x18\x03 \x01(\v2\x13.turnstile.v1.UsageR\x05usage\x126\n" +
 	"\bcounters\x18\x04 \x01(\v2\x1a.turnstile.v1.TurnCountersR\bcounters\x12)\n" +
-	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xe1\x01\n" +
+	"\x10messages_omitted\x18\x05 \x01(\bR\x0fmessagesOmitted\"\xd7\x02\n" +
 	"\fTurnCounters\x12\x1f\n" +
 	"\vmodel_calls\x18\x01 \x01(\rR\n" +
 	"modelCalls\x12\x18\n" +
@@ -2460,7 +3086,11 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\vtool_errors\x18\x05 \x01(\rR\n" +
 	"toolErrors\x12 \n" +
 	"\vcompactions\x18\x06 \x01(\rR\vcompactions\x12\x16\n" +
-	"\x06hedges\x18\a \x01(\rR\x06hedges*\xcd\x01\n" +
+	"\x06hedges\x18\a \x01(\rR\x06hedges\x12/\n" +
+	"\x13approvals_requested\x18\b \x01(\rR\x12approvalsRequested\x12)\n" +
+	"\x10approvals_denied\x18\t \x01(\rR\x0fapprovalsDenied\x12\x18\n" +
+	"\asteered\x18\n" +
+	" \x01(\rR\asteered*\xcd\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2469,7 +3099,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x16STOP_REASON_MAX_TOKENS\x10\x03\x12\x1d\n" +
 	"\x19STOP_REASON_STOP_SEQUENCE\x10\x04\x12\x17\n" +
 	"\x13STOP_REASON_REFUSAL\x10\x05\x12\x1a\n" +
-	"\x16STOP_REASON_PAUSE_TURN\x10\x06*\xd5\x01\n" +
+	"\x16STOP_REASON_PAUSE_TURN\x10\x06*\xf5\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13END_REASON_END_TURN\x10\x01\x12\"\n" +
@@ -2477,12 +3107,15 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x1aEND_REASON_MAX_MODEL_CALLS\x10\x03\x12\x19\n" +
 	"\x15END_REASON_MAX_TOKENS\x10\x04\x12\x16\n" +
 	"\x12END_REASON_REFUSAL\x10\x05\x12\x1c\n" +
-	"\x18END_REASON_STOP_SEQUENCE\x10\x062\xf9\x01\n" +
+	"\x18END_REASON_STOP_SEQUENCE\x10\x06\x12\x1e\n" +
+	"\x1aEND_REASON_TOOL_ENDED_TURN\x10\a2\xa7\x03\n" +
 	"\fAgentService\x12H\n" +
 	"\aRunTurn\x12\x1c.turnstile.v1.RunTurnRequest\x1a\x1d.turnstile.v1.RunTurnResponse0\x01\x12N\n" +
 	"\tWatchTurn\x12\x1e.turnstile.v1.WatchTurnRequest\x1a\x1f.turnstile.v1.WatchTurnResponse0\x01\x12O\n" +
 	"\n" +
-	"CancelTurn\x12\x1f.turnstile.v1.CancelTurnRequest\x1a .turnstile.v1.CancelTurnResponseB\x95\x01\n" +
+	"CancelTurn\x12\x1f.turnstile.v1.CancelTurnRequest\x1a .turnstile.v1.CancelTurnResponse\x12^\n" +
+	"\x0fApproveToolCall\x12$.turnstile.v1.ApproveToolCallRequest\x1a%.turnstile.v1.ApproveToolCallResponse\x12L\n" +
+	"\tSteerTurn\x12\x1e.turnstile.v1.SteerTurnRequest\x1a\x1f.turnstile.v1.SteerTurnResponseB\x95\x01\n" +
 	"\x10dev.turnstile.v1B\n" +
 	"AgentProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
@@ -2499,94 +3132,111 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_turnstile_v1_agent_proto_goTypes = []any{
-	(StopReason)(0),               // 0: turnstile.v1.StopReason
-	(EndReason)(0),                // 1: turnstile.v1.EndReason
-	(*RunTurnRequest)(nil),        // 2: turnstile.v1.RunTurnRequest
-	(*GenerationOptions)(nil),     // 3: turnstile.v1.GenerationOptions
-	(*TurnLimits)(nil),            // 4: turnstile.v1.TurnLimits
-	(*RunTurnResponse)(nil),       // 5: turnstile.v1.RunTurnResponse
-	(*WatchTurnRequest)(nil),      // 6: turnstile.v1.WatchTurnRequest
-	(*WatchTurnResponse)(nil),     // 7: turnstile.v1.WatchTurnResponse
-	(*CancelTurnRequest)(nil),     // 8: turnstile.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),    // 9: turnstile.v1.CancelTurnResponse
-	(*AgentEvent)(nil),            // 10: turnstile.v1.AgentEvent
-	(*TurnStarted)(nil),           // 11: turnstile.v1.TurnStarted
-	(*LlmCallStarted)(nil),        // 12: turnstile.v1.LlmCallStarted
-	(*TextDelta)(nil),             // 13: turnstile.v1.TextDelta
-	(*ThinkingDelta)(nil),         // 14: turnstile.v1.ThinkingDelta
-	(*ToolCallDelta)(nil),         // 15: turnstile.v1.ToolCallDelta
-	(*MessageCompleted)(nil),      // 16: turnstile.v1.MessageCompleted
-	(*ToolStarted)(nil),           // 17: turnstile.v1.ToolStarted
-	(*ToolProgress)(nil),          // 18: turnstile.v1.ToolProgress
-	(*ToolFinished)(nil),          // 19: turnstile.v1.ToolFinished
-	(*LlmCallFinished)(nil),       // 20: turnstile.v1.LlmCallFinished
-	(*Retry)(nil),                 // 21: turnstile.v1.Retry
-	(*Fallback)(nil),              // 22: turnstile.v1.Fallback
-	(*Hedge)(nil),                 // 23: turnstile.v1.Hedge
-	(*Compaction)(nil),            // 24: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),         // 25: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),          // 26: turnstile.v1.TurnCounters
-	(*Message)(nil),               // 27: turnstile.v1.Message
-	(*ToolDefinition)(nil),        // 28: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*Usage)(nil),                 // 30: turnstile.v1.Usage
-	(*Error)(nil),                 // 31: turnstile.v1.Error
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
-	(ErrorCode)(0),                // 33: turnstile.v1.ErrorCode
+	(StopReason)(0),                 // 0: turnstile.v1.StopReason
+	(EndReason)(0),                  // 1: turnstile.v1.EndReason
+	(*RunTurnRequest)(nil),          // 2: turnstile.v1.RunTurnRequest
+	(*GenerationOptions)(nil),       // 3: turnstile.v1.GenerationOptions
+	(*TurnLimits)(nil),              // 4: turnstile.v1.TurnLimits
+	(*RunTurnResponse)(nil),         // 5: turnstile.v1.RunTurnResponse
+	(*WatchTurnRequest)(nil),        // 6: turnstile.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),       // 7: turnstile.v1.WatchTurnResponse
+	(*CancelTurnRequest)(nil),       // 8: turnstile.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),      // 9: turnstile.v1.CancelTurnResponse
+	(*ApproveToolCallRequest)(nil),  // 10: turnstile.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 11: turnstile.v1.ApproveToolCallResponse
+	(*SteerTurnRequest)(nil),        // 12: turnstile.v1.SteerTurnRequest
+	(*SteerTurnResponse)(nil),       // 13: turnstile.v1.SteerTurnResponse
+	(*AgentEvent)(nil),              // 14: turnstile.v1.AgentEvent
+	(*TurnStarted)(nil),             // 15: turnstile.v1.TurnStarted
+	(*LlmCallStarted)(nil),          // 16: turnstile.v1.LlmCallStarted
+	(*TextDelta)(nil),               // 17: turnstile.v1.TextDelta
+	(*ThinkingDelta)(nil),           // 18: turnstile.v1.ThinkingDelta
+	(*ToolCallDelta)(nil),           // 19: turnstile.v1.ToolCallDelta
+	(*MessageCompleted)(nil),        // 20: turnstile.v1.MessageCompleted
+	(*ToolStarted)(nil),             // 21: turnstile.v1.ToolStarted
+	(*ToolProgress)(nil),            // 22: turnstile.v1.ToolProgress
+	(*ToolFinished)(nil),            // 23: turnstile.v1.ToolFinished
+	(*LlmCallFinished)(nil),         // 24: turnstile.v1.LlmCallFinished
+	(*Retry)(nil),                   // 25: turnstile.v1.Retry
+	(*Fallback)(nil),                // 26: turnstile.v1.Fallback
+	(*Hedge)(nil),                   // 27: turnstile.v1.Hedge
+	(*ToolApprovalRequested)(nil),   // 28: turnstile.v1.ToolApprovalRequested
+	(*ToolApprovalDecided)(nil),     // 29: turnstile.v1.ToolApprovalDecided
+	(*Steered)(nil),                 // 30: turnstile.v1.Steered
+	(*Compaction)(nil),              // 31: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),           // 32: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),            // 33: turnstile.v1.TurnCounters
+	(*Message)(nil),                 // 34: turnstile.v1.Message
+	(*ToolDefinition)(nil),          // 35: turnstile.v1.ToolDefinition
+	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
+	(*Usage)(nil),                   // 37: turnstile.v1.Usage
+	(*Error)(nil),                   // 38: turnstile.v1.Error
+	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
+	(ErrorCode)(0),                  // 40: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	27, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	28, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	34, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	35, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
 	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
 	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
-	10, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	10, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	29, // 6: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
-	11, // 7: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
-	12, // 8: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
-	13, // 9: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
-	14, // 10: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
-	15, // 11: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
-	16, // 12: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
-	17, // 13: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
-	18, // 14: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
-	19, // 15: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
-	20, // 16: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
-	21, // 17: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
-	22, // 18: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	24, // 19: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	30, // 20: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	31, // 21: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	25, // 22: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	23, // 23: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
-	27, // 24: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	32, // 25: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	30, // 26: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 27: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	31, // 28: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	32, // 29: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	32, // 30: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	32, // 31: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	33, // 32: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	33, // 33: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	32, // 34: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
-	1,  // 35: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	27, // 36: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	30, // 37: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	26, // 38: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 39: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	6,  // 40: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
-	8,  // 41: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
-	5,  // 42: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	7,  // 43: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
-	9,  // 44: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
-	42, // [42:45] is the sub-list for method output_type
-	39, // [39:42] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	14, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	14, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	34, // 6: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
+	36, // 7: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 8: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
+	16, // 9: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
+	17, // 10: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
+	18, // 11: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
+	19, // 12: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
+	20, // 13: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
+	21, // 14: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
+	22, // 15: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
+	23, // 16: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
+	24, // 17: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
+	25, // 18: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
+	26, // 19: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
+	31, // 20: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	37, // 21: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	38, // 22: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	32, // 23: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	27, // 24: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	28, // 25: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
+	29, // 26: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
+	30, // 27: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
+	34, // 28: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	39, // 29: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	37, // 30: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	0,  // 31: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	38, // 32: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	39, // 33: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	39, // 34: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	39, // 35: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	40, // 36: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	40, // 37: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	39, // 38: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	36, // 39: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	34, // 40: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
+	1,  // 41: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	34, // 42: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	37, // 43: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	33, // 44: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	2,  // 45: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	6,  // 46: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	8,  // 47: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	10, // 48: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
+	12, // 49: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
+	5,  // 50: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	7,  // 51: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	9,  // 52: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	11, // 53: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
+	13, // 54: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
+	50, // [50:55] is the sub-list for method output_type
+	45, // [45:50] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -2598,7 +3248,7 @@ func file_turnstile_v1_agent_proto_init() {
 	file_turnstile_v1_errors_proto_init()
 	file_turnstile_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
 	file_turnstile_v1_agent_proto_msgTypes[2].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
+	file_turnstile_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
 		(*AgentEvent_TurnStarted)(nil),
 		(*AgentEvent_LlmCallStarted)(nil),
 		(*AgentEvent_TextDelta)(nil),
@@ -2616,6 +3266,9 @@ func file_turnstile_v1_agent_proto_init() {
 		(*AgentEvent_Error)(nil),
 		(*AgentEvent_TurnCompleted)(nil),
 		(*AgentEvent_Hedge)(nil),
+		(*AgentEvent_ToolApprovalRequested)(nil),
+		(*AgentEvent_ToolApprovalDecided)(nil),
+		(*AgentEvent_Steered)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2623,7 +3276,7 @@ func file_turnstile_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

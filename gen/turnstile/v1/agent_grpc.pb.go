@@ -19,9 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_RunTurn_FullMethodName    = "/turnstile.v1.AgentService/RunTurn"
-	AgentService_WatchTurn_FullMethodName  = "/turnstile.v1.AgentService/WatchTurn"
-	AgentService_CancelTurn_FullMethodName = "/turnstile.v1.AgentService/CancelTurn"
+	AgentService_RunTurn_FullMethodName         = "/turnstile.v1.AgentService/RunTurn"
+	AgentService_WatchTurn_FullMethodName       = "/turnstile.v1.AgentService/WatchTurn"
+	AgentService_CancelTurn_FullMethodName      = "/turnstile.v1.AgentService/CancelTurn"
+	AgentService_ApproveToolCall_FullMethodName = "/turnstile.v1.AgentService/ApproveToolCall"
+	AgentService_SteerTurn_FullMethodName       = "/turnstile.v1.AgentService/SteerTurn"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -115,6 +117,43 @@ type AgentServiceClient interface {
 	// no turn log (then a turn lives in its RunTurn stream, and closing the
 	// stream cancels it).
 	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
+	// ApproveToolCall decides a tool call that waits for approval: the turn
+	// emitted tool_approval_requested for it (a tool the server's
+	// configuration lists under require_approval) and waits, detached like
+	// any durable turn, for this call from any replica sharing the store.
+	// Approved, the tool runs; denied, the model receives an error tool
+	// result that holds the reason, and the tool never runs. The decision is
+	// stored in the turn's log as a tool_approval_decided event before the
+	// call returns, so a replica that takes the turn over honours it. Only
+	// the client key that runs the turn may decide its calls.
+	//
+	// Deciding a call that is already decided (by an earlier call or by the
+	// server's approval timeout) changes nothing and returns the decision
+	// that stands with applied false, so a retried call is safe. Errors:
+	// INVALID_ARGUMENT naming the field (turn_id or call_id missing, reason
+	// over 4 KiB); NOT_FOUND when the store holds no such run, or the run
+	// never asked for approval of call_id; FAILED_PRECONDITION when the run
+	// ended before the call was decided, or the server keeps no turn log and
+	// the turn does not run on this replica.
+	ApproveToolCall(ctx context.Context, in *ApproveToolCallRequest, opts ...grpc.CallOption) (*ApproveToolCallResponse, error)
+	// SteerTurn gives a running turn a user message. It is stored in the
+	// turn's log as a steered event before the call returns, and injected at
+	// the turn's next step boundary: after the model call or the tool calls
+	// under way, before the next model call. Tool calls of the current reply
+	// that had not started when it arrived are not run: each gets the error
+	// result "skipped: the user redirected the turn". A turn whose model had
+	// just finished makes one more model call to answer it. The message is
+	// then committed like any other (a message_completed event, and in
+	// turn_completed.messages), so the client's conversation holds it.
+	//
+	// Errors: INVALID_ARGUMENT naming the field (turn_id missing; a message
+	// that is not a user message of text parts, or over the request limits);
+	// NOT_FOUND when the store holds no such run; FAILED_PRECONDITION when
+	// the run has ended (its terminal event is stored), or the server keeps
+	// no turn log and the turn does not run on this replica;
+	// RESOURCE_EXHAUSTED when the turn already holds the most queued messages
+	// the server allows.
+	SteerTurn(ctx context.Context, in *SteerTurnRequest, opts ...grpc.CallOption) (*SteerTurnResponse, error)
 }
 
 type agentServiceClient struct {
@@ -167,6 +206,26 @@ func (c *agentServiceClient) CancelTurn(ctx context.Context, in *CancelTurnReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelTurnResponse)
 	err := c.cc.Invoke(ctx, AgentService_CancelTurn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ApproveToolCall(ctx context.Context, in *ApproveToolCallRequest, opts ...grpc.CallOption) (*ApproveToolCallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveToolCallResponse)
+	err := c.cc.Invoke(ctx, AgentService_ApproveToolCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) SteerTurn(ctx context.Context, in *SteerTurnRequest, opts ...grpc.CallOption) (*SteerTurnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SteerTurnResponse)
+	err := c.cc.Invoke(ctx, AgentService_SteerTurn_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +323,43 @@ type AgentServiceServer interface {
 	// no turn log (then a turn lives in its RunTurn stream, and closing the
 	// stream cancels it).
 	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
+	// ApproveToolCall decides a tool call that waits for approval: the turn
+	// emitted tool_approval_requested for it (a tool the server's
+	// configuration lists under require_approval) and waits, detached like
+	// any durable turn, for this call from any replica sharing the store.
+	// Approved, the tool runs; denied, the model receives an error tool
+	// result that holds the reason, and the tool never runs. The decision is
+	// stored in the turn's log as a tool_approval_decided event before the
+	// call returns, so a replica that takes the turn over honours it. Only
+	// the client key that runs the turn may decide its calls.
+	//
+	// Deciding a call that is already decided (by an earlier call or by the
+	// server's approval timeout) changes nothing and returns the decision
+	// that stands with applied false, so a retried call is safe. Errors:
+	// INVALID_ARGUMENT naming the field (turn_id or call_id missing, reason
+	// over 4 KiB); NOT_FOUND when the store holds no such run, or the run
+	// never asked for approval of call_id; FAILED_PRECONDITION when the run
+	// ended before the call was decided, or the server keeps no turn log and
+	// the turn does not run on this replica.
+	ApproveToolCall(context.Context, *ApproveToolCallRequest) (*ApproveToolCallResponse, error)
+	// SteerTurn gives a running turn a user message. It is stored in the
+	// turn's log as a steered event before the call returns, and injected at
+	// the turn's next step boundary: after the model call or the tool calls
+	// under way, before the next model call. Tool calls of the current reply
+	// that had not started when it arrived are not run: each gets the error
+	// result "skipped: the user redirected the turn". A turn whose model had
+	// just finished makes one more model call to answer it. The message is
+	// then committed like any other (a message_completed event, and in
+	// turn_completed.messages), so the client's conversation holds it.
+	//
+	// Errors: INVALID_ARGUMENT naming the field (turn_id missing; a message
+	// that is not a user message of text parts, or over the request limits);
+	// NOT_FOUND when the store holds no such run; FAILED_PRECONDITION when
+	// the run has ended (its terminal event is stored), or the server keeps
+	// no turn log and the turn does not run on this replica;
+	// RESOURCE_EXHAUSTED when the turn already holds the most queued messages
+	// the server allows.
+	SteerTurn(context.Context, *SteerTurnRequest) (*SteerTurnResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -282,6 +378,12 @@ func (UnimplementedAgentServiceServer) WatchTurn(*WatchTurnRequest, grpc.ServerS
 }
 func (UnimplementedAgentServiceServer) CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTurn not implemented")
+}
+func (UnimplementedAgentServiceServer) ApproveToolCall(context.Context, *ApproveToolCallRequest) (*ApproveToolCallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveToolCall not implemented")
+}
+func (UnimplementedAgentServiceServer) SteerTurn(context.Context, *SteerTurnRequest) (*SteerTurnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SteerTurn not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -344,6 +446,42 @@ func _AgentService_CancelTurn_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ApproveToolCall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveToolCallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ApproveToolCall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ApproveToolCall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ApproveToolCall(ctx, req.(*ApproveToolCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_SteerTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SteerTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SteerTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SteerTurn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SteerTurn(ctx, req.(*SteerTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -354,6 +492,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTurn",
 			Handler:    _AgentService_CancelTurn_Handler,
+		},
+		{
+			MethodName: "ApproveToolCall",
+			Handler:    _AgentService_ApproveToolCall_Handler,
+		},
+		{
+			MethodName: "SteerTurn",
+			Handler:    _AgentService_SteerTurn_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

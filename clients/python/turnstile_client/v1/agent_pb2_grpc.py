@@ -42,6 +42,16 @@ class AgentServiceStub(object):
                 request_serializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnRequest.SerializeToString,
                 response_deserializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnResponse.FromString,
                 )
+        self.ApproveToolCall = channel.unary_unary(
+                '/turnstile.v1.AgentService/ApproveToolCall',
+                request_serializer=turnstile_dot_v1_dot_agent__pb2.ApproveToolCallRequest.SerializeToString,
+                response_deserializer=turnstile_dot_v1_dot_agent__pb2.ApproveToolCallResponse.FromString,
+                )
+        self.SteerTurn = channel.unary_unary(
+                '/turnstile.v1.AgentService/SteerTurn',
+                request_serializer=turnstile_dot_v1_dot_agent__pb2.SteerTurnRequest.SerializeToString,
+                response_deserializer=turnstile_dot_v1_dot_agent__pb2.SteerTurnResponse.FromString,
+                )
 
 
 class AgentServiceServicer(object):
@@ -148,6 +158,53 @@ class AgentServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApproveToolCall(self, request, context):
+        """ApproveToolCall decides a tool call that waits for approval: the turn
+        emitted tool_approval_requested for it (a tool the server's
+        configuration lists under require_approval) and waits, detached like
+        any durable turn, for this call from any replica sharing the store.
+        Approved, the tool runs; denied, the model receives an error tool
+        result that holds the reason, and the tool never runs. The decision is
+        stored in the turn's log as a tool_approval_decided event before the
+        call returns, so a replica that takes the turn over honours it. Only
+        the client key that runs the turn may decide its calls.
+
+        Deciding a call that is already decided (by an earlier call or by the
+        server's approval timeout) changes nothing and returns the decision
+        that stands with applied false, so a retried call is safe. Errors:
+        INVALID_ARGUMENT naming the field (turn_id or call_id missing, reason
+        over 4 KiB); NOT_FOUND when the store holds no such run, or the run
+        never asked for approval of call_id; FAILED_PRECONDITION when the run
+        ended before the call was decided, or the server keeps no turn log and
+        the turn does not run on this replica.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SteerTurn(self, request, context):
+        """SteerTurn gives a running turn a user message. It is stored in the
+        turn's log as a steered event before the call returns, and injected at
+        the turn's next step boundary: after the model call or the tool calls
+        under way, before the next model call. Tool calls of the current reply
+        that had not started when it arrived are not run: each gets the error
+        result "skipped: the user redirected the turn". A turn whose model had
+        just finished makes one more model call to answer it. The message is
+        then committed like any other (a message_completed event, and in
+        turn_completed.messages), so the client's conversation holds it.
+
+        Errors: INVALID_ARGUMENT naming the field (turn_id missing; a message
+        that is not a user message of text parts, or over the request limits);
+        NOT_FOUND when the store holds no such run; FAILED_PRECONDITION when
+        the run has ended (its terminal event is stored), or the server keeps
+        no turn log and the turn does not run on this replica;
+        RESOURCE_EXHAUSTED when the turn already holds the most queued messages
+        the server allows.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +222,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.CancelTurn,
                     request_deserializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnRequest.FromString,
                     response_serializer=turnstile_dot_v1_dot_agent__pb2.CancelTurnResponse.SerializeToString,
+            ),
+            'ApproveToolCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveToolCall,
+                    request_deserializer=turnstile_dot_v1_dot_agent__pb2.ApproveToolCallRequest.FromString,
+                    response_serializer=turnstile_dot_v1_dot_agent__pb2.ApproveToolCallResponse.SerializeToString,
+            ),
+            'SteerTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.SteerTurn,
+                    request_deserializer=turnstile_dot_v1_dot_agent__pb2.SteerTurnRequest.FromString,
+                    response_serializer=turnstile_dot_v1_dot_agent__pb2.SteerTurnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -237,5 +304,39 @@ class AgentService(object):
         return grpc.experimental.unary_unary(request, target, '/turnstile.v1.AgentService/CancelTurn',
             turnstile_dot_v1_dot_agent__pb2.CancelTurnRequest.SerializeToString,
             turnstile_dot_v1_dot_agent__pb2.CancelTurnResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ApproveToolCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/turnstile.v1.AgentService/ApproveToolCall',
+            turnstile_dot_v1_dot_agent__pb2.ApproveToolCallRequest.SerializeToString,
+            turnstile_dot_v1_dot_agent__pb2.ApproveToolCallResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SteerTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/turnstile.v1.AgentService/SteerTurn',
+            turnstile_dot_v1_dot_agent__pb2.SteerTurnRequest.SerializeToString,
+            turnstile_dot_v1_dot_agent__pb2.SteerTurnResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

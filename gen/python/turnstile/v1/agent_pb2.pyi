@@ -15,6 +15,7 @@ END_REASON_MAX_TOKENS: EndReason
 END_REASON_REFUSAL: EndReason
 END_REASON_STOP_SEQUENCE: EndReason
 END_REASON_TOOL_CALLS_REQUIRED: EndReason
+END_REASON_TOOL_ENDED_TURN: EndReason
 END_REASON_UNSPECIFIED: EndReason
 STOP_REASON_END_TURN: StopReason
 STOP_REASON_MAX_TOKENS: StopReason
@@ -25,7 +26,7 @@ STOP_REASON_TOOL_USE: StopReason
 STOP_REASON_UNSPECIFIED: StopReason
 
 class AgentEvent(_message.Message):
-    __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "text_delta", "thinking_delta", "time", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
+    __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "steered", "text_delta", "thinking_delta", "time", "tool_approval_decided", "tool_approval_requested", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -36,9 +37,12 @@ class AgentEvent(_message.Message):
     MESSAGE_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    STEERED_FIELD_NUMBER: _ClassVar[int]
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     THINKING_DELTA_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_APPROVAL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_DELTA_FIELD_NUMBER: _ClassVar[int]
     TOOL_FINISHED_FIELD_NUMBER: _ClassVar[int]
     TOOL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
@@ -57,9 +61,12 @@ class AgentEvent(_message.Message):
     message_completed: MessageCompleted
     retry: Retry
     seq: int
+    steered: Steered
     text_delta: TextDelta
     thinking_delta: ThinkingDelta
     time: _timestamp_pb2.Timestamp
+    tool_approval_decided: ToolApprovalDecided
+    tool_approval_requested: ToolApprovalRequested
     tool_call_delta: ToolCallDelta
     tool_finished: ToolFinished
     tool_progress: ToolProgress
@@ -68,7 +75,33 @@ class AgentEvent(_message.Message):
     turn_id: str
     turn_started: TurnStarted
     usage: _conversation_pb2.Usage
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ..., tool_approval_requested: _Optional[_Union[ToolApprovalRequested, _Mapping]] = ..., tool_approval_decided: _Optional[_Union[ToolApprovalDecided, _Mapping]] = ..., steered: _Optional[_Union[Steered, _Mapping]] = ...) -> None: ...
+
+class ApproveToolCallRequest(_message.Message):
+    __slots__ = ["approved", "attempt", "call_id", "reason", "turn_id"]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    approved: bool
+    attempt: int
+    call_id: str
+    reason: str
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., call_id: _Optional[str] = ..., approved: bool = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ApproveToolCallResponse(_message.Message):
+    __slots__ = ["applied", "approved", "attempt", "seq"]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    applied: bool
+    approved: bool
+    attempt: int
+    seq: int
+    def __init__(self, attempt: _Optional[int] = ..., applied: bool = ..., approved: bool = ..., seq: _Optional[int] = ...) -> None: ...
 
 class CancelTurnRequest(_message.Message):
     __slots__ = ["attempt", "turn_id"]
@@ -222,6 +255,30 @@ class RunTurnResponse(_message.Message):
     event: AgentEvent
     def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
 
+class SteerTurnRequest(_message.Message):
+    __slots__ = ["attempt", "message", "turn_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    message: _conversation_pb2.Message
+    turn_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ...) -> None: ...
+
+class SteerTurnResponse(_message.Message):
+    __slots__ = ["attempt", "seq"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    seq: int
+    def __init__(self, attempt: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class Steered(_message.Message):
+    __slots__ = ["message"]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: _conversation_pb2.Message
+    def __init__(self, message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ...) -> None: ...
+
 class TextDelta(_message.Message):
     __slots__ = ["text"]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +292,36 @@ class ThinkingDelta(_message.Message):
     signature: str
     text: str
     def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
+
+class ToolApprovalDecided(_message.Message):
+    __slots__ = ["approved", "call_id", "decided_by", "name", "reason", "timed_out"]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    approved: bool
+    call_id: str
+    decided_by: str
+    name: str
+    reason: str
+    timed_out: bool
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., approved: bool = ..., reason: _Optional[str] = ..., timed_out: bool = ..., decided_by: _Optional[str] = ...) -> None: ...
+
+class ToolApprovalRequested(_message.Message):
+    __slots__ = ["arguments", "call_id", "deadline", "name", "preview"]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    arguments: str
+    call_id: str
+    deadline: _timestamp_pb2.Timestamp
+    name: str
+    preview: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., preview: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ToolCallDelta(_message.Message):
     __slots__ = ["arguments_delta", "call_id", "index", "name"]
@@ -301,22 +388,28 @@ class TurnCompleted(_message.Message):
     def __init__(self, end_reason: _Optional[_Union[EndReason, str]] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., counters: _Optional[_Union[TurnCounters, _Mapping]] = ..., messages_omitted: bool = ...) -> None: ...
 
 class TurnCounters(_message.Message):
-    __slots__ = ["compactions", "fallbacks", "hedges", "model_calls", "retries", "tool_calls", "tool_errors"]
+    __slots__ = ["approvals_denied", "approvals_requested", "compactions", "fallbacks", "hedges", "model_calls", "retries", "steered", "tool_calls", "tool_errors"]
+    APPROVALS_DENIED_FIELD_NUMBER: _ClassVar[int]
+    APPROVALS_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
     FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     HEDGES_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
+    STEERED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    approvals_denied: int
+    approvals_requested: int
     compactions: int
     fallbacks: int
     hedges: int
     model_calls: int
     retries: int
+    steered: int
     tool_calls: int
     tool_errors: int
-    def __init__(self, model_calls: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_errors: _Optional[int] = ..., compactions: _Optional[int] = ..., hedges: _Optional[int] = ...) -> None: ...
+    def __init__(self, model_calls: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_errors: _Optional[int] = ..., compactions: _Optional[int] = ..., hedges: _Optional[int] = ..., approvals_requested: _Optional[int] = ..., approvals_denied: _Optional[int] = ..., steered: _Optional[int] = ...) -> None: ...
 
 class TurnLimits(_message.Message):
     __slots__ = ["max_model_calls"]

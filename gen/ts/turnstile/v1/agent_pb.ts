@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file turnstile/v1/agent.proto.
  */
 export const file_turnstile_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSKGAgoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzEg8KB2F0dGVtcHQYCCABKA0iiwEKEUdlbmVyYXRpb25PcHRpb25zEh4KEW1heF9vdXRwdXRfdG9rZW5zGAEgASgFSACIAQESGAoLdGVtcGVyYXR1cmUYAiABKAFIAYgBARIWCg5zdG9wX3NlcXVlbmNlcxgDIAMoCUIUChJfbWF4X291dHB1dF90b2tlbnNCDgoMX3RlbXBlcmF0dXJlIj4KClR1cm5MaW1pdHMSHAoPbWF4X21vZGVsX2NhbGxzGAEgASgFSACIAQFCEgoQX21heF9tb2RlbF9jYWxscyI6Cg9SdW5UdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCJHChBXYXRjaFR1cm5SZXF1ZXN0Eg8KB3R1cm5faWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIRCglhZnRlcl9zZXEYAyABKAQiPAoRV2F0Y2hUdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCI1ChFDYW5jZWxUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iSgoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBIPCgdhdHRlbXB0GAIgASgNEhAKCGxhc3Rfc2VxGAMgASgEIrwHCgpBZ2VudEV2ZW50EgsKA3NlcRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd0dXJuX2lkGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIABIkCgVoZWRnZRgaIAEoCzITLnR1cm5zdGlsZS52MS5IZWRnZUgAQgkKB3BheWxvYWQiHAoLVHVyblN0YXJ0ZWQSDQoFbW9kZWwYASABKAkiaAoOTGxtQ2FsbFN0YXJ0ZWQSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSFgoOcHJvdmlkZXJfbW9kZWwYAyABKAkSDwoHYXR0ZW1wdBgEIAEoDRIMCgRjYWxsGAUgASgNIhkKCVRleHREZWx0YRIMCgR0ZXh0GAEgASgJIjAKDVRoaW5raW5nRGVsdGESDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiVgoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoDRIPCgdjYWxsX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAQgASgJIjoKEE1lc3NhZ2VDb21wbGV0ZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIj8KC1Rvb2xTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiXwoMVG9vbFByb2dyZXNzEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhAKCHByb2dyZXNzGAQgASgBEg0KBXRvdGFsGAUgASgBIn0KDFRvb2xGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHY29udGVudBgDIAEoCRIQCghpc19lcnJvchgEIAEoCBIrCghkdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKNAgoPTGxtQ2FsbEZpbmlzaGVkEg0KBW1vZGVsGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLQoLc3RvcF9yZWFzb24YBCABKA4yGC50dXJuc3RpbGUudjEuU3RvcFJlYXNvbhIiCgVlcnJvchgFIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvchIrCghkdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI2ChN0aW1lX3RvX2ZpcnN0X2NodW5rGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItQBCgVSZXRyeRIPCgdhdHRlbXB0GAEgASgNEhQKDG1heF9hdHRlbXB0cxgCIAEoDRINCgVtb2RlbBgDIAEoCRIoCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgZyZWFzb24YBSABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBiABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAcgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYCCABKAQinQEKCEZhbGxiYWNrEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSJwoGcmVhc29uGAMgASgOMhcudHVybnN0aWxlLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAQgASgJEhcKD2Rpc2NhcmRfcGFydGlhbBgFIAEoCBIYChBkaXNjYXJkX2Zyb21fc2VxGAYgASgEIlcKBUhlZGdlEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iegoKQ29tcGFjdGlvbhIQCghzdHJhdGVneRgBIAEoCRIXCg9tZXNzYWdlc19iZWZvcmUYAiABKA0SFgoObWVzc2FnZXNfYWZ0ZXIYAyABKA0SFAoMYnl0ZXNfYmVmb3JlGAQgASgEEhMKC2J5dGVzX2FmdGVyGAUgASgEItEBCg1UdXJuQ29tcGxldGVkEisKCmVuZF9yZWFzb24YASABKA4yFy50dXJuc3RpbGUudjEuRW5kUmVhc29uEicKCG1lc3NhZ2VzGAIgAygLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2USIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLAoIY291bnRlcnMYBCABKAsyGi50dXJuc3RpbGUudjEuVHVybkNvdW50ZXJzEhgKEG1lc3NhZ2VzX29taXR0ZWQYBSABKAgilQEKDFR1cm5Db3VudGVycxITCgttb2RlbF9jYWxscxgBIAEoDRIPCgdyZXRyaWVzGAIgASgNEhEKCWZhbGxiYWNrcxgDIAEoDRISCgp0b29sX2NhbGxzGAQgASgNEhMKC3Rvb2xfZXJyb3JzGAUgASgNEhMKC2NvbXBhY3Rpb25zGAYgASgNEg4KBmhlZGdlcxgHIAEoDSrNAQoKU3RvcFJlYXNvbhIbChdTVE9QX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFFNUT1BfUkVBU09OX0VORF9UVVJOEAESGAoUU1RPUF9SRUFTT05fVE9PTF9VU0UQAhIaChZTVE9QX1JFQVNPTl9NQVhfVE9LRU5TEAMSHQoZU1RPUF9SRUFTT05fU1RPUF9TRVFVRU5DRRAEEhcKE1NUT1BfUkVBU09OX1JFRlVTQUwQBRIaChZTVE9QX1JFQVNPTl9QQVVTRV9UVVJOEAYq1QEKCUVuZFJlYXNvbhIaChZFTkRfUkVBU09OX1VOU1BFQ0lGSUVEEAASFwoTRU5EX1JFQVNPTl9FTkRfVFVSThABEiIKHkVORF9SRUFTT05fVE9PTF9DQUxMU19SRVFVSVJFRBACEh4KGkVORF9SRUFTT05fTUFYX01PREVMX0NBTExTEAMSGQoVRU5EX1JFQVNPTl9NQVhfVE9LRU5TEAQSFgoSRU5EX1JFQVNPTl9SRUZVU0FMEAUSHAoYRU5EX1JFQVNPTl9TVE9QX1NFUVVFTkNFEAYy+QEKDEFnZW50U2VydmljZRJICgdSdW5UdXJuEhwudHVybnN0aWxlLnYxLlJ1blR1cm5SZXF1ZXN0Gh0udHVybnN0aWxlLnYxLlJ1blR1cm5SZXNwb25zZTABEk4KCVdhdGNoVHVybhIeLnR1cm5zdGlsZS52MS5XYXRjaFR1cm5SZXF1ZXN0Gh8udHVybnN0aWxlLnYxLldhdGNoVHVyblJlc3BvbnNlMAESTwoKQ2FuY2VsVHVybhIfLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVxdWVzdBogLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVzcG9uc2VClQEKEGRldi50dXJuc3RpbGUudjFCCkFnZW50UHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
+  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSKGAgoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzEg8KB2F0dGVtcHQYCCABKA0iiwEKEUdlbmVyYXRpb25PcHRpb25zEh4KEW1heF9vdXRwdXRfdG9rZW5zGAEgASgFSACIAQESGAoLdGVtcGVyYXR1cmUYAiABKAFIAYgBARIWCg5zdG9wX3NlcXVlbmNlcxgDIAMoCUIUChJfbWF4X291dHB1dF90b2tlbnNCDgoMX3RlbXBlcmF0dXJlIj4KClR1cm5MaW1pdHMSHAoPbWF4X21vZGVsX2NhbGxzGAEgASgFSACIAQFCEgoQX21heF9tb2RlbF9jYWxscyI6Cg9SdW5UdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCJHChBXYXRjaFR1cm5SZXF1ZXN0Eg8KB3R1cm5faWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIRCglhZnRlcl9zZXEYAyABKAQiPAoRV2F0Y2hUdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCI1ChFDYW5jZWxUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iSgoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBIPCgdhdHRlbXB0GAIgASgNEhAKCGxhc3Rfc2VxGAMgASgEIm0KFkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEg8KB2NhbGxfaWQYAyABKAkSEAoIYXBwcm92ZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIloKF0FwcHJvdmVUb29sQ2FsbFJlc3BvbnNlEg8KB2F0dGVtcHQYASABKA0SDwoHYXBwbGllZBgCIAEoCBIQCghhcHByb3ZlZBgDIAEoCBILCgNzZXEYBCABKAQiXAoQU3RlZXJUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SJgoHbWVzc2FnZRgDIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIjEKEVN0ZWVyVHVyblJlc3BvbnNlEg8KB2F0dGVtcHQYASABKA0SCwoDc2VxGAIgASgEIvIICgpBZ2VudEV2ZW50EgsKA3NlcRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd0dXJuX2lkGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIABIkCgVoZWRnZRgaIAEoCzITLnR1cm5zdGlsZS52MS5IZWRnZUgAEkYKF3Rvb2xfYXBwcm92YWxfcmVxdWVzdGVkGBsgASgLMiMudHVybnN0aWxlLnYxLlRvb2xBcHByb3ZhbFJlcXVlc3RlZEgAEkIKFXRvb2xfYXBwcm92YWxfZGVjaWRlZBgcIAEoCzIhLnR1cm5zdGlsZS52MS5Ub29sQXBwcm92YWxEZWNpZGVkSAASKAoHc3RlZXJlZBgdIAEoCzIVLnR1cm5zdGlsZS52MS5TdGVlcmVkSABCCQoHcGF5bG9hZCIcCgtUdXJuU3RhcnRlZBINCgVtb2RlbBgBIAEoCSJoCg5MbG1DYWxsU3RhcnRlZBINCgVtb2RlbBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgDIAEoCRIPCgdhdHRlbXB0GAQgASgNEgwKBGNhbGwYBSABKA0iGQoJVGV4dERlbHRhEgwKBHRleHQYASABKAkiMAoNVGhpbmtpbmdEZWx0YRIMCgR0ZXh0GAEgASgJEhEKCXNpZ25hdHVyZRgCIAEoCSJWCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KB2NhbGxfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIXCg9hcmd1bWVudHNfZGVsdGEYBCABKAkiOgoQTWVzc2FnZUNvbXBsZXRlZBImCgdtZXNzYWdlGAEgASgLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2UiPwoLVG9vbFN0YXJ0ZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSJfCgxUb29sUHJvZ3Jlc3MSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEAoIcHJvZ3Jlc3MYBCABKAESDQoFdG90YWwYBSABKAEifQoMVG9vbEZpbmlzaGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdjb250ZW50GAMgASgJEhAKCGlzX2Vycm9yGAQgASgIEisKCGR1cmF0aW9uGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIo0CCg9MbG1DYWxsRmluaXNoZWQSDQoFbW9kZWwYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIiCgV1c2FnZRgDIAEoCzITLnR1cm5zdGlsZS52MS5Vc2FnZRItCgtzdG9wX3JlYXNvbhgEIAEoDjIYLnR1cm5zdGlsZS52MS5TdG9wUmVhc29uEiIKBWVycm9yGAUgASgLMhMudHVybnN0aWxlLnYxLkVycm9yEisKCGR1cmF0aW9uGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjYKE3RpbWVfdG9fZmlyc3RfY2h1bmsYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i1AEKBVJldHJ5Eg8KB2F0dGVtcHQYASABKA0SFAoMbWF4X2F0dGVtcHRzGAIgASgNEg0KBW1vZGVsGAMgASgJEigKBWRlbGF5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBnJlYXNvbhgFIAEoDjIXLnR1cm5zdGlsZS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgGIAEoCRIXCg9kaXNjYXJkX3BhcnRpYWwYByABKAgSGAoQZGlzY2FyZF9mcm9tX3NlcRgIIAEoBCKdAQoIRmFsbGJhY2sSEgoKZnJvbV9tb2RlbBgBIAEoCRIQCgh0b19tb2RlbBgCIAEoCRInCgZyZWFzb24YAyABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBCABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAUgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYBiABKAQiVwoFSGVkZ2USEgoKZnJvbV9tb2RlbBgBIAEoCRIQCgh0b19tb2RlbBgCIAEoCRIoCgVhZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKIAQoVVG9vbEFwcHJvdmFsUmVxdWVzdGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkSDwoHcHJldmlldxgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifQoTVG9vbEFwcHJvdmFsRGVjaWRlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIYXBwcm92ZWQYAyABKAgSDgoGcmVhc29uGAQgASgJEhEKCXRpbWVkX291dBgFIAEoCBISCgpkZWNpZGVkX2J5GAYgASgJIjEKB1N0ZWVyZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlInoKCkNvbXBhY3Rpb24SEAoIc3RyYXRlZ3kYASABKAkSFwoPbWVzc2FnZXNfYmVmb3JlGAIgASgNEhYKDm1lc3NhZ2VzX2FmdGVyGAMgASgNEhQKDGJ5dGVzX2JlZm9yZRgEIAEoBBITCgtieXRlc19hZnRlchgFIAEoBCLRAQoNVHVybkNvbXBsZXRlZBIrCgplbmRfcmVhc29uGAEgASgOMhcudHVybnN0aWxlLnYxLkVuZFJlYXNvbhInCghtZXNzYWdlcxgCIAMoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlEiIKBXVzYWdlGAMgASgLMhMudHVybnN0aWxlLnYxLlVzYWdlEiwKCGNvdW50ZXJzGAQgASgLMhoudHVybnN0aWxlLnYxLlR1cm5Db3VudGVycxIYChBtZXNzYWdlc19vbWl0dGVkGAUgASgIIt0BCgxUdXJuQ291bnRlcnMSEwoLbW9kZWxfY2FsbHMYASABKA0SDwoHcmV0cmllcxgCIAEoDRIRCglmYWxsYmFja3MYAyABKA0SEgoKdG9vbF9jYWxscxgEIAEoDRITCgt0b29sX2Vycm9ycxgFIAEoDRITCgtjb21wYWN0aW9ucxgGIAEoDRIOCgZoZWRnZXMYByABKA0SGwoTYXBwcm92YWxzX3JlcXVlc3RlZBgIIAEoDRIYChBhcHByb3ZhbHNfZGVuaWVkGAkgASgNEg8KB3N0ZWVyZWQYCiABKA0qzQEKClN0b3BSZWFzb24SGwoXU1RPUF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRTVE9QX1JFQVNPTl9FTkRfVFVSThABEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAISGgoWU1RPUF9SRUFTT05fTUFYX1RPS0VOUxADEh0KGVNUT1BfUkVBU09OX1NUT1BfU0VRVUVOQ0UQBBIXChNTVE9QX1JFQVNPTl9SRUZVU0FMEAUSGgoWU1RPUF9SRUFTT05fUEFVU0VfVFVSThAGKvUBCglFbmRSZWFzb24SGgoWRU5EX1JFQVNPTl9VTlNQRUNJRklFRBAAEhcKE0VORF9SRUFTT05fRU5EX1RVUk4QARIiCh5FTkRfUkVBU09OX1RPT0xfQ0FMTFNfUkVRVUlSRUQQAhIeChpFTkRfUkVBU09OX01BWF9NT0RFTF9DQUxMUxADEhkKFUVORF9SRUFTT05fTUFYX1RPS0VOUxAEEhYKEkVORF9SRUFTT05fUkVGVVNBTBAFEhwKGEVORF9SRUFTT05fU1RPUF9TRVFVRU5DRRAGEh4KGkVORF9SRUFTT05fVE9PTF9FTkRFRF9UVVJOEAcypwMKDEFnZW50U2VydmljZRJICgdSdW5UdXJuEhwudHVybnN0aWxlLnYxLlJ1blR1cm5SZXF1ZXN0Gh0udHVybnN0aWxlLnYxLlJ1blR1cm5SZXNwb25zZTABEk4KCVdhdGNoVHVybhIeLnR1cm5zdGlsZS52MS5XYXRjaFR1cm5SZXF1ZXN0Gh8udHVybnN0aWxlLnYxLldhdGNoVHVyblJlc3BvbnNlMAESTwoKQ2FuY2VsVHVybhIfLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVxdWVzdBogLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVzcG9uc2USXgoPQXBwcm92ZVRvb2xDYWxsEiQudHVybnN0aWxlLnYxLkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QaJS50dXJuc3RpbGUudjEuQXBwcm92ZVRvb2xDYWxsUmVzcG9uc2USTAoJU3RlZXJUdXJuEh4udHVybnN0aWxlLnYxLlN0ZWVyVHVyblJlcXVlc3QaHy50dXJuc3RpbGUudjEuU3RlZXJUdXJuUmVzcG9uc2VClQEKEGRldi50dXJuc3RpbGUudjFCCkFnZW50UHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
 
 /**
  * RunTurnRequest asks for one turn of a conversation.
@@ -315,6 +315,164 @@ export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PUR
   messageDesc(file_turnstile_v1_agent, 7);
 
 /**
+ * ApproveToolCallRequest decides one tool call that waits for approval.
+ *
+ * @generated from message turnstile.v1.ApproveToolCallRequest
+ */
+export type ApproveToolCallRequest = Message<"turnstile.v1.ApproveToolCallRequest"> & {
+  /**
+   * The turn's id. Required.
+   *
+   * @generated from field: string turn_id = 1;
+   */
+  turnId: string;
+
+  /**
+   * The attempt the call belongs to; 0 means the latest attempt the store
+   * holds.
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * The id of the tool call, as in tool_approval_requested. Required.
+   *
+   * @generated from field: string call_id = 3;
+   */
+  callId: string;
+
+  /**
+   * True runs the tool; false denies it.
+   *
+   * @generated from field: bool approved = 4;
+   */
+  approved: boolean;
+
+  /**
+   * Why, at most 4 KiB; a denial's reason is shown to the model in the
+   * error tool result, and every decision's is stored in the log.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message turnstile.v1.ApproveToolCallRequest.
+ * Use `create(ApproveToolCallRequestSchema)` to create a new message.
+ */
+export const ApproveToolCallRequestSchema: GenMessage<ApproveToolCallRequest> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 8);
+
+/**
+ * ApproveToolCallResponse says what ApproveToolCall did.
+ *
+ * @generated from message turnstile.v1.ApproveToolCallResponse
+ */
+export type ApproveToolCallResponse = Message<"turnstile.v1.ApproveToolCallResponse"> & {
+  /**
+   * The attempt the call concerned (the latest when the request said 0).
+   *
+   * @generated from field: uint32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * True when this request's decision was taken; false when the call had
+   * been decided already, and approved then gives the decision that stands.
+   *
+   * @generated from field: bool applied = 2;
+   */
+  applied: boolean;
+
+  /**
+   * The decision that stands.
+   *
+   * @generated from field: bool approved = 3;
+   */
+  approved: boolean;
+
+  /**
+   * The seq of the tool_approval_decided event that holds the decision.
+   *
+   * @generated from field: uint64 seq = 4;
+   */
+  seq: bigint;
+};
+
+/**
+ * Describes the message turnstile.v1.ApproveToolCallResponse.
+ * Use `create(ApproveToolCallResponseSchema)` to create a new message.
+ */
+export const ApproveToolCallResponseSchema: GenMessage<ApproveToolCallResponse> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 9);
+
+/**
+ * SteerTurnRequest gives a running turn a user message.
+ *
+ * @generated from message turnstile.v1.SteerTurnRequest
+ */
+export type SteerTurnRequest = Message<"turnstile.v1.SteerTurnRequest"> & {
+  /**
+   * The turn's id. Required.
+   *
+   * @generated from field: string turn_id = 1;
+   */
+  turnId: string;
+
+  /**
+   * The attempt to steer; 0 means the latest attempt the store holds.
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * The message: role ROLE_USER (or unset, which means user) and text
+   * parts only, within the server's request limits. Required.
+   *
+   * @generated from field: turnstile.v1.Message message = 3;
+   */
+  message?: Message$1 | undefined;
+};
+
+/**
+ * Describes the message turnstile.v1.SteerTurnRequest.
+ * Use `create(SteerTurnRequestSchema)` to create a new message.
+ */
+export const SteerTurnRequestSchema: GenMessage<SteerTurnRequest> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 10);
+
+/**
+ * SteerTurnResponse says the message is stored and queued.
+ *
+ * @generated from message turnstile.v1.SteerTurnResponse
+ */
+export type SteerTurnResponse = Message<"turnstile.v1.SteerTurnResponse"> & {
+  /**
+   * The attempt the message went to (the latest when the request said 0).
+   *
+   * @generated from field: uint32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * The seq of the steered event that holds the message.
+   *
+   * @generated from field: uint64 seq = 2;
+   */
+  seq: bigint;
+};
+
+/**
+ * Describes the message turnstile.v1.SteerTurnResponse.
+ * Use `create(SteerTurnResponseSchema)` to create a new message.
+ */
+export const SteerTurnResponseSchema: GenMessage<SteerTurnResponse> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 11);
+
+/**
  * AgentEvent is one step of a turn.
  *
  * @generated from message turnstile.v1.AgentEvent
@@ -493,6 +651,31 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
      */
     value: Hedge;
     case: "hedge";
+  } | {
+    /**
+     * A tool call waits for a decision (AgentService.ApproveToolCall)
+     * before it runs.
+     *
+     * @generated from field: turnstile.v1.ToolApprovalRequested tool_approval_requested = 27;
+     */
+    value: ToolApprovalRequested;
+    case: "toolApprovalRequested";
+  } | {
+    /**
+     * A tool call that waited for approval was decided.
+     *
+     * @generated from field: turnstile.v1.ToolApprovalDecided tool_approval_decided = 28;
+     */
+    value: ToolApprovalDecided;
+    case: "toolApprovalDecided";
+  } | {
+    /**
+     * A user message reached the running turn (AgentService.SteerTurn).
+     *
+     * @generated from field: turnstile.v1.Steered steered = 29;
+     */
+    value: Steered;
+    case: "steered";
   } | { case: undefined; value?: undefined };
 };
 
@@ -501,7 +684,7 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
  * Use `create(AgentEventSchema)` to create a new message.
  */
 export const AgentEventSchema: GenMessage<AgentEvent> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 8);
+  messageDesc(file_turnstile_v1_agent, 12);
 
 /**
  * TurnStarted opens a turn.
@@ -522,7 +705,7 @@ export type TurnStarted = Message<"turnstile.v1.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 9);
+  messageDesc(file_turnstile_v1_agent, 13);
 
 /**
  * LlmCallStarted opens one attempt at a model call.
@@ -571,7 +754,7 @@ export type LlmCallStarted = Message<"turnstile.v1.LlmCallStarted"> & {
  * Use `create(LlmCallStartedSchema)` to create a new message.
  */
 export const LlmCallStartedSchema: GenMessage<LlmCallStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 10);
+  messageDesc(file_turnstile_v1_agent, 14);
 
 /**
  * TextDelta is a fragment of the reply text.
@@ -592,7 +775,7 @@ export type TextDelta = Message<"turnstile.v1.TextDelta"> & {
  * Use `create(TextDeltaSchema)` to create a new message.
  */
 export const TextDeltaSchema: GenMessage<TextDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 11);
+  messageDesc(file_turnstile_v1_agent, 15);
 
 /**
  * ThinkingDelta is a fragment of the model's reasoning.
@@ -620,7 +803,7 @@ export type ThinkingDelta = Message<"turnstile.v1.ThinkingDelta"> & {
  * Use `create(ThinkingDeltaSchema)` to create a new message.
  */
 export const ThinkingDeltaSchema: GenMessage<ThinkingDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 12);
+  messageDesc(file_turnstile_v1_agent, 16);
 
 /**
  * ToolCallDelta is a fragment of a tool call as the model writes it.
@@ -662,7 +845,7 @@ export type ToolCallDelta = Message<"turnstile.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 13);
+  messageDesc(file_turnstile_v1_agent, 17);
 
 /**
  * MessageCompleted carries a message exactly as committed to the
@@ -693,7 +876,7 @@ export type MessageCompleted = Message<"turnstile.v1.MessageCompleted"> & {
  * Use `create(MessageCompletedSchema)` to create a new message.
  */
 export const MessageCompletedSchema: GenMessage<MessageCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 14);
+  messageDesc(file_turnstile_v1_agent, 18);
 
 /**
  * ToolStarted says a server-side tool began running.
@@ -728,7 +911,7 @@ export type ToolStarted = Message<"turnstile.v1.ToolStarted"> & {
  * Use `create(ToolStartedSchema)` to create a new message.
  */
 export const ToolStartedSchema: GenMessage<ToolStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 15);
+  messageDesc(file_turnstile_v1_agent, 19);
 
 /**
  * ToolProgress relays a running tool's progress.
@@ -777,7 +960,7 @@ export type ToolProgress = Message<"turnstile.v1.ToolProgress"> & {
  * Use `create(ToolProgressSchema)` to create a new message.
  */
 export const ToolProgressSchema: GenMessage<ToolProgress> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 16);
+  messageDesc(file_turnstile_v1_agent, 20);
 
 /**
  * ToolFinished says a tool call ended.
@@ -826,7 +1009,7 @@ export type ToolFinished = Message<"turnstile.v1.ToolFinished"> & {
  * Use `create(ToolFinishedSchema)` to create a new message.
  */
 export const ToolFinishedSchema: GenMessage<ToolFinished> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 17);
+  messageDesc(file_turnstile_v1_agent, 21);
 
 /**
  * LlmCallFinished closes one attempt at a model call.
@@ -889,7 +1072,7 @@ export type LlmCallFinished = Message<"turnstile.v1.LlmCallFinished"> & {
  * Use `create(LlmCallFinishedSchema)` to create a new message.
  */
 export const LlmCallFinishedSchema: GenMessage<LlmCallFinished> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 18);
+  messageDesc(file_turnstile_v1_agent, 22);
 
 /**
  * Retry says a failed attempt will be retried on the same model.
@@ -964,7 +1147,7 @@ export type Retry = Message<"turnstile.v1.Retry"> & {
  * Use `create(RetrySchema)` to create a new message.
  */
 export const RetrySchema: GenMessage<Retry> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 19);
+  messageDesc(file_turnstile_v1_agent, 23);
 
 /**
  * Fallback says the turn moved to the next model of its chain.
@@ -1020,7 +1203,7 @@ export type Fallback = Message<"turnstile.v1.Fallback"> & {
  * Use `create(FallbackSchema)` to create a new message.
  */
 export const FallbackSchema: GenMessage<Fallback> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 20);
+  messageDesc(file_turnstile_v1_agent, 24);
 
 /**
  * Hedge says a model call had no output after a delay, so the same request
@@ -1061,7 +1244,141 @@ export type Hedge = Message<"turnstile.v1.Hedge"> & {
  * Use `create(HedgeSchema)` to create a new message.
  */
 export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 21);
+  messageDesc(file_turnstile_v1_agent, 25);
+
+/**
+ * ToolApprovalRequested says a tool call waits for a decision: answer it with
+ * AgentService.ApproveToolCall. The calls of one reply that need approval are
+ * requested together, and the turn waits until each is decided; its other
+ * calls wait with them. A turn taken over by another replica emits the
+ * request again for every call still undecided.
+ *
+ * @generated from message turnstile.v1.ToolApprovalRequested
+ */
+export type ToolApprovalRequested = Message<"turnstile.v1.ToolApprovalRequested"> & {
+  /**
+   * The tool call's id.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * The tool's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The call's JSON arguments.
+   *
+   * @generated from field: string arguments = 3;
+   */
+  arguments: string;
+
+  /**
+   * What the call would do, in words, when the tool can say; else empty.
+   *
+   * @generated from field: string preview = 4;
+   */
+  preview: string;
+
+  /**
+   * When the server's approval timeout denies the call if nobody decided it.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 5;
+   */
+  deadline?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message turnstile.v1.ToolApprovalRequested.
+ * Use `create(ToolApprovalRequestedSchema)` to create a new message.
+ */
+export const ToolApprovalRequestedSchema: GenMessage<ToolApprovalRequested> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 26);
+
+/**
+ * ToolApprovalDecided says how a tool call that waited for approval was
+ * decided. A denied call's error tool result follows; an approved call runs
+ * (tool_started follows).
+ *
+ * @generated from message turnstile.v1.ToolApprovalDecided
+ */
+export type ToolApprovalDecided = Message<"turnstile.v1.ToolApprovalDecided"> & {
+  /**
+   * The tool call's id.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * The tool's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * True when the tool may run.
+   *
+   * @generated from field: bool approved = 3;
+   */
+  approved: boolean;
+
+  /**
+   * The reason given with the decision, or the timeout's.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+
+  /**
+   * True when nobody decided before the deadline and the server denied it.
+   *
+   * @generated from field: bool timed_out = 5;
+   */
+  timedOut: boolean;
+
+  /**
+   * The name of the client key that decided; empty without client keys or
+   * when timed_out.
+   *
+   * @generated from field: string decided_by = 6;
+   */
+  decidedBy: string;
+};
+
+/**
+ * Describes the message turnstile.v1.ToolApprovalDecided.
+ * Use `create(ToolApprovalDecidedSchema)` to create a new message.
+ */
+export const ToolApprovalDecidedSchema: GenMessage<ToolApprovalDecided> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 27);
+
+/**
+ * Steered says a user message reached the running turn. It is committed (a
+ * message_completed event) at the turn's next step boundary.
+ *
+ * @generated from message turnstile.v1.Steered
+ */
+export type Steered = Message<"turnstile.v1.Steered"> & {
+  /**
+   * The message, as it will be committed.
+   *
+   * @generated from field: turnstile.v1.Message message = 1;
+   */
+  message?: Message$1 | undefined;
+};
+
+/**
+ * Describes the message turnstile.v1.Steered.
+ * Use `create(SteeredSchema)` to create a new message.
+ */
+export const SteeredSchema: GenMessage<Steered> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 28);
 
 /**
  * Compaction says the conversation was shortened to fit a context window.
@@ -1110,7 +1427,7 @@ export type Compaction = Message<"turnstile.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 22);
+  messageDesc(file_turnstile_v1_agent, 29);
 
 /**
  * TurnCompleted ends a turn that reached an outcome.
@@ -1164,7 +1481,7 @@ export type TurnCompleted = Message<"turnstile.v1.TurnCompleted"> & {
  * Use `create(TurnCompletedSchema)` to create a new message.
  */
 export const TurnCompletedSchema: GenMessage<TurnCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 23);
+  messageDesc(file_turnstile_v1_agent, 30);
 
 /**
  * TurnCounters count what happened during a turn.
@@ -1220,6 +1537,27 @@ export type TurnCounters = Message<"turnstile.v1.TurnCounters"> & {
    * @generated from field: uint32 hedges = 7;
    */
   hedges: number;
+
+  /**
+   * Tool calls that waited for approval.
+   *
+   * @generated from field: uint32 approvals_requested = 8;
+   */
+  approvalsRequested: number;
+
+  /**
+   * Tool calls denied, by a client or by the approval timeout.
+   *
+   * @generated from field: uint32 approvals_denied = 9;
+   */
+  approvalsDenied: number;
+
+  /**
+   * User messages the turn received through SteerTurn.
+   *
+   * @generated from field: uint32 steered = 10;
+   */
+  steered: number;
 };
 
 /**
@@ -1227,7 +1565,7 @@ export type TurnCounters = Message<"turnstile.v1.TurnCounters"> & {
  * Use `create(TurnCountersSchema)` to create a new message.
  */
 export const TurnCountersSchema: GenMessage<TurnCounters> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 24);
+  messageDesc(file_turnstile_v1_agent, 31);
 
 /**
  * StopReason says why a model reply ended.
@@ -1347,6 +1685,14 @@ export enum EndReason {
    * @generated from enum value: END_REASON_STOP_SEQUENCE = 6;
    */
   STOP_SEQUENCE = 6,
+
+  /**
+   * A server-side tool the configuration lists under ends_turn succeeded:
+   * its result is committed and the turn ends without another model call.
+   *
+   * @generated from enum value: END_REASON_TOOL_ENDED_TURN = 7;
+   */
+  TOOL_ENDED_TURN = 7,
 }
 
 /**
@@ -1469,6 +1815,59 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof CancelTurnRequestSchema;
     output: typeof CancelTurnResponseSchema;
+  },
+  /**
+   * ApproveToolCall decides a tool call that waits for approval: the turn
+   * emitted tool_approval_requested for it (a tool the server's
+   * configuration lists under require_approval) and waits, detached like
+   * any durable turn, for this call from any replica sharing the store.
+   * Approved, the tool runs; denied, the model receives an error tool
+   * result that holds the reason, and the tool never runs. The decision is
+   * stored in the turn's log as a tool_approval_decided event before the
+   * call returns, so a replica that takes the turn over honours it. Only
+   * the client key that runs the turn may decide its calls.
+   *
+   * Deciding a call that is already decided (by an earlier call or by the
+   * server's approval timeout) changes nothing and returns the decision
+   * that stands with applied false, so a retried call is safe. Errors:
+   * INVALID_ARGUMENT naming the field (turn_id or call_id missing, reason
+   * over 4 KiB); NOT_FOUND when the store holds no such run, or the run
+   * never asked for approval of call_id; FAILED_PRECONDITION when the run
+   * ended before the call was decided, or the server keeps no turn log and
+   * the turn does not run on this replica.
+   *
+   * @generated from rpc turnstile.v1.AgentService.ApproveToolCall
+   */
+  approveToolCall: {
+    methodKind: "unary";
+    input: typeof ApproveToolCallRequestSchema;
+    output: typeof ApproveToolCallResponseSchema;
+  },
+  /**
+   * SteerTurn gives a running turn a user message. It is stored in the
+   * turn's log as a steered event before the call returns, and injected at
+   * the turn's next step boundary: after the model call or the tool calls
+   * under way, before the next model call. Tool calls of the current reply
+   * that had not started when it arrived are not run: each gets the error
+   * result "skipped: the user redirected the turn". A turn whose model had
+   * just finished makes one more model call to answer it. The message is
+   * then committed like any other (a message_completed event, and in
+   * turn_completed.messages), so the client's conversation holds it.
+   *
+   * Errors: INVALID_ARGUMENT naming the field (turn_id missing; a message
+   * that is not a user message of text parts, or over the request limits);
+   * NOT_FOUND when the store holds no such run; FAILED_PRECONDITION when
+   * the run has ended (its terminal event is stored), or the server keeps
+   * no turn log and the turn does not run on this replica;
+   * RESOURCE_EXHAUSTED when the turn already holds the most queued messages
+   * the server allows.
+   *
+   * @generated from rpc turnstile.v1.AgentService.SteerTurn
+   */
+  steerTurn: {
+    methodKind: "unary";
+    input: typeof SteerTurnRequestSchema;
+    output: typeof SteerTurnResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_turnstile_v1_agent, 0);
