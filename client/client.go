@@ -179,7 +179,10 @@ const DefaultReattachTimeout = 30 * time.Second
 // whose stream broke, with WatchTurn from the last seq received, before it
 // gives the attempt up (default [DefaultReattachTimeout]; 0 never
 // re-attaches). The time counts from the break and starts again with every
-// event received; no re-attach starts once its delay would end past it.
+// event received, and when a re-attached stream that stayed open for at
+// least the timeout breaks (it was attached to a quiet run, such as a turn
+// waiting for approval); no re-attach starts once its delay would end past
+// it. A stream that stays open is never given up, however quiet.
 func WithReattachTimeout(d time.Duration) Option { return func(o *options) { o.reattachFor = d } }
 
 // WithMaxReattaches also caps how many times in a row the client
