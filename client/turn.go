@@ -101,8 +101,8 @@ type Turn struct {
 	// answered holds the approval requests the hook was called for, and
 	// those seen decided.
 	answered map[approvalKey]bool
-	res     *Result
-	err     error
+	res      *Result
+	err      error
 
 	mu     sync.Mutex
 	closed bool
