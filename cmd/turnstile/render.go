@@ -197,6 +197,18 @@ func (r *textRenderer) render(ev *client.Event) error {
 		e := p.Hedge
 		r.notice(fmt.Sprintf("model %s: no output after %s; asking model %s in parallel", e.GetFromModel(), roundDelay(e.GetAfter().AsDuration()), e.GetToModel()))
 		r.waiting()
+	case *turnstilev1.AgentEvent_ToolApprovalRequested:
+		return r.approvalRequested(p.ToolApprovalRequested)
+	case *turnstilev1.AgentEvent_ToolApprovalDecided:
+		if err := r.line("tool", decisionLine(p.ToolApprovalDecided)); err != nil {
+			return err
+		}
+		r.waiting()
+	case *turnstilev1.AgentEvent_Steered:
+		if err := r.line("steered", steeredLine(p.Steered.GetMessage())); err != nil {
+			return err
+		}
+		r.waiting()
 	case *turnstilev1.AgentEvent_Compaction:
 		e := p.Compaction
 		r.notice(fmt.Sprintf("the conversation was compacted (%s): %d → %d messages", e.GetStrategy(), e.GetMessagesBefore(), e.GetMessagesAfter()))
@@ -217,6 +229,48 @@ func (r *textRenderer) discard(standing int) bool {
 	}
 	r.shown = false
 	return shown
+}
+
+// approvalRequested shows a tool call that waits for a decision, and
+// leaves the spinner off: a question may be asked on stderr.
+func (r *textRenderer) approvalRequested(e *turnstilev1.ToolApprovalRequested) error {
+	if err := r.line("tool", "? "+strings.TrimPrefix(toolLine(e.GetName(), e.GetArguments()), "⚙ ")+" waits for approval"); err != nil {
+		return err
+	}
+	if pv := e.GetPreview(); pv != "" {
+		return r.line("tool", "  preview: "+clip(pv, 300))
+	}
+	return nil
+}
+
+// decisionLine says how a call that waited for approval was decided, and
+// by whom.
+func decisionLine(e *turnstilev1.ToolApprovalDecided) string {
+	s := "  ↳ " + e.GetName() + " approved"
+	switch {
+	case e.GetTimedOut():
+		s = "  ↳ " + e.GetName() + " denied: nobody decided in time"
+	case !e.GetApproved():
+		s = "  ↳ " + e.GetName() + " denied"
+	}
+	if by := e.GetDecidedBy(); by != "" {
+		s += " by " + by
+	}
+	if reason := e.GetReason(); reason != "" {
+		s += ": " + clip(reason, 300)
+	}
+	return s
+}
+
+// steeredLine shows a user message that reached the running turn.
+func steeredLine(m *turnstilev1.Message) string {
+	var texts []string
+	for _, p := range m.GetParts() {
+		if t := p.GetText(); t != "" {
+			texts = append(texts, t)
+		}
+	}
+	return "» steered: " + clip(strings.Join(texts, " "), 300)
 }
 
 func toolLine(name, args string) string {
@@ -369,8 +423,11 @@ func (r *textRenderer) endLine() {
 // resumes by this command).
 func (r *textRenderer) done(res *client.Result) {
 	r.close()
-	if res.EndReason == turnstilev1.EndReason_END_REASON_MAX_TOKENS {
+	switch res.EndReason {
+	case turnstilev1.EndReason_END_REASON_MAX_TOKENS:
 		r.notice("the reply was cut at the output token limit")
+	case turnstilev1.EndReason_END_REASON_TOOL_ENDED_TURN:
+		r.notice("a tool the server lists under ends_turn ended the turn; its result is the last message")
 	}
 	u, c := res.Usage, res.Counters
 	line := fmt.Sprintf("%s · %s in, %s out",
@@ -391,6 +448,15 @@ func (r *textRenderer) done(res *client.Result) {
 	}
 	if n := c.GetHedges(); n > 0 {
 		line += " · " + plural(int(n), "hedge")
+	}
+	if n := c.GetApprovalsRequested(); n > 0 {
+		line += " · " + plural(int(n), "approval request")
+		if d := c.GetApprovalsDenied(); d > 0 {
+			line += fmt.Sprintf(" (%d denied)", d)
+		}
+	}
+	if n := c.GetSteered(); n > 0 {
+		line += " · " + plural(int(n), "steering message")
 	}
 	if res.Attempts > 1 {
 		line += " · " + plural(res.Attempts-1, "resume")
