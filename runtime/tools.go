@@ -122,6 +122,13 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			t.awaitTools(ctx, &wg)
 			return nil, t.stopped(ctx)
 		}
+		if t.ctl.steering() {
+			// The user redirected the turn while the call waited for its
+			// turn to run.
+			<-sem
+			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
