@@ -440,3 +440,76 @@ func TestQuietReattachedStreamOutlastsTheTimeout(t *testing.T) {
 		t.Errorf("result = %+v", res)
 	}
 }
+
+// TestOnApprovalOnceAcrossATakeover: the replica running a turn dies while
+// the hook decides its call; the replica that takes the turn over emits
+// the request again. The hook's decision reaches the new owner (the
+// client makes the call again while no replica answers), the client
+// re-attaches, and the request emitted again does not call the hook a
+// second time: the tool runs once.
+func TestOnApprovalOnceAcrossATakeover(t *testing.T) {
+	tool, s := &counter{}, &askScript{}
+	p := s.provider()
+	stores := sharedStores(t, 2)
+	a, b := gatedReplica(t, p, tool), gatedReplica(t, p, tool)
+	addrA, addrB := serveDurable(t, a, stores[0]), serveDurable(t, b, stores[1])
+	pa, pb := newProxy(t, addrA), newProxy(t, addrB)
+	c := newClient(t, pa.addr()+","+pb.addr())
+
+	var calls atomic.Int32
+	req := userRequest("count")
+	req.TurnId = "takeover-1"
+	turn := c.RunTurn(t.Context(), req, client.OnApproval(
+		func(ctx context.Context, req *turnstilev1.ToolApprovalRequested) (client.Decision, error) {
+			if calls.Add(1) > 1 {
+				return client.Decision{Reason: "asked twice"}, nil
+			}
+			// Kill the owner: its store and its clients' connections.
+			ownerStore, ownerProxy, otherAddr := stores[0], pa, addrB
+			if len(a.served()) == 0 {
+				ownerStore, ownerProxy, otherAddr = stores[1], pb, addrA
+			}
+			ownerStore.Close()
+			ownerProxy.close()
+			// Decide once the other replica asked again.
+			rpc := turnstilev1.NewAgentServiceClient(newClient(t, otherAddr).Conn())
+			for asked := 0; asked < 2; {
+				asked = 0
+				w, err := rpc.WatchTurn(ctx, &turnstilev1.WatchTurnRequest{TurnId: "takeover-1", Attempt: 1})
+				if err != nil {
+					return client.Decision{}, err
+				}
+				for {
+					r, err := w.Recv()
+					if err != nil {
+						break
+					}
+					if r.GetEvent().GetToolApprovalRequested() != nil {
+						if asked++; asked == 2 {
+							break
+						}
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			return client.Decision{Approved: true}, nil
+		}))
+	var requested int
+	for ev, err := range turn.Events() {
+		if err != nil {
+			t.Fatalf("turn failed: %v", err)
+		}
+		if ev.Agent.GetToolApprovalRequested() != nil {
+			requested++
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the hook was called %d times, want 1", n)
+	}
+	if requested != 2 {
+		t.Errorf("%d tool_approval_requested events, want 2 (the new owner's again)", requested)
+	}
+	if n := tool.runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times, want 1", n)
+	}
+}
