@@ -14,6 +14,10 @@ import (
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 func TestHITLModes(t *testing.T) {
@@ -207,5 +211,182 @@ func TestRendererShowsApprovalAndSteering(t *testing.T) {
 		if !strings.Contains(errOut.String(), w) {
 			t.Errorf("stderr %q lacks %q", errOut.String(), w)
 		}
+	}
+}
+
+// startGatedServer is startTestServer with the tools named in gated
+// waiting for approval.
+func startGatedServer(t *testing.T, p llm.Provider, gated []string, tools ...llm.Tool) string {
+	t.Helper()
+	r, err := runtime.New([]*runtime.Model{{
+		Alias: "test", ProviderName: "fake", Provider: p, ID: "fake-1",
+		Retry: policy.Retry{MaxRetries: 0, Multiplier: 1},
+	}}, "test", tools, runtime.WithToolRules(runtime.ToolRules{RequireApproval: gated}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveRunner(t, r)
+}
+
+// waitFor waits until w holds want, or the command ended (done closed).
+func waitFor(t *testing.T, w *syncBuffer, want string, done <-chan struct{}) {
+	t.Helper()
+	for !strings.Contains(w.String(), want) {
+		select {
+		case <-done:
+			t.Fatalf("the command ended before writing %q", want)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// interactive runs "turnstile run args..." with stdin a pipe, as a
+// terminal (con.stdinTTY) or not; typist types on it as the command runs.
+// It returns the exit code, stdout and stderr.
+func interactive(t *testing.T, tty bool, typist func(stdin io.Writer, stdout, stderr *syncBuffer, done <-chan struct{}), args ...string) (int, string, string) {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	pr, pw := io.Pipe()
+	var stdout, stderr syncBuffer
+	done := make(chan struct{})
+	typed := make(chan struct{})
+	go func() {
+		defer close(typed)
+		typist(pw, &stdout, &stderr, done)
+	}()
+	code := runCommand(t.Context(), args, pr, &stdout, &stderr, console{stdinTTY: tty})
+	close(done)
+	<-typed
+	pw.Close() // the end of stdin ends the command's reader
+	goleak.VerifyNone(t, before)
+	t.Logf("turnstile run %s => %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	return code, stdout.String(), stderr.String()
+}
+
+func TestRunApproveWithoutATerminal(t *testing.T) {
+	for _, tt := range []struct {
+		flag       string
+		runs       int
+		wantOut    []string
+		wantResult string
+	}{
+		{flag: "--approve=all", runs: 1, wantOut: []string{"  ↳ lookup approved: approved by turnstile run --approve=all\n", `⚙ lookup({"city":"Oslo"})`, `↳ lookup: {"ok":true}`}, wantResult: `{"ok":true}`},
+		{flag: "--approve=none", runs: 0, wantOut: []string{"  ↳ lookup denied: denied by turnstile run --approve=none\n", "↳ lookup error: denied by the user: denied by turnstile run --approve=none"}, wantResult: "denied by the user: denied by turnstile run --approve=none"},
+	} {
+		t.Run(tt.flag, func(t *testing.T) {
+			p := fake.NewProvider(
+				fake.Reply{Chunks: fake.Call("call_1", "lookup", `{"city":"Oslo"}`)},
+				fake.Reply{Chunks: fake.Text("Done.")},
+			)
+			tool := fake.NewTool("lookup", nil)
+			addr := startGatedServer(t, p, []string{"lookup"}, tool)
+			code, out, errOut := runCLI(t, "--addr", addr, tt.flag, "weather?")
+			if code != exitOK {
+				t.Fatalf("exit %d", code)
+			}
+			for _, w := range append([]string{`? lookup({"city":"Oslo"}) waits for approval`}, tt.wantOut...) {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q", w)
+				}
+			}
+			if n := len(tool.Calls()); n != tt.runs {
+				t.Errorf("the tool ran %d times, want %d", n, tt.runs)
+			}
+			got := p.Requests()[1].Messages
+			if r := got[len(got)-1].Parts[0].ToolResult; r == nil || r.Content != tt.wantResult {
+				t.Errorf("the model's second request ends with %+v, want the result %q", got[len(got)-1], tt.wantResult)
+			}
+			if !strings.Contains(errOut, "· 1 approval request") {
+				t.Errorf("stderr lacks the approval count")
+			}
+		})
+	}
+}
+
+// TestRunAsksOnTheTerminal: with stdin a terminal the command asks about
+// the call on stderr, and a denial's reason reaches the model.
+func TestRunAsksOnTheTerminal(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Call("call_1", "lookup", `{"city":"Oslo"}`)},
+		fake.Reply{Chunks: fake.Text("Fine, no lookup.")},
+	)
+	tool := fake.NewTool("lookup", nil)
+	addr := startGatedServer(t, p, []string{"lookup"}, tool)
+	code, out, errOut := interactive(t, true, func(stdin io.Writer, _, stderr *syncBuffer, done <-chan struct{}) {
+		waitFor(t, stderr, "Run lookup? [y/n] ", done)
+		io.WriteString(stdin, "n\n")
+		waitFor(t, stderr, "Reason for the model", done)
+		io.WriteString(stdin, "the weather is fine\n")
+	}, "--addr", addr, "weather?")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, w := range []string{"turnstile: the model wants to run lookup\n", `  arguments: {"city":"Oslo"}`} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks %q", w)
+		}
+	}
+	if !strings.Contains(out, "  ↳ lookup denied: the weather is fine\n") || !strings.HasSuffix(out, "Fine, no lookup.\n") {
+		t.Errorf("stdout lacks the denial or the reply")
+	}
+	if n := len(tool.Calls()); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+	got := p.Requests()[1].Messages
+	if r := got[len(got)-1].Parts[0].ToolResult; r == nil || !r.IsError || !strings.Contains(r.Content, "the weather is fine") {
+		t.Errorf("the model's second request ends with %+v", got[len(got)-1])
+	}
+}
+
+// TestRunStdinEndsBeforeTheAnswer: a terminal closed while the command
+// asks cancels the turn, which fails with the reason; the tool never runs.
+func TestRunStdinEndsBeforeTheAnswer(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("call_1", "lookup", `{}`)})
+	tool := fake.NewTool("lookup", nil)
+	addr := startGatedServer(t, p, []string{"lookup"}, tool)
+	code, _, errOut := interactive(t, true, func(stdin io.Writer, _, stderr *syncBuffer, done <-chan struct{}) {
+		waitFor(t, stderr, "Run lookup? [y/n] ", done)
+		stdin.(io.Closer).Close()
+	}, "--addr", addr, "weather?")
+	if code != exitPermanent || !strings.Contains(errOut, "CANCELLED") {
+		t.Errorf("exit %d, want %d with CANCELLED", code, exitPermanent)
+	}
+	if n := len(tool.Calls()); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+}
+
+// TestRunSteersFromStdin: with --steer=on a line on stdin reaches the
+// running turn: the steered event is shown and the message is in the
+// model's next request.
+func TestRunSteersFromStdin(t *testing.T) {
+	release := make(chan struct{})
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Call("call_1", "step", `{}`)},
+		fake.Reply{Chunks: fake.Text("Staging it is.")},
+	)
+	tool := fake.NewTool("step", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return llm.ToolOutput{Content: "stepped"}, nil
+	})
+	addr := startTestServer(t, p, tool)
+	code, out, _ := interactive(t, false, func(stdin io.Writer, stdout, _ *syncBuffer, done <-chan struct{}) {
+		defer close(release)
+		waitFor(t, stdout, "⚙ step({})", done)
+		io.WriteString(stdin, "\nuse staging instead\n")
+		waitFor(t, stdout, "» steered: use staging instead\n", done)
+	}, "--addr", addr, "--steer=on", "deploy")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.HasSuffix(out, "Staging it is.\n") {
+		t.Errorf("stdout lacks the reply")
+	}
+	got := p.Requests()[1].Messages
+	if last := got[len(got)-1]; last.Role != llm.RoleUser || last.Text() != "use staging instead" {
+		t.Errorf("the model's second request ends with %+v, want the steering message", last)
 	}
 }
