@@ -77,6 +77,8 @@ type Decided struct {
 	TimedOut bool
 	// Seq is the seq of the ToolApprovalDecided event that holds it.
 	Seq uint64
+	// At is when it was taken.
+	At time.Time
 }
 
 // Controls reaches a running turn from outside it: its owner (the server)
@@ -149,6 +151,7 @@ func (c *Controls) Decide(callID string, d Decision) (standing Decided, applied 
 // decide records d for call callID of tool name and emits it; c.mu is
 // held.
 func (c *Controls) decide(callID, name string, d Decided) (Decided, error) {
+	d.At = time.Now()
 	d.Seq = c.out.emit(c.ctx, &ToolApprovalDecided{
 		CallID: callID, Name: name, Approved: d.Approved, Reason: d.Reason, TimedOut: d.TimedOut, DecidedBy: d.DecidedBy,
 	})
@@ -308,7 +311,8 @@ func (t *turn) approve(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		return nil, nil
 	}
 	timeout := t.r.opts.limits.ApprovalTimeout
-	deadline := time.Now().Add(timeout)
+	asked := time.Now()
+	deadline := asked.Add(timeout)
 	for _, c := range t.ctl.request(need) {
 		ev := &ToolApprovalRequested{CallID: c.ID, Name: c.Name, Arguments: c.Arguments, Deadline: t.r.opts.now().Add(timeout)}
 		if p, ok := t.r.tools[c.Name].(Previewer); ok {
@@ -331,9 +335,17 @@ func (t *turn) approve(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		return nil, &llm.Error{Kind: llm.KindCancelled, Message: "the turn stopped while waiting for approval"}
 	}
 	for _, c := range need {
-		if d, ok := decided[c.ID]; ok && !d.Approved && d.Seq >= t.firstSeq {
+		d, ok := decided[c.ID]
+		if !ok || d.Seq < t.firstSeq {
+			continue // skipped, or decided under the previous runner
+		}
+		if !d.Approved {
 			t.counters.ApprovalsDenied++
 		}
+		t.obs.Approval(ctx, ApprovalInfo{
+			TurnID: t.info.TurnID, CallID: c.ID, Name: c.Name, Approved: d.Approved, TimedOut: d.TimedOut,
+			DecidedBy: d.DecidedBy, Waited: max(d.At.Sub(asked), 0),
+		})
 	}
 	return decided, nil
 }
@@ -355,6 +367,7 @@ func (t *turn) injectSteering(ctx context.Context) {
 	for _, m := range t.ctl.take() {
 		t.counters.Steered++
 		t.commit(ctx, m)
+		t.obs.Steer(ctx, SteerInfo{TurnID: t.info.TurnID, Bytes: len(m.Text())})
 	}
 }
 

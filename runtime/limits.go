@@ -36,11 +36,13 @@ type Limits struct {
 	// note saying how many bytes it had; the rest is dropped (the runner
 	// logs the cut, not the content). At least 1024.
 	MaxToolResultBytes int `yaml:"max_tool_result_bytes"`
-	// ApprovalTimeout bounds how long a tool call waits for approval (see
-	// [ToolRules]); a call nobody decided by then is denied. Positive.
+	// ApprovalTimeout bounds how long a tool call that requires approval
+	// waits for a decision; a call nobody decided by then is denied, and
+	// its result says so. Positive.
 	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
-	// MaxSteerMessages bounds the steering messages queued for a turn and
-	// not yet committed (see [Controls.Steer]). At least 1.
+	// MaxSteerMessages bounds the steering messages (SteerTurn) queued
+	// for a turn and not yet committed; one more is refused with
+	// RESOURCE_EXHAUSTED. At least 1.
 	MaxSteerMessages int `yaml:"max_steer_messages"`
 }
 

@@ -488,3 +488,160 @@ func TestApprovalOwnerKilled(t *testing.T) {
 		t.Errorf("deploy ran %d times, want 2 (each approved call once)", n)
 	}
 }
+
+// TestCancelWhileWaitingForApproval cancels a turn whose call waits for
+// approval: the conversation is closed as for any cancel, and the tool
+// never runs.
+func TestCancelWhileWaitingForApproval(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("never"))
+	o := newOpsMCP(t)
+	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{RequireApproval: []string{"deploy"}}, nil), server.Options{Store: memStore(t)})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, stream, untilPayload("ToolApprovalRequested"))
+	if resp, err := ts.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1"}); err != nil || !resp.GetCancelled() {
+		t.Fatalf("CancelTurn = %v, %v", resp, err)
+	}
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.Canceled {
+		t.Errorf("status %v, want CANCELLED", st)
+	}
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested MessageCompleted MessageCompleted Error"
+	if got := wiretest.Names(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	msgs := committed(evs)
+	if r := msgs[1].GetParts()[0].GetToolResult(); r.GetContent() != runtime.CancelledToolResult || textOf(msgs[2]) != runtime.InterruptedToolUseNote {
+		t.Errorf("closing messages = %v", msgs[1:])
+	}
+	_, err = approve(t, t.Context(), ts.client, "c1", true, "")
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
+		t.Errorf("ApproveToolCall after the cancel: %v, want FAILED_PRECONDITION", st)
+	}
+	if n := o.deploys.Load(); n != 0 || len(u.calls()) != 1 {
+		t.Errorf("deploy ran %d times, %d model calls; want 0 and 1", n, len(u.calls()))
+	}
+}
+
+// TestApprovalWithoutStore decides and steers a turn on a server that
+// keeps no turn log: it works on the server running the turn, and another
+// answers FAILED_PRECONDITION.
+func TestApprovalWithoutStore(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("done"))
+	o := newOpsMCP(t)
+	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
+	ts := start(t, hitlRunner(t, u, o, rules, func(l *runtime.Limits) { l.MaxSteerMessages = 1 }), server.Options{})
+	other := start(t, hitlRunner(t, u, o, rules, nil), server.Options{})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, stream, untilPayload("ToolApprovalRequested"))
+	_, err = approve(t, t.Context(), other.client, "c1", true, "")
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
+		t.Errorf("ApproveToolCall on another server: %v, want FAILED_PRECONDITION", st)
+	}
+	_, err = other.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("x")[0]})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
+		t.Errorf("SteerTurn on another server: %v, want FAILED_PRECONDITION", st)
+	}
+	resp, err := approve(t, t.Context(), ts.client, "c1", true, "")
+	if err != nil || !resp.GetApplied() || resp.GetSeq() != evs[len(evs)-1].GetSeq()+1 {
+		t.Fatalf("ApproveToolCall = %v, %v", resp, err)
+	}
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v after %s", st, wiretest.Names(evs))
+	}
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested ToolApprovalDecided ToolStarted ToolFinished " +
+		"MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	if got := wiretest.Names(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if n := o.deploys.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("x")[0]})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
+		t.Errorf("SteerTurn of a finished turn: %v, want FAILED_PRECONDITION", st)
+	}
+}
+
+// TestSteeringQueueBound steers a turn whose tool runs, so that nothing
+// takes the messages: beyond turn.max_steer_messages, RESOURCE_EXHAUSTED;
+// the queued ones are committed in order.
+func TestSteeringQueueBound(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("ok"))
+	o := newOpsMCP(t)
+	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, func(l *runtime.Limits) { l.MaxSteerMessages = 2 }), server.Options{Store: memStore(t)})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, stream, untilPayload("ToolStarted"))
+	for i, text := range []string{"one", "two", "three"} {
+		_, err := ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText(text)[0]})
+		if code := status.Code(err); (i < 2) != (code == codes.OK) || i == 2 && code != codes.ResourceExhausted {
+			t.Errorf("SteerTurn %q: %v", text, err)
+		}
+	}
+	close(o.release)
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v after %s", st, wiretest.Names(evs))
+	}
+	msgs := committed(evs)
+	if len(msgs) != 5 || textOf(msgs[2]) != "one" || textOf(msgs[3]) != "two" {
+		t.Errorf("committed %v, want the two messages after the tool result", msgs)
+	}
+}
+
+// TestSteeringAfterTheLastReply steers a turn while its model writes what
+// would be its last reply: one more model call answers the message.
+func TestSteeringAfterTheLastReply(t *testing.T) {
+	gate := make(chan struct{})
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, chunk(`{"role":"assistant","content":"all done"}`, ""))
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+		sse(w, chunk(`{}`, "stop"))
+		sse(w, usageChunk)
+		sse(w, "[DONE]")
+	}, textReply("then staging"))
+	ts := start(t, hitlRunner(t, u, newOpsMCP(t), runtime.ToolRules{}, nil), server.Options{Store: memStore(t)})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, stream, untilPayload("TextDelta"))
+	if _, err := ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("now staging")[0]}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v after %s", st, wiretest.Names(evs))
+	}
+	want := "TurnStarted LlmCallStarted TextDelta Steered LlmCallFinished Usage MessageCompleted MessageCompleted " +
+		"LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	if got := wiretest.Names(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	tc := evs[len(evs)-1].GetTurnCompleted()
+	if len(tc.GetMessages()) != 3 || textOf(tc.GetMessages()[1]) != "now staging" || tc.GetCounters().GetSteered() != 1 {
+		t.Errorf("turn_completed = %v", tc)
+	}
+	if n := len(u.calls()); n != 2 {
+		t.Errorf("%d model calls, want 2", n)
+	}
+}

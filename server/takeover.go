@@ -365,7 +365,7 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			if rs.Decided != nil {
 				rs.Decided[d.GetCallId()] = runtime.Decided{
 					Decision: runtime.Decision{Approved: d.GetApproved(), Reason: d.GetReason(), DecidedBy: d.GetDecidedBy()},
-					TimedOut: d.GetTimedOut(), Seq: ev.GetSeq(),
+					TimedOut: d.GetTimedOut(), Seq: ev.GetSeq(), At: ev.GetTime().AsTime(),
 				}
 			}
 		case *turnstilev1.AgentEvent_ToolStarted:
