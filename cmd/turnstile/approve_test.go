@@ -271,7 +271,7 @@ func TestRunApproveWithoutATerminal(t *testing.T) {
 		wantResult string
 	}{
 		{flag: "--approve=all", runs: 1, wantOut: []string{"  ↳ lookup approved: approved by turnstile run --approve=all\n", `⚙ lookup({"city":"Oslo"})`, `↳ lookup: {"ok":true}`}, wantResult: `{"ok":true}`},
-		{flag: "--approve=none", runs: 0, wantOut: []string{"  ↳ lookup denied: denied by turnstile run --approve=none\n", "↳ lookup error: denied by the user: denied by turnstile run --approve=none"}, wantResult: "denied by the user: denied by turnstile run --approve=none"},
+		{flag: "--approve=none", runs: 0, wantOut: []string{"  ↳ lookup denied: denied by turnstile run --approve=none\n  ↳ lookup error: denied by the user: denied by turnstile run --approve=none"}, wantResult: "denied by the user: denied by turnstile run --approve=none"},
 	} {
 		t.Run(tt.flag, func(t *testing.T) {
 			p := fake.NewProvider(

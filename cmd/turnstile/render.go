@@ -234,6 +234,8 @@ func (r *textRenderer) discard(standing int) bool {
 // approvalRequested shows a tool call that waits for a decision, and
 // leaves the spinner off: a question may be asked on stderr.
 func (r *textRenderer) approvalRequested(e *turnstilev1.ToolApprovalRequested) error {
+	// Shown here: a denied call's result needs no line of its own first.
+	r.started[e.GetCallId()] = true
 	if err := r.line("tool", "? "+strings.TrimPrefix(toolLine(e.GetName(), e.GetArguments()), "⚙ ")+" waits for approval"); err != nil {
 		return err
 	}
