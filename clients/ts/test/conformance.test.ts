@@ -6,12 +6,13 @@ import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
 import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
+import { HitlRun, type HitlScenario } from "./hitl.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
 type ClientOptions = Record<string, number>;
 
-interface Scenario {
+interface Scenario extends HitlScenario {
   name: string;
   prompt: string;
   cancel_on?: string;
@@ -117,9 +118,10 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
+  const h = new HitlRun(sc);
   const turn = client.runTurn(
     { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
-    { signal: ctl.signal, timeoutMs: 30_000 },
+    { signal: ctl.signal, timeoutMs: 30_000, ...h.turnOptions() },
   );
   const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0 };
   const kept = new KeptText();
@@ -128,6 +130,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
   try {
     for await (const ev of turn.events()) {
       kept.event(ev);
+      h.event(turn, ev, obs);
       if (ev.agent) {
         if (ev.agent.seq !== (next.get(ev.attempt) ?? 0n) + 1n) obs.seq_gapless = false;
         next.set(ev.attempt, ev.agent.seq);
@@ -151,6 +154,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
     failure = e;
   }
   obs.kept_text = kept.toString();
+  await h.done(turn.result, obs);
   if (sc.read_log) await observeLog(addr, turn.id, obs);
   const res = turn.result;
   if (res) {
