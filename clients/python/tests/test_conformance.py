@@ -12,6 +12,7 @@ import grpc
 import turnstile_client as ts
 from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
+from .hitl import HitlRun
 from .server import CONFORMANCE, CutProxy, Server
 
 REATTACHING = "turnstile: re-attaching to the turn"
@@ -185,29 +186,39 @@ class Observation:
         return obs
 
 
-def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+def observe(
+    client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None, hitl: HitlRun | None = None
+) -> dict:
+    h = hitl or HitlRun({})
+    turn = client.run_turn(user_request(prompt), timeout=30, on_approval=h.on_approval())
     o = Observation(cancel_on)
     failure = None
     try:
         for ev in turn.events():
+            h.event(turn, ev, o.obs)
             if o.event(ev):
                 turn.cancel()
     except ts.TurnError as e:
         failure = e
+    h.done(turn.result, o.obs)
     return o.end(turn, failure, read_log_of)
 
 
-async def observe_async(client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+async def observe_async(
+    client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None, hitl: HitlRun | None = None
+) -> dict:
+    h = hitl or HitlRun({})
+    turn = client.run_turn(user_request(prompt), timeout=30, on_approval=h.on_approval())
     o = Observation(cancel_on)
     failure = None
     try:
         async for ev in turn.events():
+            h.event_async(turn, ev, o.obs)
             if o.event(ev):
                 turn.cancel()
     except ts.TurnError as e:
         failure = e
+    await h.done_async(turn.result, o.obs)
     return o.end(turn, failure, read_log_of)
 
 
@@ -239,7 +250,7 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc))
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -281,7 +292,9 @@ class AsyncConformanceTest(ConformanceTest):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
-                return await observe_async(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+                return await observe_async(
+                    client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc)
+                )
 
         return asyncio.run(run())
 
