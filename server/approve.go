@@ -56,9 +56,12 @@ func (c controlReply) err() error {
 }
 
 // controlError maps a failure of the runtime's controls to the reply
-// that says it.
-func controlError(err error, callID string) controlReply {
+// that says it; r, when not nil, is the run the controls belong to.
+func (r *run) controlError(err error, callID string) controlReply {
 	switch {
+	case r != nil && r.handedOff.Load():
+		// This replica is shutting down: the turn goes on elsewhere.
+		return controlReply{Code: codes.Unavailable, Message: "the server running the turn is shutting down and another takes it over; retry"}
 	case errors.Is(err, runtime.ErrNotAwaiting):
 		return controlReply{Code: codes.NotFound, Message: fmt.Sprintf("the turn asked for no approval of call %q", clip(callID, maxEchoBytes))}
 	case errors.Is(err, runtime.ErrTurnEnded):
@@ -100,7 +103,7 @@ func (r *run) acked(ctx context.Context, seq uint64) bool {
 func decide(ctx context.Context, ctl *runtime.Controls, r *run, sig approveSignal) controlReply {
 	d, applied, err := ctl.Decide(sig.CallID, runtime.Decision{Approved: sig.Approved, Reason: sig.Reason, DecidedBy: sig.DecidedBy})
 	if err != nil {
-		return controlError(err, sig.CallID)
+		return r.controlError(err, sig.CallID)
 	}
 	if r != nil && !r.acked(ctx, d.Seq) {
 		return controlReply{Code: codes.Unavailable, Message: "the decision was not stored: the turn ended or moved; retry"}

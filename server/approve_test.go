@@ -645,3 +645,44 @@ func TestSteeringAfterTheLastReply(t *testing.T) {
 		t.Errorf("%d model calls, want 2", n)
 	}
 }
+
+// TestSteeringOwnerKilled kills the owner while a steering message waits
+// for the running tool: the replica that takes over queues it again, and
+// the next model request carries it.
+func TestSteeringOwnerKilled(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
+	o := newOpsMCP(t)
+	url := natsServer(t)
+	sa := clusterStore(t, url)
+	a := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
+	b := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
+	rp := &replicaPair{a: a, b: b, storeA: sa}
+	head, cut := rp.runUntil(t, untilPayload("ToolStarted"))
+	// Sent to b, stored by a.
+	if _, err := b.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("use staging")[0]}); err != nil {
+		t.Fatal(err)
+	}
+	rp.kill(cut)
+	close(o.release)
+	all, st := resumeOnB(t, rp, head)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v after %s", st, wiretest.Names(all))
+	}
+	// b runs the read-only tool again (it had started before the message
+	// came), then commits the message.
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolStarted Steered ToolStarted ToolFinished " +
+		"MessageCompleted MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	if got := wiretest.Names(all); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	tc := all[len(all)-1].GetTurnCompleted()
+	msgs := tc.GetMessages()
+	if len(msgs) != 4 || msgs[1].GetParts()[0].GetToolResult().GetContent() != "waited" || textOf(msgs[2]) != "use staging" || tc.GetCounters().GetSteered() != 1 {
+		t.Errorf("turn_completed = %v", tc)
+	}
+	calls := u.calls()
+	last := calls[len(calls)-1].Messages
+	if m := last[len(last)-1]; m.Role != "user" || !strings.Contains(contentText(m.Content), "use staging") {
+		t.Errorf("the last model request ends with %+v, want the steering message", m)
+	}
+}
