@@ -71,3 +71,36 @@ func TestResumedSteering(t *testing.T) {
 		t.Errorf("the model saw %d messages, want 4", n)
 	}
 }
+
+// TestSteeringAtTheCallLimit steers a turn that has no model call left:
+// the message is committed before the turn completes with
+// MAX_MODEL_CALLS, so the client's conversation holds it.
+func TestSteeringAtTheCallLimit(t *testing.T) {
+	release := make(chan struct{})
+	tool := fake.NewTool("wait", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		<-release
+		return llm.ToolOutput{Content: "waited"}, nil
+	})
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "wait", `{}`)})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool}, withLimits(func(l *runtime.Limits) { l.MaxModelCalls = 1 }))
+	req := userTurn("hi")
+	req.Controls = runtime.NewControls()
+	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+		if _, ok := ev.Payload.(*runtime.ToolStarted); ok {
+			go func() {
+				if _, err := req.Controls.Steer(llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("later")}}); err != nil {
+					t.Error(err)
+				}
+				close(release)
+			}()
+		}
+		return nil
+	})
+	res, err := r.Run(t.Context(), req, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != runtime.EndMaxModelCalls || len(res.Messages) != 3 || res.Messages[2].Text() != "later" || res.Counters.Steered != 1 {
+		t.Errorf("result %v %v counters %+v", res.Reason, res.Messages, res.Counters)
+	}
+}

@@ -161,6 +161,9 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		if t.counters.ModelCalls >= t.maxCalls {
 			t.commitReply(ctx)
+			// The messages a person sent are the conversation's, even
+			// when no model call is left to answer them.
+			t.commitSteering(ctx, t.ctl.drain())
 			return t.complete(ctx, EndMaxModelCalls)
 		}
 		if len(t.reply) == 0 {
