@@ -248,10 +248,15 @@ func TestApproval(t *testing.T) {
 			if tc.GetCounters().String() != tt.counters.String() {
 				t.Errorf("counters = %v, want %v", tc.GetCounters(), tt.counters)
 			}
-			// The turn has ended: its decision stands, a steer is refused.
+			// The turn has ended: its decision stands, a call it never
+			// asked about is not found, a steer is refused.
 			again, err := approve(t, ctx, ts.client, "c1", !tt.approved, "")
 			if err != nil || again.GetApplied() || again.GetApproved() != tt.approved {
 				t.Errorf("ApproveToolCall after the end = %v, %v; want the standing decision", again, err)
+			}
+			_, err = approve(t, ctx, ts.client, "c9", true, "")
+			if st := status.Convert(err); st.Code() != codes.NotFound {
+				t.Errorf("ApproveToolCall of an unknown call after the end: %v, want NOT_FOUND", st)
 			}
 			_, err = ts.client.SteerTurn(ctx, &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("wait")[0]})
 			if st := status.Convert(err); st.Code() != codes.FailedPrecondition {

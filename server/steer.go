@@ -33,7 +33,7 @@ func (m steerSignal) message() llm.Message {
 func steer(ctx context.Context, ctl *runtime.Controls, r *run, m llm.Message) controlReply {
 	seq, err := ctl.Steer(m)
 	if err != nil {
-		return r.controlError(err, "")
+		return r.controlFailure(err, "")
 	}
 	if r != nil && !r.acked(ctx, seq) {
 		return controlReply{Code: codes.Unavailable, Message: "the message was not stored: the turn ended or moved; retry"}
