@@ -284,6 +284,29 @@ func TestApprovalInvalidArgument(t *testing.T) {
 	}
 }
 
+// TestApprovalNeedsAKey calls both RPCs without a client key, and with a
+// request over max_request_bytes: the interceptors and the codec answer
+// them as they answer CancelTurn.
+func TestApprovalNeedsAKey(t *testing.T) {
+	u := newUpstream(t, textReply("hi"))
+	ts := start(t, hitlRunner(t, u, newOpsMCP(t), runtime.ToolRules{}, nil), server.Options{
+		Store: memStore(t), Keys: []server.Key{keyed("alice", "tok-a")}, MaxRequestBytes: 64 << 10,
+	})
+	_, err := ts.client.ApproveToolCall(t.Context(), &turnstilev1.ApproveToolCallRequest{TurnId: "t", CallId: "c"})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated {
+		t.Errorf("ApproveToolCall without a key: %v, want UNAUTHENTICATED", st)
+	}
+	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "t", Message: wiretest.UserText("hi")[0]})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated {
+		t.Errorf("SteerTurn without a key: %v, want UNAUTHENTICATED", st)
+	}
+	big := wiretest.UserText(strings.Repeat("x", 70<<10))[0]
+	_, err = ts.client.SteerTurn(bearer(t.Context(), "tok-a"), &turnstilev1.SteerTurnRequest{TurnId: "t", Message: big})
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || reasonOf(st) != "REQUEST_TOO_LARGE" {
+		t.Errorf("SteerTurn over max_request_bytes: %v, want RESOURCE_EXHAUSTED REQUEST_TOO_LARGE", st)
+	}
+}
+
 // wantFields checks that err is INVALID_ARGUMENT whose BadRequest names
 // exactly fields.
 func wantFields(t *testing.T, err error, fields ...string) {
