@@ -278,6 +278,8 @@ func TestApprovalInvalidArgument(t *testing.T) {
 	wantFields(t, err, "message.role", "message.parts[0]")
 	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{})
 	wantFields(t, err, "turn_id", "message")
+	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "t", Message: wiretest.UserText(strings.Repeat("x", 257<<10))[0]})
+	wantFields(t, err, "message.parts")
 	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "nope", Message: wiretest.UserText("hi")[0]})
 	if st := status.Convert(err); st.Code() != codes.NotFound {
 		t.Errorf("SteerTurn of an unknown turn: %v, want NOT_FOUND", st)
