@@ -229,20 +229,31 @@ func (c *Controls) end() {
 	clear(c.waiting)
 }
 
-// request marks the calls as waiting for a decision and returns those
-// not decided yet.
-func (c *Controls) request(calls []llm.ToolCall) []llm.ToolCall {
+// isDecided reports whether call id has a decision.
+func (c *Controls) isDecided(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var open []llm.ToolCall
-	for _, call := range calls {
-		if _, ok := c.decided[call.ID]; ok {
-			continue
-		}
-		c.waiting[call.ID] = call.Name
-		open = append(open, call)
-	}
-	return open
+	_, ok := c.decided[id]
+	return ok
+}
+
+// request marks call as waiting for a decision, once its request is
+// emitted.
+func (c *Controls) request(call llm.ToolCall) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiting[call.ID] = call.Name
+}
+
+// drain ends the controls and returns the steering messages still
+// queued.
+func (c *Controls) drain() []llm.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	q := c.queue
+	c.queue = nil
+	return q
 }
 
 // await waits until each of calls is decided, a steering message comes,
@@ -313,7 +324,10 @@ func (t *turn) approve(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	timeout := t.r.opts.limits.ApprovalTimeout
 	asked := time.Now()
 	deadline := asked.Add(timeout)
-	for _, c := range t.ctl.request(need) {
+	for _, c := range need {
+		if t.ctl.isDecided(c.ID) {
+			continue // decided under the previous runner
+		}
 		ev := &ToolApprovalRequested{CallID: c.ID, Name: c.Name, Arguments: c.Arguments, Deadline: t.r.opts.now().Add(timeout)}
 		if p, ok := t.r.tools[c.Name].(Previewer); ok {
 			ev.Preview = p.Preview(c.Arguments)
@@ -321,7 +335,9 @@ func (t *turn) approve(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		if !t.requested[c.ID] {
 			t.counters.ApprovalsRequested++
 		}
+		// Decidable once its request is out, not before.
 		t.out.emit(ctx, ev)
+		t.ctl.request(c)
 	}
 	if err := t.stopped(ctx); err != nil {
 		return nil, err
@@ -363,8 +379,11 @@ func deniedResult(d Decided) string {
 
 // injectSteering commits the steering messages queued, each a
 // MessageCompleted, before the turn's next model call.
-func (t *turn) injectSteering(ctx context.Context) {
-	for _, m := range t.ctl.take() {
+func (t *turn) injectSteering(ctx context.Context) { t.commitSteering(ctx, t.ctl.take()) }
+
+// commitSteering commits steering messages, each a MessageCompleted.
+func (t *turn) commitSteering(ctx context.Context, msgs []llm.Message) {
+	for _, m := range msgs {
 		t.counters.Steered++
 		t.commit(ctx, m)
 		t.obs.Steer(ctx, SteerInfo{TurnID: t.info.TurnID, Bytes: len(m.Text())})

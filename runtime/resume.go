@@ -184,6 +184,8 @@ func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
 	if rs == nil {
 		return nil, nil
 	}
+	// Started before a steering message could come: not skipped for it.
+	t.restarted = rs.ToolsStarted
 	known := make([]*llm.ToolResult, len(calls))
 	var unknown []string
 	for i, c := range calls {

@@ -75,6 +75,7 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var panicked *toolPanic
+	defer func() { t.restarted = nil }()
 	decided, err := t.approve(ctx, m, calls, known)
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		tool, ok := t.r.tools[c.Name]
 		d, asked := decided[c.ID]
 		switch {
-		case t.ctl.steering():
+		case t.ctl.steering() && !t.restarted[c.ID]:
 			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
 			continue
 		case asked && !d.Approved:
@@ -122,7 +123,7 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			t.awaitTools(ctx, &wg)
 			return nil, t.stopped(ctx)
 		}
-		if t.ctl.steering() {
+		if t.ctl.steering() && !t.restarted[c.ID] {
 			// The user redirected the turn while the call waited for its
 			// turn to run.
 			<-sem

@@ -59,6 +59,9 @@ type turn struct {
 	ctl       *Controls
 	firstSeq  uint64
 	requested map[string]bool
+	// restarted holds the calls of a resumed turn's tools that its
+	// previous runner had started: a steering message does not skip them.
+	restarted map[string]bool
 	// firstOutput is when the turn's first output event was emitted,
 	// measured from its start; waited sums its backoff waits.
 	firstOutput time.Duration
@@ -158,6 +161,9 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		if t.counters.ModelCalls >= t.maxCalls {
 			t.commitReply(ctx)
+			// The messages a person sent are the conversation's, even
+			// when no model call is left to answer them.
+			t.commitSteering(ctx, t.ctl.drain())
 			return t.complete(ctx, EndMaxModelCalls)
 		}
 		if len(t.reply) == 0 {

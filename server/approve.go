@@ -55,6 +55,16 @@ func (c controlReply) err() error {
 	return status.Error(c.Code, c.Message)
 }
 
+// controlFailure maps a failure of the controls of a turn to the reply
+// that says it; r, when not nil, is the turn's run.
+func (r *run) controlFailure(err error, callID string) controlReply {
+	if r != nil && r.handedOff.Load() {
+		// This replica is shutting down: the turn goes on elsewhere.
+		return controlReply{Code: codes.Unavailable, Message: "the server running the turn is shutting down and another takes it over; retry"}
+	}
+	return controlError(err, callID)
+}
+
 // controlError maps a failure of the runtime's controls to the reply
 // that says it.
 func controlError(err error, callID string) controlReply {
@@ -100,7 +110,7 @@ func (r *run) acked(ctx context.Context, seq uint64) bool {
 func decide(ctx context.Context, ctl *runtime.Controls, r *run, sig approveSignal) controlReply {
 	d, applied, err := ctl.Decide(sig.CallID, runtime.Decision{Approved: sig.Approved, Reason: sig.Reason, DecidedBy: sig.DecidedBy})
 	if err != nil {
-		return controlError(err, sig.CallID)
+		return r.controlFailure(err, sig.CallID)
 	}
 	if r != nil && !r.acked(ctx, d.Seq) {
 		return controlReply{Code: codes.Unavailable, Message: "the decision was not stored: the turn ended or moved; retry"}
@@ -181,10 +191,14 @@ func (s *service) ApproveToolCall(ctx context.Context, req *turnstilev1.ApproveT
 	if err != nil {
 		return nil, err
 	}
-	if reply.Code == codes.FailedPrecondition || reply.Code == codes.NotFound {
-		// The run ended: a decision it stored stands.
-		if d := s.storedDecision(ctx, k, sig.CallID); d != nil {
+	if reply.Code == codes.FailedPrecondition {
+		// The run ended: a decision it stored stands; a call it never
+		// asked about is not found.
+		switch d, asked := s.storedDecision(ctx, k, sig.CallID); {
+		case d != nil:
 			reply = controlReply{Approved: d.GetToolApprovalDecided().GetApproved(), Seq: d.GetSeq()}
+		case !asked:
+			reply = controlError(runtime.ErrNotAwaiting, sig.CallID)
 		}
 	}
 	if err := reply.err(); err != nil {
@@ -228,30 +242,31 @@ func (s *service) control(ctx context.Context, k runKey, sig string, here func(*
 }
 
 // storedDecision returns the tool_approval_decided event of call callID
-// that run k's log holds, nil when there is none (or it cannot be read).
-func (s *service) storedDecision(ctx context.Context, k runKey, callID string) *turnstilev1.AgentEvent {
+// that run k's log holds, nil when there is none, and whether the run
+// asked for approval of the call (true when the log cannot be read).
+func (s *service) storedDecision(ctx context.Context, k runKey, callID string) (decided *turnstilev1.AgentEvent, asked bool) {
 	last, err := s.lastEvent(ctx, k)
 	if err != nil || last == nil {
-		return nil
+		return nil, true
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for b, err := range s.store.Events(ctx, k.id(), k.attempt, 0) {
-		if err != nil {
-			return nil
-		}
 		ev := &turnstilev1.AgentEvent{}
-		if proto.Unmarshal(b, ev) != nil {
-			return nil
+		if err != nil || proto.Unmarshal(b, ev) != nil {
+			return nil, true
+		}
+		if ev.GetToolApprovalRequested().GetCallId() == callID {
+			asked = true
 		}
 		if d := ev.GetToolApprovalDecided(); d != nil && d.GetCallId() == callID {
-			return ev
+			return ev, true
 		}
 		if ev.GetSeq() >= last.GetSeq() {
-			return nil
+			break
 		}
 	}
-	return nil
+	return nil, asked
 }
 
 // checkTurnID adds what is wrong with a turn id that names a running

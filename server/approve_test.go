@@ -248,10 +248,15 @@ func TestApproval(t *testing.T) {
 			if tc.GetCounters().String() != tt.counters.String() {
 				t.Errorf("counters = %v, want %v", tc.GetCounters(), tt.counters)
 			}
-			// The turn has ended: its decision stands, a steer is refused.
+			// The turn has ended: its decision stands, a call it never
+			// asked about is not found, a steer is refused.
 			again, err := approve(t, ctx, ts.client, "c1", !tt.approved, "")
 			if err != nil || again.GetApplied() || again.GetApproved() != tt.approved {
 				t.Errorf("ApproveToolCall after the end = %v, %v; want the standing decision", again, err)
+			}
+			_, err = approve(t, ctx, ts.client, "c9", true, "")
+			if st := status.Convert(err); st.Code() != codes.NotFound {
+				t.Errorf("ApproveToolCall of an unknown call after the end: %v, want NOT_FOUND", st)
 			}
 			_, err = ts.client.SteerTurn(ctx, &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("wait")[0]})
 			if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
@@ -273,9 +278,34 @@ func TestApprovalInvalidArgument(t *testing.T) {
 	wantFields(t, err, "message.role", "message.parts[0]")
 	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{})
 	wantFields(t, err, "turn_id", "message")
+	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "t", Message: wiretest.UserText(strings.Repeat("x", 257<<10))[0]})
+	wantFields(t, err, "message.parts")
 	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "nope", Message: wiretest.UserText("hi")[0]})
 	if st := status.Convert(err); st.Code() != codes.NotFound {
 		t.Errorf("SteerTurn of an unknown turn: %v, want NOT_FOUND", st)
+	}
+}
+
+// TestApprovalNeedsAKey calls both RPCs without a client key, and with a
+// request over max_request_bytes: the interceptors and the codec answer
+// them as they answer CancelTurn.
+func TestApprovalNeedsAKey(t *testing.T) {
+	u := newUpstream(t, textReply("hi"))
+	ts := start(t, hitlRunner(t, u, newOpsMCP(t), runtime.ToolRules{}, nil), server.Options{
+		Store: memStore(t), Keys: []server.Key{keyed("alice", "tok-a")}, MaxRequestBytes: 64 << 10,
+	})
+	_, err := ts.client.ApproveToolCall(t.Context(), &turnstilev1.ApproveToolCallRequest{TurnId: "t", CallId: "c"})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated {
+		t.Errorf("ApproveToolCall without a key: %v, want UNAUTHENTICATED", st)
+	}
+	_, err = ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "t", Message: wiretest.UserText("hi")[0]})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated {
+		t.Errorf("SteerTurn without a key: %v, want UNAUTHENTICATED", st)
+	}
+	big := wiretest.UserText(strings.Repeat("x", 70<<10))[0]
+	_, err = ts.client.SteerTurn(bearer(t.Context(), "tok-a"), &turnstilev1.SteerTurnRequest{TurnId: "t", Message: big})
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || reasonOf(st) != "REQUEST_TOO_LARGE" {
+		t.Errorf("SteerTurn over max_request_bytes: %v, want RESOURCE_EXHAUSTED REQUEST_TOO_LARGE", st)
 	}
 }
 
@@ -643,5 +673,46 @@ func TestSteeringAfterTheLastReply(t *testing.T) {
 	}
 	if n := len(u.calls()); n != 2 {
 		t.Errorf("%d model calls, want 2", n)
+	}
+}
+
+// TestSteeringOwnerKilled kills the owner while a steering message waits
+// for the running tool: the replica that takes over queues it again, and
+// the next model request carries it.
+func TestSteeringOwnerKilled(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
+	o := newOpsMCP(t)
+	url := natsServer(t)
+	sa := clusterStore(t, url)
+	a := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
+	b := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
+	rp := &replicaPair{a: a, b: b, storeA: sa}
+	head, cut := rp.runUntil(t, untilPayload("ToolStarted"))
+	// Sent to b, stored by a.
+	if _, err := b.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("use staging")[0]}); err != nil {
+		t.Fatal(err)
+	}
+	rp.kill(cut)
+	close(o.release)
+	all, st := resumeOnB(t, rp, head)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v after %s", st, wiretest.Names(all))
+	}
+	// b runs the read-only tool again (it had started before the message
+	// came), then commits the message.
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolStarted Steered ToolStarted ToolFinished " +
+		"MessageCompleted MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	if got := wiretest.Names(all); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	tc := all[len(all)-1].GetTurnCompleted()
+	msgs := tc.GetMessages()
+	if len(msgs) != 4 || msgs[1].GetParts()[0].GetToolResult().GetContent() != "waited" || textOf(msgs[2]) != "use staging" || tc.GetCounters().GetSteered() != 1 {
+		t.Errorf("turn_completed = %v", tc)
+	}
+	calls := u.calls()
+	last := calls[len(calls)-1].Messages
+	if m := last[len(last)-1]; m.Role != "user" || !strings.Contains(contentText(m.Content), "use staging") {
+		t.Errorf("the last model request ends with %+v, want the steering message", m)
 	}
 }

@@ -33,7 +33,7 @@ func (m steerSignal) message() llm.Message {
 func steer(ctx context.Context, ctl *runtime.Controls, r *run, m llm.Message) controlReply {
 	seq, err := ctl.Steer(m)
 	if err != nil {
-		return controlError(err, "")
+		return r.controlFailure(err, "")
 	}
 	if r != nil && !r.acked(ctx, seq) {
 		return controlReply{Code: codes.Unavailable, Message: "the message was not stored: the turn ended or moved; retry"}
@@ -41,9 +41,15 @@ func steer(ctx context.Context, ctl *runtime.Controls, r *run, m llm.Message) co
 	return controlReply{Seq: seq}
 }
 
+// maxSteerBytes bounds the text of a steering message: it travels in a
+// signal to the turn's owner (a core NATS message, 1 MiB by default) and
+// is stored twice (steered, message_completed), each within the events'
+// bound.
+const maxSteerBytes = 256 << 10
+
 // toSteering validates a SteerTurn's message: a user message (the role
-// may be left unset) of text parts.
-func toSteering(bad *violations, m *turnstilev1.Message) steerSignal {
+// may be left unset) of text parts, of at most limit bytes of text.
+func toSteering(bad *violations, m *turnstilev1.Message, limit int) steerSignal {
 	var sig steerSignal
 	if m == nil {
 		bad.add("message", "required")
@@ -67,6 +73,13 @@ func toSteering(bad *violations, m *turnstilev1.Message) steerSignal {
 		}
 		sig.Texts = append(sig.Texts, t.Text)
 	}
+	size := 0
+	for _, t := range sig.Texts {
+		size += len(t)
+	}
+	if size > limit {
+		bad.add("message.parts", "a steering message holds at most %d bytes of text, got %d", limit, size)
+	}
 	return sig
 }
 
@@ -74,7 +87,7 @@ func toSteering(bad *violations, m *turnstilev1.Message) steerSignal {
 func (s *service) SteerTurn(ctx context.Context, req *turnstilev1.SteerTurnRequest) (*turnstilev1.SteerTurnResponse, error) {
 	var bad violations
 	checkTurnID(&bad, req.GetTurnId())
-	sig := toSteering(&bad, req.GetMessage())
+	sig := toSteering(&bad, req.GetMessage(), min(maxSteerBytes, s.opts.MaxEventBytes/2))
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad).Err()
 	}

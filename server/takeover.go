@@ -353,9 +353,12 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			}
 			rs.Steering = append(rs.Steering, m)
 		case *turnstilev1.AgentEvent_ToolApprovalRequested:
-			rs.Counters.ApprovalsRequested++
-			if rs.Requested != nil {
-				rs.Requested[p.ToolApprovalRequested.GetCallId()] = true
+			// A request a takeover emitted again counts once.
+			if id := p.ToolApprovalRequested.GetCallId(); !rs.Requested[id] {
+				rs.Counters.ApprovalsRequested++
+				if rs.Requested != nil {
+					rs.Requested[id] = true
+				}
 			}
 		case *turnstilev1.AgentEvent_ToolApprovalDecided:
 			d := p.ToolApprovalDecided
