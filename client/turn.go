@@ -442,7 +442,8 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.
 		watchedAt  time.Time // when the current re-attach's WatchTurn began
 		reattaches int       // re-attaches since the last event received
 		watchable  = true
-		seen       bool // an event of the attempt arrived
+		seen       bool                // an event of the attempt arrived
+		asked      = map[string]bool{} // the call ids whose approval was requested
 	)
 	for {
 		ev, err := recv()
@@ -556,7 +557,11 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.
 		case *turnstilev1.AgentEvent_Hedge:
 			out.counters.Hedges++
 		case *turnstilev1.AgentEvent_ToolApprovalRequested:
-			out.counters.ApprovalsRequested++
+			if !asked[p.ToolApprovalRequested.GetCallId()] {
+				// A request a takeover emitted again counts once.
+				asked[p.ToolApprovalRequested.GetCallId()] = true
+				out.counters.ApprovalsRequested++
+			}
 			ask = p.ToolApprovalRequested
 		case *turnstilev1.AgentEvent_ToolApprovalDecided:
 			if !p.ToolApprovalDecided.GetApproved() {

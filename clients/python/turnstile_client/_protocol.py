@@ -189,6 +189,9 @@ class Outcome:
     counters: Optional[agent_pb2.TurnCounters] = field(default_factory=agent_pb2.TurnCounters)
     #: The attempt received an event: the server stored its run.
     started: bool = False
+    #: The call ids whose approval was requested: a request a takeover
+    #: emitted again counts once.
+    asked: Set[str] = field(default_factory=set)
 
 #: END marks a stream that ended without an error status.
 END = object()
@@ -251,7 +254,9 @@ def observe(ev: agent_pb2.AgentEvent, out: Outcome) -> Optional[errors_pb2.Error
     elif kind == "hedge" and counters is not None:
         counters.hedges += 1
     elif kind == "tool_approval_requested" and counters is not None:
-        counters.approvals_requested += 1
+        if ev.tool_approval_requested.call_id not in out.asked:
+            counters.approvals_requested += 1
+        out.asked.add(ev.tool_approval_requested.call_id)
     elif kind == "tool_approval_decided" and counters is not None:
         if not ev.tool_approval_decided.approved:
             counters.approvals_denied += 1

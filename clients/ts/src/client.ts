@@ -461,6 +461,8 @@ interface AttemptOutcome {
   counters?: TurnCounters;
   /** The attempt received an event: the server stored its run. */
   started: boolean;
+  /** The call ids whose approval was requested: a request a takeover emitted again counts once. */
+  asked?: Set<string>;
 }
 
 /**
@@ -933,7 +935,9 @@ function observe(ev: AgentEvent, out: AttemptOutcome, onError: (e: ErrorEvent) =
       out.counters!.hedges++;
       break;
     case "toolApprovalRequested":
-      out.counters!.approvalsRequested++;
+      out.asked ??= new Set();
+      if (!out.asked.has(p.value.callId)) out.counters!.approvalsRequested++;
+      out.asked.add(p.value.callId);
       break;
     case "toolApprovalDecided":
       if (!p.value.approved) out.counters!.approvalsDenied++;
