@@ -174,6 +174,7 @@ func TestPrompterCancelled(t *testing.T) {
 func TestRendererShowsApprovalAndSteering(t *testing.T) {
 	var out, errOut bytes.Buffer
 	r := newTextRenderer(&out, &errOut, console{})
+	steering := &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "use staging"}}}}
 	evs := []*turnstilev1.AgentEvent{
 		{Seq: 1, Payload: &turnstilev1.AgentEvent_ToolApprovalRequested{ToolApprovalRequested: &turnstilev1.ToolApprovalRequested{
 			CallId: "c1", Name: "deploy", Arguments: `{"env":"prod"}`, Preview: "deploys v2"}}},
@@ -183,8 +184,13 @@ func TestRendererShowsApprovalAndSteering(t *testing.T) {
 			CallId: "c2", Name: "rollback", TimedOut: true, Reason: "no decision within 5m0s"}}},
 		{Seq: 4, Payload: &turnstilev1.AgentEvent_ToolApprovalDecided{ToolApprovalDecided: &turnstilev1.ToolApprovalDecided{
 			CallId: "c3", Name: "status", Approved: true}}},
-		{Seq: 5, Payload: &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: &turnstilev1.Message{
-			Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "use staging"}}}}}}},
+		{Seq: 5, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "Deploying to prod"}}},
+		{Seq: 6, Payload: &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: steering}}},
+		{Seq: 7, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: " now."}}},
+		{Seq: 8, Payload: &turnstilev1.AgentEvent_MessageCompleted{MessageCompleted: &turnstilev1.MessageCompleted{Message: &turnstilev1.Message{
+			Role: turnstilev1.Role_ROLE_ASSISTANT, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "Deploying to prod now."}}}}}}},
+		{Seq: 9, Payload: &turnstilev1.AgentEvent_MessageCompleted{MessageCompleted: &turnstilev1.MessageCompleted{Message: steering}}},
+		{Seq: 10, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "Staging, then."}}},
 	}
 	for _, ev := range evs {
 		if err := r.render(&client.Event{Attempt: 1, Agent: ev}); err != nil {
@@ -202,12 +208,17 @@ func TestRendererShowsApprovalAndSteering(t *testing.T) {
   ↳ rollback denied: nobody decided in time: no decision within 5m0s
   ↳ status approved
 
-» steered: use staging
+Deploying to prod now.
+
+» use staging
+
+Staging, then.
 `
 	if out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}
-	for _, w := range []string{"a tool the server lists under ends_turn ended the turn", "tool_ended_turn ·", "3 approval requests (2 denied) · 1 steering message"} {
+	for _, w := range []string{"turnstile: steering message received: use staging; the turn takes it before its next model call\n",
+		"a tool the server lists under ends_turn ended the turn", "tool_ended_turn ·", "3 approval requests (2 denied) · 1 steering message"} {
 		if !strings.Contains(errOut.String(), w) {
 			t.Errorf("stderr %q lacks %q", errOut.String(), w)
 		}
@@ -373,17 +384,17 @@ func TestRunSteersFromStdin(t *testing.T) {
 		return llm.ToolOutput{Content: "stepped"}, nil
 	})
 	addr := startTestServer(t, p, tool)
-	code, out, _ := interactive(t, false, func(stdin io.Writer, stdout, _ *syncBuffer, done <-chan struct{}) {
+	code, out, _ := interactive(t, false, func(stdin io.Writer, stdout, stderr *syncBuffer, done <-chan struct{}) {
 		defer close(release)
 		waitFor(t, stdout, "⚙ step({})", done)
 		io.WriteString(stdin, "\nuse staging instead\n")
-		waitFor(t, stdout, "» steered: use staging instead\n", done)
+		waitFor(t, stderr, "turnstile: steering message received: use staging instead", done)
 	}, "--addr", addr, "--steer=on", "deploy")
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	if !strings.HasSuffix(out, "Staging it is.\n") {
-		t.Errorf("stdout lacks the reply")
+	if !strings.Contains(out, "\n» use staging instead\n\nStaging it is.\n") {
+		t.Errorf("stdout lacks the steering message where the turn took it, then the reply")
 	}
 	got := p.Requests()[1].Messages
 	if last := got[len(got)-1]; last.Role != llm.RoleUser || last.Text() != "use staging instead" {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -98,6 +99,9 @@ type textRenderer struct {
 	started map[string]bool
 	// cut reports that the last reply stopped at the output token limit.
 	cut bool
+	// steering holds the texts of the steering messages received and not
+	// yet committed.
+	steering []string
 }
 
 func newTextRenderer(stdout, stderr io.Writer, con console) *textRenderer {
@@ -136,6 +140,15 @@ func (r *textRenderer) render(ev *client.Event) error {
 	case *turnstilev1.AgentEvent_MessageCompleted:
 		r.shownCommitted = append(r.shownCommitted, r.shown)
 		r.shown = false
+		if m := p.MessageCompleted.GetMessage(); m.GetRole() == turnstilev1.Role_ROLE_USER {
+			if i := slices.Index(r.steering, messageText(m)); i >= 0 {
+				r.steering = slices.Delete(r.steering, i, i+1)
+				if err := r.line("steered", "» "+clip(messageText(m), 300)); err != nil {
+					return err
+				}
+				r.waiting()
+			}
+		}
 		for _, part := range p.MessageCompleted.GetMessage().GetParts() {
 			if c := part.GetToolCall(); c != nil {
 				r.calls[c.GetId()] = c
@@ -205,10 +218,14 @@ func (r *textRenderer) render(ev *client.Event) error {
 		}
 		r.waiting()
 	case *turnstilev1.AgentEvent_Steered:
-		if err := r.line("steered", steeredLine(p.Steered.GetMessage())); err != nil {
-			return err
+		// Received, not yet taken: the reply under way goes on, and the
+		// message is shown where the turn commits it.
+		text := messageText(p.Steered.GetMessage())
+		r.steering = append(r.steering, text)
+		r.noticeAt("steering message received: "+clip(text, 200)+"; the turn takes it before its next model call", false)
+		if r.mode == "" {
+			r.waiting()
 		}
-		r.waiting()
 	case *turnstilev1.AgentEvent_Compaction:
 		e := p.Compaction
 		r.notice(fmt.Sprintf("the conversation was compacted (%s): %d → %d messages", e.GetStrategy(), e.GetMessagesBefore(), e.GetMessagesAfter()))
@@ -264,15 +281,15 @@ func decisionLine(e *turnstilev1.ToolApprovalDecided) string {
 	return s
 }
 
-// steeredLine shows a user message that reached the running turn.
-func steeredLine(m *turnstilev1.Message) string {
+// messageText joins the text parts of m.
+func messageText(m *turnstilev1.Message) string {
 	var texts []string
 	for _, p := range m.GetParts() {
 		if t := p.GetText(); t != "" {
 			texts = append(texts, t)
 		}
 	}
-	return "» steered: " + clip(strings.Join(texts, " "), 300)
+	return strings.Join(texts, " ")
 }
 
 func toolLine(name, args string) string {
