@@ -237,11 +237,13 @@ func (c *Controls) isDecided(id string) bool {
 	return ok
 }
 
-// request marks call as waiting for a decision, once its request is
-// emitted.
-func (c *Controls) request(call llm.ToolCall) {
+// request emits the request of call with emit and marks the call as
+// waiting for a decision, as one step: a decision comes after its
+// request, never before, and none is refused for coming early.
+func (c *Controls) request(call llm.ToolCall, emit func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	emit()
 	c.waiting[call.ID] = call.Name
 }
 
@@ -335,9 +337,7 @@ func (t *turn) approve(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		if !t.requested[c.ID] {
 			t.counters.ApprovalsRequested++
 		}
-		// Decidable once its request is out, not before.
-		t.out.emit(ctx, ev)
-		t.ctl.request(c)
+		t.ctl.request(c, func() { t.out.emit(ctx, ev) })
 	}
 	if err := t.stopped(ctx); err != nil {
 		return nil, err

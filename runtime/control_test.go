@@ -104,3 +104,43 @@ func TestSteeringAtTheCallLimit(t *testing.T) {
 		t.Errorf("result %v %v counters %+v", res.Reason, res.Messages, res.Counters)
 	}
 }
+
+// previewTool is a tool that says what a call would do.
+type previewTool struct{ *fake.Tool }
+
+func (previewTool) Preview(args string) string { return "would deploy " + args }
+
+// TestApprovalRequestCarriesPreview asks for approval of a call of a tool
+// that can preview it, approves it, and sees it run.
+func TestApprovalRequestCarriesPreview(t *testing.T) {
+	tool := previewTool{fake.NewTool("deploy", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		return llm.ToolOutput{Content: "done"}, nil
+	})}
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "deploy", `{"env":"prod"}`)}, fake.Reply{Chunks: fake.Text("ok")})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool}, runtime.WithToolRules(runtime.ToolRules{RequireApproval: []string{"deploy"}}))
+	req := userTurn("hi")
+	req.Controls = runtime.NewControls()
+	var asked *runtime.ToolApprovalRequested
+	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+		if a, ok := ev.Payload.(*runtime.ToolApprovalRequested); ok {
+			asked = a
+			go func() {
+				d, applied, err := req.Controls.Decide("c1", runtime.Decision{Approved: true})
+				if err != nil || !applied || !d.Approved || d.Seq != ev.Seq+1 {
+					t.Errorf("Decide = %+v, %v, %v", d, applied, err)
+				}
+			}()
+		}
+		return nil
+	})
+	res, err := r.Run(t.Context(), req, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked == nil || asked.Preview != `would deploy {"env":"prod"}` || asked.Deadline.IsZero() {
+		t.Errorf("request = %+v", asked)
+	}
+	if len(tool.Calls()) != 1 || res.Counters.ApprovalsRequested != 1 || res.Counters.ApprovalsDenied != 0 {
+		t.Errorf("calls %d, counters %+v", len(tool.Calls()), res.Counters)
+	}
+}
