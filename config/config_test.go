@@ -196,6 +196,8 @@ func TestInvalid(t *testing.T) {
 		{"capture content", ok + "telemetry: {capture_content: maybe}\n", "config.yaml:3: telemetry.capture_content: expected true or false"},
 		{"bad duration", ok + "retry: {max_backoff: soon}\n", "config.yaml:3: retry.max_backoff: expected a duration such as 500ms or 2s"},
 		{"tool failures", ok + "turn: {tool_failures: 0}\n", "config.yaml:3: turn.tool_failures: must be at least 1"},
+		{"approval timeout", ok + "turn: {approval_timeout: 0s}\n", "config.yaml:3: turn.approval_timeout: must be positive"},
+		{"steering queue", ok + "turn: {max_steer_messages: 0}\n", "config.yaml:3: turn.max_steer_messages: must be at least 1"},
 		{"zero grace", ok + "server: {shutdown_grace: 0s}\n", "config.yaml:3: server.shutdown_grace: must be positive"},
 		{"zero connect timeout", "providers: {o: {type: openai, connect_timeout: 0}}\nmodels: {a: {provider: o, model: m}}\n", "config.yaml:1: providers.o.connect_timeout: must be positive"},
 		{"required key", "providers: {c: {type: anthropic}}\nmodels: {a: {provider: c, model: m}}\n", "config.yaml:1: providers.c.api_key_env: required for type anthropic"},

@@ -44,6 +44,43 @@ type MCPServer struct {
 	// ConnectTimeout bounds each connect to the server (default 10s;
 	// positive).
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// RequireApproval lists the server's tools, by the server's names, whose
+	// calls wait for a person's decision (AgentService.ApproveToolCall)
+	// before they run; "*" alone means every tool of the server. A call
+	// nobody decides within turn.approval_timeout is denied.
+	RequireApproval []string `yaml:"require_approval"`
+	// EndsTurn lists the server's tools, by the server's names, that end
+	// the turn when they succeed: their result is committed and the turn
+	// completes (END_REASON_TOOL_ENDED_TURN) without another model call.
+	EndsTurn []string `yaml:"ends_turn"`
+}
+
+// AllTools in require_approval stands for every tool of the server.
+const AllTools = "*"
+
+// checkToolRules checks the require_approval and ends_turn lists of the
+// server s at path.
+func (c *Config) checkToolRules(v *checker, path string, s MCPServer) {
+	for _, list := range []struct {
+		key   string
+		names []string
+	}{{"require_approval", s.RequireApproval}, {"ends_turn", s.EndsTurn}} {
+		for i, tool := range list.names {
+			at := fmt.Sprintf("%s.%s[%d]", path, list.key, i)
+			switch {
+			case tool == "":
+				v.at(at, "empty tool name")
+			case tool == AllTools && list.key == "ends_turn":
+				v.at(at, "name the tools that end the turn; \"*\" is for require_approval only")
+			case tool == AllTools && len(list.names) > 1:
+				v.at(at, "\"*\" already names every tool of the server: list it alone")
+			case slices.Contains(list.names[:i], tool):
+				v.at(at, "%q appears twice", tool)
+			case tool != AllTools && len(s.Tools) > 0 && !slices.Contains(s.Tools, tool):
+				v.at(at, "%q is not in the tools allowlist", tool)
+			}
+		}
+	}
 }
 
 // DefaultMCPConnectTimeout bounds each connect to an MCP server whose
@@ -165,6 +202,7 @@ func (c *Config) checkMCP(v *checker) {
 		if s.ConnectTimeout <= 0 {
 			v.at(path+".connect_timeout", "must be positive")
 		}
+		c.checkToolRules(v, path, s)
 	}
 
 	known, complete := c.mcpToolNames()

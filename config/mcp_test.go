@@ -101,6 +101,20 @@ mcp_servers:
 		{name: "env name", yaml: `
 mcp_servers:
   local: {command: ./s, env: {"BAD=NAME": topsecret}}`, want: []string{`mcp_servers.local.env: "BAD=NAME"`}, secret: "topsecret"},
+		{name: "tool rules", yaml: `
+mcp_servers:
+  local: {command: ./s, require_approval: ["*"], ends_turn: [finish]}`},
+		{name: "tool rules out of the allowlist", yaml: `
+mcp_servers:
+  local: {command: ./s, tools: [deploy], require_approval: [deploy, drop, drop], ends_turn: ["*", ""]}`, want: []string{
+			`mcp_servers.local.require_approval[1]: "drop" is not in the tools allowlist`,
+			`mcp_servers.local.require_approval[2]: "drop" appears twice`,
+			`mcp_servers.local.ends_turn[0]: name the tools that end the turn`,
+			`mcp_servers.local.ends_turn[1]: empty tool name`,
+		}},
+		{name: "star with names", yaml: `
+mcp_servers:
+  local: {command: ./s, require_approval: [deploy, "*"]}`, want: []string{`mcp_servers.local.require_approval[1]: "*" already names every tool`}},
 		{name: "env_from name", yaml: `
 mcp_servers:
   local: {command: ./s, env_from: [OK, "1BAD"]}`, want: []string{`mcp_servers.local.env_from[1]: "1BAD"`}},

@@ -48,30 +48,34 @@ func (ev Event) Terminal() bool {
 // *TurnStarted, *LLMCallStarted, *TextDelta, *ThinkingDelta,
 // *ToolCallDelta, *LLMCallFinished, *UsageUpdated, *Retry, *Fallback,
 // *Hedge, *Compaction, *MessageCompleted, *ToolStarted, *ToolProgress,
-// *ToolFinished, *TurnCompleted and *TurnError. A consumer that maps them
+// *ToolFinished, *ToolApprovalRequested, *ToolApprovalDecided, *Steered,
+// *TurnCompleted and *TurnError. A consumer that maps them
 // (the server does, to the wire) must handle every one; the server's tests
 // fail when a payload of this package has no mapping.
 type Payload interface {
 	isPayload()
 }
 
-func (*TurnStarted) isPayload()      {}
-func (*LLMCallStarted) isPayload()   {}
-func (*TextDelta) isPayload()        {}
-func (*ThinkingDelta) isPayload()    {}
-func (*ToolCallDelta) isPayload()    {}
-func (*LLMCallFinished) isPayload()  {}
-func (*UsageUpdated) isPayload()     {}
-func (*Retry) isPayload()            {}
-func (*Fallback) isPayload()         {}
-func (*Hedge) isPayload()            {}
-func (*Compaction) isPayload()       {}
-func (*MessageCompleted) isPayload() {}
-func (*ToolStarted) isPayload()      {}
-func (*ToolProgress) isPayload()     {}
-func (*ToolFinished) isPayload()     {}
-func (*TurnCompleted) isPayload()    {}
-func (*TurnError) isPayload()        {}
+func (*TurnStarted) isPayload()           {}
+func (*LLMCallStarted) isPayload()        {}
+func (*TextDelta) isPayload()             {}
+func (*ThinkingDelta) isPayload()         {}
+func (*ToolCallDelta) isPayload()         {}
+func (*LLMCallFinished) isPayload()       {}
+func (*UsageUpdated) isPayload()          {}
+func (*Retry) isPayload()                 {}
+func (*Fallback) isPayload()              {}
+func (*Hedge) isPayload()                 {}
+func (*Compaction) isPayload()            {}
+func (*MessageCompleted) isPayload()      {}
+func (*ToolStarted) isPayload()           {}
+func (*ToolProgress) isPayload()          {}
+func (*ToolFinished) isPayload()          {}
+func (*TurnCompleted) isPayload()         {}
+func (*ToolApprovalRequested) isPayload() {}
+func (*ToolApprovalDecided) isPayload()   {}
+func (*Steered) isPayload()               {}
+func (*TurnError) isPayload()             {}
 
 // TurnStarted opens a turn.
 type TurnStarted struct {
@@ -148,6 +152,39 @@ type ToolFinished struct {
 	IsError  bool
 	Duration time.Duration
 }
+
+// ToolApprovalRequested says a tool call waits for a decision (see
+// [Controls.Decide]) before it runs. The calls of one reply that need
+// approval are requested together.
+type ToolApprovalRequested struct {
+	CallID    string
+	Name      string
+	Arguments string
+	// Preview says what the call would do, when its tool can say (see
+	// [Previewer]); else empty.
+	Preview string
+	// Deadline is when the approval timeout denies the call.
+	Deadline time.Time
+}
+
+// ToolApprovalDecided says how a call that waited for approval was
+// decided. A denied call's error result follows; an approved call runs.
+type ToolApprovalDecided struct {
+	CallID   string
+	Name     string
+	Approved bool
+	// Reason is the decision's reason, or the timeout's.
+	Reason string
+	// TimedOut reports that nobody decided before the deadline.
+	TimedOut bool
+	// DecidedBy names the client key that decided; empty when TimedOut
+	// or without keys.
+	DecidedBy string
+}
+
+// Steered says a user message reached the running turn (see
+// [Controls.Steer]); it is committed at the turn's next step boundary.
+type Steered struct{ Message llm.Message }
 
 // LLMCallFinished closes one attempt at a model call.
 type LLMCallFinished struct {
@@ -246,6 +283,10 @@ const (
 	EndRefusal
 	// EndStopSequence means a stop sequence ended the reply.
 	EndStopSequence
+	// EndToolEndedTurn means a server-side tool that ends the turn (see
+	// [ToolRules]) succeeded: its result is committed and no model call
+	// follows.
+	EndToolEndedTurn
 )
 
 // String returns the reason's snake_case name.
@@ -263,6 +304,8 @@ func (r EndReason) String() string {
 		return "refusal"
 	case EndStopSequence:
 		return "stop_sequence"
+	case EndToolEndedTurn:
+		return "tool_ended_turn"
 	}
 	return "unspecified"
 }
@@ -286,6 +329,12 @@ type Counters struct {
 	Compactions int
 	ToolCalls   int
 	ToolErrors  int
+	// ApprovalsRequested counts the tool calls that waited for approval;
+	// ApprovalsDenied those denied, by a decision or the approval timeout.
+	ApprovalsRequested int
+	ApprovalsDenied    int
+	// Steered counts the steering messages the turn committed.
+	Steered int
 }
 
 // TurnError is the terminal failure of a turn, or of one attempt in

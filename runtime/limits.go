@@ -36,16 +36,26 @@ type Limits struct {
 	// note saying how many bytes it had; the rest is dropped (the runner
 	// logs the cut, not the content). At least 1024.
 	MaxToolResultBytes int `yaml:"max_tool_result_bytes"`
+	// ApprovalTimeout bounds how long a tool call that requires approval
+	// waits for a decision; a call nobody decided by then is denied, and
+	// its result says so. Positive.
+	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
+	// MaxSteerMessages bounds the steering messages (SteerTurn) queued
+	// for a turn and not yet committed; one more is refused with
+	// RESOURCE_EXHAUSTED. At least 1.
+	MaxSteerMessages int `yaml:"max_steer_messages"`
 }
 
 // DefaultLimits returns the built-in limits: 16 model calls, 3
 // continuations, 4 tool calls at once, 60s per tool call, a tool disabled
-// after 3 consecutive failures, 10 minutes per turn and 1 MiB of tool
-// results per step.
+// after 3 consecutive failures, 10 minutes per turn, 1 MiB of tool
+// results per step, 10 minutes of waiting for an approval and 16 queued
+// steering messages.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxModelCalls: 16, MaxContinuations: 3, ToolConcurrency: 4, ToolTimeout: 60 * time.Second, ToolFailures: 3,
 		MaxDuration: 10 * time.Minute, MaxToolResultBytes: 1 << 20,
+		ApprovalTimeout: 10 * time.Minute, MaxSteerMessages: 16,
 	}
 }
 
@@ -80,6 +90,12 @@ func (l Limits) Problems() []llm.Problem {
 	}
 	if l.MaxToolResultBytes < minToolResultBytes {
 		bad("max_tool_result_bytes", "must be at least %d", minToolResultBytes)
+	}
+	if l.ApprovalTimeout <= 0 {
+		bad("approval_timeout", "must be positive")
+	}
+	if l.MaxSteerMessages < 1 {
+		bad("max_steer_messages", "must be at least 1")
 	}
 	return out
 }

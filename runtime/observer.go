@@ -40,6 +40,11 @@ type Observer interface {
 	ToolStart(ctx context.Context, t ToolInfo) context.Context
 	// ToolEnd is called when the tool returned.
 	ToolEnd(ctx context.Context, t ToolInfo, end ToolEnd)
+	// Approval is called for each decision on a tool call that waited
+	// for approval, once the turn acts on it.
+	Approval(ctx context.Context, a ApprovalInfo)
+	// Steer is called for each steering message the turn commits.
+	Steer(ctx context.Context, s SteerInfo)
 }
 
 // TurnInfo identifies a turn to an [Observer].
@@ -169,6 +174,30 @@ type ToolEnd struct {
 	Duration time.Duration
 }
 
+// ApprovalInfo is a decision on a tool call that waited for approval.
+type ApprovalInfo struct {
+	TurnID string
+	CallID string
+	Name   string
+	// Approved reports that the tool may run; TimedOut that nobody
+	// decided before the approval timeout, which denied it.
+	Approved bool
+	TimedOut bool
+	// DecidedBy names the client key that decided; empty when TimedOut
+	// or without keys.
+	DecidedBy string
+	// Waited is how long the call waited for the decision.
+	Waited time.Duration
+}
+
+// SteerInfo is a steering message the turn committed. Observers get its
+// size, never its text.
+type SteerInfo struct {
+	TurnID string
+	// Bytes is the size of the message's text.
+	Bytes int
+}
+
 // NopObserver is an [Observer] whose hooks do nothing. Embed it to
 // implement only some hooks.
 type NopObserver struct{}
@@ -196,6 +225,12 @@ func (NopObserver) ToolStart(ctx context.Context, _ ToolInfo) context.Context { 
 
 // ToolEnd does nothing.
 func (NopObserver) ToolEnd(context.Context, ToolInfo, ToolEnd) {}
+
+// Approval does nothing.
+func (NopObserver) Approval(context.Context, ApprovalInfo) {}
+
+// Steer does nothing.
+func (NopObserver) Steer(context.Context, SteerInfo) {}
 
 // Observers returns an [Observer] that calls each of obs in order; the
 // context one hook returns is passed to the next. Nil entries are skipped.
@@ -265,5 +300,17 @@ func (m multiObserver) ToolStart(ctx context.Context, t ToolInfo) context.Contex
 func (m multiObserver) ToolEnd(ctx context.Context, t ToolInfo, end ToolEnd) {
 	for _, o := range m {
 		o.ToolEnd(ctx, t, end)
+	}
+}
+
+func (m multiObserver) Approval(ctx context.Context, a ApprovalInfo) {
+	for _, o := range m {
+		o.Approval(ctx, a)
+	}
+}
+
+func (m multiObserver) Steer(ctx context.Context, st SteerInfo) {
+	for _, o := range m {
+		o.Steer(ctx, st)
 	}
 }

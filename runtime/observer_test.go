@@ -74,6 +74,14 @@ func (h *hookRecorder) ToolEnd(ctx context.Context, t runtime.ToolInfo, end runt
 	h.add("tool end %s error=%v result=%q", t.Name, end.IsError, end.Content)
 }
 
+func (h *hookRecorder) Approval(ctx context.Context, a runtime.ApprovalInfo) {
+	h.add("approval %s %s approved=%v timed_out=%v by=%q", a.Name, a.CallID, a.Approved, a.TimedOut, a.DecidedBy)
+}
+
+func (h *hookRecorder) Steer(ctx context.Context, s runtime.SteerInfo) {
+	h.add("steer %d bytes", s.Bytes)
+}
+
 // ctxProvider records the attempt context value each call sees.
 type ctxProvider struct {
 	*fake.Provider

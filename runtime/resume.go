@@ -73,6 +73,17 @@ type Resume struct {
 	// again would run it a second time; ending the turn leaves that
 	// decision to the client, as any failure during such a tool does.
 	ToolsStarted map[string]bool
+	// Decided holds, by call id, the approval decisions stored
+	// (ToolApprovalDecided events) of the last committed reply's tool
+	// calls: they stand. A call whose approval was requested and not
+	// decided has its request emitted again.
+	Decided map[string]Decided
+	// Requested holds the ids of the calls whose approval was requested
+	// (ToolApprovalRequested events): they are counted already.
+	Requested map[string]bool
+	// Steering holds, in order, the steering messages stored (Steered
+	// events) and not yet committed: they are queued again.
+	Steering []llm.Message
 }
 
 // resume finishes what the previous runner of a resumed turn was doing.
@@ -102,10 +113,13 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 	}
 	last := rs.Committed[len(rs.Committed)-1]
 	switch {
-	case last.Role == llm.RoleUser:
-		// Only a cancel commits a user message, its last: the previous
+	case isCancelNote(last):
+		// A cancel commits this user message, its last: the previous
 		// runner went away before the terminal event.
 		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role == llm.RoleUser:
+		// A steering message: the next model call answers it.
+		return nil, false, nil
 	case last.Role == llm.RoleTool && cancelledResult(last.Parts):
 		// The previous runner went away while closing a cancelled turn.
 		t.commit(ctx, llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(InterruptedToolUseNote)}})
@@ -115,10 +129,25 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		// of a running tool.
 		t.closeCancelled(ctx)
 		return nil, true, t.fail(ctx, errCancelledBefore)
+	case last.Role == llm.RoleTool && t.endedByTool(toolResults(last)) && t.ctl.finish():
+		// A tool that ends the turn succeeded.
+		res, err := t.complete(ctx, EndToolEndedTurn)
+		return res, true, err
 	case last.Role != llm.RoleAssistant:
 		return nil, false, nil
 	}
 	return t.afterReply(ctx, last, rs.LastStop)
+}
+
+// toolResults returns the tool results of m.
+func toolResults(m llm.Message) []llm.ToolResult {
+	var out []llm.ToolResult
+	for _, p := range m.Parts {
+		if p.ToolResult != nil {
+			out = append(out, *p.ToolResult)
+		}
+	}
+	return out
 }
 
 // storedResults returns results as tool result parts.
@@ -155,6 +184,8 @@ func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
 	if rs == nil {
 		return nil, nil
 	}
+	// Started before a steering message could come: not skipped for it.
+	t.restarted = rs.ToolsStarted
 	known := make([]*llm.ToolResult, len(calls))
 	var unknown []string
 	for i, c := range calls {

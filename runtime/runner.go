@@ -79,6 +79,10 @@ type TurnRequest struct {
 	// Resume, when set, continues a turn another runner started and did
 	// not finish, from what the turn's log holds; see [Resume].
 	Resume *Resume
+	// Controls, when set, is how the turn's owner decides its tool calls
+	// that wait for approval and steers it while it runs; nil gives the
+	// turn controls nobody reaches (its approvals time out).
+	Controls *Controls
 }
 
 // Runner runs turns. It is safe for concurrent use; its cooldowns and retry
@@ -93,7 +97,10 @@ type Runner struct {
 	// latencies holds the recent times to first chunk of the models that
 	// hedge at a quantile of them.
 	latencies map[string]*latencies
-	opts      options
+	// approval and endsTurn are the tools of [ToolRules], by name.
+	approval map[string]bool
+	endsTurn map[string]bool
+	opts     options
 }
 
 type options struct {
@@ -104,6 +111,7 @@ type options struct {
 	newID     func() string
 	compactor Compactor
 	limits    Limits
+	rules     ToolRules
 }
 
 // Option configures a [Runner].
@@ -202,6 +210,19 @@ func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option)
 			errs = append(errs, fmt.Errorf("tool %q registered twice", name))
 		}
 		r.tools[name] = t
+	}
+	r.approval, r.endsTurn = map[string]bool{}, map[string]bool{}
+	for _, set := range []struct {
+		field string
+		names []string
+		into  map[string]bool
+	}{{"require_approval", r.opts.rules.RequireApproval, r.approval}, {"ends_turn", r.opts.rules.EndsTurn, r.endsTurn}} {
+		for _, name := range set.names {
+			if r.tools[name] == nil {
+				errs = append(errs, fmt.Errorf("tool rules: %s: %q is no server-side tool", set.field, name))
+			}
+			set.into[name] = true
+		}
 	}
 	for _, p := range r.opts.limits.Problems() {
 		errs = append(errs, fmt.Errorf("limits: %v", p))

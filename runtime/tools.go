@@ -24,8 +24,9 @@ func (p *toolPanic) Error() string { return fmt.Sprintf("tool %q panicked: %v", 
 
 // runTools runs the server-side tool calls of a committed assistant
 // message in parallel and commits their results. It reports done=false when
-// calls remain that the client must run.
-func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, err error) {
+// calls remain that the client must run, and ended when a tool that ends
+// the turn succeeded.
+func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done, ended bool, err error) {
 	client := map[string]bool{}
 	for _, s := range t.req.ClientTools {
 		client[s.Name] = true
@@ -40,15 +41,15 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 		server = append(server, c)
 	}
 	if len(server) == 0 {
-		return pending == 0, nil
+		return pending == 0, false, nil
 	}
 	known, err := t.resumedResults(server)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	results, err := t.execute(ctx, t.chain.current(), server, known)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	t.shareResultBudget(results)
 	msg := llm.Message{Role: llm.RoleTool, Parts: make([]llm.Part, len(results))}
@@ -60,7 +61,7 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done bool, e
 	t.answered, t.started = nil, nil
 	t.mu.Unlock()
 	t.commit(ctx, msg)
-	return pending == 0, nil
+	return pending == 0, t.endedByTool(results), nil
 }
 
 // execute runs calls with bounded parallelism and returns their results in
@@ -74,6 +75,14 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var panicked *toolPanic
+	defer func() { t.restarted = nil }()
+	decided, err := t.approve(ctx, m, calls, known)
+	if err != nil {
+		return nil, err
+	}
+	// notRun marks the calls a person kept from running: they do not
+	// count against their tool's breaker.
+	notRun := make([]bool, len(calls))
 	for i, c := range calls {
 		if i < len(known) && known[i] != nil {
 			results[i] = *known[i]
@@ -81,11 +90,22 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 			continue
 		}
 		tool, ok := t.r.tools[c.Name]
+		d, asked := decided[c.ID]
 		switch {
+		case t.ctl.steering() && !t.restarted[c.ID]:
+			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+			continue
+		case asked && !d.Approved:
+			results[i], notRun[i] = t.refuse(ctx, c, deniedResult(d)), true
+			continue
+		case !asked && ok && t.r.approval[c.Name] && allowed(m, c.Name) && jsonObject(c.Arguments):
+			// Its wait ended without a decision: a steering message came.
+			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+			continue
 		case !ok || !allowed(m, c.Name):
 			results[i] = t.refuse(ctx, c, fmt.Sprintf("unknown tool %q; available tools: %s", c.Name, strings.Join(t.toolNames(m), ", ")))
 			continue
-		case !json.Valid([]byte(c.Arguments)) || !strings.HasPrefix(strings.TrimSpace(c.Arguments), "{"):
+		case !jsonObject(c.Arguments):
 			results[i] = t.refuse(ctx, c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
 			continue
 		case t.breakerCount(c.Name) >= limits.ToolFailures:
@@ -102,6 +122,13 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		case <-ctx.Done():
 			t.awaitTools(ctx, &wg)
 			return nil, t.stopped(ctx)
+		}
+		if t.ctl.steering() && !t.restarted[c.ID] {
+			// The user redirected the turn while the call waited for its
+			// turn to run.
+			<-sem
+			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+			continue
 		}
 		wg.Add(1)
 		go func() {
@@ -135,9 +162,17 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 		if res.IsError {
 			t.counters.ToolErrors++
 		}
-		t.breakerRecord(res.Name, res.IsError)
+		if !notRun[i] {
+			t.breakerRecord(res.Name, res.IsError)
+		}
 	}
 	return results, nil
+}
+
+// jsonObject reports whether args is a JSON object, as tool arguments
+// must be.
+func jsonObject(args string) bool {
+	return json.Valid([]byte(args)) && strings.HasPrefix(strings.TrimSpace(args), "{")
 }
 
 // ToolStopGrace bounds how long a stopped turn waits for its running tools

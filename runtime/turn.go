@@ -53,6 +53,15 @@ type turn struct {
 	resumed *Resume
 	// servedBy is the alias whose reply was last committed.
 	servedBy string
+	// ctl is how the turn's owner reaches it (approvals, steering);
+	// firstSeq is the seq of the first event this runner emits, and
+	// requested the calls whose approval a previous runner requested.
+	ctl       *Controls
+	firstSeq  uint64
+	requested map[string]bool
+	// restarted holds the calls of a resumed turn's tools that its
+	// previous runner had started: a steering message does not skip them.
+	restarted map[string]bool
 	// firstOutput is when the turn's first output event was emitted,
 	// measured from its start; waited sums its backoff waits.
 	firstOutput time.Duration
@@ -111,6 +120,11 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	if req.MaxModelCalls > 0 {
 		t.maxCalls = req.MaxModelCalls
 	}
+	t.ctl = req.Controls
+	if t.ctl == nil {
+		t.ctl = NewControls()
+	}
+	t.firstSeq = 1
 	if rs := req.Resume; rs != nil {
 		t.conv = append(t.conv, rs.Committed...)
 		t.added = slices.Clone(rs.Committed)
@@ -121,7 +135,9 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 			// A cancel before the tools run keeps the stored results.
 			t.answered = maps.Clone(rs.ToolResults)
 		}
+		t.firstSeq, t.requested = max(rs.NextSeq, 1), rs.Requested
 	}
+	t.ctl.attach(tctx, &t.out, r.opts.limits.MaxSteerMessages, req.Resume)
 	return t, tctx, cancel
 }
 
@@ -145,7 +161,14 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		if t.counters.ModelCalls >= t.maxCalls {
 			t.commitReply(ctx)
+			// The messages a person sent are the conversation's, even
+			// when no model call is left to answer them.
+			t.commitSteering(ctx, t.ctl.drain())
 			return t.complete(ctx, EndMaxModelCalls)
+		}
+		if len(t.reply) == 0 {
+			// A step boundary: the steering messages come in here.
+			t.injectSteering(ctx)
 		}
 		msg, stop, err := t.step(ctx)
 		if err != nil {
@@ -177,12 +200,16 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 // committed; one committed cut ends the turn.)
 func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopReason) (res *TurnCompleted, done bool, err error) {
 	if calls := msg.ToolCalls(); len(calls) > 0 {
-		all, err := t.runTools(ctx, calls)
+		all, ended, err := t.runTools(ctx, calls)
 		if err != nil {
 			return nil, true, t.fail(ctx, err)
 		}
 		if !all {
 			res, err := t.complete(ctx, EndToolCallsRequired)
+			return res, true, err
+		}
+		if ended && t.ctl.finish() {
+			res, err := t.complete(ctx, EndToolEndedTurn)
 			return res, true, err
 		}
 		return nil, false, nil
@@ -201,7 +228,9 @@ func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopRea
 	default:
 		end = EndTurn
 	}
-	if end == 0 {
+	if end == 0 || !t.ctl.finish() {
+		// Paused, or a steering message came: one more model call
+		// answers it.
 		return nil, false, nil
 	}
 	res, err = t.complete(ctx, end)
@@ -244,6 +273,7 @@ func (t *turn) commit(ctx context.Context, m llm.Message) {
 // complete ends the turn with its outcome; when the outcome cannot be
 // emitted (the turn stopped, or its sink failed), the turn fails instead.
 func (t *turn) complete(ctx context.Context, reason EndReason) (*TurnCompleted, error) {
+	t.ctl.end()
 	tc := &TurnCompleted{Reason: reason, Messages: t.added, Usage: t.usage, Counters: t.counters}
 	if t.out.emit(ctx, tc) == 0 {
 		err := t.stopped(ctx)
@@ -259,6 +289,7 @@ func (t *turn) complete(ctx context.Context, reason EndReason) (*TurnCompleted, 
 // returns it. A turn its caller cancelled first commits what closes its
 // conversation (see [turn.closeCancelled]).
 func (t *turn) fail(ctx context.Context, err error) *TurnError {
+	t.ctl.end()
 	var te *TurnError
 	if !errors.As(err, &te) {
 		te = t.toTurnError(llm.AsError(err), 0)
@@ -312,6 +343,7 @@ func (t *turn) countAttempt(alias string, err *llm.Error) {
 // held.
 func (t *turn) end(ctx context.Context, res *TurnCompleted, err error) {
 	t.chain.close()
+	t.ctl.end()
 	end := TurnEnd{
 		Completed: res, Usage: t.usage, Counters: t.counters, Attempts: t.attempts,
 		ServedBy: t.servedBy, TimeToFirstOutput: t.firstOutput, Waited: t.waited,

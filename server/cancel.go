@@ -39,6 +39,9 @@ func (r *run) stop(ctx context.Context) cancelReply {
 
 // onSignal answers a signal sent to a run this replica owns.
 func (s *service) onSignal(r *run, sig string) []byte {
+	if reply, ok := s.onPayloadSignal(r, sig); ok {
+		return reply
+	}
 	switch sig {
 	case signalCancel:
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

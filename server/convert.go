@@ -488,6 +488,16 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 		}}
 	case *runtime.UsageUpdated:
 		out.Payload = &turnstilev1.AgentEvent_Usage{Usage: fromUsage(e.Total)}
+	case *runtime.ToolApprovalRequested:
+		out.Payload = &turnstilev1.AgentEvent_ToolApprovalRequested{ToolApprovalRequested: &turnstilev1.ToolApprovalRequested{
+			CallId: e.CallID, Name: e.Name, Arguments: e.Arguments, Preview: clip(e.Preview, maxMessageBytes), Deadline: timestamppb.New(e.Deadline),
+		}}
+	case *runtime.ToolApprovalDecided:
+		out.Payload = &turnstilev1.AgentEvent_ToolApprovalDecided{ToolApprovalDecided: &turnstilev1.ToolApprovalDecided{
+			CallId: e.CallID, Name: e.Name, Approved: e.Approved, Reason: e.Reason, TimedOut: e.TimedOut, DecidedBy: e.DecidedBy,
+		}}
+	case *runtime.Steered:
+		out.Payload = &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: fromMessage(e.Message)}}
 	case *runtime.TurnError:
 		out.Payload = &turnstilev1.AgentEvent_Error{Error: fromTurnError(e)}
 	case *runtime.TurnCompleted:
@@ -497,7 +507,10 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 				ModelCalls: uint32(e.Counters.ModelCalls), Retries: uint32(e.Counters.Retries),
 				Fallbacks: uint32(e.Counters.Fallbacks), ToolCalls: uint32(e.Counters.ToolCalls),
 				ToolErrors: uint32(e.Counters.ToolErrors), Compactions: uint32(e.Counters.Compactions),
-				Hedges: uint32(e.Counters.Hedges),
+				Hedges:             uint32(e.Counters.Hedges),
+				ApprovalsRequested: uint32(e.Counters.ApprovalsRequested),
+				ApprovalsDenied:    uint32(e.Counters.ApprovalsDenied),
+				Steered:            uint32(e.Counters.Steered),
 			},
 		}
 		for _, m := range e.Messages {

@@ -219,6 +219,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		cancel = func(cause error) { stop(cause); cancelDL() }
 	}
 	r := newRun(k, hash, cancel)
+	tr.Controls = r.ctl
 	if key := keyFrom(ctx); key != nil {
 		r.charge = &usageCharger{k: key.limiter}
 	}

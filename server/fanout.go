@@ -13,6 +13,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // Bounds of the window of a run's latest acknowledged events that the
@@ -64,10 +65,12 @@ type run struct {
 	// handedOff is set when this replica, shutting down, gives the run to
 	// another: nothing more of it is stored here.
 	handedOff atomic.Bool
+	// ctl reaches the turn (approvals, steering; approve.go).
+	ctl *runtime.Controls
 }
 
 func newRun(k runKey, hash []byte, cancel context.CancelCauseFunc) *run {
-	return &run{key: k, hash: hash, cancel: cancel, ended: make(chan struct{}), wake: make(chan struct{})}
+	return &run{key: k, hash: hash, cancel: cancel, ended: make(chan struct{}), wake: make(chan struct{}), ctl: runtime.NewControls()}
 }
 
 // publish adds an acknowledged event of size bytes on the wire to the

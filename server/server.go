@@ -120,10 +120,12 @@ type Options struct {
 	CheckToolSchema func(schema []byte) error
 
 	// Store keeps the log of every turn, which makes turns durable:
-	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn and
-	// CancelTurn work from any replica sharing the store. Nil keeps no
-	// log: a turn lives in the stream that runs it, and WatchTurn and
-	// CancelTurn answer FAILED_PRECONDITION.
+	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn,
+	// CancelTurn, ApproveToolCall and SteerTurn work from any replica
+	// sharing the store. Nil keeps no log: a turn lives in the stream that
+	// runs it, WatchTurn and CancelTurn answer FAILED_PRECONDITION, and
+	// ApproveToolCall and SteerTurn work only on the server running the
+	// turn.
 	Store TurnStore
 	// DetachGrace is how long a turn with a store keeps running after its
 	// last watcher left; then it is cancelled (default 30s).

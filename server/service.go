@@ -70,6 +70,10 @@ type service struct {
 
 type activeTurn struct {
 	cancel context.CancelCauseFunc
+	// key and ctl reach a turn that runs without a store (approve.go);
+	// ctl is nil for a durable run's.
+	key runKey
+	ctl *runtime.Controls
 }
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
@@ -123,7 +127,8 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	t := &activeTurn{cancel: cancel}
+	tr.Controls = runtime.NewControls()
+	t := &activeTurn{cancel: cancel, key: runKey{client: tr.Client, turnID: tr.TurnID, attempt: attemptOf(stream.Context(), req)}, ctl: tr.Controls}
 	if !s.track(t) {
 		return turnStatus(drainError()).Err()
 	}

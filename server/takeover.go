@@ -80,6 +80,7 @@ func (s *service) takeOver(ctx context.Context, k runKey) bool {
 	var first runRecord
 	_ = json.Unmarshal(rec, &first)
 	r.hash = first.Hash
+	tr.Controls = r.ctl
 	release := leave
 	if key := s.keyNamed(first.Client); key != nil {
 		endKey := key.limiter.hold()
@@ -337,6 +338,38 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			if m.Role == llm.RoleAssistant {
 				rs.LastStop = lastStop
 				rs.ToolResults, rs.ToolsStarted = map[string]llm.ToolResult{}, map[string]bool{}
+				rs.Decided, rs.Requested = map[string]runtime.Decided{}, map[string]bool{}
+			}
+			if m.Role == llm.RoleUser && len(rs.Steering) > 0 {
+				// A steering message committed: the oldest queued.
+				rs.Steering = rs.Steering[1:]
+				rs.Counters.Steered++
+			}
+		case *turnstilev1.AgentEvent_Steered:
+			var bad violations
+			m := toMessage(&bad, "steered", p.Steered.GetMessage())
+			if len(bad) > 0 {
+				return nil, bad[0]
+			}
+			rs.Steering = append(rs.Steering, m)
+		case *turnstilev1.AgentEvent_ToolApprovalRequested:
+			// A request a takeover emitted again counts once.
+			if id := p.ToolApprovalRequested.GetCallId(); !rs.Requested[id] {
+				rs.Counters.ApprovalsRequested++
+				if rs.Requested != nil {
+					rs.Requested[id] = true
+				}
+			}
+		case *turnstilev1.AgentEvent_ToolApprovalDecided:
+			d := p.ToolApprovalDecided
+			if !d.GetApproved() {
+				rs.Counters.ApprovalsDenied++
+			}
+			if rs.Decided != nil {
+				rs.Decided[d.GetCallId()] = runtime.Decided{
+					Decision: runtime.Decision{Approved: d.GetApproved(), Reason: d.GetReason(), DecidedBy: d.GetDecidedBy()},
+					TimedOut: d.GetTimedOut(), Seq: ev.GetSeq(), At: ev.GetTime().AsTime(),
+				}
 			}
 		case *turnstilev1.AgentEvent_ToolStarted:
 			if rs.ToolsStarted != nil {

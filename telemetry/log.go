@@ -32,7 +32,8 @@ func NewTurnLog(logger *slog.Logger) *TurnLog { return &TurnLog{logger: logger} 
 // asked for); attempts, a group of the models tried, in order, with the
 // model calls each got; served_by (the model whose reply was last
 // committed); model_calls, retries, fallbacks, hedges, compactions,
-// tool_calls; input_tokens (cached input excluded), output_tokens,
+// tool_calls; approvals_requested, approvals_denied and steered when a
+// tool call waited for approval or a steering message came; input_tokens (cached input excluded), output_tokens,
 // cache_read_tokens, cache_write_tokens; ttft_ms (to the first streamed output), wait_ms
 // (backoff), duration_ms; then end_reason for a completed turn, or
 // error_code, retryable and the root cause (cut at 4 KiB here, and every value at 1 KiB by
@@ -84,6 +85,17 @@ func (l *TurnLog) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.T
 		slog.Int("hedges", c.Hedges),
 		slog.Int("compactions", c.Compactions),
 		slog.Int("tool_calls", c.ToolCalls),
+	)
+	if c.ApprovalsRequested > 0 || c.Steered > 0 {
+		// A turn a person took part in; the decisions themselves (who,
+		// when) are events of the turn's log and span.
+		attrs = append(attrs,
+			slog.Int("approvals_requested", c.ApprovalsRequested),
+			slog.Int("approvals_denied", c.ApprovalsDenied),
+			slog.Int("steered", c.Steered),
+		)
+	}
+	attrs = append(attrs,
 		slog.Int64("input_tokens", u.InputTokens),
 		slog.Int64("output_tokens", u.OutputTokens),
 		slog.Int64("cache_read_tokens", u.CacheReadTokens),

@@ -82,6 +82,11 @@ const (
 	keyHedgeAfter  = attribute.Key("turnstile.hedge.after")
 	keyHedgeLost   = attribute.Key("turnstile.hedge.lost")
 	keyContinues   = attribute.Key("turnstile.continues")
+	// keyOutcome is a decision's outcome: approved, denied or timed_out.
+	keyOutcome   = attribute.Key("turnstile.approval.outcome")
+	keyDecidedBy = attribute.Key("turnstile.approval.decided_by")
+	keyApprovalW = attribute.Key("turnstile.approval.waited")
+	keySteerSize = attribute.Key("turnstile.steer.bytes")
 )
 
 // Span event names.
@@ -92,6 +97,8 @@ const (
 	eventCooldown   = "turnstile.cooldown"
 	eventGiveUp     = "turnstile.give_up"
 	eventHedge      = "turnstile.hedge"
+	eventApproval   = "turnstile.approval"
+	eventSteer      = "turnstile.steer"
 )
 
 // Metric names. The GenAI ones follow the conventions; the others are
@@ -112,6 +119,9 @@ const (
 	metricTurnsActive  = "turnstile.turns.active"
 	metricTurnWait     = "turnstile.turn.wait"
 	metricTurnTokens   = "turnstile.turn.tokens"
+	metricApprovals    = "turnstile.approvals"
+	metricApprovalWait = "turnstile.approval.wait"
+	metricSteered      = "turnstile.steered"
 	metricRetryBudget  = "turnstile.model.retry_budget"
 	metricCoolingDown  = "turnstile.model.cooling_down"
 	instrumentationURL = "github.com/turnstile-dev/turnstile/telemetry"

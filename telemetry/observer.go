@@ -458,6 +458,40 @@ func (o *Observer) ToolStart(ctx context.Context, t runtime.ToolInfo) context.Co
 	return ctx
 }
 
+// Outcomes of a decision on a tool call that waited for approval.
+const (
+	outcomeApproved = "approved"
+	outcomeDenied   = "denied"
+	outcomeTimedOut = "timed_out"
+)
+
+// Approval adds the decision to the turn's span as an event, and records
+// how long the call waited and the decision's outcome.
+func (o *Observer) Approval(ctx context.Context, a runtime.ApprovalInfo) {
+	outcome := outcomeDenied
+	switch {
+	case a.TimedOut:
+		outcome = outcomeTimedOut
+	case a.Approved:
+		outcome = outcomeApproved
+	}
+	attrs := metric.WithAttributes(keyToolName.String(a.Name), keyOutcome.String(outcome))
+	o.m.approvals.Add(ctx, 1, attrs)
+	o.m.approvalWait.Record(ctx, a.Waited.Seconds(), attrs)
+	ev := []attribute.KeyValue{keyToolName.String(a.Name), keyToolCallID.String(a.CallID), keyOutcome.String(outcome), keyApprovalW.Float64(a.Waited.Seconds())}
+	if a.DecidedBy != "" {
+		ev = append(ev, keyDecidedBy.String(a.DecidedBy))
+	}
+	trace.SpanFromContext(ctx).AddEvent(eventApproval, trace.WithAttributes(ev...))
+}
+
+// Steer adds a steering message to the turn's span as an event (its size,
+// never its text), and counts it.
+func (o *Observer) Steer(ctx context.Context, s runtime.SteerInfo) {
+	o.m.steered.Add(ctx, 1)
+	trace.SpanFromContext(ctx).AddEvent(eventSteer, trace.WithAttributes(keySteerSize.Int(s.Bytes)))
+}
+
 // toolError is error.type for a tool call whose result is an error, and
 // hedgeLost for a model call cancelled because the other call of its
 // hedged pair answered first.
@@ -498,6 +532,9 @@ type instruments struct {
 	active            metric.Int64UpDownCounter
 	turnWait          metric.Float64Histogram
 	turnTokens        metric.Int64Counter
+	approvals         metric.Int64Counter
+	approvalWait      metric.Float64Histogram
+	steered           metric.Int64Counter
 }
 
 // Bucket boundaries the GenAI conventions give.
@@ -527,6 +564,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 	in.toolDuration = f64(metricToolDuration, "Duration of a server-side tool call.", secondsBuckets)
 	in.agentDuration = f64(metricAgentDuration, "Duration of a turn, from its start to its last event.", agentBuckets)
 	in.turnWait = f64(metricTurnWait, "Time a turn spent waiting in backoff before retries.", secondsBuckets)
+	in.approvalWait = f64(metricApprovalWait, "Time a tool call waited for approval, by tool and outcome.", agentBuckets)
 	var err error
 	in.tokenUsage, err = m.Int64Histogram(metricTokenUsage, metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used by a model call, by type (input includes cached input)."),
@@ -539,6 +577,8 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 	in.hedges = counter(metricHedges, "{call}", "Hedged calls started, by the slow call's model and the hedge's.")
 	in.turns = counter(metricTurns, "{turn}", "Turns ended, by model asked, end reason or error code, and client.")
 	in.turnTokens = counter(metricTurnTokens, "{token}", "Tokens used by turns, by model asked, type and client.")
+	in.approvals = counter(metricApprovals, "{decision}", "Decisions on tool calls that waited for approval, by tool and outcome (approved, denied, timed_out).")
+	in.steered = counter(metricSteered, "{message}", "Steering messages turns committed.")
 	in.active, err = m.Int64UpDownCounter(metricTurnsActive, metric.WithUnit("{turn}"), metric.WithDescription("Turns in flight, by model asked."))
 	errs = append(errs, err)
 	if health != nil {

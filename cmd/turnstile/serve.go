@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -344,11 +346,11 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Tools:             allowedTools(mc.Tools),
 		})
 	}
-	tools, closeTools, err := buildTools(ctx, cfg, logger)
+	tools, rules, closeTools, err := buildTools(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits)}, opts...)
+	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithToolRules(rules)}, opts...)
 	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()
@@ -367,11 +369,13 @@ func allowedTools(names []string) []string {
 }
 
 // buildTools connects to the configured MCP servers and returns every
-// server-side tool, each validating its arguments against its schema.
-func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([]llm.Tool, func(), error) {
+// server-side tool, each validating its arguments against its schema, and
+// the tools' rules (require_approval, ends_turn) by the names models see.
+func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([]llm.Tool, runtime.ToolRules, func(), error) {
 	tools := []llm.Tool{clock.Tool{}}
+	var rules runtime.ToolRules
 	if len(cfg.MCPServers) == 0 {
-		return tools, func() {}, nil
+		return tools, rules, func() {}, nil
 	}
 	var servers []mcp.ServerConfig
 	for name, s := range cfg.MCPServers {
@@ -390,18 +394,59 @@ func buildTools(ctx context.Context, cfg *config.Config, logger *slog.Logger) ([
 	}
 	ts, err := mcp.New(ctx, servers, mcp.WithLogger(logger))
 	if err != nil {
-		return nil, nil, fmt.Errorf("mcp_servers: %w", err)
+		return nil, rules, nil, fmt.Errorf("mcp_servers: %w", err)
 	}
 	for _, t := range ts.Tools() {
 		checked, err := argcheck.Wrap(t)
 		if err != nil {
 			_ = ts.Close()
-			return nil, nil, fmt.Errorf("mcp_servers: %w", err)
+			return nil, rules, nil, fmt.Errorf("mcp_servers: %w", err)
 		}
 		tools = append(tools, checked)
 	}
-	logger.Info("MCP tools ready", "servers", len(servers), "tools", len(tools)-1)
-	return tools, func() { _ = ts.Close() }, nil
+	if rules, err = toolRules(cfg, ts); err != nil {
+		_ = ts.Close()
+		return nil, rules, nil, err
+	}
+	logger.Info("MCP tools ready", "servers", len(servers), "tools", len(tools)-1,
+		"require_approval", len(rules.RequireApproval), "ends_turn", len(rules.EndsTurn))
+	return tools, rules, func() { _ = ts.Close() }, nil
+}
+
+// toolRules maps the servers' require_approval and ends_turn lists to the
+// names models see ("*" to every tool of the server); a name the server
+// does not offer is an error naming its key.
+func toolRules(cfg *config.Config, ts *mcp.Toolset) (runtime.ToolRules, error) {
+	var rules runtime.ToolRules
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
+		s := cfg.MCPServers[name]
+		offered := ts.ServerTools(name)
+		resolve := func(key string, list []string) ([]string, error) {
+			var out []string
+			for i, tool := range list {
+				if tool == config.AllTools {
+					out = append(out, offered...)
+					continue
+				}
+				if !slices.Contains(offered, s.ToolPrefix+tool) {
+					return nil, fmt.Errorf("mcp_servers.%s.%s[%d]: the server offers no tool %q", name, key, i, tool)
+				}
+				out = append(out, s.ToolPrefix+tool)
+			}
+			return out, nil
+		}
+		approval, err := resolve("require_approval", s.RequireApproval)
+		if err != nil {
+			return rules, err
+		}
+		ends, err := resolve("ends_turn", s.EndsTurn)
+		if err != nil {
+			return rules, err
+		}
+		rules.RequireApproval = append(rules.RequireApproval, approval...)
+		rules.EndsTurn = append(rules.EndsTurn, ends...)
+	}
+	return rules, nil
 }
 
 // newLogger returns the server's logger, writing to w in the configured

@@ -200,6 +200,18 @@ func (ts *Toolset) Tools() []llm.Tool {
 	return out
 }
 
+// ServerTools returns the names models see of the tools of the server
+// named server, sorted; none when no server has that name.
+func (ts *Toolset) ServerTools(server string) []string {
+	var out []string
+	for _, t := range ts.tools {
+		if t.srv.cfg.Name == server {
+			out = append(out, t.spec.Name)
+		}
+	}
+	return out
+}
+
 // Select returns the tools with the given names, in that order, or every tool
 // when names is empty (a model's tools list). It fails on a name that no
 // server offers.
