@@ -45,6 +45,9 @@ type turn struct {
 	// the previous runner's interrupted call; the first step takes it.
 	cutFrom  uint64
 	usage    llm.Usage
+	// seen is the prompt size the provider last reported, for the
+	// estimate that decides a compaction before a call.
+	seen promptSeen
 	counters Counters
 	attempts []ModelAttempts
 	steps    int
