@@ -45,9 +45,6 @@ type turn struct {
 	// the previous runner's interrupted call; the first step takes it.
 	cutFrom  uint64
 	usage    llm.Usage
-	// seen is the prompt size the provider last reported, for the
-	// estimate that decides a compaction before a call.
-	seen promptSeen
 	counters Counters
 	attempts []ModelAttempts
 	steps    int
@@ -72,6 +69,10 @@ type turn struct {
 	// whose ToolStarted was emitted began. A cancel answers the rest.
 	answered map[string]llm.ToolResult
 	started  map[string]time.Time
+
+	// seen is the prompt size the provider last reported, for the
+	// estimate that decides a compaction before a call.
+	seen promptSeen
 }
 
 // newTurn prepares a turn of req and returns it with the turn's context,
