@@ -146,3 +146,37 @@ func (t *turn) cacheRequest(m *Model, req *llm.Request) {
 	}
 	req.PromptCacheKey = "ts-" + hex.EncodeToString(h.Sum(nil)[:12])
 }
+
+// ConversationEdit is a compaction a turn made, for a turn resumed from
+// its events: once Committed of the turn's messages had been committed,
+// messages From to From+Count of the conversation were replaced by
+// Replacement (see [Compaction]).
+type ConversationEdit struct {
+	Committed   int
+	From, Count int
+	Replacement []llm.Message
+}
+
+// conversation returns the conversation of a resumed turn whose request
+// held msgs: msgs and the messages committed, with the edits made in
+// between. An edit that does not fit the conversation ends the replay:
+// the rest is appended as committed.
+func (rs *Resume) conversation(msgs []llm.Message) []llm.Message {
+	conv := msgs
+	next := 0 // the first committed message not yet in conv
+	for _, e := range rs.Edits {
+		if e.Committed < next || e.Committed > len(rs.Committed) {
+			break
+		}
+		conv = append(conv, rs.Committed[next:e.Committed]...)
+		next = e.Committed
+		if e.From < 0 || e.Count < 0 || e.From+e.Count > len(conv) {
+			break
+		}
+		out := make([]llm.Message, 0, len(conv)-e.Count+len(e.Replacement))
+		out = append(out, conv[:e.From]...)
+		out = append(out, e.Replacement...)
+		conv = append(out, conv[e.From+e.Count:]...)
+	}
+	return append(conv, rs.Committed[next:]...)
+}

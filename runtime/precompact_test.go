@@ -271,3 +271,38 @@ func TestCompactionNeverSplitsToolPairs(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeKeepsCompactions: a turn taken over after a compaction goes on
+// with the compacted conversation, the one its clients applied.
+func TestResumeKeepsCompactions(t *testing.T) {
+	msgs := history()[:5] // u a u a u
+	note := text(llm.RoleUser, "[3 earlier messages were omitted to fit the context window]")
+	committed := []llm.Message{callMsg("c1"), resultMsg("c1", "ok")}
+	cases := []struct {
+		name  string
+		edits []runtime.ConversationEdit
+		want  []llm.Message
+	}{
+		{name: "no compaction", want: append(append([]llm.Message(nil), msgs...), committed...)},
+		{name: "a compaction before the first commit", edits: []runtime.ConversationEdit{{Committed: 0, From: 1, Count: 3, Replacement: []llm.Message{note}}},
+			want: []llm.Message{msgs[0], note, msgs[4], committed[0], committed[1]}},
+		{name: "a compaction after the step's commits", edits: []runtime.ConversationEdit{{Committed: 2, From: 1, Count: 5, Replacement: []llm.Message{note}}},
+			want: []llm.Message{msgs[0], note, committed[1]}},
+		{name: "an omitted replacement ends the replay", edits: []runtime.ConversationEdit{{Committed: 0, From: -1}, {Committed: 1, From: 1, Count: 3}},
+			want: append(append([]llm.Message(nil), msgs...), committed...)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := fake.NewProvider(fake.Reply{Chunks: fake.Text("done")})
+			r := newRunner(t, []*runtime.Model{model("a", p)}, nil)
+			rs := &runtime.Resume{NextSeq: 10, Committed: committed, Edits: tc.edits, LastStop: llm.StopToolUse}
+			rec := &recorder{}
+			if _, err := r.Run(t.Context(), &runtime.TurnRequest{TurnID: "t1", Messages: msgs, Resume: rs}, rec); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Requests()[0].Messages; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("sent %d messages:\n%v\nwant %d:\n%v", len(got), got, len(tc.want), tc.want)
+			}
+		})
+	}
+}

@@ -116,7 +116,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		t.maxCalls = req.MaxModelCalls
 	}
 	if rs := req.Resume; rs != nil {
-		t.conv = append(t.conv, rs.Committed...)
+		t.conv = rs.conversation(t.conv)
 		t.added = slices.Clone(rs.Committed)
 		t.usage, t.counters = rs.Usage, rs.Counters
 		t.out.seq = max(rs.NextSeq, 1) - 1
