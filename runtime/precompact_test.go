@@ -306,3 +306,25 @@ func TestResumeKeepsCompactions(t *testing.T) {
 		})
 	}
 }
+
+// TestSummarizeThatOnlyCutsToolResults: when cutting oversized tool
+// results is enough, nothing is summarized and the event says keep_ends.
+func TestSummarizeThatOnlyCutsToolResults(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("done")})
+	cheap := fake.NewProvider(fake.Reply{Chunks: fake.Text("unused")})
+	m := model("a", p)
+	m.ContextWindow, m.Compaction = 1000, &runtime.CompactionConfig{Strategy: runtime.CompactSummarize, Model: "cheap"}
+	r := newRunner(t, []*runtime.Model{m, model("cheap", cheap)}, nil)
+	msgs := []llm.Message{text(llm.RoleUser, "read it"), callMsg("c1"), resultMsg("c1", strings.Repeat("z", 8000)), text(llm.RoleUser, "and?")}
+	evs, _, terr := run(t, t.Context(), r, &runtime.TurnRequest{Messages: msgs})
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	c := compactions(evs)
+	if len(c) != 1 || c[0].Strategy != "keep_ends" || c[0].SummaryError != "" || c[0].ReplacedFrom != 2 || c[0].ReplacedCount != 1 || cheap.Calls() != 0 {
+		t.Fatalf("compactions %+v, %d summary calls", c, cheap.Calls())
+	}
+	if got := c[0].Replacement[0].Parts[0].ToolResult.Content; !strings.HasSuffix(got, "[5952 bytes omitted to fit the context window]") {
+		t.Errorf("the tool result is %q...", got[:40])
+	}
+}

@@ -49,8 +49,9 @@ type Summarize struct {
 	// Timeout bounds the summary call (default DefaultSummaryTimeout).
 	Timeout time.Duration
 
-	err   error     // why the summary failed, nil when it did not
-	usage llm.Usage // what the summary call used
+	err     error     // why the summary failed, nil when it did not
+	usage   llm.Usage // what the summary call used
+	cutOnly bool      // nothing was dropped: KeepEnds only cut tool results
 }
 
 // Name returns "summarize".
@@ -59,8 +60,11 @@ func (*Summarize) Name() string { return string(CompactSummarize) }
 // outcome returns the strategy that compacted and, when the summary
 // failed, why.
 func (s *Summarize) outcome() (strategy, summaryErr string) {
-	if s.err != nil {
+	switch {
+	case s.err != nil:
 		return KeepEnds{}.Name(), s.err.Error()
+	case s.cutOnly:
+		return KeepEnds{}.Name(), ""
 	}
 	return s.Name(), ""
 }
@@ -70,6 +74,7 @@ func (s *Summarize) outcome() (strategy, summaryErr string) {
 func (s *Summarize) Compact(ctx context.Context, system string, msgs []llm.Message) ([]llm.Message, error) {
 	out, first, start := s.KeepEnds.plan(msgs)
 	if start < 0 {
+		s.cutOnly = true
 		return out, nil
 	}
 	summary, err := s.summary(ctx, out[first+1:start])
