@@ -117,7 +117,10 @@ func (s *Summarize) summary(ctx context.Context, dropped []llm.Message) (string,
 	stopped := false
 	for ch, err := range m.Provider.Stream(ctx, req) {
 		if err != nil {
-			return "", fmt.Errorf("the summary call to %s failed: %w", s.Alias, err)
+			// The class and the provider's message only: a cause may hold
+			// a URL or other detail that has no place in an event.
+			e := llm.AsError(err)
+			return "", fmt.Errorf("the summary call to %s failed: %s: %s", s.Alias, e.Kind, e.Message)
 		}
 		switch ch.Kind {
 		case llm.ChunkText:
