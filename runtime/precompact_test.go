@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/llm"
@@ -326,5 +327,46 @@ func TestSummarizeThatOnlyCutsToolResults(t *testing.T) {
 	}
 	if got := c[0].Replacement[0].Parts[0].ToolResult.Content; !strings.HasSuffix(got, "[5952 bytes omitted to fit the context window]") {
 		t.Errorf("the tool result is %q...", got[:40])
+	}
+}
+
+// TestSummaryCallIsBounded: the transcript sent to the summary model fits
+// three quarters of its window (its middle cut), and the summary's length
+// is capped (its max_output_tokens, else 1024 tokens).
+func TestSummaryCallIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		window, maxOut int
+		wantMax        int // the transcript's most bytes
+		wantOut        int
+	}{
+		{name: "a known window", window: 100, maxOut: 64, wantMax: 300 + 64, wantOut: 64},
+		{name: "an unknown window", wantMax: 256<<10 + 64, wantOut: 1024},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cheap := fake.NewProvider(fake.Reply{Chunks: fake.Text("short")})
+			sm := model("cheap", cheap)
+			sm.ContextWindow, sm.MaxOutputTokens = tc.window, tc.maxOut
+			s := &runtime.Summarize{Model: sm, Alias: "cheap", KeepEnds: runtime.KeepEnds{Target: 0.01}}
+			var msgs []llm.Message
+			for i := range 40 {
+				msgs = append(msgs, text(llm.RoleUser, sprintf("q%d %s", i, strings.Repeat("é", 5000))), text(llm.RoleAssistant, "ok"))
+			}
+			msgs = append(msgs, text(llm.RoleUser, "end"))
+			if _, err := s.Compact(t.Context(), "", msgs); err != nil {
+				t.Fatal(err)
+			}
+			req := cheap.Requests()[0]
+			got := len(req.Messages[0].Text())
+			if got > tc.wantMax || got < tc.wantMax/2 || req.MaxOutputTokens != tc.wantOut {
+				t.Errorf("transcript of %d bytes (at most %d), max output %d (want %d)", got, tc.wantMax, req.MaxOutputTokens, tc.wantOut)
+			}
+			if !utf8.ValidString(req.Messages[0].Text()) {
+				t.Error("the transcript is not UTF-8")
+			}
+			if !strings.Contains(req.Messages[0].Text(), "bytes omitted]") {
+				t.Error("the transcript's middle was not marked as cut")
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -164,6 +165,13 @@ func transcript(msgs []llm.Message, limit int) string {
 	if len(s) <= limit {
 		return s
 	}
-	half := limit / 2
-	return s[:half] + fmt.Sprintf("\n[%d bytes omitted]\n", len(s)-2*half) + s[len(s)-half:]
+	// Cut at the start of a character, so the text stays UTF-8.
+	head, tail := limit/2, len(s)-limit/2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + fmt.Sprintf("\n[%d bytes omitted]\n", tail-head) + s[tail:]
 }
