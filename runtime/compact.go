@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -79,8 +80,13 @@ func (k KeepEnds) plan(msgs []llm.Message) (out []llm.Message, first, start int)
 				out[i].Parts, copied = append([]llm.Part(nil), m.Parts...), true
 			}
 			r := *p.ToolResult
-			cut := len(r.Content) - maxResult
-			r.Content = r.Content[:maxResult] + fmt.Sprintf("\n[%d bytes omitted to fit the context window]", cut)
+			// Cut at the start of a character: the result goes back to
+			// the client (a Compaction's replacement) as UTF-8.
+			keep := maxResult
+			for keep > 0 && !utf8.RuneStart(r.Content[keep]) {
+				keep--
+			}
+			r.Content = r.Content[:keep] + fmt.Sprintf("\n[%d bytes omitted to fit the context window]", len(r.Content)-keep)
 			out[i].Parts[j].ToolResult = &r
 		}
 	}

@@ -370,3 +370,18 @@ func TestSummaryCallIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestCutToolResultsStayUTF8: a tool result cut to fit is cut at a
+// character's start, since the replacement goes to the client as a
+// protobuf string.
+func TestCutToolResultsStayUTF8(t *testing.T) {
+	msgs := []llm.Message{text(llm.RoleUser, "read"), callMsg("c1"), resultMsg("c1", "a"+strings.Repeat("é", 3000)), text(llm.RoleUser, "and?")}
+	out, err := runtime.KeepEnds{}.Compact(t.Context(), "", msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out[2].Parts[0].ToolResult.Content
+	if !utf8.ValidString(got) || !strings.HasSuffix(got, "[3954 bytes omitted to fit the context window]") {
+		t.Errorf("cut result ends %q (%d bytes)", got[len(got)-60:], len(got))
+	}
+}
