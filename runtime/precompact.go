@@ -133,6 +133,10 @@ func (t *turn) cacheRequest(m *Model, req *llm.Request) {
 		return
 	}
 	req.CachePrompt = true
+	if t.cacheKeyOf == m {
+		req.PromptCacheKey = t.cacheKey
+		return
+	}
 	h := sha256.New()
 	for _, s := range []string{m.ProviderName, m.ID, t.req.System} {
 		h.Write([]byte(s))
@@ -144,7 +148,8 @@ func (t *turn) cacheRequest(m *Model, req *llm.Request) {
 			h.Write([]byte{0})
 		}
 	}
-	req.PromptCacheKey = "ts-" + hex.EncodeToString(h.Sum(nil)[:12])
+	t.cacheKey, t.cacheKeyOf = "ts-"+hex.EncodeToString(h.Sum(nil)[:12]), m
+	req.PromptCacheKey = t.cacheKey
 }
 
 // ConversationEdit is a compaction a turn made, for a turn resumed from

@@ -385,3 +385,37 @@ func TestCutToolResultsStayUTF8(t *testing.T) {
 		t.Errorf("cut result ends %q (%d bytes)", got[len(got)-60:], len(got))
 	}
 }
+
+// TestPromptCacheKey: with prompt_cache auto (the default) every call of a
+// conversation carries the same key, a digest that holds none of its
+// text, another conversation another key, and off sends neither key nor
+// marks.
+func TestPromptCacheKey(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "read", "{}")}, fake.Reply{Chunks: fake.Text("done")})
+	tool := fake.NewTool("read", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		return llm.ToolOutput{Content: "ok"}, nil
+	})
+	off := fake.NewProvider(fake.Reply{Chunks: fake.Text("done")})
+	mOff := model("off", off)
+	mOff.PromptCache = runtime.PromptCacheOff
+	r := newRunner(t, []*runtime.Model{model("a", p), mOff}, []llm.Tool{tool})
+	for _, q := range []string{"a secret question", "another question"} {
+		if _, _, terr := run(t, t.Context(), r, &runtime.TurnRequest{System: "be brief", Messages: []llm.Message{text(llm.RoleUser, q)}}); terr != nil {
+			t.Fatal(terr)
+		}
+	}
+	reqs := p.Requests() // two calls of the first turn, then the second's
+	k := reqs[0].PromptCacheKey
+	if !reqs[0].CachePrompt || !strings.HasPrefix(k, "ts-") || len(k) != 27 || reqs[1].PromptCacheKey != k || strings.Contains(k, "secret") {
+		t.Errorf("first turn's keys %q, %q", k, reqs[1].PromptCacheKey)
+	}
+	if reqs[2].PromptCacheKey == k || reqs[2].PromptCacheKey == "" {
+		t.Errorf("another conversation's key %q", reqs[2].PromptCacheKey)
+	}
+	if _, _, terr := run(t, t.Context(), r, &runtime.TurnRequest{Model: "off", Messages: []llm.Message{text(llm.RoleUser, "hi")}}); terr != nil {
+		t.Fatal(terr)
+	}
+	if req := off.Requests()[0]; req.CachePrompt || req.PromptCacheKey != "" {
+		t.Errorf("prompt_cache off sent %v %q", req.CachePrompt, req.PromptCacheKey)
+	}
+}

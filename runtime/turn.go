@@ -73,6 +73,9 @@ type turn struct {
 	// seen is the prompt size the provider last reported, for the
 	// estimate that decides a compaction before a call.
 	seen promptSeen
+	// cacheKey is the prompt cache key of calls to cacheKeyOf.
+	cacheKey   string
+	cacheKeyOf *Model
 }
 
 // newTurn prepares a turn of req and returns it with the turn's context,
