@@ -29,9 +29,11 @@ type conformance struct {
 	// Client holds the client options of every scenario.
 	Client    clientOptions `json:"client"`
 	Scenarios []struct {
-		Name     string `json:"name"`
-		Prompt   string `json:"prompt"`
-		CancelOn string `json:"cancel_on"`
+		Name   string `json:"name"`
+		Prompt string `json:"prompt"`
+		// History holds the messages sent before the prompt.
+		History  []historyMessage `json:"history"`
+		CancelOn string           `json:"cancel_on"`
 		// ReadLog reads the run's stored log once the turn ended.
 		ReadLog bool `json:"read_log"`
 		// Server names the server's configuration: "" is server.yaml,
@@ -45,6 +47,12 @@ type conformance struct {
 		Client clientOptions  `json:"client"`
 		Expect map[string]any `json:"expect"`
 	} `json:"scenarios"`
+}
+
+// historyMessage is a message of a scenario's history.
+type historyMessage struct {
+	Role string `json:"role"`
+	Text string `json:"text"`
 }
 
 // clientOptions are a runner's client options, in milliseconds.
@@ -179,11 +187,17 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bool) observation {
+func observe(t *testing.T, c *client.Client, history []historyMessage, prompt, cancelOn string, readLog bool) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	turn := c.RunTurn(ctx, userRequest(prompt))
-	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0)}
+	req := userRequest(prompt)
+	for i := len(history) - 1; i >= 0; i-- {
+		h := history[i]
+		role := turnstilev1.Role(turnstilev1.Role_value["ROLE_"+h.Role])
+		req.Messages = append([]*turnstilev1.Message{{Role: role, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: h.Text}}}}}, req.Messages...)
+	}
+	turn := c.RunTurn(ctx, req)
+	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0), "compactions": float64(0)}
 	if readLog {
 		defer func() { observeLog(t, c, turn.ID(), obs) }()
 	}
@@ -212,6 +226,9 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bo
 		if ev.Agent.GetError() != nil || ev.Agent.GetTurnCompleted() != nil {
 			obs["terminal_events"] = obs["terminal_events"].(float64) + 1
 		}
+		if ev.Agent.GetCompaction() != nil {
+			obs["compactions"] = obs["compactions"].(float64) + 1
+		}
 		if ts := ev.Agent.GetToolStarted(); ts != nil {
 			obs["tools_started"] = append(obs["tools_started"].([]any), ts.GetName())
 		}
@@ -226,6 +243,7 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bo
 		obs["attempts"] = float64(res.Attempts)
 		obs["reattaches"] = float64(res.Reattaches)
 		obs["roles"] = roles(res.Messages)
+		obs["conversation_roles"] = roles(res.Conversation)
 		if n := len(res.Messages); n > 0 {
 			obs["final_text"] = messageText(res.Messages[n-1])
 		}
@@ -241,6 +259,7 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bo
 	obs["attempts"] = float64(te.Attempts)
 	obs["reattaches"] = float64(te.Reattaches)
 	obs["roles"] = roles(te.Messages)
+	obs["conversation_roles"] = roles(te.Conversation)
 	if te.Status != nil {
 		obs["status"] = statusName(te.Status.Code())
 	}
@@ -302,7 +321,7 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, sc.Prompt, sc.CancelOn, sc.ReadLog)
+			obs := observe(t, c, sc.History, sc.Prompt, sc.CancelOn, sc.ReadLog)
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

@@ -149,6 +149,14 @@ type Model struct {
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
+	// PromptCache is auto (default: Anthropic cache_control breakpoints on
+	// the tools, the system prompt and the conversation; an OpenAI
+	// prompt_cache_key per conversation) or off.
+	PromptCache runtime.PromptCache `yaml:"prompt_cache"`
+	// Compaction, when set, compacts the conversation before a call once
+	// its estimated size reaches compaction.at of context_window (which it
+	// needs), not only after the provider refused it as too long.
+	Compaction *runtime.CompactionConfig `yaml:"compaction"`
 }
 
 // Server tunes the gRPC server.
@@ -322,7 +330,7 @@ func defaults() *Config {
 // newModel returns the model a models entry starts from: the default
 // timeouts and the top-level retry policy r.
 func newModel(r policy.Retry) Model {
-	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r, OnStreamCut: runtime.StreamCutRestart}
+	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r, OnStreamCut: runtime.StreamCutRestart, PromptCache: runtime.PromptCacheAuto}
 }
 
 // Default returns the configuration used when no file is given: the

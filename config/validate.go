@@ -237,6 +237,7 @@ func (c *Config) checkModels(v *checker) {
 		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
 			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
 		}
+		c.checkContext(v, path, m, aliases)
 	}
 	c.checkCycles(v)
 	switch _, ok := c.Models[c.DefaultModel]; {

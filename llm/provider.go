@@ -40,6 +40,14 @@ type Request struct {
 	Temperature *float64
 	// StopSequences end the reply when generated.
 	StopSequences []string
+	// CachePrompt asks the adapter to mark the request's stable prefix for
+	// the provider's prompt cache where the provider needs marks
+	// (Anthropic's cache_control breakpoints); false sends none.
+	CachePrompt bool
+	// PromptCacheKey, when not empty, is sent as the provider's prompt
+	// cache routing key (OpenAI's prompt_cache_key) so one conversation's
+	// calls land on the same cache. It is a digest, never prompt text.
+	PromptCacheKey string
 }
 
 // ChunkKind says what a [Chunk] carries.

@@ -112,6 +112,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	res.duration = time.Since(c.start)
 	t.usage = t.usage.Add(res.usage)
 	t.recordLatency(c)
+	t.noteInput(c)
 	end := AttemptEnd{
 		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, ResponseID: res.responseID, Err: res.err, Streamed: res.streamed, Lost: c.lost,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
@@ -164,6 +165,7 @@ func (t *turn) request(m *Model) (*llm.Request, string) {
 		Temperature:     t.req.Temperature,
 		StopSequences:   t.req.StopSequences,
 	}
+	t.cacheRequest(m, req)
 	if t.req.MaxOutputTokens > 0 {
 		req.MaxOutputTokens = t.req.MaxOutputTokens
 	}

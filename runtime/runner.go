@@ -50,6 +50,12 @@ type Model struct {
 	OnStreamCut StreamCut
 	// Tools, when not nil, lists the server-side tools this model may call.
 	Tools []string
+	// PromptCache says whether calls ask for the provider's prompt cache;
+	// empty means [PromptCacheAuto].
+	PromptCache PromptCache
+	// Compaction, when not nil, compacts the conversation before a call
+	// whose estimated size nears ContextWindow (see [CompactionConfig]).
+	Compaction *CompactionConfig
 }
 
 // TurnRequest asks for one turn.

@@ -35,6 +35,10 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			return llm.Message{}, 0, err
 		}
 		m := t.chain.current()
+		if err := t.compactBefore(ctx, m); err != nil {
+			ticket.Cancel()
+			return llm.Message{}, 0, err
+		}
 		number++
 		res := t.attempt(ctx, m, number, ticket)
 		ticket = nil
@@ -191,27 +195,9 @@ func (t *turn) wait(ctx context.Context, d time.Duration) error {
 	return t.stopped(ctx)
 }
 
-// compact shortens the conversation with the runner's compactor and emits
-// a Compaction event. It reports false when nothing could be removed.
+// compact shortens the conversation after an overflow with the runner's
+// compactor and emits a Compaction event. It reports false when nothing
+// could be removed.
 func (t *turn) compact(ctx context.Context) (bool, error) {
-	c := t.r.opts.compactor
-	before := t.conv
-	after, err := c.Compact(ctx, t.req.System, before)
-	if err != nil {
-		if err := t.stopped(ctx); err != nil {
-			return false, err
-		}
-		return false, &llm.Error{Kind: llm.KindContextOverflow, Message: "the conversation is too long and could not be compacted", Err: err}
-	}
-	bb, ba := ConversationSize(before), ConversationSize(after)
-	if ba >= bb {
-		return false, nil
-	}
-	t.conv = after
-	t.counters.Compactions++
-	t.out.emit(ctx, &Compaction{
-		Strategy: c.Name(), MessagesBefore: len(before), MessagesAfter: len(after),
-		BytesBefore: bb, BytesAfter: ba,
-	})
-	return true, nil
+	return t.compactWith(ctx, t.r.opts.compactor, 0)
 }

@@ -78,6 +78,13 @@ type turn struct {
 	// whose ToolStarted was emitted began. A cancel answers the rest.
 	answered map[string]llm.ToolResult
 	started  map[string]time.Time
+
+	// seen is the prompt size the provider last reported, for the
+	// estimate that decides a compaction before a call.
+	seen promptSeen
+	// cacheKey is the prompt cache key of calls to cacheKeyOf.
+	cacheKey   string
+	cacheKeyOf *Model
 }
 
 // newTurn prepares a turn of req and returns it with the turn's context,
@@ -126,7 +133,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	}
 	t.firstSeq = 1
 	if rs := req.Resume; rs != nil {
-		t.conv = append(t.conv, rs.Committed...)
+		t.conv = rs.conversation(t.conv)
 		t.added = slices.Clone(rs.Committed)
 		t.usage, t.counters = rs.Usage, rs.Counters
 		t.out.seq = max(rs.NextSeq, 1) - 1

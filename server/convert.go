@@ -482,10 +482,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 			FromModel: e.From, ToModel: e.To, After: durationpb.New(e.After),
 		}}
 	case *runtime.Compaction:
-		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: &turnstilev1.Compaction{
-			Strategy: e.Strategy, MessagesBefore: uint32(e.MessagesBefore), MessagesAfter: uint32(e.MessagesAfter),
-			BytesBefore: uint64(e.BytesBefore), BytesAfter: uint64(e.BytesAfter),
-		}}
+		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: fromCompaction(e)}
 	case *runtime.UsageUpdated:
 		out.Payload = &turnstilev1.AgentEvent_Usage{Usage: fromUsage(e.Total)}
 	case *runtime.ToolApprovalRequested:

@@ -324,6 +324,11 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			}
 		case *turnstilev1.AgentEvent_Compaction:
 			rs.Counters.Compactions++
+			e, err := toEdit(p.Compaction, len(rs.Committed))
+			if err != nil {
+				return nil, err
+			}
+			rs.Edits = append(rs.Edits, e)
 		case *turnstilev1.AgentEvent_Usage:
 			u := p.Usage
 			rs.Usage = llm.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(), CacheReadTokens: u.GetCacheReadTokens(), CacheWriteTokens: u.GetCacheWriteTokens()}

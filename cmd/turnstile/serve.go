@@ -343,6 +343,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Retry:             mc.Retry,
 			Hedge:             mc.Hedge,
 			OnStreamCut:       mc.OnStreamCut,
+			PromptCache:       mc.PromptCache,
+			Compaction:        mc.Compaction,
 			Tools:             allowedTools(mc.Tools),
 		})
 	}

@@ -51,6 +51,9 @@ func buildParams(req *llm.Request) (anthropic.MessageNewParams, error) {
 		}
 		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: tool})
 	}
+	if req.CachePrompt {
+		setCacheBreakpoints(&params)
+	}
 	return params, nil
 }
 

@@ -165,6 +165,11 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 		b = strconv.AppendInt(b, p.MaxCompletionTokens.Value, 10)
 		b = append(b, ',')
 	}
+	if p.PromptCacheKey.Valid() {
+		b = append(b, `"prompt_cache_key":`...)
+		b = appendString(b, p.PromptCacheKey.Value)
+		b = append(b, ',')
+	}
 	if p.Temperature.Valid() {
 		b = append(b, `"temperature":`...)
 		if b, ok = appendFloat(b, p.Temperature.Value); !ok {

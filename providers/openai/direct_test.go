@@ -130,6 +130,8 @@ func TestDirectRequestMatchesSDK(t *testing.T) {
 		}}},
 		{name: "every option", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
 			MaxOutputTokens: 256, Temperature: &temp, StopSequences: []string{"END", "", "\n"}}},
+		{name: "prompt cache key", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
+			MaxOutputTokens: 256, Temperature: &temp, PromptCacheKey: "ts-3f9a\"<k>"}},
 		{name: "zero temperature", req: &llm.Request{Model: "m", Temperature: &zero}},
 		{name: "tiny temperature", req: &llm.Request{Model: "m", Temperature: &tiny}},
 		{name: "huge temperature", req: &llm.Request{Model: "m", Temperature: &big}},

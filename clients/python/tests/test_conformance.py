@@ -17,9 +17,14 @@ from .server import CONFORMANCE, CutProxy, Server
 REATTACHING = "turnstile: re-attaching to the turn"
 
 
-def user_request(text: str) -> agent_pb2.RunTurnRequest:
+def user_request(text: str, history: list | None = None) -> agent_pb2.RunTurnRequest:
+    """The prompt as one user message, after the scenario's history ({role, text} each)."""
+    before = [
+        conversation_pb2.Message(role=conversation_pb2.Role.Value("ROLE_" + h["role"]), parts=[conversation_pb2.Part(text=h["text"])])
+        for h in history or []
+    ]
     return agent_pb2.RunTurnRequest(
-        messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])]
+        messages=before + [conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])]
     )
 
 
@@ -125,7 +130,7 @@ class Observation:
 
     def __init__(self, cancel_on: str | None) -> None:
         self.cancel_on = cancel_on
-        self.obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0}
+        self.obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0, "compactions": 0}
         self.kept = KeptText()
         self.next_seq: dict = {}  # the seq each attempt's next event must have
 
@@ -153,6 +158,8 @@ class Observation:
             obs["terminal_events"] += 1
         if kind == "tool_started":
             obs["tools_started"].append(ev.agent.tool_started.name)
+        if kind == "compaction":
+            obs["compactions"] += 1
         return self.cancel_on == "text_delta" and kind == "text_delta"
 
     def end(self, turn: "ts.Turn | ts.AsyncTurn", failure: ts.TurnError | None, read_log_of: str | None) -> dict:
@@ -168,6 +175,7 @@ class Observation:
             obs["attempts"] = res.attempts
             obs["reattaches"] = res.reattaches
             obs["roles"] = role_names(res.messages)
+            obs["conversation_roles"] = role_names(res.conversation)
             if res.messages:
                 obs["final_text"] = message_text(res.messages[-1])
             return obs
@@ -180,13 +188,15 @@ class Observation:
         obs["attempts"] = failure.attempts
         obs["reattaches"] = failure.reattaches
         obs["roles"] = role_names(failure.messages)
+        obs["conversation_roles"] = role_names(failure.conversation)
         if failure.status_code is not None:
             obs["status"] = failure.status_code.name
         return obs
 
 
-def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+def observe(client: ts.Client, sc: dict, read_log_of: str | None = None) -> dict:
+    turn = client.run_turn(user_request(sc["prompt"], sc.get("history")), timeout=30)
+    cancel_on = sc.get("cancel_on")
     o = Observation(cancel_on)
     failure = None
     try:
@@ -198,8 +208,9 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: 
     return o.end(turn, failure, read_log_of)
 
 
-async def observe_async(client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+async def observe_async(client: ts.AsyncClient, sc: dict, read_log_of: str | None = None) -> dict:
+    turn = client.run_turn(user_request(sc["prompt"], sc.get("history")), timeout=30)
+    cancel_on = sc.get("cancel_on")
     o = Observation(cancel_on)
     failure = None
     try:
@@ -239,7 +250,7 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+            return observe(client, sc, addr if sc.get("read_log") else None)
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -281,7 +292,7 @@ class AsyncConformanceTest(ConformanceTest):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
-                return await observe_async(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+                return await observe_async(client, sc, addr if sc.get("read_log") else None)
 
         return asyncio.run(run())
 

@@ -37,6 +37,7 @@ from ._protocol import (
     Event,
     Result,
     StepRetry,
+    apply_compaction,
     standing,
 )
 from ._errors import ERROR_DOMAIN, TurnError, code_name
@@ -59,6 +60,7 @@ __all__ = [
     "StepRetry",
     "Turn",
     "TurnError",
+    "apply_compaction",
     "code_name",
     "standing",
 ]

@@ -24,6 +24,7 @@ export {
   DEFAULT_REATTACH_BACKOFF,
   DEFAULT_REATTACH_TIMEOUT_MS,
   Turn,
+  applyCompaction,
   backoffDelay,
   standing,
   type Backoff,

@@ -14,6 +14,8 @@ type ClientOptions = Record<string, number>;
 interface Scenario {
   name: string;
   prompt: string;
+  /** The messages sent before the prompt. */
+  history?: { role: "USER" | "ASSISTANT"; text: string }[];
   cancel_on?: string;
   /** Read the run's stored log once the turn ended. */
   read_log?: boolean;
@@ -118,10 +120,15 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
   const turn = client.runTurn(
-    { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
+    {
+      messages: [
+        ...(sc.history ?? []).map((h) => ({ role: Role[h.role], parts: [{ kind: { case: "text" as const, value: h.text } }] })),
+        { role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] },
+      ],
+    },
     { signal: ctl.signal, timeoutMs: 30_000 },
   );
-  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0 };
+  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0, compactions: 0 };
   const kept = new KeptText();
   const next = new Map<number, bigint>(); // the seq each attempt's next event must have
   let failure: unknown;
@@ -145,6 +152,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
       const p = ev.agent!.payload;
       if (p.case === "error" || p.case === "turnCompleted") obs.terminal_events = (obs.terminal_events as number) + 1;
       if (p.case === "toolStarted") (obs.tools_started as unknown[]).push(p.value.name);
+      if (p.case === "compaction") obs.compactions = (obs.compactions as number) + 1;
       if (sc.cancel_on === "text_delta" && p.case === "textDelta") ctl.abort();
     }
   } catch (e) {
@@ -159,6 +167,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
     obs.attempts = res.attempts;
     obs.reattaches = res.reattaches;
     obs.roles = roles(res.messages);
+    obs.conversation_roles = roles(res.conversation);
     if (res.messages.length > 0) obs.final_text = text(res.messages[res.messages.length - 1]);
     return obs;
   }
@@ -170,6 +179,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
   obs.attempts = failure.attempts;
   obs.reattaches = failure.reattaches;
   obs.roles = roles(failure.messages);
+  obs.conversation_roles = roles(failure.conversation);
   if (failure.status) obs.status = statusName(failure.status.code);
   return obs;
 }

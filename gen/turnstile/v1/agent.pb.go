@@ -92,6 +92,62 @@ func (StopReason) EnumDescriptor() ([]byte, []int) {
 	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// CompactionTrigger says why a conversation was compacted.
+type CompactionTrigger int32
+
+const (
+	// Not set (a server that predates the field: an overflow).
+	CompactionTrigger_COMPACTION_TRIGGER_UNSPECIFIED CompactionTrigger = 0
+	// The provider refused the call as too long for the model's context
+	// window; the same model is called again with the compacted
+	// conversation.
+	CompactionTrigger_COMPACTION_TRIGGER_OVERFLOW CompactionTrigger = 1
+	// Before the call: the conversation's estimated size reached the
+	// model's compaction.at share of its context window.
+	CompactionTrigger_COMPACTION_TRIGGER_NEAR_WINDOW CompactionTrigger = 2
+)
+
+// Enum value maps for CompactionTrigger.
+var (
+	CompactionTrigger_name = map[int32]string{
+		0: "COMPACTION_TRIGGER_UNSPECIFIED",
+		1: "COMPACTION_TRIGGER_OVERFLOW",
+		2: "COMPACTION_TRIGGER_NEAR_WINDOW",
+	}
+	CompactionTrigger_value = map[string]int32{
+		"COMPACTION_TRIGGER_UNSPECIFIED": 0,
+		"COMPACTION_TRIGGER_OVERFLOW":    1,
+		"COMPACTION_TRIGGER_NEAR_WINDOW": 2,
+	}
+)
+
+func (x CompactionTrigger) Enum() *CompactionTrigger {
+	p := new(CompactionTrigger)
+	*p = x
+	return p
+}
+
+func (x CompactionTrigger) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompactionTrigger) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (CompactionTrigger) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[1]
+}
+
+func (x CompactionTrigger) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompactionTrigger.Descriptor instead.
+func (CompactionTrigger) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // EndReason says why a turn completed.
 type EndReason int32
 
@@ -152,11 +208,11 @@ func (x EndReason) String() string {
 }
 
 func (EndReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (EndReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[1]
+	return &file_turnstile_v1_agent_proto_enumTypes[2]
 }
 
 func (x EndReason) Number() protoreflect.EnumNumber {
@@ -165,7 +221,7 @@ func (x EndReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EndReason.Descriptor instead.
 func (EndReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // RunTurnRequest asks for one turn of a conversation.
@@ -2604,9 +2660,43 @@ type Compaction struct {
 	// Bytes of conversation text before compaction.
 	BytesBefore uint64 `protobuf:"varint,4,opt,name=bytes_before,json=bytesBefore,proto3" json:"bytes_before,omitempty"`
 	// Bytes of conversation text after compaction.
-	BytesAfter    uint64 `protobuf:"varint,5,opt,name=bytes_after,json=bytesAfter,proto3" json:"bytes_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BytesAfter uint64 `protobuf:"varint,5,opt,name=bytes_after,json=bytesAfter,proto3" json:"bytes_after,omitempty"`
+	// What replaces what, so that a client sends the compacted conversation
+	// in its next turn (and in a retry of this one) instead of the whole
+	// history, which would be compacted again. The conversation it indexes
+	// is the request's messages followed by the messages this turn committed
+	// before this event (message_completed), as earlier compaction events of
+	// the turn left it. A client applies the event by replacing the
+	// replaced_count messages from index replaced_from with replacement:
+	//
+	//	conversation = conversation[:replaced_from] + replacement +
+	//	               conversation[replaced_from + replaced_count:]
+	//
+	// and keeps appending the messages the turn commits after it. The
+	// messages it does not replace are unchanged; a tool call and its
+	// results are never separated.
+	ReplacedFrom uint32 `protobuf:"varint,6,opt,name=replaced_from,json=replacedFrom,proto3" json:"replaced_from,omitempty"`
+	// The number of messages replaced, from replaced_from.
+	ReplacedCount uint32 `protobuf:"varint,7,opt,name=replaced_count,json=replacedCount,proto3" json:"replaced_count,omitempty"`
+	// The messages that take their place: a note of what was omitted or a
+	// summary of it, and messages whose oversized tool results were
+	// shortened. Empty with replacement_omitted.
+	Replacement []*Message `protobuf:"bytes,8,rep,name=replacement,proto3" json:"replacement,omitempty"`
+	// Why the conversation was compacted.
+	Trigger CompactionTrigger `protobuf:"varint,9,opt,name=trigger,proto3,enum=turnstile.v1.CompactionTrigger" json:"trigger,omitempty"`
+	// When the summarize strategy could not get a summary (the call failed,
+	// or returned nothing), why; the conversation was then compacted by
+	// keep_ends, which strategy names. Empty otherwise.
+	SummaryError string `protobuf:"bytes,10,opt,name=summary_error,json=summaryError,proto3" json:"summary_error,omitempty"`
+	// The replacement did not fit in one event (server.max_event_bytes) and
+	// was left out: the client cannot apply this compaction and keeps its
+	// conversation as it is (the server compacts it again when needed).
+	ReplacementOmitted bool `protobuf:"varint,11,opt,name=replacement_omitted,json=replacementOmitted,proto3" json:"replacement_omitted,omitempty"`
+	// The conversation's estimated size in tokens that triggered a
+	// compaction before the call; 0 after an overflow.
+	EstimatedTokens uint64 `protobuf:"varint,12,opt,name=estimated_tokens,json=estimatedTokens,proto3" json:"estimated_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Compaction) Reset() {
@@ -2670,6 +2760,55 @@ func (x *Compaction) GetBytesBefore() uint64 {
 func (x *Compaction) GetBytesAfter() uint64 {
 	if x != nil {
 		return x.BytesAfter
+	}
+	return 0
+}
+
+func (x *Compaction) GetReplacedFrom() uint32 {
+	if x != nil {
+		return x.ReplacedFrom
+	}
+	return 0
+}
+
+func (x *Compaction) GetReplacedCount() uint32 {
+	if x != nil {
+		return x.ReplacedCount
+	}
+	return 0
+}
+
+func (x *Compaction) GetReplacement() []*Message {
+	if x != nil {
+		return x.Replacement
+	}
+	return nil
+}
+
+func (x *Compaction) GetTrigger() CompactionTrigger {
+	if x != nil {
+		return x.Trigger
+	}
+	return CompactionTrigger_COMPACTION_TRIGGER_UNSPECIFIED
+}
+
+func (x *Compaction) GetSummaryError() string {
+	if x != nil {
+		return x.SummaryError
+	}
+	return ""
+}
+
+func (x *Compaction) GetReplacementOmitted() bool {
+	if x != nil {
+		return x.ReplacementOmitted
+	}
+	return false
+}
+
+func (x *Compaction) GetEstimatedTokens() uint64 {
+	if x != nil {
+		return x.EstimatedTokens
 	}
 	return 0
 }
@@ -3060,7 +3199,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\x06 \x01(\tR\tdecidedBy\":\n" +
 	"\aSteered\x12/\n" +
-	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"\xbc\x01\n" +
+	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"\xfd\x03\n" +
 	"\n" +
 	"Compaction\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12'\n" +
@@ -3068,7 +3207,15 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0emessages_after\x18\x03 \x01(\rR\rmessagesAfter\x12!\n" +
 	"\fbytes_before\x18\x04 \x01(\x04R\vbytesBefore\x12\x1f\n" +
 	"\vbytes_after\x18\x05 \x01(\x04R\n" +
-	"bytesAfter\"\x88\x02\n" +
+	"bytesAfter\x12#\n" +
+	"\rreplaced_from\x18\x06 \x01(\rR\freplacedFrom\x12%\n" +
+	"\x0ereplaced_count\x18\a \x01(\rR\rreplacedCount\x127\n" +
+	"\vreplacement\x18\b \x03(\v2\x15.turnstile.v1.MessageR\vreplacement\x129\n" +
+	"\atrigger\x18\t \x01(\x0e2\x1f.turnstile.v1.CompactionTriggerR\atrigger\x12#\n" +
+	"\rsummary_error\x18\n" +
+	" \x01(\tR\fsummaryError\x12/\n" +
+	"\x13replacement_omitted\x18\v \x01(\bR\x12replacementOmitted\x12)\n" +
+	"\x10estimated_tokens\x18\f \x01(\x04R\x0festimatedTokens\"\x88\x02\n" +
 	"\rTurnCompleted\x126\n" +
 	"\n" +
 	"end_reason\x18\x01 \x01(\x0e2\x17.turnstile.v1.EndReasonR\tendReason\x121\n" +
@@ -3099,7 +3246,11 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x16STOP_REASON_MAX_TOKENS\x10\x03\x12\x1d\n" +
 	"\x19STOP_REASON_STOP_SEQUENCE\x10\x04\x12\x17\n" +
 	"\x13STOP_REASON_REFUSAL\x10\x05\x12\x1a\n" +
-	"\x16STOP_REASON_PAUSE_TURN\x10\x06*\xf5\x01\n" +
+	"\x16STOP_REASON_PAUSE_TURN\x10\x06*|\n" +
+	"\x11CompactionTrigger\x12\"\n" +
+	"\x1eCOMPACTION_TRIGGER_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bCOMPACTION_TRIGGER_OVERFLOW\x10\x01\x12\"\n" +
+	"\x1eCOMPACTION_TRIGGER_NEAR_WINDOW\x10\x02*\xf5\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13END_REASON_END_TURN\x10\x01\x12\"\n" +
@@ -3131,112 +3282,115 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 	return file_turnstile_v1_agent_proto_rawDescData
 }
 
-var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_turnstile_v1_agent_proto_goTypes = []any{
 	(StopReason)(0),                 // 0: turnstile.v1.StopReason
-	(EndReason)(0),                  // 1: turnstile.v1.EndReason
-	(*RunTurnRequest)(nil),          // 2: turnstile.v1.RunTurnRequest
-	(*GenerationOptions)(nil),       // 3: turnstile.v1.GenerationOptions
-	(*TurnLimits)(nil),              // 4: turnstile.v1.TurnLimits
-	(*RunTurnResponse)(nil),         // 5: turnstile.v1.RunTurnResponse
-	(*WatchTurnRequest)(nil),        // 6: turnstile.v1.WatchTurnRequest
-	(*WatchTurnResponse)(nil),       // 7: turnstile.v1.WatchTurnResponse
-	(*CancelTurnRequest)(nil),       // 8: turnstile.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),      // 9: turnstile.v1.CancelTurnResponse
-	(*ApproveToolCallRequest)(nil),  // 10: turnstile.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil), // 11: turnstile.v1.ApproveToolCallResponse
-	(*SteerTurnRequest)(nil),        // 12: turnstile.v1.SteerTurnRequest
-	(*SteerTurnResponse)(nil),       // 13: turnstile.v1.SteerTurnResponse
-	(*AgentEvent)(nil),              // 14: turnstile.v1.AgentEvent
-	(*TurnStarted)(nil),             // 15: turnstile.v1.TurnStarted
-	(*LlmCallStarted)(nil),          // 16: turnstile.v1.LlmCallStarted
-	(*TextDelta)(nil),               // 17: turnstile.v1.TextDelta
-	(*ThinkingDelta)(nil),           // 18: turnstile.v1.ThinkingDelta
-	(*ToolCallDelta)(nil),           // 19: turnstile.v1.ToolCallDelta
-	(*MessageCompleted)(nil),        // 20: turnstile.v1.MessageCompleted
-	(*ToolStarted)(nil),             // 21: turnstile.v1.ToolStarted
-	(*ToolProgress)(nil),            // 22: turnstile.v1.ToolProgress
-	(*ToolFinished)(nil),            // 23: turnstile.v1.ToolFinished
-	(*LlmCallFinished)(nil),         // 24: turnstile.v1.LlmCallFinished
-	(*Retry)(nil),                   // 25: turnstile.v1.Retry
-	(*Fallback)(nil),                // 26: turnstile.v1.Fallback
-	(*Hedge)(nil),                   // 27: turnstile.v1.Hedge
-	(*ToolApprovalRequested)(nil),   // 28: turnstile.v1.ToolApprovalRequested
-	(*ToolApprovalDecided)(nil),     // 29: turnstile.v1.ToolApprovalDecided
-	(*Steered)(nil),                 // 30: turnstile.v1.Steered
-	(*Compaction)(nil),              // 31: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),           // 32: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),            // 33: turnstile.v1.TurnCounters
-	(*Message)(nil),                 // 34: turnstile.v1.Message
-	(*ToolDefinition)(nil),          // 35: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
-	(*Usage)(nil),                   // 37: turnstile.v1.Usage
-	(*Error)(nil),                   // 38: turnstile.v1.Error
-	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
-	(ErrorCode)(0),                  // 40: turnstile.v1.ErrorCode
+	(CompactionTrigger)(0),          // 1: turnstile.v1.CompactionTrigger
+	(EndReason)(0),                  // 2: turnstile.v1.EndReason
+	(*RunTurnRequest)(nil),          // 3: turnstile.v1.RunTurnRequest
+	(*GenerationOptions)(nil),       // 4: turnstile.v1.GenerationOptions
+	(*TurnLimits)(nil),              // 5: turnstile.v1.TurnLimits
+	(*RunTurnResponse)(nil),         // 6: turnstile.v1.RunTurnResponse
+	(*WatchTurnRequest)(nil),        // 7: turnstile.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),       // 8: turnstile.v1.WatchTurnResponse
+	(*CancelTurnRequest)(nil),       // 9: turnstile.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),      // 10: turnstile.v1.CancelTurnResponse
+	(*ApproveToolCallRequest)(nil),  // 11: turnstile.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 12: turnstile.v1.ApproveToolCallResponse
+	(*SteerTurnRequest)(nil),        // 13: turnstile.v1.SteerTurnRequest
+	(*SteerTurnResponse)(nil),       // 14: turnstile.v1.SteerTurnResponse
+	(*AgentEvent)(nil),              // 15: turnstile.v1.AgentEvent
+	(*TurnStarted)(nil),             // 16: turnstile.v1.TurnStarted
+	(*LlmCallStarted)(nil),          // 17: turnstile.v1.LlmCallStarted
+	(*TextDelta)(nil),               // 18: turnstile.v1.TextDelta
+	(*ThinkingDelta)(nil),           // 19: turnstile.v1.ThinkingDelta
+	(*ToolCallDelta)(nil),           // 20: turnstile.v1.ToolCallDelta
+	(*MessageCompleted)(nil),        // 21: turnstile.v1.MessageCompleted
+	(*ToolStarted)(nil),             // 22: turnstile.v1.ToolStarted
+	(*ToolProgress)(nil),            // 23: turnstile.v1.ToolProgress
+	(*ToolFinished)(nil),            // 24: turnstile.v1.ToolFinished
+	(*LlmCallFinished)(nil),         // 25: turnstile.v1.LlmCallFinished
+	(*Retry)(nil),                   // 26: turnstile.v1.Retry
+	(*Fallback)(nil),                // 27: turnstile.v1.Fallback
+	(*Hedge)(nil),                   // 28: turnstile.v1.Hedge
+	(*ToolApprovalRequested)(nil),   // 29: turnstile.v1.ToolApprovalRequested
+	(*ToolApprovalDecided)(nil),     // 30: turnstile.v1.ToolApprovalDecided
+	(*Steered)(nil),                 // 31: turnstile.v1.Steered
+	(*Compaction)(nil),              // 32: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),           // 33: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),            // 34: turnstile.v1.TurnCounters
+	(*Message)(nil),                 // 35: turnstile.v1.Message
+	(*ToolDefinition)(nil),          // 36: turnstile.v1.ToolDefinition
+	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
+	(*Usage)(nil),                   // 38: turnstile.v1.Usage
+	(*Error)(nil),                   // 39: turnstile.v1.Error
+	(*durationpb.Duration)(nil),     // 40: google.protobuf.Duration
+	(ErrorCode)(0),                  // 41: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	34, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	35, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
-	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
-	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
-	14, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	14, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	34, // 6: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
-	36, // 7: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 8: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
-	16, // 9: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
-	17, // 10: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
-	18, // 11: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
-	19, // 12: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
-	20, // 13: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
-	21, // 14: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
-	22, // 15: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
-	23, // 16: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
-	24, // 17: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
-	25, // 18: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
-	26, // 19: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	31, // 20: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	37, // 21: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	38, // 22: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	32, // 23: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	27, // 24: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
-	28, // 25: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
-	29, // 26: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
-	30, // 27: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
-	34, // 28: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	39, // 29: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	37, // 30: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	35, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	36, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	4,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
+	5,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
+	15, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	15, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	35, // 6: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
+	37, // 7: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 8: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
+	17, // 9: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
+	18, // 10: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
+	19, // 11: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
+	20, // 12: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
+	21, // 13: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
+	22, // 14: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
+	23, // 15: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
+	24, // 16: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
+	25, // 17: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
+	26, // 18: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
+	27, // 19: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
+	32, // 20: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	38, // 21: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	39, // 22: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	33, // 23: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	28, // 24: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	29, // 25: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
+	30, // 26: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
+	31, // 27: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
+	35, // 28: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	40, // 29: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	38, // 30: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
 	0,  // 31: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	38, // 32: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	39, // 33: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	39, // 34: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	39, // 35: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	40, // 36: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	40, // 37: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	39, // 38: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
-	36, // 39: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	34, // 40: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
-	1,  // 41: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	34, // 42: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	37, // 43: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	33, // 44: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 45: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	6,  // 46: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
-	8,  // 47: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
-	10, // 48: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
-	12, // 49: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
-	5,  // 50: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	7,  // 51: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
-	9,  // 52: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
-	11, // 53: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
-	13, // 54: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
-	50, // [50:55] is the sub-list for method output_type
-	45, // [45:50] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	39, // 32: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	40, // 33: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	40, // 34: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	40, // 35: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	41, // 36: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	41, // 37: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	40, // 38: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	37, // 39: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	35, // 40: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
+	35, // 41: turnstile.v1.Compaction.replacement:type_name -> turnstile.v1.Message
+	1,  // 42: turnstile.v1.Compaction.trigger:type_name -> turnstile.v1.CompactionTrigger
+	2,  // 43: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	35, // 44: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	38, // 45: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	34, // 46: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	3,  // 47: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	7,  // 48: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	9,  // 49: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	11, // 50: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
+	13, // 51: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
+	6,  // 52: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	8,  // 53: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	10, // 54: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	12, // 55: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
+	14, // 56: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
+	52, // [52:57] is the sub-list for method output_type
+	47, // [47:52] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -3275,7 +3429,7 @@ func file_turnstile_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -8,6 +8,9 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
+COMPACTION_TRIGGER_NEAR_WINDOW: CompactionTrigger
+COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger
+COMPACTION_TRIGGER_UNSPECIFIED: CompactionTrigger
 DESCRIPTOR: _descriptor.FileDescriptor
 END_REASON_END_TURN: EndReason
 END_REASON_MAX_MODEL_CALLS: EndReason
@@ -122,18 +125,32 @@ class CancelTurnResponse(_message.Message):
     def __init__(self, cancelled: bool = ..., attempt: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class Compaction(_message.Message):
-    __slots__ = ["bytes_after", "bytes_before", "messages_after", "messages_before", "strategy"]
+    __slots__ = ["bytes_after", "bytes_before", "estimated_tokens", "messages_after", "messages_before", "replaced_count", "replaced_from", "replacement", "replacement_omitted", "strategy", "summary_error", "trigger"]
     BYTES_AFTER_FIELD_NUMBER: _ClassVar[int]
     BYTES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_AFTER_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FROM_FIELD_NUMBER: _ClassVar[int]
+    REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REPLACEMENT_OMITTED_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
     bytes_after: int
     bytes_before: int
+    estimated_tokens: int
     messages_after: int
     messages_before: int
+    replaced_count: int
+    replaced_from: int
+    replacement: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    replacement_omitted: bool
     strategy: str
-    def __init__(self, strategy: _Optional[str] = ..., messages_before: _Optional[int] = ..., messages_after: _Optional[int] = ..., bytes_before: _Optional[int] = ..., bytes_after: _Optional[int] = ...) -> None: ...
+    summary_error: str
+    trigger: CompactionTrigger
+    def __init__(self, strategy: _Optional[str] = ..., messages_before: _Optional[int] = ..., messages_after: _Optional[int] = ..., bytes_before: _Optional[int] = ..., bytes_after: _Optional[int] = ..., replaced_from: _Optional[int] = ..., replaced_count: _Optional[int] = ..., replacement: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[CompactionTrigger, str]] = ..., summary_error: _Optional[str] = ..., replacement_omitted: bool = ..., estimated_tokens: _Optional[int] = ...) -> None: ...
 
 class Fallback(_message.Message):
     __slots__ = ["discard_from_seq", "discard_partial", "from_model", "message", "reason", "to_model"]
@@ -440,6 +457,9 @@ class WatchTurnResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
 
 class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class CompactionTrigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class EndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
