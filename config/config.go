@@ -149,6 +149,11 @@ type Model struct {
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
+	// Input lists the kinds of input the model takes, text among them
+	// (text, image, pdf, audio); unset takes what its provider type's
+	// models take (openai, anthropic, gemini: all but anthropic's audio;
+	// sim: all). A request with media the model cannot take is refused.
+	Input []llm.Modality `yaml:"input"`
 }
 
 // Server tunes the gRPC server.
@@ -203,6 +208,13 @@ type Server struct {
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxMediaBytes bounds one media part of a request, its data or URI
+	// (default 5 MiB; at least 1 KiB, at most max_request_media_bytes).
+	// Media travel in the request: max_request_bytes binds first.
+	MaxMediaBytes int `yaml:"max_media_bytes"`
+	// MaxRequestMediaBytes bounds the media of one request, all parts
+	// together (default 16 MiB; at least 1 KiB).
+	MaxRequestMediaBytes int `yaml:"max_request_media_bytes"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
 	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
 	// one event).
@@ -248,6 +260,8 @@ func defaultServer() Server {
 		HandshakeTimeout:      server.DefaultHandshakeTimeout,
 		MaxRequestBytes:       server.DefaultMaxRequestBytes,
 		MaxEventBytes:         server.DefaultMaxEventBytes,
+		MaxMediaBytes:         server.DefaultMaxMediaBytes,
+		MaxRequestMediaBytes:  server.DefaultMaxRequestMediaBytes,
 		SendTimeout:           server.DefaultSendTimeout,
 		MaxRunningTurns:       1024,
 	}

@@ -273,6 +273,8 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		HandshakeTimeout:      s.HandshakeTimeout,
 		MaxRequestBytes:       s.MaxRequestBytes,
 		MaxEventBytes:         s.MaxEventBytes,
+		MaxMediaBytes:         s.MaxMediaBytes,
+		MaxRequestMediaBytes:  s.MaxRequestMediaBytes,
 		SendTimeout:           s.SendTimeout,
 		CheckToolSchema:       argcheck.CheckSchema,
 		MaxRunningTurns:       s.MaxRunningTurns,
@@ -342,6 +344,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Hedge:             mc.Hedge,
 			OnStreamCut:       mc.OnStreamCut,
 			Tools:             allowedTools(mc.Tools),
+			Input:             mc.Input,
 		})
 	}
 	tools, closeTools, err := buildTools(ctx, cfg, logger)
