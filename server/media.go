@@ -69,6 +69,9 @@ func toMedia(bad *violations, lim *mediaLimits, field string, m *turnstilev1.Med
 	if len(out.Name) > maxMediaNameBytes || !utf8.ValidString(out.Name) {
 		bad.add(field+".name", "must be valid UTF-8 of at most %d bytes", maxMediaNameBytes)
 	}
+	if len(out.Data) > perPart {
+		return out // refused above; not counted again in the request's total
+	}
 	before := lim.total
 	lim.total += out.Size()
 	if before <= perRequest && lim.total > perRequest {
