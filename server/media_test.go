@@ -24,7 +24,7 @@ import (
 // says of itself: it takes every kind and fetches images by URI.
 type mediaProvider struct{ *fake.Provider }
 
-func (mediaProvider) Inputs(string) []llm.Modality { return llm.Modalities }
+func (mediaProvider) Inputs(string) []llm.Modality   { return llm.Modalities }
 func (mediaProvider) FetchesURI(m llm.Modality) bool { return m == llm.ModalityImage }
 
 func image(mime string, data []byte) *turnstilev1.Part {
