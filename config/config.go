@@ -151,8 +151,9 @@ type Model struct {
 	Tools []string `yaml:"tools"`
 	// Input lists the kinds of input the model takes, text among them
 	// (text, image, pdf, audio); unset takes what its provider type's
-	// models take (openai, anthropic, gemini: all but anthropic's audio;
-	// sim: all). A request with media the model cannot take is refused.
+	// models take (openai: text, image, pdf, and audio for its audio
+	// models; anthropic: all but audio; gemini and the simulator: all). A
+	// request with media the model cannot take is refused.
 	Input []llm.Modality `yaml:"input"`
 }
 
