@@ -108,27 +108,45 @@ const minResultText = 1024
 
 // fitResultMedia drops media from the tool results of one step until
 // their media leave at least minResultText bytes of the step's
-// MaxToolResultBytes for text, last result first, and within a result its
-// last media first. A dropped media leaves a note in its result's content
-// (its type and size, never its bytes). So the message committing the
-// results, and its event, stay within the bound however large a tool's
-// image.
+// MaxToolResultBytes for text, the largest first (so as many as fit are
+// kept). A dropped media leaves a note in its result's content (its type
+// and size, never its bytes). So the message committing the results, and
+// its event, stay within the bound however large a tool's image.
 func (t *turn) fitResultMedia(results []llm.ToolResult) {
 	budget := t.r.opts.limits.MaxToolResultBytes - minResultText
 	over := mediaBytes(results) - budget
-	for i := len(results) - 1; i >= 0 && over > 0; i-- {
+	if over <= 0 {
+		return
+	}
+	type ref struct{ result, media, size int }
+	var refs []ref
+	for i, r := range results {
+		for j := range r.Media {
+			refs = append(refs, ref{i, j, r.Media[j].Size()})
+		}
+	}
+	slices.SortStableFunc(refs, func(a, b ref) int { return b.size - a.size })
+	drop := map[[2]int]bool{}
+	for _, rf := range refs {
+		if over <= 0 {
+			break
+		}
+		drop[[2]int{rf.result, rf.media}] = true
+		over -= rf.size
+	}
+	for i := range results {
 		r := &results[i]
-		for j := len(r.Media) - 1; j >= 0 && over > 0; j-- {
-			m := r.Media[j]
-			over -= m.Size()
+		var kept []llm.Media
+		for j, m := range r.Media {
+			if !drop[[2]int{i, j}] {
+				kept = append(kept, m)
+				continue
+			}
 			t.r.opts.logger.Warn("tool result media dropped to fit the step's budget", "turn_id", t.info.TurnID, "tool", r.Name,
 				"call_id", r.CallID, "mime_type", m.MIMEType, "bytes", m.Size(), "max_tool_result_bytes", t.r.opts.limits.MaxToolResultBytes)
 			r.Content += mediaDroppedNote(m)
-			r.Media = slices.Delete(r.Media, j, j+1)
 		}
-		if len(r.Media) == 0 {
-			r.Media = nil
-		}
+		r.Media = kept
 	}
 }
 
