@@ -82,6 +82,11 @@ const (
 	keyHedgeAfter  = attribute.Key("turnstile.hedge.after")
 	keyHedgeLost   = attribute.Key("turnstile.hedge.lost")
 	keyContinues   = attribute.Key("turnstile.continues")
+	// keyMediaCount and keyMediaTypes describe the media a call sends
+	// (user parts and tool results): how many, and their types. Never the
+	// bytes, even with content capture.
+	keyMediaCount = attribute.Key("turnstile.request.media.count")
+	keyMediaTypes = attribute.Key("turnstile.request.media.types")
 )
 
 // Span event names.
