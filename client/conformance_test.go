@@ -31,7 +31,10 @@ type conformance struct {
 	Scenarios []struct {
 		Name     string `json:"name"`
 		Prompt   string `json:"prompt"`
-		CancelOn string `json:"cancel_on"`
+		// Media are sent after the prompt, each made with the client's
+		// helper from its bytes.
+		Media    []scenarioMedia `json:"media"`
+		CancelOn string          `json:"cancel_on"`
 		// ReadLog reads the run's stored log once the turn ended.
 		ReadLog bool `json:"read_log"`
 		// Server names the server's configuration: "" is server.yaml,
@@ -45,6 +48,22 @@ type conformance struct {
 		Client clientOptions  `json:"client"`
 		Expect map[string]any `json:"expect"`
 	} `json:"scenarios"`
+}
+
+// scenarioMedia is one media of a scenario's user message.
+type scenarioMedia struct {
+	MimeType string `json:"mime_type"`
+	Name     string `json:"name"`
+	Data     []byte `json:"data_base64"` // encoding/json decodes base64
+}
+
+// scenarioRequest is the prompt, then the media, as one user message.
+func scenarioRequest(prompt string, media []scenarioMedia) *turnstilev1.RunTurnRequest {
+	req := userRequest(prompt)
+	for _, m := range media {
+		req.Messages[0].Parts = append(req.Messages[0].Parts, client.MediaPart(m.Data, m.MimeType, m.Name))
+	}
+	return req
 }
 
 // clientOptions are a runner's client options, in milliseconds.
@@ -179,10 +198,10 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bool) observation {
+func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, cancelOn string, readLog bool) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	turn := c.RunTurn(ctx, userRequest(prompt))
+	turn := c.RunTurn(ctx, req)
 	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0)}
 	if readLog {
 		defer func() { observeLog(t, c, turn.ID(), obs) }()
@@ -302,7 +321,7 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, sc.Prompt, sc.CancelOn, sc.ReadLog)
+			obs := observe(t, c, scenarioRequest(sc.Prompt, sc.Media), sc.CancelOn, sc.ReadLog)
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)
