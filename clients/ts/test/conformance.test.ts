@@ -5,7 +5,7 @@ import { after, before, describe, it } from "node:test";
 import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
+import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent, mediaPart } from "../src/index.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
@@ -14,6 +14,8 @@ type ClientOptions = Record<string, number>;
 interface Scenario {
   name: string;
   prompt: string;
+  /** Media sent after the prompt, made with mediaPart from their bytes. */
+  media?: { mime_type: string; name: string; data_base64: string }[];
   cancel_on?: string;
   /** Read the run's stored log once the turn ended. */
   read_log?: boolean;
@@ -118,7 +120,17 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
   const turn = client.runTurn(
-    { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
+    {
+      messages: [
+        {
+          role: Role.USER,
+          parts: [
+            { kind: { case: "text", value: sc.prompt } },
+            ...(sc.media ?? []).map((m) => mediaPart(Buffer.from(m.data_base64, "base64"), m.mime_type, m.name)),
+          ],
+        },
+      ],
+    },
     { signal: ctl.signal, timeoutMs: 30_000 },
   );
   const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0 };
