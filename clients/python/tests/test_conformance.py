@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
@@ -17,10 +18,11 @@ from .server import CONFORMANCE, CutProxy, Server
 REATTACHING = "turnstile: re-attaching to the turn"
 
 
-def user_request(text: str) -> agent_pb2.RunTurnRequest:
-    return agent_pb2.RunTurnRequest(
-        messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])]
-    )
+def user_request(text: str, media: list | None = None) -> agent_pb2.RunTurnRequest:
+    """The prompt, then the scenario's media made with ts.media_part, as one user message."""
+    parts = [conversation_pb2.Part(text=text)]
+    parts += [ts.media_part(base64.b64decode(m["data_base64"]), m["mime_type"], m["name"]) for m in media or []]
+    return agent_pb2.RunTurnRequest(messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=parts)])
 
 
 def role_names(msgs) -> list:
@@ -185,8 +187,10 @@ class Observation:
         return obs
 
 
-def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+def observe(
+    client: ts.Client, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+) -> dict:
+    turn = client.run_turn(req, timeout=30)
     o = Observation(cancel_on)
     failure = None
     try:
@@ -198,8 +202,10 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: 
     return o.end(turn, failure, read_log_of)
 
 
-async def observe_async(client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+async def observe_async(
+    client: ts.AsyncClient, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+) -> dict:
+    turn = client.run_turn(req, timeout=30)
     o = Observation(cancel_on)
     failure = None
     try:
@@ -239,7 +245,8 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+            req = user_request(sc["prompt"], sc.get("media"))
+            return observe(client, req, sc.get("cancel_on"), addr if sc.get("read_log") else None)
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -281,7 +288,8 @@ class AsyncConformanceTest(ConformanceTest):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
-                return await observe_async(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+                req = user_request(sc["prompt"], sc.get("media"))
+                return await observe_async(client, req, sc.get("cancel_on"), addr if sc.get("read_log") else None)
 
         return asyncio.run(run())
 

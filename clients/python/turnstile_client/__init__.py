@@ -40,6 +40,7 @@ from ._protocol import (
     standing,
 )
 from ._errors import ERROR_DOMAIN, TurnError, code_name
+from ._media import media_file_part, media_part, media_type, media_uri_part
 
 __all__ = [
     "rpc",
@@ -60,5 +61,9 @@ __all__ = [
     "Turn",
     "TurnError",
     "code_name",
+    "media_file_part",
+    "media_part",
+    "media_type",
+    "media_uri_part",
     "standing",
 ]
