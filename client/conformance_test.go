@@ -29,8 +29,8 @@ type conformance struct {
 	// Client holds the client options of every scenario.
 	Client    clientOptions `json:"client"`
 	Scenarios []struct {
-		Name     string `json:"name"`
-		Prompt   string `json:"prompt"`
+		Name   string `json:"name"`
+		Prompt string `json:"prompt"`
 		// Media are sent after the prompt, each made with the client's
 		// helper from its bytes.
 		Media    []scenarioMedia `json:"media"`
