@@ -153,3 +153,55 @@ func (t *turn) fitResultMedia(results []llm.ToolResult) {
 func mediaDroppedNote(m llm.Media) string {
 	return fmt.Sprintf("\n[turnstile: the tool's %s of %d bytes was dropped: over max_tool_result_bytes]", m.MIMEType, m.Size())
 }
+
+// mediaFor returns msgs as model m can take them: the media m cannot take
+// (a server-side tool's image for a model configured without images, or
+// reached by a fallback) are left out of the tool results holding them,
+// each leaving a note in the result's content. The request's own media
+// were checked for the model and its fallbacks before the turn; msgs is
+// returned as is, without a copy, when m takes every media in it.
+func mediaFor(m *Model, msgs []llm.Message) []llm.Message {
+	var out []llm.Message
+	for i, msg := range msgs {
+		if msg.Role != llm.RoleTool || !slices.ContainsFunc(msg.Parts, func(p llm.Part) bool { return refusesSome(m, p.ToolResult) }) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(msgs)
+		}
+		parts := slices.Clone(msg.Parts)
+		for j, p := range parts {
+			if !refusesSome(m, p.ToolResult) {
+				continue
+			}
+			r := *p.ToolResult
+			r.Media = nil
+			for _, media := range p.ToolResult.Media {
+				if why := mediaProblem(m, &media); why != "" {
+					r.Content += fmt.Sprintf("\n[turnstile: the tool's %s of %d bytes was left out: %s]", media.MIMEType, media.Size(), why)
+					continue
+				}
+				r.Media = append(r.Media, media)
+			}
+			parts[j].ToolResult = &r
+		}
+		out[i].Parts = parts
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
+}
+
+// refusesSome reports whether r holds media model m cannot take.
+func refusesSome(m *Model, r *llm.ToolResult) bool {
+	if r == nil {
+		return false
+	}
+	for i := range r.Media {
+		if mediaProblem(m, &r.Media[i]) != "" {
+			return true
+		}
+	}
+	return false
+}

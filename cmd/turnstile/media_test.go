@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +72,47 @@ func TestMCPImageReachesModel(t *testing.T) {
 				t.Errorf("answer %q, want it to hold %q", answer, tt.answer)
 			}
 		})
+	}
+}
+
+// TestMCPMediaLeftOutForModel: a model configured without images and audio
+// (models.ALIAS.input) does not get a tool's image and audio: each is left
+// out of what it is sent, with a note, while the client still gets them in
+// the tool message; the PDF it takes reaches it.
+func TestMCPMediaLeftOutForModel(t *testing.T) {
+	w := serveYAML(t, fmt.Sprintf(`
+providers:
+  sim: {type: simulator, token_delay: -1ns}
+models:
+  sim: {provider: sim, model: turnstile-sim-1, input: [text, pdf]}
+mcp_servers:
+  test:
+    command: %s
+`, mcpServerBinary(t)))
+	evs, st := wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: wiretest.UserText(`[sim tool=screenshot] what is on screen?`)}, nil)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v", st)
+	}
+	var media int
+	var answer string
+	for _, ev := range evs {
+		m := ev.GetMessageCompleted().GetMessage()
+		switch m.GetRole() {
+		case turnstilev1.Role_ROLE_TOOL:
+			media = len(m.GetParts()[0].GetToolResult().GetMedia())
+		case turnstilev1.Role_ROLE_ASSISTANT:
+			answer += m.GetParts()[0].GetText()
+		}
+	}
+	if media != 3 {
+		t.Errorf("the client got %d media in the tool message, want 3", media)
+	}
+	for _, want := range []string{
+		`[turnstile: the tool's image/png of 68 bytes was left out: model "sim" cannot take image input`,
+		"I received 1 medium: application/pdf of 8 bytes named 'q3.pdf'.",
+	} {
+		if !strings.Contains(answer, want) {
+			t.Errorf("answer %q lacks %q", answer, want)
+		}
 	}
 }
