@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
@@ -115,4 +118,67 @@ mcp_servers:
 			t.Errorf("answer %q lacks %q", answer, want)
 		}
 	}
+}
+
+// TestMediaThroughAdapters: each real adapter, built from a config as
+// serve builds it, takes an image to its provider's native form on a fake
+// upstream, and what its provider type cannot take (audio on OpenAI's
+// gpt-4.1-mini and on Anthropic, a PDF by URI on OpenAI) is refused with
+// INVALID_ARGUMENT naming the part and the model, before any call.
+func TestMediaThroughAdapters(t *testing.T) {
+	native := map[string]string{
+		"openai":    `{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}`,
+		"anthropic": `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}`,
+		"gemini":    `{"inlineData":{"data":"iVBORw0KGgo=","mimeType":"image/png"}}`,
+	}
+	refused := map[string][]*turnstilev1.Part{
+		"openai":    {image("audio/wav", "UklGRg=="), uriMedia("application/pdf", "https://example.com/a.pdf")},
+		"anthropic": {image("audio/wav", "UklGRg==")},
+	}
+	for _, pc := range providerCases(t) {
+		t.Run(pc.typ, func(t *testing.T) {
+			t.Setenv(pc.keyEnv, "test-key-0123456789")
+			up := newUpstream(t, pc.answer)
+			w := serveYAML(t, providerYAML(pc, up.URL))
+			send := func(parts ...*turnstilev1.Part) *status.Status {
+				msgs := wiretest.UserText("what is it?")
+				msgs[0].Parts = append(msgs[0].Parts, parts...)
+				_, st := wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: msgs}, nil)
+				return st
+			}
+			if st := send(image("image/png", "iVBORw0KGgo=")); st.Code() != codes.OK {
+				t.Fatalf("image: status %v", st)
+			}
+			var body any
+			if err := json.Unmarshal([]byte(up.requests()[0]), &body); err != nil {
+				t.Fatal(err)
+			}
+			compact, _ := json.Marshal(body) // keys sorted, as the want's are compared
+			var want any
+			_ = json.Unmarshal([]byte(native[pc.typ]), &want)
+			part, _ := json.Marshal(want)
+			if !strings.Contains(string(compact), string(part)) {
+				t.Errorf("request body %s lacks %s", compact, part)
+			}
+			for _, p := range refused[pc.typ] {
+				st := send(p)
+				if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "messages[0].parts[1].media") || !strings.Contains(st.Message(), `model "m"`) {
+					t.Errorf("%v: status %v", p.GetMedia().GetMimeType(), st)
+				}
+			}
+			if n := len(up.requests()); n != 1 {
+				t.Errorf("the upstream got %d requests, want 1: refusals call nothing", n)
+			}
+		})
+	}
+}
+
+// image is a media part of base64 data.
+func image(mime, b64 string) *turnstilev1.Part {
+	data, _ := base64.StdEncoding.DecodeString(b64)
+	return &turnstilev1.Part{Kind: &turnstilev1.Part_Media{Media: &turnstilev1.Media{MimeType: mime, Source: &turnstilev1.Media_Data{Data: data}}}}
+}
+
+func uriMedia(mime, uri string) *turnstilev1.Part {
+	return &turnstilev1.Part{Kind: &turnstilev1.Part_Media{Media: &turnstilev1.Media{MimeType: mime, Source: &turnstilev1.Media_Uri{Uri: uri}}}}
 }
