@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 )
 
@@ -111,7 +112,12 @@ var mediaTypes = map[string]Modality{
 
 // MediaTypes returns the media types turnstile passes on, sorted.
 func MediaTypes() []string {
-	return []string{"application/pdf", "audio/mpeg", "audio/wav", "image/gif", "image/jpeg", "image/png", "image/webp"}
+	out := make([]string, 0, len(mediaTypes))
+	for t := range mediaTypes {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ModalityOf returns the modality of a media type, false when the type is
