@@ -32,8 +32,11 @@ type conformance struct {
 		Name   string `json:"name"`
 		Prompt string `json:"prompt"`
 		// History holds the messages sent before the prompt.
-		History  []historyMessage `json:"history"`
-		CancelOn string           `json:"cancel_on"`
+		History []historyMessage `json:"history"`
+		// Media are sent after the prompt, each made with the client's
+		// helper from its bytes.
+		Media    []scenarioMedia `json:"media"`
+		CancelOn string          `json:"cancel_on"`
 		// ReadLog reads the run's stored log once the turn ended.
 		ReadLog bool `json:"read_log"`
 		// Server names the server's configuration: "" is server.yaml,
@@ -53,6 +56,28 @@ type conformance struct {
 type historyMessage struct {
 	Role string `json:"role"`
 	Text string `json:"text"`
+}
+
+// scenarioMedia is one media of a scenario's user message.
+type scenarioMedia struct {
+	MimeType string `json:"mime_type"`
+	Name     string `json:"name"`
+	Data     []byte `json:"data_base64"` // encoding/json decodes base64
+}
+
+// scenarioRequest is the scenario's history, then the prompt and the media
+// as one user message.
+func scenarioRequest(history []historyMessage, prompt string, media []scenarioMedia) *turnstilev1.RunTurnRequest {
+	req := userRequest(prompt)
+	for _, m := range media {
+		req.Messages[0].Parts = append(req.Messages[0].Parts, client.MediaPart(m.Data, m.MimeType, m.Name))
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		h := history[i]
+		role := turnstilev1.Role(turnstilev1.Role_value["ROLE_"+h.Role])
+		req.Messages = append([]*turnstilev1.Message{{Role: role, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: h.Text}}}}}, req.Messages...)
+	}
+	return req
 }
 
 // clientOptions are a runner's client options, in milliseconds.
@@ -187,15 +212,9 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, history []historyMessage, prompt, cancelOn string, readLog bool) observation {
+func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, cancelOn string, readLog bool) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	req := userRequest(prompt)
-	for i := len(history) - 1; i >= 0; i-- {
-		h := history[i]
-		role := turnstilev1.Role(turnstilev1.Role_value["ROLE_"+h.Role])
-		req.Messages = append([]*turnstilev1.Message{{Role: role, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: h.Text}}}}}, req.Messages...)
-	}
 	turn := c.RunTurn(ctx, req)
 	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0), "compactions": float64(0)}
 	if readLog {
@@ -321,7 +340,7 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, sc.History, sc.Prompt, sc.CancelOn, sc.ReadLog)
+			obs := observe(t, c, scenarioRequest(sc.History, sc.Prompt, sc.Media), sc.CancelOn, sc.ReadLog)
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

@@ -157,6 +157,12 @@ type Model struct {
 	// its estimated size reaches compaction.at of context_window (which it
 	// needs), not only after the provider refused it as too long.
 	Compaction *runtime.CompactionConfig `yaml:"compaction"`
+	// Input lists the kinds of input the model takes, text among them
+	// (text, image, pdf, audio); unset takes what its provider type's
+	// models take (openai: text, image, pdf, and audio for its audio
+	// models; anthropic: all but audio; gemini and the simulator: all). A
+	// request with media the model cannot take is refused.
+	Input []llm.Modality `yaml:"input"`
 }
 
 // Server tunes the gRPC server.
@@ -211,6 +217,13 @@ type Server struct {
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxMediaBytes bounds one media part of a request, its data or URI
+	// (default 5 MiB; at least 1 KiB, at most max_request_media_bytes).
+	// Media travel in the request: max_request_bytes binds first.
+	MaxMediaBytes int `yaml:"max_media_bytes"`
+	// MaxRequestMediaBytes bounds the media of one request, all parts
+	// together (default 16 MiB; at least 1 KiB).
+	MaxRequestMediaBytes int `yaml:"max_request_media_bytes"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
 	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
 	// one event).
@@ -256,6 +269,8 @@ func defaultServer() Server {
 		HandshakeTimeout:      server.DefaultHandshakeTimeout,
 		MaxRequestBytes:       server.DefaultMaxRequestBytes,
 		MaxEventBytes:         server.DefaultMaxEventBytes,
+		MaxMediaBytes:         server.DefaultMaxMediaBytes,
+		MaxRequestMediaBytes:  server.DefaultMaxRequestMediaBytes,
 		SendTimeout:           server.DefaultSendTimeout,
 		MaxRunningTurns:       1024,
 	}

@@ -128,6 +128,7 @@ server: {drain_delay: 0}
 		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionsPerPeer: 64, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 		MaxHeaderBytes:  32 << 10,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
+		MaxMediaBytes: 5 << 20, MaxRequestMediaBytes: 16 << 20,
 	}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)

@@ -158,6 +158,39 @@ config.yaml:6: models.b.hedge.to: "other" is not next or self
 config.yaml:6: models.b.on_stream_cut: "resume" is not restart or continue
 config.yaml:7: models.c.hedge.after: expected a duration such as 500ms, or a quantile from p50 to p99.9 such as p95`,
 	}, {
+		name: "model input and media bounds",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, input: [text, video, image, image]}
+  b: {provider: sim, model: n, input: [image]}
+  c: {provider: sim, model: o, input: [text, pdf]}
+default_model: a
+server:
+  max_media_bytes: 9000000
+  max_request_media_bytes: 8000000
+`,
+		want: `config.yaml:5: models.a.input[1]: "video" is not text, image, pdf or audio
+config.yaml:5: models.a.input[3]: "image" appears twice
+config.yaml:6: models.b.input: must include text: every turn has a prompt
+config.yaml:10: server.max_media_bytes: must be at most server.max_request_media_bytes (8000000)`,
+	}, {
+		name: "model input",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, input: [text, pdf]}
+  b: {provider: sim, model: n}
+default_model: a
+`,
+		check: func(t *testing.T, c *Config) {
+			if got := fmt.Sprint(c.Models["a"].Input, c.Models["b"].Input == nil); got != "[text pdf] true" {
+				t.Errorf("inputs: %s, want [text pdf] and unset", got)
+			}
+		},
+	}, {
 		name: "max_retries: -1 for none",
 		yaml: `
 providers:

@@ -179,6 +179,13 @@ func (c *Config) checkServer(v *checker) {
 		v.at("server.max_header_bytes", "must be at least 1024 and at most %d", 16<<20)
 	}
 	atLeast("max_request_bytes", s.MaxRequestBytes, 1024)
+	atLeast("max_request_media_bytes", s.MaxRequestMediaBytes, 1024)
+	switch {
+	case s.MaxMediaBytes < 1024:
+		v.at("server.max_media_bytes", "must be at least 1024")
+	case s.MaxMediaBytes > s.MaxRequestMediaBytes && s.MaxRequestMediaBytes >= 1024:
+		v.at("server.max_media_bytes", "must be at most server.max_request_media_bytes (%d)", s.MaxRequestMediaBytes)
+	}
 	if need := c.Turn.MaxToolResultBytes + minEventMargin; s.MaxEventBytes < need {
 		v.at("server.max_event_bytes", "must be at least turn.max_tool_result_bytes + %d (%d), so the tool results of a step fit one event", minEventMargin, need)
 	}
@@ -238,6 +245,7 @@ func (c *Config) checkModels(v *checker) {
 			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
 		}
 		c.checkContext(v, path, m, aliases)
+		checkInput(v, path+".input", m.Input)
 	}
 	c.checkCycles(v)
 	switch _, ok := c.Models[c.DefaultModel]; {
@@ -307,4 +315,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// checkInput checks a model's input list: known kinds, text among them,
+// none twice. Unset (nil) is fine: the provider's defaults apply.
+func checkInput(v *checker, path string, in []llm.Modality) {
+	if in == nil {
+		return
+	}
+	for i, k := range in {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case !slices.Contains(llm.Modalities, k):
+			v.at(at, "%q is not text, image, pdf or audio", string(k))
+		case slices.Contains(in[:i], k):
+			v.at(at, "%q appears twice", string(k))
+		}
+	}
+	if !slices.Contains(in, llm.ModalityText) {
+		v.at(path, "must include text: every turn has a prompt")
+	}
 }

@@ -159,7 +159,7 @@ func (t *turn) request(m *Model) (*llm.Request, string) {
 		TurnID:          t.info.TurnID,
 		Model:           m.ID,
 		System:          t.req.System,
-		Messages:        t.conv,
+		Messages:        mediaFor(m, t.conv),
 		Tools:           t.toolSpecs(m),
 		MaxOutputTokens: m.MaxOutputTokens,
 		Temperature:     t.req.Temperature,

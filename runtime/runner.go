@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,6 +57,9 @@ type Model struct {
 	// Compaction, when not nil, compacts the conversation before a call
 	// whose estimated size nears ContextWindow (see [CompactionConfig]).
 	Compaction *CompactionConfig
+	// Input, when not nil, lists the kinds of input the model takes;
+	// nil takes what its provider says ([MediaTaker]), or text only.
+	Input []llm.Modality
 }
 
 // TurnRequest asks for one turn.
@@ -267,13 +271,21 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
 // Validate checks what only the runner knows about a request: that its
-// model exists and its client tools do not clash with server tools. It
-// returns every problem, each a [*FieldError], joined with [errors.Join].
+// model exists and takes the request's media, and its client tools do not
+// clash with server tools. It returns every problem, each a
+// [*FieldError], joined with [errors.Join].
 func (r *Runner) Validate(req *TurnRequest) error {
 	var errs []error
 	if req.Model != "" && r.models[req.Model] == nil {
 		// %.64q: the client's text is quoted back, but not all of it.
 		errs = append(errs, &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %.64q; configured: %v", req.Model, r.Models())})
+	} else {
+		m := r.models[cmp.Or(req.Model, r.defaultModel)]
+		for _, ref := range requestMedia(req.Messages) {
+			if msg := mediaProblem(m, ref.media); msg != "" {
+				errs = append(errs, &FieldError{Field: ref.field, Description: msg})
+			}
+		}
 	}
 	for i, t := range req.ClientTools {
 		if r.tools[t.Name] != nil {

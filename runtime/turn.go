@@ -119,7 +119,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		info:     TurnInfo{TurnID: id, Model: alias, Request: req, Start: time.Now()},
 		obs:      r.opts.observer,
 		out:      emitter{sink: sink, turnID: id, now: r.opts.now, cancel: cancel},
-		chain:    newChain(r, alias),
+		chain:    newChain(r, alias, req.Messages),
 		parent:   ctx,
 		maxCalls: r.opts.limits.MaxModelCalls,
 		conv:     slices.Clone(req.Messages),

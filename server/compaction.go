@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -41,8 +42,11 @@ func toEdit(c *turnstilev1.Compaction, committed int) (runtime.ConversationEdit,
 		return e, nil
 	}
 	var bad violations
+	// The log's replacement was checked when it was made; its media are
+	// bounded by the request's.
+	unbounded := mediaLimits{perPart: math.MaxInt, perRequest: math.MaxInt}
 	for i, m := range c.GetReplacement() {
-		e.Replacement = append(e.Replacement, toMessage(&bad, fmt.Sprintf("compaction.replacement[%d]", i), m))
+		e.Replacement = append(e.Replacement, toMessage(&bad, &unbounded, fmt.Sprintf("compaction.replacement[%d]", i), m))
 	}
 	if len(bad) > 0 {
 		return e, bad[0]

@@ -87,6 +87,11 @@ const (
 	keyDecidedBy = attribute.Key("turnstile.approval.decided_by")
 	keyApprovalW = attribute.Key("turnstile.approval.waited")
 	keySteerSize = attribute.Key("turnstile.steer.bytes")
+	// keyMediaCount and keyMediaTypes describe the media a call sends
+	// (user parts and tool results): how many, and their types. Never the
+	// bytes, even with content capture.
+	keyMediaCount = attribute.Key("turnstile.request.media.count")
+	keyMediaTypes = attribute.Key("turnstile.request.media.types")
 )
 
 // Span event names.

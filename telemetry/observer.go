@@ -310,6 +310,7 @@ func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) cont
 		if r.Temperature != nil {
 			attrs = append(attrs, keyRequestTemperature.Float64(*r.Temperature))
 		}
+		attrs = append(attrs, mediaAttrs(r.Messages)...)
 		if o.opts.CaptureContent {
 			attrs = append(attrs, keyInputMessages.String(inputMessages(r.Messages)))
 			if r.System != "" {

@@ -155,6 +155,9 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	caFile := fs.String("ca", "", "connect over TLS trusting the CA certificates in this PEM `file`")
 	certFile := fs.String("cert", "", "client certificate PEM `file`, for servers that require one (mutual TLS); with --key")
 	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
+	var media mediaFlag
+	fs.Var(media.image(), "image", "send the image in this `file` with the prompt (PNG, JPEG, GIF, WebP; repeatable)")
+	fs.Var(media.file(), "file", "send the document or audio in this `file` with the prompt (PDF, WAV, MP3, or an image; repeatable)")
 	words, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -181,6 +184,12 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitUsage
 	case *timeout < 0:
 		fmt.Fprintln(stderr, "turnstile run: --timeout must not be negative")
+		return exitUsage
+	}
+
+	parts, err := media.parts()
+	if err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
 		return exitUsage
 	}
 
@@ -215,7 +224,7 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		System: *system,
 		Messages: []*turnstilev1.Message{{
 			Role:  turnstilev1.Role_ROLE_USER,
-			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}},
+			Parts: append([]*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}}, parts...),
 		}},
 	}
 	turn := c.RunTurn(ctx, req)

@@ -275,6 +275,8 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		HandshakeTimeout:      s.HandshakeTimeout,
 		MaxRequestBytes:       s.MaxRequestBytes,
 		MaxEventBytes:         s.MaxEventBytes,
+		MaxMediaBytes:         s.MaxMediaBytes,
+		MaxRequestMediaBytes:  s.MaxRequestMediaBytes,
 		SendTimeout:           s.SendTimeout,
 		CheckToolSchema:       argcheck.CheckSchema,
 		MaxRunningTurns:       s.MaxRunningTurns,
@@ -346,6 +348,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			PromptCache:       mc.PromptCache,
 			Compaction:        mc.Compaction,
 			Tools:             allowedTools(mc.Tools),
+			Input:             mc.Input,
 		})
 	}
 	tools, rules, closeTools, err := buildTools(ctx, cfg, logger)

@@ -249,17 +249,14 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessageParamUnion) ([]byte,
 			b = appendString(b, u.Content.OfString.Value)
 		case u.Content.OfArrayOfContentParts != nil:
 			b = append(b, '[')
-			for i, part := range u.Content.OfArrayOfContentParts {
-				if part.OfText == nil || part.OfImageURL != nil || part.OfInputAudio != nil || part.OfFile != nil ||
-					!param.IsOmitted(part.OfText.PromptCacheBreakpoint) {
-					return b, false
-				}
+			for i := range u.Content.OfArrayOfContentParts {
 				if i > 0 {
 					b = append(b, ',')
 				}
-				b = append(b, `{"text":`...)
-				b = appendString(b, part.OfText.Text)
-				b = append(b, `,"type":"text"}`...)
+				var ok bool
+				if b, ok = appendContentPart(b, &u.Content.OfArrayOfContentParts[i]); !ok {
+					return b, false
+				}
 			}
 			b = append(b, ']')
 		default:
@@ -310,6 +307,60 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessageParamUnion) ([]byte,
 		return append(b, `,"role":"tool"}`...), true
 	}
 	return b, false
+}
+
+// appendContentPart appends one content part of a user message of the
+// shapes [messages] and [mediaPart] make: text, image_url, file (inline
+// data and a file name) and input_audio.
+func appendContentPart(b []byte, part *openai.ChatCompletionContentPartUnionParam) ([]byte, bool) {
+	set := 0
+	for _, p := range []bool{part.OfText != nil, part.OfImageURL != nil, part.OfInputAudio != nil, part.OfFile != nil} {
+		if p {
+			set++
+		}
+	}
+	if set != 1 {
+		return b, false
+	}
+	switch {
+	case part.OfText != nil:
+		if !param.IsOmitted(part.OfText.PromptCacheBreakpoint) {
+			return b, false
+		}
+		b = append(b, `{"text":`...)
+		b = appendString(b, part.OfText.Text)
+		return append(b, `,"type":"text"}`...), true
+	case part.OfImageURL != nil:
+		img := part.OfImageURL
+		if !param.IsOmitted(img.PromptCacheBreakpoint) || img.ImageURL.Detail != "" {
+			return b, false
+		}
+		b = append(b, `{"image_url":{"url":`...)
+		b = appendString(b, img.ImageURL.URL)
+		return append(b, `},"type":"image_url"}`...), true
+	case part.OfFile != nil:
+		f := &part.OfFile.File
+		if !param.IsOmitted(part.OfFile.PromptCacheBreakpoint) || f.FileID.Valid() || !f.FileData.Valid() {
+			return b, false
+		}
+		b = append(b, `{"file":{"file_data":`...)
+		b = appendString(b, f.FileData.Value)
+		if f.Filename.Valid() {
+			b = append(b, `,"filename":`...)
+			b = appendString(b, f.Filename.Value)
+		}
+		return append(b, `},"type":"file"}`...), true
+	default:
+		a := part.OfInputAudio
+		if !param.IsOmitted(a.PromptCacheBreakpoint) || a.InputAudio.Format == "" {
+			return b, false
+		}
+		b = append(b, `{"input_audio":{"data":`...)
+		b = appendString(b, a.InputAudio.Data)
+		b = append(b, `,"format":`...)
+		b = appendString(b, a.InputAudio.Format)
+		return append(b, `},"type":"input_audio"}`...), true
+	}
 }
 
 // appendAny appends v, a tool schema decoded by encoding/json, as the SDK

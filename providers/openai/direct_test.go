@@ -128,6 +128,21 @@ func TestDirectRequestMatchesSDK(t *testing.T) {
 			{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("a"), llm.TextPart("b")}},
 			{Role: llm.RoleAssistant, Parts: []llm.Part{{Kind: llm.PartThinking, Text: "only thinking"}}},
 		}}},
+		{name: "media", req: &llm.Request{Model: "gpt-4o-audio-preview", Messages: []llm.Message{
+			{Role: llm.RoleUser, Parts: []llm.Part{
+				llm.TextPart("What are these?"),
+				llm.MediaPart(llm.Media{MIMEType: "image/jpeg", URI: "https://example.com/a.jpg?x=<1>&y=\u2028"}),
+				llm.MediaPart(llm.Media{MIMEType: "image/png", Data: []byte("\x89PNG\xff\xfe")}),
+				llm.MediaPart(llm.Media{MIMEType: "application/pdf", Data: []byte("%PDF-1.7"), Name: "é \"q\".pdf"}),
+				llm.MediaPart(llm.Media{MIMEType: "application/pdf", Data: []byte("%PDF-1.7")}),
+				llm.MediaPart(llm.Media{MIMEType: "audio/wav", Data: []byte("RIFF")}),
+				llm.MediaPart(llm.Media{MIMEType: "audio/mpeg", Data: []byte("ID3")}),
+			}},
+			{Role: llm.RoleAssistant, Parts: []llm.Part{call("call_1", "shot", "{}")}},
+			{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{
+				CallID: "call_1", Name: "shot", Content: "screen", Media: []llm.Media{{MIMEType: "image/webp", Data: []byte("RIFF")}},
+			}}}},
+		}}},
 		{name: "every option", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
 			MaxOutputTokens: 256, Temperature: &temp, StopSequences: []string{"END", "", "\n"}}},
 		{name: "prompt cache key", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},

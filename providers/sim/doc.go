@@ -8,8 +8,12 @@
 // # Default behaviour
 //
 // A call answers the last user message (the last [llm.RoleUser] message
-// with a text part) with a plausible reply of a couple of sentences derived
-// from its text; the same text always gets the same reply. The reply is
+// with a text or media part) with a plausible reply of a couple of sentences
+// derived from its text; the same text always gets the same reply. Media
+// are described at its end, and after the results of tool results that
+// carry them: " I received 2 media: image/png of 70 bytes named 'a.png';
+// application/pdf by URI." (type, size and name; never the bytes nor the
+// URI). It takes every kind of input ([Provider.Inputs]). The reply is
 // streamed as [llm.ChunkText] tokens, each a word with the spaces after
 // it, each after the provider's token delay (Config.TokenDelay, 15ms by
 // default). Then come a [llm.ChunkUsage] (input tokens: the request's

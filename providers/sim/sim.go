@@ -83,6 +83,14 @@ func New(name string, cfg Config) (*Provider, error) {
 // text ends.
 func (p *Provider) SupportsPrefill() bool { return true }
 
+// Inputs reports that the simulator takes every kind of input: it
+// describes the media it gets (type, size, name) in its answer.
+func (p *Provider) Inputs(string) []llm.Modality { return llm.Modalities }
+
+// FetchesURI reports true: the simulator takes media by URI of every kind,
+// and fetches nothing.
+func (p *Provider) FetchesURI(llm.Modality) bool { return true }
+
 // Stream answers req as described in the package documentation. Nothing
 // happens until the sequence is ranged over; each range is one model call.
 // When ctx is done the sequence ends at once without yielding anything more.
@@ -450,8 +458,22 @@ func compose(v view, msgs []llm.Message) outcome {
 		o.text = toolAnswer(v.question, results)
 	default:
 		o.text = defaultAnswer(v.question)
+		if v.user >= 0 {
+			o.text += describeMedia(userMedia(msgs[v.user]))
+		}
 	}
 	return o
+}
+
+// userMedia returns the media parts of m.
+func userMedia(m llm.Message) []llm.Media {
+	var out []llm.Media
+	for _, p := range m.Parts {
+		if p.Kind == llm.PartMedia && p.Media != nil {
+			out = append(out, *p.Media)
+		}
+	}
+	return out
 }
 
 // continuation recognises a reply cut short being continued: msgs ends with
@@ -516,8 +538,9 @@ func plainText(m llm.Message) bool {
 	return true
 }
 
+// hasText reports whether m holds text or media: what a question is.
 func hasText(m llm.Message) bool {
-	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText })
+	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText || p.Kind == llm.PartMedia })
 }
 
 // cut returns the part of text a call streams under an output limit in

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
@@ -17,15 +18,15 @@ from .server import CONFORMANCE, CutProxy, Server
 REATTACHING = "turnstile: re-attaching to the turn"
 
 
-def user_request(text: str, history: list | None = None) -> agent_pb2.RunTurnRequest:
-    """The prompt as one user message, after the scenario's history ({role, text} each)."""
+def user_request(text: str, media: list | None = None, history: list | None = None) -> agent_pb2.RunTurnRequest:
+    """The scenario's history ({role, text} each), then the prompt and its media made with ts.media_part as one user message."""
     before = [
         conversation_pb2.Message(role=conversation_pb2.Role.Value("ROLE_" + h["role"]), parts=[conversation_pb2.Part(text=h["text"])])
         for h in history or []
     ]
-    return agent_pb2.RunTurnRequest(
-        messages=before + [conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])]
-    )
+    parts = [conversation_pb2.Part(text=text)]
+    parts += [ts.media_part(base64.b64decode(m["data_base64"]), m["mime_type"], m["name"]) for m in media or []]
+    return agent_pb2.RunTurnRequest(messages=before + [conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=parts)])
 
 
 def role_names(msgs) -> list:
@@ -194,9 +195,10 @@ class Observation:
         return obs
 
 
-def observe(client: ts.Client, sc: dict, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(sc["prompt"], sc.get("history")), timeout=30)
-    cancel_on = sc.get("cancel_on")
+def observe(
+    client: ts.Client, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+) -> dict:
+    turn = client.run_turn(req, timeout=30)
     o = Observation(cancel_on)
     failure = None
     try:
@@ -208,9 +210,10 @@ def observe(client: ts.Client, sc: dict, read_log_of: str | None = None) -> dict
     return o.end(turn, failure, read_log_of)
 
 
-async def observe_async(client: ts.AsyncClient, sc: dict, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(sc["prompt"], sc.get("history")), timeout=30)
-    cancel_on = sc.get("cancel_on")
+async def observe_async(
+    client: ts.AsyncClient, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+) -> dict:
+    turn = client.run_turn(req, timeout=30)
     o = Observation(cancel_on)
     failure = None
     try:
@@ -250,7 +253,8 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, sc, addr if sc.get("read_log") else None)
+            req = user_request(sc["prompt"], sc.get("media"), sc.get("history"))
+            return observe(client, req, sc.get("cancel_on"), addr if sc.get("read_log") else None)
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -292,7 +296,8 @@ class AsyncConformanceTest(ConformanceTest):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
-                return await observe_async(client, sc, addr if sc.get("read_log") else None)
+                req = user_request(sc["prompt"], sc.get("media"), sc.get("history"))
+                return await observe_async(client, req, sc.get("cancel_on"), addr if sc.get("read_log") else None)
 
         return asyncio.run(run())
 

@@ -41,6 +41,7 @@ from ._protocol import (
     standing,
 )
 from ._errors import ERROR_DOMAIN, TurnError, code_name
+from ._media import media_file_part, media_part, media_type, media_uri_part
 
 __all__ = [
     "rpc",
@@ -62,5 +63,9 @@ __all__ = [
     "TurnError",
     "apply_compaction",
     "code_name",
+    "media_file_part",
+    "media_part",
+    "media_type",
+    "media_uri_part",
     "standing",
 ]

@@ -36,6 +36,7 @@ export {
   type TurnOptions,
 } from "./client.js";
 export { ERROR_DOMAIN, TurnError, codeName, type RpcStatus } from "./errors.js";
+export { mediaPart, mediaType, mediaUriPart } from "./media.js";
 export * from "./gen/turnstile/v1/agent_pb.js";
 export * from "./gen/turnstile/v1/conversation_pb.js";
 export * from "./gen/turnstile/v1/errors_pb.js";

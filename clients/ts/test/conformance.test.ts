@@ -5,7 +5,7 @@ import { after, before, describe, it } from "node:test";
 import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
+import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent, mediaPart } from "../src/index.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
@@ -16,6 +16,8 @@ interface Scenario {
   prompt: string;
   /** The messages sent before the prompt. */
   history?: { role: "USER" | "ASSISTANT"; text: string }[];
+  /** Media sent after the prompt, made with mediaPart from their bytes. */
+  media?: { mime_type: string; name: string; data_base64: string }[];
   cancel_on?: string;
   /** Read the run's stored log once the turn ended. */
   read_log?: boolean;
@@ -123,7 +125,13 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
     {
       messages: [
         ...(sc.history ?? []).map((h) => ({ role: Role[h.role], parts: [{ kind: { case: "text" as const, value: h.text } }] })),
-        { role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] },
+        {
+          role: Role.USER,
+          parts: [
+            { kind: { case: "text", value: sc.prompt } },
+            ...(sc.media ?? []).map((m) => mediaPart(Buffer.from(m.data_base64, "base64"), m.mime_type, m.name)),
+          ],
+        },
       ],
     },
     { signal: ctl.signal, timeoutMs: 30_000 },
