@@ -149,6 +149,9 @@ type Model struct {
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
+	// Reasoning, when set, is the reasoning asked of this model when a
+	// request's generation.reasoning is unset.
+	Reasoning *runtime.ReasoningConfig `yaml:"reasoning"`
 }
 
 // Server tunes the gRPC server.

@@ -234,6 +234,9 @@ func (c *Config) checkModels(v *checker) {
 				v.at(path+".hedge.to", "next needs a model in fallbacks to hedge to (or hedge to self)")
 			}
 		}
+		if rc := m.Reasoning; rc != nil {
+			v.settings(path+".reasoning", rc.Problems(), false)
+		}
 		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
 			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
 		}

@@ -57,6 +57,13 @@ type turn struct {
 	// measured from its start; waited sums its backoff waits.
 	firstOutput time.Duration
 	waited      time.Duration
+	// outputCheck validates a final reply against the request's output
+	// schema, compiled at the first reply it checks. correction is what
+	// the step's next call is shown after an invalid reply (see
+	// [turn.correct]); corrections counts them in the step.
+	outputCheck func(string) []string
+	correction  []llm.Message
+	corrections int
 
 	mu sync.Mutex // guards what parallel tool calls touch below
 	// unsafeRunning counts the tools with side effects started since the

@@ -342,13 +342,16 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Hedge:             mc.Hedge,
 			OnStreamCut:       mc.OnStreamCut,
 			Tools:             allowedTools(mc.Tools),
+			Reasoning:         mc.Reasoning.Reasoning(),
 		})
 	}
 	tools, closeTools, err := buildTools(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits)}, opts...)
+	opts = append([]runtime.Option{
+		runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithOutputSchemas(argcheck.OutputSchemas{}),
+	}, opts...)
 	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,6 +23,127 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// ToolChoiceMode says how the model picks tools.
+type ToolChoiceMode int32
+
+const (
+	// Not set: INVALID_ARGUMENT when tool_choice is set.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// The model decides whether to call tools.
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 1
+	// The model calls no tool; tools are still described to it.
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 2
+	// The model calls at least one tool. Every step of the turn forces a
+	// call, so a turn with server-side tools ends at its max_model_calls
+	// unless a client tool is called: use it for one step.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 3
+	// The model calls the tool named by tool_name (with the same caveat as
+	// REQUIRED).
+	ToolChoiceMode_TOOL_CHOICE_MODE_TOOL ToolChoiceMode = 4
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_NONE",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+		4: "TOOL_CHOICE_MODE_TOOL",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_NONE":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+		"TOOL_CHOICE_MODE_TOOL":        4,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[0]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+// ReasoningEffort is a coarse amount of reasoning.
+type ReasoningEffort int32
+
+const (
+	// Not set.
+	ReasoningEffort_REASONING_EFFORT_UNSPECIFIED ReasoningEffort = 0
+	// Little reasoning: faster and cheaper.
+	ReasoningEffort_REASONING_EFFORT_LOW ReasoningEffort = 1
+	// A moderate amount.
+	ReasoningEffort_REASONING_EFFORT_MEDIUM ReasoningEffort = 2
+	// Much reasoning: slower, for hard problems.
+	ReasoningEffort_REASONING_EFFORT_HIGH ReasoningEffort = 3
+)
+
+// Enum value maps for ReasoningEffort.
+var (
+	ReasoningEffort_name = map[int32]string{
+		0: "REASONING_EFFORT_UNSPECIFIED",
+		1: "REASONING_EFFORT_LOW",
+		2: "REASONING_EFFORT_MEDIUM",
+		3: "REASONING_EFFORT_HIGH",
+	}
+	ReasoningEffort_value = map[string]int32{
+		"REASONING_EFFORT_UNSPECIFIED": 0,
+		"REASONING_EFFORT_LOW":         1,
+		"REASONING_EFFORT_MEDIUM":      2,
+		"REASONING_EFFORT_HIGH":        3,
+	}
+)
+
+func (x ReasoningEffort) Enum() *ReasoningEffort {
+	p := new(ReasoningEffort)
+	*p = x
+	return p
+}
+
+func (x ReasoningEffort) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReasoningEffort) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (ReasoningEffort) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[1]
+}
+
+func (x ReasoningEffort) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReasoningEffort.Descriptor instead.
+func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+}
 
 // StopReason says why a model reply ended.
 type StopReason int32
@@ -76,11 +198,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[0]
+	return &file_turnstile_v1_agent_proto_enumTypes[2]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -89,7 +211,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // EndReason says why a turn completed.
@@ -152,11 +274,11 @@ func (x EndReason) String() string {
 }
 
 func (EndReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (EndReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[1]
+	return &file_turnstile_v1_agent_proto_enumTypes[3]
 }
 
 func (x EndReason) Number() protoreflect.EnumNumber {
@@ -165,7 +287,7 @@ func (x EndReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EndReason.Descriptor instead.
 func (EndReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // RunTurnRequest asks for one turn of a conversation.
@@ -205,7 +327,17 @@ type RunTurnRequest struct {
 	// attempt n-1 of the turn is stored (or n itself is, which the call then
 	// attaches to); otherwise INVALID_ARGUMENT naming attempt. A client
 	// whose attempt was refused before any event sends that number again.
-	Attempt       uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Caller-defined labels of the turn, such as a session or tenant id: at
+	// most 16 entries, each key 1 to 64 bytes of letters, digits, '_', '-'
+	// or '.', each value valid UTF-8 of at most 256 bytes; empty means none.
+	// They are recorded on the turn's log line, and on its spans for the keys
+	// the server lists in telemetry.metadata_attributes. Treat them as user
+	// data, never as secrets. The key "end_user" (at most 64 bytes; a stable
+	// hash of the user is best) is sent to the provider as its end-user field
+	// (OpenAI safety_identifier, Anthropic metadata.user_id; Gemini's API has
+	// none, so it is not sent there).
+	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +428,13 @@ func (x *RunTurnRequest) GetAttempt() uint32 {
 	return 0
 }
 
+func (x *RunTurnRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 // GenerationOptions tune the model's sampling.
 type GenerationOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -308,6 +447,15 @@ type GenerationOptions struct {
 	// Sequences that end a reply when generated; at most 8, each of 1 to 128
 	// bytes.
 	StopSequences []string `protobuf:"bytes,3,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// Asks for a final reply that is one JSON value matching a schema; unset
+	// means free text. See OutputSchema.
+	OutputSchema *OutputSchema `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// Which tools the model may or must call; unset means the provider's
+	// default (the model chooses, as TOOL_CHOICE_MODE_AUTO).
+	ToolChoice *ToolChoice `protobuf:"bytes,5,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// How much the model reasons before answering; unset means the model's
+	// configured default (models.ALIAS.reasoning), else the provider's.
+	Reasoning     *Reasoning `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +511,226 @@ func (x *GenerationOptions) GetStopSequences() []string {
 	return nil
 }
 
+func (x *GenerationOptions) GetOutputSchema() *OutputSchema {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *GenerationOptions) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *GenerationOptions) GetReasoning() *Reasoning {
+	if x != nil {
+		return x.Reasoning
+	}
+	return nil
+}
+
+// OutputSchema asks the model for a final reply that is one JSON value
+// matching a JSON Schema, using each provider's structured-output mode
+// (OpenAI response_format json_schema, Gemini responseJsonSchema, Anthropic
+// a forced tool whose input is the reply). The server validates the final
+// reply's text against the schema; a reply that does not match is retried
+// on the same model with the validation errors shown to the model (the
+// model's retries.output_invalid times, 2 by default), then the turn ends
+// with ERROR_CODE_OUTPUT_INVALID. Replies that call tools are not checked.
+type OutputSchema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schema's name, 1 to 64 letters, digits, '_' or '-'; empty means
+	// "output".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The JSON Schema (drafts 4 to 2020-12; 2020-12 when "$schema" is
+	// absent), at most 64 KiB as JSON. Required. References outside the
+	// document are refused.
+	Schema *structpb.Struct `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
+	// Asks the provider to enforce the schema while generating where it can:
+	// OpenAI strict mode, which takes only its strict subset of JSON Schema
+	// (every object with additionalProperties false and all its properties
+	// required); for any other schema strict is sent as false. The server
+	// validates the reply either way.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputSchema) Reset() {
+	*x = OutputSchema{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputSchema) ProtoMessage() {}
+
+func (x *OutputSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputSchema.ProtoReflect.Descriptor instead.
+func (*OutputSchema) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OutputSchema) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OutputSchema) GetSchema() *structpb.Struct {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *OutputSchema) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// ToolChoice says which tools the model may or must call.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode. Required when tool_choice is set.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=turnstile.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// The tool the model must call, with TOOL_CHOICE_MODE_TOOL: a client tool
+	// of the request or a server-side tool the turn offers; otherwise empty.
+	ToolName      string `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+// Reasoning controls the model's reasoning (thinking) before it answers.
+// Thinking deltas are streamed as today; a provider that signs its
+// thinking blocks gets them back with their signatures.
+type Reasoning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How much to reason; unspecified leaves it to budget_tokens, else to the
+	// provider. OpenAI takes it as reasoning_effort; Anthropic and Gemini as
+	// a token budget of 1,024 (LOW), 4,096 (MEDIUM) or 16,384 (HIGH) when
+	// budget_tokens is unset.
+	Effort ReasoningEffort `protobuf:"varint,1,opt,name=effort,proto3,enum=turnstile.v1.ReasoningEffort" json:"effort,omitempty"`
+	// The most tokens the model may spend reasoning, from 1,024 to 1,000,000;
+	// unset means the effort's budget. Anthropic takes it as
+	// thinking.budget_tokens (its max_tokens is raised above it when needed,
+	// and temperature is not sent, as Anthropic requires), Gemini as
+	// thinkingConfig.thinkingBudget; OpenAI has no budget and takes LOW up to
+	// 4,096, MEDIUM up to 16,384, else HIGH when effort is unspecified.
+	BudgetTokens  *int32 `protobuf:"varint,2,opt,name=budget_tokens,json=budgetTokens,proto3,oneof" json:"budget_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reasoning) Reset() {
+	*x = Reasoning{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reasoning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reasoning) ProtoMessage() {}
+
+func (x *Reasoning) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reasoning.ProtoReflect.Descriptor instead.
+func (*Reasoning) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Reasoning) GetEffort() ReasoningEffort {
+	if x != nil {
+		return x.Effort
+	}
+	return ReasoningEffort_REASONING_EFFORT_UNSPECIFIED
+}
+
+func (x *Reasoning) GetBudgetTokens() int32 {
+	if x != nil && x.BudgetTokens != nil {
+		return *x.BudgetTokens
+	}
+	return 0
+}
+
 // TurnLimits bound a turn.
 type TurnLimits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -376,7 +744,7 @@ type TurnLimits struct {
 
 func (x *TurnLimits) Reset() {
 	*x = TurnLimits{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +756,7 @@ func (x *TurnLimits) String() string {
 func (*TurnLimits) ProtoMessage() {}
 
 func (x *TurnLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +769,7 @@ func (x *TurnLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnLimits.ProtoReflect.Descriptor instead.
 func (*TurnLimits) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TurnLimits) GetMaxModelCalls() int32 {
@@ -422,7 +790,7 @@ type RunTurnResponse struct {
 
 func (x *RunTurnResponse) Reset() {
 	*x = RunTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +802,7 @@ func (x *RunTurnResponse) String() string {
 func (*RunTurnResponse) ProtoMessage() {}
 
 func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +815,7 @@ func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTurnResponse.ProtoReflect.Descriptor instead.
 func (*RunTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunTurnResponse) GetEvent() *AgentEvent {
@@ -475,7 +843,7 @@ type WatchTurnRequest struct {
 
 func (x *WatchTurnRequest) Reset() {
 	*x = WatchTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +855,7 @@ func (x *WatchTurnRequest) String() string {
 func (*WatchTurnRequest) ProtoMessage() {}
 
 func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +868,7 @@ func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTurnRequest.ProtoReflect.Descriptor instead.
 func (*WatchTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchTurnRequest) GetTurnId() string {
@@ -535,7 +903,7 @@ type WatchTurnResponse struct {
 
 func (x *WatchTurnResponse) Reset() {
 	*x = WatchTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +915,7 @@ func (x *WatchTurnResponse) String() string {
 func (*WatchTurnResponse) ProtoMessage() {}
 
 func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +928,7 @@ func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTurnResponse.ProtoReflect.Descriptor instead.
 func (*WatchTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchTurnResponse) GetEvent() *AgentEvent {
@@ -586,7 +954,7 @@ type CancelTurnRequest struct {
 
 func (x *CancelTurnRequest) Reset() {
 	*x = CancelTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +966,7 @@ func (x *CancelTurnRequest) String() string {
 func (*CancelTurnRequest) ProtoMessage() {}
 
 func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +979,7 @@ func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
 func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelTurnRequest) GetTurnId() string {
@@ -643,7 +1011,7 @@ type CancelTurnResponse struct {
 
 func (x *CancelTurnResponse) Reset() {
 	*x = CancelTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +1023,7 @@ func (x *CancelTurnResponse) String() string {
 func (*CancelTurnResponse) ProtoMessage() {}
 
 func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +1036,7 @@ func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
 func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelTurnResponse) GetCancelled() bool {
@@ -713,7 +1081,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +1093,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +1106,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApproveToolCallRequest) GetTurnId() string {
@@ -794,7 +1162,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1174,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1187,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApproveToolCallResponse) GetAttempt() uint32 {
@@ -866,7 +1234,7 @@ type SteerTurnRequest struct {
 
 func (x *SteerTurnRequest) Reset() {
 	*x = SteerTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1246,7 @@ func (x *SteerTurnRequest) String() string {
 func (*SteerTurnRequest) ProtoMessage() {}
 
 func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1259,7 @@ func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerTurnRequest.ProtoReflect.Descriptor instead.
 func (*SteerTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SteerTurnRequest) GetTurnId() string {
@@ -928,7 +1296,7 @@ type SteerTurnResponse struct {
 
 func (x *SteerTurnResponse) Reset() {
 	*x = SteerTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1308,7 @@ func (x *SteerTurnResponse) String() string {
 func (*SteerTurnResponse) ProtoMessage() {}
 
 func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1321,7 @@ func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerTurnResponse.ProtoReflect.Descriptor instead.
 func (*SteerTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SteerTurnResponse) GetAttempt() uint32 {
@@ -1013,7 +1381,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1393,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1406,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentEvent) GetSeq() uint64 {
@@ -1415,7 +1783,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1795,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1808,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnStarted) GetModel() string {
@@ -1469,7 +1837,7 @@ type LlmCallStarted struct {
 
 func (x *LlmCallStarted) Reset() {
 	*x = LlmCallStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1849,7 @@ func (x *LlmCallStarted) String() string {
 func (*LlmCallStarted) ProtoMessage() {}
 
 func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1862,7 @@ func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallStarted.ProtoReflect.Descriptor instead.
 func (*LlmCallStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LlmCallStarted) GetModel() string {
@@ -1543,7 +1911,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1923,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1936,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TextDelta) GetText() string {
@@ -1591,7 +1959,7 @@ type ThinkingDelta struct {
 
 func (x *ThinkingDelta) Reset() {
 	*x = ThinkingDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1971,7 @@ func (x *ThinkingDelta) String() string {
 func (*ThinkingDelta) ProtoMessage() {}
 
 func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1984,7 @@ func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThinkingDelta.ProtoReflect.Descriptor instead.
 func (*ThinkingDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ThinkingDelta) GetText() string {
@@ -1650,7 +2018,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +2030,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +2043,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1727,7 +2095,7 @@ type MessageCompleted struct {
 
 func (x *MessageCompleted) Reset() {
 	*x = MessageCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +2107,7 @@ func (x *MessageCompleted) String() string {
 func (*MessageCompleted) ProtoMessage() {}
 
 func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +2120,7 @@ func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageCompleted.ProtoReflect.Descriptor instead.
 func (*MessageCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MessageCompleted) GetMessage() *Message {
@@ -1777,7 +2145,7 @@ type ToolStarted struct {
 
 func (x *ToolStarted) Reset() {
 	*x = ToolStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2157,7 @@ func (x *ToolStarted) String() string {
 func (*ToolStarted) ProtoMessage() {}
 
 func (x *ToolStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2170,7 @@ func (x *ToolStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStarted.ProtoReflect.Descriptor instead.
 func (*ToolStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolStarted) GetCallId() string {
@@ -1845,7 +2213,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2225,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2238,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolProgress) GetCallId() string {
@@ -1927,7 +2295,7 @@ type ToolFinished struct {
 
 func (x *ToolFinished) Reset() {
 	*x = ToolFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2307,7 @@ func (x *ToolFinished) String() string {
 func (*ToolFinished) ProtoMessage() {}
 
 func (x *ToolFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2320,7 @@ func (x *ToolFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolFinished.ProtoReflect.Descriptor instead.
 func (*ToolFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolFinished) GetCallId() string {
@@ -2013,7 +2381,7 @@ type LlmCallFinished struct {
 
 func (x *LlmCallFinished) Reset() {
 	*x = LlmCallFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2393,7 @@ func (x *LlmCallFinished) String() string {
 func (*LlmCallFinished) ProtoMessage() {}
 
 func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2406,7 @@ func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallFinished.ProtoReflect.Descriptor instead.
 func (*LlmCallFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LlmCallFinished) GetModel() string {
@@ -2120,7 +2488,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2500,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2513,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Retry) GetAttempt() uint32 {
@@ -2225,7 +2593,7 @@ type Fallback struct {
 
 func (x *Fallback) Reset() {
 	*x = Fallback{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2605,7 @@ func (x *Fallback) String() string {
 func (*Fallback) ProtoMessage() {}
 
 func (x *Fallback) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2618,7 @@ func (x *Fallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fallback.ProtoReflect.Descriptor instead.
 func (*Fallback) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Fallback) GetFromModel() string {
@@ -2316,7 +2684,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2696,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2709,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Hedge) GetFromModel() string {
@@ -2388,7 +2756,7 @@ type ToolApprovalRequested struct {
 
 func (x *ToolApprovalRequested) Reset() {
 	*x = ToolApprovalRequested{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2768,7 @@ func (x *ToolApprovalRequested) String() string {
 func (*ToolApprovalRequested) ProtoMessage() {}
 
 func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2781,7 @@ func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ToolApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolApprovalRequested) GetCallId() string {
@@ -2475,7 +2843,7 @@ type ToolApprovalDecided struct {
 
 func (x *ToolApprovalDecided) Reset() {
 	*x = ToolApprovalDecided{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2855,7 @@ func (x *ToolApprovalDecided) String() string {
 func (*ToolApprovalDecided) ProtoMessage() {}
 
 func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2868,7 @@ func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ToolApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ToolApprovalDecided) GetCallId() string {
@@ -2557,7 +2925,7 @@ type Steered struct {
 
 func (x *Steered) Reset() {
 	*x = Steered{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2937,7 @@ func (x *Steered) String() string {
 func (*Steered) ProtoMessage() {}
 
 func (x *Steered) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2950,7 @@ func (x *Steered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Steered.ProtoReflect.Descriptor instead.
 func (*Steered) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Steered) GetMessage() *Message {
@@ -2611,7 +2979,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2991,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +3004,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -2698,7 +3066,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +3078,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +3091,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -2790,7 +3158,7 @@ type TurnCounters struct {
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3170,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3183,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -2892,7 +3260,7 @@ var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xcb\x02\n" +
+	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xd0\x03\n" +
 	"\x0eRunTurnRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -2903,13 +3271,33 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"generation\x18\x06 \x01(\v2\x1f.turnstile.v1.GenerationOptionsR\n" +
 	"generation\x120\n" +
 	"\x06limits\x18\a \x01(\v2\x18.turnstile.v1.TurnLimitsR\x06limits\x12\x18\n" +
-	"\aattempt\x18\b \x01(\rR\aattempt\"\xb8\x01\n" +
+	"\aattempt\x18\b \x01(\rR\aattempt\x12F\n" +
+	"\bmetadata\x18\t \x03(\v2*.turnstile.v1.RunTurnRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
 	"\x11GenerationOptions\x12/\n" +
 	"\x11max_output_tokens\x18\x01 \x01(\x05H\x00R\x0fmaxOutputTokens\x88\x01\x01\x12%\n" +
 	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12%\n" +
-	"\x0estop_sequences\x18\x03 \x03(\tR\rstopSequencesB\x14\n" +
+	"\x0estop_sequences\x18\x03 \x03(\tR\rstopSequences\x12?\n" +
+	"\routput_schema\x18\x04 \x01(\v2\x1a.turnstile.v1.OutputSchemaR\foutputSchema\x129\n" +
+	"\vtool_choice\x18\x05 \x01(\v2\x18.turnstile.v1.ToolChoiceR\n" +
+	"toolChoice\x125\n" +
+	"\treasoning\x18\x06 \x01(\v2\x17.turnstile.v1.ReasoningR\treasoningB\x14\n" +
 	"\x12_max_output_tokensB\x0e\n" +
-	"\f_temperature\"M\n" +
+	"\f_temperature\"k\n" +
+	"\fOutputSchema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x06schema\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06schema\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"[\n" +
+	"\n" +
+	"ToolChoice\x120\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1c.turnstile.v1.ToolChoiceModeR\x04mode\x12\x1b\n" +
+	"\ttool_name\x18\x02 \x01(\tR\btoolName\"~\n" +
+	"\tReasoning\x125\n" +
+	"\x06effort\x18\x01 \x01(\x0e2\x1d.turnstile.v1.ReasoningEffortR\x06effort\x12(\n" +
+	"\rbudget_tokens\x18\x02 \x01(\x05H\x00R\fbudgetTokens\x88\x01\x01B\x10\n" +
+	"\x0e_budget_tokens\"M\n" +
 	"\n" +
 	"TurnLimits\x12+\n" +
 	"\x0fmax_model_calls\x18\x01 \x01(\x05H\x00R\rmaxModelCalls\x88\x01\x01B\x12\n" +
@@ -3090,7 +3478,18 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x13approvals_requested\x18\b \x01(\rR\x12approvalsRequested\x12)\n" +
 	"\x10approvals_denied\x18\t \x01(\rR\x0fapprovalsDenied\x12\x18\n" +
 	"\asteered\x18\n" +
-	" \x01(\rR\asteered*\xcd\x01\n" +
+	" \x01(\rR\asteered*\xa2\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_TOOL\x10\x04*\x85\x01\n" +
+	"\x0fReasoningEffort\x12 \n" +
+	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REASONING_EFFORT_LOW\x10\x01\x12\x1b\n" +
+	"\x17REASONING_EFFORT_MEDIUM\x10\x02\x12\x19\n" +
+	"\x15REASONING_EFFORT_HIGH\x10\x03*\xcd\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3131,112 +3530,126 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 	return file_turnstile_v1_agent_proto_rawDescData
 }
 
-var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_turnstile_v1_agent_proto_goTypes = []any{
-	(StopReason)(0),                 // 0: turnstile.v1.StopReason
-	(EndReason)(0),                  // 1: turnstile.v1.EndReason
-	(*RunTurnRequest)(nil),          // 2: turnstile.v1.RunTurnRequest
-	(*GenerationOptions)(nil),       // 3: turnstile.v1.GenerationOptions
-	(*TurnLimits)(nil),              // 4: turnstile.v1.TurnLimits
-	(*RunTurnResponse)(nil),         // 5: turnstile.v1.RunTurnResponse
-	(*WatchTurnRequest)(nil),        // 6: turnstile.v1.WatchTurnRequest
-	(*WatchTurnResponse)(nil),       // 7: turnstile.v1.WatchTurnResponse
-	(*CancelTurnRequest)(nil),       // 8: turnstile.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),      // 9: turnstile.v1.CancelTurnResponse
-	(*ApproveToolCallRequest)(nil),  // 10: turnstile.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil), // 11: turnstile.v1.ApproveToolCallResponse
-	(*SteerTurnRequest)(nil),        // 12: turnstile.v1.SteerTurnRequest
-	(*SteerTurnResponse)(nil),       // 13: turnstile.v1.SteerTurnResponse
-	(*AgentEvent)(nil),              // 14: turnstile.v1.AgentEvent
-	(*TurnStarted)(nil),             // 15: turnstile.v1.TurnStarted
-	(*LlmCallStarted)(nil),          // 16: turnstile.v1.LlmCallStarted
-	(*TextDelta)(nil),               // 17: turnstile.v1.TextDelta
-	(*ThinkingDelta)(nil),           // 18: turnstile.v1.ThinkingDelta
-	(*ToolCallDelta)(nil),           // 19: turnstile.v1.ToolCallDelta
-	(*MessageCompleted)(nil),        // 20: turnstile.v1.MessageCompleted
-	(*ToolStarted)(nil),             // 21: turnstile.v1.ToolStarted
-	(*ToolProgress)(nil),            // 22: turnstile.v1.ToolProgress
-	(*ToolFinished)(nil),            // 23: turnstile.v1.ToolFinished
-	(*LlmCallFinished)(nil),         // 24: turnstile.v1.LlmCallFinished
-	(*Retry)(nil),                   // 25: turnstile.v1.Retry
-	(*Fallback)(nil),                // 26: turnstile.v1.Fallback
-	(*Hedge)(nil),                   // 27: turnstile.v1.Hedge
-	(*ToolApprovalRequested)(nil),   // 28: turnstile.v1.ToolApprovalRequested
-	(*ToolApprovalDecided)(nil),     // 29: turnstile.v1.ToolApprovalDecided
-	(*Steered)(nil),                 // 30: turnstile.v1.Steered
-	(*Compaction)(nil),              // 31: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),           // 32: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),            // 33: turnstile.v1.TurnCounters
-	(*Message)(nil),                 // 34: turnstile.v1.Message
-	(*ToolDefinition)(nil),          // 35: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
-	(*Usage)(nil),                   // 37: turnstile.v1.Usage
-	(*Error)(nil),                   // 38: turnstile.v1.Error
-	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
-	(ErrorCode)(0),                  // 40: turnstile.v1.ErrorCode
+	(ToolChoiceMode)(0),             // 0: turnstile.v1.ToolChoiceMode
+	(ReasoningEffort)(0),            // 1: turnstile.v1.ReasoningEffort
+	(StopReason)(0),                 // 2: turnstile.v1.StopReason
+	(EndReason)(0),                  // 3: turnstile.v1.EndReason
+	(*RunTurnRequest)(nil),          // 4: turnstile.v1.RunTurnRequest
+	(*GenerationOptions)(nil),       // 5: turnstile.v1.GenerationOptions
+	(*OutputSchema)(nil),            // 6: turnstile.v1.OutputSchema
+	(*ToolChoice)(nil),              // 7: turnstile.v1.ToolChoice
+	(*Reasoning)(nil),               // 8: turnstile.v1.Reasoning
+	(*TurnLimits)(nil),              // 9: turnstile.v1.TurnLimits
+	(*RunTurnResponse)(nil),         // 10: turnstile.v1.RunTurnResponse
+	(*WatchTurnRequest)(nil),        // 11: turnstile.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),       // 12: turnstile.v1.WatchTurnResponse
+	(*CancelTurnRequest)(nil),       // 13: turnstile.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),      // 14: turnstile.v1.CancelTurnResponse
+	(*ApproveToolCallRequest)(nil),  // 15: turnstile.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 16: turnstile.v1.ApproveToolCallResponse
+	(*SteerTurnRequest)(nil),        // 17: turnstile.v1.SteerTurnRequest
+	(*SteerTurnResponse)(nil),       // 18: turnstile.v1.SteerTurnResponse
+	(*AgentEvent)(nil),              // 19: turnstile.v1.AgentEvent
+	(*TurnStarted)(nil),             // 20: turnstile.v1.TurnStarted
+	(*LlmCallStarted)(nil),          // 21: turnstile.v1.LlmCallStarted
+	(*TextDelta)(nil),               // 22: turnstile.v1.TextDelta
+	(*ThinkingDelta)(nil),           // 23: turnstile.v1.ThinkingDelta
+	(*ToolCallDelta)(nil),           // 24: turnstile.v1.ToolCallDelta
+	(*MessageCompleted)(nil),        // 25: turnstile.v1.MessageCompleted
+	(*ToolStarted)(nil),             // 26: turnstile.v1.ToolStarted
+	(*ToolProgress)(nil),            // 27: turnstile.v1.ToolProgress
+	(*ToolFinished)(nil),            // 28: turnstile.v1.ToolFinished
+	(*LlmCallFinished)(nil),         // 29: turnstile.v1.LlmCallFinished
+	(*Retry)(nil),                   // 30: turnstile.v1.Retry
+	(*Fallback)(nil),                // 31: turnstile.v1.Fallback
+	(*Hedge)(nil),                   // 32: turnstile.v1.Hedge
+	(*ToolApprovalRequested)(nil),   // 33: turnstile.v1.ToolApprovalRequested
+	(*ToolApprovalDecided)(nil),     // 34: turnstile.v1.ToolApprovalDecided
+	(*Steered)(nil),                 // 35: turnstile.v1.Steered
+	(*Compaction)(nil),              // 36: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),           // 37: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),            // 38: turnstile.v1.TurnCounters
+	nil,                             // 39: turnstile.v1.RunTurnRequest.MetadataEntry
+	(*Message)(nil),                 // 40: turnstile.v1.Message
+	(*ToolDefinition)(nil),          // 41: turnstile.v1.ToolDefinition
+	(*structpb.Struct)(nil),         // 42: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 43: google.protobuf.Timestamp
+	(*Usage)(nil),                   // 44: turnstile.v1.Usage
+	(*Error)(nil),                   // 45: turnstile.v1.Error
+	(*durationpb.Duration)(nil),     // 46: google.protobuf.Duration
+	(ErrorCode)(0),                  // 47: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	34, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	35, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
-	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
-	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
-	14, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	14, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	34, // 6: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
-	36, // 7: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 8: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
-	16, // 9: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
-	17, // 10: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
-	18, // 11: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
-	19, // 12: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
-	20, // 13: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
-	21, // 14: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
-	22, // 15: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
-	23, // 16: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
-	24, // 17: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
-	25, // 18: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
-	26, // 19: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	31, // 20: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	37, // 21: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	38, // 22: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	32, // 23: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	27, // 24: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
-	28, // 25: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
-	29, // 26: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
-	30, // 27: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
-	34, // 28: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	39, // 29: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	37, // 30: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 31: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	38, // 32: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	39, // 33: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	39, // 34: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	39, // 35: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	40, // 36: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	40, // 37: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	39, // 38: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
-	36, // 39: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	34, // 40: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
-	1,  // 41: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	34, // 42: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	37, // 43: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	33, // 44: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 45: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	6,  // 46: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
-	8,  // 47: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
-	10, // 48: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
-	12, // 49: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
-	5,  // 50: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	7,  // 51: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
-	9,  // 52: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
-	11, // 53: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
-	13, // 54: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
-	50, // [50:55] is the sub-list for method output_type
-	45, // [45:50] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	40, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	41, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	5,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
+	9,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
+	39, // 4: turnstile.v1.RunTurnRequest.metadata:type_name -> turnstile.v1.RunTurnRequest.MetadataEntry
+	6,  // 5: turnstile.v1.GenerationOptions.output_schema:type_name -> turnstile.v1.OutputSchema
+	7,  // 6: turnstile.v1.GenerationOptions.tool_choice:type_name -> turnstile.v1.ToolChoice
+	8,  // 7: turnstile.v1.GenerationOptions.reasoning:type_name -> turnstile.v1.Reasoning
+	42, // 8: turnstile.v1.OutputSchema.schema:type_name -> google.protobuf.Struct
+	0,  // 9: turnstile.v1.ToolChoice.mode:type_name -> turnstile.v1.ToolChoiceMode
+	1,  // 10: turnstile.v1.Reasoning.effort:type_name -> turnstile.v1.ReasoningEffort
+	19, // 11: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	19, // 12: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	40, // 13: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
+	43, // 14: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 15: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
+	21, // 16: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
+	22, // 17: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
+	23, // 18: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
+	24, // 19: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
+	25, // 20: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
+	26, // 21: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
+	27, // 22: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
+	28, // 23: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
+	29, // 24: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
+	30, // 25: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
+	31, // 26: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
+	36, // 27: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	44, // 28: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	45, // 29: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	37, // 30: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	32, // 31: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	33, // 32: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
+	34, // 33: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
+	35, // 34: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
+	40, // 35: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	46, // 36: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	44, // 37: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	2,  // 38: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	45, // 39: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	46, // 40: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	46, // 41: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	46, // 42: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	47, // 43: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	47, // 44: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	46, // 45: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	43, // 46: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	40, // 47: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
+	3,  // 48: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	40, // 49: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	44, // 50: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	38, // 51: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	4,  // 52: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	11, // 53: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	13, // 54: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	15, // 55: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
+	17, // 56: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
+	10, // 57: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	12, // 58: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	14, // 59: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	16, // 60: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
+	18, // 61: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
+	57, // [57:62] is the sub-list for method output_type
+	52, // [52:57] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -3247,8 +3660,9 @@ func file_turnstile_v1_agent_proto_init() {
 	file_turnstile_v1_conversation_proto_init()
 	file_turnstile_v1_errors_proto_init()
 	file_turnstile_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[2].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
+	file_turnstile_v1_agent_proto_msgTypes[4].OneofWrappers = []any{}
+	file_turnstile_v1_agent_proto_msgTypes[5].OneofWrappers = []any{}
+	file_turnstile_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*AgentEvent_TurnStarted)(nil),
 		(*AgentEvent_LlmCallStarted)(nil),
 		(*AgentEvent_TextDelta)(nil),
@@ -3275,8 +3689,8 @@ func file_turnstile_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      4,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

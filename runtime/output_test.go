@@ -1,0 +1,170 @@
+package runtime_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/tools/argcheck"
+)
+
+const citySchema = `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`
+
+func schemaTurn() *runtime.TurnRequest {
+	req := userTurn("Where is it?")
+	req.OutputSchema = &llm.OutputSchema{Name: "place", Schema: []byte(citySchema)}
+	return req
+}
+
+func TestOutputInvalidIsCorrected(t *testing.T) {
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Text(`It is Oslo.`)},
+		fake.Reply{Chunks: fake.Text(`{"town":"Oslo"}`)},
+		fake.Reply{Chunks: fake.Text(`{"city":"Oslo"}`)},
+	)
+	m := model("m", p)
+	m.Retry.OutputRetries = 2
+	r := newRunner(t, []*runtime.Model{m}, nil, runtime.WithOutputSchemas(argcheck.OutputSchemas{}))
+	evs, res, terr := run(t, t.Context(), r, schemaTurn())
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := "start | call m#1 | text | finished | usage | retry 2/3 OUTPUT_INVALID discard | " +
+		"call m#2 | text | finished | usage | retry 3/3 OUTPUT_INVALID discard | " +
+		"call m#3 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	var discards []uint64
+	for _, ev := range evs {
+		if rt, ok := ev.Payload.(*runtime.Retry); ok {
+			discards = append(discards, rt.DiscardFromSeq)
+			if !strings.HasPrefix(rt.Message, "the reply does not match the output schema: ") {
+				t.Errorf("retry message %q", rt.Message)
+			}
+		}
+	}
+	if len(discards) != 2 || discards[0] != 3 || discards[1] != 8 {
+		t.Errorf("discard from seqs %v, want [3 8] (each call's first text)", discards)
+	}
+	// Only the matching reply is committed.
+	if len(res.Messages) != 1 || res.Messages[0].Text() != `{"city":"Oslo"}` {
+		t.Errorf("committed %+v", res.Messages)
+	}
+	// Each correction shows the model its reply and what was wrong, after
+	// the conversation; the first call has none.
+	reqs := p.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d calls", len(reqs))
+	}
+	if n := len(reqs[0].Messages); n != 1 {
+		t.Errorf("first call has %d messages, want 1", n)
+	}
+	for i, want := range []struct{ reply, issue string }{
+		{`It is Oslo.`, "the reply is not one JSON value"},
+		{`{"town":"Oslo"}`, "the reply: missing property 'city'"},
+	} {
+		msgs := reqs[i+1].Messages
+		if len(msgs) != 3 || msgs[1].Role != llm.RoleAssistant || msgs[1].Text() != want.reply ||
+			msgs[2].Role != llm.RoleUser || !strings.Contains(msgs[2].Text(), want.issue) {
+			t.Errorf("call %d messages = %+v, want the reply %q and a note naming %q", i+2, msgs, want.reply, want.issue)
+		}
+	}
+	for _, req := range reqs {
+		if req.OutputSchema == nil || string(req.OutputSchema.Schema) != citySchema {
+			t.Errorf("a call went without the output schema: %+v", req.OutputSchema)
+		}
+	}
+}
+
+func TestOutputInvalidFailsAfterItsRetries(t *testing.T) {
+	bad := fake.Reply{Chunks: fake.Text(`{"city":7}`)}
+	p := fake.NewProvider(bad, bad)
+	m := model("m", p, "other")
+	m.Retry.OutputRetries = 1
+	other := fake.NewProvider(fake.Reply{Chunks: fake.Text(`{"city":"Oslo"}`)})
+	r := newRunner(t, []*runtime.Model{m, model("other", other)}, nil, runtime.WithOutputSchemas(argcheck.OutputSchemas{}))
+	evs, _, terr := run(t, t.Context(), r, schemaTurn())
+	if terr == nil {
+		t.Fatal("turn completed")
+	}
+	want := "start | call m#1 | text | finished | usage | retry 2/2 OUTPUT_INVALID discard | " +
+		"call m#2 | text | finished | usage | error OUTPUT_INVALID retryable=false"
+	if got := describeAll(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if terr.Kind != llm.KindOutputInvalid || terr.Retryable == nil || *terr.Retryable || terr.Message != `the reply does not match the output schema: property "city": got number, want string` {
+		t.Errorf("error = %+v", terr)
+	}
+	if other.Calls() != 0 {
+		t.Errorf("the fallback was called %d times: an invalid reply does not fall back", other.Calls())
+	}
+}
+
+func TestOutputSchemaSkipsToolSteps(t *testing.T) {
+	// A reply that calls tools is not the final answer: it is not checked.
+	p := fake.NewProvider(
+		fake.Reply{Chunks: fake.Call("c1", "lookup", `{}`)},
+		fake.Reply{Chunks: fake.Text(`{"city":"Oslo"}`)},
+	)
+	tool := fake.NewTool("lookup", nil)
+	r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{tool}, runtime.WithOutputSchemas(argcheck.OutputSchemas{}))
+	_, res, terr := run(t, t.Context(), r, schemaTurn())
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	if len(tool.Calls()) != 1 || len(res.Messages) != 3 {
+		t.Errorf("tool calls %d, committed %d messages", len(tool.Calls()), len(res.Messages))
+	}
+}
+
+func TestValidateGenerationOptions(t *testing.T) {
+	p := fake.NewProvider()
+	tool := fake.NewTool("lookup", nil)
+	m := model("m", p)
+	m.Tools = []string{} // offered no server tool
+	all := model("all", p)
+	tests := []struct {
+		name    string
+		opts    []runtime.Option
+		edit    func(*runtime.TurnRequest)
+		field   string
+		message string
+	}{
+		{"schema that does not compile", []runtime.Option{runtime.WithOutputSchemas(argcheck.OutputSchemas{})},
+			func(r *runtime.TurnRequest) { r.OutputSchema = &llm.OutputSchema{Schema: []byte(`{"type":"nope"}`)} },
+			"generation.output_schema.schema", "invalid output schema"},
+		{"no schema compiler", nil,
+			func(r *runtime.TurnRequest) { r.OutputSchema = &llm.OutputSchema{Schema: []byte(citySchema)} },
+			"generation.output_schema", "this server does not validate output schemas"},
+		{"tool not offered at all", nil,
+			func(r *runtime.TurnRequest) { r.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "search"} },
+			"generation.tool_choice.tool_name", `"search" is not a tool the turn offers`},
+		{"server tool the model may not call", nil,
+			func(r *runtime.TurnRequest) { r.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "lookup"} },
+			"generation.tool_choice.tool_name", `"lookup" is not a tool the turn offers`},
+	}
+	for _, tt := range tests {
+		r := newRunner(t, []*runtime.Model{m, all}, []llm.Tool{tool}, tt.opts...)
+		req := userTurn("hi")
+		tt.edit(req)
+		err := r.Validate(req)
+		var fe *runtime.FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field || !strings.Contains(fe.Description, tt.message) {
+			t.Errorf("%s: Validate = %v, want a FieldError on %s saying %q", tt.name, err, tt.field, tt.message)
+		}
+	}
+	// Offered: a client tool, or a server tool of the turn's model.
+	r := newRunner(t, []*runtime.Model{m, all}, []llm.Tool{tool})
+	for _, req := range []*runtime.TurnRequest{
+		{Model: "all", ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "lookup"}},
+		{ClientTools: []llm.ToolSpec{{Name: "ask"}}, ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "ask"}},
+	} {
+		if err := r.Validate(req); err != nil {
+			t.Errorf("Validate(%+v) = %v", req.ToolChoice, err)
+		}
+	}
+}
