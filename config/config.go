@@ -292,6 +292,11 @@ type Telemetry struct {
 	// CaptureContent records prompts, completions, tool arguments and tool
 	// results on spans (default false: they hold user data).
 	CaptureContent bool `yaml:"capture_content"`
+	// MetadataAttributes lists the keys of a request's metadata whose
+	// values are recorded on the turn's span as turnstile.metadata.KEY
+	// (default none: values are user data). The turn's log line holds all
+	// of them.
+	MetadataAttributes []string `yaml:"metadata_attributes"`
 }
 
 // Ops configures the ops HTTP listener.

@@ -55,10 +55,13 @@ const (
 // values except turn id, tool call id and trace-only counters, which are
 // never put on metrics.
 const (
-	keyTurnID      = attribute.Key("turnstile.turn.id")
-	keyModel       = attribute.Key("turnstile.model")
-	keyProvider    = attribute.Key("turnstile.provider")
-	keyClient      = attribute.Key("turnstile.client")
+	keyTurnID   = attribute.Key("turnstile.turn.id")
+	keyModel    = attribute.Key("turnstile.model")
+	keyProvider = attribute.Key("turnstile.provider")
+	keyClient   = attribute.Key("turnstile.client")
+	// keyMetadata prefixes the request metadata keys copied to the turn's
+	// span (ObserverOptions.MetadataAttributes): turnstile.metadata.KEY.
+	keyMetadata    = "turnstile.metadata."
 	keyAttempt     = attribute.Key("turnstile.attempt")
 	keyCall        = attribute.Key("turnstile.call")
 	keyStep        = attribute.Key("turnstile.step")
