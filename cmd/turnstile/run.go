@@ -155,6 +155,7 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	caFile := fs.String("ca", "", "connect over TLS trusting the CA certificates in this PEM `file`")
 	certFile := fs.String("cert", "", "client certificate PEM `file`, for servers that require one (mutual TLS); with --key")
 	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
+	gen := addGenFlags(fs)
 	words, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -217,6 +218,10 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			Role:  turnstilev1.Role_ROLE_USER,
 			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}},
 		}},
+	}
+	if err := gen.apply(req); err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
 	}
 	turn := c.RunTurn(ctx, req)
 
