@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -31,7 +32,9 @@ type conformance struct {
 	Scenarios []struct {
 		Name     string `json:"name"`
 		Prompt   string `json:"prompt"`
-		CancelOn string `json:"cancel_on"`
+		// Request holds fields of the request, in protojson.
+		Request  json.RawMessage `json:"request"`
+		CancelOn string          `json:"cancel_on"`
 		// ReadLog reads the run's stored log once the turn ended.
 		ReadLog bool `json:"read_log"`
 		// Server names the server's configuration: "" is server.yaml,
@@ -179,10 +182,10 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bool) observation {
+func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, cancelOn string, readLog bool) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	turn := c.RunTurn(ctx, userRequest(prompt))
+	turn := c.RunTurn(ctx, req)
 	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0)}
 	if readLog {
 		defer func() { observeLog(t, c, turn.ID(), obs) }()
@@ -302,7 +305,14 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, sc.Prompt, sc.CancelOn, sc.ReadLog)
+			req := userRequest(sc.Prompt)
+			if sc.Request != nil {
+				if err := protojson.Unmarshal(sc.Request, req); err != nil {
+					t.Fatalf("request: %v", err)
+				}
+				req.Messages = userRequest(sc.Prompt).Messages
+			}
+			obs := observe(t, c, req, sc.CancelOn, sc.ReadLog)
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

@@ -26,7 +26,7 @@
 // a directive says otherwise (reply, refuse, tool), with one JSON value the
 // schema accepts: every property of an object, the first of an enum, anyOf
 // or oneOf, one item of an array (or minItems), 1 for a number, true for a
-// boolean, and for a string the start of the question. A reply directive
+// boolean, and for a string "sim" (repeated up to minLength). A reply directive
 // is sent as it is, so [sim reply="{\"city\":7}"] makes a reply that does
 // not match; the runtime's correction that follows (a user message without
 // directives) then gets a matching one.

@@ -193,7 +193,7 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 	if !cont {
 		o = compose(v, req.Messages)
 		if s := req.OutputSchema; s != nil && !o.directed && !o.refusal && len(o.calls) == 0 {
-			if text := schemaReply(s.Schema, clip(v.question, 40)); text != "" {
+			if text := schemaReply(s.Schema, "sim"); text != "" {
 				o.text = text
 			}
 		}
