@@ -9,6 +9,7 @@ import re
 import unittest
 
 import grpc
+from google.protobuf import json_format
 import turnstile_client as ts
 from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
@@ -21,6 +22,13 @@ def user_request(text: str) -> agent_pb2.RunTurnRequest:
     return agent_pb2.RunTurnRequest(
         messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])]
     )
+
+
+def scenario_request(sc: dict) -> agent_pb2.RunTurnRequest:
+    """The scenario's request: its prompt, with the fields of its `request` (protojson)."""
+    req = json_format.ParseDict(sc.get("request", {}), agent_pb2.RunTurnRequest())
+    req.MergeFrom(user_request(sc["prompt"]))
+    return req
 
 
 def role_names(msgs) -> list:
@@ -185,8 +193,10 @@ class Observation:
         return obs
 
 
-def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+def observe(
+    client: ts.Client, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+) -> dict:
+    turn = client.run_turn(req, timeout=30)
     o = Observation(cancel_on)
     failure = None
     try:
@@ -198,8 +208,10 @@ def observe(client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: 
     return o.end(turn, failure, read_log_of)
 
 
-async def observe_async(client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None) -> dict:
-    turn = client.run_turn(user_request(prompt), timeout=30)
+async def observe_async(
+    client: ts.AsyncClient, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+) -> dict:
+    turn = client.run_turn(req, timeout=30)
     o = Observation(cancel_on)
     failure = None
     try:
@@ -239,7 +251,7 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+            return observe(client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None)
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -281,7 +293,9 @@ class AsyncConformanceTest(ConformanceTest):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
-                return await observe_async(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None)
+                return await observe_async(
+                    client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None
+                )
 
         return asyncio.run(run())
 

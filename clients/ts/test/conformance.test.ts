@@ -2,10 +2,11 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
+import { AgentService, Client, type Event, Role, RunTurnRequestSchema, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
@@ -14,6 +15,8 @@ type ClientOptions = Record<string, number>;
 interface Scenario {
   name: string;
   prompt: string;
+  /** Fields of the request, in protojson. */
+  request?: JsonObject;
   cancel_on?: string;
   /** Read the run's stored log once the turn ended. */
   read_log?: boolean;
@@ -117,10 +120,9 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
-  const turn = client.runTurn(
-    { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
-    { signal: ctl.signal, timeoutMs: 30_000 },
-  );
+  const messages = [{ role: "ROLE_USER", parts: [{ text: sc.prompt }] }];
+  const req = fromJson(RunTurnRequestSchema, { ...sc.request, messages });
+  const turn = client.runTurn(req, { signal: ctl.signal, timeoutMs: 30_000 });
   const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0 };
   const kept = new KeptText();
   const next = new Map<number, bigint>(); // the seq each attempt's next event must have
