@@ -168,3 +168,44 @@ func TestValidateGenerationOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestGenerationOptionsPerModel(t *testing.T) {
+	// The request's reasoning wins over the model's default; a model
+	// without one sends none. A named tool a fallback model is not offered
+	// is not forced on it.
+	first := fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindAuth, Message: "bad key"}})
+	second := fake.NewProvider(fake.Reply{Chunks: fake.Text("ok")}, fake.Reply{Chunks: fake.Text("ok")})
+	a := model("a", first, "b")
+	a.Reasoning = &llm.Reasoning{Effort: llm.EffortLow}
+	b := model("b", second)
+	b.Tools = []string{}
+	b.Reasoning = &llm.Reasoning{BudgetTokens: 9000}
+	tool := fake.NewTool("lookup", nil)
+	r := newRunner(t, []*runtime.Model{a, b}, []llm.Tool{tool})
+
+	req := userTurn("hi")
+	req.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "lookup"}
+	req.Metadata = map[string]string{"end_user": "u-1", "other": "x"}
+	if _, _, terr := run(t, t.Context(), r, req); terr != nil {
+		t.Fatal(terr)
+	}
+	got := first.Requests()[0]
+	if *got.Reasoning != (llm.Reasoning{Effort: llm.EffortLow}) || *got.ToolChoice != *req.ToolChoice || got.EndUser != "u-1" {
+		t.Errorf("first model got reasoning %+v, tool choice %+v, end user %q", got.Reasoning, got.ToolChoice, got.EndUser)
+	}
+	got = second.Requests()[0]
+	if *got.Reasoning != (llm.Reasoning{BudgetTokens: 9000}) || got.ToolChoice != nil {
+		t.Errorf("fallback got reasoning %+v, tool choice %+v; want its own default and no forced tool it lacks", got.Reasoning, got.ToolChoice)
+	}
+
+	req = userTurn("again")
+	req.TurnID = "t2"
+	req.Model = "b"
+	req.Reasoning = &llm.Reasoning{Effort: llm.EffortHigh}
+	if _, _, terr := run(t, t.Context(), r, req); terr != nil {
+		t.Fatal(terr)
+	}
+	if got := second.Requests()[1]; *got.Reasoning != (llm.Reasoning{Effort: llm.EffortHigh}) {
+		t.Errorf("request's reasoning %+v, want it over the model's", got.Reasoning)
+	}
+}
