@@ -53,6 +53,20 @@ func TestGenerationOptionsRequest(t *testing.T) {
 			`{` + base + `,"max_tokens":4096,"temperature":0.3,` + tools + `,"tool_choice":{"type":"any"}}`},
 		{"end user", plain(llm.Request{EndUser: "user-7f3a"}),
 			`{` + base + `,"max_tokens":4096,"metadata":{"user_id":"user-7f3a"}}`},
+		{"thinking with a signed thinking block going back", &llm.Request{Model: "claude-sonnet-4-5", Reasoning: &llm.Reasoning{Effort: llm.EffortLow},
+			Tools: []llm.ToolSpec{{Name: "get_weather"}},
+			Messages: []llm.Message{
+				{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("hi")}},
+				{Role: llm.RoleAssistant, Parts: []llm.Part{
+					{Kind: llm.PartThinking, Text: "Look it up.", Signature: "EqQBCgIYAhIM"},
+					{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{}`}},
+				}},
+				{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "toolu_1", Name: "get_weather", Content: "18C"}}}},
+			}},
+			`{"model":"claude-sonnet-4-5","stream":true,"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":1024},` + tools + `,"messages":[
+				{"role":"user","content":[{"type":"text","text":"hi"}]},
+				{"role":"assistant","content":[{"type":"thinking","thinking":"Look it up.","signature":"EqQBCgIYAhIM"},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}]},
+				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","is_error":false,"content":[{"type":"text","text":"18C"}]}]}]}`},
 	}
 	for i, tc := range cases {
 		if _, err := providertest.Collect(t, t.Context(), p, tc.req); err != nil {
