@@ -30,8 +30,8 @@ type conformance struct {
 	// Client holds the client options of every scenario.
 	Client    clientOptions `json:"client"`
 	Scenarios []struct {
-		Name     string `json:"name"`
-		Prompt   string `json:"prompt"`
+		Name   string `json:"name"`
+		Prompt string `json:"prompt"`
 		// Request holds fields of the request, in protojson.
 		Request  json.RawMessage `json:"request"`
 		CancelOn string          `json:"cancel_on"`
