@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -64,13 +65,11 @@ func clipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utfStart(s[n]) {
+	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
 	return s[:n] + "…"
 }
-
-func utfStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // reasoning returns the reasoning asked of a call to m: the request's, else
 // the model's default.
