@@ -91,16 +91,24 @@ func (t *turn) toolChoice(m *Model, tools []llm.ToolSpec) *llm.ToolChoice {
 	return c
 }
 
-// checkOutput validates a reply that ends the turn against the request's
-// output schema: nil when there is none, when the reply calls tools
-// (the schema is the final answer's), or when its text matches. Otherwise
+// checkOutput validates a reply that ends the turn, msg with stop (and
+// the start of it being continued, t.reply), against the request's output
+// schema. It returns nil when there is no schema, when the reply calls
+// tools (the schema is the final answer's), when it does not end the turn
+// with an answer (cut by the output limit: it is continued, or ends the
+// turn MAX_TOKENS; paused; refused), or when its text matches. Otherwise
 // it returns the OUTPUT_INVALID failure, whose message lists the first
-// validation errors.
-func (t *turn) checkOutput(msg llm.Message) (*llm.Error, []string) {
+// validation errors, and the errors.
+func (t *turn) checkOutput(msg llm.Message, stop llm.StopReason) (*llm.Error, []string) {
 	s := t.req.OutputSchema
 	if s == nil || slices.ContainsFunc(msg.Parts, func(p llm.Part) bool { return p.Kind == llm.PartToolCall }) {
 		return nil, nil
 	}
+	switch stop {
+	case llm.StopMaxTokens, llm.StopPauseTurn, llm.StopRefusal:
+		return nil, nil
+	}
+	msg = llm.Message{Parts: mergeParts(t.reply, msg.Parts)}
 	if t.outputCheck == nil {
 		if t.r.opts.schemas == nil {
 			return &llm.Error{Kind: llm.KindInvalidRequest, Message: "this server does not validate output schemas"}, nil

@@ -209,3 +209,52 @@ func TestGenerationOptionsPerModel(t *testing.T) {
 		t.Errorf("request's reasoning %+v, want it over the model's", got.Reasoning)
 	}
 }
+
+func TestOutputSchemaAndContinuedReplies(t *testing.T) {
+	cut := func(text string) fake.Reply {
+		return fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: text}, {Kind: llm.ChunkStop, Stop: llm.StopMaxTokens}}}
+	}
+	t.Run("a reply cut by the output limit is validated once continued", func(t *testing.T) {
+		p := fake.NewProvider(cut(`{"city":`), fake.Reply{Chunks: fake.Text(`"Oslo"}`)})
+		r := newRunner(t, []*runtime.Model{model("m", p)}, nil, runtime.WithOutputSchemas(argcheck.OutputSchemas{}))
+		evs, res, terr := run(t, t.Context(), r, schemaTurn())
+		if terr != nil {
+			t.Fatal(terr)
+		}
+		want := "start | call m#1 | text | finished | call m#1 | text | finished | usage | commit assistant | completed end_turn"
+		if got := describeAll(evs); got != want {
+			t.Errorf("events:\n got %s\nwant %s", got, want)
+		}
+		if res.Messages[0].Text() != `{"city":"Oslo"}` {
+			t.Errorf("committed %q", res.Messages[0].Text())
+		}
+	})
+	t.Run("an invalid continued reply is discarded from its start", func(t *testing.T) {
+		p := fake.NewProvider(cut(`{"town":`), fake.Reply{Chunks: fake.Text(`"Oslo"}`)}, fake.Reply{Chunks: fake.Text(`{"city":"Oslo"}`)})
+		m := model("m", p)
+		m.Retry.OutputRetries = 1
+		r := newRunner(t, []*runtime.Model{m}, nil, runtime.WithOutputSchemas(argcheck.OutputSchemas{}))
+		evs, res, terr := run(t, t.Context(), r, schemaTurn())
+		if terr != nil {
+			t.Fatal(terr)
+		}
+		want := "start | call m#1 | text | finished | call m#1 | text | finished | usage | retry 2/2 OUTPUT_INVALID discard | " +
+			"call m#2 | text | finished | usage | commit assistant | completed end_turn"
+		if got := describeAll(evs); got != want {
+			t.Errorf("events:\n got %s\nwant %s", got, want)
+		}
+		for _, ev := range evs {
+			if rt, ok := ev.Payload.(*runtime.Retry); ok && rt.DiscardFromSeq != 3 {
+				t.Errorf("discard from seq %d, want 3: the first part of the continued reply", rt.DiscardFromSeq)
+			}
+		}
+		if len(res.Messages) != 1 || res.Messages[0].Text() != `{"city":"Oslo"}` {
+			t.Errorf("committed %+v", res.Messages)
+		}
+		// The correction shows the whole reply, and no continuation.
+		last := p.Requests()[2].Messages
+		if len(last) != 3 || last[1].Text() != `{"town":"Oslo"}` {
+			t.Errorf("correction call's messages %+v", last)
+		}
+	})
+}

@@ -57,13 +57,25 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		var issues []string
 		if res.err == nil {
 			msg := llm.Message{Role: llm.RoleAssistant, Parts: mergeParts(t.cut, res.msg.Parts)}
-			if res.err, issues = t.checkOutput(msg); res.err == nil {
+			if res.err, issues = t.checkOutput(msg, res.stop); res.err == nil {
 				t.chain.succeeded(m.Alias)
 				t.servedBy = m.Alias
+				t.stepFrom = keptFrom
+				if t.stepFrom == 0 {
+					t.stepFrom = res.firstSeq
+				}
 				return msg, res.stop, nil
 			}
-			// An invalid reply: its output is discarded, as a failed call's.
-			res.partial = msg.Parts
+			// An invalid reply: its output is discarded, as a failed call's,
+			// with the start of a reply it continued.
+			res.partial = mergeParts(t.reply, msg.Parts)
+			if t.replyFrom != 0 {
+				keptFrom = t.replyFrom
+			}
+			t.reply, t.replyFrom = nil, 0
+			if !res.streamed && keptFrom != 0 {
+				res.streamed = true
+			}
 		}
 
 		e := res.err

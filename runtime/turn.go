@@ -64,6 +64,11 @@ type turn struct {
 	outputCheck func(string) []string
 	correction  []llm.Message
 	corrections int
+	// stepFrom is the first output event of the reply the last step
+	// returned (0: none streamed); replyFrom that of the reply being
+	// continued (t.reply), which an invalid continuation discards too.
+	stepFrom  uint64
+	replyFrom uint64
 
 	mu sync.Mutex // guards what parallel tool calls touch below
 	// unsafeRunning counts the tools with side effects started since the
@@ -163,11 +168,17 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		msg.Parts = mergeParts(t.reply, msg.Parts)
 		t.reply = nil
+		replyFrom := t.replyFrom
+		t.replyFrom = 0
 		calls := msg.ToolCalls()
 		if stop == llm.StopMaxTokens && len(calls) == 0 && continuations < t.r.opts.limits.MaxContinuations {
 			// Cut by the output limit: the next call continues the reply,
 			// which is committed once it ends.
 			continuations++
+			t.replyFrom = replyFrom
+			if t.replyFrom == 0 {
+				t.replyFrom = t.stepFrom
+			}
 			t.reply = msg.Parts
 			continue
 		}

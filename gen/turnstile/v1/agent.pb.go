@@ -538,8 +538,9 @@ func (x *GenerationOptions) GetReasoning() *Reasoning {
 // a forced tool whose input is the reply). The server validates the final
 // reply's text against the schema; a reply that does not match is retried
 // on the same model with the validation errors shown to the model (the
-// model's retries.output_invalid times, 2 by default), then the turn ends
-// with ERROR_CODE_OUTPUT_INVALID. Replies that call tools are not checked.
+// model's retry.output_retries times, 2 by default), then the turn ends
+// with ERROR_CODE_OUTPUT_INVALID. Replies that call tools, and replies
+// that end the turn MAX_TOKENS or REFUSAL, are not checked.
 type OutputSchema struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The schema's name, 1 to 64 letters, digits, '_' or '-'; empty means

@@ -191,8 +191,9 @@ export const GenerationOptionsSchema: GenMessage<GenerationOptions> = /*@__PURE_
  * a forced tool whose input is the reply). The server validates the final
  * reply's text against the schema; a reply that does not match is retried
  * on the same model with the validation errors shown to the model (the
- * model's retries.output_invalid times, 2 by default), then the turn ends
- * with ERROR_CODE_OUTPUT_INVALID. Replies that call tools are not checked.
+ * model's retry.output_retries times, 2 by default), then the turn ends
+ * with ERROR_CODE_OUTPUT_INVALID. Replies that call tools, and replies
+ * that end the turn MAX_TOKENS or REFUSAL, are not checked.
  *
  * @generated from message turnstile.v1.OutputSchema
  */
