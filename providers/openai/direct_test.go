@@ -266,6 +266,22 @@ func FuzzDirectMatchesSDK(f *testing.F) {
 		if bit(7) {
 			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Parts: texts})
 		}
+		// The generation options (bits 8 to 13).
+		if bit(8) {
+			req.OutputSchema = &llm.OutputSchema{Name: a, Schema: json.RawMessage(schema), Strict: bit(9)}
+		}
+		switch {
+		case bit(10):
+			req.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: b}
+		case bit(11):
+			req.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceRequired}
+		}
+		if bit(12) {
+			req.Reasoning = &llm.Reasoning{BudgetTokens: maxTokens}
+		}
+		if bit(13) {
+			req.EndUser = b
+		}
 		params, err := buildParams(req)
 		if err != nil {
 			return // a request no server could accept: refused before sending, either way
