@@ -51,14 +51,14 @@ const (
 	toolTypeExtension = "extension"
 )
 
-// turnstile's own attribute keys. Every one of them has a bounded set of
-// values except turn id, tool call id and trace-only counters, which are
-// never put on metrics.
 // keyMetadata prefixes the request metadata keys copied to the turn's span
 // (ObserverOptions.MetadataAttributes), turnstile.metadata.KEY: their
 // values are the client's, unbounded, and never put on metrics.
 const keyMetadata = "turnstile.metadata."
 
+// turnstile's own attribute keys. Every one of them has a bounded set of
+// values except turn id, tool call id and trace-only counters, which are
+// never put on metrics.
 const (
 	keyTurnID      = attribute.Key("turnstile.turn.id")
 	keyModel       = attribute.Key("turnstile.model")
