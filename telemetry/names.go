@@ -53,7 +53,7 @@ const (
 
 // keyMetadata prefixes the request metadata keys copied to the turn's span
 // (ObserverOptions.MetadataAttributes), turnstile.metadata.KEY: their
-// values are the client's, unbounded, and never put on metrics.
+// values are the client's (each at most 256 bytes), never put on metrics.
 const keyMetadata = "turnstile.metadata."
 
 // turnstile's own attribute keys. Every one of them has a bounded set of
