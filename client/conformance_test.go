@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -35,7 +36,9 @@ type conformance struct {
 		History []historyMessage `json:"history"`
 		// Media are sent after the prompt, each made with the client's
 		// helper from its bytes.
-		Media    []scenarioMedia `json:"media"`
+		Media []scenarioMedia `json:"media"`
+		// Request holds fields of the request, in protojson.
+		Request  json.RawMessage `json:"request"`
 		CancelOn string          `json:"cancel_on"`
 		// ReadLog reads the run's stored log once the turn ended.
 		ReadLog bool `json:"read_log"`
@@ -340,7 +343,15 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, scenarioRequest(sc.History, sc.Prompt, sc.Media), sc.CancelOn, sc.ReadLog)
+			req := scenarioRequest(sc.History, sc.Prompt, sc.Media)
+			if sc.Request != nil {
+				msgs := req.Messages
+				if err := protojson.Unmarshal(sc.Request, req); err != nil {
+					t.Fatalf("request: %v", err)
+				}
+				req.Messages = msgs
+			}
+			obs := observe(t, c, req, sc.CancelOn, sc.ReadLog)
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

@@ -163,6 +163,9 @@ type Model struct {
 	// models; anthropic: all but audio; gemini and the simulator: all). A
 	// request with media the model cannot take is refused.
 	Input []llm.Modality `yaml:"input"`
+	// Reasoning, when set, is the reasoning asked of this model when a
+	// request's generation.reasoning is unset.
+	Reasoning *runtime.ReasoningConfig `yaml:"reasoning"`
 }
 
 // Server tunes the gRPC server.
@@ -312,6 +315,11 @@ type Telemetry struct {
 	// CaptureContent records prompts, completions, tool arguments and tool
 	// results on spans (default false: they hold user data).
 	CaptureContent bool `yaml:"capture_content"`
+	// MetadataAttributes lists the keys of a request's metadata whose
+	// values are recorded on the turn's span as turnstile.metadata.KEY
+	// (default none: values are user data). The turn's log line holds all
+	// of them.
+	MetadataAttributes []string `yaml:"metadata_attributes"`
 }
 
 // Ops configures the ops HTTP listener.

@@ -320,6 +320,45 @@ turn: {max_continuations: -1}
 `,
 		want: `config.yaml:5: providers.openai.headers.Authorization: the value must be one line without control characters (the value is not shown)
 config.yaml:8: turn.max_continuations: must not be negative: 0 now means no continuations (-1 used to)`,
+	}, {
+		name: "reasoning and output retries out of range, a metadata attribute that is no key",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a:
+    provider: sim
+    model: m
+    reasoning: {effort: extreme, budget_tokens: 100}
+    retry: {output_retries: 11}
+  b:
+    provider: sim
+    model: m
+    reasoning: {}
+telemetry: {metadata_attributes: [session, "user id"]}
+default_model: a
+`,
+		want: `config.yaml:8: models.a.reasoning.budget_tokens: must be from 1024 to 1000000 (0 means the effort's budget)
+config.yaml:8: models.a.reasoning.effort: "extreme" is not low, medium or high
+config.yaml:9: models.a.retry.output_retries: must be from 0 to 10
+config.yaml:13: models.b.reasoning.effort: set effort or budget_tokens
+config.yaml:14: telemetry.metadata_attributes[1]: "user id" is not a metadata key: 1 to 64 letters, digits, '_', '-' or '.'`,
+	}, {
+		name: "a model's reasoning default",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, reasoning: {effort: high}}
+`,
+		check: func(t *testing.T, c *Config) {
+			if r := c.Models["a"].Reasoning.Reasoning(); r == nil || r.Budget() != 16384 || r.Level().String() != "high" {
+				t.Errorf("reasoning = %+v", r)
+			}
+			if n := c.Models["a"].Retry.OutputRetries; n != 2 {
+				t.Errorf("output_retries = %d, want the default 2", n)
+			}
+		},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +14,10 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/store"
 )
+
+// metadataKeyRE is what a request's metadata key may be (as the server
+// checks it).
+var metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // Validate checks c as a whole: the sections' ranges, the providers' own
 // checks, and the references between sections (providers, fallbacks,
@@ -95,6 +100,11 @@ func (c *Config) problems() []Problem {
 	v.settings("retry", c.Retry.Problems(), false)
 	v.settings("turn", c.Turn.Problems(), false)
 	v.settings("store", c.Store.Problems(), false)
+	for i, k := range c.Telemetry.MetadataAttributes {
+		if !metadataKeyRE.MatchString(k) {
+			v.at(fmt.Sprintf("telemetry.metadata_attributes[%d]", i), "%q is not a metadata key: 1 to 64 letters, digits, '_', '-' or '.'", k)
+		}
+	}
 	if c.Store.Mode != store.ModeOff && c.Store.Retention > 0 && c.Turn.MaxDuration > 0 && c.Store.Retention <= c.Turn.MaxDuration {
 		// The stream's age limit removes records whatever their turn.
 		v.at("store.retention", "must be longer than turn.max_duration, or a running turn's first records expire before it ends")
@@ -240,6 +250,9 @@ func (c *Config) checkModels(v *checker) {
 			if (h.To == "" || h.To == runtime.HedgeNext) && len(m.Fallbacks) == 0 {
 				v.at(path+".hedge.to", "next needs a model in fallbacks to hedge to (or hedge to self)")
 			}
+		}
+		if rc := m.Reasoning; rc != nil {
+			v.settings(path+".reasoning", rc.Problems(), false)
 		}
 		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
 			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))

@@ -164,10 +164,17 @@ func (t *turn) request(m *Model) (*llm.Request, string) {
 		MaxOutputTokens: m.MaxOutputTokens,
 		Temperature:     t.req.Temperature,
 		StopSequences:   t.req.StopSequences,
+		OutputSchema:    t.req.OutputSchema,
+		Reasoning:       t.reasoning(m),
+		EndUser:         t.req.Metadata[MetadataEndUser],
 	}
 	t.cacheRequest(m, req)
+	req.ToolChoice = t.toolChoice(m, req.Tools)
 	if t.req.MaxOutputTokens > 0 {
 		req.MaxOutputTokens = t.req.MaxOutputTokens
+	}
+	if len(t.correction) > 0 {
+		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], t.correction...)
 	}
 	var seam string
 	if reply := mergeParts(t.reply, t.cut); len(reply) > 0 {

@@ -60,6 +60,9 @@ type Model struct {
 	// Input, when not nil, lists the kinds of input the model takes;
 	// nil takes what its provider says ([MediaTaker]), or text only.
 	Input []llm.Modality
+	// Reasoning, when not nil, is the reasoning asked of this model when
+	// the request asks for none.
+	Reasoning *llm.Reasoning
 }
 
 // TurnRequest asks for one turn.
@@ -83,6 +86,18 @@ type TurnRequest struct {
 	StopSequences []string
 	// MaxModelCalls overrides the runner's limit when positive.
 	MaxModelCalls int
+	// OutputSchema, when not nil, asks for a final reply that is one JSON
+	// value matching it; the reply is validated (see [WithOutputSchemas]).
+	OutputSchema *llm.OutputSchema
+	// ToolChoice, when not nil, says which tools the model may or must
+	// call. A named tool a fallback model is not offered is not forced on
+	// it (auto).
+	ToolChoice *llm.ToolChoice
+	// Reasoning, when not nil, overrides the model's reasoning default.
+	Reasoning *llm.Reasoning
+	// Metadata holds the caller's labels of the turn, for logs and spans;
+	// its "end_user" ([MetadataEndUser]) goes to the provider.
+	Metadata map[string]string
 	// Client is the name of the client key that sent the turn, for logs,
 	// spans and metrics; empty when the server runs without auth.
 	Client string
@@ -122,6 +137,7 @@ type options struct {
 	compactor Compactor
 	limits    Limits
 	rules     ToolRules
+	schemas   OutputSchemas
 }
 
 // Option configures a [Runner].
@@ -149,6 +165,11 @@ func WithIDs(f func() string) Option { return func(o *options) { o.newID = f } }
 // WithCompactor sets the strategy that shortens an overflowing conversation
 // (default [KeepEnds] with its defaults).
 func WithCompactor(c Compactor) Option { return func(o *options) { o.compactor = c } }
+
+// WithOutputSchemas sets the compiler of output schemas, which the runner
+// needs to take requests with an output schema (default none: such a
+// request is refused).
+func WithOutputSchemas(c OutputSchemas) Option { return func(o *options) { o.schemas = c } }
 
 // WithLimits sets the limits of every turn (default [DefaultLimits]).
 func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
@@ -292,6 +313,7 @@ func (r *Runner) Validate(req *TurnRequest) error {
 			errs = append(errs, &FieldError{Field: fmt.Sprintf("tools[%d].name", i), Description: fmt.Sprintf("%q is a server-side tool", t.Name)})
 		}
 	}
+	errs = append(errs, r.validateOptions(req)...)
 	return errors.Join(errs...)
 }
 

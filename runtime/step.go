@@ -23,11 +23,13 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 	// streams (t.cut), 0 when none was kept.
 	keptFrom := t.cutFrom
 	t.cutFrom = 0
+	t.correction, t.corrections = nil, 0
 	defer func() {
 		if t.interrupted == nil && t.stopped(ctx) != nil {
 			t.interrupted = t.cut
 		}
 		t.cut = nil
+		t.correction = nil
 	}()
 	for {
 		if err := t.stopped(ctx); err != nil {
@@ -56,11 +58,28 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			m = res.model
 		}
 		number = res.number
+		var issues []string
 		if res.err == nil {
-			t.chain.succeeded(m.Alias)
-			t.servedBy = m.Alias
 			msg := llm.Message{Role: llm.RoleAssistant, Parts: mergeParts(t.cut, res.msg.Parts)}
-			return msg, res.stop, nil
+			if res.err, issues = t.checkOutput(msg, res.stop); res.err == nil {
+				t.chain.succeeded(m.Alias)
+				t.servedBy = m.Alias
+				t.stepFrom = keptFrom
+				if t.stepFrom == 0 {
+					t.stepFrom = res.firstSeq
+				}
+				return msg, res.stop, nil
+			}
+			// An invalid reply: its output is discarded, as a failed call's,
+			// with the start of a reply it continued.
+			res.partial = mergeParts(t.reply, msg.Parts)
+			if t.replyFrom != 0 {
+				keptFrom = t.replyFrom
+			}
+			t.reply, t.replyFrom = nil, 0
+			if !res.streamed && keptFrom != 0 {
+				res.streamed = true
+			}
 		}
 
 		e := res.err
@@ -77,7 +96,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		switch {
 		case !res.streamed:
 			// Nothing new was shown; what was kept stays kept.
-		case moving && m.OnStreamCut == StreamCutContinue && continuable(res.partial):
+		case moving && m.OnStreamCut == StreamCutContinue && continuable(res.partial) && e.Kind != llm.KindOutputInvalid:
 			t.cut = mergeParts(t.cut, res.partial)
 			if keptFrom == 0 {
 				keptFrom = res.firstSeq
@@ -93,8 +112,13 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		case policy.ActionRetry:
 			t.obs.Decision(ctx, info)
 			t.counters.Retries++
+			maxAttempts := m.Retry.MaxRetries + 1
+			if e.Kind == llm.KindOutputInvalid {
+				t.correct(llm.Message{Parts: res.partial}, issues)
+				maxAttempts = number + m.Retry.OutputRetries - t.corrections + 1
+			}
 			t.out.emit(ctx, &Retry{
-				Attempt: number + 1, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias,
+				Attempt: number + 1, MaxAttempts: maxAttempts, Model: m.Alias,
 				Delay: d.Delay, Kind: e.Kind, Message: e.Message,
 				DiscardPartial: discardFrom != 0, DiscardFromSeq: discardFrom,
 			})
@@ -163,10 +187,11 @@ func (t *turn) decide(ctx context.Context, m *Model, number int, compacted bool,
 		Remaining:         remaining,
 		OutOfCalls:        t.counters.ModelCalls >= t.maxCalls,
 		Jitter:            r.opts.jitter(),
+		Corrections:       t.corrections,
 	}
 	d := p.Decide(a)
 	var ticket *policy.Ticket
-	if d.Action == policy.ActionRetry {
+	if d.Action == policy.ActionRetry && policy.RuleFor(e.Kind).Transient {
 		var ok bool
 		if ticket, ok = r.health.Reserve(m.Alias); !ok {
 			a.BudgetExhausted = true

@@ -66,6 +66,18 @@ type turn struct {
 	// measured from its start; waited sums its backoff waits.
 	firstOutput time.Duration
 	waited      time.Duration
+	// outputCheck validates a final reply against the request's output
+	// schema, compiled at the first reply it checks. correction is what
+	// the step's next call is shown after an invalid reply (see
+	// [turn.correct]); corrections counts them in the step.
+	outputCheck func(string) []string
+	correction  []llm.Message
+	corrections int
+	// stepFrom is the first output event of the reply the last step
+	// returned (0: none streamed); replyFrom that of the reply being
+	// continued (t.reply), which an invalid continuation discards too.
+	stepFrom  uint64
+	replyFrom uint64
 
 	mu sync.Mutex // guards what parallel tool calls touch below
 	// unsafeRunning counts the tools with side effects started since the
@@ -186,11 +198,17 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		msg.Parts = mergeParts(t.reply, msg.Parts)
 		t.reply = nil
+		replyFrom := t.replyFrom
+		t.replyFrom = 0
 		calls := msg.ToolCalls()
 		if stop == llm.StopMaxTokens && len(calls) == 0 && continuations < t.r.opts.limits.MaxContinuations {
 			// Cut by the output limit: the next call continues the reply,
 			// which is committed once it ends.
 			continuations++
+			t.replyFrom = replyFrom
+			if t.replyFrom == 0 {
+				t.replyFrom = t.stepFrom
+			}
 			t.reply = msg.Parts
 			continue
 		}

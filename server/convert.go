@@ -110,7 +110,9 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) err
 			}
 		}
 		tr.StopSequences = g.GetStopSequences()
+		toGenerationOptions(&bad, g, tr)
 	}
+	tr.Metadata = toMetadata(&bad, req.GetMetadata())
 	if l := req.GetLimits(); l != nil && l.MaxModelCalls != nil {
 		if n := l.GetMaxModelCalls(); n < 1 || n > maxModelCallsCap {
 			bad.add("limits.max_model_calls", "must be between 1 and %d", maxModelCallsCap)

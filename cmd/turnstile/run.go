@@ -158,6 +158,7 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var media mediaFlag
 	fs.Var(media.image(), "image", "send the image in this `file` with the prompt (PNG, JPEG, GIF, WebP; repeatable)")
 	fs.Var(media.file(), "file", "send the document or audio in this `file` with the prompt (PDF, WAV, MP3, or an image; repeatable)")
+	gen := addGenFlags(fs)
 	words, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -226,6 +227,10 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			Role:  turnstilev1.Role_ROLE_USER,
 			Parts: append([]*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}}, parts...),
 		}},
+	}
+	if err := gen.apply(req); err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
 	}
 	turn := c.RunTurn(ctx, req)
 

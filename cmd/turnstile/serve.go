@@ -349,13 +349,17 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Compaction:        mc.Compaction,
 			Tools:             allowedTools(mc.Tools),
 			Input:             mc.Input,
+			Reasoning:         mc.Reasoning.Reasoning(),
 		})
 	}
 	tools, rules, closeTools, err := buildTools(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithToolRules(rules)}, opts...)
+	opts = append([]runtime.Option{
+		runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithToolRules(rules),
+		runtime.WithOutputSchemas(argcheck.OutputSchemas{}),
+	}, opts...)
 	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()

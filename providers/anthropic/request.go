@@ -51,6 +51,9 @@ func buildParams(req *llm.Request) (anthropic.MessageNewParams, error) {
 		}
 		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: tool})
 	}
+	if err := setGenerationOptions(&params, req); err != nil {
+		return params, err
+	}
 	if req.CachePrompt {
 		setCacheBreakpoints(&params)
 	}

@@ -58,6 +58,9 @@ func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentCon
 	if len(decls) > 0 {
 		config.Tools = []*genai.Tool{{FunctionDeclarations: decls}}
 	}
+	if err := setGenerationOptions(config, req); err != nil {
+		return nil, nil, err
+	}
 	var contents []*genai.Content
 	for i, m := range req.Messages {
 		c, err := content(m)

@@ -170,11 +170,21 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 		b = appendString(b, p.PromptCacheKey.Value)
 		b = append(b, ',')
 	}
+	if p.SafetyIdentifier.Valid() {
+		b = append(b, `"safety_identifier":`...)
+		b = appendString(b, p.SafetyIdentifier.Value)
+		b = append(b, ',')
+	}
 	if p.Temperature.Valid() {
 		b = append(b, `"temperature":`...)
 		if b, ok = appendFloat(b, p.Temperature.Value); !ok {
 			return b, false
 		}
+		b = append(b, ',')
+	}
+	if p.ReasoningEffort != "" {
+		b = append(b, `"reasoning_effort":`...)
+		b = appendString(b, string(p.ReasoningEffort))
 		b = append(b, ',')
 	}
 	if p.Stop.OfStringArray != nil {
@@ -192,6 +202,9 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 			return b, false
 		}
 		b = append(b, `"stream_options":{"include_usage":true},`...)
+	}
+	if b, ok = appendGenerationOptions(b, p); !ok {
+		return b, false
 	}
 	if p.Tools != nil {
 		b = append(b, `"tools":[`...)
@@ -223,6 +236,47 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 		b = append(b, "],"...)
 	}
 	return append(b, `"stream":true}`...), true
+}
+
+// appendGenerationOptions appends response_format and tool_choice of the
+// shapes [setGenerationOptions] makes.
+func appendGenerationOptions(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
+	ok := true
+	switch rf := &p.ResponseFormat; {
+	case rf.OfText != nil || rf.OfJSONObject != nil:
+		return b, false
+	case rf.OfJSONSchema != nil:
+		s := &rf.OfJSONSchema.JSONSchema
+		if s.Description.Valid() {
+			return b, false
+		}
+		b = append(b, `"response_format":{"json_schema":{"name":`...)
+		b = appendString(b, s.Name)
+		if s.Strict.Valid() {
+			b = append(b, `,"strict":`...)
+			b = strconv.AppendBool(b, s.Strict.Value)
+		}
+		if s.Schema != nil {
+			b = append(b, `,"schema":`...)
+			if b, ok = appendAny(b, s.Schema); !ok {
+				return b, false
+			}
+		}
+		b = append(b, `},"type":"json_schema"},`...)
+	}
+	switch tc := &p.ToolChoice; {
+	case tc.OfAllowedTools != nil || tc.OfCustomToolChoice != nil:
+		return b, false
+	case tc.OfAuto.Valid():
+		b = append(b, `"tool_choice":`...)
+		b = appendString(b, tc.OfAuto.Value)
+		b = append(b, ',')
+	case tc.OfFunctionToolChoice != nil:
+		b = append(b, `"tool_choice":{"function":{"name":`...)
+		b = appendString(b, tc.OfFunctionToolChoice.Function.Name)
+		b = append(b, `},"type":"function"},`...)
+	}
+	return b, true
 }
 
 // appendMessage appends one message of the shapes [messages] makes.

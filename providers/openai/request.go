@@ -53,6 +53,9 @@ func buildParams(req *llm.Request) (openai.ChatCompletionNewParams, error) {
 	if len(req.StopSequences) > 0 {
 		params.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: req.StopSequences}
 	}
+	if err := setGenerationOptions(&params, req); err != nil {
+		return params, err
+	}
 	if req.PromptCacheKey != "" {
 		params.PromptCacheKey = param.NewOpt(req.PromptCacheKey)
 	}

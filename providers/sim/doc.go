@@ -26,6 +26,15 @@
 // runtime's Compaction events report, plus the system prompt. It sizes the
 // input tokens and is what above=BYTES compares against.
 //
+// A request with an output schema (Request.OutputSchema) is answered, unless
+// a directive says otherwise (reply, refuse, tool), with one JSON value the
+// schema accepts: every property of an object, the first of an enum, anyOf
+// or oneOf, one item of an array (or minItems), 1 for a number, true for a
+// boolean, and for a string "sim" (repeated up to minLength). A reply directive
+// is sent as it is, so [sim reply="{\"city\":7}"] makes a reply that does
+// not match; the runtime's correction that follows (a user message without
+// directives) then gets a matching one.
+//
 // Request.MaxOutputTokens caps the text tokens of every call: a longer reply
 // stops after that many with [llm.StopMaxTokens]. When the reply would
 // contain one of Request.StopSequences, it stops just before it with

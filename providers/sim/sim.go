@@ -163,6 +163,8 @@ type outcome struct {
 	refusal   bool
 	calls     []llm.ToolCall
 	maxTokens int // from a max_tokens directive, 0 when none
+	// directed reports that text is a reply directive's.
+	directed bool
 }
 
 // prepare works out the call req: the failure to inject, if any, and the
@@ -198,6 +200,11 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 	o := outcome{text: rest}
 	if !cont {
 		o = compose(v, req.Messages)
+		if s := req.OutputSchema; s != nil && !o.directed && !o.refusal && len(o.calls) == 0 {
+			if text := schemaReply(s.Schema, "sim"); text != "" {
+				o.text = text
+			}
+		}
 	}
 	switch {
 	case o.refusal:
@@ -453,7 +460,7 @@ func compose(v view, msgs []llm.Message) outcome {
 
 	switch {
 	case reply != nil:
-		o.text = reply.text
+		o.text, o.directed = reply.text, true
 	case steps > 0 || len(results) > 0:
 		o.text = toolAnswer(v.question, results)
 	default:

@@ -10,6 +10,7 @@ import re
 import unittest
 
 import grpc
+from google.protobuf import json_format
 import turnstile_client as ts
 from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
@@ -27,6 +28,13 @@ def user_request(text: str, media: list | None = None, history: list | None = No
     parts = [conversation_pb2.Part(text=text)]
     parts += [ts.media_part(base64.b64decode(m["data_base64"]), m["mime_type"], m["name"]) for m in media or []]
     return agent_pb2.RunTurnRequest(messages=before + [conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=parts)])
+
+
+def scenario_request(sc: dict) -> agent_pb2.RunTurnRequest:
+    """The scenario's request: its history, prompt and media, with the fields of its `request` (protojson)."""
+    req = json_format.ParseDict(sc.get("request", {}), agent_pb2.RunTurnRequest())
+    req.MergeFrom(user_request(sc["prompt"], sc.get("media"), sc.get("history")))
+    return req
 
 
 def role_names(msgs) -> list:
@@ -253,8 +261,7 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            req = user_request(sc["prompt"], sc.get("media"), sc.get("history"))
-            return observe(client, req, sc.get("cancel_on"), addr if sc.get("read_log") else None)
+            return observe(client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None)
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -296,8 +303,9 @@ class AsyncConformanceTest(ConformanceTest):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
-                req = user_request(sc["prompt"], sc.get("media"), sc.get("history"))
-                return await observe_async(client, req, sc.get("cancel_on"), addr if sc.get("read_log") else None)
+                return await observe_async(
+                    client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None
+                )
 
         return asyncio.run(run())
 

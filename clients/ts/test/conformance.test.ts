@@ -2,10 +2,11 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent, mediaPart } from "../src/index.js";
+import { AgentService, Client, type Event, MessageSchema, Role, RunTurnRequestSchema, TurnError, codeName, type Message, EndReason, type AgentEvent, mediaPart } from "../src/index.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
@@ -18,6 +19,8 @@ interface Scenario {
   history?: { role: "USER" | "ASSISTANT"; text: string }[];
   /** Media sent after the prompt, made with mediaPart from their bytes. */
   media?: { mime_type: string; name: string; data_base64: string }[];
+  /** Fields of the request, in protojson. */
+  request?: JsonObject;
   cancel_on?: string;
   /** Read the run's stored log once the turn ended. */
   read_log?: boolean;
@@ -121,21 +124,18 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
-  const turn = client.runTurn(
-    {
-      messages: [
-        ...(sc.history ?? []).map((h) => ({ role: Role[h.role], parts: [{ kind: { case: "text" as const, value: h.text } }] })),
-        {
-          role: Role.USER,
-          parts: [
-            { kind: { case: "text", value: sc.prompt } },
-            ...(sc.media ?? []).map((m) => mediaPart(Buffer.from(m.data_base64, "base64"), m.mime_type, m.name)),
-          ],
-        },
+  const req = fromJson(RunTurnRequestSchema, { ...sc.request });
+  req.messages = [
+    ...(sc.history ?? []).map((h) => create(MessageSchema, { role: Role[h.role], parts: [{ kind: { case: "text" as const, value: h.text } }] })),
+    create(MessageSchema, {
+      role: Role.USER,
+      parts: [
+        { kind: { case: "text", value: sc.prompt } },
+        ...(sc.media ?? []).map((m) => mediaPart(Buffer.from(m.data_base64, "base64"), m.mime_type, m.name)),
       ],
-    },
-    { signal: ctl.signal, timeoutMs: 30_000 },
-  );
+    }),
+  ];
+  const turn = client.runTurn(req, { signal: ctl.signal, timeoutMs: 30_000 });
   const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0, compactions: 0 };
   const kept = new KeptText();
   const next = new Map<number, bigint>(); // the seq each attempt's next event must have

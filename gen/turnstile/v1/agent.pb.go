@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,6 +23,127 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// ToolChoiceMode says how the model picks tools.
+type ToolChoiceMode int32
+
+const (
+	// Not set: INVALID_ARGUMENT when tool_choice is set.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// The model decides whether to call tools.
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 1
+	// The model calls no tool; tools are still described to it.
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 2
+	// The model calls at least one tool. Every step of the turn forces a
+	// call, so a turn with server-side tools ends at its max_model_calls
+	// unless a client tool is called: use it for one step.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 3
+	// The model calls the tool named by tool_name (with the same caveat as
+	// REQUIRED).
+	ToolChoiceMode_TOOL_CHOICE_MODE_TOOL ToolChoiceMode = 4
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_NONE",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+		4: "TOOL_CHOICE_MODE_TOOL",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_NONE":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+		"TOOL_CHOICE_MODE_TOOL":        4,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[0]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+// ReasoningEffort is a coarse amount of reasoning.
+type ReasoningEffort int32
+
+const (
+	// Not set.
+	ReasoningEffort_REASONING_EFFORT_UNSPECIFIED ReasoningEffort = 0
+	// Little reasoning: faster and cheaper.
+	ReasoningEffort_REASONING_EFFORT_LOW ReasoningEffort = 1
+	// A moderate amount.
+	ReasoningEffort_REASONING_EFFORT_MEDIUM ReasoningEffort = 2
+	// Much reasoning: slower, for hard problems.
+	ReasoningEffort_REASONING_EFFORT_HIGH ReasoningEffort = 3
+)
+
+// Enum value maps for ReasoningEffort.
+var (
+	ReasoningEffort_name = map[int32]string{
+		0: "REASONING_EFFORT_UNSPECIFIED",
+		1: "REASONING_EFFORT_LOW",
+		2: "REASONING_EFFORT_MEDIUM",
+		3: "REASONING_EFFORT_HIGH",
+	}
+	ReasoningEffort_value = map[string]int32{
+		"REASONING_EFFORT_UNSPECIFIED": 0,
+		"REASONING_EFFORT_LOW":         1,
+		"REASONING_EFFORT_MEDIUM":      2,
+		"REASONING_EFFORT_HIGH":        3,
+	}
+)
+
+func (x ReasoningEffort) Enum() *ReasoningEffort {
+	p := new(ReasoningEffort)
+	*p = x
+	return p
+}
+
+func (x ReasoningEffort) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReasoningEffort) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (ReasoningEffort) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[1]
+}
+
+func (x ReasoningEffort) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReasoningEffort.Descriptor instead.
+func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+}
 
 // StopReason says why a model reply ended.
 type StopReason int32
@@ -76,11 +198,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[0]
+	return &file_turnstile_v1_agent_proto_enumTypes[2]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -89,7 +211,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // CompactionTrigger says why a conversation was compacted.
@@ -132,11 +254,11 @@ func (x CompactionTrigger) String() string {
 }
 
 func (CompactionTrigger) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (CompactionTrigger) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[1]
+	return &file_turnstile_v1_agent_proto_enumTypes[3]
 }
 
 func (x CompactionTrigger) Number() protoreflect.EnumNumber {
@@ -145,7 +267,7 @@ func (x CompactionTrigger) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompactionTrigger.Descriptor instead.
 func (CompactionTrigger) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // EndReason says why a turn completed.
@@ -208,11 +330,11 @@ func (x EndReason) String() string {
 }
 
 func (EndReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (EndReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[2]
+	return &file_turnstile_v1_agent_proto_enumTypes[4]
 }
 
 func (x EndReason) Number() protoreflect.EnumNumber {
@@ -221,7 +343,7 @@ func (x EndReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EndReason.Descriptor instead.
 func (EndReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // RunTurnRequest asks for one turn of a conversation.
@@ -261,7 +383,17 @@ type RunTurnRequest struct {
 	// attempt n-1 of the turn is stored (or n itself is, which the call then
 	// attaches to); otherwise INVALID_ARGUMENT naming attempt. A client
 	// whose attempt was refused before any event sends that number again.
-	Attempt       uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Caller-defined labels of the turn, such as a session or tenant id: at
+	// most 16 entries, each key 1 to 64 bytes of letters, digits, '_', '-'
+	// or '.', each value valid UTF-8 of at most 256 bytes; empty means none.
+	// They are recorded on the turn's log line, and on its spans for the keys
+	// the server lists in telemetry.metadata_attributes. Treat them as user
+	// data, never as secrets. The key "end_user" (at most 64 bytes; a stable
+	// hash of the user is best) is sent to the provider as its end-user field
+	// (OpenAI safety_identifier, Anthropic metadata.user_id; Gemini's API has
+	// none, so it is not sent there).
+	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,6 +484,13 @@ func (x *RunTurnRequest) GetAttempt() uint32 {
 	return 0
 }
 
+func (x *RunTurnRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 // GenerationOptions tune the model's sampling.
 type GenerationOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -364,6 +503,15 @@ type GenerationOptions struct {
 	// Sequences that end a reply when generated; at most 8, each of 1 to 128
 	// bytes.
 	StopSequences []string `protobuf:"bytes,3,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// Asks for a final reply that is one JSON value matching a schema; unset
+	// means free text. See OutputSchema.
+	OutputSchema *OutputSchema `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// Which tools the model may or must call; unset means the provider's
+	// default (the model chooses, as TOOL_CHOICE_MODE_AUTO).
+	ToolChoice *ToolChoice `protobuf:"bytes,5,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// How much the model reasons before answering; unset means the model's
+	// configured default (models.ALIAS.reasoning), else the provider's.
+	Reasoning     *Reasoning `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +567,227 @@ func (x *GenerationOptions) GetStopSequences() []string {
 	return nil
 }
 
+func (x *GenerationOptions) GetOutputSchema() *OutputSchema {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *GenerationOptions) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *GenerationOptions) GetReasoning() *Reasoning {
+	if x != nil {
+		return x.Reasoning
+	}
+	return nil
+}
+
+// OutputSchema asks the model for a final reply that is one JSON value
+// matching a JSON Schema, using each provider's structured-output mode
+// (OpenAI response_format json_schema, Gemini responseJsonSchema, Anthropic
+// a forced tool whose input is the reply). The server validates the final
+// reply's text against the schema; a reply that does not match is retried
+// on the same model with the validation errors shown to the model (the
+// model's retry.output_retries times, 2 by default), then the turn ends
+// with ERROR_CODE_OUTPUT_INVALID. Replies that call tools, and replies
+// that end the turn MAX_TOKENS or REFUSAL, are not checked.
+type OutputSchema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schema's name, 1 to 64 letters, digits, '_' or '-'; empty means
+	// "output".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The JSON Schema (drafts 4 to 2020-12; 2020-12 when "$schema" is
+	// absent), at most 64 KiB as JSON. Required. References outside the
+	// document are refused.
+	Schema *structpb.Struct `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
+	// Asks the provider to enforce the schema while generating where it can:
+	// OpenAI strict mode, which takes only its strict subset of JSON Schema
+	// (every object with additionalProperties false and all its properties
+	// required); for any other schema strict is sent as false. The server
+	// validates the reply either way.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputSchema) Reset() {
+	*x = OutputSchema{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputSchema) ProtoMessage() {}
+
+func (x *OutputSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputSchema.ProtoReflect.Descriptor instead.
+func (*OutputSchema) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OutputSchema) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OutputSchema) GetSchema() *structpb.Struct {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *OutputSchema) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// ToolChoice says which tools the model may or must call.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode. Required when tool_choice is set.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=turnstile.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// The tool the model must call, with TOOL_CHOICE_MODE_TOOL: a client tool
+	// of the request or a server-side tool the turn offers; otherwise empty.
+	ToolName      string `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+// Reasoning controls the model's reasoning (thinking) before it answers.
+// Thinking deltas are streamed as today; a provider that signs its
+// thinking blocks gets them back with their signatures.
+type Reasoning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How much to reason; unspecified leaves it to budget_tokens, else to the
+	// provider. OpenAI takes it as reasoning_effort; Anthropic and Gemini as
+	// a token budget of 1,024 (LOW), 4,096 (MEDIUM) or 16,384 (HIGH) when
+	// budget_tokens is unset.
+	Effort ReasoningEffort `protobuf:"varint,1,opt,name=effort,proto3,enum=turnstile.v1.ReasoningEffort" json:"effort,omitempty"`
+	// The most tokens the model may spend reasoning, from 1,024 to 1,000,000;
+	// unset means the effort's budget. Anthropic takes it as
+	// thinking.budget_tokens (its max_tokens is raised above it when needed,
+	// and temperature is not sent, as Anthropic requires), Gemini as
+	// thinkingConfig.thinkingBudget; OpenAI has no budget and takes LOW up to
+	// 4,096, MEDIUM up to 16,384, else HIGH when effort is unspecified.
+	BudgetTokens  *int32 `protobuf:"varint,2,opt,name=budget_tokens,json=budgetTokens,proto3,oneof" json:"budget_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reasoning) Reset() {
+	*x = Reasoning{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reasoning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reasoning) ProtoMessage() {}
+
+func (x *Reasoning) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reasoning.ProtoReflect.Descriptor instead.
+func (*Reasoning) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Reasoning) GetEffort() ReasoningEffort {
+	if x != nil {
+		return x.Effort
+	}
+	return ReasoningEffort_REASONING_EFFORT_UNSPECIFIED
+}
+
+func (x *Reasoning) GetBudgetTokens() int32 {
+	if x != nil && x.BudgetTokens != nil {
+		return *x.BudgetTokens
+	}
+	return 0
+}
+
 // TurnLimits bound a turn.
 type TurnLimits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -432,7 +801,7 @@ type TurnLimits struct {
 
 func (x *TurnLimits) Reset() {
 	*x = TurnLimits{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +813,7 @@ func (x *TurnLimits) String() string {
 func (*TurnLimits) ProtoMessage() {}
 
 func (x *TurnLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +826,7 @@ func (x *TurnLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnLimits.ProtoReflect.Descriptor instead.
 func (*TurnLimits) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TurnLimits) GetMaxModelCalls() int32 {
@@ -478,7 +847,7 @@ type RunTurnResponse struct {
 
 func (x *RunTurnResponse) Reset() {
 	*x = RunTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +859,7 @@ func (x *RunTurnResponse) String() string {
 func (*RunTurnResponse) ProtoMessage() {}
 
 func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +872,7 @@ func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTurnResponse.ProtoReflect.Descriptor instead.
 func (*RunTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunTurnResponse) GetEvent() *AgentEvent {
@@ -531,7 +900,7 @@ type WatchTurnRequest struct {
 
 func (x *WatchTurnRequest) Reset() {
 	*x = WatchTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +912,7 @@ func (x *WatchTurnRequest) String() string {
 func (*WatchTurnRequest) ProtoMessage() {}
 
 func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +925,7 @@ func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTurnRequest.ProtoReflect.Descriptor instead.
 func (*WatchTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchTurnRequest) GetTurnId() string {
@@ -591,7 +960,7 @@ type WatchTurnResponse struct {
 
 func (x *WatchTurnResponse) Reset() {
 	*x = WatchTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +972,7 @@ func (x *WatchTurnResponse) String() string {
 func (*WatchTurnResponse) ProtoMessage() {}
 
 func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +985,7 @@ func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTurnResponse.ProtoReflect.Descriptor instead.
 func (*WatchTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchTurnResponse) GetEvent() *AgentEvent {
@@ -642,7 +1011,7 @@ type CancelTurnRequest struct {
 
 func (x *CancelTurnRequest) Reset() {
 	*x = CancelTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +1023,7 @@ func (x *CancelTurnRequest) String() string {
 func (*CancelTurnRequest) ProtoMessage() {}
 
 func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +1036,7 @@ func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
 func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelTurnRequest) GetTurnId() string {
@@ -699,7 +1068,7 @@ type CancelTurnResponse struct {
 
 func (x *CancelTurnResponse) Reset() {
 	*x = CancelTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +1080,7 @@ func (x *CancelTurnResponse) String() string {
 func (*CancelTurnResponse) ProtoMessage() {}
 
 func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +1093,7 @@ func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
 func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelTurnResponse) GetCancelled() bool {
@@ -769,7 +1138,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +1150,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +1163,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApproveToolCallRequest) GetTurnId() string {
@@ -850,7 +1219,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1231,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1244,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApproveToolCallResponse) GetAttempt() uint32 {
@@ -922,7 +1291,7 @@ type SteerTurnRequest struct {
 
 func (x *SteerTurnRequest) Reset() {
 	*x = SteerTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1303,7 @@ func (x *SteerTurnRequest) String() string {
 func (*SteerTurnRequest) ProtoMessage() {}
 
 func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1316,7 @@ func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerTurnRequest.ProtoReflect.Descriptor instead.
 func (*SteerTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SteerTurnRequest) GetTurnId() string {
@@ -984,7 +1353,7 @@ type SteerTurnResponse struct {
 
 func (x *SteerTurnResponse) Reset() {
 	*x = SteerTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1365,7 @@ func (x *SteerTurnResponse) String() string {
 func (*SteerTurnResponse) ProtoMessage() {}
 
 func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1378,7 @@ func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerTurnResponse.ProtoReflect.Descriptor instead.
 func (*SteerTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SteerTurnResponse) GetAttempt() uint32 {
@@ -1069,7 +1438,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1450,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1463,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentEvent) GetSeq() uint64 {
@@ -1471,7 +1840,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1852,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1865,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnStarted) GetModel() string {
@@ -1525,7 +1894,7 @@ type LlmCallStarted struct {
 
 func (x *LlmCallStarted) Reset() {
 	*x = LlmCallStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1906,7 @@ func (x *LlmCallStarted) String() string {
 func (*LlmCallStarted) ProtoMessage() {}
 
 func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1919,7 @@ func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallStarted.ProtoReflect.Descriptor instead.
 func (*LlmCallStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LlmCallStarted) GetModel() string {
@@ -1599,7 +1968,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1980,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1993,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TextDelta) GetText() string {
@@ -1647,7 +2016,7 @@ type ThinkingDelta struct {
 
 func (x *ThinkingDelta) Reset() {
 	*x = ThinkingDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +2028,7 @@ func (x *ThinkingDelta) String() string {
 func (*ThinkingDelta) ProtoMessage() {}
 
 func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +2041,7 @@ func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThinkingDelta.ProtoReflect.Descriptor instead.
 func (*ThinkingDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ThinkingDelta) GetText() string {
@@ -1706,7 +2075,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +2087,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +2100,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1783,7 +2152,7 @@ type MessageCompleted struct {
 
 func (x *MessageCompleted) Reset() {
 	*x = MessageCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2164,7 @@ func (x *MessageCompleted) String() string {
 func (*MessageCompleted) ProtoMessage() {}
 
 func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2177,7 @@ func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageCompleted.ProtoReflect.Descriptor instead.
 func (*MessageCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MessageCompleted) GetMessage() *Message {
@@ -1833,7 +2202,7 @@ type ToolStarted struct {
 
 func (x *ToolStarted) Reset() {
 	*x = ToolStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2214,7 @@ func (x *ToolStarted) String() string {
 func (*ToolStarted) ProtoMessage() {}
 
 func (x *ToolStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2227,7 @@ func (x *ToolStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStarted.ProtoReflect.Descriptor instead.
 func (*ToolStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolStarted) GetCallId() string {
@@ -1901,7 +2270,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2282,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2295,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolProgress) GetCallId() string {
@@ -1983,7 +2352,7 @@ type ToolFinished struct {
 
 func (x *ToolFinished) Reset() {
 	*x = ToolFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2364,7 @@ func (x *ToolFinished) String() string {
 func (*ToolFinished) ProtoMessage() {}
 
 func (x *ToolFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2377,7 @@ func (x *ToolFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolFinished.ProtoReflect.Descriptor instead.
 func (*ToolFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolFinished) GetCallId() string {
@@ -2069,7 +2438,7 @@ type LlmCallFinished struct {
 
 func (x *LlmCallFinished) Reset() {
 	*x = LlmCallFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2450,7 @@ func (x *LlmCallFinished) String() string {
 func (*LlmCallFinished) ProtoMessage() {}
 
 func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2463,7 @@ func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallFinished.ProtoReflect.Descriptor instead.
 func (*LlmCallFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LlmCallFinished) GetModel() string {
@@ -2176,7 +2545,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2557,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2570,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Retry) GetAttempt() uint32 {
@@ -2281,7 +2650,7 @@ type Fallback struct {
 
 func (x *Fallback) Reset() {
 	*x = Fallback{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2662,7 @@ func (x *Fallback) String() string {
 func (*Fallback) ProtoMessage() {}
 
 func (x *Fallback) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2675,7 @@ func (x *Fallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fallback.ProtoReflect.Descriptor instead.
 func (*Fallback) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Fallback) GetFromModel() string {
@@ -2372,7 +2741,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2753,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2766,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Hedge) GetFromModel() string {
@@ -2444,7 +2813,7 @@ type ToolApprovalRequested struct {
 
 func (x *ToolApprovalRequested) Reset() {
 	*x = ToolApprovalRequested{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2825,7 @@ func (x *ToolApprovalRequested) String() string {
 func (*ToolApprovalRequested) ProtoMessage() {}
 
 func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2838,7 @@ func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ToolApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolApprovalRequested) GetCallId() string {
@@ -2531,7 +2900,7 @@ type ToolApprovalDecided struct {
 
 func (x *ToolApprovalDecided) Reset() {
 	*x = ToolApprovalDecided{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2912,7 @@ func (x *ToolApprovalDecided) String() string {
 func (*ToolApprovalDecided) ProtoMessage() {}
 
 func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2925,7 @@ func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ToolApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ToolApprovalDecided) GetCallId() string {
@@ -2613,7 +2982,7 @@ type Steered struct {
 
 func (x *Steered) Reset() {
 	*x = Steered{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2994,7 @@ func (x *Steered) String() string {
 func (*Steered) ProtoMessage() {}
 
 func (x *Steered) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +3007,7 @@ func (x *Steered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Steered.ProtoReflect.Descriptor instead.
 func (*Steered) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Steered) GetMessage() *Message {
@@ -2701,7 +3070,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +3082,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +3095,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -2837,7 +3206,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3218,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3231,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -2929,7 +3298,7 @@ type TurnCounters struct {
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3310,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3323,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -3031,7 +3400,7 @@ var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xcb\x02\n" +
+	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xd0\x03\n" +
 	"\x0eRunTurnRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -3042,13 +3411,33 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"generation\x18\x06 \x01(\v2\x1f.turnstile.v1.GenerationOptionsR\n" +
 	"generation\x120\n" +
 	"\x06limits\x18\a \x01(\v2\x18.turnstile.v1.TurnLimitsR\x06limits\x12\x18\n" +
-	"\aattempt\x18\b \x01(\rR\aattempt\"\xb8\x01\n" +
+	"\aattempt\x18\b \x01(\rR\aattempt\x12F\n" +
+	"\bmetadata\x18\t \x03(\v2*.turnstile.v1.RunTurnRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
 	"\x11GenerationOptions\x12/\n" +
 	"\x11max_output_tokens\x18\x01 \x01(\x05H\x00R\x0fmaxOutputTokens\x88\x01\x01\x12%\n" +
 	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12%\n" +
-	"\x0estop_sequences\x18\x03 \x03(\tR\rstopSequencesB\x14\n" +
+	"\x0estop_sequences\x18\x03 \x03(\tR\rstopSequences\x12?\n" +
+	"\routput_schema\x18\x04 \x01(\v2\x1a.turnstile.v1.OutputSchemaR\foutputSchema\x129\n" +
+	"\vtool_choice\x18\x05 \x01(\v2\x18.turnstile.v1.ToolChoiceR\n" +
+	"toolChoice\x125\n" +
+	"\treasoning\x18\x06 \x01(\v2\x17.turnstile.v1.ReasoningR\treasoningB\x14\n" +
 	"\x12_max_output_tokensB\x0e\n" +
-	"\f_temperature\"M\n" +
+	"\f_temperature\"k\n" +
+	"\fOutputSchema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x06schema\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06schema\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"[\n" +
+	"\n" +
+	"ToolChoice\x120\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1c.turnstile.v1.ToolChoiceModeR\x04mode\x12\x1b\n" +
+	"\ttool_name\x18\x02 \x01(\tR\btoolName\"~\n" +
+	"\tReasoning\x125\n" +
+	"\x06effort\x18\x01 \x01(\x0e2\x1d.turnstile.v1.ReasoningEffortR\x06effort\x12(\n" +
+	"\rbudget_tokens\x18\x02 \x01(\x05H\x00R\fbudgetTokens\x88\x01\x01B\x10\n" +
+	"\x0e_budget_tokens\"M\n" +
 	"\n" +
 	"TurnLimits\x12+\n" +
 	"\x0fmax_model_calls\x18\x01 \x01(\x05H\x00R\rmaxModelCalls\x88\x01\x01B\x12\n" +
@@ -3237,7 +3626,18 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x13approvals_requested\x18\b \x01(\rR\x12approvalsRequested\x12)\n" +
 	"\x10approvals_denied\x18\t \x01(\rR\x0fapprovalsDenied\x12\x18\n" +
 	"\asteered\x18\n" +
-	" \x01(\rR\asteered*\xcd\x01\n" +
+	" \x01(\rR\asteered*\xa2\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_TOOL\x10\x04*\x85\x01\n" +
+	"\x0fReasoningEffort\x12 \n" +
+	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REASONING_EFFORT_LOW\x10\x01\x12\x1b\n" +
+	"\x17REASONING_EFFORT_MEDIUM\x10\x02\x12\x19\n" +
+	"\x15REASONING_EFFORT_HIGH\x10\x03*\xcd\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3282,115 +3682,129 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 	return file_turnstile_v1_agent_proto_rawDescData
 }
 
-var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_turnstile_v1_agent_proto_goTypes = []any{
-	(StopReason)(0),                 // 0: turnstile.v1.StopReason
-	(CompactionTrigger)(0),          // 1: turnstile.v1.CompactionTrigger
-	(EndReason)(0),                  // 2: turnstile.v1.EndReason
-	(*RunTurnRequest)(nil),          // 3: turnstile.v1.RunTurnRequest
-	(*GenerationOptions)(nil),       // 4: turnstile.v1.GenerationOptions
-	(*TurnLimits)(nil),              // 5: turnstile.v1.TurnLimits
-	(*RunTurnResponse)(nil),         // 6: turnstile.v1.RunTurnResponse
-	(*WatchTurnRequest)(nil),        // 7: turnstile.v1.WatchTurnRequest
-	(*WatchTurnResponse)(nil),       // 8: turnstile.v1.WatchTurnResponse
-	(*CancelTurnRequest)(nil),       // 9: turnstile.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),      // 10: turnstile.v1.CancelTurnResponse
-	(*ApproveToolCallRequest)(nil),  // 11: turnstile.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil), // 12: turnstile.v1.ApproveToolCallResponse
-	(*SteerTurnRequest)(nil),        // 13: turnstile.v1.SteerTurnRequest
-	(*SteerTurnResponse)(nil),       // 14: turnstile.v1.SteerTurnResponse
-	(*AgentEvent)(nil),              // 15: turnstile.v1.AgentEvent
-	(*TurnStarted)(nil),             // 16: turnstile.v1.TurnStarted
-	(*LlmCallStarted)(nil),          // 17: turnstile.v1.LlmCallStarted
-	(*TextDelta)(nil),               // 18: turnstile.v1.TextDelta
-	(*ThinkingDelta)(nil),           // 19: turnstile.v1.ThinkingDelta
-	(*ToolCallDelta)(nil),           // 20: turnstile.v1.ToolCallDelta
-	(*MessageCompleted)(nil),        // 21: turnstile.v1.MessageCompleted
-	(*ToolStarted)(nil),             // 22: turnstile.v1.ToolStarted
-	(*ToolProgress)(nil),            // 23: turnstile.v1.ToolProgress
-	(*ToolFinished)(nil),            // 24: turnstile.v1.ToolFinished
-	(*LlmCallFinished)(nil),         // 25: turnstile.v1.LlmCallFinished
-	(*Retry)(nil),                   // 26: turnstile.v1.Retry
-	(*Fallback)(nil),                // 27: turnstile.v1.Fallback
-	(*Hedge)(nil),                   // 28: turnstile.v1.Hedge
-	(*ToolApprovalRequested)(nil),   // 29: turnstile.v1.ToolApprovalRequested
-	(*ToolApprovalDecided)(nil),     // 30: turnstile.v1.ToolApprovalDecided
-	(*Steered)(nil),                 // 31: turnstile.v1.Steered
-	(*Compaction)(nil),              // 32: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),           // 33: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),            // 34: turnstile.v1.TurnCounters
-	(*Message)(nil),                 // 35: turnstile.v1.Message
-	(*ToolDefinition)(nil),          // 36: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
-	(*Usage)(nil),                   // 38: turnstile.v1.Usage
-	(*Error)(nil),                   // 39: turnstile.v1.Error
-	(*durationpb.Duration)(nil),     // 40: google.protobuf.Duration
-	(ErrorCode)(0),                  // 41: turnstile.v1.ErrorCode
+	(ToolChoiceMode)(0),             // 0: turnstile.v1.ToolChoiceMode
+	(ReasoningEffort)(0),            // 1: turnstile.v1.ReasoningEffort
+	(StopReason)(0),                 // 2: turnstile.v1.StopReason
+	(CompactionTrigger)(0),          // 3: turnstile.v1.CompactionTrigger
+	(EndReason)(0),                  // 4: turnstile.v1.EndReason
+	(*RunTurnRequest)(nil),          // 5: turnstile.v1.RunTurnRequest
+	(*GenerationOptions)(nil),       // 6: turnstile.v1.GenerationOptions
+	(*OutputSchema)(nil),            // 7: turnstile.v1.OutputSchema
+	(*ToolChoice)(nil),              // 8: turnstile.v1.ToolChoice
+	(*Reasoning)(nil),               // 9: turnstile.v1.Reasoning
+	(*TurnLimits)(nil),              // 10: turnstile.v1.TurnLimits
+	(*RunTurnResponse)(nil),         // 11: turnstile.v1.RunTurnResponse
+	(*WatchTurnRequest)(nil),        // 12: turnstile.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),       // 13: turnstile.v1.WatchTurnResponse
+	(*CancelTurnRequest)(nil),       // 14: turnstile.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),      // 15: turnstile.v1.CancelTurnResponse
+	(*ApproveToolCallRequest)(nil),  // 16: turnstile.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 17: turnstile.v1.ApproveToolCallResponse
+	(*SteerTurnRequest)(nil),        // 18: turnstile.v1.SteerTurnRequest
+	(*SteerTurnResponse)(nil),       // 19: turnstile.v1.SteerTurnResponse
+	(*AgentEvent)(nil),              // 20: turnstile.v1.AgentEvent
+	(*TurnStarted)(nil),             // 21: turnstile.v1.TurnStarted
+	(*LlmCallStarted)(nil),          // 22: turnstile.v1.LlmCallStarted
+	(*TextDelta)(nil),               // 23: turnstile.v1.TextDelta
+	(*ThinkingDelta)(nil),           // 24: turnstile.v1.ThinkingDelta
+	(*ToolCallDelta)(nil),           // 25: turnstile.v1.ToolCallDelta
+	(*MessageCompleted)(nil),        // 26: turnstile.v1.MessageCompleted
+	(*ToolStarted)(nil),             // 27: turnstile.v1.ToolStarted
+	(*ToolProgress)(nil),            // 28: turnstile.v1.ToolProgress
+	(*ToolFinished)(nil),            // 29: turnstile.v1.ToolFinished
+	(*LlmCallFinished)(nil),         // 30: turnstile.v1.LlmCallFinished
+	(*Retry)(nil),                   // 31: turnstile.v1.Retry
+	(*Fallback)(nil),                // 32: turnstile.v1.Fallback
+	(*Hedge)(nil),                   // 33: turnstile.v1.Hedge
+	(*ToolApprovalRequested)(nil),   // 34: turnstile.v1.ToolApprovalRequested
+	(*ToolApprovalDecided)(nil),     // 35: turnstile.v1.ToolApprovalDecided
+	(*Steered)(nil),                 // 36: turnstile.v1.Steered
+	(*Compaction)(nil),              // 37: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),           // 38: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),            // 39: turnstile.v1.TurnCounters
+	nil,                             // 40: turnstile.v1.RunTurnRequest.MetadataEntry
+	(*Message)(nil),                 // 41: turnstile.v1.Message
+	(*ToolDefinition)(nil),          // 42: turnstile.v1.ToolDefinition
+	(*structpb.Struct)(nil),         // 43: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 44: google.protobuf.Timestamp
+	(*Usage)(nil),                   // 45: turnstile.v1.Usage
+	(*Error)(nil),                   // 46: turnstile.v1.Error
+	(*durationpb.Duration)(nil),     // 47: google.protobuf.Duration
+	(ErrorCode)(0),                  // 48: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	35, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	36, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
-	4,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
-	5,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
-	15, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	15, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	35, // 6: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
-	37, // 7: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 8: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
-	17, // 9: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
-	18, // 10: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
-	19, // 11: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
-	20, // 12: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
-	21, // 13: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
-	22, // 14: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
-	23, // 15: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
-	24, // 16: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
-	25, // 17: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
-	26, // 18: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
-	27, // 19: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	32, // 20: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	38, // 21: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	39, // 22: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	33, // 23: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	28, // 24: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
-	29, // 25: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
-	30, // 26: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
-	31, // 27: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
-	35, // 28: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	40, // 29: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	38, // 30: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 31: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	39, // 32: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	40, // 33: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	40, // 34: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	40, // 35: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	41, // 36: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	41, // 37: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	40, // 38: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
-	37, // 39: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	35, // 40: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
-	35, // 41: turnstile.v1.Compaction.replacement:type_name -> turnstile.v1.Message
-	1,  // 42: turnstile.v1.Compaction.trigger:type_name -> turnstile.v1.CompactionTrigger
-	2,  // 43: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	35, // 44: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	38, // 45: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	34, // 46: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	3,  // 47: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	7,  // 48: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
-	9,  // 49: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
-	11, // 50: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
-	13, // 51: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
-	6,  // 52: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	8,  // 53: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
-	10, // 54: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
-	12, // 55: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
-	14, // 56: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
-	52, // [52:57] is the sub-list for method output_type
-	47, // [47:52] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	41, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	42, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	6,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
+	10, // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
+	40, // 4: turnstile.v1.RunTurnRequest.metadata:type_name -> turnstile.v1.RunTurnRequest.MetadataEntry
+	7,  // 5: turnstile.v1.GenerationOptions.output_schema:type_name -> turnstile.v1.OutputSchema
+	8,  // 6: turnstile.v1.GenerationOptions.tool_choice:type_name -> turnstile.v1.ToolChoice
+	9,  // 7: turnstile.v1.GenerationOptions.reasoning:type_name -> turnstile.v1.Reasoning
+	43, // 8: turnstile.v1.OutputSchema.schema:type_name -> google.protobuf.Struct
+	0,  // 9: turnstile.v1.ToolChoice.mode:type_name -> turnstile.v1.ToolChoiceMode
+	1,  // 10: turnstile.v1.Reasoning.effort:type_name -> turnstile.v1.ReasoningEffort
+	20, // 11: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	20, // 12: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	41, // 13: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
+	44, // 14: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	21, // 15: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
+	22, // 16: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
+	23, // 17: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
+	24, // 18: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
+	25, // 19: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
+	26, // 20: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
+	27, // 21: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
+	28, // 22: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
+	29, // 23: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
+	30, // 24: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
+	31, // 25: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
+	32, // 26: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
+	37, // 27: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	45, // 28: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	46, // 29: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	38, // 30: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	33, // 31: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	34, // 32: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
+	35, // 33: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
+	36, // 34: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
+	41, // 35: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	47, // 36: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	45, // 37: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	2,  // 38: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	46, // 39: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	47, // 40: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	47, // 41: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	47, // 42: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	48, // 43: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	48, // 44: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	47, // 45: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	44, // 46: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	41, // 47: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
+	41, // 48: turnstile.v1.Compaction.replacement:type_name -> turnstile.v1.Message
+	3,  // 49: turnstile.v1.Compaction.trigger:type_name -> turnstile.v1.CompactionTrigger
+	4,  // 50: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	41, // 51: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	45, // 52: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	39, // 53: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	5,  // 54: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	12, // 55: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	14, // 56: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	16, // 57: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
+	18, // 58: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
+	11, // 59: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	13, // 60: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	15, // 61: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	17, // 62: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
+	19, // 63: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
+	59, // [59:64] is the sub-list for method output_type
+	54, // [54:59] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -3401,8 +3815,9 @@ func file_turnstile_v1_agent_proto_init() {
 	file_turnstile_v1_conversation_proto_init()
 	file_turnstile_v1_errors_proto_init()
 	file_turnstile_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[2].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
+	file_turnstile_v1_agent_proto_msgTypes[4].OneofWrappers = []any{}
+	file_turnstile_v1_agent_proto_msgTypes[5].OneofWrappers = []any{}
+	file_turnstile_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*AgentEvent_TurnStarted)(nil),
 		(*AgentEvent_LlmCallStarted)(nil),
 		(*AgentEvent_TextDelta)(nil),
@@ -3429,8 +3844,8 @@ func file_turnstile_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   32,
+			NumEnums:      5,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
