@@ -28,6 +28,16 @@
 // (the process dying, or breaking out of [Turn.Events] without Close) is a
 // detach.
 //
+// # Compaction
+//
+// When the server compacts a turn's conversation (its model nears its
+// context window, or the provider found it too long), the compaction event
+// says what replaces what, and the turn applies it: a step retry re-sends
+// the compacted conversation, and [Result.Conversation] (and
+// [TurnError.Conversation]) is the conversation the next turn sends, so a
+// long session is compacted once, not on every turn. [ApplyCompaction]
+// applies one event for a caller that follows a turn's events itself.
+//
 // # Re-attaching
 //
 // The client keeps re-attaching to a broken stream for

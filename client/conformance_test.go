@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -29,9 +30,16 @@ type conformance struct {
 	// Client holds the client options of every scenario.
 	Client    clientOptions `json:"client"`
 	Scenarios []struct {
-		Name     string `json:"name"`
-		Prompt   string `json:"prompt"`
-		CancelOn string `json:"cancel_on"`
+		Name   string `json:"name"`
+		Prompt string `json:"prompt"`
+		// History holds the messages sent before the prompt.
+		History []historyMessage `json:"history"`
+		// Media are sent after the prompt, each made with the client's
+		// helper from its bytes.
+		Media []scenarioMedia `json:"media"`
+		// Request holds fields of the request, in protojson.
+		Request  json.RawMessage `json:"request"`
+		CancelOn string          `json:"cancel_on"`
 		// ReadLog reads the run's stored log once the turn ended.
 		ReadLog bool `json:"read_log"`
 		// Server names the server's configuration: "" is server.yaml,
@@ -46,6 +54,34 @@ type conformance struct {
 		Expect map[string]any `json:"expect"`
 		hitlScenario
 	} `json:"scenarios"`
+}
+
+// historyMessage is a message of a scenario's history.
+type historyMessage struct {
+	Role string `json:"role"`
+	Text string `json:"text"`
+}
+
+// scenarioMedia is one media of a scenario's user message.
+type scenarioMedia struct {
+	MimeType string `json:"mime_type"`
+	Name     string `json:"name"`
+	Data     []byte `json:"data_base64"` // encoding/json decodes base64
+}
+
+// scenarioRequest is the scenario's history, then the prompt and the media
+// as one user message.
+func scenarioRequest(history []historyMessage, prompt string, media []scenarioMedia) *turnstilev1.RunTurnRequest {
+	req := userRequest(prompt)
+	for _, m := range media {
+		req.Messages[0].Parts = append(req.Messages[0].Parts, client.MediaPart(m.Data, m.MimeType, m.Name))
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		h := history[i]
+		role := turnstilev1.Role(turnstilev1.Role_value["ROLE_"+h.Role])
+		req.Messages = append([]*turnstilev1.Message{{Role: role, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: h.Text}}}}}, req.Messages...)
+	}
+	return req
 }
 
 // clientOptions are a runner's client options, in milliseconds.
@@ -180,11 +216,11 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bool, h *hitlRun) observation {
+func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, cancelOn string, readLog bool, h *hitlRun) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	turn := c.RunTurn(ctx, userRequest(prompt), h.turnOptions()...)
-	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0)}
+	turn := c.RunTurn(ctx, req, h.turnOptions()...)
+	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0), "compactions": float64(0)}
 	if readLog {
 		defer func() { observeLog(t, c, turn.ID(), obs) }()
 	}
@@ -214,6 +250,9 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bo
 		if ev.Agent.GetError() != nil || ev.Agent.GetTurnCompleted() != nil {
 			obs["terminal_events"] = obs["terminal_events"].(float64) + 1
 		}
+		if ev.Agent.GetCompaction() != nil {
+			obs["compactions"] = obs["compactions"].(float64) + 1
+		}
 		if ts := ev.Agent.GetToolStarted(); ts != nil {
 			obs["tools_started"] = append(obs["tools_started"].([]any), ts.GetName())
 		}
@@ -229,6 +268,7 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bo
 		obs["attempts"] = float64(res.Attempts)
 		obs["reattaches"] = float64(res.Reattaches)
 		obs["roles"] = roles(res.Messages)
+		obs["conversation_roles"] = roles(res.Conversation)
 		if n := len(res.Messages); n > 0 {
 			obs["final_text"] = messageText(res.Messages[n-1])
 		}
@@ -244,6 +284,7 @@ func observe(t *testing.T, c *client.Client, prompt, cancelOn string, readLog bo
 	obs["attempts"] = float64(te.Attempts)
 	obs["reattaches"] = float64(te.Reattaches)
 	obs["roles"] = roles(te.Messages)
+	obs["conversation_roles"] = roles(te.Conversation)
 	if te.Status != nil {
 		obs["status"] = statusName(te.Status.Code())
 	}
@@ -305,7 +346,15 @@ func TestConformance(t *testing.T) {
 			}
 			var reattaches reattachCounter
 			c := newConformanceClient(t, addr, opts, slog.New(&reattaches))
-			obs := observe(t, c, sc.Prompt, sc.CancelOn, sc.ReadLog, &hitlRun{sc: sc.hitlScenario})
+			req := scenarioRequest(sc.History, sc.Prompt, sc.Media)
+			if sc.Request != nil {
+				msgs := req.Messages
+				if err := protojson.Unmarshal(sc.Request, req); err != nil {
+					t.Fatalf("request: %v", err)
+				}
+				req.Messages = msgs
+			}
+			obs := observe(t, c, req, sc.CancelOn, sc.ReadLog, &hitlRun{sc: sc.hitlScenario})
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

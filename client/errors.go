@@ -48,6 +48,10 @@ type TurnError struct {
 	// turn again later, re-send them after the request's own, with the
 	// same turn id.
 	Messages []*turnstilev1.Message
+	// Conversation is the conversation to send to continue: the request's
+	// messages and Messages, with the compactions the server made applied
+	// (see [Result.Conversation]).
+	Conversation []*turnstilev1.Message
 	// Status is the RPC's final status; nil when the turn never reached
 	// the server's answer (for example the caller's context ended during
 	// a retry delay).

@@ -65,6 +65,10 @@ type StepRetry struct {
 	// new attempt re-sends them after the request's own, so the work they
 	// hold (tool results above all) is not done again.
 	Messages []*turnstilev1.Message
+	// Conversation is what the new attempt sends: the request's messages
+	// and Messages, with the compactions the server made applied (see
+	// [Result.Conversation]).
+	Conversation []*turnstilev1.Message
 }
 
 // Result is the outcome of a turn that completed.
@@ -78,6 +82,13 @@ type Result struct {
 	// END_REASON_TOOL_CALLS_REQUIRED the last one holds the tool calls the
 	// caller must run.
 	Messages []*turnstilev1.Message
+	// Conversation is the conversation to send in the next turn (followed
+	// by its new messages): the request's messages and Messages, with each
+	// compaction the server made applied (compaction events: what replaces
+	// what). When the server compacted the conversation, Messages appended
+	// to the caller's history would send the whole history again, to be
+	// compacted again; Conversation is compacted once.
+	Conversation []*turnstilev1.Message
 	// Usage is the tokens used by every attempt, failed ones included.
 	Usage *turnstilev1.Usage
 	// Counters count what happened in every attempt.
@@ -247,6 +258,12 @@ type attemptOutcome struct {
 	ended bool
 	// committed are the messages the attempt committed, in order.
 	committed []*turnstilev1.Message
+	// conv is the conversation the attempt sent, followed by the messages
+	// it committed, with its compactions applied.
+	conv []*turnstilev1.Message
+	// frozen reports a compaction the attempt could not apply (its
+	// replacement was omitted): the later ones are not applied either.
+	frozen bool
 	// partial reports output streamed since the last commit.
 	partial bool
 	// toolsRunning names server-side tools started since the last commit.
@@ -263,11 +280,15 @@ type attemptOutcome struct {
 func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result, error) {
 	o := t.c.opts
 	var carried []*turnstilev1.Message
+	// conv is what the next attempt sends: the request's messages and
+	// carried, compacted as the server said.
+	conv := slices.Clone(t.req.GetMessages())
 	usage, counters := &turnstilev1.Usage{}, &turnstilev1.TurnCounters{}
 	reattaches := 0
 	// ended fills in what a failure says of the whole turn.
 	ended := func(te *TurnError, n int) *TurnError {
 		te.TurnID, te.Attempts, te.Messages, te.Reattaches = t.ID(), n, slices.Clone(carried), reattaches
+		te.Conversation = slices.Clone(conv)
 		return te
 	}
 	// wire numbers the attempts on the wire: a server with a turn store
@@ -276,7 +297,7 @@ func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result
 	// number, the same request, which the server runs or attaches to.
 	wire := 1
 	for n := 1; ; n++ {
-		out := t.attempt(ctx, n, wire, carried, yield)
+		out := t.attempt(ctx, n, wire, conv, yield)
 		sent := wire
 		if out.started {
 			wire++
@@ -301,19 +322,25 @@ func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result
 				added = out.committed
 			}
 			return &Result{
-				TurnID:     t.ID(),
-				EndReason:  tc.GetEndReason(),
-				Messages:   append(carried, added...),
-				Usage:      usage,
-				Counters:   counters,
-				Attempts:   n,
-				Reattaches: reattaches,
+				TurnID:       t.ID(),
+				EndReason:    tc.GetEndReason(),
+				Messages:     append(carried, added...),
+				Conversation: out.conv,
+				Usage:        usage,
+				Counters:     counters,
+				Attempts:     n,
+				Reattaches:   reattaches,
 			}, nil
 		}
 		fail := out.fail
 		carried = append(carried, out.committed...)
 		kept := standing(carried)
 		discard := out.partial || len(kept) < len(carried)
+		conv = out.conv
+		if len(kept) < len(carried) {
+			// The same trailing message, which compactions keep.
+			conv = conv[:len(conv)-1]
+		}
 		carried = kept
 		ended(fail.err, n)
 		if ctx.Err() != nil {
@@ -354,7 +381,7 @@ func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result
 		)
 		ev := &Event{Attempt: n, StepRetry: &StepRetry{
 			Attempt: n + 1, MaxAttempts: o.maxRetries + 1, Delay: delay, Err: fail.err,
-			DiscardPartial: discard, Messages: slices.Clone(carried),
+			DiscardPartial: discard, Messages: slices.Clone(carried), Conversation: slices.Clone(conv),
 		}}
 		if !yield(ev, nil) {
 			return nil, ErrStopped
@@ -365,15 +392,17 @@ func (t *Turn) run(ctx context.Context, yield func(*Event, error) bool) (*Result
 	}
 }
 
-// attempt makes attempt number n at the turn, re-sending carried after the
-// request's messages, and yields its events. When the stream breaks before
+// attempt makes attempt number n at the turn, sending conv (the request's
+// messages and those earlier attempts committed, compacted), and yields
+// its events. When the stream breaks before
 // the attempt's last event, it re-attaches to the same run with WatchTurn
 // from the last seq received, on any replica, so the run goes on without
 // loss or duplicates; only when that is impossible (the server keeps no
 // turn log, or never stored the run) or keeps failing does the attempt
 // end with the break. wire is the attempt's number on the wire.
-func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
+func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Message, yield func(*Event, error) bool) (out attemptOutcome) {
 	o := t.c.opts
+	out.conv = slices.Clone(conv)
 	if err := ctx.Err(); err != nil {
 		// Cancelled before it began: no run to start, none to cancel.
 		out.fail = fromStatus(status.FromContextError(err).Err())
@@ -422,7 +451,7 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.
 	rctx := metadata.AppendToOutgoingContext(sctx, AttemptHeader, strconv.Itoa(wire))
 	req := proto.CloneOf(t.req)
 	req.Attempt = uint32(wire)
-	req.Messages = append(req.Messages, carried...)
+	req.Messages = slices.Clone(conv)
 	out.counters = &turnstilev1.TurnCounters{}
 
 	stream, err := t.c.rpc.RunTurn(rctx, req)
@@ -532,6 +561,7 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.
 			out.partial = true
 		case *turnstilev1.AgentEvent_MessageCompleted:
 			out.committed = append(out.committed, p.MessageCompleted.GetMessage())
+			out.conv = append(out.conv, p.MessageCompleted.GetMessage())
 			out.partial, out.toolsRunning = false, nil
 		case *turnstilev1.AgentEvent_ToolStarted:
 			out.toolsRunning = append(out.toolsRunning, p.ToolStarted.GetName())
@@ -554,6 +584,14 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, carried []*turnstilev1.
 			}
 		case *turnstilev1.AgentEvent_Compaction:
 			out.counters.Compactions++
+			if !out.frozen {
+				var ok bool
+				if out.conv, ok = ApplyCompaction(out.conv, p.Compaction); !ok {
+					out.frozen = true
+					t.c.logger.LogAttrs(ctx, slog.LevelWarn, "turnstile: a compaction of the conversation could not be applied; the turn's later ones are not either",
+						slog.String("turn_id", t.ID()), slog.Bool("replacement_omitted", p.Compaction.GetReplacementOmitted()))
+				}
+			}
 		case *turnstilev1.AgentEvent_Hedge:
 			out.counters.Hedges++
 		case *turnstilev1.AgentEvent_ToolApprovalRequested:

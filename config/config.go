@@ -149,6 +149,23 @@ type Model struct {
 	// Tools lists the MCP tools (as models see them, prefix included) this
 	// model may call; empty means all.
 	Tools []string `yaml:"tools"`
+	// PromptCache is auto (default: Anthropic cache_control breakpoints on
+	// the tools, the system prompt and the conversation; an OpenAI
+	// prompt_cache_key per conversation) or off.
+	PromptCache runtime.PromptCache `yaml:"prompt_cache"`
+	// Compaction, when set, compacts the conversation before a call once
+	// its estimated size reaches compaction.at of context_window (which it
+	// needs), not only after the provider refused it as too long.
+	Compaction *runtime.CompactionConfig `yaml:"compaction"`
+	// Input lists the kinds of input the model takes, text among them
+	// (text, image, pdf, audio); unset takes what its provider type's
+	// models take (openai: text, image, pdf, and audio for its audio
+	// models; anthropic: all but audio; gemini and the simulator: all). A
+	// request with media the model cannot take is refused.
+	Input []llm.Modality `yaml:"input"`
+	// Reasoning, when set, is the reasoning asked of this model when a
+	// request's generation.reasoning is unset.
+	Reasoning *runtime.ReasoningConfig `yaml:"reasoning"`
 }
 
 // Server tunes the gRPC server.
@@ -203,6 +220,13 @@ type Server struct {
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxMediaBytes bounds one media part of a request, its data or URI
+	// (default 5 MiB; at least 1 KiB, at most max_request_media_bytes).
+	// Media travel in the request: max_request_bytes binds first.
+	MaxMediaBytes int `yaml:"max_media_bytes"`
+	// MaxRequestMediaBytes bounds the media of one request, all parts
+	// together (default 16 MiB; at least 1 KiB).
+	MaxRequestMediaBytes int `yaml:"max_request_media_bytes"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
 	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
 	// one event).
@@ -248,6 +272,8 @@ func defaultServer() Server {
 		HandshakeTimeout:      server.DefaultHandshakeTimeout,
 		MaxRequestBytes:       server.DefaultMaxRequestBytes,
 		MaxEventBytes:         server.DefaultMaxEventBytes,
+		MaxMediaBytes:         server.DefaultMaxMediaBytes,
+		MaxRequestMediaBytes:  server.DefaultMaxRequestMediaBytes,
 		SendTimeout:           server.DefaultSendTimeout,
 		MaxRunningTurns:       1024,
 	}
@@ -289,6 +315,11 @@ type Telemetry struct {
 	// CaptureContent records prompts, completions, tool arguments and tool
 	// results on spans (default false: they hold user data).
 	CaptureContent bool `yaml:"capture_content"`
+	// MetadataAttributes lists the keys of a request's metadata whose
+	// values are recorded on the turn's span as turnstile.metadata.KEY
+	// (default none: values are user data). The turn's log line holds all
+	// of them.
+	MetadataAttributes []string `yaml:"metadata_attributes"`
 }
 
 // Ops configures the ops HTTP listener.
@@ -322,7 +353,7 @@ func defaults() *Config {
 // newModel returns the model a models entry starts from: the default
 // timeouts and the top-level retry policy r.
 func newModel(r policy.Retry) Model {
-	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r, OnStreamCut: runtime.StreamCutRestart}
+	return Model{FirstTokenTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, Retry: r, OnStreamCut: runtime.StreamCutRestart, PromptCache: runtime.PromptCacheAuto}
 }
 
 // Default returns the configuration used when no file is given: the

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -128,11 +129,12 @@ server: {drain_delay: 0}
 		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionsPerPeer: 64, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 		MaxHeaderBytes:  32 << 10,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
+		MaxMediaBytes: 5 << 20, MaxRequestMediaBytes: 16 << 20,
 	}
 	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)
 	}
-	if c.Telemetry != (Telemetry{}) || c.Ops != (Ops{Metrics: true}) {
+	if !reflect.DeepEqual(c.Telemetry, Telemetry{}) || c.Ops != (Ops{Metrics: true}) {
 		t.Errorf("defaults: telemetry %+v, ops %+v; want content not captured and no ops listener (metrics on when there is one)", c.Telemetry, c.Ops)
 	}
 }
@@ -141,13 +143,13 @@ func TestParseTelemetryAndOps(t *testing.T) {
 	c, err := Parse("config.yaml", []byte(`
 providers: {sim: {type: simulator}}
 models: {m: {provider: sim, model: x}}
-telemetry: {capture_content: true}
+telemetry: {capture_content: true, metadata_attributes: [session, tenant.id]}
 ops: {listen: ":9464", pprof: true}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Telemetry != (Telemetry{CaptureContent: true}) || c.Ops != (Ops{Listen: ":9464", Metrics: true, PProf: true}) {
+	if !reflect.DeepEqual(c.Telemetry, Telemetry{CaptureContent: true, MetadataAttributes: []string{"session", "tenant.id"}}) || c.Ops != (Ops{Listen: ":9464", Metrics: true, PProf: true}) {
 		t.Errorf("telemetry %+v, ops %+v", c.Telemetry, c.Ops)
 	}
 }

@@ -158,6 +158,39 @@ config.yaml:6: models.b.hedge.to: "other" is not next or self
 config.yaml:6: models.b.on_stream_cut: "resume" is not restart or continue
 config.yaml:7: models.c.hedge.after: expected a duration such as 500ms, or a quantile from p50 to p99.9 such as p95`,
 	}, {
+		name: "model input and media bounds",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, input: [text, video, image, image]}
+  b: {provider: sim, model: n, input: [image]}
+  c: {provider: sim, model: o, input: [text, pdf]}
+default_model: a
+server:
+  max_media_bytes: 9000000
+  max_request_media_bytes: 8000000
+`,
+		want: `config.yaml:5: models.a.input[1]: "video" is not text, image, pdf or audio
+config.yaml:5: models.a.input[3]: "image" appears twice
+config.yaml:6: models.b.input: must include text: every turn has a prompt
+config.yaml:10: server.max_media_bytes: must be at most server.max_request_media_bytes (8000000)`,
+	}, {
+		name: "model input",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, input: [text, pdf]}
+  b: {provider: sim, model: n}
+default_model: a
+`,
+		check: func(t *testing.T, c *Config) {
+			if got := fmt.Sprint(c.Models["a"].Input, c.Models["b"].Input == nil); got != "[text pdf] true" {
+				t.Errorf("inputs: %s, want [text pdf] and unset", got)
+			}
+		},
+	}, {
 		name: "max_retries: -1 for none",
 		yaml: `
 providers:
@@ -287,6 +320,45 @@ turn: {max_continuations: -1}
 `,
 		want: `config.yaml:5: providers.openai.headers.Authorization: the value must be one line without control characters (the value is not shown)
 config.yaml:8: turn.max_continuations: must not be negative: 0 now means no continuations (-1 used to)`,
+	}, {
+		name: "reasoning and output retries out of range, a metadata attribute that is no key",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a:
+    provider: sim
+    model: m
+    reasoning: {effort: extreme, budget_tokens: 100}
+    retry: {output_retries: 11}
+  b:
+    provider: sim
+    model: m
+    reasoning: {}
+telemetry: {metadata_attributes: [session, "user id"]}
+default_model: a
+`,
+		want: `config.yaml:8: models.a.reasoning.budget_tokens: must be from 1024 to 1000000 (0 means the effort's budget)
+config.yaml:8: models.a.reasoning.effort: "extreme" is not low, medium or high
+config.yaml:9: models.a.retry.output_retries: must be from 0 to 10
+config.yaml:13: models.b.reasoning.effort: set effort or budget_tokens
+config.yaml:14: telemetry.metadata_attributes[1]: "user id" is not a metadata key: 1 to 64 letters, digits, '_', '-' or '.'`,
+	}, {
+		name: "a model's reasoning default",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m, reasoning: {effort: high}}
+`,
+		check: func(t *testing.T, c *Config) {
+			if r := c.Models["a"].Reasoning.Reasoning(); r == nil || r.Budget() != 16384 || r.Level().String() != "high" {
+				t.Errorf("reasoning = %+v", r)
+			}
+			if n := c.Models["a"].Retry.OutputRetries; n != 2 {
+				t.Errorf("output_retries = %d, want the default 2", n)
+			}
+		},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

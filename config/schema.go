@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/registry"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -67,6 +68,7 @@ var enums = map[string][]string{
 	typeKey(reflect.TypeFor[store.Config](), "mode"): {store.ModeEmbedded, store.ModeNATS, store.ModeOff},
 	reflect.TypeFor[runtime.StreamCut]().String():    {string(runtime.StreamCutRestart), string(runtime.StreamCutContinue)},
 	reflect.TypeFor[runtime.HedgeTarget]().String():  {string(runtime.HedgeNext), string(runtime.HedgeSelf)},
+	reflect.TypeFor[llm.Modality]().String():         {string(llm.ModalityText), string(llm.ModalityImage), string(llm.ModalityPDF), string(llm.ModalityAudio)},
 }
 
 // typeKey names the field of struct t at yaml key k in fieldDocs and enums.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +14,10 @@ import (
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/store"
 )
+
+// metadataKeyRE is what a request's metadata key may be (as the server
+// checks it).
+var metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // Validate checks c as a whole: the sections' ranges, the providers' own
 // checks, and the references between sections (providers, fallbacks,
@@ -95,6 +100,11 @@ func (c *Config) problems() []Problem {
 	v.settings("retry", c.Retry.Problems(), false)
 	v.settings("turn", c.Turn.Problems(), false)
 	v.settings("store", c.Store.Problems(), false)
+	for i, k := range c.Telemetry.MetadataAttributes {
+		if !metadataKeyRE.MatchString(k) {
+			v.at(fmt.Sprintf("telemetry.metadata_attributes[%d]", i), "%q is not a metadata key: 1 to 64 letters, digits, '_', '-' or '.'", k)
+		}
+	}
 	if c.Store.Mode != store.ModeOff && c.Store.Retention > 0 && c.Turn.MaxDuration > 0 && c.Store.Retention <= c.Turn.MaxDuration {
 		// The stream's age limit removes records whatever their turn.
 		v.at("store.retention", "must be longer than turn.max_duration, or a running turn's first records expire before it ends")
@@ -179,6 +189,13 @@ func (c *Config) checkServer(v *checker) {
 		v.at("server.max_header_bytes", "must be at least 1024 and at most %d", 16<<20)
 	}
 	atLeast("max_request_bytes", s.MaxRequestBytes, 1024)
+	atLeast("max_request_media_bytes", s.MaxRequestMediaBytes, 1024)
+	switch {
+	case s.MaxMediaBytes < 1024:
+		v.at("server.max_media_bytes", "must be at least 1024")
+	case s.MaxMediaBytes > s.MaxRequestMediaBytes && s.MaxRequestMediaBytes >= 1024:
+		v.at("server.max_media_bytes", "must be at most server.max_request_media_bytes (%d)", s.MaxRequestMediaBytes)
+	}
 	if need := c.Turn.MaxToolResultBytes + minEventMargin; s.MaxEventBytes < need {
 		v.at("server.max_event_bytes", "must be at least turn.max_tool_result_bytes + %d (%d), so the tool results of a step fit one event", minEventMargin, need)
 	}
@@ -234,9 +251,14 @@ func (c *Config) checkModels(v *checker) {
 				v.at(path+".hedge.to", "next needs a model in fallbacks to hedge to (or hedge to self)")
 			}
 		}
+		if rc := m.Reasoning; rc != nil {
+			v.settings(path+".reasoning", rc.Problems(), false)
+		}
 		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
 			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
 		}
+		c.checkContext(v, path, m, aliases)
+		checkInput(v, path+".input", m.Input)
 	}
 	c.checkCycles(v)
 	switch _, ok := c.Models[c.DefaultModel]; {
@@ -306,4 +328,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// checkInput checks a model's input list: known kinds, text among them,
+// none twice. Unset (nil) is fine: the provider's defaults apply.
+func checkInput(v *checker, path string, in []llm.Modality) {
+	if in == nil {
+		return
+	}
+	for i, k := range in {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case !slices.Contains(llm.Modalities, k):
+			v.at(at, "%q is not text, image, pdf or audio", string(k))
+		case slices.Contains(in[:i], k):
+			v.at(at, "%q appears twice", string(k))
+		}
+	}
+	if !slices.Contains(in, llm.ModalityText) {
+		v.at(path, "must include text: every turn has a prompt")
+	}
 }

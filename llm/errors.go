@@ -55,6 +55,9 @@ const (
 	// KindToolsUnsafe is a failure after a tool with side effects ran, so the
 	// step cannot be replayed blindly.
 	KindToolsUnsafe
+	// KindOutputInvalid is a final reply that does not match the request's
+	// output schema ([Request.OutputSchema]).
+	KindOutputInvalid
 )
 
 var kindNames = [...]string{
@@ -75,6 +78,7 @@ var kindNames = [...]string{
 	KindDeadlineExceeded:  "DEADLINE_EXCEEDED",
 	KindUnavailable:       "UNAVAILABLE",
 	KindToolsUnsafe:       "TOOLS_UNSAFE",
+	KindOutputInvalid:     "OUTPUT_INVALID",
 }
 
 // Kinds returns every class of failure, in the order of their values.

@@ -1,6 +1,10 @@
 package llm
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+)
 
 // Role says who authored a [Message].
 type Role uint8
@@ -48,6 +52,8 @@ const (
 	PartToolCall
 	// PartToolResult is the outcome of a tool call, in Part.ToolResult.
 	PartToolResult
+	// PartMedia is an image, a document or audio in Part.Media.
+	PartMedia
 )
 
 // Part is one piece of a [Message]. Kind says which fields are meaningful.
@@ -57,10 +63,92 @@ type Part struct {
 	Signature  string
 	ToolCall   *ToolCall
 	ToolResult *ToolResult
+	Media      *Media
 }
 
 // TextPart returns a text part.
 func TextPart(s string) Part { return Part{Kind: PartText, Text: s} }
+
+// MediaPart returns a media part.
+func MediaPart(m Media) Part { return Part{Kind: PartMedia, Media: &m} }
+
+// Media is an image, a document or audio shown to the model: its bytes, or
+// a URI the provider fetches (exactly one is set).
+type Media struct {
+	// MIMEType is the media's type, e.g. image/png.
+	MIMEType string
+	// Data is the media's bytes.
+	Data []byte
+	// URI locates the media for the provider to fetch.
+	URI string
+	// Name is an optional file name.
+	Name string
+}
+
+// Modality is a kind of model input.
+type Modality string
+
+// The kinds of input a model may take.
+const (
+	ModalityText  Modality = "text"
+	ModalityImage Modality = "image"
+	ModalityPDF   Modality = "pdf"
+	ModalityAudio Modality = "audio"
+)
+
+// Modalities lists every [Modality], in order.
+var Modalities = []Modality{ModalityText, ModalityImage, ModalityPDF, ModalityAudio}
+
+// mediaTypes maps each media type turnstile passes on to its modality.
+var mediaTypes = map[string]Modality{
+	"image/png":       ModalityImage,
+	"image/jpeg":      ModalityImage,
+	"image/gif":       ModalityImage,
+	"image/webp":      ModalityImage,
+	"application/pdf": ModalityPDF,
+	"audio/wav":       ModalityAudio,
+	"audio/mpeg":      ModalityAudio,
+}
+
+// MediaTypes returns the media types turnstile passes on, sorted.
+func MediaTypes() []string {
+	out := make([]string, 0, len(mediaTypes))
+	for t := range mediaTypes {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ModalityOf returns the modality of a media type, false when the type is
+// not one turnstile passes on. It takes the type as given: callers
+// normalise it first ([NormalizeMediaType]).
+func ModalityOf(mimeType string) (Modality, bool) {
+	m, ok := mediaTypes[mimeType]
+	return m, ok
+}
+
+// NormalizeMediaType returns a media type lower-cased, without
+// parameters, and with its common aliases (image/jpg, audio/mp3,
+// audio/x-wav, audio/wave) replaced by the registered name.
+func NormalizeMediaType(t string) string {
+	if i := strings.IndexByte(t, ';'); i >= 0 {
+		t = t[:i]
+	}
+	t = strings.ToLower(strings.TrimSpace(t))
+	switch t {
+	case "image/jpg":
+		return "image/jpeg"
+	case "audio/mp3":
+		return "audio/mpeg"
+	case "audio/x-wav", "audio/wave", "audio/vnd.wave":
+		return "audio/wav"
+	}
+	return t
+}
+
+// Size returns the bytes m carries: its data, or its URI.
+func (m *Media) Size() int { return len(m.Data) + len(m.URI) }
 
 // ToolCall is a model's request to run a tool.
 type ToolCall struct {
@@ -82,6 +170,9 @@ type ToolResult struct {
 	Content string
 	// IsError reports that the tool failed; Content says why.
 	IsError bool
+	// Media is what the tool returned besides text (an MCP tool's images,
+	// audio or documents), shown to the model after Content.
+	Media []Media
 }
 
 // Text returns the concatenated text parts of m.

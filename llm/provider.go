@@ -40,6 +40,158 @@ type Request struct {
 	Temperature *float64
 	// StopSequences end the reply when generated.
 	StopSequences []string
+	// CachePrompt asks the adapter to mark the request's stable prefix for
+	// the provider's prompt cache where the provider needs marks
+	// (Anthropic's cache_control breakpoints); false sends none.
+	CachePrompt bool
+	// PromptCacheKey, when not empty, is sent as the provider's prompt
+	// cache routing key (OpenAI's prompt_cache_key) so one conversation's
+	// calls land on the same cache. It is a digest, never prompt text.
+	PromptCacheKey string
+	// OutputSchema, when not nil, asks for a reply that is one JSON value
+	// matching a schema, in the provider's structured-output mode.
+	OutputSchema *OutputSchema
+	// ToolChoice, when not nil, says which tools the model may or must
+	// call; nil leaves it to the provider (auto).
+	ToolChoice *ToolChoice
+	// Reasoning, when not nil, asks for an amount of reasoning; nil leaves
+	// it to the provider.
+	Reasoning *Reasoning
+	// EndUser identifies the end user to the provider (a stable, opaque
+	// id); empty sends none.
+	EndUser string
+}
+
+// OutputSchema asks a model for a reply that is one JSON value matching
+// Schema.
+type OutputSchema struct {
+	// Name names the schema for providers that take a name.
+	Name string
+	// Schema is the JSON Schema, as a JSON object.
+	Schema []byte
+	// Strict asks the provider to enforce the schema while generating,
+	// where it can.
+	Strict bool
+}
+
+// ToolChoiceMode says how a model picks tools.
+type ToolChoiceMode uint8
+
+// The modes of a [ToolChoice].
+const (
+	// ToolChoiceAuto lets the model decide.
+	ToolChoiceAuto ToolChoiceMode = iota + 1
+	// ToolChoiceNone forbids tool calls.
+	ToolChoiceNone
+	// ToolChoiceRequired makes the model call at least one tool.
+	ToolChoiceRequired
+	// ToolChoiceTool makes the model call the tool [ToolChoice.Name].
+	ToolChoiceTool
+)
+
+// String returns the mode's lower-case name.
+func (m ToolChoiceMode) String() string {
+	switch m {
+	case ToolChoiceAuto:
+		return "auto"
+	case ToolChoiceNone:
+		return "none"
+	case ToolChoiceRequired:
+		return "required"
+	case ToolChoiceTool:
+		return "tool"
+	}
+	return "unspecified"
+}
+
+// ToolChoice says which tools a model may or must call.
+type ToolChoice struct {
+	Mode ToolChoiceMode
+	// Name is the tool to call with [ToolChoiceTool].
+	Name string
+}
+
+// Effort is a coarse amount of reasoning.
+type Effort uint8
+
+// The efforts of a [Reasoning].
+const (
+	// EffortUnspecified leaves the effort to the budget, or the provider.
+	EffortUnspecified Effort = iota
+	// EffortLow asks for little reasoning.
+	EffortLow
+	// EffortMedium asks for a moderate amount.
+	EffortMedium
+	// EffortHigh asks for much reasoning.
+	EffortHigh
+)
+
+// String returns the effort's lower-case name, as OpenAI's
+// reasoning_effort and the configuration write it; "" when unspecified.
+func (e Effort) String() string {
+	switch e {
+	case EffortLow:
+		return "low"
+	case EffortMedium:
+		return "medium"
+	case EffortHigh:
+		return "high"
+	}
+	return ""
+}
+
+// The reasoning budgets an effort stands for at providers that take a
+// budget, and the bounds of a budget.
+const (
+	BudgetLow       = 1024
+	BudgetMedium    = 4096
+	BudgetHigh      = 16384
+	MinBudgetTokens = 1024
+	MaxBudgetTokens = 1_000_000
+)
+
+// Reasoning asks for an amount of reasoning. Either field may be zero;
+// [Reasoning.Budget] and [Reasoning.Level] derive the one a provider
+// takes from the other.
+type Reasoning struct {
+	Effort Effort
+	// BudgetTokens is the most tokens the model may spend reasoning; zero
+	// means the effort's budget.
+	BudgetTokens int
+}
+
+// Budget returns the token budget r asks for: BudgetTokens when set, else
+// the effort's budget; zero when neither is set.
+func (r Reasoning) Budget() int {
+	if r.BudgetTokens > 0 {
+		return r.BudgetTokens
+	}
+	switch r.Effort {
+	case EffortLow:
+		return BudgetLow
+	case EffortMedium:
+		return BudgetMedium
+	case EffortHigh:
+		return BudgetHigh
+	}
+	return 0
+}
+
+// Level returns the effort r asks for: Effort when set, else the effort
+// whose budget covers BudgetTokens (up to BudgetMedium: low; up to
+// BudgetHigh: medium; beyond: high); EffortUnspecified when neither is set.
+func (r Reasoning) Level() Effort {
+	switch {
+	case r.Effort != EffortUnspecified:
+		return r.Effort
+	case r.BudgetTokens <= 0:
+		return EffortUnspecified
+	case r.BudgetTokens <= BudgetMedium:
+		return EffortLow
+	case r.BudgetTokens <= BudgetHigh:
+		return EffortMedium
+	}
+	return EffortHigh
 }
 
 // ChunkKind says what a [Chunk] carries.

@@ -21,6 +21,9 @@ type ToolOutput struct {
 	Content string
 	// IsError reports that the tool ran but failed; Content says why.
 	IsError bool
+	// Media is what the tool returned besides text (images, audio,
+	// documents), shown to the model after Content.
+	Media []Media
 }
 
 // ToolProgress is a progress report from a running tool.

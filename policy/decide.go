@@ -62,6 +62,9 @@ type Attempt struct {
 	OutOfCalls bool
 	// Jitter is a uniform draw from [0, 1), taken by the caller.
 	Jitter float64
+	// Corrections counts the calls of this step already made again after
+	// a failure of a rule that corrects (see [Rule.Corrects]).
+	Corrections int
 }
 
 // Decision is the [Policy]'s verdict on an [Attempt].
@@ -133,6 +136,11 @@ func (p Policy) Decide(a Attempt) Decision {
 		return calling(Decision{Action: ActionFallback})
 	case rule.Compacts && !a.Compacted:
 		return calling(Decision{Action: ActionCompact})
+	case rule.Retry && rule.Corrects:
+		if a.Corrections >= r.OutputRetries {
+			return leave(0, false)
+		}
+		return calling(Decision{Action: ActionRetry})
 	case !rule.Retry:
 		return leave(0, true)
 	}

@@ -42,12 +42,19 @@ type Retry struct {
 	// idle model recovers; once spent, the budget is probed (see [Health])
 	// each time a token comes back. Positive when the budget is on.
 	BudgetRefill float64 `yaml:"budget_refill"`
+	// OutputRetries is how many times per step a reply that does not match
+	// the request's output schema is asked for again, the model shown its
+	// validation errors; 0 fails the turn with OUTPUT_INVALID at the first.
+	OutputRetries int `yaml:"output_retries"`
 }
+
+// maxOutputRetries bounds Retry.OutputRetries: each costs a whole reply.
+const maxOutputRetries = 10
 
 // DefaultRetry returns the built-in retry settings: 2 retries, 500ms
 // initial backoff doubling up to 16s with ±25% jitter, Retry-After honoured
-// up to 60s, a 30s cooldown, and a retry budget of 20 tokens refilling at
-// two per second.
+// up to 60s, a 30s cooldown, a retry budget of 20 tokens refilling at
+// two per second, and 2 output retries.
 func DefaultRetry() Retry {
 	return Retry{
 		MaxRetries:     2,
@@ -59,6 +66,7 @@ func DefaultRetry() Retry {
 		Cooldown:       30 * time.Second,
 		BudgetTokens:   20,
 		BudgetRefill:   2,
+		OutputRetries:  2,
 	}
 }
 
@@ -71,6 +79,9 @@ func (r Retry) Problems() []llm.Problem {
 	}
 	if r.MaxRetries < 0 {
 		bad("max_retries", "must not be negative (0 means no retries)")
+	}
+	if r.OutputRetries < 0 || r.OutputRetries > maxOutputRetries {
+		bad("output_retries", "must be from 0 to %d", maxOutputRetries)
 	}
 	for _, d := range []struct {
 		field string

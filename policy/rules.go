@@ -66,6 +66,11 @@ type Rule struct {
 	// attempt had already streamed output: a connection lost mid-reply is
 	// an interrupted stream, whose output the client must discard.
 	AfterOutput llm.Kind
+	// Corrects, with Retry, replaces the backoff retries: the same model is
+	// called again at once, shown what was wrong with its reply, up to
+	// Retry.OutputRetries times per step, without spending the retry
+	// budget. The failure is the reply's, not the model's health.
+	Corrects bool
 }
 
 // ClientRetryable reports what the client is told when a turn ends with
@@ -97,6 +102,9 @@ var rules = map[llm.Kind]Rule{
 	llm.KindDeadlineExceeded:  {},
 	llm.KindToolsUnsafe:       {},
 	llm.KindInternal:          {},
+	// The reply did not match the output schema: the model is asked again,
+	// shown the validation errors.
+	llm.KindOutputInvalid: {Retry: true, Corrects: true},
 }
 
 // RuleFor returns the rule of class k. A class without a rule is treated

@@ -112,6 +112,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	res.duration = time.Since(c.start)
 	t.usage = t.usage.Add(res.usage)
 	t.recordLatency(c)
+	t.noteInput(c)
 	end := AttemptEnd{
 		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, ResponseID: res.responseID, Err: res.err, Streamed: res.streamed, Lost: c.lost,
 		Duration: res.duration, TimeToFirstChunk: res.ttfc,
@@ -158,14 +159,22 @@ func (t *turn) request(m *Model) (*llm.Request, string) {
 		TurnID:          t.info.TurnID,
 		Model:           m.ID,
 		System:          t.req.System,
-		Messages:        t.conv,
+		Messages:        mediaFor(m, t.conv),
 		Tools:           t.toolSpecs(m),
 		MaxOutputTokens: m.MaxOutputTokens,
 		Temperature:     t.req.Temperature,
 		StopSequences:   t.req.StopSequences,
+		OutputSchema:    t.req.OutputSchema,
+		Reasoning:       t.reasoning(m),
+		EndUser:         t.req.Metadata[MetadataEndUser],
 	}
+	t.cacheRequest(m, req)
+	req.ToolChoice = t.toolChoice(m, req.Tools)
 	if t.req.MaxOutputTokens > 0 {
 		req.MaxOutputTokens = t.req.MaxOutputTokens
+	}
+	if len(t.correction) > 0 {
+		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], t.correction...)
 	}
 	var seam string
 	if reply := mergeParts(t.reply, t.cut); len(reply) > 0 {

@@ -26,13 +26,16 @@ type chain struct {
 	admitted time.Time
 }
 
-// newChain resolves alias and its fallbacks, in order, without repeats.
-// Fallbacks of fallbacks are not followed.
-func newChain(r *Runner, alias string) chain {
+// newChain resolves alias and its fallbacks, in order, without repeats,
+// skipping the fallbacks that cannot take the media of msgs (the model
+// asked for was checked by [Runner.Validate]). Fallbacks of fallbacks are
+// not followed.
+func newChain(r *Runner, alias string, msgs []llm.Message) chain {
 	c := chain{health: r.health, share: r.sharerOf(), now: r.opts.now}
 	seen := map[string]bool{}
-	for _, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
-		if m := r.models[a]; m != nil && !seen[a] {
+	media := requestMedia(msgs)
+	for i, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
+		if m := r.models[a]; m != nil && !seen[a] && (i == 0 || takesAll(m, media)) {
 			seen[a] = true
 			c.models = append(c.models, m)
 		}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -34,6 +35,29 @@ func (KeepEnds) Name() string { return "keep_ends" }
 
 // Compact implements [Compactor].
 func (k KeepEnds) Compact(_ context.Context, _ string, msgs []llm.Message) ([]llm.Message, error) {
+	out, first, start := k.plan(msgs)
+	if start < 0 {
+		return out, nil
+	}
+	dropped := start - first - 1
+	note := llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(fmt.Sprintf("[%d earlier messages were omitted to fit the context window]", dropped))}}
+	return splice(out, first, start, note), nil
+}
+
+// splice returns out's messages up to first, then m, then those from
+// start on.
+func splice(out []llm.Message, first, start int, m llm.Message) []llm.Message {
+	res := make([]llm.Message, 0, first+2+len(out)-start)
+	res = append(res, out[:first+1]...)
+	res = append(res, m)
+	return append(res, out[start:]...)
+}
+
+// plan returns msgs with oversized tool results shortened, and, when that
+// is not enough, the middle to drop: out[first+1:start], after the first
+// user message and before a user message that is not a tool result, so no
+// tool result loses its call. start is -1 when nothing is to be dropped.
+func (k KeepEnds) plan(msgs []llm.Message) (out []llm.Message, first, start int) {
 	target, maxResult := k.Target, k.MaxToolResult
 	if target <= 0 || target >= 1 {
 		target = 0.5
@@ -44,7 +68,7 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []llm.Message) ([]ll
 	goal := int(float64(ConversationSize(msgs)) * target)
 
 	// First shorten oversized tool results, which are the usual culprits.
-	out := make([]llm.Message, len(msgs))
+	out = make([]llm.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = m
 		copied := false
@@ -56,19 +80,24 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []llm.Message) ([]ll
 				out[i].Parts, copied = append([]llm.Part(nil), m.Parts...), true
 			}
 			r := *p.ToolResult
-			cut := len(r.Content) - maxResult
-			r.Content = r.Content[:maxResult] + fmt.Sprintf("\n[%d bytes omitted to fit the context window]", cut)
+			// Cut at the start of a character: the result goes back to
+			// the client (a Compaction's replacement) as UTF-8.
+			keep := maxResult
+			for keep > 0 && !utf8.RuneStart(r.Content[keep]) {
+				keep--
+			}
+			r.Content = r.Content[:keep] + fmt.Sprintf("\n[%d bytes omitted to fit the context window]", len(r.Content)-keep)
 			out[i].Parts[j].ToolResult = &r
 		}
 	}
 	if ConversationSize(out) <= goal {
-		return out, nil
+		return out, -1, -1
 	}
 
 	// Then keep the first user message and the newest messages, starting
 	// the kept tail at a user message that is not a tool result, so no tool
 	// result loses its call.
-	first := -1
+	first = -1
 	for i, m := range out {
 		if m.Role == llm.RoleUser {
 			first = i
@@ -76,11 +105,11 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []llm.Message) ([]ll
 		}
 	}
 	if first < 0 {
-		return out, nil
+		return out, -1, -1
 	}
 	head := out[:first+1]
 	budget := goal - ConversationSize(head)
-	start := -1
+	start = -1
 	for i := len(out) - 1; i > first; i-- {
 		if out[i].Role != llm.RoleUser || hasToolResult(out[i]) {
 			continue
@@ -91,18 +120,10 @@ func (k KeepEnds) Compact(_ context.Context, _ string, msgs []llm.Message) ([]ll
 		}
 		start = i
 	}
-	if start < 0 {
-		return out, nil
+	if start < 0 || start-first-1 <= 0 {
+		return out, first, -1
 	}
-	dropped := start - first - 1
-	if dropped <= 0 {
-		return out, nil
-	}
-	note := llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(fmt.Sprintf("[%d earlier messages were omitted to fit the context window]", dropped))}}
-	res := make([]llm.Message, 0, len(head)+1+len(out)-start)
-	res = append(res, head...)
-	res = append(res, note)
-	return append(res, out[start:]...), nil
+	return out, first, start
 }
 
 func hasToolResult(m llm.Message) bool {

@@ -255,7 +255,11 @@ type Hedge struct {
 	After time.Duration
 }
 
-// Compaction says the conversation was shortened to fit a context window.
+// Compaction says the conversation was shortened to fit a context window,
+// and how: messages ReplacedFrom to ReplacedFrom+ReplacedCount of the
+// conversation (the client's messages followed by those this turn
+// committed, as earlier compactions of the turn left it) are replaced by
+// Replacement, which a client applies to the conversation it sends next.
 type Compaction struct {
 	Strategy       string
 	MessagesBefore int
@@ -263,6 +267,20 @@ type Compaction struct {
 	// BytesBefore and BytesAfter measure the conversation's text size.
 	BytesBefore int
 	BytesAfter  int
+	// BeforeCall reports a compaction before a call, because the
+	// conversation neared the model's context window; false is one after
+	// the provider refused it as too long.
+	BeforeCall bool
+	// ReplacedFrom, ReplacedCount and Replacement say what replaces what.
+	ReplacedFrom  int
+	ReplacedCount int
+	Replacement   []llm.Message
+	// SummaryError, when not empty, says why the summarize strategy fell
+	// back to keep_ends (Strategy is then keep_ends).
+	SummaryError string
+	// EstimatedTokens is the conversation's estimated size that triggered
+	// a compaction before a call; zero otherwise.
+	EstimatedTokens int
 }
 
 // EndReason says why a turn completed.

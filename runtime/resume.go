@@ -38,6 +38,9 @@ type Resume struct {
 	// Committed are the messages the turn committed, in order
 	// (MessageCompleted events).
 	Committed []llm.Message
+	// Edits are the compactions the turn made (Compaction events), in
+	// order, which the resumed turn's conversation keeps.
+	Edits []ConversationEdit
 	// LastStop is why the last committed reply ended, when the last
 	// committed message is a reply.
 	LastStop llm.StopReason

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,6 +51,18 @@ type Model struct {
 	OnStreamCut StreamCut
 	// Tools, when not nil, lists the server-side tools this model may call.
 	Tools []string
+	// PromptCache says whether calls ask for the provider's prompt cache;
+	// empty means [PromptCacheAuto].
+	PromptCache PromptCache
+	// Compaction, when not nil, compacts the conversation before a call
+	// whose estimated size nears ContextWindow (see [CompactionConfig]).
+	Compaction *CompactionConfig
+	// Input, when not nil, lists the kinds of input the model takes;
+	// nil takes what its provider says ([MediaTaker]), or text only.
+	Input []llm.Modality
+	// Reasoning, when not nil, is the reasoning asked of this model when
+	// the request asks for none.
+	Reasoning *llm.Reasoning
 }
 
 // TurnRequest asks for one turn.
@@ -73,6 +86,18 @@ type TurnRequest struct {
 	StopSequences []string
 	// MaxModelCalls overrides the runner's limit when positive.
 	MaxModelCalls int
+	// OutputSchema, when not nil, asks for a final reply that is one JSON
+	// value matching it; the reply is validated (see [WithOutputSchemas]).
+	OutputSchema *llm.OutputSchema
+	// ToolChoice, when not nil, says which tools the model may or must
+	// call. A named tool a fallback model is not offered is not forced on
+	// it (auto).
+	ToolChoice *llm.ToolChoice
+	// Reasoning, when not nil, overrides the model's reasoning default.
+	Reasoning *llm.Reasoning
+	// Metadata holds the caller's labels of the turn, for logs and spans;
+	// its "end_user" ([MetadataEndUser]) goes to the provider.
+	Metadata map[string]string
 	// Client is the name of the client key that sent the turn, for logs,
 	// spans and metrics; empty when the server runs without auth.
 	Client string
@@ -112,6 +137,7 @@ type options struct {
 	compactor Compactor
 	limits    Limits
 	rules     ToolRules
+	schemas   OutputSchemas
 }
 
 // Option configures a [Runner].
@@ -139,6 +165,11 @@ func WithIDs(f func() string) Option { return func(o *options) { o.newID = f } }
 // WithCompactor sets the strategy that shortens an overflowing conversation
 // (default [KeepEnds] with its defaults).
 func WithCompactor(c Compactor) Option { return func(o *options) { o.compactor = c } }
+
+// WithOutputSchemas sets the compiler of output schemas, which the runner
+// needs to take requests with an output schema (default none: such a
+// request is refused).
+func WithOutputSchemas(c OutputSchemas) Option { return func(o *options) { o.schemas = c } }
 
 // WithLimits sets the limits of every turn (default [DefaultLimits]).
 func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
@@ -261,19 +292,28 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
 // Validate checks what only the runner knows about a request: that its
-// model exists and its client tools do not clash with server tools. It
-// returns every problem, each a [*FieldError], joined with [errors.Join].
+// model exists and takes the request's media, and its client tools do not
+// clash with server tools. It returns every problem, each a
+// [*FieldError], joined with [errors.Join].
 func (r *Runner) Validate(req *TurnRequest) error {
 	var errs []error
 	if req.Model != "" && r.models[req.Model] == nil {
 		// %.64q: the client's text is quoted back, but not all of it.
 		errs = append(errs, &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %.64q; configured: %v", req.Model, r.Models())})
+	} else {
+		m := r.models[cmp.Or(req.Model, r.defaultModel)]
+		for _, ref := range requestMedia(req.Messages) {
+			if msg := mediaProblem(m, ref.media); msg != "" {
+				errs = append(errs, &FieldError{Field: ref.field, Description: msg})
+			}
+		}
 	}
 	for i, t := range req.ClientTools {
 		if r.tools[t.Name] != nil {
 			errs = append(errs, &FieldError{Field: fmt.Sprintf("tools[%d].name", i), Description: fmt.Sprintf("%q is a server-side tool", t.Name)})
 		}
 	}
+	errs = append(errs, r.validateOptions(req)...)
 	return errors.Join(errs...)
 }
 

@@ -23,11 +23,13 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 	// streams (t.cut), 0 when none was kept.
 	keptFrom := t.cutFrom
 	t.cutFrom = 0
+	t.correction, t.corrections = nil, 0
 	defer func() {
 		if t.interrupted == nil && t.stopped(ctx) != nil {
 			t.interrupted = t.cut
 		}
 		t.cut = nil
+		t.correction = nil
 	}()
 	for {
 		if err := t.stopped(ctx); err != nil {
@@ -35,6 +37,10 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			return llm.Message{}, 0, err
 		}
 		m := t.chain.current()
+		if err := t.compactBefore(ctx, m); err != nil {
+			ticket.Cancel()
+			return llm.Message{}, 0, err
+		}
 		number++
 		res := t.attempt(ctx, m, number, ticket)
 		ticket = nil
@@ -52,11 +58,28 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			m = res.model
 		}
 		number = res.number
+		var issues []string
 		if res.err == nil {
-			t.chain.succeeded(m.Alias)
-			t.servedBy = m.Alias
 			msg := llm.Message{Role: llm.RoleAssistant, Parts: mergeParts(t.cut, res.msg.Parts)}
-			return msg, res.stop, nil
+			if res.err, issues = t.checkOutput(msg, res.stop); res.err == nil {
+				t.chain.succeeded(m.Alias)
+				t.servedBy = m.Alias
+				t.stepFrom = keptFrom
+				if t.stepFrom == 0 {
+					t.stepFrom = res.firstSeq
+				}
+				return msg, res.stop, nil
+			}
+			// An invalid reply: its output is discarded, as a failed call's,
+			// with the start of a reply it continued.
+			res.partial = mergeParts(t.reply, msg.Parts)
+			if t.replyFrom != 0 {
+				keptFrom = t.replyFrom
+			}
+			t.reply, t.replyFrom = nil, 0
+			if !res.streamed && keptFrom != 0 {
+				res.streamed = true
+			}
 		}
 
 		e := res.err
@@ -73,7 +96,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		switch {
 		case !res.streamed:
 			// Nothing new was shown; what was kept stays kept.
-		case moving && m.OnStreamCut == StreamCutContinue && continuable(res.partial):
+		case moving && m.OnStreamCut == StreamCutContinue && continuable(res.partial) && e.Kind != llm.KindOutputInvalid:
 			t.cut = mergeParts(t.cut, res.partial)
 			if keptFrom == 0 {
 				keptFrom = res.firstSeq
@@ -89,8 +112,13 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		case policy.ActionRetry:
 			t.obs.Decision(ctx, info)
 			t.counters.Retries++
+			maxAttempts := m.Retry.MaxRetries + 1
+			if e.Kind == llm.KindOutputInvalid {
+				t.correct(llm.Message{Parts: res.partial}, issues)
+				maxAttempts = number + m.Retry.OutputRetries - t.corrections + 1
+			}
 			t.out.emit(ctx, &Retry{
-				Attempt: number + 1, MaxAttempts: m.Retry.MaxRetries + 1, Model: m.Alias,
+				Attempt: number + 1, MaxAttempts: maxAttempts, Model: m.Alias,
 				Delay: d.Delay, Kind: e.Kind, Message: e.Message,
 				DiscardPartial: discardFrom != 0, DiscardFromSeq: discardFrom,
 			})
@@ -159,10 +187,11 @@ func (t *turn) decide(ctx context.Context, m *Model, number int, compacted bool,
 		Remaining:         remaining,
 		OutOfCalls:        t.counters.ModelCalls >= t.maxCalls,
 		Jitter:            r.opts.jitter(),
+		Corrections:       t.corrections,
 	}
 	d := p.Decide(a)
 	var ticket *policy.Ticket
-	if d.Action == policy.ActionRetry {
+	if d.Action == policy.ActionRetry && policy.RuleFor(e.Kind).Transient {
 		var ok bool
 		if ticket, ok = r.health.Reserve(m.Alias); !ok {
 			a.BudgetExhausted = true
@@ -191,27 +220,9 @@ func (t *turn) wait(ctx context.Context, d time.Duration) error {
 	return t.stopped(ctx)
 }
 
-// compact shortens the conversation with the runner's compactor and emits
-// a Compaction event. It reports false when nothing could be removed.
+// compact shortens the conversation after an overflow with the runner's
+// compactor and emits a Compaction event. It reports false when nothing
+// could be removed.
 func (t *turn) compact(ctx context.Context) (bool, error) {
-	c := t.r.opts.compactor
-	before := t.conv
-	after, err := c.Compact(ctx, t.req.System, before)
-	if err != nil {
-		if err := t.stopped(ctx); err != nil {
-			return false, err
-		}
-		return false, &llm.Error{Kind: llm.KindContextOverflow, Message: "the conversation is too long and could not be compacted", Err: err}
-	}
-	bb, ba := ConversationSize(before), ConversationSize(after)
-	if ba >= bb {
-		return false, nil
-	}
-	t.conv = after
-	t.counters.Compactions++
-	t.out.emit(ctx, &Compaction{
-		Strategy: c.Name(), MessagesBefore: len(before), MessagesAfter: len(after),
-		BytesBefore: bb, BytesAfter: ba,
-	})
-	return true, nil
+	return t.compactWith(ctx, t.r.opts.compactor, 0)
 }

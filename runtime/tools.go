@@ -210,11 +210,12 @@ func (t *turn) awaitTools(ctx context.Context, wg *sync.WaitGroup) bool {
 // shareResultBudget cuts the results of one step so that together they fit
 // the turn's MaxToolResultBytes, as the message that commits them must.
 func (t *turn) shareResultBudget(results []llm.ToolResult) {
+	t.fitResultMedia(results)
 	contents := make([]string, len(results))
 	for i, r := range results {
 		contents[i] = r.Content
 	}
-	max := t.r.opts.limits.MaxToolResultBytes
+	max := t.r.opts.limits.MaxToolResultBytes - mediaBytes(results)
 	for _, i := range shareBudget(contents, max) {
 		t.r.opts.logger.Warn("tool result truncated to share the step's budget", "turn_id", t.info.TurnID, "tool", results[i].Name,
 			"call_id", results[i].CallID, "bytes", len(results[i].Content), "max_tool_result_bytes", max, "results", len(results))
@@ -282,13 +283,16 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 	finished = true
 	live.Unlock()
 	dur := time.Since(start)
-	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: out.Content, IsError: out.IsError}
+	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: out.Content, IsError: out.IsError, Media: out.Media}
 	switch {
 	case ctx.Err() != nil:
 	case err != nil && tctx.Err() != nil:
 		res.Content, res.IsError = fmt.Sprintf("tool %q timed out after %s", c.Name, timeout), true
 	case err != nil:
 		res.Content, res.IsError = fmt.Sprintf("tool %q failed: %v", c.Name, err), true
+	}
+	if err != nil {
+		res.Media = nil
 	}
 	if content, cut := truncated(res.Content, t.r.opts.limits.MaxToolResultBytes); cut {
 		t.r.opts.logger.Warn("tool result truncated", "turn_id", t.info.TurnID, "tool", c.Name, "call_id", c.ID,

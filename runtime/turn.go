@@ -66,6 +66,18 @@ type turn struct {
 	// measured from its start; waited sums its backoff waits.
 	firstOutput time.Duration
 	waited      time.Duration
+	// outputCheck validates a final reply against the request's output
+	// schema, compiled at the first reply it checks. correction is what
+	// the step's next call is shown after an invalid reply (see
+	// [turn.correct]); corrections counts them in the step.
+	outputCheck func(string) []string
+	correction  []llm.Message
+	corrections int
+	// stepFrom is the first output event of the reply the last step
+	// returned (0: none streamed); replyFrom that of the reply being
+	// continued (t.reply), which an invalid continuation discards too.
+	stepFrom  uint64
+	replyFrom uint64
 
 	mu sync.Mutex // guards what parallel tool calls touch below
 	// unsafeRunning counts the tools with side effects started since the
@@ -78,6 +90,13 @@ type turn struct {
 	// whose ToolStarted was emitted began. A cancel answers the rest.
 	answered map[string]llm.ToolResult
 	started  map[string]time.Time
+
+	// seen is the prompt size the provider last reported, for the
+	// estimate that decides a compaction before a call.
+	seen promptSeen
+	// cacheKey is the prompt cache key of calls to cacheKeyOf.
+	cacheKey   string
+	cacheKeyOf *Model
 }
 
 // newTurn prepares a turn of req and returns it with the turn's context,
@@ -112,7 +131,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		info:     TurnInfo{TurnID: id, Model: alias, Request: req, Start: time.Now()},
 		obs:      r.opts.observer,
 		out:      emitter{sink: sink, turnID: id, now: r.opts.now, cancel: cancel},
-		chain:    newChain(r, alias),
+		chain:    newChain(r, alias, req.Messages),
 		parent:   ctx,
 		maxCalls: r.opts.limits.MaxModelCalls,
 		conv:     slices.Clone(req.Messages),
@@ -126,7 +145,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	}
 	t.firstSeq = 1
 	if rs := req.Resume; rs != nil {
-		t.conv = append(t.conv, rs.Committed...)
+		t.conv = rs.conversation(t.conv)
 		t.added = slices.Clone(rs.Committed)
 		t.usage, t.counters = rs.Usage, rs.Counters
 		t.out.seq = max(rs.NextSeq, 1) - 1
@@ -179,11 +198,17 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 		}
 		msg.Parts = mergeParts(t.reply, msg.Parts)
 		t.reply = nil
+		replyFrom := t.replyFrom
+		t.replyFrom = 0
 		calls := msg.ToolCalls()
 		if stop == llm.StopMaxTokens && len(calls) == 0 && continuations < t.r.opts.limits.MaxContinuations {
 			// Cut by the output limit: the next call continues the reply,
 			// which is committed once it ends.
 			continuations++
+			t.replyFrom = replyFrom
+			if t.replyFrom == 0 {
+				t.replyFrom = t.stepFrom
+			}
 			t.reply = msg.Parts
 			continue
 		}

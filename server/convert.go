@@ -49,8 +49,8 @@ func (v *violations) add(field, format string, args ...any) {
 // toTurnRequest validates req and converts it for the runtime. It reports
 // every problem it finds, each naming its field; the request is converted
 // only when there is none. checkSchema, when not nil, checks each client
-// tool's input schema (JSON).
-func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) error) (*runtime.TurnRequest, violations) {
+// tool's input schema (JSON); media bounds the request's media.
+func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) error, media mediaLimits) (*runtime.TurnRequest, violations) {
 	var bad violations
 	if len(req.GetTurnId()) > maxTurnIDLen || !utf8.ValidString(req.GetTurnId()) {
 		bad.add("turn_id", "must be valid UTF-8 of at most %d bytes", maxTurnIDLen)
@@ -78,7 +78,7 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) err
 	}
 	if len(bad) == 0 {
 		for i, m := range req.GetMessages() {
-			tr.Messages = append(tr.Messages, toMessage(&bad, fmt.Sprintf("messages[%d]", i), m))
+			tr.Messages = append(tr.Messages, toMessage(&bad, &media, fmt.Sprintf("messages[%d]", i), m))
 		}
 		checkConversation(&bad, tr.Messages)
 	}
@@ -110,7 +110,9 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) err
 			}
 		}
 		tr.StopSequences = g.GetStopSequences()
+		toGenerationOptions(&bad, g, tr)
 	}
+	tr.Metadata = toMetadata(&bad, req.GetMetadata())
 	if l := req.GetLimits(); l != nil && l.MaxModelCalls != nil {
 		if n := l.GetMaxModelCalls(); n < 1 || n > maxModelCallsCap {
 			bad.add("limits.max_model_calls", "must be between 1 and %d", maxModelCallsCap)
@@ -179,7 +181,7 @@ func schemaProblem(s *structpb.Struct, b []byte, checkSchema func([]byte) error)
 	return ""
 }
 
-func toMessage(bad *violations, field string, m *turnstilev1.Message) llm.Message {
+func toMessage(bad *violations, media *mediaLimits, field string, m *turnstilev1.Message) llm.Message {
 	var msg llm.Message
 	switch m.GetRole() {
 	case turnstilev1.Role_ROLE_USER:
@@ -246,9 +248,15 @@ func toMessage(bad *violations, field string, m *turnstilev1.Message) llm.Messag
 			}
 			part = llm.Part{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{
 				CallID: tr.GetCallId(), Name: tr.GetName(), Content: tr.GetContent(), IsError: tr.GetIsError(),
+				Media: toResultMedia(bad, media, pf+".tool_result.media", tr.GetMedia()),
 			}}
+		case *turnstilev1.Part_Media:
+			if msg.Role != llm.RoleUser {
+				bad.add(pf+".media", "only user messages hold media (tool results hold theirs in tool_result.media)")
+			}
+			part = llm.MediaPart(toMedia(bad, media, pf+".media", k.Media))
 		default:
-			bad.add(pf, "one of text, thinking, tool_call or tool_result must be set")
+			bad.add(pf, "one of text, thinking, tool_call, tool_result or media must be set")
 			continue
 		}
 		msg.Parts = append(msg.Parts, part)
@@ -335,7 +343,9 @@ func fromMessage(m llm.Message) *turnstilev1.Message {
 			pp.Kind = &turnstilev1.Part_ToolCall{ToolCall: &turnstilev1.ToolCall{Id: p.ToolCall.ID, Name: p.ToolCall.Name, Arguments: p.ToolCall.Arguments}}
 		case llm.PartToolResult:
 			r := p.ToolResult
-			pp.Kind = &turnstilev1.Part_ToolResult{ToolResult: &turnstilev1.ToolResult{CallId: r.CallID, Name: r.Name, Content: r.Content, IsError: r.IsError}}
+			pp.Kind = &turnstilev1.Part_ToolResult{ToolResult: &turnstilev1.ToolResult{CallId: r.CallID, Name: r.Name, Content: r.Content, IsError: r.IsError, Media: fromMediaList(r.Media)}}
+		case llm.PartMedia:
+			pp.Kind = &turnstilev1.Part_Media{Media: fromMedia(*p.Media)}
 		default:
 			continue
 		}
@@ -482,10 +492,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 			FromModel: e.From, ToModel: e.To, After: durationpb.New(e.After),
 		}}
 	case *runtime.Compaction:
-		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: &turnstilev1.Compaction{
-			Strategy: e.Strategy, MessagesBefore: uint32(e.MessagesBefore), MessagesAfter: uint32(e.MessagesAfter),
-			BytesBefore: uint64(e.BytesBefore), BytesAfter: uint64(e.BytesAfter),
-		}}
+		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: fromCompaction(e)}
 	case *runtime.UsageUpdated:
 		out.Payload = &turnstilev1.AgentEvent_Usage{Usage: fromUsage(e.Total)}
 	case *runtime.ToolApprovalRequested:

@@ -54,7 +54,7 @@ func FuzzToTurnRequest(f *testing.F) {
 		if proto.Unmarshal(b, &req) != nil {
 			return
 		}
-		tr, bad := toTurnRequest(&req, argcheck.CheckSchema)
+		tr, bad := toTurnRequest(&req, argcheck.CheckSchema, mediaLimits{})
 		if len(bad) > 0 {
 			for _, v := range bad {
 				if v.Field == "" || v.Description == "" {

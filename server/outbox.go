@@ -204,6 +204,12 @@ func fitEvent(resp *turnstilev1.RunTurnResponse, maxBytes int) error {
 			return nil
 		}
 	}
+	if c := resp.GetEvent().GetCompaction(); c != nil {
+		c.Replacement, c.ReplacementOmitted = nil, true
+		if size = proto.Size(resp); size <= maxBytes {
+			return nil
+		}
+	}
 	what := fmt.Sprintf("%T", resp.GetEvent().GetPayload())
 	return &llm.Error{
 		Kind:    llm.KindInternal,

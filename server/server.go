@@ -108,6 +108,12 @@ type Options struct {
 	// by gRPC as soon as its length is read, without ErrorInfo (default
 	// 4 MiB).
 	MaxRequestBytes int
+	// MaxMediaBytes bounds one media part of a request, its data or URI
+	// (default [DefaultMaxMediaBytes]); one over it is INVALID_ARGUMENT.
+	MaxMediaBytes int
+	// MaxRequestMediaBytes bounds the media of one request, all parts
+	// together (default [DefaultMaxRequestMediaBytes]).
+	MaxRequestMediaBytes int
 	// MaxEventBytes bounds every event the server sends (default 2 MiB;
 	// clients must accept messages this large: gRPC's default is 4 MiB).
 	MaxEventBytes int
@@ -211,6 +217,8 @@ func (o *Options) setDefaults() {
 	}
 	defInt(&o.MaxRequestBytes, DefaultMaxRequestBytes)
 	defInt(&o.MaxEventBytes, DefaultMaxEventBytes)
+	defInt(&o.MaxMediaBytes, DefaultMaxMediaBytes)
+	defInt(&o.MaxRequestMediaBytes, DefaultMaxRequestMediaBytes)
 	defInt(&o.MaxRunningTurns, 1024)
 	def(&o.DetachGrace, 30*time.Second)
 	if o.MaxConcurrentStreams == 0 {

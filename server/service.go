@@ -171,7 +171,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 // request validates req for key k (nil without auth) and converts it, or
 // returns the status that refuses it.
 func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
-	tr, bad := toTurnRequest(req, s.opts.CheckToolSchema)
+	tr, bad := toTurnRequest(req, s.opts.CheckToolSchema, s.mediaLimits())
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad)
 	}

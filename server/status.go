@@ -32,7 +32,7 @@ func grpcCode(k llm.Kind) codes.Code {
 	case llm.KindOverloaded, llm.KindServerError, llm.KindTimeout, llm.KindNetwork,
 		llm.KindStreamInterrupted, llm.KindUnavailable:
 		return codes.Unavailable
-	case llm.KindContextOverflow, llm.KindInvalidRequest, llm.KindContentFiltered:
+	case llm.KindContextOverflow, llm.KindInvalidRequest, llm.KindContentFiltered, llm.KindOutputInvalid:
 		return codes.InvalidArgument
 	case llm.KindAuth, llm.KindNotFound:
 		return codes.FailedPrecondition

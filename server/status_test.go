@@ -35,6 +35,7 @@ func TestKindMapping(t *testing.T) {
 		{llm.KindDeadlineExceeded, codes.DeadlineExceeded},
 		{llm.KindUnavailable, codes.Unavailable},
 		{llm.KindToolsUnsafe, codes.Aborted},
+		{llm.KindOutputInvalid, codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind.String(), func(t *testing.T) {

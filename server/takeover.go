@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -250,7 +251,7 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, bad := toTurnRequest(req, nil)
+	tr, bad := toTurnRequest(req, nil, s.mediaLimits())
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}
@@ -324,12 +325,19 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			}
 		case *turnstilev1.AgentEvent_Compaction:
 			rs.Counters.Compactions++
+			e, err := toEdit(p.Compaction, len(rs.Committed))
+			if err != nil {
+				return nil, err
+			}
+			rs.Edits = append(rs.Edits, e)
 		case *turnstilev1.AgentEvent_Usage:
 			u := p.Usage
 			rs.Usage = llm.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(), CacheReadTokens: u.GetCacheReadTokens(), CacheWriteTokens: u.GetCacheWriteTokens()}
 		case *turnstilev1.AgentEvent_MessageCompleted:
 			var bad violations
-			m := toMessage(&bad, "message_completed", p.MessageCompleted.GetMessage())
+			// The server made these messages: their media were bounded then.
+			unbounded := mediaLimits{perPart: math.MaxInt, perRequest: math.MaxInt}
+			m := toMessage(&bad, &unbounded, "message_completed", p.MessageCompleted.GetMessage())
 			if len(bad) > 0 {
 				return nil, bad[0]
 			}
@@ -347,7 +355,8 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			}
 		case *turnstilev1.AgentEvent_Steered:
 			var bad violations
-			m := toMessage(&bad, "steered", p.Steered.GetMessage())
+			unbounded := mediaLimits{perPart: math.MaxInt, perRequest: math.MaxInt}
+			m := toMessage(&bad, &unbounded, "steered", p.Steered.GetMessage())
 			if len(bad) > 0 {
 				return nil, bad[0]
 			}

@@ -2,6 +2,9 @@ package telemetry
 
 import (
 	"encoding/json"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -20,7 +23,10 @@ type chatMessage struct {
 	FinishReason string        `json:"finish_reason,omitempty"`
 }
 
-// messagePart is a text, reasoning, tool_call or tool_call_response part.
+// messagePart is a text, reasoning, tool_call, tool_call_response or media
+// part. A media part (the conventions' generic part, type "media") holds
+// the media's modality, type and size: never its bytes, nor its URI,
+// which may carry a token.
 type messagePart struct {
 	Type      string          `json:"type"`
 	Content   string          `json:"content,omitempty"`
@@ -28,6 +34,46 @@ type messagePart struct {
 	Name      string          `json:"name,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	Response  any             `json:"response,omitempty"`
+	Modality  string          `json:"modality,omitempty"`
+	MIMEType  string          `json:"mime_type,omitempty"`
+	Size      int             `json:"size,omitempty"`
+	ByURI     bool            `json:"by_uri,omitempty"`
+}
+
+// mediaPart describes a media without its content.
+func mediaPart(m *llm.Media) messagePart {
+	kind, _ := llm.ModalityOf(m.MIMEType)
+	return messagePart{Type: "media", Modality: string(kind), MIMEType: m.MIMEType, Size: len(m.Data), ByURI: m.URI != ""}
+}
+
+// mediaAttrs returns the media count and sorted types of msgs, none when
+// they hold no media.
+func mediaAttrs(msgs []llm.Message) []attribute.KeyValue {
+	n := 0
+	var types []string
+	see := func(m *llm.Media) {
+		n++
+		if !slices.Contains(types, m.MIMEType) {
+			types = append(types, m.MIMEType)
+		}
+	}
+	for _, msg := range msgs {
+		for _, p := range msg.Parts {
+			switch {
+			case p.Kind == llm.PartMedia && p.Media != nil:
+				see(p.Media)
+			case p.Kind == llm.PartToolResult && p.ToolResult != nil:
+				for i := range p.ToolResult.Media {
+					see(&p.ToolResult.Media[i])
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	slices.Sort(types)
+	return []attribute.KeyValue{keyMediaCount.Int(n), keyMediaTypes.StringSlice(types)}
 }
 
 func parts(m llm.Message) []messagePart {
@@ -53,6 +99,13 @@ func parts(m llm.Message) []messagePart {
 		case llm.PartToolResult:
 			if r := p.ToolResult; r != nil {
 				out = append(out, messagePart{Type: "tool_call_response", ID: r.CallID, Response: r.Content})
+				for i := range r.Media {
+					out = append(out, mediaPart(&r.Media[i]))
+				}
+			}
+		case llm.PartMedia:
+			if p.Media != nil {
+				out = append(out, mediaPart(p.Media))
 			}
 		}
 	}

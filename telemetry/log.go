@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,7 +30,10 @@ var _ runtime.Observer = (*TurnLog)(nil)
 func NewTurnLog(logger *slog.Logger) *TurnLog { return &TurnLog{logger: logger} }
 
 // TurnEnd writes the turn's line: "turn ended" with turn_id; trace_id
-// when the turn is traced; client when a key sent it; model (the alias
+// when the turn is traced; client when a key sent it; metadata, a group of
+// the request's metadata (at most 16 keys of 64 bytes and values of 256,
+// by the request's bounds; user data the client chose to label the turn
+// with, which it must not put secrets in); model (the alias
 // asked for); attempts, a group of the models tried, in order, with the
 // model calls each got; served_by (the model whose reply was last
 // committed); model_calls, retries, fallbacks, hedges, compactions,
@@ -65,6 +70,14 @@ func (l *TurnLog) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.T
 	}
 	if c := client(t); c != "" {
 		attrs = append(attrs, slog.String("client", c))
+	}
+	if t.Request != nil && len(t.Request.Metadata) > 0 {
+		keys := slices.Sorted(maps.Keys(t.Request.Metadata))
+		md := make([]any, 0, len(keys))
+		for _, k := range keys {
+			md = append(md, slog.String(k, t.Request.Metadata[k]))
+		}
+		attrs = append(attrs, slog.Group("metadata", md...))
 	}
 	attrs = append(attrs, slog.String("model", t.Model))
 	if len(end.Attempts) > 0 {

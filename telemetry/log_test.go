@@ -45,6 +45,7 @@ func TestTurnLogCompleted(t *testing.T) {
 	log := telemetry.NewTurnLog(slog.New(slog.NewJSONHandler(&buf, nil)))
 	req := userTurn("a secret question")
 	req.Client = "team-a"
+	req.Metadata = map[string]string{"session": "s-1", "end_user": "u-9"}
 	scenario(t, runtime.Observers(observer(t, p, telemetry.ObserverOptions{}), log), req)
 
 	lines := logLines(t, &buf)
@@ -62,6 +63,7 @@ func TestTurnLogCompleted(t *testing.T) {
 	traceID := p.spans.Ended()[len(p.spans.Ended())-1].SpanContext().TraceID().String()
 	want := map[string]any{
 		"level": "INFO", "msg": "turn ended", "turn_id": "t1", "trace_id": traceID, "client": "team-a", "model": "a",
+		"metadata": map[string]any{"end_user": "u-9", "session": "s-1"},
 		"attempts": map[string]any{"a": 3.0, "b": 2.0}, "served_by": "b",
 		"model_calls": 5.0, "retries": 2.0, "fallbacks": 1.0, "hedges": 0.0, "compactions": 0.0, "tool_calls": 1.0,
 		"input_tokens": 27.0, "output_tokens": 11.0, "cache_read_tokens": 30.0, "cache_write_tokens": 0.0,

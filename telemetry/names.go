@@ -51,6 +51,11 @@ const (
 	toolTypeExtension = "extension"
 )
 
+// keyMetadata prefixes the request metadata keys copied to the turn's span
+// (ObserverOptions.MetadataAttributes), turnstile.metadata.KEY: their
+// values are the client's (each at most 256 bytes), never put on metrics.
+const keyMetadata = "turnstile.metadata."
+
 // turnstile's own attribute keys. Every one of them has a bounded set of
 // values except turn id, tool call id and trace-only counters, which are
 // never put on metrics.
@@ -87,6 +92,11 @@ const (
 	keyDecidedBy = attribute.Key("turnstile.approval.decided_by")
 	keyApprovalW = attribute.Key("turnstile.approval.waited")
 	keySteerSize = attribute.Key("turnstile.steer.bytes")
+	// keyMediaCount and keyMediaTypes describe the media a call sends
+	// (user parts and tool results): how many, and their types. Never the
+	// bytes, even with content capture.
+	keyMediaCount = attribute.Key("turnstile.request.media.count")
+	keyMediaTypes = attribute.Key("turnstile.request.media.types")
 )
 
 // Span event names.

@@ -42,6 +42,11 @@ type ObserverOptions struct {
 	Endpoints map[string]string
 	// Version is the instrumentation scope's version: turnstile's.
 	Version string
+	// MetadataAttributes lists the keys of a request's metadata whose
+	// values are recorded on the turn's span, as turnstile.metadata.KEY;
+	// the others are not. Values are user data: list only keys whose
+	// values may be kept with the traces.
+	MetadataAttributes []string
 }
 
 // Observer is a [runtime.Observer] that turns each turn into spans and
@@ -163,6 +168,7 @@ func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Co
 	if c := client(t); c != "" {
 		attrs = append(attrs, keyClient.String(c))
 	}
+	attrs = append(attrs, o.metadataAttrs(t)...)
 	ctx, span := o.tracer.Start(ctx, opInvokeAgent, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(t.Start), trace.WithAttributes(attrs...))
 	o.m.active.Add(ctx, 1, metric.WithAttributes(keyModel.String(t.Model)))
@@ -243,6 +249,21 @@ func turnOutcome(end runtime.TurnEnd) attribute.KeyValue {
 	return keyErrorType.String("_OTHER")
 }
 
+// metadataAttrs returns the span attributes of the request metadata keys
+// the options list, in their order.
+func (o *Observer) metadataAttrs(t runtime.TurnInfo) []attribute.KeyValue {
+	if t.Request == nil || len(t.Request.Metadata) == 0 {
+		return nil
+	}
+	var out []attribute.KeyValue
+	for _, k := range o.opts.MetadataAttributes {
+		if v, ok := t.Request.Metadata[k]; ok {
+			out = append(out, attribute.String(keyMetadata+k, v))
+		}
+	}
+	return out
+}
+
 func client(t runtime.TurnInfo) string {
 	if t.Request == nil {
 		return ""
@@ -310,6 +331,7 @@ func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) cont
 		if r.Temperature != nil {
 			attrs = append(attrs, keyRequestTemperature.Float64(*r.Temperature))
 		}
+		attrs = append(attrs, mediaAttrs(r.Messages)...)
 		if o.opts.CaptureContent {
 			attrs = append(attrs, keyInputMessages.String(inputMessages(r.Messages)))
 			if r.System != "" {

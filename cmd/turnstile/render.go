@@ -228,7 +228,11 @@ func (r *textRenderer) render(ev *client.Event) error {
 		}
 	case *turnstilev1.AgentEvent_Compaction:
 		e := p.Compaction
-		r.notice(fmt.Sprintf("the conversation was compacted (%s): %d → %d messages", e.GetStrategy(), e.GetMessagesBefore(), e.GetMessagesAfter()))
+		how := e.GetStrategy()
+		if s := e.GetSummaryError(); s != "" {
+			how += ", as the summary failed: " + s
+		}
+		r.notice(fmt.Sprintf("the conversation was compacted (%s): %d → %d messages", how, e.GetMessagesBefore(), e.GetMessagesAfter()))
 	}
 	return nil
 }

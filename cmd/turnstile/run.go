@@ -168,6 +168,10 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
 	approve := fs.String("approve", "", "how to answer tool calls that wait for approval: `ask|all|none|wait` (default: ask when stdin is a terminal, else wait: leave them to another client or the server's timeout)")
 	steer := fs.String("steer", steerAuto, "send the lines typed on stdin while the turn runs as steering messages: `auto|on|off` (auto: when stdin is a terminal)")
+	var media mediaFlag
+	fs.Var(media.image(), "image", "send the image in this `file` with the prompt (PNG, JPEG, GIF, WebP; repeatable)")
+	fs.Var(media.file(), "file", "send the document or audio in this `file` with the prompt (PDF, WAV, MP3, or an image; repeatable)")
+	gen := addGenFlags(fs)
 	words, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -202,6 +206,12 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitUsage
 	}
 
+	parts, err := media.parts()
+	if err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
+	}
+
 	opts := []client.Option{client.WithMaxStepRetries(*retries)}
 	tlsCfg, err := clientTLS(*useTLS, *caFile, *certFile, *keyFile)
 	if err != nil {
@@ -233,8 +243,12 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		System: *system,
 		Messages: []*turnstilev1.Message{{
 			Role:  turnstilev1.Role_ROLE_USER,
-			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}},
+			Parts: append([]*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}}, parts...),
 		}},
+	}
+	if err := gen.apply(req); err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
 	}
 	var (
 		in      *lines

@@ -275,6 +275,8 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		HandshakeTimeout:      s.HandshakeTimeout,
 		MaxRequestBytes:       s.MaxRequestBytes,
 		MaxEventBytes:         s.MaxEventBytes,
+		MaxMediaBytes:         s.MaxMediaBytes,
+		MaxRequestMediaBytes:  s.MaxRequestMediaBytes,
 		SendTimeout:           s.SendTimeout,
 		CheckToolSchema:       argcheck.CheckSchema,
 		MaxRunningTurns:       s.MaxRunningTurns,
@@ -343,14 +345,21 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Retry:             mc.Retry,
 			Hedge:             mc.Hedge,
 			OnStreamCut:       mc.OnStreamCut,
+			PromptCache:       mc.PromptCache,
+			Compaction:        mc.Compaction,
 			Tools:             allowedTools(mc.Tools),
+			Input:             mc.Input,
+			Reasoning:         mc.Reasoning.Reasoning(),
 		})
 	}
 	tools, rules, closeTools, err := buildTools(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append([]runtime.Option{runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithToolRules(rules)}, opts...)
+	opts = append([]runtime.Option{
+		runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithToolRules(rules),
+		runtime.WithOutputSchemas(argcheck.OutputSchemas{}),
+	}, opts...)
 	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {
 		closeTools()

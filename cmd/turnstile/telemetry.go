@@ -35,12 +35,13 @@ func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers
 		models[alias] = m.Provider
 	}
 	obs, err := telemetry.NewObserver(tel.TracerProvider, tel.MeterProvider, telemetry.ObserverOptions{
-		CaptureContent: cfg.Telemetry.CaptureContent,
-		ProviderTypes:  types,
-		ModelProviders: models,
-		Endpoints:      endpoints,
-		Health:         health,
-		Version:        releaseVersion(),
+		CaptureContent:     cfg.Telemetry.CaptureContent,
+		MetadataAttributes: cfg.Telemetry.MetadataAttributes,
+		ProviderTypes:      types,
+		ModelProviders:     models,
+		Endpoints:          endpoints,
+		Health:             health,
+		Version:            releaseVersion(),
 	})
 	if err != nil {
 		return nil, err

@@ -6,8 +6,9 @@
 // thinking blocks to assistant turns — a thinking part goes back with its
 // signature unchanged, as the API requires, and one without a signature is
 // dropped — tools to custom tools, and MaxOutputTokens (default
-// [DefaultMaxTokens]), Temperature and StopSequences to their fields;
-// consecutive messages of one role are merged into one turn. The stream
+// [DefaultMaxTokens]), Temperature and StopSequences to their fields
+// (the output schema, tool choice, reasoning and end user as
+// setGenerationOptions says); consecutive messages of one role are merged into one turn. The stream
 // becomes [llm.Chunk]s: text, thinking text and signatures (Index
 // counts the reply's thinking blocks), tool calls with their JSON
 // fragments (closed, after checking they are a JSON object, at

@@ -51,6 +51,12 @@ func buildParams(req *llm.Request) (anthropic.MessageNewParams, error) {
 		}
 		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: tool})
 	}
+	if err := setGenerationOptions(&params, req); err != nil {
+		return params, err
+	}
+	if req.CachePrompt {
+		setCacheBreakpoints(&params)
+	}
 	return params, nil
 }
 
@@ -94,13 +100,20 @@ func turn(m llm.Message) (anthropic.MessageParamRole, []anthropic.ContentBlockPa
 			if r == nil {
 				return "", nil, errors.New("tool result part without a result")
 			}
-			if r.Content == "" {
-				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfToolResult: &anthropic.ToolResultBlockParam{
-					ToolUseID: r.CallID, IsError: anthropic.Bool(r.IsError),
-				}})
-				continue
+			b, err := toolResultBlock(r)
+			if err != nil {
+				return "", nil, err
 			}
-			blocks = append(blocks, anthropic.NewToolResultBlock(r.CallID, r.Content, r.IsError))
+			blocks = append(blocks, b)
+		case llm.PartMedia:
+			if p.Media == nil || m.Role != llm.RoleUser {
+				return "", nil, errors.New("media part outside a user message")
+			}
+			b, err := mediaBlock(p.Media)
+			if err != nil {
+				return "", nil, err
+			}
+			blocks = append(blocks, b)
 		default:
 			return "", nil, fmt.Errorf("unknown part kind %d", p.Kind)
 		}

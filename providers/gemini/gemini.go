@@ -8,7 +8,8 @@
 // functionResponse parts ({"output": …} or, for a failed tool,
 // {"error": …}), tools to function declarations with their JSON Schema,
 // and MaxOutputTokens, Temperature and StopSequences to the generation
-// config; consecutive messages of one role are merged into one turn.
+// config (the output schema, tool choice and reasoning as
+// setGenerationOptions says); consecutive messages of one role are merged into one turn.
 // Gemini's thought signatures travel in [llm.PartThinking] parts: a
 // signature streamed on a function call or text part is yielded as a
 // [llm.ChunkThinking] with an empty text just before that part, and a

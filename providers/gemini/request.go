@@ -58,6 +58,9 @@ func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentCon
 	if len(decls) > 0 {
 		config.Tools = []*genai.Tool{{FunctionDeclarations: decls}}
 	}
+	if err := setGenerationOptions(config, req); err != nil {
+		return nil, nil, err
+	}
 	var contents []*genai.Content
 	for i, m := range req.Messages {
 		c, err := content(m)
@@ -142,6 +145,17 @@ func content(m llm.Message) (*genai.Content, error) {
 			add(&genai.Part{FunctionResponse: &genai.FunctionResponse{
 				ID: r.CallID, Name: r.Name, Response: map[string]any{key: r.Content},
 			}})
+			// The result's media follow it in the same turn, as parts of
+			// their own: every Gemini model takes them there, while media
+			// inside a functionResponse are for Gemini 3 only.
+			for i := range r.Media {
+				add(mediaPart(&r.Media[i]))
+			}
+		case llm.PartMedia:
+			if p.Media == nil || m.Role != llm.RoleUser {
+				return nil, errors.New("media part outside a user message")
+			}
+			add(mediaPart(p.Media))
 		default:
 			return nil, fmt.Errorf("unknown part kind %d", p.Kind)
 		}

@@ -165,11 +165,26 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 		b = strconv.AppendInt(b, p.MaxCompletionTokens.Value, 10)
 		b = append(b, ',')
 	}
+	if p.PromptCacheKey.Valid() {
+		b = append(b, `"prompt_cache_key":`...)
+		b = appendString(b, p.PromptCacheKey.Value)
+		b = append(b, ',')
+	}
+	if p.SafetyIdentifier.Valid() {
+		b = append(b, `"safety_identifier":`...)
+		b = appendString(b, p.SafetyIdentifier.Value)
+		b = append(b, ',')
+	}
 	if p.Temperature.Valid() {
 		b = append(b, `"temperature":`...)
 		if b, ok = appendFloat(b, p.Temperature.Value); !ok {
 			return b, false
 		}
+		b = append(b, ',')
+	}
+	if p.ReasoningEffort != "" {
+		b = append(b, `"reasoning_effort":`...)
+		b = appendString(b, string(p.ReasoningEffort))
 		b = append(b, ',')
 	}
 	if p.Stop.OfStringArray != nil {
@@ -187,6 +202,9 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 			return b, false
 		}
 		b = append(b, `"stream_options":{"include_usage":true},`...)
+	}
+	if b, ok = appendGenerationOptions(b, p); !ok {
+		return b, false
 	}
 	if p.Tools != nil {
 		b = append(b, `"tools":[`...)
@@ -220,6 +238,47 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 	return append(b, `"stream":true}`...), true
 }
 
+// appendGenerationOptions appends response_format and tool_choice of the
+// shapes [setGenerationOptions] makes.
+func appendGenerationOptions(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
+	ok := true
+	switch rf := &p.ResponseFormat; {
+	case rf.OfText != nil || rf.OfJSONObject != nil:
+		return b, false
+	case rf.OfJSONSchema != nil:
+		s := &rf.OfJSONSchema.JSONSchema
+		if s.Description.Valid() {
+			return b, false
+		}
+		b = append(b, `"response_format":{"json_schema":{"name":`...)
+		b = appendString(b, s.Name)
+		if s.Strict.Valid() {
+			b = append(b, `,"strict":`...)
+			b = strconv.AppendBool(b, s.Strict.Value)
+		}
+		if s.Schema != nil {
+			b = append(b, `,"schema":`...)
+			if b, ok = appendAny(b, s.Schema); !ok {
+				return b, false
+			}
+		}
+		b = append(b, `},"type":"json_schema"},`...)
+	}
+	switch tc := &p.ToolChoice; {
+	case tc.OfAllowedTools != nil || tc.OfCustomToolChoice != nil:
+		return b, false
+	case tc.OfAuto.Valid():
+		b = append(b, `"tool_choice":`...)
+		b = appendString(b, tc.OfAuto.Value)
+		b = append(b, ',')
+	case tc.OfFunctionToolChoice != nil:
+		b = append(b, `"tool_choice":{"function":{"name":`...)
+		b = appendString(b, tc.OfFunctionToolChoice.Function.Name)
+		b = append(b, `},"type":"function"},`...)
+	}
+	return b, true
+}
+
 // appendMessage appends one message of the shapes [messages] makes.
 func appendMessage(b []byte, m *openai.ChatCompletionMessageParamUnion) ([]byte, bool) {
 	switch {
@@ -244,17 +303,14 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessageParamUnion) ([]byte,
 			b = appendString(b, u.Content.OfString.Value)
 		case u.Content.OfArrayOfContentParts != nil:
 			b = append(b, '[')
-			for i, part := range u.Content.OfArrayOfContentParts {
-				if part.OfText == nil || part.OfImageURL != nil || part.OfInputAudio != nil || part.OfFile != nil ||
-					!param.IsOmitted(part.OfText.PromptCacheBreakpoint) {
-					return b, false
-				}
+			for i := range u.Content.OfArrayOfContentParts {
 				if i > 0 {
 					b = append(b, ',')
 				}
-				b = append(b, `{"text":`...)
-				b = appendString(b, part.OfText.Text)
-				b = append(b, `,"type":"text"}`...)
+				var ok bool
+				if b, ok = appendContentPart(b, &u.Content.OfArrayOfContentParts[i]); !ok {
+					return b, false
+				}
 			}
 			b = append(b, ']')
 		default:
@@ -305,6 +361,60 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessageParamUnion) ([]byte,
 		return append(b, `,"role":"tool"}`...), true
 	}
 	return b, false
+}
+
+// appendContentPart appends one content part of a user message of the
+// shapes [messages] and [mediaPart] make: text, image_url, file (inline
+// data and a file name) and input_audio.
+func appendContentPart(b []byte, part *openai.ChatCompletionContentPartUnionParam) ([]byte, bool) {
+	set := 0
+	for _, p := range []bool{part.OfText != nil, part.OfImageURL != nil, part.OfInputAudio != nil, part.OfFile != nil} {
+		if p {
+			set++
+		}
+	}
+	if set != 1 {
+		return b, false
+	}
+	switch {
+	case part.OfText != nil:
+		if !param.IsOmitted(part.OfText.PromptCacheBreakpoint) {
+			return b, false
+		}
+		b = append(b, `{"text":`...)
+		b = appendString(b, part.OfText.Text)
+		return append(b, `,"type":"text"}`...), true
+	case part.OfImageURL != nil:
+		img := part.OfImageURL
+		if !param.IsOmitted(img.PromptCacheBreakpoint) || img.ImageURL.Detail != "" {
+			return b, false
+		}
+		b = append(b, `{"image_url":{"url":`...)
+		b = appendString(b, img.ImageURL.URL)
+		return append(b, `},"type":"image_url"}`...), true
+	case part.OfFile != nil:
+		f := &part.OfFile.File
+		if !param.IsOmitted(part.OfFile.PromptCacheBreakpoint) || f.FileID.Valid() || !f.FileData.Valid() {
+			return b, false
+		}
+		b = append(b, `{"file":{"file_data":`...)
+		b = appendString(b, f.FileData.Value)
+		if f.Filename.Valid() {
+			b = append(b, `,"filename":`...)
+			b = appendString(b, f.Filename.Value)
+		}
+		return append(b, `},"type":"file"}`...), true
+	default:
+		a := part.OfInputAudio
+		if !param.IsOmitted(a.PromptCacheBreakpoint) || a.InputAudio.Format == "" {
+			return b, false
+		}
+		b = append(b, `{"input_audio":{"data":`...)
+		b = appendString(b, a.InputAudio.Data)
+		b = append(b, `,"format":`...)
+		b = appendString(b, a.InputAudio.Format)
+		return append(b, `},"type":"input_audio"}`...), true
+	}
 }
 
 // appendAny appends v, a tool schema decoded by encoding/json, as the SDK

@@ -128,8 +128,36 @@ func TestDirectRequestMatchesSDK(t *testing.T) {
 			{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("a"), llm.TextPart("b")}},
 			{Role: llm.RoleAssistant, Parts: []llm.Part{{Kind: llm.PartThinking, Text: "only thinking"}}},
 		}}},
+		{name: "media", req: &llm.Request{Model: "gpt-4o-audio-preview", Messages: []llm.Message{
+			{Role: llm.RoleUser, Parts: []llm.Part{
+				llm.TextPart("What are these?"),
+				llm.MediaPart(llm.Media{MIMEType: "image/jpeg", URI: "https://example.com/a.jpg?x=<1>&y=\u2028"}),
+				llm.MediaPart(llm.Media{MIMEType: "image/png", Data: []byte("\x89PNG\xff\xfe")}),
+				llm.MediaPart(llm.Media{MIMEType: "application/pdf", Data: []byte("%PDF-1.7"), Name: "é \"q\".pdf"}),
+				llm.MediaPart(llm.Media{MIMEType: "application/pdf", Data: []byte("%PDF-1.7")}),
+				llm.MediaPart(llm.Media{MIMEType: "audio/wav", Data: []byte("RIFF")}),
+				llm.MediaPart(llm.Media{MIMEType: "audio/mpeg", Data: []byte("ID3")}),
+			}},
+			{Role: llm.RoleAssistant, Parts: []llm.Part{call("call_1", "shot", "{}")}},
+			{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{
+				CallID: "call_1", Name: "shot", Content: "screen", Media: []llm.Media{{MIMEType: "image/webp", Data: []byte("RIFF")}},
+			}}}},
+		}}},
 		{name: "every option", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
 			MaxOutputTokens: 256, Temperature: &temp, StopSequences: []string{"END", "", "\n"}}},
+		{name: "prompt cache key", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
+			MaxOutputTokens: 256, Temperature: &temp, PromptCacheKey: "ts-3f9a\"<k>"}},
+		{name: "generation options", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
+			MaxOutputTokens: 64, Temperature: &temp, StopSequences: []string{"END"}, EndUser: "u-<42>",
+			Tools:        []llm.ToolSpec{{Name: "lookup"}},
+			OutputSchema: &llm.OutputSchema{Name: "place", Strict: true, Schema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","description":"a<b"}},"required":["city"],"additionalProperties":false}`)},
+			ToolChoice:   &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "lookup"},
+			Reasoning:    &llm.Reasoning{Effort: llm.EffortHigh}}},
+		{name: "cache key and end user", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
+			PromptCacheKey: "ts-1", EndUser: "u-1"}},
+		{name: "tool choice modes and budgets", req: &llm.Request{Model: "m", Tools: []llm.ToolSpec{{Name: "a"}},
+			ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceRequired}, Reasoning: &llm.Reasoning{BudgetTokens: 5000},
+			OutputSchema: &llm.OutputSchema{Name: "any", Schema: json.RawMessage(`{"type":"array","items":{"type":"integer"}}`)}}},
 		{name: "zero temperature", req: &llm.Request{Model: "m", Temperature: &zero}},
 		{name: "tiny temperature", req: &llm.Request{Model: "m", Temperature: &tiny}},
 		{name: "huge temperature", req: &llm.Request{Model: "m", Temperature: &big}},
@@ -256,6 +284,22 @@ func FuzzDirectMatchesSDK(f *testing.F) {
 		}
 		if bit(7) {
 			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Parts: texts})
+		}
+		// The generation options (bits 8 to 13).
+		if bit(8) {
+			req.OutputSchema = &llm.OutputSchema{Name: a, Schema: json.RawMessage(schema), Strict: bit(9)}
+		}
+		switch {
+		case bit(10):
+			req.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: b}
+		case bit(11):
+			req.ToolChoice = &llm.ToolChoice{Mode: llm.ToolChoiceRequired}
+		}
+		if bit(12) {
+			req.Reasoning = &llm.Reasoning{BudgetTokens: maxTokens}
+		}
+		if bit(13) {
+			req.EndUser = b
 		}
 		params, err := buildParams(req)
 		if err != nil {

@@ -6,7 +6,8 @@
 // prompt becomes a system message, user text a user message, assistant
 // text and tool calls an assistant message, each tool result a tool
 // message, tools function tools, and MaxOutputTokens, Temperature and
-// StopSequences their request fields. Thinking parts are not sent back:
+// StopSequences their request fields (the output schema, tool choice,
+// reasoning and end user as setGenerationOptions says). Thinking parts are not sent back:
 // Chat Completions has no field for them. The stream becomes
 // [llm.Chunk]s: text, reasoning (the reasoning_content or reasoning
 // delta of compatible servers), tool calls with their argument fragments

@@ -53,6 +53,12 @@ func buildParams(req *llm.Request) (openai.ChatCompletionNewParams, error) {
 	if len(req.StopSequences) > 0 {
 		params.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: req.StopSequences}
 	}
+	if err := setGenerationOptions(&params, req); err != nil {
+		return params, err
+	}
+	if req.PromptCacheKey != "" {
+		params.PromptCacheKey = param.NewOpt(req.PromptCacheKey)
+	}
 	return params, nil
 }
 
@@ -63,11 +69,30 @@ func messages(m llm.Message) ([]openai.ChatCompletionMessageParamUnion, error) {
 		out   []openai.ChatCompletionMessageParamUnion
 		texts []string
 		calls []openai.ChatCompletionMessageToolCallUnionParam
+		// content holds a user message's parts in order once it has media.
+		content []openai.ChatCompletionContentPartUnionParam
 	)
 	for _, p := range m.Parts {
 		switch p.Kind {
 		case llm.PartText:
 			texts = append(texts, p.Text)
+			if content != nil {
+				content = append(content, openai.TextContentPart(p.Text))
+			}
+		case llm.PartMedia:
+			if p.Media == nil || m.Role != llm.RoleUser {
+				return nil, errors.New("media part outside a user message")
+			}
+			if content == nil {
+				for _, t := range texts {
+					content = append(content, openai.TextContentPart(t))
+				}
+			}
+			mp, err := mediaPart(p.Media)
+			if err != nil {
+				return nil, err
+			}
+			content = append(content, mp)
 		case llm.PartThinking:
 			// Chat Completions takes no reasoning back.
 		case llm.PartToolCall:
@@ -95,9 +120,19 @@ func messages(m llm.Message) ([]openai.ChatCompletionMessageParamUnion, error) {
 			return nil, fmt.Errorf("unknown part kind %d", p.Kind)
 		}
 	}
+	media, err := toolMediaMessage(m)
+	if err != nil {
+		return nil, err
+	}
+	if media != nil {
+		out = append(out, *media)
+	}
 	switch m.Role {
 	case llm.RoleUser, llm.RoleTool:
-		if len(texts) > 0 {
+		switch {
+		case content != nil:
+			out = append(out, openai.UserMessage(content))
+		case len(texts) > 0:
 			out = append(out, userMessage(texts))
 		}
 	case llm.RoleAssistant:

@@ -76,6 +76,9 @@ func toolAnswer(question string, results []llm.ToolResult) string {
 		} else {
 			fmt.Fprintf(&b, "The %s tool returned %s. ", name, content)
 		}
+		if d := describeMedia(r.Media); d != "" {
+			b.WriteString(d[1:] + " ")
+		}
 	}
 	if q := strings.Join(strings.Fields(question), " "); q != "" {
 		fmt.Fprintf(&b, `That is what I found about "%s".`, gist(q))
@@ -185,4 +188,41 @@ func resumeAt(full, partial string) (int, bool) {
 		}
 	}
 	return i, true
+}
+
+// maxDescribed bounds the media an answer lists.
+const maxDescribed = 8
+
+// describeMedia says what media the simulator received, " I received ..."
+// (empty for none): each one's type, size or "by URI", and name. Never
+// its bytes, nor its URI, which may carry a token.
+func describeMedia(ms []llm.Media) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	noun := "media"
+	if len(ms) == 1 {
+		noun = "medium"
+	}
+	fmt.Fprintf(&b, " I received %d %s: ", len(ms), noun)
+	for i, m := range ms {
+		if i == maxDescribed {
+			fmt.Fprintf(&b, "; and %d more", len(ms)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if m.URI != "" {
+			fmt.Fprintf(&b, "%s by URI", m.MIMEType)
+		} else {
+			fmt.Fprintf(&b, "%s of %d bytes", m.MIMEType, len(m.Data))
+		}
+		if m.Name != "" {
+			fmt.Fprintf(&b, " named '%s'", clip(strings.ReplaceAll(m.Name, `"`, "'"), 64))
+		}
+	}
+	b.WriteString(".")
+	return b.String()
 }

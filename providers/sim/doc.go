@@ -8,8 +8,12 @@
 // # Default behaviour
 //
 // A call answers the last user message (the last [llm.RoleUser] message
-// with a text part) with a plausible reply of a couple of sentences derived
-// from its text; the same text always gets the same reply. The reply is
+// with a text or media part) with a plausible reply of a couple of sentences
+// derived from its text; the same text always gets the same reply. Media
+// are described at its end, and after the results of tool results that
+// carry them: " I received 2 media: image/png of 70 bytes named 'a.png';
+// application/pdf by URI." (type, size and name; never the bytes nor the
+// URI). It takes every kind of input ([Provider.Inputs]). The reply is
 // streamed as [llm.ChunkText] tokens, each a word with the spaces after
 // it, each after the provider's token delay (Config.TokenDelay, 15ms by
 // default). Then come a [llm.ChunkUsage] (input tokens: the request's
@@ -21,6 +25,15 @@
 // tool call name and arguments, and tool result content: the size the
 // runtime's Compaction events report, plus the system prompt. It sizes the
 // input tokens and is what above=BYTES compares against.
+//
+// A request with an output schema (Request.OutputSchema) is answered, unless
+// a directive says otherwise (reply, refuse, tool), with one JSON value the
+// schema accepts: every property of an object, the first of an enum, anyOf
+// or oneOf, one item of an array (or minItems), 1 for a number, true for a
+// boolean, and for a string "sim" (repeated up to minLength). A reply directive
+// is sent as it is, so [sim reply="{\"city\":7}"] makes a reply that does
+// not match; the runtime's correction that follows (a user message without
+// directives) then gets a matching one.
 //
 // Request.MaxOutputTokens caps the text tokens of every call: a longer reply
 // stops after that many with [llm.StopMaxTokens]. When the reply would

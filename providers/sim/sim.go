@@ -83,6 +83,14 @@ func New(name string, cfg Config) (*Provider, error) {
 // text ends.
 func (p *Provider) SupportsPrefill() bool { return true }
 
+// Inputs reports that the simulator takes every kind of input: it
+// describes the media it gets (type, size, name) in its answer.
+func (p *Provider) Inputs(string) []llm.Modality { return llm.Modalities }
+
+// FetchesURI reports true: the simulator takes media by URI of every kind,
+// and fetches nothing.
+func (p *Provider) FetchesURI(llm.Modality) bool { return true }
+
 // Stream answers req as described in the package documentation. Nothing
 // happens until the sequence is ranged over; each range is one model call.
 // When ctx is done the sequence ends at once without yielding anything more.
@@ -155,6 +163,8 @@ type outcome struct {
 	refusal   bool
 	calls     []llm.ToolCall
 	maxTokens int // from a max_tokens directive, 0 when none
+	// directed reports that text is a reply directive's.
+	directed bool
 }
 
 // prepare works out the call req: the failure to inject, if any, and the
@@ -190,6 +200,11 @@ func (p *Provider) prepare(req *llm.Request) (*plan, *llm.Error) {
 	o := outcome{text: rest}
 	if !cont {
 		o = compose(v, req.Messages)
+		if s := req.OutputSchema; s != nil && !o.directed && !o.refusal && len(o.calls) == 0 {
+			if text := schemaReply(s.Schema, "sim"); text != "" {
+				o.text = text
+			}
+		}
 	}
 	switch {
 	case o.refusal:
@@ -445,13 +460,27 @@ func compose(v view, msgs []llm.Message) outcome {
 
 	switch {
 	case reply != nil:
-		o.text = reply.text
+		o.text, o.directed = reply.text, true
 	case steps > 0 || len(results) > 0:
 		o.text = toolAnswer(v.question, results)
 	default:
 		o.text = defaultAnswer(v.question)
+		if v.user >= 0 {
+			o.text += describeMedia(userMedia(msgs[v.user]))
+		}
 	}
 	return o
+}
+
+// userMedia returns the media parts of m.
+func userMedia(m llm.Message) []llm.Media {
+	var out []llm.Media
+	for _, p := range m.Parts {
+		if p.Kind == llm.PartMedia && p.Media != nil {
+			out = append(out, *p.Media)
+		}
+	}
+	return out
 }
 
 // continuation recognises a reply cut short being continued: msgs ends with
@@ -516,8 +545,9 @@ func plainText(m llm.Message) bool {
 	return true
 }
 
+// hasText reports whether m holds text or media: what a question is.
 func hasText(m llm.Message) bool {
-	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText })
+	return slices.ContainsFunc(m.Parts, func(p llm.Part) bool { return p.Kind == llm.PartText || p.Kind == llm.PartMedia })
 }
 
 // cut returns the part of text a call streams under an output limit in

@@ -114,7 +114,7 @@ func TestStreamableHTTP(t *testing.T) {
 		got = append(got, p)
 		mu.Unlock()
 	})
-	if err != nil || out != (llm.ToolOutput{Content: "counted x"}) {
+	if err != nil || !cmp.Equal(out, llm.ToolOutput{Content: "counted x"}) {
 		t.Fatalf("count() = %+v, %v", out, err)
 	}
 	mu.Lock()
@@ -128,7 +128,7 @@ func TestStreamableHTTP(t *testing.T) {
 	}
 	mu.Unlock()
 
-	if out := call(t, toolNamed(t, ts, "broken"), `{}`); out != (llm.ToolOutput{Content: "no", IsError: true}) {
+	if out := call(t, toolNamed(t, ts, "broken"), `{}`); !cmp.Equal(out, llm.ToolOutput{Content: "no", IsError: true}) {
 		t.Errorf("broken() = %+v, want an error result", out)
 	}
 	if n := srv.calls.Load(); n != 2 {

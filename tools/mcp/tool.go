@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -115,7 +117,8 @@ func (t *tool) Call(ctx context.Context, call llm.ToolCall, progress func(llm.To
 		}
 		return llm.ToolOutput{}, t.fail(t.callErr(sess, err))
 	}
-	return llm.ToolOutput{Content: resultText(res), IsError: res.IsError}, nil
+	text, media := resultContent(res)
+	return llm.ToolOutput{Content: text, IsError: res.IsError, Media: media}, nil
 }
 
 // codeRejected is the JSON-RPC error code the SDK gives a request its
@@ -164,25 +167,44 @@ func (t *tool) ctxErr(parent, ctx context.Context, err error) error {
 	return err
 }
 
-// resultText renders a tool result for the model: its text content, one
-// block per line, placeholders for non-text blocks, then the structured
-// content as JSON unless a text block already holds exactly that JSON.
-func resultText(res *sdk.CallToolResult) string {
-	var parts []string
+// resultContent renders a tool result for the model: its text content,
+// one block per line, then the structured content as JSON unless a text
+// block already holds exactly that JSON; and its media. An image, audio
+// or embedded resource blob of a type turnstile passes on (PNG, JPEG,
+// GIF, WebP, PDF, WAV, MP3) is passed through as media; any other
+// non-text block (an SVG, a resource link, which the server never
+// fetches) becomes a placeholder line naming its type and size.
+func resultContent(res *sdk.CallToolResult) (string, []llm.Media) {
+	var (
+		parts []string
+		media []llm.Media
+	)
+	pass := func(mime string, data []byte, name string) bool {
+		mime = llm.NormalizeMediaType(mime)
+		if _, ok := llm.ModalityOf(mime); !ok || len(data) == 0 {
+			return false
+		}
+		media = append(media, llm.Media{MIMEType: mime, Data: data, Name: name})
+		return true
+	}
 	for _, c := range res.Content {
 		switch c := c.(type) {
 		case *sdk.TextContent:
 			parts = append(parts, c.Text)
 		case *sdk.ImageContent:
-			parts = append(parts, fmt.Sprintf("[image %s, %d bytes]", c.MIMEType, len(c.Data)))
+			if !pass(c.MIMEType, c.Data, "") {
+				parts = append(parts, fmt.Sprintf("[image %s, %d bytes]", c.MIMEType, len(c.Data)))
+			}
 		case *sdk.AudioContent:
-			parts = append(parts, fmt.Sprintf("[audio %s, %d bytes]", c.MIMEType, len(c.Data)))
+			if !pass(c.MIMEType, c.Data, "") {
+				parts = append(parts, fmt.Sprintf("[audio %s, %d bytes]", c.MIMEType, len(c.Data)))
+			}
 		case *sdk.ResourceLink:
 			parts = append(parts, fmt.Sprintf("[resource %s]", c.URI))
 		case *sdk.EmbeddedResource:
 			if r := c.Resource; r != nil && r.Text != "" {
 				parts = append(parts, r.Text)
-			} else if r != nil {
+			} else if r != nil && !pass(r.MIMEType, r.Blob, resourceName(r.URI)) {
 				parts = append(parts, fmt.Sprintf("[resource %s, %d bytes]", r.URI, len(r.Blob)))
 			}
 		}
@@ -192,7 +214,17 @@ func resultText(res *sdk.CallToolResult) string {
 			parts = append(parts, string(b))
 		}
 	}
-	return strings.Join(parts, "\n")
+	return strings.Join(parts, "\n"), media
+}
+
+// resourceName returns the last element of a resource's URI as the name
+// of its media, "" when there is none that fits a name.
+func resourceName(uri string) string {
+	name := path.Base(uri)
+	if name == "." || name == "/" || len(name) > 256 || !utf8.ValidString(name) {
+		return ""
+	}
+	return name
 }
 
 // containsJSON reports whether a text part is the same JSON as b.

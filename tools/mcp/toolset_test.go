@@ -119,7 +119,7 @@ func TestSpecs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := newToolset(t, tt.cfg)
-			if got, want := names(ts.Tools()), []string{"append", "fail", "hang", "lookup", "progress", "slow_append", "slow_lookup"}; !slices.Equal(got, want) {
+			if got, want := names(ts.Tools()), []string{"append", "fail", "hang", "lookup", "progress", "screenshot", "slow_append", "slow_lookup"}; !slices.Equal(got, want) {
 				t.Fatalf("Tools() = %v, want %v", got, want)
 			}
 			for name, want := range tt.want {
@@ -192,6 +192,13 @@ func TestResults(t *testing.T) {
 		{tool: "progress", args: ``, want: llm.ToolOutput{Content: "done"}}, // no progress callback, empty arguments
 		{tool: "lookup", args: `{"key":`, want: llm.ToolOutput{Content: `Invalid arguments for tool "lookup": they are not valid JSON.`, IsError: true}},
 		{tool: "lookup", args: `["a"]`, want: llm.ToolOutput{Content: `Invalid arguments for tool "lookup": they must be a JSON object.`, IsError: true}},
+		// Images, audio and embedded blobs of the types turnstile passes on
+		// go to the model as media; an SVG stays a placeholder.
+		{tool: "screenshot", args: `{}`, want: llm.ToolOutput{Content: "the screen\n[image image/svg+xml, 6 bytes]", Media: []llm.Media{
+			{MIMEType: "image/png", Data: append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 60)...)},
+			{MIMEType: "audio/wav", Data: []byte("RIFF0000WAVE")},
+			{MIMEType: "application/pdf", Data: []byte("%PDF-1.7"), Name: "q3.pdf"},
+		}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool, func(t *testing.T) {
@@ -390,7 +397,7 @@ func TestPrefixAvoidsCollision(t *testing.T) {
 	b.ToolPrefix = "beta_"
 	b.Tools = []string{"append", "lookup"}
 	ts := newToolset(t, a, b)
-	want := []string{"append", "beta_append", "beta_lookup", "fail", "hang", "lookup", "progress", "slow_append", "slow_lookup"}
+	want := []string{"append", "beta_append", "beta_lookup", "fail", "hang", "lookup", "progress", "screenshot", "slow_append", "slow_lookup"}
 	if got := names(ts.Tools()); !slices.Equal(got, want) {
 		t.Fatalf("Tools() = %v, want %v", got, want)
 	}

@@ -69,6 +69,27 @@ class StandingTest(unittest.TestCase):
         self.assertEqual(len(ts.standing([self.call, self.result])), 2)
 
 
+class ApplyCompactionTest(unittest.TestCase):
+    @staticmethod
+    def msg(text: str) -> conversation_pb2.Message:
+        return conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])
+
+    def test_cases(self) -> None:
+        conv = [self.msg(t) for t in "abcde"]
+        note = self.msg("[2 earlier messages were omitted]")
+        for name, c, want in [
+            ("the middle", agent_pb2.Compaction(replaced_from=1, replaced_count=3, replacement=[note]), ["a", note.parts[0].text, "e"]),
+            ("one message rewritten", agent_pb2.Compaction(replaced_from=2, replaced_count=1, replacement=[self.msg("C")]), ["a", "b", "C", "d", "e"]),
+            ("the whole", agent_pb2.Compaction(replaced_from=0, replaced_count=5, replacement=[note]), [note.parts[0].text]),
+            ("omitted", agent_pb2.Compaction(replaced_from=1, replaced_count=3, replacement_omitted=True), None),
+            ("out of range", agent_pb2.Compaction(replaced_from=4, replaced_count=2), None),
+        ]:
+            with self.subTest(name):
+                got = ts.apply_compaction(conv, c)
+                self.assertEqual(None if got is None else [m.parts[0].text for m in got], want)
+                self.assertEqual([m.parts[0].text for m in conv], list("abcde"))
+
+
 class FakeCall(grpc.RpcError, grpc.Call):
     """An RPC error as grpcio raises it, with the status details in its trailers."""
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
 import unittest
 
 import grpc
+from google.protobuf import json_format
 import turnstile_client as ts
 from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
@@ -18,10 +20,22 @@ from .server import CONFORMANCE, CutProxy, Server
 REATTACHING = "turnstile: re-attaching to the turn"
 
 
-def user_request(text: str) -> agent_pb2.RunTurnRequest:
-    return agent_pb2.RunTurnRequest(
-        messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)])]
-    )
+def user_request(text: str, media: list | None = None, history: list | None = None) -> agent_pb2.RunTurnRequest:
+    """The scenario's history ({role, text} each), then the prompt and its media made with ts.media_part as one user message."""
+    before = [
+        conversation_pb2.Message(role=conversation_pb2.Role.Value("ROLE_" + h["role"]), parts=[conversation_pb2.Part(text=h["text"])])
+        for h in history or []
+    ]
+    parts = [conversation_pb2.Part(text=text)]
+    parts += [ts.media_part(base64.b64decode(m["data_base64"]), m["mime_type"], m["name"]) for m in media or []]
+    return agent_pb2.RunTurnRequest(messages=before + [conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=parts)])
+
+
+def scenario_request(sc: dict) -> agent_pb2.RunTurnRequest:
+    """The scenario's request: its history, prompt and media, with the fields of its `request` (protojson)."""
+    req = json_format.ParseDict(sc.get("request", {}), agent_pb2.RunTurnRequest())
+    req.MergeFrom(user_request(sc["prompt"], sc.get("media"), sc.get("history")))
+    return req
 
 
 def role_names(msgs) -> list:
@@ -126,7 +140,7 @@ class Observation:
 
     def __init__(self, cancel_on: str | None) -> None:
         self.cancel_on = cancel_on
-        self.obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0}
+        self.obs: dict = {"step_retries": [], "tools_started": [], "seq_gapless": True, "terminal_events": 0, "compactions": 0}
         self.kept = KeptText()
         self.next_seq: dict = {}  # the seq each attempt's next event must have
 
@@ -154,6 +168,8 @@ class Observation:
             obs["terminal_events"] += 1
         if kind == "tool_started":
             obs["tools_started"].append(ev.agent.tool_started.name)
+        if kind == "compaction":
+            obs["compactions"] += 1
         return self.cancel_on == "text_delta" and kind == "text_delta"
 
     def end(self, turn: "ts.Turn | ts.AsyncTurn", failure: ts.TurnError | None, read_log_of: str | None) -> dict:
@@ -169,6 +185,7 @@ class Observation:
             obs["attempts"] = res.attempts
             obs["reattaches"] = res.reattaches
             obs["roles"] = role_names(res.messages)
+            obs["conversation_roles"] = role_names(res.conversation)
             if res.messages:
                 obs["final_text"] = message_text(res.messages[-1])
             return obs
@@ -181,16 +198,18 @@ class Observation:
         obs["attempts"] = failure.attempts
         obs["reattaches"] = failure.reattaches
         obs["roles"] = role_names(failure.messages)
+        obs["conversation_roles"] = role_names(failure.conversation)
         if failure.status_code is not None:
             obs["status"] = failure.status_code.name
         return obs
 
 
 def observe(
-    client: ts.Client, prompt: str, cancel_on: str | None, read_log_of: str | None = None, hitl: HitlRun | None = None
+    client: ts.Client, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None,
+    hitl: HitlRun | None = None,
 ) -> dict:
     h = hitl or HitlRun({})
-    turn = client.run_turn(user_request(prompt), timeout=30, on_approval=h.on_approval())
+    turn = client.run_turn(req, timeout=30, on_approval=h.on_approval())
     o = Observation(cancel_on)
     failure = None
     try:
@@ -205,10 +224,11 @@ def observe(
 
 
 async def observe_async(
-    client: ts.AsyncClient, prompt: str, cancel_on: str | None, read_log_of: str | None = None, hitl: HitlRun | None = None
+    client: ts.AsyncClient, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None,
+    hitl: HitlRun | None = None,
 ) -> dict:
     h = hitl or HitlRun({})
-    turn = client.run_turn(user_request(prompt), timeout=30, on_approval=h.on_approval())
+    turn = client.run_turn(req, timeout=30, on_approval=h.on_approval())
     o = Observation(cancel_on)
     failure = None
     try:
@@ -250,7 +270,9 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc))
+            return observe(
+                client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc)
+            )
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -293,7 +315,7 @@ class AsyncConformanceTest(ConformanceTest):
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
                 return await observe_async(
-                    client, sc["prompt"], sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc)
+                    client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc)
                 )
 
         return asyncio.run(run())

@@ -40,9 +40,11 @@ from ._protocol import (
     NotStartedError,
     Result,
     StepRetry,
+    apply_compaction,
     standing,
 )
 from ._errors import ERROR_DOMAIN, TurnError, code_name
+from ._media import media_file_part, media_part, media_type, media_uri_part
 
 __all__ = [
     "rpc",
@@ -65,6 +67,11 @@ __all__ = [
     "StepRetry",
     "Turn",
     "TurnError",
+    "apply_compaction",
     "code_name",
+    "media_file_part",
+    "media_part",
+    "media_type",
+    "media_uri_part",
     "standing",
 ]

@@ -56,6 +56,10 @@ class TurnError(Exception):
         #: The messages the turn committed that stand: to run the turn again
         #: later, re-send them after the request's own, with the same turn id.
         self.messages: List[conversation_pb2.Message] = []
+        #: The conversation to send to continue: the request's messages and
+        #: messages, with the compactions the server made applied (see
+        #: Result.conversation).
+        self.conversation: List[conversation_pb2.Message] = []
         #: The RPC's final status code; None when the turn never got the server's answer.
         self.status_code: Optional[grpc.StatusCode] = None
         #: The RPC's status details (google.rpc.Status), when it sent any.

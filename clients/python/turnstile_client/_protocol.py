@@ -133,6 +133,9 @@ class StepRetry:
     #: re-sends them after the request's own, so the work they hold (tool
     #: results above all) is not done again.
     messages: List[conversation_pb2.Message]
+    #: What the new attempt sends: the request's messages and messages, with
+    #: the compactions the server made applied (see Result.conversation).
+    conversation: List[conversation_pb2.Message] = field(default_factory=list)
 
 
 @dataclass
@@ -174,6 +177,13 @@ class Result:
     #: The number of times the client re-attached to a run whose stream
     #: broke (WatchTurn calls), across every attempt.
     reattaches: int = 0
+    #: The conversation to send in the next turn (followed by its new
+    #: messages): the request's messages and messages, with each compaction
+    #: the server made applied (compaction events: what replaces what). When
+    #: the server compacted the conversation, messages appended to the
+    #: caller's history would send the whole history again, to be compacted
+    #: again; conversation is compacted once.
+    conversation: List[conversation_pb2.Message] = field(default_factory=list)
 
 
 @dataclass
@@ -183,6 +193,9 @@ class Outcome:
     completed: Optional[agent_pb2.TurnCompleted] = None
     fail: Optional[Failure] = None
     committed: List[conversation_pb2.Message] = field(default_factory=list)
+    #: The messages committed and the compactions, in the order they came,
+    #: to replay on the conversation the attempt sent (see replay).
+    changes: List[object] = field(default_factory=list)
     partial: bool = False
     tools_running: List[str] = field(default_factory=list)
     usage: Optional[conversation_pb2.Usage] = None
@@ -232,6 +245,7 @@ def observe(ev: agent_pb2.AgentEvent, out: Outcome) -> Optional[errors_pb2.Error
         out.partial = True
     elif kind == "message_completed":
         out.committed.append(ev.message_completed.message)
+        out.changes.append(ev.message_completed.message)
         out.partial, out.tools_running = False, []
     elif kind == "tool_started":
         out.tools_running.append(ev.tool_started.name)
@@ -249,8 +263,10 @@ def observe(ev: agent_pb2.AgentEvent, out: Outcome) -> Optional[errors_pb2.Error
         counters.fallbacks += 1
         if ev.fallback.discard_partial:
             out.partial = False
-    elif kind == "compaction" and counters is not None:
-        counters.compactions += 1
+    elif kind == "compaction":
+        out.changes.append(ev.compaction)
+        if counters is not None:
+            counters.compactions += 1
     elif kind == "hedge" and counters is not None:
         counters.hedges += 1
     elif kind == "tool_approval_requested" and counters is not None:
@@ -271,6 +287,45 @@ def observe(ev: agent_pb2.AgentEvent, out: Outcome) -> Optional[errors_pb2.Error
         # The final attempt's own counters are in TurnCompleted.
         out.usage, out.counters = None, None
     return None
+
+
+def apply_compaction(
+    conv: Sequence[conversation_pb2.Message], c: agent_pb2.Compaction
+) -> Optional[List[conversation_pb2.Message]]:
+    """Applies a compaction event to conv, the conversation it indexes.
+
+    conv is the request's messages followed by the messages the turn
+    committed before the event, as earlier compactions left it: the
+    replaced_count messages from replaced_from are replaced by replacement.
+    It returns the new conversation (conv is not changed), or None when the
+    event cannot be applied (its replacement was omitted for its size, or its
+    range is outside conv); the turn's later compactions cannot be applied
+    then either. A turn applies them already (Result.conversation); this is
+    for callers that follow a turn's events themselves (WatchTurn).
+    """
+    end = c.replaced_from + c.replaced_count
+    if c.replacement_omitted or end > len(conv):
+        return None
+    return list(conv[: c.replaced_from]) + list(c.replacement) + list(conv[end:])
+
+
+def replay(conv: Sequence[conversation_pb2.Message], changes: Sequence[object]) -> List[conversation_pb2.Message]:
+    """Returns conv followed by the messages an attempt committed, with its compactions applied.
+
+    A compaction that cannot be applied stops the compactions: the later
+    ones index a conversation this one does not have.
+    """
+    out, frozen = list(conv), False
+    for ch in changes:
+        if isinstance(ch, agent_pb2.Compaction):
+            applied = None if frozen else apply_compaction(out, ch)
+            if applied is None:
+                frozen = True
+            else:
+                out = applied
+        else:
+            out.append(ch)  # type: ignore[arg-type]
+    return out
 
 
 def standing(msgs: List[conversation_pb2.Message]) -> List[conversation_pb2.Message]:
@@ -534,6 +589,9 @@ class TurnBase:
         self._wire = 1
         #: The messages the attempts so far committed that stand.
         self._carried: List[conversation_pb2.Message] = []
+        #: What the next attempt sends: the request's messages and those
+        #: carried, compacted as the server said.
+        self._conv: List[conversation_pb2.Message] = list(request.messages)
         self._usage = conversation_pb2.Usage()
         self._counters = agent_pb2.TurnCounters()
         self._ended = False
@@ -565,11 +623,12 @@ class TurnBase:
         return None if r is None else r + self._cb.cancel_timeout
 
     def _attempt_request(self, n: int) -> agent_pb2.RunTurnRequest:
-        """The request of the attempt numbered n on the wire: the turn's, re-sending what the failed attempts committed."""
+        """The request of the attempt numbered n on the wire: the turn's, with the conversation compacted and what the failed attempts committed."""
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(self._req)
         req.attempt = n
-        req.messages.extend(self._carried)
+        del req.messages[:]
+        req.messages.extend(self._conv)
         return req
 
     def _metadata(self, n: int) -> Tuple[Tuple[str, str], ...]:
@@ -619,6 +678,7 @@ class TurnBase:
 
     def _stamp(self, te: TurnError, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
         te.turn_id, te.attempts, te.messages = self.id, n, list(carried)
+        te.conversation = list(self._conv)
         te.reattaches = self._reattached
         return te
 
@@ -665,6 +725,7 @@ class TurnBase:
                 counters=self._counters,
                 attempts=n,
                 reattaches=self._reattached,
+                conversation=replay(self._conv, out.changes),
             )
             return None
         fail = out.fail
@@ -672,6 +733,9 @@ class TurnBase:
         carried = self._carried + out.committed
         kept = standing(carried)
         discard = out.partial or len(kept) < len(carried)
+        conv = replay(self._conv, out.changes)
+        # A dropped trailing message is the conversation's last too: compactions keep it.
+        self._conv = conv[:-1] if len(kept) < len(carried) else conv
         self._carried = carried = kept
         self._stamp(fail.err, n, carried)
         if self._stopping():
@@ -720,5 +784,6 @@ class TurnBase:
                 error=fail.err,
                 discard_partial=discard,
                 messages=list(carried),
+                conversation=list(self._conv),
             ),
         )

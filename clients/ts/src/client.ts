@@ -9,6 +9,7 @@ import {
   ApproveToolCallRequestSchema,
   type ApproveToolCallResponse,
   type CancelTurnRequest,
+  type Compaction,
   CancelTurnRequestSchema,
   type WatchTurnRequest,
   WatchTurnRequestSchema,
@@ -194,6 +195,11 @@ export interface StepRetry {
    * results above all) is not done again.
    */
   messages: Message[];
+  /**
+   * What the new attempt sends: the request's messages and messages, with
+   * the compactions the server made applied (see Result.conversation).
+   */
+  conversation: Message[];
 }
 
 /** Result is the outcome of a turn that completed. */
@@ -207,6 +213,15 @@ export interface Result {
    * the tool calls the caller must run.
    */
   messages: Message[];
+  /**
+   * The conversation to send in the next turn (followed by its new
+   * messages): the request's messages and messages, with each compaction the
+   * server made applied (compaction events: what replaces what). When the
+   * server compacted the conversation, messages appended to the caller's
+   * history would send the whole history again, to be compacted again;
+   * conversation is compacted once.
+   */
+  conversation: Message[];
   /** The tokens used by every attempt, failed ones included. */
   usage: Usage;
   /** What happened in every attempt. */
@@ -453,6 +468,13 @@ interface AttemptOutcome {
   fail?: Failure;
   /** The messages the attempt committed, in order. */
   committed: Message[];
+  /**
+   * The conversation the attempt sent, followed by the messages it
+   * committed, with its compactions applied.
+   */
+  conv: Message[];
+  /** A compaction could not be applied (its replacement was omitted): the later ones are not either. */
+  frozen: boolean;
   /** Output streamed since the last commit. */
   partial: boolean;
   /** Server-side tools started since the last commit. */
@@ -483,6 +505,8 @@ export class Turn {
   private readonly answered = new Set<string>();
   /** Cancels the turn while it runs. */
   private turnCtl?: AbortController;
+  /** What the next attempt sends: the request's messages and those carried, compacted as the server said. */
+  private conv: Message[] = [];
 
   /** @internal */
   constructor(
@@ -588,6 +612,7 @@ export class Turn {
     try {
       const c = this.client;
       let carried: Message[] = [];
+      this.conv = [...this.req.messages];
       const usage = create(UsageSchema);
       const counters = create(TurnCountersSchema);
       // wire numbers the attempts on the wire: a server with a turn store
@@ -596,9 +621,9 @@ export class Turn {
       // number, the same request, which the server runs or attaches to.
       let wire = 1;
       for (let n = 1; ; n++) {
-        const out: AttemptOutcome = { committed: [], partial: false, toolsRunning: [], started: false };
+        const out: AttemptOutcome = { committed: [], conv: [...this.conv], frozen: false, partial: false, toolsRunning: [], started: false };
         // Each attempt's events are yielded as they arrive.
-        yield* this.attempt(n, wire, carried, turnCtl.signal, out);
+        yield* this.attempt(n, wire, turnCtl.signal, out);
         if (out.started) wire++;
         addUsage(usage, out.usage);
         addCounters(counters, out.counters);
@@ -611,6 +636,7 @@ export class Turn {
             endReason: tc.endReason,
             // Too large for one event, they came in message_completed only.
             messages: [...carried, ...(tc.messagesOmitted ? out.committed : tc.messages)],
+            conversation: out.conv,
             usage,
             counters,
             attempts: n,
@@ -622,6 +648,8 @@ export class Turn {
         carried = [...carried, ...out.committed];
         const kept = standing(carried);
         const discard = out.partial || kept.length < carried.length;
+        // A dropped trailing message is the conversation's last too: compactions keep it.
+        this.conv = kept.length < carried.length ? out.conv.slice(0, -1) : out.conv;
         carried = kept;
         this.stamp(fail.err, n, carried);
         if (turnCtl.signal.aborted) {
@@ -661,6 +689,7 @@ export class Turn {
             error: fail.err,
             discardPartial: discard,
             messages: [...carried],
+            conversation: [...this.conv],
           },
         };
         if (!(await sleep(delay, turnCtl.signal))) throw cancelled(n, carried);
@@ -689,19 +718,21 @@ export class Turn {
     te.attempts = n;
     te.reattaches = this.reattached;
     te.messages = [...carried];
+    te.conversation = [...this.conv];
     return te;
   }
 
   /**
-   * attempt makes attempt number n at the turn, re-sending carried after the
-   * request's messages, yields its events and fills out. When the stream
+   * attempt makes attempt number n at the turn, sending out.conv (the
+   * request's messages and those earlier attempts committed, compacted),
+   * yields its events and fills out. When the stream
    * breaks before the attempt's last event, it re-attaches to the same run
    * with WatchTurn from the last seq received, so the run goes on without
    * loss or duplicates; only when that is impossible (the server keeps no
    * turn log, or never stored the run) or keeps failing does the attempt end
    * with the break. wire is the attempt's number on the wire.
    */
-  private async *attempt(n: number, wire: number, carried: Message[], turnSignal: AbortSignal, out: AttemptOutcome): AsyncGenerator<Event> {
+  private async *attempt(n: number, wire: number, turnSignal: AbortSignal, out: AttemptOutcome): AsyncGenerator<Event> {
     const c = this.client;
     // The stream outlives turnSignal by up to cancelTimeoutMs: once the
     // caller cancels, the client asks the server to stop the run and reads
@@ -726,7 +757,7 @@ export class Turn {
     }
     const req = clone(RunTurnRequestSchema, this.req);
     req.attempt = wire;
-    req.messages.push(...carried);
+    req.messages = [...out.conv];
     out.counters = create(TurnCountersSchema);
     let errEvent: ErrorEvent | undefined;
     let lastSeq = 0n;
@@ -906,7 +937,10 @@ function observe(ev: AgentEvent, out: AttemptOutcome, onError: (e: ErrorEvent) =
       out.partial = true;
       break;
     case "messageCompleted":
-      if (p.value.message) out.committed.push(p.value.message);
+      if (p.value.message) {
+        out.committed.push(p.value.message);
+        out.conv.push(p.value.message);
+      }
       out.partial = false;
       out.toolsRunning = [];
       break;
@@ -930,6 +964,11 @@ function observe(ev: AgentEvent, out: AttemptOutcome, onError: (e: ErrorEvent) =
       break;
     case "compaction":
       out.counters!.compactions++;
+      if (!out.frozen) {
+        const applied = applyCompaction(out.conv, p.value);
+        if (applied) out.conv = applied;
+        else out.frozen = true;
+      }
       break;
     case "hedge":
       out.counters!.hedges++;
@@ -958,6 +997,24 @@ function observe(ev: AgentEvent, out: AttemptOutcome, onError: (e: ErrorEvent) =
       out.counters = undefined;
       break;
   }
+}
+
+/**
+ * applyCompaction applies a compaction event to conv, the conversation it
+ * indexes (the request's messages followed by the messages the turn
+ * committed before the event, as earlier compactions left it): the
+ * replacedCount messages from replacedFrom are replaced by replacement. It
+ * returns the new conversation (conv is not changed), or undefined when the
+ * event cannot be applied (its replacement was omitted for its size, or its
+ * range is outside conv); the turn's later compactions cannot be applied
+ * then either. A Turn applies them already (Result.conversation); this is
+ * for callers that follow a turn's events themselves (WatchTurn).
+ */
+export function applyCompaction(conv: Message[], c: Compaction): Message[] | undefined {
+  const from = c.replacedFrom;
+  const end = from + c.replacedCount;
+  if (c.replacementOmitted || end > conv.length) return undefined;
+  return [...conv.slice(0, from), ...c.replacement, ...conv.slice(end)];
 }
 
 /**

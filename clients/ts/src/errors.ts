@@ -66,6 +66,12 @@ export class TurnError extends Error {
    * re-send them after the request's own, with the same turn id.
    */
   messages: Message[] = [];
+  /**
+   * The conversation to send to continue: the request's messages and
+   * messages, with the compactions the server made applied (see
+   * Result.conversation).
+   */
+  conversation: Message[] = [];
   /** The RPC's final status; undefined when the turn never got the server's answer. */
   status?: RpcStatus;
   /** message says what went wrong, fit to show a person; toString() adds the code and attempts. */

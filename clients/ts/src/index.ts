@@ -24,6 +24,7 @@ export {
   DEFAULT_REATTACH_BACKOFF,
   DEFAULT_REATTACH_TIMEOUT_MS,
   Turn,
+  applyCompaction,
   backoffDelay,
   standing,
   type ApprovalHandler,
@@ -38,6 +39,7 @@ export {
   type TurnOptions,
 } from "./client.js";
 export { ERROR_DOMAIN, TurnError, codeName, type RpcStatus } from "./errors.js";
+export { mediaPart, mediaType, mediaUriPart } from "./media.js";
 export * from "./gen/turnstile/v1/agent_pb.js";
 export * from "./gen/turnstile/v1/conversation_pb.js";
 export * from "./gen/turnstile/v1/errors_pb.js";

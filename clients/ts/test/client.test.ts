@@ -15,6 +15,8 @@ import {
   ErrorCode,
   Role,
   TurnError,
+  CompactionSchema,
+  applyCompaction,
   backoffDelay,
   standing,
   type Message,
@@ -101,6 +103,26 @@ describe("standing", () => {
   it("drops a trailing tool call without its results", () => assert.deepEqual(standing([call]), []));
   it("keeps a tool call with its results", () => assert.equal(standing([call, result]).length, 2));
   it("keeps nothing from nothing", () => assert.deepEqual(standing([]), []));
+});
+
+describe("applyCompaction", () => {
+  const msg = (role: Role, text: string): Message =>
+    ({ role, parts: [{ kind: { case: "text", value: text } }] }) as unknown as Message;
+  const conv = [msg(Role.USER, "a"), msg(Role.ASSISTANT, "b"), msg(Role.USER, "c"), msg(Role.ASSISTANT, "d"), msg(Role.USER, "e")];
+  const note = msg(Role.USER, "[2 earlier messages were omitted]");
+  const texts = (msgs: Message[] | undefined) => msgs?.map((m) => m.parts[0].kind.value as string);
+  for (const [name, c, want] of [
+    ["replaces the middle", { replacedFrom: 1, replacedCount: 3, replacement: [note] }, ["a", "[2 earlier messages were omitted]", "e"]],
+    ["rewrites one message", { replacedFrom: 2, replacedCount: 1, replacement: [msg(Role.USER, "C")] }, ["a", "b", "C", "d", "e"]],
+    ["replaces the whole", { replacedFrom: 0, replacedCount: 5, replacement: [note] }, ["[2 earlier messages were omitted]"]],
+    ["cannot apply an omitted replacement", { replacedFrom: 1, replacedCount: 3, replacementOmitted: true }, undefined],
+    ["cannot apply a range outside the conversation", { replacedFrom: 4, replacedCount: 2 }, undefined],
+  ] as const) {
+    it(name, () => {
+      assert.deepEqual(texts(applyCompaction(conv, create(CompactionSchema, c as never))), want);
+      assert.equal(conv.length, 5);
+    });
+  }
 });
 
 describe("fromStatus", () => {

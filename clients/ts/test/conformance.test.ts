@@ -2,10 +2,11 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import { AgentService, Client, type Event, Role, TurnError, codeName, type Message, EndReason, type AgentEvent } from "../src/index.js";
+import { AgentService, Client, type Event, MessageSchema, Role, RunTurnRequestSchema, TurnError, codeName, type Message, EndReason, type AgentEvent, mediaPart } from "../src/index.js";
 import { HitlRun, type HitlScenario } from "./hitl.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
@@ -15,6 +16,12 @@ type ClientOptions = Record<string, number>;
 interface Scenario extends HitlScenario {
   name: string;
   prompt: string;
+  /** The messages sent before the prompt. */
+  history?: { role: "USER" | "ASSISTANT"; text: string }[];
+  /** Media sent after the prompt, made with mediaPart from their bytes. */
+  media?: { mime_type: string; name: string; data_base64: string }[];
+  /** Fields of the request, in protojson. */
+  request?: JsonObject;
   cancel_on?: string;
   /** Read the run's stored log once the turn ended. */
   read_log?: boolean;
@@ -118,19 +125,27 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
-  const h = new HitlRun(sc);
-  const turn = client.runTurn(
-    { messages: [{ role: Role.USER, parts: [{ kind: { case: "text", value: sc.prompt } }] }] },
-    { signal: ctl.signal, timeoutMs: 30_000, ...h.turnOptions() },
-  );
-  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0 };
+  const hitl = new HitlRun(sc);
+  const req = fromJson(RunTurnRequestSchema, { ...sc.request });
+  req.messages = [
+    ...(sc.history ?? []).map((h) => create(MessageSchema, { role: Role[h.role], parts: [{ kind: { case: "text" as const, value: h.text } }] })),
+    create(MessageSchema, {
+      role: Role.USER,
+      parts: [
+        { kind: { case: "text", value: sc.prompt } },
+        ...(sc.media ?? []).map((m) => mediaPart(Buffer.from(m.data_base64, "base64"), m.mime_type, m.name)),
+      ],
+    }),
+  ];
+  const turn = client.runTurn(req, { signal: ctl.signal, timeoutMs: 30_000, ...hitl.turnOptions() });
+  const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0, compactions: 0 };
   const kept = new KeptText();
   const next = new Map<number, bigint>(); // the seq each attempt's next event must have
   let failure: unknown;
   try {
     for await (const ev of turn.events()) {
       kept.event(ev);
-      h.event(turn, ev, obs);
+      hitl.event(turn, ev, obs);
       if (ev.agent) {
         if (ev.agent.seq !== (next.get(ev.attempt) ?? 0n) + 1n) obs.seq_gapless = false;
         next.set(ev.attempt, ev.agent.seq);
@@ -148,13 +163,14 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
       const p = ev.agent!.payload;
       if (p.case === "error" || p.case === "turnCompleted") obs.terminal_events = (obs.terminal_events as number) + 1;
       if (p.case === "toolStarted") (obs.tools_started as unknown[]).push(p.value.name);
+      if (p.case === "compaction") obs.compactions = (obs.compactions as number) + 1;
       if (sc.cancel_on === "text_delta" && p.case === "textDelta") ctl.abort();
     }
   } catch (e) {
     failure = e;
   }
   obs.kept_text = kept.toString();
-  await h.done(turn.result, obs);
+  await hitl.done(turn.result, obs);
   if (sc.read_log) await observeLog(addr, turn.id, obs);
   const res = turn.result;
   if (res) {
@@ -163,6 +179,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
     obs.attempts = res.attempts;
     obs.reattaches = res.reattaches;
     obs.roles = roles(res.messages);
+    obs.conversation_roles = roles(res.conversation);
     if (res.messages.length > 0) obs.final_text = text(res.messages[res.messages.length - 1]);
     return obs;
   }
@@ -174,6 +191,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
   obs.attempts = failure.attempts;
   obs.reattaches = failure.reattaches;
   obs.roles = roles(failure.messages);
+  obs.conversation_roles = roles(failure.conversation);
   if (failure.status) obs.status = statusName(failure.status.code);
   return obs;
 }

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,6 +23,127 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// ToolChoiceMode says how the model picks tools.
+type ToolChoiceMode int32
+
+const (
+	// Not set: INVALID_ARGUMENT when tool_choice is set.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// The model decides whether to call tools.
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 1
+	// The model calls no tool; tools are still described to it.
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 2
+	// The model calls at least one tool. Every step of the turn forces a
+	// call, so a turn with server-side tools ends at its max_model_calls
+	// unless a client tool is called: use it for one step.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 3
+	// The model calls the tool named by tool_name (with the same caveat as
+	// REQUIRED).
+	ToolChoiceMode_TOOL_CHOICE_MODE_TOOL ToolChoiceMode = 4
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_NONE",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+		4: "TOOL_CHOICE_MODE_TOOL",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_NONE":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+		"TOOL_CHOICE_MODE_TOOL":        4,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[0]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+// ReasoningEffort is a coarse amount of reasoning.
+type ReasoningEffort int32
+
+const (
+	// Not set.
+	ReasoningEffort_REASONING_EFFORT_UNSPECIFIED ReasoningEffort = 0
+	// Little reasoning: faster and cheaper.
+	ReasoningEffort_REASONING_EFFORT_LOW ReasoningEffort = 1
+	// A moderate amount.
+	ReasoningEffort_REASONING_EFFORT_MEDIUM ReasoningEffort = 2
+	// Much reasoning: slower, for hard problems.
+	ReasoningEffort_REASONING_EFFORT_HIGH ReasoningEffort = 3
+)
+
+// Enum value maps for ReasoningEffort.
+var (
+	ReasoningEffort_name = map[int32]string{
+		0: "REASONING_EFFORT_UNSPECIFIED",
+		1: "REASONING_EFFORT_LOW",
+		2: "REASONING_EFFORT_MEDIUM",
+		3: "REASONING_EFFORT_HIGH",
+	}
+	ReasoningEffort_value = map[string]int32{
+		"REASONING_EFFORT_UNSPECIFIED": 0,
+		"REASONING_EFFORT_LOW":         1,
+		"REASONING_EFFORT_MEDIUM":      2,
+		"REASONING_EFFORT_HIGH":        3,
+	}
+)
+
+func (x ReasoningEffort) Enum() *ReasoningEffort {
+	p := new(ReasoningEffort)
+	*p = x
+	return p
+}
+
+func (x ReasoningEffort) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReasoningEffort) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (ReasoningEffort) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[1]
+}
+
+func (x ReasoningEffort) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReasoningEffort.Descriptor instead.
+func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+}
 
 // StopReason says why a model reply ended.
 type StopReason int32
@@ -76,11 +198,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[0]
+	return &file_turnstile_v1_agent_proto_enumTypes[2]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -89,7 +211,63 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+// CompactionTrigger says why a conversation was compacted.
+type CompactionTrigger int32
+
+const (
+	// Not set (a server that predates the field: an overflow).
+	CompactionTrigger_COMPACTION_TRIGGER_UNSPECIFIED CompactionTrigger = 0
+	// The provider refused the call as too long for the model's context
+	// window; the same model is called again with the compacted
+	// conversation.
+	CompactionTrigger_COMPACTION_TRIGGER_OVERFLOW CompactionTrigger = 1
+	// Before the call: the conversation's estimated size reached the
+	// model's compaction.at share of its context window.
+	CompactionTrigger_COMPACTION_TRIGGER_NEAR_WINDOW CompactionTrigger = 2
+)
+
+// Enum value maps for CompactionTrigger.
+var (
+	CompactionTrigger_name = map[int32]string{
+		0: "COMPACTION_TRIGGER_UNSPECIFIED",
+		1: "COMPACTION_TRIGGER_OVERFLOW",
+		2: "COMPACTION_TRIGGER_NEAR_WINDOW",
+	}
+	CompactionTrigger_value = map[string]int32{
+		"COMPACTION_TRIGGER_UNSPECIFIED": 0,
+		"COMPACTION_TRIGGER_OVERFLOW":    1,
+		"COMPACTION_TRIGGER_NEAR_WINDOW": 2,
+	}
+)
+
+func (x CompactionTrigger) Enum() *CompactionTrigger {
+	p := new(CompactionTrigger)
+	*p = x
+	return p
+}
+
+func (x CompactionTrigger) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompactionTrigger) Descriptor() protoreflect.EnumDescriptor {
+	return file_turnstile_v1_agent_proto_enumTypes[3].Descriptor()
+}
+
+func (CompactionTrigger) Type() protoreflect.EnumType {
+	return &file_turnstile_v1_agent_proto_enumTypes[3]
+}
+
+func (x CompactionTrigger) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompactionTrigger.Descriptor instead.
+func (CompactionTrigger) EnumDescriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // EndReason says why a turn completed.
@@ -152,11 +330,11 @@ func (x EndReason) String() string {
 }
 
 func (EndReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_turnstile_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_turnstile_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (EndReason) Type() protoreflect.EnumType {
-	return &file_turnstile_v1_agent_proto_enumTypes[1]
+	return &file_turnstile_v1_agent_proto_enumTypes[4]
 }
 
 func (x EndReason) Number() protoreflect.EnumNumber {
@@ -165,7 +343,7 @@ func (x EndReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EndReason.Descriptor instead.
 func (EndReason) EnumDescriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // RunTurnRequest asks for one turn of a conversation.
@@ -205,7 +383,17 @@ type RunTurnRequest struct {
 	// attempt n-1 of the turn is stored (or n itself is, which the call then
 	// attaches to); otherwise INVALID_ARGUMENT naming attempt. A client
 	// whose attempt was refused before any event sends that number again.
-	Attempt       uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Caller-defined labels of the turn, such as a session or tenant id: at
+	// most 16 entries, each key 1 to 64 bytes of letters, digits, '_', '-'
+	// or '.', each value valid UTF-8 of at most 256 bytes; empty means none.
+	// They are recorded on the turn's log line, and on its spans for the keys
+	// the server lists in telemetry.metadata_attributes. Treat them as user
+	// data, never as secrets. The key "end_user" (at most 64 bytes; a stable
+	// hash of the user is best) is sent to the provider as its end-user field
+	// (OpenAI safety_identifier, Anthropic metadata.user_id; Gemini's API has
+	// none, so it is not sent there).
+	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +484,13 @@ func (x *RunTurnRequest) GetAttempt() uint32 {
 	return 0
 }
 
+func (x *RunTurnRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 // GenerationOptions tune the model's sampling.
 type GenerationOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -308,6 +503,15 @@ type GenerationOptions struct {
 	// Sequences that end a reply when generated; at most 8, each of 1 to 128
 	// bytes.
 	StopSequences []string `protobuf:"bytes,3,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// Asks for a final reply that is one JSON value matching a schema; unset
+	// means free text. See OutputSchema.
+	OutputSchema *OutputSchema `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// Which tools the model may or must call; unset means the provider's
+	// default (the model chooses, as TOOL_CHOICE_MODE_AUTO).
+	ToolChoice *ToolChoice `protobuf:"bytes,5,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// How much the model reasons before answering; unset means the model's
+	// configured default (models.ALIAS.reasoning), else the provider's.
+	Reasoning     *Reasoning `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +567,227 @@ func (x *GenerationOptions) GetStopSequences() []string {
 	return nil
 }
 
+func (x *GenerationOptions) GetOutputSchema() *OutputSchema {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *GenerationOptions) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *GenerationOptions) GetReasoning() *Reasoning {
+	if x != nil {
+		return x.Reasoning
+	}
+	return nil
+}
+
+// OutputSchema asks the model for a final reply that is one JSON value
+// matching a JSON Schema, using each provider's structured-output mode
+// (OpenAI response_format json_schema, Gemini responseJsonSchema, Anthropic
+// a forced tool whose input is the reply). The server validates the final
+// reply's text against the schema; a reply that does not match is retried
+// on the same model with the validation errors shown to the model (the
+// model's retry.output_retries times, 2 by default), then the turn ends
+// with ERROR_CODE_OUTPUT_INVALID. Replies that call tools, and replies
+// that end the turn MAX_TOKENS or REFUSAL, are not checked.
+type OutputSchema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schema's name, 1 to 64 letters, digits, '_' or '-'; empty means
+	// "output".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The JSON Schema (drafts 4 to 2020-12; 2020-12 when "$schema" is
+	// absent), at most 64 KiB as JSON. Required. References outside the
+	// document are refused.
+	Schema *structpb.Struct `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
+	// Asks the provider to enforce the schema while generating where it can:
+	// OpenAI strict mode, which takes only its strict subset of JSON Schema
+	// (every object with additionalProperties false and all its properties
+	// required); for any other schema strict is sent as false. The server
+	// validates the reply either way.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputSchema) Reset() {
+	*x = OutputSchema{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputSchema) ProtoMessage() {}
+
+func (x *OutputSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputSchema.ProtoReflect.Descriptor instead.
+func (*OutputSchema) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OutputSchema) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OutputSchema) GetSchema() *structpb.Struct {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *OutputSchema) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// ToolChoice says which tools the model may or must call.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode. Required when tool_choice is set.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=turnstile.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// The tool the model must call, with TOOL_CHOICE_MODE_TOOL: a client tool
+	// of the request or a server-side tool the turn offers; otherwise empty.
+	ToolName      string `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+// Reasoning controls the model's reasoning (thinking) before it answers.
+// Thinking deltas are streamed as today; a provider that signs its
+// thinking blocks gets them back with their signatures.
+type Reasoning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How much to reason; unspecified leaves it to budget_tokens, else to the
+	// provider. OpenAI takes it as reasoning_effort; Anthropic and Gemini as
+	// a token budget of 1,024 (LOW), 4,096 (MEDIUM) or 16,384 (HIGH) when
+	// budget_tokens is unset.
+	Effort ReasoningEffort `protobuf:"varint,1,opt,name=effort,proto3,enum=turnstile.v1.ReasoningEffort" json:"effort,omitempty"`
+	// The most tokens the model may spend reasoning, from 1,024 to 1,000,000;
+	// unset means the effort's budget. Anthropic takes it as
+	// thinking.budget_tokens (its max_tokens is raised above it when needed,
+	// and temperature is not sent, as Anthropic requires), Gemini as
+	// thinkingConfig.thinkingBudget; OpenAI has no budget and takes LOW up to
+	// 4,096, MEDIUM up to 16,384, else HIGH when effort is unspecified.
+	BudgetTokens  *int32 `protobuf:"varint,2,opt,name=budget_tokens,json=budgetTokens,proto3,oneof" json:"budget_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reasoning) Reset() {
+	*x = Reasoning{}
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reasoning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reasoning) ProtoMessage() {}
+
+func (x *Reasoning) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reasoning.ProtoReflect.Descriptor instead.
+func (*Reasoning) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Reasoning) GetEffort() ReasoningEffort {
+	if x != nil {
+		return x.Effort
+	}
+	return ReasoningEffort_REASONING_EFFORT_UNSPECIFIED
+}
+
+func (x *Reasoning) GetBudgetTokens() int32 {
+	if x != nil && x.BudgetTokens != nil {
+		return *x.BudgetTokens
+	}
+	return 0
+}
+
 // TurnLimits bound a turn.
 type TurnLimits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -376,7 +801,7 @@ type TurnLimits struct {
 
 func (x *TurnLimits) Reset() {
 	*x = TurnLimits{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +813,7 @@ func (x *TurnLimits) String() string {
 func (*TurnLimits) ProtoMessage() {}
 
 func (x *TurnLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[2]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +826,7 @@ func (x *TurnLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnLimits.ProtoReflect.Descriptor instead.
 func (*TurnLimits) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TurnLimits) GetMaxModelCalls() int32 {
@@ -422,7 +847,7 @@ type RunTurnResponse struct {
 
 func (x *RunTurnResponse) Reset() {
 	*x = RunTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +859,7 @@ func (x *RunTurnResponse) String() string {
 func (*RunTurnResponse) ProtoMessage() {}
 
 func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[3]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +872,7 @@ func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTurnResponse.ProtoReflect.Descriptor instead.
 func (*RunTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunTurnResponse) GetEvent() *AgentEvent {
@@ -475,7 +900,7 @@ type WatchTurnRequest struct {
 
 func (x *WatchTurnRequest) Reset() {
 	*x = WatchTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +912,7 @@ func (x *WatchTurnRequest) String() string {
 func (*WatchTurnRequest) ProtoMessage() {}
 
 func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[4]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +925,7 @@ func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTurnRequest.ProtoReflect.Descriptor instead.
 func (*WatchTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchTurnRequest) GetTurnId() string {
@@ -535,7 +960,7 @@ type WatchTurnResponse struct {
 
 func (x *WatchTurnResponse) Reset() {
 	*x = WatchTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +972,7 @@ func (x *WatchTurnResponse) String() string {
 func (*WatchTurnResponse) ProtoMessage() {}
 
 func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[5]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +985,7 @@ func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTurnResponse.ProtoReflect.Descriptor instead.
 func (*WatchTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchTurnResponse) GetEvent() *AgentEvent {
@@ -586,7 +1011,7 @@ type CancelTurnRequest struct {
 
 func (x *CancelTurnRequest) Reset() {
 	*x = CancelTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +1023,7 @@ func (x *CancelTurnRequest) String() string {
 func (*CancelTurnRequest) ProtoMessage() {}
 
 func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[6]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +1036,7 @@ func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
 func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelTurnRequest) GetTurnId() string {
@@ -643,7 +1068,7 @@ type CancelTurnResponse struct {
 
 func (x *CancelTurnResponse) Reset() {
 	*x = CancelTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +1080,7 @@ func (x *CancelTurnResponse) String() string {
 func (*CancelTurnResponse) ProtoMessage() {}
 
 func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[7]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +1093,7 @@ func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
 func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelTurnResponse) GetCancelled() bool {
@@ -713,7 +1138,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +1150,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[8]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +1163,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApproveToolCallRequest) GetTurnId() string {
@@ -794,7 +1219,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1231,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[9]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1244,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApproveToolCallResponse) GetAttempt() uint32 {
@@ -866,7 +1291,7 @@ type SteerTurnRequest struct {
 
 func (x *SteerTurnRequest) Reset() {
 	*x = SteerTurnRequest{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1303,7 @@ func (x *SteerTurnRequest) String() string {
 func (*SteerTurnRequest) ProtoMessage() {}
 
 func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[10]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1316,7 @@ func (x *SteerTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerTurnRequest.ProtoReflect.Descriptor instead.
 func (*SteerTurnRequest) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SteerTurnRequest) GetTurnId() string {
@@ -928,7 +1353,7 @@ type SteerTurnResponse struct {
 
 func (x *SteerTurnResponse) Reset() {
 	*x = SteerTurnResponse{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1365,7 @@ func (x *SteerTurnResponse) String() string {
 func (*SteerTurnResponse) ProtoMessage() {}
 
 func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[11]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1378,7 @@ func (x *SteerTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerTurnResponse.ProtoReflect.Descriptor instead.
 func (*SteerTurnResponse) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SteerTurnResponse) GetAttempt() uint32 {
@@ -1013,7 +1438,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1450,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[12]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1463,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentEvent) GetSeq() uint64 {
@@ -1415,7 +1840,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1852,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[13]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1865,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnStarted) GetModel() string {
@@ -1469,7 +1894,7 @@ type LlmCallStarted struct {
 
 func (x *LlmCallStarted) Reset() {
 	*x = LlmCallStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1906,7 @@ func (x *LlmCallStarted) String() string {
 func (*LlmCallStarted) ProtoMessage() {}
 
 func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[14]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1919,7 @@ func (x *LlmCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallStarted.ProtoReflect.Descriptor instead.
 func (*LlmCallStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LlmCallStarted) GetModel() string {
@@ -1543,7 +1968,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1980,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[15]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1993,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TextDelta) GetText() string {
@@ -1591,7 +2016,7 @@ type ThinkingDelta struct {
 
 func (x *ThinkingDelta) Reset() {
 	*x = ThinkingDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +2028,7 @@ func (x *ThinkingDelta) String() string {
 func (*ThinkingDelta) ProtoMessage() {}
 
 func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[16]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +2041,7 @@ func (x *ThinkingDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThinkingDelta.ProtoReflect.Descriptor instead.
 func (*ThinkingDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ThinkingDelta) GetText() string {
@@ -1650,7 +2075,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +2087,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[17]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +2100,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1727,7 +2152,7 @@ type MessageCompleted struct {
 
 func (x *MessageCompleted) Reset() {
 	*x = MessageCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +2164,7 @@ func (x *MessageCompleted) String() string {
 func (*MessageCompleted) ProtoMessage() {}
 
 func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[18]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +2177,7 @@ func (x *MessageCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageCompleted.ProtoReflect.Descriptor instead.
 func (*MessageCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MessageCompleted) GetMessage() *Message {
@@ -1777,7 +2202,7 @@ type ToolStarted struct {
 
 func (x *ToolStarted) Reset() {
 	*x = ToolStarted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2214,7 @@ func (x *ToolStarted) String() string {
 func (*ToolStarted) ProtoMessage() {}
 
 func (x *ToolStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[19]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2227,7 @@ func (x *ToolStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStarted.ProtoReflect.Descriptor instead.
 func (*ToolStarted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolStarted) GetCallId() string {
@@ -1845,7 +2270,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2282,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[20]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2295,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolProgress) GetCallId() string {
@@ -1927,7 +2352,7 @@ type ToolFinished struct {
 
 func (x *ToolFinished) Reset() {
 	*x = ToolFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2364,7 @@ func (x *ToolFinished) String() string {
 func (*ToolFinished) ProtoMessage() {}
 
 func (x *ToolFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[21]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2377,7 @@ func (x *ToolFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolFinished.ProtoReflect.Descriptor instead.
 func (*ToolFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolFinished) GetCallId() string {
@@ -2013,7 +2438,7 @@ type LlmCallFinished struct {
 
 func (x *LlmCallFinished) Reset() {
 	*x = LlmCallFinished{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2450,7 @@ func (x *LlmCallFinished) String() string {
 func (*LlmCallFinished) ProtoMessage() {}
 
 func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[22]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2463,7 @@ func (x *LlmCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallFinished.ProtoReflect.Descriptor instead.
 func (*LlmCallFinished) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LlmCallFinished) GetModel() string {
@@ -2120,7 +2545,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2557,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[23]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2570,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Retry) GetAttempt() uint32 {
@@ -2225,7 +2650,7 @@ type Fallback struct {
 
 func (x *Fallback) Reset() {
 	*x = Fallback{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2662,7 @@ func (x *Fallback) String() string {
 func (*Fallback) ProtoMessage() {}
 
 func (x *Fallback) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[24]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2675,7 @@ func (x *Fallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fallback.ProtoReflect.Descriptor instead.
 func (*Fallback) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Fallback) GetFromModel() string {
@@ -2316,7 +2741,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2753,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[25]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2766,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Hedge) GetFromModel() string {
@@ -2388,7 +2813,7 @@ type ToolApprovalRequested struct {
 
 func (x *ToolApprovalRequested) Reset() {
 	*x = ToolApprovalRequested{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2825,7 @@ func (x *ToolApprovalRequested) String() string {
 func (*ToolApprovalRequested) ProtoMessage() {}
 
 func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[26]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2838,7 @@ func (x *ToolApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ToolApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolApprovalRequested) GetCallId() string {
@@ -2475,7 +2900,7 @@ type ToolApprovalDecided struct {
 
 func (x *ToolApprovalDecided) Reset() {
 	*x = ToolApprovalDecided{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2912,7 @@ func (x *ToolApprovalDecided) String() string {
 func (*ToolApprovalDecided) ProtoMessage() {}
 
 func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[27]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2925,7 @@ func (x *ToolApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ToolApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ToolApprovalDecided) GetCallId() string {
@@ -2557,7 +2982,7 @@ type Steered struct {
 
 func (x *Steered) Reset() {
 	*x = Steered{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2994,7 @@ func (x *Steered) String() string {
 func (*Steered) ProtoMessage() {}
 
 func (x *Steered) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[28]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +3007,7 @@ func (x *Steered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Steered.ProtoReflect.Descriptor instead.
 func (*Steered) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Steered) GetMessage() *Message {
@@ -2604,14 +3029,48 @@ type Compaction struct {
 	// Bytes of conversation text before compaction.
 	BytesBefore uint64 `protobuf:"varint,4,opt,name=bytes_before,json=bytesBefore,proto3" json:"bytes_before,omitempty"`
 	// Bytes of conversation text after compaction.
-	BytesAfter    uint64 `protobuf:"varint,5,opt,name=bytes_after,json=bytesAfter,proto3" json:"bytes_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BytesAfter uint64 `protobuf:"varint,5,opt,name=bytes_after,json=bytesAfter,proto3" json:"bytes_after,omitempty"`
+	// What replaces what, so that a client sends the compacted conversation
+	// in its next turn (and in a retry of this one) instead of the whole
+	// history, which would be compacted again. The conversation it indexes
+	// is the request's messages followed by the messages this turn committed
+	// before this event (message_completed), as earlier compaction events of
+	// the turn left it. A client applies the event by replacing the
+	// replaced_count messages from index replaced_from with replacement:
+	//
+	//	conversation = conversation[:replaced_from] + replacement +
+	//	               conversation[replaced_from + replaced_count:]
+	//
+	// and keeps appending the messages the turn commits after it. The
+	// messages it does not replace are unchanged; a tool call and its
+	// results are never separated.
+	ReplacedFrom uint32 `protobuf:"varint,6,opt,name=replaced_from,json=replacedFrom,proto3" json:"replaced_from,omitempty"`
+	// The number of messages replaced, from replaced_from.
+	ReplacedCount uint32 `protobuf:"varint,7,opt,name=replaced_count,json=replacedCount,proto3" json:"replaced_count,omitempty"`
+	// The messages that take their place: a note of what was omitted or a
+	// summary of it, and messages whose oversized tool results were
+	// shortened. Empty with replacement_omitted.
+	Replacement []*Message `protobuf:"bytes,8,rep,name=replacement,proto3" json:"replacement,omitempty"`
+	// Why the conversation was compacted.
+	Trigger CompactionTrigger `protobuf:"varint,9,opt,name=trigger,proto3,enum=turnstile.v1.CompactionTrigger" json:"trigger,omitempty"`
+	// When the summarize strategy could not get a summary (the call failed,
+	// or returned nothing), why; the conversation was then compacted by
+	// keep_ends, which strategy names. Empty otherwise.
+	SummaryError string `protobuf:"bytes,10,opt,name=summary_error,json=summaryError,proto3" json:"summary_error,omitempty"`
+	// The replacement did not fit in one event (server.max_event_bytes) and
+	// was left out: the client cannot apply this compaction and keeps its
+	// conversation as it is (the server compacts it again when needed).
+	ReplacementOmitted bool `protobuf:"varint,11,opt,name=replacement_omitted,json=replacementOmitted,proto3" json:"replacement_omitted,omitempty"`
+	// The conversation's estimated size in tokens that triggered a
+	// compaction before the call; 0 after an overflow.
+	EstimatedTokens uint64 `protobuf:"varint,12,opt,name=estimated_tokens,json=estimatedTokens,proto3" json:"estimated_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +3082,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[29]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +3095,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Compaction) GetStrategy() string {
@@ -2674,6 +3133,55 @@ func (x *Compaction) GetBytesAfter() uint64 {
 	return 0
 }
 
+func (x *Compaction) GetReplacedFrom() uint32 {
+	if x != nil {
+		return x.ReplacedFrom
+	}
+	return 0
+}
+
+func (x *Compaction) GetReplacedCount() uint32 {
+	if x != nil {
+		return x.ReplacedCount
+	}
+	return 0
+}
+
+func (x *Compaction) GetReplacement() []*Message {
+	if x != nil {
+		return x.Replacement
+	}
+	return nil
+}
+
+func (x *Compaction) GetTrigger() CompactionTrigger {
+	if x != nil {
+		return x.Trigger
+	}
+	return CompactionTrigger_COMPACTION_TRIGGER_UNSPECIFIED
+}
+
+func (x *Compaction) GetSummaryError() string {
+	if x != nil {
+		return x.SummaryError
+	}
+	return ""
+}
+
+func (x *Compaction) GetReplacementOmitted() bool {
+	if x != nil {
+		return x.ReplacementOmitted
+	}
+	return false
+}
+
+func (x *Compaction) GetEstimatedTokens() uint64 {
+	if x != nil {
+		return x.EstimatedTokens
+	}
+	return 0
+}
+
 // TurnCompleted ends a turn that reached an outcome.
 type TurnCompleted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2698,7 +3206,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +3218,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[30]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +3231,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TurnCompleted) GetEndReason() EndReason {
@@ -2790,7 +3298,7 @@ type TurnCounters struct {
 
 func (x *TurnCounters) Reset() {
 	*x = TurnCounters{}
-	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3310,7 @@ func (x *TurnCounters) String() string {
 func (*TurnCounters) ProtoMessage() {}
 
 func (x *TurnCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_agent_proto_msgTypes[31]
+	mi := &file_turnstile_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3323,7 @@ func (x *TurnCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCounters.ProtoReflect.Descriptor instead.
 func (*TurnCounters) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_turnstile_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TurnCounters) GetModelCalls() uint32 {
@@ -2892,7 +3400,7 @@ var File_turnstile_v1_agent_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xcb\x02\n" +
+	"\x18turnstile/v1/agent.proto\x12\fturnstile.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fturnstile/v1/conversation.proto\x1a\x19turnstile/v1/errors.proto\"\xd0\x03\n" +
 	"\x0eRunTurnRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -2903,13 +3411,33 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"generation\x18\x06 \x01(\v2\x1f.turnstile.v1.GenerationOptionsR\n" +
 	"generation\x120\n" +
 	"\x06limits\x18\a \x01(\v2\x18.turnstile.v1.TurnLimitsR\x06limits\x12\x18\n" +
-	"\aattempt\x18\b \x01(\rR\aattempt\"\xb8\x01\n" +
+	"\aattempt\x18\b \x01(\rR\aattempt\x12F\n" +
+	"\bmetadata\x18\t \x03(\v2*.turnstile.v1.RunTurnRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
 	"\x11GenerationOptions\x12/\n" +
 	"\x11max_output_tokens\x18\x01 \x01(\x05H\x00R\x0fmaxOutputTokens\x88\x01\x01\x12%\n" +
 	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12%\n" +
-	"\x0estop_sequences\x18\x03 \x03(\tR\rstopSequencesB\x14\n" +
+	"\x0estop_sequences\x18\x03 \x03(\tR\rstopSequences\x12?\n" +
+	"\routput_schema\x18\x04 \x01(\v2\x1a.turnstile.v1.OutputSchemaR\foutputSchema\x129\n" +
+	"\vtool_choice\x18\x05 \x01(\v2\x18.turnstile.v1.ToolChoiceR\n" +
+	"toolChoice\x125\n" +
+	"\treasoning\x18\x06 \x01(\v2\x17.turnstile.v1.ReasoningR\treasoningB\x14\n" +
 	"\x12_max_output_tokensB\x0e\n" +
-	"\f_temperature\"M\n" +
+	"\f_temperature\"k\n" +
+	"\fOutputSchema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x06schema\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06schema\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"[\n" +
+	"\n" +
+	"ToolChoice\x120\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1c.turnstile.v1.ToolChoiceModeR\x04mode\x12\x1b\n" +
+	"\ttool_name\x18\x02 \x01(\tR\btoolName\"~\n" +
+	"\tReasoning\x125\n" +
+	"\x06effort\x18\x01 \x01(\x0e2\x1d.turnstile.v1.ReasoningEffortR\x06effort\x12(\n" +
+	"\rbudget_tokens\x18\x02 \x01(\x05H\x00R\fbudgetTokens\x88\x01\x01B\x10\n" +
+	"\x0e_budget_tokens\"M\n" +
 	"\n" +
 	"TurnLimits\x12+\n" +
 	"\x0fmax_model_calls\x18\x01 \x01(\x05H\x00R\rmaxModelCalls\x88\x01\x01B\x12\n" +
@@ -3060,7 +3588,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\x06 \x01(\tR\tdecidedBy\":\n" +
 	"\aSteered\x12/\n" +
-	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"\xbc\x01\n" +
+	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"\xfd\x03\n" +
 	"\n" +
 	"Compaction\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12'\n" +
@@ -3068,7 +3596,15 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x0emessages_after\x18\x03 \x01(\rR\rmessagesAfter\x12!\n" +
 	"\fbytes_before\x18\x04 \x01(\x04R\vbytesBefore\x12\x1f\n" +
 	"\vbytes_after\x18\x05 \x01(\x04R\n" +
-	"bytesAfter\"\x88\x02\n" +
+	"bytesAfter\x12#\n" +
+	"\rreplaced_from\x18\x06 \x01(\rR\freplacedFrom\x12%\n" +
+	"\x0ereplaced_count\x18\a \x01(\rR\rreplacedCount\x127\n" +
+	"\vreplacement\x18\b \x03(\v2\x15.turnstile.v1.MessageR\vreplacement\x129\n" +
+	"\atrigger\x18\t \x01(\x0e2\x1f.turnstile.v1.CompactionTriggerR\atrigger\x12#\n" +
+	"\rsummary_error\x18\n" +
+	" \x01(\tR\fsummaryError\x12/\n" +
+	"\x13replacement_omitted\x18\v \x01(\bR\x12replacementOmitted\x12)\n" +
+	"\x10estimated_tokens\x18\f \x01(\x04R\x0festimatedTokens\"\x88\x02\n" +
 	"\rTurnCompleted\x126\n" +
 	"\n" +
 	"end_reason\x18\x01 \x01(\x0e2\x17.turnstile.v1.EndReasonR\tendReason\x121\n" +
@@ -3090,7 +3626,18 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x13approvals_requested\x18\b \x01(\rR\x12approvalsRequested\x12)\n" +
 	"\x10approvals_denied\x18\t \x01(\rR\x0fapprovalsDenied\x12\x18\n" +
 	"\asteered\x18\n" +
-	" \x01(\rR\asteered*\xcd\x01\n" +
+	" \x01(\rR\asteered*\xa2\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_TOOL\x10\x04*\x85\x01\n" +
+	"\x0fReasoningEffort\x12 \n" +
+	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REASONING_EFFORT_LOW\x10\x01\x12\x1b\n" +
+	"\x17REASONING_EFFORT_MEDIUM\x10\x02\x12\x19\n" +
+	"\x15REASONING_EFFORT_HIGH\x10\x03*\xcd\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3099,7 +3646,11 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x16STOP_REASON_MAX_TOKENS\x10\x03\x12\x1d\n" +
 	"\x19STOP_REASON_STOP_SEQUENCE\x10\x04\x12\x17\n" +
 	"\x13STOP_REASON_REFUSAL\x10\x05\x12\x1a\n" +
-	"\x16STOP_REASON_PAUSE_TURN\x10\x06*\xf5\x01\n" +
+	"\x16STOP_REASON_PAUSE_TURN\x10\x06*|\n" +
+	"\x11CompactionTrigger\x12\"\n" +
+	"\x1eCOMPACTION_TRIGGER_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bCOMPACTION_TRIGGER_OVERFLOW\x10\x01\x12\"\n" +
+	"\x1eCOMPACTION_TRIGGER_NEAR_WINDOW\x10\x02*\xf5\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13END_REASON_END_TURN\x10\x01\x12\"\n" +
@@ -3131,112 +3682,129 @@ func file_turnstile_v1_agent_proto_rawDescGZIP() []byte {
 	return file_turnstile_v1_agent_proto_rawDescData
 }
 
-var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_turnstile_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_turnstile_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_turnstile_v1_agent_proto_goTypes = []any{
-	(StopReason)(0),                 // 0: turnstile.v1.StopReason
-	(EndReason)(0),                  // 1: turnstile.v1.EndReason
-	(*RunTurnRequest)(nil),          // 2: turnstile.v1.RunTurnRequest
-	(*GenerationOptions)(nil),       // 3: turnstile.v1.GenerationOptions
-	(*TurnLimits)(nil),              // 4: turnstile.v1.TurnLimits
-	(*RunTurnResponse)(nil),         // 5: turnstile.v1.RunTurnResponse
-	(*WatchTurnRequest)(nil),        // 6: turnstile.v1.WatchTurnRequest
-	(*WatchTurnResponse)(nil),       // 7: turnstile.v1.WatchTurnResponse
-	(*CancelTurnRequest)(nil),       // 8: turnstile.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),      // 9: turnstile.v1.CancelTurnResponse
-	(*ApproveToolCallRequest)(nil),  // 10: turnstile.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil), // 11: turnstile.v1.ApproveToolCallResponse
-	(*SteerTurnRequest)(nil),        // 12: turnstile.v1.SteerTurnRequest
-	(*SteerTurnResponse)(nil),       // 13: turnstile.v1.SteerTurnResponse
-	(*AgentEvent)(nil),              // 14: turnstile.v1.AgentEvent
-	(*TurnStarted)(nil),             // 15: turnstile.v1.TurnStarted
-	(*LlmCallStarted)(nil),          // 16: turnstile.v1.LlmCallStarted
-	(*TextDelta)(nil),               // 17: turnstile.v1.TextDelta
-	(*ThinkingDelta)(nil),           // 18: turnstile.v1.ThinkingDelta
-	(*ToolCallDelta)(nil),           // 19: turnstile.v1.ToolCallDelta
-	(*MessageCompleted)(nil),        // 20: turnstile.v1.MessageCompleted
-	(*ToolStarted)(nil),             // 21: turnstile.v1.ToolStarted
-	(*ToolProgress)(nil),            // 22: turnstile.v1.ToolProgress
-	(*ToolFinished)(nil),            // 23: turnstile.v1.ToolFinished
-	(*LlmCallFinished)(nil),         // 24: turnstile.v1.LlmCallFinished
-	(*Retry)(nil),                   // 25: turnstile.v1.Retry
-	(*Fallback)(nil),                // 26: turnstile.v1.Fallback
-	(*Hedge)(nil),                   // 27: turnstile.v1.Hedge
-	(*ToolApprovalRequested)(nil),   // 28: turnstile.v1.ToolApprovalRequested
-	(*ToolApprovalDecided)(nil),     // 29: turnstile.v1.ToolApprovalDecided
-	(*Steered)(nil),                 // 30: turnstile.v1.Steered
-	(*Compaction)(nil),              // 31: turnstile.v1.Compaction
-	(*TurnCompleted)(nil),           // 32: turnstile.v1.TurnCompleted
-	(*TurnCounters)(nil),            // 33: turnstile.v1.TurnCounters
-	(*Message)(nil),                 // 34: turnstile.v1.Message
-	(*ToolDefinition)(nil),          // 35: turnstile.v1.ToolDefinition
-	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
-	(*Usage)(nil),                   // 37: turnstile.v1.Usage
-	(*Error)(nil),                   // 38: turnstile.v1.Error
-	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
-	(ErrorCode)(0),                  // 40: turnstile.v1.ErrorCode
+	(ToolChoiceMode)(0),             // 0: turnstile.v1.ToolChoiceMode
+	(ReasoningEffort)(0),            // 1: turnstile.v1.ReasoningEffort
+	(StopReason)(0),                 // 2: turnstile.v1.StopReason
+	(CompactionTrigger)(0),          // 3: turnstile.v1.CompactionTrigger
+	(EndReason)(0),                  // 4: turnstile.v1.EndReason
+	(*RunTurnRequest)(nil),          // 5: turnstile.v1.RunTurnRequest
+	(*GenerationOptions)(nil),       // 6: turnstile.v1.GenerationOptions
+	(*OutputSchema)(nil),            // 7: turnstile.v1.OutputSchema
+	(*ToolChoice)(nil),              // 8: turnstile.v1.ToolChoice
+	(*Reasoning)(nil),               // 9: turnstile.v1.Reasoning
+	(*TurnLimits)(nil),              // 10: turnstile.v1.TurnLimits
+	(*RunTurnResponse)(nil),         // 11: turnstile.v1.RunTurnResponse
+	(*WatchTurnRequest)(nil),        // 12: turnstile.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),       // 13: turnstile.v1.WatchTurnResponse
+	(*CancelTurnRequest)(nil),       // 14: turnstile.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),      // 15: turnstile.v1.CancelTurnResponse
+	(*ApproveToolCallRequest)(nil),  // 16: turnstile.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 17: turnstile.v1.ApproveToolCallResponse
+	(*SteerTurnRequest)(nil),        // 18: turnstile.v1.SteerTurnRequest
+	(*SteerTurnResponse)(nil),       // 19: turnstile.v1.SteerTurnResponse
+	(*AgentEvent)(nil),              // 20: turnstile.v1.AgentEvent
+	(*TurnStarted)(nil),             // 21: turnstile.v1.TurnStarted
+	(*LlmCallStarted)(nil),          // 22: turnstile.v1.LlmCallStarted
+	(*TextDelta)(nil),               // 23: turnstile.v1.TextDelta
+	(*ThinkingDelta)(nil),           // 24: turnstile.v1.ThinkingDelta
+	(*ToolCallDelta)(nil),           // 25: turnstile.v1.ToolCallDelta
+	(*MessageCompleted)(nil),        // 26: turnstile.v1.MessageCompleted
+	(*ToolStarted)(nil),             // 27: turnstile.v1.ToolStarted
+	(*ToolProgress)(nil),            // 28: turnstile.v1.ToolProgress
+	(*ToolFinished)(nil),            // 29: turnstile.v1.ToolFinished
+	(*LlmCallFinished)(nil),         // 30: turnstile.v1.LlmCallFinished
+	(*Retry)(nil),                   // 31: turnstile.v1.Retry
+	(*Fallback)(nil),                // 32: turnstile.v1.Fallback
+	(*Hedge)(nil),                   // 33: turnstile.v1.Hedge
+	(*ToolApprovalRequested)(nil),   // 34: turnstile.v1.ToolApprovalRequested
+	(*ToolApprovalDecided)(nil),     // 35: turnstile.v1.ToolApprovalDecided
+	(*Steered)(nil),                 // 36: turnstile.v1.Steered
+	(*Compaction)(nil),              // 37: turnstile.v1.Compaction
+	(*TurnCompleted)(nil),           // 38: turnstile.v1.TurnCompleted
+	(*TurnCounters)(nil),            // 39: turnstile.v1.TurnCounters
+	nil,                             // 40: turnstile.v1.RunTurnRequest.MetadataEntry
+	(*Message)(nil),                 // 41: turnstile.v1.Message
+	(*ToolDefinition)(nil),          // 42: turnstile.v1.ToolDefinition
+	(*structpb.Struct)(nil),         // 43: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 44: google.protobuf.Timestamp
+	(*Usage)(nil),                   // 45: turnstile.v1.Usage
+	(*Error)(nil),                   // 46: turnstile.v1.Error
+	(*durationpb.Duration)(nil),     // 47: google.protobuf.Duration
+	(ErrorCode)(0),                  // 48: turnstile.v1.ErrorCode
 }
 var file_turnstile_v1_agent_proto_depIdxs = []int32{
-	34, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
-	35, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
-	3,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
-	4,  // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
-	14, // 4: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	14, // 5: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
-	34, // 6: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
-	36, // 7: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 8: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
-	16, // 9: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
-	17, // 10: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
-	18, // 11: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
-	19, // 12: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
-	20, // 13: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
-	21, // 14: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
-	22, // 15: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
-	23, // 16: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
-	24, // 17: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
-	25, // 18: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
-	26, // 19: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
-	31, // 20: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
-	37, // 21: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
-	38, // 22: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
-	32, // 23: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
-	27, // 24: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
-	28, // 25: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
-	29, // 26: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
-	30, // 27: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
-	34, // 28: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
-	39, // 29: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
-	37, // 30: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
-	0,  // 31: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
-	38, // 32: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
-	39, // 33: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
-	39, // 34: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
-	39, // 35: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
-	40, // 36: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
-	40, // 37: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
-	39, // 38: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
-	36, // 39: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	34, // 40: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
-	1,  // 41: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
-	34, // 42: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
-	37, // 43: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
-	33, // 44: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
-	2,  // 45: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
-	6,  // 46: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
-	8,  // 47: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
-	10, // 48: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
-	12, // 49: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
-	5,  // 50: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
-	7,  // 51: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
-	9,  // 52: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
-	11, // 53: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
-	13, // 54: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
-	50, // [50:55] is the sub-list for method output_type
-	45, // [45:50] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	41, // 0: turnstile.v1.RunTurnRequest.messages:type_name -> turnstile.v1.Message
+	42, // 1: turnstile.v1.RunTurnRequest.tools:type_name -> turnstile.v1.ToolDefinition
+	6,  // 2: turnstile.v1.RunTurnRequest.generation:type_name -> turnstile.v1.GenerationOptions
+	10, // 3: turnstile.v1.RunTurnRequest.limits:type_name -> turnstile.v1.TurnLimits
+	40, // 4: turnstile.v1.RunTurnRequest.metadata:type_name -> turnstile.v1.RunTurnRequest.MetadataEntry
+	7,  // 5: turnstile.v1.GenerationOptions.output_schema:type_name -> turnstile.v1.OutputSchema
+	8,  // 6: turnstile.v1.GenerationOptions.tool_choice:type_name -> turnstile.v1.ToolChoice
+	9,  // 7: turnstile.v1.GenerationOptions.reasoning:type_name -> turnstile.v1.Reasoning
+	43, // 8: turnstile.v1.OutputSchema.schema:type_name -> google.protobuf.Struct
+	0,  // 9: turnstile.v1.ToolChoice.mode:type_name -> turnstile.v1.ToolChoiceMode
+	1,  // 10: turnstile.v1.Reasoning.effort:type_name -> turnstile.v1.ReasoningEffort
+	20, // 11: turnstile.v1.RunTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	20, // 12: turnstile.v1.WatchTurnResponse.event:type_name -> turnstile.v1.AgentEvent
+	41, // 13: turnstile.v1.SteerTurnRequest.message:type_name -> turnstile.v1.Message
+	44, // 14: turnstile.v1.AgentEvent.time:type_name -> google.protobuf.Timestamp
+	21, // 15: turnstile.v1.AgentEvent.turn_started:type_name -> turnstile.v1.TurnStarted
+	22, // 16: turnstile.v1.AgentEvent.llm_call_started:type_name -> turnstile.v1.LlmCallStarted
+	23, // 17: turnstile.v1.AgentEvent.text_delta:type_name -> turnstile.v1.TextDelta
+	24, // 18: turnstile.v1.AgentEvent.thinking_delta:type_name -> turnstile.v1.ThinkingDelta
+	25, // 19: turnstile.v1.AgentEvent.tool_call_delta:type_name -> turnstile.v1.ToolCallDelta
+	26, // 20: turnstile.v1.AgentEvent.message_completed:type_name -> turnstile.v1.MessageCompleted
+	27, // 21: turnstile.v1.AgentEvent.tool_started:type_name -> turnstile.v1.ToolStarted
+	28, // 22: turnstile.v1.AgentEvent.tool_progress:type_name -> turnstile.v1.ToolProgress
+	29, // 23: turnstile.v1.AgentEvent.tool_finished:type_name -> turnstile.v1.ToolFinished
+	30, // 24: turnstile.v1.AgentEvent.llm_call_finished:type_name -> turnstile.v1.LlmCallFinished
+	31, // 25: turnstile.v1.AgentEvent.retry:type_name -> turnstile.v1.Retry
+	32, // 26: turnstile.v1.AgentEvent.fallback:type_name -> turnstile.v1.Fallback
+	37, // 27: turnstile.v1.AgentEvent.compaction:type_name -> turnstile.v1.Compaction
+	45, // 28: turnstile.v1.AgentEvent.usage:type_name -> turnstile.v1.Usage
+	46, // 29: turnstile.v1.AgentEvent.error:type_name -> turnstile.v1.Error
+	38, // 30: turnstile.v1.AgentEvent.turn_completed:type_name -> turnstile.v1.TurnCompleted
+	33, // 31: turnstile.v1.AgentEvent.hedge:type_name -> turnstile.v1.Hedge
+	34, // 32: turnstile.v1.AgentEvent.tool_approval_requested:type_name -> turnstile.v1.ToolApprovalRequested
+	35, // 33: turnstile.v1.AgentEvent.tool_approval_decided:type_name -> turnstile.v1.ToolApprovalDecided
+	36, // 34: turnstile.v1.AgentEvent.steered:type_name -> turnstile.v1.Steered
+	41, // 35: turnstile.v1.MessageCompleted.message:type_name -> turnstile.v1.Message
+	47, // 36: turnstile.v1.ToolFinished.duration:type_name -> google.protobuf.Duration
+	45, // 37: turnstile.v1.LlmCallFinished.usage:type_name -> turnstile.v1.Usage
+	2,  // 38: turnstile.v1.LlmCallFinished.stop_reason:type_name -> turnstile.v1.StopReason
+	46, // 39: turnstile.v1.LlmCallFinished.error:type_name -> turnstile.v1.Error
+	47, // 40: turnstile.v1.LlmCallFinished.duration:type_name -> google.protobuf.Duration
+	47, // 41: turnstile.v1.LlmCallFinished.time_to_first_chunk:type_name -> google.protobuf.Duration
+	47, // 42: turnstile.v1.Retry.delay:type_name -> google.protobuf.Duration
+	48, // 43: turnstile.v1.Retry.reason:type_name -> turnstile.v1.ErrorCode
+	48, // 44: turnstile.v1.Fallback.reason:type_name -> turnstile.v1.ErrorCode
+	47, // 45: turnstile.v1.Hedge.after:type_name -> google.protobuf.Duration
+	44, // 46: turnstile.v1.ToolApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	41, // 47: turnstile.v1.Steered.message:type_name -> turnstile.v1.Message
+	41, // 48: turnstile.v1.Compaction.replacement:type_name -> turnstile.v1.Message
+	3,  // 49: turnstile.v1.Compaction.trigger:type_name -> turnstile.v1.CompactionTrigger
+	4,  // 50: turnstile.v1.TurnCompleted.end_reason:type_name -> turnstile.v1.EndReason
+	41, // 51: turnstile.v1.TurnCompleted.messages:type_name -> turnstile.v1.Message
+	45, // 52: turnstile.v1.TurnCompleted.usage:type_name -> turnstile.v1.Usage
+	39, // 53: turnstile.v1.TurnCompleted.counters:type_name -> turnstile.v1.TurnCounters
+	5,  // 54: turnstile.v1.AgentService.RunTurn:input_type -> turnstile.v1.RunTurnRequest
+	12, // 55: turnstile.v1.AgentService.WatchTurn:input_type -> turnstile.v1.WatchTurnRequest
+	14, // 56: turnstile.v1.AgentService.CancelTurn:input_type -> turnstile.v1.CancelTurnRequest
+	16, // 57: turnstile.v1.AgentService.ApproveToolCall:input_type -> turnstile.v1.ApproveToolCallRequest
+	18, // 58: turnstile.v1.AgentService.SteerTurn:input_type -> turnstile.v1.SteerTurnRequest
+	11, // 59: turnstile.v1.AgentService.RunTurn:output_type -> turnstile.v1.RunTurnResponse
+	13, // 60: turnstile.v1.AgentService.WatchTurn:output_type -> turnstile.v1.WatchTurnResponse
+	15, // 61: turnstile.v1.AgentService.CancelTurn:output_type -> turnstile.v1.CancelTurnResponse
+	17, // 62: turnstile.v1.AgentService.ApproveToolCall:output_type -> turnstile.v1.ApproveToolCallResponse
+	19, // 63: turnstile.v1.AgentService.SteerTurn:output_type -> turnstile.v1.SteerTurnResponse
+	59, // [59:64] is the sub-list for method output_type
+	54, // [54:59] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_agent_proto_init() }
@@ -3247,8 +3815,9 @@ func file_turnstile_v1_agent_proto_init() {
 	file_turnstile_v1_conversation_proto_init()
 	file_turnstile_v1_errors_proto_init()
 	file_turnstile_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[2].OneofWrappers = []any{}
-	file_turnstile_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
+	file_turnstile_v1_agent_proto_msgTypes[4].OneofWrappers = []any{}
+	file_turnstile_v1_agent_proto_msgTypes[5].OneofWrappers = []any{}
+	file_turnstile_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*AgentEvent_TurnStarted)(nil),
 		(*AgentEvent_LlmCallStarted)(nil),
 		(*AgentEvent_TextDelta)(nil),
@@ -3275,8 +3844,8 @@ func file_turnstile_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_agent_proto_rawDesc), len(file_turnstile_v1_agent_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      5,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

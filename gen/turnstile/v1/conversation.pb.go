@@ -84,9 +84,9 @@ type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Who wrote the message.
 	Role Role `protobuf:"varint,1,opt,name=role,proto3,enum=turnstile.v1.Role" json:"role,omitempty"`
-	// The message's content, in order. A user message holds text; an assistant
-	// message holds text, thinking and tool calls; a tool message holds tool
-	// results.
+	// The message's content, in order. A user message holds text and media; an
+	// assistant message holds text, thinking and tool calls; a tool message
+	// holds tool results.
 	Parts         []*Part `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -147,6 +147,7 @@ type Part struct {
 	//	*Part_Thinking
 	//	*Part_ToolCall
 	//	*Part_ToolResult
+	//	*Part_Media
 	Kind          isPart_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -225,6 +226,15 @@ func (x *Part) GetToolResult() *ToolResult {
 	return nil
 }
 
+func (x *Part) GetMedia() *Media {
+	if x != nil {
+		if x, ok := x.Kind.(*Part_Media); ok {
+			return x.Media
+		}
+	}
+	return nil
+}
+
 type isPart_Kind interface {
 	isPart_Kind()
 }
@@ -249,6 +259,13 @@ type Part_ToolResult struct {
 	ToolResult *ToolResult `protobuf:"bytes,4,opt,name=tool_result,json=toolResult,proto3,oneof"`
 }
 
+type Part_Media struct {
+	// An image, a PDF document or audio: only in user messages (no
+	// provider turnstile speaks to returns media in a reply, and a request
+	// with media in an assistant message is refused).
+	Media *Media `protobuf:"bytes,5,opt,name=media,proto3,oneof"`
+}
+
 func (*Part_Text) isPart_Kind() {}
 
 func (*Part_Thinking) isPart_Kind() {}
@@ -256,6 +273,125 @@ func (*Part_Thinking) isPart_Kind() {}
 func (*Part_ToolCall) isPart_Kind() {}
 
 func (*Part_ToolResult) isPart_Kind() {}
+
+func (*Part_Media) isPart_Kind() {}
+
+// Media is an image, a PDF document or audio sent to the model, either as
+// its bytes or as a URI the provider fetches; the server never fetches a
+// URI itself. A model that cannot take the media's type (configured per
+// model as models.ALIAS.input, else known per provider type) fails the
+// request with INVALID_ARGUMENT naming the part and the model. Sizes are
+// bounded per part and per request (server.max_media_bytes,
+// server.max_request_media_bytes). The bytes are never logged nor put on
+// a span.
+type Media struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The media's type: image/png, image/jpeg, image/gif, image/webp,
+	// application/pdf, audio/wav, audio/mpeg (audio/mp3 is taken as
+	// audio/mpeg). Required.
+	MimeType string `protobuf:"bytes,1,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Where the media comes from; exactly one is set.
+	//
+	// Types that are valid to be assigned to Source:
+	//
+	//	*Media_Data
+	//	*Media_Uri
+	Source isMedia_Source `protobuf_oneof:"source"`
+	// An optional file name, at most 256 bytes, shown to providers that take
+	// one (OpenAI's file parts, Anthropic's document titles).
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Media) Reset() {
+	*x = Media{}
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Media) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Media) ProtoMessage() {}
+
+func (x *Media) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Media.ProtoReflect.Descriptor instead.
+func (*Media) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Media) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *Media) GetSource() isMedia_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *Media) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Source.(*Media_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *Media) GetUri() string {
+	if x != nil {
+		if x, ok := x.Source.(*Media_Uri); ok {
+			return x.Uri
+		}
+	}
+	return ""
+}
+
+func (x *Media) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type isMedia_Source interface {
+	isMedia_Source()
+}
+
+type Media_Data struct {
+	// The media's bytes, not empty.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type Media_Uri struct {
+	// An https URI the provider fetches, at most 2048 bytes. Which types a
+	// provider fetches by URI differs (OpenAI: images only); a URI the
+	// target model's provider cannot fetch is INVALID_ARGUMENT.
+	Uri string `protobuf:"bytes,3,opt,name=uri,proto3,oneof"`
+}
+
+func (*Media_Data) isMedia_Source() {}
+
+func (*Media_Uri) isMedia_Source() {}
 
 // Thinking is a block of model reasoning.
 type Thinking struct {
@@ -271,7 +407,7 @@ type Thinking struct {
 
 func (x *Thinking) Reset() {
 	*x = Thinking{}
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[2]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +419,7 @@ func (x *Thinking) String() string {
 func (*Thinking) ProtoMessage() {}
 
 func (x *Thinking) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[2]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +432,7 @@ func (x *Thinking) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thinking.ProtoReflect.Descriptor instead.
 func (*Thinking) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{2}
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Thinking) GetText() string {
@@ -329,7 +465,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[3]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +477,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[3]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +490,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{3}
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolCall) GetId() string {
@@ -388,14 +524,20 @@ type ToolResult struct {
 	// True when the tool failed; content then says why.
 	IsError bool `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	// The tool's name; optional in requests, set in results the server makes.
-	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// Media the tool returned (an MCP tool's image, audio or embedded
+	// resource), shown to the model after content. Bounded like a user
+	// message's media. A provider whose tool results cannot hold media
+	// (OpenAI's chat API) gets it in a user message right after the tool
+	// results.
+	Media         []*Media `protobuf:"bytes,5,rep,name=media,proto3" json:"media,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[4]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +549,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[4]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +562,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{4}
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolResult) GetCallId() string {
@@ -451,6 +593,13 @@ func (x *ToolResult) GetName() string {
 	return ""
 }
 
+func (x *ToolResult) GetMedia() []*Media {
+	if x != nil {
+		return x.Media
+	}
+	return nil
+}
+
 // ToolDefinition declares a tool the client runs itself. When the model calls
 // one, the turn ends with END_REASON_TOOL_CALLS_REQUIRED and the client sends
 // the results in its next RunTurn.
@@ -471,7 +620,7 @@ type ToolDefinition struct {
 
 func (x *ToolDefinition) Reset() {
 	*x = ToolDefinition{}
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[5]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +632,7 @@ func (x *ToolDefinition) String() string {
 func (*ToolDefinition) ProtoMessage() {}
 
 func (x *ToolDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[5]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +645,7 @@ func (x *ToolDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolDefinition.ProtoReflect.Descriptor instead.
 func (*ToolDefinition) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{5}
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolDefinition) GetName() string {
@@ -537,7 +686,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[6]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +698,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_turnstile_v1_conversation_proto_msgTypes[6]
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +711,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{6}
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -600,27 +749,35 @@ const file_turnstile_v1_conversation_proto_rawDesc = "" +
 	"\x1fturnstile/v1/conversation.proto\x12\fturnstile.v1\x1a\x1cgoogle/protobuf/struct.proto\"[\n" +
 	"\aMessage\x12&\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x12.turnstile.v1.RoleR\x04role\x12(\n" +
-	"\x05parts\x18\x02 \x03(\v2\x12.turnstile.v1.PartR\x05parts\"\xce\x01\n" +
+	"\x05parts\x18\x02 \x03(\v2\x12.turnstile.v1.PartR\x05parts\"\xfb\x01\n" +
 	"\x04Part\x12\x14\n" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x124\n" +
 	"\bthinking\x18\x02 \x01(\v2\x16.turnstile.v1.ThinkingH\x00R\bthinking\x125\n" +
 	"\ttool_call\x18\x03 \x01(\v2\x16.turnstile.v1.ToolCallH\x00R\btoolCall\x12;\n" +
 	"\vtool_result\x18\x04 \x01(\v2\x18.turnstile.v1.ToolResultH\x00R\n" +
-	"toolResultB\x06\n" +
-	"\x04kind\"<\n" +
+	"toolResult\x12+\n" +
+	"\x05media\x18\x05 \x01(\v2\x13.turnstile.v1.MediaH\x00R\x05mediaB\x06\n" +
+	"\x04kind\"l\n" +
+	"\x05Media\x12\x1b\n" +
+	"\tmime_type\x18\x01 \x01(\tR\bmimeType\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x12\n" +
+	"\x03uri\x18\x03 \x01(\tH\x00R\x03uri\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04nameB\b\n" +
+	"\x06source\"<\n" +
 	"\bThinking\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"n\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\x99\x01\n" +
 	"\n" +
 	"ToolResult\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"\x82\x01\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12)\n" +
+	"\x05media\x18\x05 \x03(\v2\x13.turnstile.v1.MediaR\x05media\"\x82\x01\n" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -650,30 +807,33 @@ func file_turnstile_v1_conversation_proto_rawDescGZIP() []byte {
 }
 
 var file_turnstile_v1_conversation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_turnstile_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_turnstile_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_turnstile_v1_conversation_proto_goTypes = []any{
 	(Role)(0),               // 0: turnstile.v1.Role
 	(*Message)(nil),         // 1: turnstile.v1.Message
 	(*Part)(nil),            // 2: turnstile.v1.Part
-	(*Thinking)(nil),        // 3: turnstile.v1.Thinking
-	(*ToolCall)(nil),        // 4: turnstile.v1.ToolCall
-	(*ToolResult)(nil),      // 5: turnstile.v1.ToolResult
-	(*ToolDefinition)(nil),  // 6: turnstile.v1.ToolDefinition
-	(*Usage)(nil),           // 7: turnstile.v1.Usage
-	(*structpb.Struct)(nil), // 8: google.protobuf.Struct
+	(*Media)(nil),           // 3: turnstile.v1.Media
+	(*Thinking)(nil),        // 4: turnstile.v1.Thinking
+	(*ToolCall)(nil),        // 5: turnstile.v1.ToolCall
+	(*ToolResult)(nil),      // 6: turnstile.v1.ToolResult
+	(*ToolDefinition)(nil),  // 7: turnstile.v1.ToolDefinition
+	(*Usage)(nil),           // 8: turnstile.v1.Usage
+	(*structpb.Struct)(nil), // 9: google.protobuf.Struct
 }
 var file_turnstile_v1_conversation_proto_depIdxs = []int32{
 	0, // 0: turnstile.v1.Message.role:type_name -> turnstile.v1.Role
 	2, // 1: turnstile.v1.Message.parts:type_name -> turnstile.v1.Part
-	3, // 2: turnstile.v1.Part.thinking:type_name -> turnstile.v1.Thinking
-	4, // 3: turnstile.v1.Part.tool_call:type_name -> turnstile.v1.ToolCall
-	5, // 4: turnstile.v1.Part.tool_result:type_name -> turnstile.v1.ToolResult
-	8, // 5: turnstile.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	4, // 2: turnstile.v1.Part.thinking:type_name -> turnstile.v1.Thinking
+	5, // 3: turnstile.v1.Part.tool_call:type_name -> turnstile.v1.ToolCall
+	6, // 4: turnstile.v1.Part.tool_result:type_name -> turnstile.v1.ToolResult
+	3, // 5: turnstile.v1.Part.media:type_name -> turnstile.v1.Media
+	3, // 6: turnstile.v1.ToolResult.media:type_name -> turnstile.v1.Media
+	9, // 7: turnstile.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_conversation_proto_init() }
@@ -686,6 +846,11 @@ func file_turnstile_v1_conversation_proto_init() {
 		(*Part_Thinking)(nil),
 		(*Part_ToolCall)(nil),
 		(*Part_ToolResult)(nil),
+		(*Part_Media)(nil),
+	}
+	file_turnstile_v1_conversation_proto_msgTypes[2].OneofWrappers = []any{
+		(*Media_Data)(nil),
+		(*Media_Uri)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -693,7 +858,7 @@ func file_turnstile_v1_conversation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_conversation_proto_rawDesc), len(file_turnstile_v1_conversation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -86,6 +86,11 @@ const (
 	// metadata key "limit" is "max_request_bytes" and "max_bytes" the limit in
 	// bytes.
 	ErrorCode_ERROR_CODE_REQUEST_TOO_LARGE ErrorCode = 21
+	// The model's final reply did not match the request's
+	// generation.output_schema, after the retries that showed the model its
+	// validation errors. The message lists the first errors. Not retryable:
+	// the server already asked the model again.
+	ErrorCode_ERROR_CODE_OUTPUT_INVALID ErrorCode = 22
 )
 
 // Enum value maps for ErrorCode.
@@ -113,6 +118,7 @@ var (
 		19: "ERROR_CODE_PERMISSION_DENIED",
 		20: "ERROR_CODE_LIMIT_EXCEEDED",
 		21: "ERROR_CODE_REQUEST_TOO_LARGE",
+		22: "ERROR_CODE_OUTPUT_INVALID",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":        0,
@@ -137,6 +143,7 @@ var (
 		"ERROR_CODE_PERMISSION_DENIED":  19,
 		"ERROR_CODE_LIMIT_EXCEEDED":     20,
 		"ERROR_CODE_REQUEST_TOO_LARGE":  21,
+		"ERROR_CODE_OUTPUT_INVALID":     22,
 	}
 )
 
@@ -342,7 +349,7 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\rModelAttempts\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x124\n" +
-	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\x91\x05\n" +
+	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\xb0\x05\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1b\n" +
@@ -366,7 +373,8 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\x1aERROR_CODE_UNAUTHENTICATED\x10\x12\x12 \n" +
 	"\x1cERROR_CODE_PERMISSION_DENIED\x10\x13\x12\x1d\n" +
 	"\x19ERROR_CODE_LIMIT_EXCEEDED\x10\x14\x12 \n" +
-	"\x1cERROR_CODE_REQUEST_TOO_LARGE\x10\x15B\x96\x01\n" +
+	"\x1cERROR_CODE_REQUEST_TOO_LARGE\x10\x15\x12\x1d\n" +
+	"\x19ERROR_CODE_OUTPUT_INVALID\x10\x16B\x96\x01\n" +
 	"\x10dev.turnstile.v1B\vErrorsProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (

@@ -11,6 +11,18 @@ ROLE_TOOL: Role
 ROLE_UNSPECIFIED: Role
 ROLE_USER: Role
 
+class Media(_message.Message):
+    __slots__ = ["data", "mime_type", "name", "uri"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    mime_type: str
+    name: str
+    uri: str
+    def __init__(self, mime_type: _Optional[str] = ..., data: _Optional[bytes] = ..., uri: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
 class Message(_message.Message):
     __slots__ = ["parts", "role"]
     PARTS_FIELD_NUMBER: _ClassVar[int]
@@ -20,16 +32,18 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ...) -> None: ...
 
 class Part(_message.Message):
-    __slots__ = ["text", "thinking", "tool_call", "tool_result"]
+    __slots__ = ["media", "text", "thinking", "tool_call", "tool_result"]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    media: Media
     text: str
     thinking: Thinking
     tool_call: ToolCall
     tool_result: ToolResult
-    def __init__(self, text: _Optional[str] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., media: _Optional[_Union[Media, _Mapping]] = ...) -> None: ...
 
 class Thinking(_message.Message):
     __slots__ = ["signature", "text"]
@@ -60,16 +74,18 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ["call_id", "content", "is_error", "name"]
+    __slots__ = ["call_id", "content", "is_error", "media", "name"]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     content: str
     is_error: bool
+    media: _containers.RepeatedCompositeFieldContainer[Media]
     name: str
-    def __init__(self, call_id: _Optional[str] = ..., content: _Optional[str] = ..., is_error: bool = ..., name: _Optional[str] = ...) -> None: ...
+    def __init__(self, call_id: _Optional[str] = ..., content: _Optional[str] = ..., is_error: bool = ..., name: _Optional[str] = ..., media: _Optional[_Iterable[_Union[Media, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ["cache_read_tokens", "cache_write_tokens", "input_tokens", "output_tokens"]

@@ -1,4 +1,5 @@
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from turnstile.v1 import conversation_pb2 as _conversation_pb2
 from turnstile.v1 import errors_pb2 as _errors_pb2
@@ -8,6 +9,9 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
+COMPACTION_TRIGGER_NEAR_WINDOW: CompactionTrigger
+COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger
+COMPACTION_TRIGGER_UNSPECIFIED: CompactionTrigger
 DESCRIPTOR: _descriptor.FileDescriptor
 END_REASON_END_TURN: EndReason
 END_REASON_MAX_MODEL_CALLS: EndReason
@@ -17,6 +21,10 @@ END_REASON_STOP_SEQUENCE: EndReason
 END_REASON_TOOL_CALLS_REQUIRED: EndReason
 END_REASON_TOOL_ENDED_TURN: EndReason
 END_REASON_UNSPECIFIED: EndReason
+REASONING_EFFORT_HIGH: ReasoningEffort
+REASONING_EFFORT_LOW: ReasoningEffort
+REASONING_EFFORT_MEDIUM: ReasoningEffort
+REASONING_EFFORT_UNSPECIFIED: ReasoningEffort
 STOP_REASON_END_TURN: StopReason
 STOP_REASON_MAX_TOKENS: StopReason
 STOP_REASON_PAUSE_TURN: StopReason
@@ -24,6 +32,11 @@ STOP_REASON_REFUSAL: StopReason
 STOP_REASON_STOP_SEQUENCE: StopReason
 STOP_REASON_TOOL_USE: StopReason
 STOP_REASON_UNSPECIFIED: StopReason
+TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode
+TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode
+TOOL_CHOICE_MODE_TOOL: ToolChoiceMode
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 
 class AgentEvent(_message.Message):
     __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "steered", "text_delta", "thinking_delta", "time", "tool_approval_decided", "tool_approval_requested", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
@@ -122,18 +135,32 @@ class CancelTurnResponse(_message.Message):
     def __init__(self, cancelled: bool = ..., attempt: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class Compaction(_message.Message):
-    __slots__ = ["bytes_after", "bytes_before", "messages_after", "messages_before", "strategy"]
+    __slots__ = ["bytes_after", "bytes_before", "estimated_tokens", "messages_after", "messages_before", "replaced_count", "replaced_from", "replacement", "replacement_omitted", "strategy", "summary_error", "trigger"]
     BYTES_AFTER_FIELD_NUMBER: _ClassVar[int]
     BYTES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_AFTER_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FROM_FIELD_NUMBER: _ClassVar[int]
+    REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REPLACEMENT_OMITTED_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
     bytes_after: int
     bytes_before: int
+    estimated_tokens: int
     messages_after: int
     messages_before: int
+    replaced_count: int
+    replaced_from: int
+    replacement: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    replacement_omitted: bool
     strategy: str
-    def __init__(self, strategy: _Optional[str] = ..., messages_before: _Optional[int] = ..., messages_after: _Optional[int] = ..., bytes_before: _Optional[int] = ..., bytes_after: _Optional[int] = ...) -> None: ...
+    summary_error: str
+    trigger: CompactionTrigger
+    def __init__(self, strategy: _Optional[str] = ..., messages_before: _Optional[int] = ..., messages_after: _Optional[int] = ..., bytes_before: _Optional[int] = ..., bytes_after: _Optional[int] = ..., replaced_from: _Optional[int] = ..., replaced_count: _Optional[int] = ..., replacement: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[CompactionTrigger, str]] = ..., summary_error: _Optional[str] = ..., replacement_omitted: bool = ..., estimated_tokens: _Optional[int] = ...) -> None: ...
 
 class Fallback(_message.Message):
     __slots__ = ["discard_from_seq", "discard_partial", "from_model", "message", "reason", "to_model"]
@@ -152,14 +179,20 @@ class Fallback(_message.Message):
     def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
 
 class GenerationOptions(_message.Message):
-    __slots__ = ["max_output_tokens", "stop_sequences", "temperature"]
+    __slots__ = ["max_output_tokens", "output_schema", "reasoning", "stop_sequences", "temperature", "tool_choice"]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
     STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     max_output_tokens: int
+    output_schema: OutputSchema
+    reasoning: Reasoning
     stop_sequences: _containers.RepeatedScalarFieldContainer[str]
     temperature: float
-    def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ...) -> None: ...
+    tool_choice: ToolChoice
+    def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., output_schema: _Optional[_Union[OutputSchema, _Mapping]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ...) -> None: ...
 
 class Hedge(_message.Message):
     __slots__ = ["after", "from_model", "to_model"]
@@ -209,6 +242,24 @@ class MessageCompleted(_message.Message):
     message: _conversation_pb2.Message
     def __init__(self, message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ...) -> None: ...
 
+class OutputSchema(_message.Message):
+    __slots__ = ["name", "schema", "strict"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    schema: _struct_pb2.Struct
+    strict: bool
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., strict: bool = ...) -> None: ...
+
+class Reasoning(_message.Message):
+    __slots__ = ["budget_tokens", "effort"]
+    BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EFFORT_FIELD_NUMBER: _ClassVar[int]
+    budget_tokens: int
+    effort: ReasoningEffort
+    def __init__(self, effort: _Optional[_Union[ReasoningEffort, str]] = ..., budget_tokens: _Optional[int] = ...) -> None: ...
+
 class Retry(_message.Message):
     __slots__ = ["attempt", "delay", "discard_from_seq", "discard_partial", "max_attempts", "message", "model", "reason"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -230,11 +281,19 @@ class Retry(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., model: _Optional[str] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
 
 class RunTurnRequest(_message.Message):
-    __slots__ = ["attempt", "generation", "limits", "messages", "model", "system", "tools", "turn_id"]
+    __slots__ = ["attempt", "generation", "limits", "messages", "metadata", "model", "system", "tools", "turn_id"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -243,11 +302,12 @@ class RunTurnRequest(_message.Message):
     generation: GenerationOptions
     limits: TurnLimits
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    metadata: _containers.ScalarMap[str, str]
     model: str
     system: str
     tools: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.ToolDefinition]
     turn_id: str
-    def __init__(self, turn_id: _Optional[str] = ..., model: _Optional[str] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.ToolDefinition, _Mapping]]] = ..., generation: _Optional[_Union[GenerationOptions, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[str] = ..., model: _Optional[str] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.ToolDefinition, _Mapping]]] = ..., generation: _Optional[_Union[GenerationOptions, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., attempt: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunTurnResponse(_message.Message):
     __slots__ = ["event"]
@@ -334,6 +394,14 @@ class ToolCallDelta(_message.Message):
     index: int
     name: str
     def __init__(self, index: _Optional[int] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_delta: _Optional[str] = ...) -> None: ...
+
+class ToolChoice(_message.Message):
+    __slots__ = ["mode", "tool_name"]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    mode: ToolChoiceMode
+    tool_name: str
+    def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., tool_name: _Optional[str] = ...) -> None: ...
 
 class ToolFinished(_message.Message):
     __slots__ = ["call_id", "content", "duration", "is_error", "name"]
@@ -439,7 +507,16 @@ class WatchTurnResponse(_message.Message):
     event: AgentEvent
     def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
 
+class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ReasoningEffort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
 class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class CompactionTrigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class EndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -5,18 +5,18 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message as Message$1, ToolDefinition, Usage } from "./conversation_pb.js";
 import { file_turnstile_v1_conversation } from "./conversation_pb.js";
 import type { Error, ErrorCode } from "./errors_pb.js";
 import { file_turnstile_v1_errors } from "./errors_pb.js";
-import type { Message } from "@bufbuild/protobuf";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file turnstile/v1/agent.proto.
  */
 export const file_turnstile_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSKGAgoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzEg8KB2F0dGVtcHQYCCABKA0iiwEKEUdlbmVyYXRpb25PcHRpb25zEh4KEW1heF9vdXRwdXRfdG9rZW5zGAEgASgFSACIAQESGAoLdGVtcGVyYXR1cmUYAiABKAFIAYgBARIWCg5zdG9wX3NlcXVlbmNlcxgDIAMoCUIUChJfbWF4X291dHB1dF90b2tlbnNCDgoMX3RlbXBlcmF0dXJlIj4KClR1cm5MaW1pdHMSHAoPbWF4X21vZGVsX2NhbGxzGAEgASgFSACIAQFCEgoQX21heF9tb2RlbF9jYWxscyI6Cg9SdW5UdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCJHChBXYXRjaFR1cm5SZXF1ZXN0Eg8KB3R1cm5faWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIRCglhZnRlcl9zZXEYAyABKAQiPAoRV2F0Y2hUdXJuUmVzcG9uc2USJwoFZXZlbnQYASABKAsyGC50dXJuc3RpbGUudjEuQWdlbnRFdmVudCI1ChFDYW5jZWxUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iSgoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBIPCgdhdHRlbXB0GAIgASgNEhAKCGxhc3Rfc2VxGAMgASgEIm0KFkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEg8KB2NhbGxfaWQYAyABKAkSEAoIYXBwcm92ZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIloKF0FwcHJvdmVUb29sQ2FsbFJlc3BvbnNlEg8KB2F0dGVtcHQYASABKA0SDwoHYXBwbGllZBgCIAEoCBIQCghhcHByb3ZlZBgDIAEoCBILCgNzZXEYBCABKAQiXAoQU3RlZXJUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SJgoHbWVzc2FnZRgDIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIjEKEVN0ZWVyVHVyblJlc3BvbnNlEg8KB2F0dGVtcHQYASABKA0SCwoDc2VxGAIgASgEIvIICgpBZ2VudEV2ZW50EgsKA3NlcRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd0dXJuX2lkGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SMQoMdHVybl9zdGFydGVkGAogASgLMhkudHVybnN0aWxlLnYxLlR1cm5TdGFydGVkSAASOAoQbGxtX2NhbGxfc3RhcnRlZBgLIAEoCzIcLnR1cm5zdGlsZS52MS5MbG1DYWxsU3RhcnRlZEgAEi0KCnRleHRfZGVsdGEYDCABKAsyFy50dXJuc3RpbGUudjEuVGV4dERlbHRhSAASNQoOdGhpbmtpbmdfZGVsdGEYDSABKAsyGy50dXJuc3RpbGUudjEuVGhpbmtpbmdEZWx0YUgAEjYKD3Rvb2xfY2FsbF9kZWx0YRgOIAEoCzIbLnR1cm5zdGlsZS52MS5Ub29sQ2FsbERlbHRhSAASOwoRbWVzc2FnZV9jb21wbGV0ZWQYDyABKAsyHi50dXJuc3RpbGUudjEuTWVzc2FnZUNvbXBsZXRlZEgAEjEKDHRvb2xfc3RhcnRlZBgQIAEoCzIZLnR1cm5zdGlsZS52MS5Ub29sU3RhcnRlZEgAEjMKDXRvb2xfcHJvZ3Jlc3MYESABKAsyGi50dXJuc3RpbGUudjEuVG9vbFByb2dyZXNzSAASMwoNdG9vbF9maW5pc2hlZBgSIAEoCzIaLnR1cm5zdGlsZS52MS5Ub29sRmluaXNoZWRIABI6ChFsbG1fY2FsbF9maW5pc2hlZBgTIAEoCzIdLnR1cm5zdGlsZS52MS5MbG1DYWxsRmluaXNoZWRIABIkCgVyZXRyeRgUIAEoCzITLnR1cm5zdGlsZS52MS5SZXRyeUgAEioKCGZhbGxiYWNrGBUgASgLMhYudHVybnN0aWxlLnYxLkZhbGxiYWNrSAASLgoKY29tcGFjdGlvbhgWIAEoCzIYLnR1cm5zdGlsZS52MS5Db21wYWN0aW9uSAASJAoFdXNhZ2UYFyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2VIABIkCgVlcnJvchgYIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvckgAEjUKDnR1cm5fY29tcGxldGVkGBkgASgLMhsudHVybnN0aWxlLnYxLlR1cm5Db21wbGV0ZWRIABIkCgVoZWRnZRgaIAEoCzITLnR1cm5zdGlsZS52MS5IZWRnZUgAEkYKF3Rvb2xfYXBwcm92YWxfcmVxdWVzdGVkGBsgASgLMiMudHVybnN0aWxlLnYxLlRvb2xBcHByb3ZhbFJlcXVlc3RlZEgAEkIKFXRvb2xfYXBwcm92YWxfZGVjaWRlZBgcIAEoCzIhLnR1cm5zdGlsZS52MS5Ub29sQXBwcm92YWxEZWNpZGVkSAASKAoHc3RlZXJlZBgdIAEoCzIVLnR1cm5zdGlsZS52MS5TdGVlcmVkSABCCQoHcGF5bG9hZCIcCgtUdXJuU3RhcnRlZBINCgVtb2RlbBgBIAEoCSJoCg5MbG1DYWxsU3RhcnRlZBINCgVtb2RlbBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgDIAEoCRIPCgdhdHRlbXB0GAQgASgNEgwKBGNhbGwYBSABKA0iGQoJVGV4dERlbHRhEgwKBHRleHQYASABKAkiMAoNVGhpbmtpbmdEZWx0YRIMCgR0ZXh0GAEgASgJEhEKCXNpZ25hdHVyZRgCIAEoCSJWCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEg8KB2NhbGxfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIXCg9hcmd1bWVudHNfZGVsdGEYBCABKAkiOgoQTWVzc2FnZUNvbXBsZXRlZBImCgdtZXNzYWdlGAEgASgLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2UiPwoLVG9vbFN0YXJ0ZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSJfCgxUb29sUHJvZ3Jlc3MSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEAoIcHJvZ3Jlc3MYBCABKAESDQoFdG90YWwYBSABKAEifQoMVG9vbEZpbmlzaGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdjb250ZW50GAMgASgJEhAKCGlzX2Vycm9yGAQgASgIEisKCGR1cmF0aW9uGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIo0CCg9MbG1DYWxsRmluaXNoZWQSDQoFbW9kZWwYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIiCgV1c2FnZRgDIAEoCzITLnR1cm5zdGlsZS52MS5Vc2FnZRItCgtzdG9wX3JlYXNvbhgEIAEoDjIYLnR1cm5zdGlsZS52MS5TdG9wUmVhc29uEiIKBWVycm9yGAUgASgLMhMudHVybnN0aWxlLnYxLkVycm9yEisKCGR1cmF0aW9uGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjYKE3RpbWVfdG9fZmlyc3RfY2h1bmsYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i1AEKBVJldHJ5Eg8KB2F0dGVtcHQYASABKA0SFAoMbWF4X2F0dGVtcHRzGAIgASgNEg0KBW1vZGVsGAMgASgJEigKBWRlbGF5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBnJlYXNvbhgFIAEoDjIXLnR1cm5zdGlsZS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgGIAEoCRIXCg9kaXNjYXJkX3BhcnRpYWwYByABKAgSGAoQZGlzY2FyZF9mcm9tX3NlcRgIIAEoBCKdAQoIRmFsbGJhY2sSEgoKZnJvbV9tb2RlbBgBIAEoCRIQCgh0b19tb2RlbBgCIAEoCRInCgZyZWFzb24YAyABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBCABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAUgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYBiABKAQiVwoFSGVkZ2USEgoKZnJvbV9tb2RlbBgBIAEoCRIQCgh0b19tb2RlbBgCIAEoCRIoCgVhZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKIAQoVVG9vbEFwcHJvdmFsUmVxdWVzdGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkSDwoHcHJldmlldxgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifQoTVG9vbEFwcHJvdmFsRGVjaWRlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIYXBwcm92ZWQYAyABKAgSDgoGcmVhc29uGAQgASgJEhEKCXRpbWVkX291dBgFIAEoCBISCgpkZWNpZGVkX2J5GAYgASgJIjEKB1N0ZWVyZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlInoKCkNvbXBhY3Rpb24SEAoIc3RyYXRlZ3kYASABKAkSFwoPbWVzc2FnZXNfYmVmb3JlGAIgASgNEhYKDm1lc3NhZ2VzX2FmdGVyGAMgASgNEhQKDGJ5dGVzX2JlZm9yZRgEIAEoBBITCgtieXRlc19hZnRlchgFIAEoBCLRAQoNVHVybkNvbXBsZXRlZBIrCgplbmRfcmVhc29uGAEgASgOMhcudHVybnN0aWxlLnYxLkVuZFJlYXNvbhInCghtZXNzYWdlcxgCIAMoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlEiIKBXVzYWdlGAMgASgLMhMudHVybnN0aWxlLnYxLlVzYWdlEiwKCGNvdW50ZXJzGAQgASgLMhoudHVybnN0aWxlLnYxLlR1cm5Db3VudGVycxIYChBtZXNzYWdlc19vbWl0dGVkGAUgASgIIt0BCgxUdXJuQ291bnRlcnMSEwoLbW9kZWxfY2FsbHMYASABKA0SDwoHcmV0cmllcxgCIAEoDRIRCglmYWxsYmFja3MYAyABKA0SEgoKdG9vbF9jYWxscxgEIAEoDRITCgt0b29sX2Vycm9ycxgFIAEoDRITCgtjb21wYWN0aW9ucxgGIAEoDRIOCgZoZWRnZXMYByABKA0SGwoTYXBwcm92YWxzX3JlcXVlc3RlZBgIIAEoDRIYChBhcHByb3ZhbHNfZGVuaWVkGAkgASgNEg8KB3N0ZWVyZWQYCiABKA0qzQEKClN0b3BSZWFzb24SGwoXU1RPUF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRTVE9QX1JFQVNPTl9FTkRfVFVSThABEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAISGgoWU1RPUF9SRUFTT05fTUFYX1RPS0VOUxADEh0KGVNUT1BfUkVBU09OX1NUT1BfU0VRVUVOQ0UQBBIXChNTVE9QX1JFQVNPTl9SRUZVU0FMEAUSGgoWU1RPUF9SRUFTT05fUEFVU0VfVFVSThAGKvUBCglFbmRSZWFzb24SGgoWRU5EX1JFQVNPTl9VTlNQRUNJRklFRBAAEhcKE0VORF9SRUFTT05fRU5EX1RVUk4QARIiCh5FTkRfUkVBU09OX1RPT0xfQ0FMTFNfUkVRVUlSRUQQAhIeChpFTkRfUkVBU09OX01BWF9NT0RFTF9DQUxMUxADEhkKFUVORF9SRUFTT05fTUFYX1RPS0VOUxAEEhYKEkVORF9SRUFTT05fUkVGVVNBTBAFEhwKGEVORF9SRUFTT05fU1RPUF9TRVFVRU5DRRAGEh4KGkVORF9SRUFTT05fVE9PTF9FTkRFRF9UVVJOEAcypwMKDEFnZW50U2VydmljZRJICgdSdW5UdXJuEhwudHVybnN0aWxlLnYxLlJ1blR1cm5SZXF1ZXN0Gh0udHVybnN0aWxlLnYxLlJ1blR1cm5SZXNwb25zZTABEk4KCVdhdGNoVHVybhIeLnR1cm5zdGlsZS52MS5XYXRjaFR1cm5SZXF1ZXN0Gh8udHVybnN0aWxlLnYxLldhdGNoVHVyblJlc3BvbnNlMAESTwoKQ2FuY2VsVHVybhIfLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVxdWVzdBogLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVzcG9uc2USXgoPQXBwcm92ZVRvb2xDYWxsEiQudHVybnN0aWxlLnYxLkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QaJS50dXJuc3RpbGUudjEuQXBwcm92ZVRvb2xDYWxsUmVzcG9uc2USTAoJU3RlZXJUdXJuEh4udHVybnN0aWxlLnYxLlN0ZWVyVHVyblJlcXVlc3QaHy50dXJuc3RpbGUudjEuU3RlZXJUdXJuUmVzcG9uc2VClQEKEGRldi50dXJuc3RpbGUudjFCCkFnZW50UHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
+  fileDesc("Chh0dXJuc3RpbGUvdjEvYWdlbnQucHJvdG8SDHR1cm5zdGlsZS52MSL1AgoOUnVuVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIOCgZzeXN0ZW0YAyABKAkSJwoIbWVzc2FnZXMYBCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIrCgV0b29scxgFIAMoCzIcLnR1cm5zdGlsZS52MS5Ub29sRGVmaW5pdGlvbhIzCgpnZW5lcmF0aW9uGAYgASgLMh8udHVybnN0aWxlLnYxLkdlbmVyYXRpb25PcHRpb25zEigKBmxpbWl0cxgHIAEoCzIYLnR1cm5zdGlsZS52MS5UdXJuTGltaXRzEg8KB2F0dGVtcHQYCCABKA0SPAoIbWV0YWRhdGEYCSADKAsyKi50dXJuc3RpbGUudjEuUnVuVHVyblJlcXVlc3QuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEimQIKEUdlbmVyYXRpb25PcHRpb25zEh4KEW1heF9vdXRwdXRfdG9rZW5zGAEgASgFSACIAQESGAoLdGVtcGVyYXR1cmUYAiABKAFIAYgBARIWCg5zdG9wX3NlcXVlbmNlcxgDIAMoCRIxCg1vdXRwdXRfc2NoZW1hGAQgASgLMhoudHVybnN0aWxlLnYxLk91dHB1dFNjaGVtYRItCgt0b29sX2Nob2ljZRgFIAEoCzIYLnR1cm5zdGlsZS52MS5Ub29sQ2hvaWNlEioKCXJlYXNvbmluZxgGIAEoCzIXLnR1cm5zdGlsZS52MS5SZWFzb25pbmdCFAoSX21heF9vdXRwdXRfdG9rZW5zQg4KDF90ZW1wZXJhdHVyZSJVCgxPdXRwdXRTY2hlbWESDAoEbmFtZRgBIAEoCRInCgZzY2hlbWEYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBnN0cmljdBgDIAEoCCJLCgpUb29sQ2hvaWNlEioKBG1vZGUYASABKA4yHC50dXJuc3RpbGUudjEuVG9vbENob2ljZU1vZGUSEQoJdG9vbF9uYW1lGAIgASgJImgKCVJlYXNvbmluZxItCgZlZmZvcnQYASABKA4yHS50dXJuc3RpbGUudjEuUmVhc29uaW5nRWZmb3J0EhoKDWJ1ZGdldF90b2tlbnMYAiABKAVIAIgBAUIQCg5fYnVkZ2V0X3Rva2VucyI+CgpUdXJuTGltaXRzEhwKD21heF9tb2RlbF9jYWxscxgBIAEoBUgAiAEBQhIKEF9tYXhfbW9kZWxfY2FsbHMiOgoPUnVuVHVyblJlc3BvbnNlEicKBWV2ZW50GAEgASgLMhgudHVybnN0aWxlLnYxLkFnZW50RXZlbnQiRwoQV2F0Y2hUdXJuUmVxdWVzdBIPCgd0dXJuX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SEQoJYWZ0ZXJfc2VxGAMgASgEIjwKEVdhdGNoVHVyblJlc3BvbnNlEicKBWV2ZW50GAEgASgLMhgudHVybnN0aWxlLnYxLkFnZW50RXZlbnQiNQoRQ2FuY2VsVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNIkoKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHYXR0ZW1wdBgCIAEoDRIQCghsYXN0X3NlcRgDIAEoBCJtChZBcHByb3ZlVG9vbENhbGxSZXF1ZXN0Eg8KB3R1cm5faWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIPCgdjYWxsX2lkGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCSJaChdBcHByb3ZlVG9vbENhbGxSZXNwb25zZRIPCgdhdHRlbXB0GAEgASgNEg8KB2FwcGxpZWQYAiABKAgSEAoIYXBwcm92ZWQYAyABKAgSCwoDc2VxGAQgASgEIlwKEFN0ZWVyVHVyblJlcXVlc3QSDwoHdHVybl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEiYKB21lc3NhZ2UYAyABKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZSIxChFTdGVlclR1cm5SZXNwb25zZRIPCgdhdHRlbXB0GAEgASgNEgsKA3NlcRgCIAEoBCLyCAoKQWdlbnRFdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHdHVybl9pZBgDIAEoCRIPCgdhdHRlbXB0GAQgASgNEjEKDHR1cm5fc3RhcnRlZBgKIAEoCzIZLnR1cm5zdGlsZS52MS5UdXJuU3RhcnRlZEgAEjgKEGxsbV9jYWxsX3N0YXJ0ZWQYCyABKAsyHC50dXJuc3RpbGUudjEuTGxtQ2FsbFN0YXJ0ZWRIABItCgp0ZXh0X2RlbHRhGAwgASgLMhcudHVybnN0aWxlLnYxLlRleHREZWx0YUgAEjUKDnRoaW5raW5nX2RlbHRhGA0gASgLMhsudHVybnN0aWxlLnYxLlRoaW5raW5nRGVsdGFIABI2Cg90b29sX2NhbGxfZGVsdGEYDiABKAsyGy50dXJuc3RpbGUudjEuVG9vbENhbGxEZWx0YUgAEjsKEW1lc3NhZ2VfY29tcGxldGVkGA8gASgLMh4udHVybnN0aWxlLnYxLk1lc3NhZ2VDb21wbGV0ZWRIABIxCgx0b29sX3N0YXJ0ZWQYECABKAsyGS50dXJuc3RpbGUudjEuVG9vbFN0YXJ0ZWRIABIzCg10b29sX3Byb2dyZXNzGBEgASgLMhoudHVybnN0aWxlLnYxLlRvb2xQcm9ncmVzc0gAEjMKDXRvb2xfZmluaXNoZWQYEiABKAsyGi50dXJuc3RpbGUudjEuVG9vbEZpbmlzaGVkSAASOgoRbGxtX2NhbGxfZmluaXNoZWQYEyABKAsyHS50dXJuc3RpbGUudjEuTGxtQ2FsbEZpbmlzaGVkSAASJAoFcmV0cnkYFCABKAsyEy50dXJuc3RpbGUudjEuUmV0cnlIABIqCghmYWxsYmFjaxgVIAEoCzIWLnR1cm5zdGlsZS52MS5GYWxsYmFja0gAEi4KCmNvbXBhY3Rpb24YFiABKAsyGC50dXJuc3RpbGUudjEuQ29tcGFjdGlvbkgAEiQKBXVzYWdlGBcgASgLMhMudHVybnN0aWxlLnYxLlVzYWdlSAASJAoFZXJyb3IYGCABKAsyEy50dXJuc3RpbGUudjEuRXJyb3JIABI1Cg50dXJuX2NvbXBsZXRlZBgZIAEoCzIbLnR1cm5zdGlsZS52MS5UdXJuQ29tcGxldGVkSAASJAoFaGVkZ2UYGiABKAsyEy50dXJuc3RpbGUudjEuSGVkZ2VIABJGChd0b29sX2FwcHJvdmFsX3JlcXVlc3RlZBgbIAEoCzIjLnR1cm5zdGlsZS52MS5Ub29sQXBwcm92YWxSZXF1ZXN0ZWRIABJCChV0b29sX2FwcHJvdmFsX2RlY2lkZWQYHCABKAsyIS50dXJuc3RpbGUudjEuVG9vbEFwcHJvdmFsRGVjaWRlZEgAEigKB3N0ZWVyZWQYHSABKAsyFS50dXJuc3RpbGUudjEuU3RlZXJlZEgAQgkKB3BheWxvYWQiHAoLVHVyblN0YXJ0ZWQSDQoFbW9kZWwYASABKAkiaAoOTGxtQ2FsbFN0YXJ0ZWQSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSFgoOcHJvdmlkZXJfbW9kZWwYAyABKAkSDwoHYXR0ZW1wdBgEIAEoDRIMCgRjYWxsGAUgASgNIhkKCVRleHREZWx0YRIMCgR0ZXh0GAEgASgJIjAKDVRoaW5raW5nRGVsdGESDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiVgoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoDRIPCgdjYWxsX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAQgASgJIjoKEE1lc3NhZ2VDb21wbGV0ZWQSJgoHbWVzc2FnZRgBIAEoCzIVLnR1cm5zdGlsZS52MS5NZXNzYWdlIj8KC1Rvb2xTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiXwoMVG9vbFByb2dyZXNzEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhAKCHByb2dyZXNzGAQgASgBEg0KBXRvdGFsGAUgASgBIn0KDFRvb2xGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHY29udGVudBgDIAEoCRIQCghpc19lcnJvchgEIAEoCBIrCghkdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKNAgoPTGxtQ2FsbEZpbmlzaGVkEg0KBW1vZGVsGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLQoLc3RvcF9yZWFzb24YBCABKA4yGC50dXJuc3RpbGUudjEuU3RvcFJlYXNvbhIiCgVlcnJvchgFIAEoCzITLnR1cm5zdGlsZS52MS5FcnJvchIrCghkdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI2ChN0aW1lX3RvX2ZpcnN0X2NodW5rGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uItQBCgVSZXRyeRIPCgdhdHRlbXB0GAEgASgNEhQKDG1heF9hdHRlbXB0cxgCIAEoDRINCgVtb2RlbBgDIAEoCRIoCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgZyZWFzb24YBSABKA4yFy50dXJuc3RpbGUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYBiABKAkSFwoPZGlzY2FyZF9wYXJ0aWFsGAcgASgIEhgKEGRpc2NhcmRfZnJvbV9zZXEYCCABKAQinQEKCEZhbGxiYWNrEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSJwoGcmVhc29uGAMgASgOMhcudHVybnN0aWxlLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAQgASgJEhcKD2Rpc2NhcmRfcGFydGlhbBgFIAEoCBIYChBkaXNjYXJkX2Zyb21fc2VxGAYgASgEIlcKBUhlZGdlEhIKCmZyb21fbW9kZWwYASABKAkSEAoIdG9fbW9kZWwYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iiAEKFVRvb2xBcHByb3ZhbFJlcXVlc3RlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJEg8KB3ByZXZpZXcYBCABKAkSLAoIZGVhZGxpbmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn0KE1Rvb2xBcHByb3ZhbERlY2lkZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCGFwcHJvdmVkGAMgASgIEg4KBnJlYXNvbhgEIAEoCRIRCgl0aW1lZF9vdXQYBSABKAgSEgoKZGVjaWRlZF9ieRgGIAEoCSIxCgdTdGVlcmVkEiYKB21lc3NhZ2UYASABKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZSLVAgoKQ29tcGFjdGlvbhIQCghzdHJhdGVneRgBIAEoCRIXCg9tZXNzYWdlc19iZWZvcmUYAiABKA0SFgoObWVzc2FnZXNfYWZ0ZXIYAyABKA0SFAoMYnl0ZXNfYmVmb3JlGAQgASgEEhMKC2J5dGVzX2FmdGVyGAUgASgEEhUKDXJlcGxhY2VkX2Zyb20YBiABKA0SFgoOcmVwbGFjZWRfY291bnQYByABKA0SKgoLcmVwbGFjZW1lbnQYCCADKAsyFS50dXJuc3RpbGUudjEuTWVzc2FnZRIwCgd0cmlnZ2VyGAkgASgOMh8udHVybnN0aWxlLnYxLkNvbXBhY3Rpb25UcmlnZ2VyEhUKDXN1bW1hcnlfZXJyb3IYCiABKAkSGwoTcmVwbGFjZW1lbnRfb21pdHRlZBgLIAEoCBIYChBlc3RpbWF0ZWRfdG9rZW5zGAwgASgEItEBCg1UdXJuQ29tcGxldGVkEisKCmVuZF9yZWFzb24YASABKA4yFy50dXJuc3RpbGUudjEuRW5kUmVhc29uEicKCG1lc3NhZ2VzGAIgAygLMhUudHVybnN0aWxlLnYxLk1lc3NhZ2USIgoFdXNhZ2UYAyABKAsyEy50dXJuc3RpbGUudjEuVXNhZ2USLAoIY291bnRlcnMYBCABKAsyGi50dXJuc3RpbGUudjEuVHVybkNvdW50ZXJzEhgKEG1lc3NhZ2VzX29taXR0ZWQYBSABKAgi3QEKDFR1cm5Db3VudGVycxITCgttb2RlbF9jYWxscxgBIAEoDRIPCgdyZXRyaWVzGAIgASgNEhEKCWZhbGxiYWNrcxgDIAEoDRISCgp0b29sX2NhbGxzGAQgASgNEhMKC3Rvb2xfZXJyb3JzGAUgASgNEhMKC2NvbXBhY3Rpb25zGAYgASgNEg4KBmhlZGdlcxgHIAEoDRIbChNhcHByb3ZhbHNfcmVxdWVzdGVkGAggASgNEhgKEGFwcHJvdmFsc19kZW5pZWQYCSABKA0SDwoHc3RlZXJlZBgKIAEoDSqiAQoOVG9vbENob2ljZU1vZGUSIAocVE9PTF9DSE9JQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhkKFVRPT0xfQ0hPSUNFX01PREVfQVVUTxABEhkKFVRPT0xfQ0hPSUNFX01PREVfTk9ORRACEh0KGVRPT0xfQ0hPSUNFX01PREVfUkVRVUlSRUQQAxIZChVUT09MX0NIT0lDRV9NT0RFX1RPT0wQBCqFAQoPUmVhc29uaW5nRWZmb3J0EiAKHFJFQVNPTklOR19FRkZPUlRfVU5TUEVDSUZJRUQQABIYChRSRUFTT05JTkdfRUZGT1JUX0xPVxABEhsKF1JFQVNPTklOR19FRkZPUlRfTUVESVVNEAISGQoVUkVBU09OSU5HX0VGRk9SVF9ISUdIEAMqzQEKClN0b3BSZWFzb24SGwoXU1RPUF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRTVE9QX1JFQVNPTl9FTkRfVFVSThABEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAISGgoWU1RPUF9SRUFTT05fTUFYX1RPS0VOUxADEh0KGVNUT1BfUkVBU09OX1NUT1BfU0VRVUVOQ0UQBBIXChNTVE9QX1JFQVNPTl9SRUZVU0FMEAUSGgoWU1RPUF9SRUFTT05fUEFVU0VfVFVSThAGKnwKEUNvbXBhY3Rpb25UcmlnZ2VyEiIKHkNPTVBBQ1RJT05fVFJJR0dFUl9VTlNQRUNJRklFRBAAEh8KG0NPTVBBQ1RJT05fVFJJR0dFUl9PVkVSRkxPVxABEiIKHkNPTVBBQ1RJT05fVFJJR0dFUl9ORUFSX1dJTkRPVxACKvUBCglFbmRSZWFzb24SGgoWRU5EX1JFQVNPTl9VTlNQRUNJRklFRBAAEhcKE0VORF9SRUFTT05fRU5EX1RVUk4QARIiCh5FTkRfUkVBU09OX1RPT0xfQ0FMTFNfUkVRVUlSRUQQAhIeChpFTkRfUkVBU09OX01BWF9NT0RFTF9DQUxMUxADEhkKFUVORF9SRUFTT05fTUFYX1RPS0VOUxAEEhYKEkVORF9SRUFTT05fUkVGVVNBTBAFEhwKGEVORF9SRUFTT05fU1RPUF9TRVFVRU5DRRAGEh4KGkVORF9SRUFTT05fVE9PTF9FTkRFRF9UVVJOEAcypwMKDEFnZW50U2VydmljZRJICgdSdW5UdXJuEhwudHVybnN0aWxlLnYxLlJ1blR1cm5SZXF1ZXN0Gh0udHVybnN0aWxlLnYxLlJ1blR1cm5SZXNwb25zZTABEk4KCVdhdGNoVHVybhIeLnR1cm5zdGlsZS52MS5XYXRjaFR1cm5SZXF1ZXN0Gh8udHVybnN0aWxlLnYxLldhdGNoVHVyblJlc3BvbnNlMAESTwoKQ2FuY2VsVHVybhIfLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVxdWVzdBogLnR1cm5zdGlsZS52MS5DYW5jZWxUdXJuUmVzcG9uc2USXgoPQXBwcm92ZVRvb2xDYWxsEiQudHVybnN0aWxlLnYxLkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QaJS50dXJuc3RpbGUudjEuQXBwcm92ZVRvb2xDYWxsUmVzcG9uc2USTAoJU3RlZXJUdXJuEh4udHVybnN0aWxlLnYxLlN0ZWVyVHVyblJlcXVlc3QaHy50dXJuc3RpbGUudjEuU3RlZXJUdXJuUmVzcG9uc2VClQEKEGRldi50dXJuc3RpbGUudjFCCkFnZW50UHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_turnstile_v1_conversation, file_turnstile_v1_errors]);
 
 /**
  * RunTurnRequest asks for one turn of a conversation.
@@ -98,6 +98,21 @@ export type RunTurnRequest = Message<"turnstile.v1.RunTurnRequest"> & {
    * @generated from field: uint32 attempt = 8;
    */
   attempt: number;
+
+  /**
+   * Caller-defined labels of the turn, such as a session or tenant id: at
+   * most 16 entries, each key 1 to 64 bytes of letters, digits, '_', '-'
+   * or '.', each value valid UTF-8 of at most 256 bytes; empty means none.
+   * They are recorded on the turn's log line, and on its spans for the keys
+   * the server lists in telemetry.metadata_attributes. Treat them as user
+   * data, never as secrets. The key "end_user" (at most 64 bytes; a stable
+   * hash of the user is best) is sent to the provider as its end-user field
+   * (OpenAI safety_identifier, Anthropic metadata.user_id; Gemini's API has
+   * none, so it is not sent there).
+   *
+   * @generated from field: map<string, string> metadata = 9;
+   */
+  metadata: { [key: string]: string };
 };
 
 /**
@@ -136,6 +151,30 @@ export type GenerationOptions = Message<"turnstile.v1.GenerationOptions"> & {
    * @generated from field: repeated string stop_sequences = 3;
    */
   stopSequences: string[];
+
+  /**
+   * Asks for a final reply that is one JSON value matching a schema; unset
+   * means free text. See OutputSchema.
+   *
+   * @generated from field: turnstile.v1.OutputSchema output_schema = 4;
+   */
+  outputSchema?: OutputSchema | undefined;
+
+  /**
+   * Which tools the model may or must call; unset means the provider's
+   * default (the model chooses, as TOOL_CHOICE_MODE_AUTO).
+   *
+   * @generated from field: turnstile.v1.ToolChoice tool_choice = 5;
+   */
+  toolChoice?: ToolChoice | undefined;
+
+  /**
+   * How much the model reasons before answering; unset means the model's
+   * configured default (models.ALIAS.reasoning), else the provider's.
+   *
+   * @generated from field: turnstile.v1.Reasoning reasoning = 6;
+   */
+  reasoning?: Reasoning | undefined;
 };
 
 /**
@@ -144,6 +183,123 @@ export type GenerationOptions = Message<"turnstile.v1.GenerationOptions"> & {
  */
 export const GenerationOptionsSchema: GenMessage<GenerationOptions> = /*@__PURE__*/
   messageDesc(file_turnstile_v1_agent, 1);
+
+/**
+ * OutputSchema asks the model for a final reply that is one JSON value
+ * matching a JSON Schema, using each provider's structured-output mode
+ * (OpenAI response_format json_schema, Gemini responseJsonSchema, Anthropic
+ * a forced tool whose input is the reply). The server validates the final
+ * reply's text against the schema; a reply that does not match is retried
+ * on the same model with the validation errors shown to the model (the
+ * model's retry.output_retries times, 2 by default), then the turn ends
+ * with ERROR_CODE_OUTPUT_INVALID. Replies that call tools, and replies
+ * that end the turn MAX_TOKENS or REFUSAL, are not checked.
+ *
+ * @generated from message turnstile.v1.OutputSchema
+ */
+export type OutputSchema = Message<"turnstile.v1.OutputSchema"> & {
+  /**
+   * The schema's name, 1 to 64 letters, digits, '_' or '-'; empty means
+   * "output".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The JSON Schema (drafts 4 to 2020-12; 2020-12 when "$schema" is
+   * absent), at most 64 KiB as JSON. Required. References outside the
+   * document are refused.
+   *
+   * @generated from field: google.protobuf.Struct schema = 2;
+   */
+  schema?: JsonObject | undefined;
+
+  /**
+   * Asks the provider to enforce the schema while generating where it can:
+   * OpenAI strict mode, which takes only its strict subset of JSON Schema
+   * (every object with additionalProperties false and all its properties
+   * required); for any other schema strict is sent as false. The server
+   * validates the reply either way.
+   *
+   * @generated from field: bool strict = 3;
+   */
+  strict: boolean;
+};
+
+/**
+ * Describes the message turnstile.v1.OutputSchema.
+ * Use `create(OutputSchemaSchema)` to create a new message.
+ */
+export const OutputSchemaSchema: GenMessage<OutputSchema> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 2);
+
+/**
+ * ToolChoice says which tools the model may or must call.
+ *
+ * @generated from message turnstile.v1.ToolChoice
+ */
+export type ToolChoice = Message<"turnstile.v1.ToolChoice"> & {
+  /**
+   * The mode. Required when tool_choice is set.
+   *
+   * @generated from field: turnstile.v1.ToolChoiceMode mode = 1;
+   */
+  mode: ToolChoiceMode;
+
+  /**
+   * The tool the model must call, with TOOL_CHOICE_MODE_TOOL: a client tool
+   * of the request or a server-side tool the turn offers; otherwise empty.
+   *
+   * @generated from field: string tool_name = 2;
+   */
+  toolName: string;
+};
+
+/**
+ * Describes the message turnstile.v1.ToolChoice.
+ * Use `create(ToolChoiceSchema)` to create a new message.
+ */
+export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 3);
+
+/**
+ * Reasoning controls the model's reasoning (thinking) before it answers.
+ * Thinking deltas are streamed as today; a provider that signs its
+ * thinking blocks gets them back with their signatures.
+ *
+ * @generated from message turnstile.v1.Reasoning
+ */
+export type Reasoning = Message<"turnstile.v1.Reasoning"> & {
+  /**
+   * How much to reason; unspecified leaves it to budget_tokens, else to the
+   * provider. OpenAI takes it as reasoning_effort; Anthropic and Gemini as
+   * a token budget of 1,024 (LOW), 4,096 (MEDIUM) or 16,384 (HIGH) when
+   * budget_tokens is unset.
+   *
+   * @generated from field: turnstile.v1.ReasoningEffort effort = 1;
+   */
+  effort: ReasoningEffort;
+
+  /**
+   * The most tokens the model may spend reasoning, from 1,024 to 1,000,000;
+   * unset means the effort's budget. Anthropic takes it as
+   * thinking.budget_tokens (its max_tokens is raised above it when needed,
+   * and temperature is not sent, as Anthropic requires), Gemini as
+   * thinkingConfig.thinkingBudget; OpenAI has no budget and takes LOW up to
+   * 4,096, MEDIUM up to 16,384, else HIGH when effort is unspecified.
+   *
+   * @generated from field: optional int32 budget_tokens = 2;
+   */
+  budgetTokens?: number | undefined;
+};
+
+/**
+ * Describes the message turnstile.v1.Reasoning.
+ * Use `create(ReasoningSchema)` to create a new message.
+ */
+export const ReasoningSchema: GenMessage<Reasoning> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_agent, 4);
 
 /**
  * TurnLimits bound a turn.
@@ -166,7 +322,7 @@ export type TurnLimits = Message<"turnstile.v1.TurnLimits"> & {
  * Use `create(TurnLimitsSchema)` to create a new message.
  */
 export const TurnLimitsSchema: GenMessage<TurnLimits> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 2);
+  messageDesc(file_turnstile_v1_agent, 5);
 
 /**
  * RunTurnResponse carries one event of the turn.
@@ -187,7 +343,7 @@ export type RunTurnResponse = Message<"turnstile.v1.RunTurnResponse"> & {
  * Use `create(RunTurnResponseSchema)` to create a new message.
  */
 export const RunTurnResponseSchema: GenMessage<RunTurnResponse> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 3);
+  messageDesc(file_turnstile_v1_agent, 6);
 
 /**
  * WatchTurnRequest names the run of a turn to watch and where to resume.
@@ -225,7 +381,7 @@ export type WatchTurnRequest = Message<"turnstile.v1.WatchTurnRequest"> & {
  * Use `create(WatchTurnRequestSchema)` to create a new message.
  */
 export const WatchTurnRequestSchema: GenMessage<WatchTurnRequest> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 4);
+  messageDesc(file_turnstile_v1_agent, 7);
 
 /**
  * WatchTurnResponse carries one event of the watched run.
@@ -246,7 +402,7 @@ export type WatchTurnResponse = Message<"turnstile.v1.WatchTurnResponse"> & {
  * Use `create(WatchTurnResponseSchema)` to create a new message.
  */
 export const WatchTurnResponseSchema: GenMessage<WatchTurnResponse> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 5);
+  messageDesc(file_turnstile_v1_agent, 8);
 
 /**
  * CancelTurnRequest names the run of a turn to stop. A client that only
@@ -277,7 +433,7 @@ export type CancelTurnRequest = Message<"turnstile.v1.CancelTurnRequest"> & {
  * Use `create(CancelTurnRequestSchema)` to create a new message.
  */
 export const CancelTurnRequestSchema: GenMessage<CancelTurnRequest> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 6);
+  messageDesc(file_turnstile_v1_agent, 9);
 
 /**
  * CancelTurnResponse says what CancelTurn did.
@@ -312,7 +468,7 @@ export type CancelTurnResponse = Message<"turnstile.v1.CancelTurnResponse"> & {
  * Use `create(CancelTurnResponseSchema)` to create a new message.
  */
 export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 7);
+  messageDesc(file_turnstile_v1_agent, 10);
 
 /**
  * ApproveToolCallRequest decides one tool call that waits for approval.
@@ -363,7 +519,7 @@ export type ApproveToolCallRequest = Message<"turnstile.v1.ApproveToolCallReques
  * Use `create(ApproveToolCallRequestSchema)` to create a new message.
  */
 export const ApproveToolCallRequestSchema: GenMessage<ApproveToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 8);
+  messageDesc(file_turnstile_v1_agent, 11);
 
 /**
  * ApproveToolCallResponse says what ApproveToolCall did.
@@ -406,7 +562,7 @@ export type ApproveToolCallResponse = Message<"turnstile.v1.ApproveToolCallRespo
  * Use `create(ApproveToolCallResponseSchema)` to create a new message.
  */
 export const ApproveToolCallResponseSchema: GenMessage<ApproveToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 9);
+  messageDesc(file_turnstile_v1_agent, 12);
 
 /**
  * SteerTurnRequest gives a running turn a user message.
@@ -442,7 +598,7 @@ export type SteerTurnRequest = Message<"turnstile.v1.SteerTurnRequest"> & {
  * Use `create(SteerTurnRequestSchema)` to create a new message.
  */
 export const SteerTurnRequestSchema: GenMessage<SteerTurnRequest> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 10);
+  messageDesc(file_turnstile_v1_agent, 13);
 
 /**
  * SteerTurnResponse says the message is stored and queued.
@@ -470,7 +626,7 @@ export type SteerTurnResponse = Message<"turnstile.v1.SteerTurnResponse"> & {
  * Use `create(SteerTurnResponseSchema)` to create a new message.
  */
 export const SteerTurnResponseSchema: GenMessage<SteerTurnResponse> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 11);
+  messageDesc(file_turnstile_v1_agent, 14);
 
 /**
  * AgentEvent is one step of a turn.
@@ -684,7 +840,7 @@ export type AgentEvent = Message<"turnstile.v1.AgentEvent"> & {
  * Use `create(AgentEventSchema)` to create a new message.
  */
 export const AgentEventSchema: GenMessage<AgentEvent> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 12);
+  messageDesc(file_turnstile_v1_agent, 15);
 
 /**
  * TurnStarted opens a turn.
@@ -705,7 +861,7 @@ export type TurnStarted = Message<"turnstile.v1.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 13);
+  messageDesc(file_turnstile_v1_agent, 16);
 
 /**
  * LlmCallStarted opens one attempt at a model call.
@@ -754,7 +910,7 @@ export type LlmCallStarted = Message<"turnstile.v1.LlmCallStarted"> & {
  * Use `create(LlmCallStartedSchema)` to create a new message.
  */
 export const LlmCallStartedSchema: GenMessage<LlmCallStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 14);
+  messageDesc(file_turnstile_v1_agent, 17);
 
 /**
  * TextDelta is a fragment of the reply text.
@@ -775,7 +931,7 @@ export type TextDelta = Message<"turnstile.v1.TextDelta"> & {
  * Use `create(TextDeltaSchema)` to create a new message.
  */
 export const TextDeltaSchema: GenMessage<TextDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 15);
+  messageDesc(file_turnstile_v1_agent, 18);
 
 /**
  * ThinkingDelta is a fragment of the model's reasoning.
@@ -803,7 +959,7 @@ export type ThinkingDelta = Message<"turnstile.v1.ThinkingDelta"> & {
  * Use `create(ThinkingDeltaSchema)` to create a new message.
  */
 export const ThinkingDeltaSchema: GenMessage<ThinkingDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 16);
+  messageDesc(file_turnstile_v1_agent, 19);
 
 /**
  * ToolCallDelta is a fragment of a tool call as the model writes it.
@@ -845,7 +1001,7 @@ export type ToolCallDelta = Message<"turnstile.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 17);
+  messageDesc(file_turnstile_v1_agent, 20);
 
 /**
  * MessageCompleted carries a message exactly as committed to the
@@ -876,7 +1032,7 @@ export type MessageCompleted = Message<"turnstile.v1.MessageCompleted"> & {
  * Use `create(MessageCompletedSchema)` to create a new message.
  */
 export const MessageCompletedSchema: GenMessage<MessageCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 18);
+  messageDesc(file_turnstile_v1_agent, 21);
 
 /**
  * ToolStarted says a server-side tool began running.
@@ -911,7 +1067,7 @@ export type ToolStarted = Message<"turnstile.v1.ToolStarted"> & {
  * Use `create(ToolStartedSchema)` to create a new message.
  */
 export const ToolStartedSchema: GenMessage<ToolStarted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 19);
+  messageDesc(file_turnstile_v1_agent, 22);
 
 /**
  * ToolProgress relays a running tool's progress.
@@ -960,7 +1116,7 @@ export type ToolProgress = Message<"turnstile.v1.ToolProgress"> & {
  * Use `create(ToolProgressSchema)` to create a new message.
  */
 export const ToolProgressSchema: GenMessage<ToolProgress> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 20);
+  messageDesc(file_turnstile_v1_agent, 23);
 
 /**
  * ToolFinished says a tool call ended.
@@ -1009,7 +1165,7 @@ export type ToolFinished = Message<"turnstile.v1.ToolFinished"> & {
  * Use `create(ToolFinishedSchema)` to create a new message.
  */
 export const ToolFinishedSchema: GenMessage<ToolFinished> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 21);
+  messageDesc(file_turnstile_v1_agent, 24);
 
 /**
  * LlmCallFinished closes one attempt at a model call.
@@ -1072,7 +1228,7 @@ export type LlmCallFinished = Message<"turnstile.v1.LlmCallFinished"> & {
  * Use `create(LlmCallFinishedSchema)` to create a new message.
  */
 export const LlmCallFinishedSchema: GenMessage<LlmCallFinished> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 22);
+  messageDesc(file_turnstile_v1_agent, 25);
 
 /**
  * Retry says a failed attempt will be retried on the same model.
@@ -1147,7 +1303,7 @@ export type Retry = Message<"turnstile.v1.Retry"> & {
  * Use `create(RetrySchema)` to create a new message.
  */
 export const RetrySchema: GenMessage<Retry> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 23);
+  messageDesc(file_turnstile_v1_agent, 26);
 
 /**
  * Fallback says the turn moved to the next model of its chain.
@@ -1203,7 +1359,7 @@ export type Fallback = Message<"turnstile.v1.Fallback"> & {
  * Use `create(FallbackSchema)` to create a new message.
  */
 export const FallbackSchema: GenMessage<Fallback> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 24);
+  messageDesc(file_turnstile_v1_agent, 27);
 
 /**
  * Hedge says a model call had no output after a delay, so the same request
@@ -1244,7 +1400,7 @@ export type Hedge = Message<"turnstile.v1.Hedge"> & {
  * Use `create(HedgeSchema)` to create a new message.
  */
 export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 25);
+  messageDesc(file_turnstile_v1_agent, 28);
 
 /**
  * ToolApprovalRequested says a tool call waits for a decision: answer it with
@@ -1297,7 +1453,7 @@ export type ToolApprovalRequested = Message<"turnstile.v1.ToolApprovalRequested"
  * Use `create(ToolApprovalRequestedSchema)` to create a new message.
  */
 export const ToolApprovalRequestedSchema: GenMessage<ToolApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 26);
+  messageDesc(file_turnstile_v1_agent, 29);
 
 /**
  * ToolApprovalDecided says how a tool call that waited for approval was
@@ -1356,7 +1512,7 @@ export type ToolApprovalDecided = Message<"turnstile.v1.ToolApprovalDecided"> & 
  * Use `create(ToolApprovalDecidedSchema)` to create a new message.
  */
 export const ToolApprovalDecidedSchema: GenMessage<ToolApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 27);
+  messageDesc(file_turnstile_v1_agent, 30);
 
 /**
  * Steered says a user message reached the running turn. It is committed (a
@@ -1378,7 +1534,7 @@ export type Steered = Message<"turnstile.v1.Steered"> & {
  * Use `create(SteeredSchema)` to create a new message.
  */
 export const SteeredSchema: GenMessage<Steered> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 28);
+  messageDesc(file_turnstile_v1_agent, 31);
 
 /**
  * Compaction says the conversation was shortened to fit a context window.
@@ -1420,6 +1576,73 @@ export type Compaction = Message<"turnstile.v1.Compaction"> & {
    * @generated from field: uint64 bytes_after = 5;
    */
   bytesAfter: bigint;
+
+  /**
+   * What replaces what, so that a client sends the compacted conversation
+   * in its next turn (and in a retry of this one) instead of the whole
+   * history, which would be compacted again. The conversation it indexes
+   * is the request's messages followed by the messages this turn committed
+   * before this event (message_completed), as earlier compaction events of
+   * the turn left it. A client applies the event by replacing the
+   * replaced_count messages from index replaced_from with replacement:
+   *   conversation = conversation[:replaced_from] + replacement +
+   *                  conversation[replaced_from + replaced_count:]
+   * and keeps appending the messages the turn commits after it. The
+   * messages it does not replace are unchanged; a tool call and its
+   * results are never separated.
+   *
+   * @generated from field: uint32 replaced_from = 6;
+   */
+  replacedFrom: number;
+
+  /**
+   * The number of messages replaced, from replaced_from.
+   *
+   * @generated from field: uint32 replaced_count = 7;
+   */
+  replacedCount: number;
+
+  /**
+   * The messages that take their place: a note of what was omitted or a
+   * summary of it, and messages whose oversized tool results were
+   * shortened. Empty with replacement_omitted.
+   *
+   * @generated from field: repeated turnstile.v1.Message replacement = 8;
+   */
+  replacement: Message$1[];
+
+  /**
+   * Why the conversation was compacted.
+   *
+   * @generated from field: turnstile.v1.CompactionTrigger trigger = 9;
+   */
+  trigger: CompactionTrigger;
+
+  /**
+   * When the summarize strategy could not get a summary (the call failed,
+   * or returned nothing), why; the conversation was then compacted by
+   * keep_ends, which strategy names. Empty otherwise.
+   *
+   * @generated from field: string summary_error = 10;
+   */
+  summaryError: string;
+
+  /**
+   * The replacement did not fit in one event (server.max_event_bytes) and
+   * was left out: the client cannot apply this compaction and keeps its
+   * conversation as it is (the server compacts it again when needed).
+   *
+   * @generated from field: bool replacement_omitted = 11;
+   */
+  replacementOmitted: boolean;
+
+  /**
+   * The conversation's estimated size in tokens that triggered a
+   * compaction before the call; 0 after an overflow.
+   *
+   * @generated from field: uint64 estimated_tokens = 12;
+   */
+  estimatedTokens: bigint;
 };
 
 /**
@@ -1427,7 +1650,7 @@ export type Compaction = Message<"turnstile.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 29);
+  messageDesc(file_turnstile_v1_agent, 32);
 
 /**
  * TurnCompleted ends a turn that reached an outcome.
@@ -1481,7 +1704,7 @@ export type TurnCompleted = Message<"turnstile.v1.TurnCompleted"> & {
  * Use `create(TurnCompletedSchema)` to create a new message.
  */
 export const TurnCompletedSchema: GenMessage<TurnCompleted> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 30);
+  messageDesc(file_turnstile_v1_agent, 33);
 
 /**
  * TurnCounters count what happened during a turn.
@@ -1565,7 +1788,99 @@ export type TurnCounters = Message<"turnstile.v1.TurnCounters"> & {
  * Use `create(TurnCountersSchema)` to create a new message.
  */
 export const TurnCountersSchema: GenMessage<TurnCounters> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_agent, 31);
+  messageDesc(file_turnstile_v1_agent, 34);
+
+/**
+ * ToolChoiceMode says how the model picks tools.
+ *
+ * @generated from enum turnstile.v1.ToolChoiceMode
+ */
+export enum ToolChoiceMode {
+  /**
+   * Not set: INVALID_ARGUMENT when tool_choice is set.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The model decides whether to call tools.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_AUTO = 1;
+   */
+  AUTO = 1,
+
+  /**
+   * The model calls no tool; tools are still described to it.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_NONE = 2;
+   */
+  NONE = 2,
+
+  /**
+   * The model calls at least one tool. Every step of the turn forces a
+   * call, so a turn with server-side tools ends at its max_model_calls
+   * unless a client tool is called: use it for one step.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_REQUIRED = 3;
+   */
+  REQUIRED = 3,
+
+  /**
+   * The model calls the tool named by tool_name (with the same caveat as
+   * REQUIRED).
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_TOOL = 4;
+   */
+  TOOL = 4,
+}
+
+/**
+ * Describes the enum turnstile.v1.ToolChoiceMode.
+ */
+export const ToolChoiceModeSchema: GenEnum<ToolChoiceMode> = /*@__PURE__*/
+  enumDesc(file_turnstile_v1_agent, 0);
+
+/**
+ * ReasoningEffort is a coarse amount of reasoning.
+ *
+ * @generated from enum turnstile.v1.ReasoningEffort
+ */
+export enum ReasoningEffort {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: REASONING_EFFORT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Little reasoning: faster and cheaper.
+   *
+   * @generated from enum value: REASONING_EFFORT_LOW = 1;
+   */
+  LOW = 1,
+
+  /**
+   * A moderate amount.
+   *
+   * @generated from enum value: REASONING_EFFORT_MEDIUM = 2;
+   */
+  MEDIUM = 2,
+
+  /**
+   * Much reasoning: slower, for hard problems.
+   *
+   * @generated from enum value: REASONING_EFFORT_HIGH = 3;
+   */
+  HIGH = 3,
+}
+
+/**
+ * Describes the enum turnstile.v1.ReasoningEffort.
+ */
+export const ReasoningEffortSchema: GenEnum<ReasoningEffort> = /*@__PURE__*/
+  enumDesc(file_turnstile_v1_agent, 1);
 
 /**
  * StopReason says why a model reply ended.
@@ -1627,7 +1942,44 @@ export enum StopReason {
  * Describes the enum turnstile.v1.StopReason.
  */
 export const StopReasonSchema: GenEnum<StopReason> = /*@__PURE__*/
-  enumDesc(file_turnstile_v1_agent, 0);
+  enumDesc(file_turnstile_v1_agent, 2);
+
+/**
+ * CompactionTrigger says why a conversation was compacted.
+ *
+ * @generated from enum turnstile.v1.CompactionTrigger
+ */
+export enum CompactionTrigger {
+  /**
+   * Not set (a server that predates the field: an overflow).
+   *
+   * @generated from enum value: COMPACTION_TRIGGER_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The provider refused the call as too long for the model's context
+   * window; the same model is called again with the compacted
+   * conversation.
+   *
+   * @generated from enum value: COMPACTION_TRIGGER_OVERFLOW = 1;
+   */
+  OVERFLOW = 1,
+
+  /**
+   * Before the call: the conversation's estimated size reached the
+   * model's compaction.at share of its context window.
+   *
+   * @generated from enum value: COMPACTION_TRIGGER_NEAR_WINDOW = 2;
+   */
+  NEAR_WINDOW = 2,
+}
+
+/**
+ * Describes the enum turnstile.v1.CompactionTrigger.
+ */
+export const CompactionTriggerSchema: GenEnum<CompactionTrigger> = /*@__PURE__*/
+  enumDesc(file_turnstile_v1_agent, 3);
 
 /**
  * EndReason says why a turn completed.
@@ -1699,7 +2051,7 @@ export enum EndReason {
  * Describes the enum turnstile.v1.EndReason.
  */
 export const EndReasonSchema: GenEnum<EndReason> = /*@__PURE__*/
-  enumDesc(file_turnstile_v1_agent, 1);
+  enumDesc(file_turnstile_v1_agent, 4);
 
 /**
  * AgentService runs agent turns and streams every step of them.

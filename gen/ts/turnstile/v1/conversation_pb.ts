@@ -11,7 +11,7 @@ import type { JsonObject, Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file turnstile/v1/conversation.proto.
  */
 export const file_turnstile_v1_conversation: GenFile = /*@__PURE__*/
-  fileDesc("Ch90dXJuc3RpbGUvdjEvY29udmVyc2F0aW9uLnByb3RvEgx0dXJuc3RpbGUudjEiTgoHTWVzc2FnZRIgCgRyb2xlGAEgASgOMhIudHVybnN0aWxlLnYxLlJvbGUSIQoFcGFydHMYAiADKAsyEi50dXJuc3RpbGUudjEuUGFydCKoAQoEUGFydBIOCgR0ZXh0GAEgASgJSAASKgoIdGhpbmtpbmcYAiABKAsyFi50dXJuc3RpbGUudjEuVGhpbmtpbmdIABIrCgl0b29sX2NhbGwYAyABKAsyFi50dXJuc3RpbGUudjEuVG9vbENhbGxIABIvCgt0b29sX3Jlc3VsdBgEIAEoCzIYLnR1cm5zdGlsZS52MS5Ub29sUmVzdWx0SABCBgoEa2luZCIrCghUaGlua2luZxIMCgR0ZXh0GAEgASgJEhEKCXNpZ25hdHVyZRgCIAEoCSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSJOCgpUb29sUmVzdWx0Eg8KB2NhbGxfaWQYASABKAkSDwoHY29udGVudBgCIAEoCRIQCghpc19lcnJvchgDIAEoCBIMCgRuYW1lGAQgASgJImIKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJrCgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAMSFQoNb3V0cHV0X3Rva2VucxgCIAEoAxIZChFjYWNoZV9yZWFkX3Rva2VucxgDIAEoAxIaChJjYWNoZV93cml0ZV90b2tlbnMYBCABKAMqTgoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDQoJUk9MRV9VU0VSEAESEgoOUk9MRV9BU1NJU1RBTlQQAhINCglST0xFX1RPT0wQA0KcAQoQZGV2LnR1cm5zdGlsZS52MUIRQ29udmVyc2F0aW9uUHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_struct]);
+  fileDesc("Ch90dXJuc3RpbGUvdjEvY29udmVyc2F0aW9uLnByb3RvEgx0dXJuc3RpbGUudjEiTgoHTWVzc2FnZRIgCgRyb2xlGAEgASgOMhIudHVybnN0aWxlLnYxLlJvbGUSIQoFcGFydHMYAiADKAsyEi50dXJuc3RpbGUudjEuUGFydCLOAQoEUGFydBIOCgR0ZXh0GAEgASgJSAASKgoIdGhpbmtpbmcYAiABKAsyFi50dXJuc3RpbGUudjEuVGhpbmtpbmdIABIrCgl0b29sX2NhbGwYAyABKAsyFi50dXJuc3RpbGUudjEuVG9vbENhbGxIABIvCgt0b29sX3Jlc3VsdBgEIAEoCzIYLnR1cm5zdGlsZS52MS5Ub29sUmVzdWx0SAASJAoFbWVkaWEYBSABKAsyEy50dXJuc3RpbGUudjEuTWVkaWFIAEIGCgRraW5kIlEKBU1lZGlhEhEKCW1pbWVfdHlwZRgBIAEoCRIOCgRkYXRhGAIgASgMSAASDQoDdXJpGAMgASgJSAASDAoEbmFtZRgEIAEoCUIICgZzb3VyY2UiKwoIVGhpbmtpbmcSDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkicgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSEAoIaXNfZXJyb3IYAyABKAgSDAoEbmFtZRgEIAEoCRIiCgVtZWRpYRgFIAMoCzITLnR1cm5zdGlsZS52MS5NZWRpYSJiCg5Ub29sRGVmaW5pdGlvbhIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEi0KDGlucHV0X3NjaGVtYRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiawoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgDEhUKDW91dHB1dF90b2tlbnMYAiABKAMSGQoRY2FjaGVfcmVhZF90b2tlbnMYAyABKAMSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgDKk4KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDQoJUk9MRV9UT09MEANCnAEKEGRldi50dXJuc3RpbGUudjFCEUNvbnZlcnNhdGlvblByb3RvUAFaP2dpdGh1Yi5jb20vdHVybnN0aWxlLWRldi90dXJuc3RpbGUvZ2VuL3R1cm5zdGlsZS92MTt0dXJuc3RpbGV2MaICA1RYWKoCDFR1cm5zdGlsZS5WMcoCDFR1cm5zdGlsZVxWMeoCDVR1cm5zdGlsZTo6VjFiBnByb3RvMw", [file_google_protobuf_struct]);
 
 /**
  * Message is one entry of a conversation.
@@ -27,9 +27,9 @@ export type Message = Message$1<"turnstile.v1.Message"> & {
   role: Role;
 
   /**
-   * The message's content, in order. A user message holds text; an assistant
-   * message holds text, thinking and tool calls; a tool message holds tool
-   * results.
+   * The message's content, in order. A user message holds text and media; an
+   * assistant message holds text, thinking and tool calls; a tool message
+   * holds tool results.
    *
    * @generated from field: repeated turnstile.v1.Part parts = 2;
    */
@@ -86,6 +86,16 @@ export type Part = Message$1<"turnstile.v1.Part"> & {
      */
     value: ToolResult;
     case: "toolResult";
+  } | {
+    /**
+     * An image, a PDF document or audio: only in user messages (no
+     * provider turnstile speaks to returns media in a reply, and a request
+     * with media in an assistant message is refused).
+     *
+     * @generated from field: turnstile.v1.Media media = 5;
+     */
+    value: Media;
+    case: "media";
   } | { case: undefined; value?: undefined };
 };
 
@@ -95,6 +105,69 @@ export type Part = Message$1<"turnstile.v1.Part"> & {
  */
 export const PartSchema: GenMessage<Part> = /*@__PURE__*/
   messageDesc(file_turnstile_v1_conversation, 1);
+
+/**
+ * Media is an image, a PDF document or audio sent to the model, either as
+ * its bytes or as a URI the provider fetches; the server never fetches a
+ * URI itself. A model that cannot take the media's type (configured per
+ * model as models.ALIAS.input, else known per provider type) fails the
+ * request with INVALID_ARGUMENT naming the part and the model. Sizes are
+ * bounded per part and per request (server.max_media_bytes,
+ * server.max_request_media_bytes). The bytes are never logged nor put on
+ * a span.
+ *
+ * @generated from message turnstile.v1.Media
+ */
+export type Media = Message$1<"turnstile.v1.Media"> & {
+  /**
+   * The media's type: image/png, image/jpeg, image/gif, image/webp,
+   * application/pdf, audio/wav, audio/mpeg (audio/mp3 is taken as
+   * audio/mpeg). Required.
+   *
+   * @generated from field: string mime_type = 1;
+   */
+  mimeType: string;
+
+  /**
+   * Where the media comes from; exactly one is set.
+   *
+   * @generated from oneof turnstile.v1.Media.source
+   */
+  source: {
+    /**
+     * The media's bytes, not empty.
+     *
+     * @generated from field: bytes data = 2;
+     */
+    value: Uint8Array;
+    case: "data";
+  } | {
+    /**
+     * An https URI the provider fetches, at most 2048 bytes. Which types a
+     * provider fetches by URI differs (OpenAI: images only); a URI the
+     * target model's provider cannot fetch is INVALID_ARGUMENT.
+     *
+     * @generated from field: string uri = 3;
+     */
+    value: string;
+    case: "uri";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * An optional file name, at most 256 bytes, shown to providers that take
+   * one (OpenAI's file parts, Anthropic's document titles).
+   *
+   * @generated from field: string name = 4;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message turnstile.v1.Media.
+ * Use `create(MediaSchema)` to create a new message.
+ */
+export const MediaSchema: GenMessage<Media> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_conversation, 2);
 
 /**
  * Thinking is a block of model reasoning.
@@ -123,7 +196,7 @@ export type Thinking = Message$1<"turnstile.v1.Thinking"> & {
  * Use `create(ThinkingSchema)` to create a new message.
  */
 export const ThinkingSchema: GenMessage<Thinking> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_conversation, 2);
+  messageDesc(file_turnstile_v1_conversation, 3);
 
 /**
  * ToolCall is a model's request to run a tool.
@@ -159,7 +232,7 @@ export type ToolCall = Message$1<"turnstile.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_conversation, 3);
+  messageDesc(file_turnstile_v1_conversation, 4);
 
 /**
  * ToolResult is the outcome of one tool call.
@@ -194,6 +267,17 @@ export type ToolResult = Message$1<"turnstile.v1.ToolResult"> & {
    * @generated from field: string name = 4;
    */
   name: string;
+
+  /**
+   * Media the tool returned (an MCP tool's image, audio or embedded
+   * resource), shown to the model after content. Bounded like a user
+   * message's media. A provider whose tool results cannot hold media
+   * (OpenAI's chat API) gets it in a user message right after the tool
+   * results.
+   *
+   * @generated from field: repeated turnstile.v1.Media media = 5;
+   */
+  media: Media[];
 };
 
 /**
@@ -201,7 +285,7 @@ export type ToolResult = Message$1<"turnstile.v1.ToolResult"> & {
  * Use `create(ToolResultSchema)` to create a new message.
  */
 export const ToolResultSchema: GenMessage<ToolResult> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_conversation, 4);
+  messageDesc(file_turnstile_v1_conversation, 5);
 
 /**
  * ToolDefinition declares a tool the client runs itself. When the model calls
@@ -241,7 +325,7 @@ export type ToolDefinition = Message$1<"turnstile.v1.ToolDefinition"> & {
  * Use `create(ToolDefinitionSchema)` to create a new message.
  */
 export const ToolDefinitionSchema: GenMessage<ToolDefinition> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_conversation, 5);
+  messageDesc(file_turnstile_v1_conversation, 6);
 
 /**
  * Usage counts tokens.
@@ -283,7 +367,7 @@ export type Usage = Message$1<"turnstile.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_turnstile_v1_conversation, 6);
+  messageDesc(file_turnstile_v1_conversation, 7);
 
 /**
  * Role says who authored a message.

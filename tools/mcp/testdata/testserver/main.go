@@ -11,6 +11,8 @@
 //     test can stop a server while it runs.
 //   - slow_lookup: read-only and idempotent; appends "lookup" to
 //     $APPEND_FILE, then takes "ms" milliseconds to answer.
+//   - screenshot: read-only; answers text, a PNG image of "bytes" bytes
+//     (default 68), WAV audio, an SVG image and an embedded PDF resource.
 //
 // Arguments are not validated here, on purpose: the tests check that
 // validation happens before a call reaches the server.
@@ -130,6 +132,31 @@ func main() {
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return slow(ctx, req, "lookup")
+	})
+
+	s.AddTool(&mcp.Tool{
+		Name:        "screenshot",
+		Description: "Takes a screenshot.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"bytes":{"type":"integer"}}}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args struct {
+			Bytes int `json:"bytes"`
+		}
+		_ = json.Unmarshal(req.Params.Arguments, &args)
+		png := []byte("\x89PNG\r\n\x1a\n")
+		if args.Bytes > len(png) {
+			png = append(png, make([]byte, args.Bytes-len(png))...)
+		} else {
+			png = append(png, make([]byte, 60)...)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{
+			&mcp.TextContent{Text: "the screen"},
+			&mcp.ImageContent{MIMEType: "image/png", Data: png},
+			&mcp.AudioContent{MIMEType: "audio/wav", Data: []byte("RIFF0000WAVE")},
+			&mcp.ImageContent{MIMEType: "image/svg+xml", Data: []byte("<svg/>")},
+			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///reports/q3.pdf", MIMEType: "application/pdf", Blob: []byte("%PDF-1.7")}},
+		}}, nil
 	})
 
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {

@@ -1,0 +1,77 @@
+package anthropic
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/providertest"
+)
+
+// TestGenerationOptionsRequest compares the body each generation option
+// produces with the shapes of the Messages API reference (output_config
+// format json_schema, tool_choice, thinking, metadata.user_id).
+func TestGenerationOptionsRequest(t *testing.T) {
+	t.Parallel()
+	body := providertest.Fixture(t, "anthropic_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	p := provider(t, f)
+	const schema = `{"type":"object","properties":{"name":{"type":"string"}},"required":["name"],"additionalProperties":false}`
+	const base = `"model":"claude-sonnet-4-5","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]`
+	const tools = `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]`
+	temp := 0.3
+	withTools := func(r llm.Request) *llm.Request {
+		r.Model, r.Messages = simpleRequest.Model, simpleRequest.Messages
+		r.Tools = []llm.ToolSpec{{Name: "get_weather"}}
+		return &r
+	}
+	plain := func(r llm.Request) *llm.Request {
+		r.Model, r.Messages = simpleRequest.Model, simpleRequest.Messages
+		return &r
+	}
+	cases := []struct {
+		name string
+		req  *llm.Request
+		want string
+	}{
+		{"output schema", plain(llm.Request{OutputSchema: &llm.OutputSchema{Name: "person", Strict: true, Schema: json.RawMessage(schema)}}),
+			`{` + base + `,"max_tokens":4096,"output_config":{"format":{"type":"json_schema","schema":` + schema + `}}}`},
+		{"tool choice auto", withTools(llm.Request{ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceAuto}}),
+			`{` + base + `,"max_tokens":4096,` + tools + `,"tool_choice":{"type":"auto"}}`},
+		{"tool choice none", withTools(llm.Request{ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceNone}}),
+			`{` + base + `,"max_tokens":4096,` + tools + `,"tool_choice":{"type":"none"}}`},
+		{"tool choice required is any", withTools(llm.Request{ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceRequired}}),
+			`{` + base + `,"max_tokens":4096,` + tools + `,"tool_choice":{"type":"any"}}`},
+		{"tool choice of one tool", withTools(llm.Request{ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceTool, Name: "get_weather"}}),
+			`{` + base + `,"max_tokens":4096,` + tools + `,"tool_choice":{"type":"tool","name":"get_weather"}}`},
+		{"thinking budget, temperature dropped", plain(llm.Request{MaxOutputTokens: 8000, Temperature: &temp, Reasoning: &llm.Reasoning{BudgetTokens: 2048}}),
+			`{` + base + `,"max_tokens":8000,"thinking":{"type":"enabled","budget_tokens":2048}}`},
+		{"thinking effort above max_tokens raises it", plain(llm.Request{MaxOutputTokens: 1000, Reasoning: &llm.Reasoning{Effort: llm.EffortHigh}}),
+			`{` + base + `,"max_tokens":17384,"thinking":{"type":"enabled","budget_tokens":16384}}`},
+		{"a forced tool goes without thinking", withTools(llm.Request{Temperature: &temp, Reasoning: &llm.Reasoning{Effort: llm.EffortLow}, ToolChoice: &llm.ToolChoice{Mode: llm.ToolChoiceRequired}}),
+			`{` + base + `,"max_tokens":4096,"temperature":0.3,` + tools + `,"tool_choice":{"type":"any"}}`},
+		{"end user", plain(llm.Request{EndUser: "user-7f3a"}),
+			`{` + base + `,"max_tokens":4096,"metadata":{"user_id":"user-7f3a"}}`},
+		{"thinking with a signed thinking block going back", &llm.Request{Model: "claude-sonnet-4-5", Reasoning: &llm.Reasoning{Effort: llm.EffortLow},
+			Tools: []llm.ToolSpec{{Name: "get_weather"}},
+			Messages: []llm.Message{
+				{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("hi")}},
+				{Role: llm.RoleAssistant, Parts: []llm.Part{
+					{Kind: llm.PartThinking, Text: "Look it up.", Signature: "EqQBCgIYAhIM"},
+					{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{}`}},
+				}},
+				{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "toolu_1", Name: "get_weather", Content: "18C"}}}},
+			}},
+			`{"model":"claude-sonnet-4-5","stream":true,"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":1024},` + tools + `,"messages":[
+				{"role":"user","content":[{"type":"text","text":"hi"}]},
+				{"role":"assistant","content":[{"type":"thinking","thinking":"Look it up.","signature":"EqQBCgIYAhIM"},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}]},
+				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","is_error":false,"content":[{"type":"text","text":"18C"}]}]}]}`},
+	}
+	for i, tc := range cases {
+		if _, err := providertest.Collect(t, t.Context(), p, tc.req); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		t.Run(tc.name, func(t *testing.T) { providertest.EqualJSON(t, f.Bodies()[i], tc.want) })
+	}
+}
