@@ -215,7 +215,7 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 		return err
 	}
 	w.renew.Add(1)
-	go w.renewLoop()
+	w.renewLoop()
 	s.mu.Lock()
 	s.runs[k] = w
 	s.mu.Unlock()

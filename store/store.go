@@ -536,6 +536,7 @@ func (s *Store) close() {
 	s.runs = map[runKey]*writer{}
 	s.mu.Unlock()
 	for _, w := range runs {
+		w.haltRenewal()
 		w.renew.Wait()
 	}
 	if s.nc != nil {

@@ -59,6 +59,12 @@ type writer struct {
 	// says an attempt is under way (see renewing).
 	beatAt atomic.Int64
 	trying atomic.Bool
+	// The renewal's timer, and whether it was halted and has ended (see
+	// renewLoop).
+	renewMu     sync.Mutex
+	renewTimer  *time.Timer
+	renewHalted bool
+	renewEnded  bool
 
 	mu     sync.Mutex
 	queued []pending  // appended, not yet sent
@@ -432,6 +438,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		w.fail(ctx.Err())
 	}
 	close(w.stop)
+	w.haltRenewal()
 	w.renew.Wait()
 	if w.lease != nil {
 		select {
