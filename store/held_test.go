@@ -21,7 +21,7 @@ import (
 func TestOwnedRunsHoldNoGoroutine(t *testing.T) {
 	cfg := store.DefaultConfig()
 	cfg.Dir = ""
-	cfg.LeaseTTL = 5 * time.Second // no renewal during the count
+	cfg.LeaseTTL = time.Minute // no renewal during the count
 	s, err := store.Open(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
