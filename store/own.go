@@ -210,6 +210,7 @@ func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte, lease jetstream.PubAckFuture, leaseRev uint64) error {
 	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, lease: lease, leaseRev: leaseRev}
 	w.room = sync.NewCond(&w.mu)
+	w.send = w.sender
 	w.beat()
 	if err := s.inbox.listen(s.nc, w); err != nil {
 		return err

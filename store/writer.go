@@ -44,7 +44,8 @@ type writer struct {
 	alive  *nats.Subscription // its alive subject: whether the renewal runs
 	stop   chan struct{}      // ends the lease renewal
 	renew  sync.WaitGroup
-	sent   chan struct{} // closed when the sender has sent everything and ended
+	sent   chan struct{} // closed once Finish was called and the sender has sent everything
+	send   func()        // w.sender, made once: what wake starts
 
 	onSignal func(signal string) []byte
 	// lease is the first write of the lease, when not waited for: its
@@ -153,7 +154,7 @@ func (s *Store) senderLoop(f func()) {
 func (w *writer) wake() {
 	if !w.sending {
 		w.sending = true
-		w.s.goSender(w.sender)
+		w.s.goSender(w.send)
 	}
 }
 
