@@ -247,6 +247,15 @@ func (c *Controls) request(call llm.ToolCall, emit func()) {
 	c.waiting[call.ID] = call.Name
 }
 
+// AwaitingApproval reports whether the turn waits for a decision on a
+// tool call: such a wait is bounded by [Limits.ApprovalTimeout], not by
+// whether anyone watches the turn.
+func (c *Controls) AwaitingApproval() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting) > 0
+}
+
 // drain ends the controls and returns the steering messages still
 // queued.
 func (c *Controls) drain() []llm.Message {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -714,5 +715,52 @@ func TestSteeringOwnerKilled(t *testing.T) {
 	last := calls[len(calls)-1].Messages
 	if m := last[len(last)-1]; m.Role != "user" || !strings.Contains(contentText(m.Content), "use staging") {
 		t.Errorf("the last model request ends with %+v, want the steering message", m)
+	}
+}
+
+// TestApprovalOutlivesTheDetachGrace leaves a turn that waits for approval
+// with no watcher for several detach graces: the wait is the approval
+// timeout's to bound, so the turn is still there to approve, and it runs
+// the tool once and completes.
+func TestApprovalOutlivesTheDetachGrace(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("done"))
+	o := newOpsMCP(t)
+	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
+	ts := start(t, hitlRunner(t, u, o, rules, nil), server.Options{Store: clusterStore(t, natsServer(t)), DetachGrace: grace})
+	ctx, detach := context.WithCancel(t.Context())
+	stream, err := ts.client.RunTurn(ctx, hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, stream, untilPayload("ToolApprovalRequested"))
+	detach()
+	time.Sleep(5 * grace) // no watcher for five graces
+	resp, err := approve(t, t.Context(), ts.client, "c1", true, "")
+	if err != nil || !resp.GetApplied() || !resp.GetApproved() {
+		t.Fatalf("ApproveToolCall after the grace = %v, %v; want the turn still waiting", resp, err)
+	}
+	watch, err := ts.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*turnstilev1.AgentEvent
+	for {
+		r, err := watch.Recv()
+		if err != nil {
+			if st := status.Convert(err); err != io.EOF {
+				t.Fatalf("WatchTurn after %s: %v", wiretest.Names(evs), st)
+			}
+			break
+		}
+		evs = append(evs, r.GetEvent())
+	}
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested ToolApprovalDecided " +
+		"ToolStarted ToolFinished MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	if got := wiretest.Names(evs); got != want {
+		t.Errorf("events\n got %s\nwant %s", got, want)
+	}
+	if n := o.deploys.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -145,17 +146,45 @@ type runRecord struct {
 	Client string `json:"client,omitempty"`
 }
 
-// requestHash hashes the content of req: every field but turn_id and
-// attempt, in protobuf's deterministic encoding.
-func requestHash(req *turnstilev1.RunTurnRequest) ([]byte, error) {
-	c := proto.CloneOf(req)
-	c.TurnId, c.Attempt = "", 0
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+// requestContent returns the request's wire form, in protobuf's
+// deterministic encoding, and the hash of its content: every field but
+// turn_id and attempt. The fields of a deterministic encoding come one
+// record each, in field-number order, so the records of the whole
+// request less those two are the encoding of the request without them:
+// the hash is that of a copy with both cleared (requestHashTest), made
+// without copying the request and without a second encoding.
+func requestContent(req *turnstilev1.RunTurnRequest) (hash, wire []byte, err error) {
+	wire, err = proto.MarshalOptions{Deterministic: true}.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	h := sha256.Sum256(b)
-	return h[:], nil
+	h := sha256.New()
+	for b := wire; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, nil, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, nil, protowire.ParseError(m)
+		}
+		if num != turnIDField && num != attemptField {
+			h.Write(b[:n+m])
+		}
+		b = b[n+m:]
+	}
+	return h.Sum(nil), wire, nil
+}
+
+// The field numbers of RunTurnRequest that are not its content.
+var (
+	turnIDField  = requestField("turn_id")
+	attemptField = requestField("attempt")
+)
+
+// requestField returns the number of RunTurnRequest's field name.
+func requestField(name protoreflect.Name) protowire.Number {
+	return (*turnstilev1.RunTurnRequest)(nil).ProtoReflect().Descriptor().Fields().ByName(name).Number()
 }
 
 // attemptOf returns the request's attempt: its field, else the metadata
@@ -187,11 +216,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	if st := s.attemptFollows(ctx, k); st != nil {
 		return st.Err()
 	}
-	hash, err := requestHash(req)
-	if err != nil {
-		return status.Error(codes.Internal, "internal error")
-	}
-	wire, err := proto.Marshal(req)
+	hash, wire, err := requestContent(req)
 	if err != nil {
 		return status.Error(codes.Internal, "internal error")
 	}

@@ -264,6 +264,19 @@ func (r *run) armDetach(grace time.Duration) {
 		r.mu.Lock()
 		idle := r.watchers == 0 && !r.done && time.Since(r.seen) >= grace
 		r.mu.Unlock()
+		// A person may take longer than the grace to decide: the approval
+		// timeout bounds that wait, and the grace applies again once it
+		// is over. (The controls are asked without r.mu: they emit, which
+		// takes it, while holding their own lock.)
+		if idle && r.ctl != nil && r.ctl.AwaitingApproval() {
+			r.mu.Lock()
+			if !r.done {
+				r.seen = time.Now()
+				r.armDetach(grace)
+			}
+			r.mu.Unlock()
+			return
+		}
 		if idle {
 			r.cancel(&llm.Error{Kind: llm.KindCancelled, Message: fmt.Sprintf("no client watched the turn for %s (the server's detach grace)", grace)})
 		}

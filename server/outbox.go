@@ -17,23 +17,28 @@ import (
 )
 
 // pacer hands a stream's messages to its Send, one at a time, on a
-// goroutine of its own, and waits at most a send timeout for each.
+// goroutine other than the caller's, and waits at most a send timeout for
+// each.
 //
 // grpc-go's Send blocks while the client's flow-control window is full,
-// and nothing but the end of the handler unblocks it. So Send runs on the
-// pacer's goroutine, which takes one message at a time: hand gives it a
-// message once the previous one was sent, waiting at most timeout from
+// and nothing but the end of the handler unblocks it. So Send runs on a
+// worker's goroutine (see [workers]), one message at a time: hand gives it
+// a message once the previous one was sent, waiting at most timeout from
 // when that one was handed over, and fails with [errStalled] when it was
 // not; the handler then returns, which ends the stream and the blocked
 // Send with it. A stream costs at most the message being sent and gRPC's
-// queue.
+// queue. The worker is the stream's only while a Send is under way: a
+// stream waiting for its next event (a slow turn, held open for minutes)
+// holds no goroutine for its sends, where a sender per stream waited for
+// the stream's whole life (BENCHMARKS.md, issue #26).
 type pacer[M any] struct {
 	send    func(M) error
 	timeout time.Duration
+	start   func(func())
+	sendOne func() // p.sendNext, made once
 
-	msgs  chan M
-	acks  chan error // buffered: the sender never waits for a reader
-	done  chan struct{}
+	next  M          // the message handed over, for sendOne
+	acks  chan error // buffered: the Send's worker never waits for a reader
 	timer *time.Timer
 
 	inflight bool      // a message was handed over and its Send has not been acknowledged
@@ -45,36 +50,38 @@ type pacer[M any] struct {
 // for the send timeout.
 var errStalled = errors.New("server: the client accepted no message for the send timeout")
 
-// newPacer returns the pacer of send; start runs its sender on a goroutine
+// newPacer returns the pacer of send; start runs each Send on a goroutine
 // (see [workers]).
 func newPacer[M any](send func(M) error, timeout time.Duration, start func(func())) *pacer[M] {
 	p := &pacer[M]{
-		send: send, timeout: timeout,
-		msgs: make(chan M), acks: make(chan error, 1), done: make(chan struct{}),
+		send: send, timeout: timeout, start: start,
+		acks:  make(chan error, 1),
 		timer: time.NewTimer(timeout),
 	}
+	p.sendOne = p.sendNext
 	p.timer.Stop()
-	start(p.sender)
 	return p
 }
 
-func (p *pacer[M]) sender() {
-	defer close(p.done)
-	for m := range p.msgs {
-		p.acks <- p.send(m)
-	}
+// sendNext sends the message handed over and acknowledges it.
+func (p *pacer[M]) sendNext() {
+	m := p.next
+	var zero M
+	p.next = zero
+	p.acks <- p.send(m)
 }
 
 // busy reports whether a Send is under way.
 func (p *pacer[M]) busy() bool { return p.inflight && len(p.acks) == 0 }
 
-// hand gives m to the sender once it has sent the previous message.
+// hand starts the Send of m once the previous message was sent.
 func (p *pacer[M]) hand(m M) error {
 	if err := p.wait(); err != nil {
 		return err
 	}
-	p.msgs <- m // the sender is idle: it takes it at once
+	p.next = m
 	p.inflight, p.handedAt = true, time.Now()
+	p.start(p.sendOne)
 	return nil
 }
 
@@ -106,12 +113,12 @@ func (p *pacer[M]) wait() error {
 	}
 }
 
-// close ends the sender once it has sent what it was handed, unless a Send
-// is stuck, which ends with the handler.
+// close ends the pacer once what it was handed is sent, unless a Send is
+// stuck, which ends with the handler: it waits for the Send under way.
 func (p *pacer[M]) close() {
-	close(p.msgs)
-	if !p.stalled {
-		<-p.done
+	if p.inflight && !p.stalled {
+		<-p.acks
+		p.inflight = false
 	}
 }
 
@@ -141,8 +148,8 @@ type outbox struct {
 
 var _ runtime.BusySink = (*outbox)(nil)
 
-// newOutbox returns the outbox of a turn streamed to stream; start runs its
-// sender on a goroutine (see [workers]).
+// newOutbox returns the outbox of a turn streamed to stream; start runs
+// each Send on a goroutine (see [workers]).
 func newOutbox(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse], cancel context.CancelCauseFunc,
 	timeout time.Duration, maxBytes int, usage *usageCharger, start func(func())) *outbox {
 	return &outbox{
@@ -218,7 +225,7 @@ func fitEvent(resp *turnstilev1.RunTurnResponse, maxBytes int) error {
 	}
 }
 
-// hand gives resp to the sender once it has sent the previous event.
+// hand starts the Send of resp once the previous event was sent.
 func (o *outbox) hand(resp *turnstilev1.RunTurnResponse) error {
 	return o.failure(o.p.hand(resp))
 }
@@ -245,7 +252,7 @@ func (o *outbox) failure(err error) error {
 // event was too large to send, it sends te as the turn's last event in its
 // place. It waits for the last event to be sent, at most the send timeout,
 // and returns the stall's error if it was not (the turn's outcome was not
-// delivered). It returns once the sender is gone, unless a Send is stuck,
+// delivered). It returns once no Send is under way, unless one is stuck,
 // which ends with the handler.
 func (o *outbox) finish(te *runtime.TurnError) error {
 	stalled := o.p.stalled

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,5 +66,38 @@ func TestOutboxFinishStalls(t *testing.T) {
 	}
 	if len(stream.sent) != 1 {
 		t.Errorf("%d events sent, want 1", len(stream.sent))
+	}
+}
+
+// TestPacerHoldsNoGoroutineBetweenSends: a stream waiting for its next
+// event (a slow turn, held open for minutes) holds no goroutine for its
+// sends: each Send runs on a goroutine start gives it, which is the
+// stream's only until the Send returns; the messages are sent one at a
+// time, in order.
+func TestPacerHoldsNoGoroutineBetweenSends(t *testing.T) {
+	var sent []int
+	var ended []chan struct{}
+	p := newPacer(func(m int) error { sent = append(sent, m); return nil }, time.Second, func(f func()) {
+		done := make(chan struct{})
+		ended = append(ended, done)
+		go func() { defer close(done); f() }()
+	})
+	for m := range 3 {
+		if err := p.hand(m); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.wait(); err != nil {
+			t.Fatal(err)
+		}
+		// Sent and acknowledged: the goroutine of its Send ends.
+		select {
+		case <-ended[len(ended)-1]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d: the goroutine that sent it still runs", m)
+		}
+	}
+	p.close()
+	if len(ended) != 3 || !slices.Equal(sent, []int{0, 1, 2}) {
+		t.Errorf("%d Sends started, sent %v; want 3 and [0 1 2]", len(ended), sent)
 	}
 }

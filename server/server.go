@@ -425,7 +425,7 @@ func (s *Server) Stop() {
 }
 
 // streamWorkers is how many goroutines run RPC handlers and how many
-// outbox senders wait for a turn (see [workers]): when more turns run at
+// goroutines wait to run the streams' Sends (see [workers]): when more run at
 // once, the others get goroutines of their own.
 const streamWorkers = 64
 

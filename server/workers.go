@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 )
 
-// workers runs functions on goroutines that outlive them: each turn's
-// outbox sender ([outbox.sender]) runs on one, and each durable run owned
+// workers runs functions on goroutines that outlive them: each Send of a
+// stream's [pacer] runs on one, and each durable run owned
 // here ([service.own]) on another pool's. A Send grows its
 // goroutine's stack (gRPC's encoding, the protobuf marshaller), and on a
 // fresh goroutine per turn every turn paid for that growth again, a copy

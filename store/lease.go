@@ -99,49 +99,102 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jets
 	}
 }
 
-// renewLoop renews the run's lease three times per lease TTL until the
-// run ends, and sooner after a renewal that failed (the bucket's leader
-// went away: the cluster is electing another): the lease is written again
-// as soon as a leader takes it. A renewal is one update of the lease
-// against the revision this replica wrote last; only when that is refused
-// (another write came between: another replica's claim, or the lease
-// expired, as a bucket whose leader was lost for longer than the TTL
-// expires it) or its outcome is unknown does the renewal read the lease:
-// an expired lease is taken again unless another replica holds it, and a
-// lease another replica holds means the run is lost.
+// renewLoop starts the renewal of the run's lease: three times per lease
+// TTL until the run ends, and sooner after a renewal that failed (the
+// bucket's leader went away: the cluster is electing another): the lease
+// is written again as soon as a leader takes it. A renewal is one update
+// of the lease against the revision this replica wrote last; only when
+// that is refused (another write came between: another replica's claim,
+// or the lease expired, as a bucket whose leader was lost for longer than
+// the TTL expires it) or its outcome is unknown does the renewal read the
+// lease: an expired lease is taken again unless another replica holds it,
+// and a lease another replica holds means the run is lost.
 //
 // Each attempt, failed or not, is a beat ([writer.renewing]): it is how
 // the owner tells a replica about to take the run over that it is alive
 // and renewing, which a lease expired for want of a leader does not say.
+//
+// The renewal runs on a timer ([writer.renewTick]), not on a goroutine of
+// its own: between attempts a run holds none (a goroutine per run, for
+// the run's whole life, was a held turn's memory: BENCHMARKS.md, issue
+// #26). w.renew counts it from the caller's Add until it ends: when w.stop
+// is closed (at once with [writer.haltRenewal], else at the next attempt),
+// the store closes, or the run is lost.
 func (w *writer) renewLoop() {
-	defer w.renew.Done()
-	defer w.beatAt.Store(0) // stopped: a claim need not wait
-	every := w.s.cfg.LeaseTTL / 3
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		w.beat()
-		select {
-		case <-w.stop:
-			return
-		case <-w.s.closed:
-			return
-		case <-t.C:
-		}
-		w.beat()
-		w.trying.Store(true)
-		renewed, lost := w.renewOnce()
-		w.trying.Store(false)
-		w.beat()
-		if lost {
-			return
-		}
-		if renewed {
-			t.Reset(every)
-		} else {
-			t.Reset(min(renewRetry, every))
-		}
+	w.beat()
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	w.renewHalted, w.renewEnded = false, false
+	w.renewTimer = time.AfterFunc(w.s.cfg.LeaseTTL/3, w.renewTick)
+}
+
+// renewTick is one attempt of the renewal, on the timer's goroutine; it
+// sets the timer for the next one.
+func (w *writer) renewTick() {
+	if w.renewStopped() {
+		return
 	}
+	w.beat()
+	w.trying.Store(true)
+	renewed, lost := w.renewOnce()
+	w.trying.Store(false)
+	w.beat()
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	switch {
+	case lost || w.renewHalted || w.stopped():
+		w.renewEnd()
+	case renewed:
+		w.renewTimer.Reset(w.s.cfg.LeaseTTL / 3)
+	default:
+		w.renewTimer.Reset(min(renewRetry, w.s.cfg.LeaseTTL/3))
+	}
+}
+
+// renewStopped ends the renewal, and reports so, when it was stopped
+// while its timer ran out.
+func (w *writer) renewStopped() bool {
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	if w.renewHalted || w.stopped() {
+		w.renewEnd()
+		return true
+	}
+	return false
+}
+
+// stopped reports whether the run's renewal was told to stop: w.stop is
+// closed, or the store is.
+func (w *writer) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	case <-w.s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// haltRenewal ends the renewal: at once when it waits for its timer,
+// else when the attempt under way ends (w.renew.Wait waits for that).
+func (w *writer) haltRenewal() {
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	w.renewHalted = true
+	if w.renewTimer != nil && w.renewTimer.Stop() {
+		w.renewEnd()
+	}
+}
+
+// renewEnd records that the renewal ended, once; w.renewMu is held.
+func (w *writer) renewEnd() {
+	if w.renewEnded {
+		return
+	}
+	w.renewEnded = true
+	w.beatAt.Store(0) // stopped: a claim need not wait
+	w.renew.Done()
 }
 
 // renewRetry is the pause before a failed renewal is made again.

@@ -208,34 +208,15 @@ func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 // owner record at ownSeq; the caller holds the lease, written at revision
 // leaseRev or by the pending publish lease.
 func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte, lease jetstream.PubAckFuture, leaseRev uint64) error {
-	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, kick: make(chan struct{}, 1), lease: lease, leaseRev: leaseRev}
+	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, lease: lease, leaseRev: leaseRev}
 	w.room = sync.NewCond(&w.mu)
-	var err error
-	w.sub, err = s.nc.Subscribe(k.control(), func(m *nats.Msg) {
-		reply := onSignal(string(m.Data))
-		if m.Reply != "" {
-			_ = m.Respond(reply)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("store: control subscription: %w", err)
-	}
+	w.send = w.sender
 	w.beat()
-	// Answered apart from the signals, whose handler may take its time.
-	w.alive, err = s.nc.Subscribe(k.alive(), func(m *nats.Msg) {
-		reply := "stopped"
-		if w.renewing() {
-			reply = aliveReply
-		}
-		_ = m.Respond([]byte(reply))
-	})
-	if err != nil {
-		_ = w.sub.Unsubscribe()
-		return fmt.Errorf("store: control subscription: %w", err)
+	if err := s.inbox.listen(s.nc, w); err != nil {
+		return err
 	}
-	s.goSender(w.sender)
 	w.renew.Add(1)
-	go w.renewLoop()
+	w.renewLoop()
 	s.mu.Lock()
 	s.runs[k] = w
 	s.mu.Unlock()

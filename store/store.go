@@ -79,6 +79,7 @@ type Store struct {
 	runs map[runKey]*writer
 
 	senders senders // the goroutines of the writers' senders: see writer.go
+	inbox   inbox   // the runs' signals: see control.go
 
 	room capacity // the keeper's: see capacity.go
 }
@@ -112,6 +113,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
+	s.startInbox()
 	s.startKeeper()
 	return s, nil
 }
@@ -534,6 +536,7 @@ func (s *Store) close() {
 	s.runs = map[runKey]*writer{}
 	s.mu.Unlock()
 	for _, w := range runs {
+		w.haltRenewal()
 		w.renew.Wait()
 	}
 	if s.nc != nil {

@@ -38,13 +38,14 @@ var ErrClosed = errors.New("store: closed")
 type writer struct {
 	s      *Store
 	key    runKey
-	ownSeq uint64 // the stream sequence of the owner record appends expect
-	next   uint64 // the index (seq) of the next event the run stores, from 1
-	sub    *nats.Subscription
-	alive  *nats.Subscription // answers whether the renewal runs
+	ownSeq uint64             // the stream sequence of the owner record appends expect
+	next   uint64             // the index (seq) of the next event the run stores, from 1
+	sub    *nats.Subscription // the run's control subject, to the store's inbox
+	alive  *nats.Subscription // its alive subject: whether the renewal runs
 	stop   chan struct{}      // ends the lease renewal
 	renew  sync.WaitGroup
-	sent   chan struct{} // closed when the sender has sent everything and ended
+	sent   chan struct{} // closed once Finish was called and the sender has sent everything
+	send   func()        // w.sender, made once: what wake starts
 
 	onSignal func(signal string) []byte
 	// lease is the first write of the lease, when not waited for: its
@@ -59,13 +60,22 @@ type writer struct {
 	// says an attempt is under way (see renewing).
 	beatAt atomic.Int64
 	trying atomic.Bool
+	// The renewal's timer, and whether it was halted and has ended (see
+	// renewLoop).
+	renewMu     sync.Mutex
+	renewTimer  *time.Timer
+	renewHalted bool
+	renewEnded  bool
 
-	mu      sync.Mutex
-	queued  []pending     // appended, not yet sent
-	kick    chan struct{} // wakes the sender; buffered, 1
-	room    *sync.Cond    // signalled when the queue shrinks
-	closing bool          // Finish was called: send what is queued, then end
-	err     error         // the first failure; every later append fails with it
+	mu     sync.Mutex
+	queued []pending  // appended, not yet sent
+	room   *sync.Cond // signalled when the queue shrinks
+	// sending says the sender runs (see [writer.wake]); closing that
+	// Finish was called, and ended that sent is closed.
+	sending bool
+	closing bool
+	ended   bool
+	err     error // the first failure; every later append fails with it
 }
 
 type pending struct {
@@ -95,8 +105,8 @@ func isWrongLastSeq(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// senders keeps the goroutines of the writers' senders between runs, at
-// most maxIdleSenders waiting: a sender's stack grows as it stores (the
+// senders keeps the goroutines of the writers' senders between frames,
+// at most maxIdleSenders waiting: a sender's stack grows as it stores (the
 // JSON of each acknowledgement is decoded on it), and a fresh goroutine
 // per run paid for that growth again, a copy at each doubling.
 type senders struct {
@@ -136,24 +146,38 @@ func (s *Store) senderLoop(f func()) {
 	}
 }
 
-// sender sends the queued events as frames, one in flight at a time,
-// and reports each event's outcome in order, until Finish or the store's
-// end.
+// wake starts the sender on one of the store's goroutines unless it runs;
+// w.mu is held. The sender runs only while the run has events to store: a
+// run waiting for its model (a slow turn, held open for minutes) holds no
+// goroutine of its own here, where a sender per run waited for the run's
+// whole life (one goroutine and its grown stack per held turn).
+func (w *writer) wake() {
+	if !w.sending {
+		w.sending = true
+		w.s.goSender(w.send)
+	}
+}
+
+// end closes sent, once: the sender has sent everything and Finish was
+// called; w.mu is held.
+func (w *writer) end() {
+	if !w.ended {
+		w.ended = true
+		close(w.sent)
+	}
+}
+
+// sender sends the queued events as frames, one in flight at a time, and
+// reports each event's outcome in order, until the queue is empty; then
+// it ends, and the next append starts it again ([writer.wake]).
 func (w *writer) sender() {
-	defer close(w.sent)
 	for {
 		w.mu.Lock()
-		for len(w.queued) == 0 && !w.closing {
-			w.mu.Unlock()
-			select {
-			case <-w.kick:
-			case <-w.s.closed:
-				w.abandon(ErrClosed)
-				return
-			}
-			w.mu.Lock()
-		}
 		if len(w.queued) == 0 {
+			w.sending = false
+			if w.closing {
+				w.end()
+			}
 			w.mu.Unlock()
 			return
 		}
@@ -323,21 +347,6 @@ func mayPass(err error, answered bool) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected))
 }
 
-// abandon fails every queued event with err: the store closed.
-func (w *writer) abandon(err error) {
-	w.mu.Lock()
-	q := w.queued
-	w.queued = nil
-	if w.err == nil {
-		w.err = err
-	}
-	w.room.Broadcast()
-	w.mu.Unlock()
-	for _, p := range q {
-		p.done(err)
-	}
-}
-
 func (w *writer) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -368,8 +377,8 @@ func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
 
 // Append appends event to the log of a run this replica owns, without
 // waiting for the store's acknowledgement: done is called with nil once
-// the event is stored, or with the failure, for each append in order, on
-// one goroutine. Events appended while a frame is in flight go together in
+// the event is stored, or with the failure, for each append in order, one
+// at a time. Events appended while a frame is in flight go together in
 // the next one. Append waits only while 256 events of the run are queued,
 // and fails at once when an earlier one failed. Appends of one run must
 // not be concurrent.
@@ -391,11 +400,8 @@ func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event
 		return err
 	}
 	w.queued = append(w.queued, pending{event: event, done: done})
+	w.wake()
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
 	return nil
 }
 
@@ -423,17 +429,17 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 	}
 	w.mu.Lock()
 	w.closing = true
-	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	if !w.sending {
+		w.end()
 	}
+	w.mu.Unlock()
 	select {
 	case <-w.sent:
 	case <-ctx.Done():
 		w.fail(ctx.Err())
 	}
 	close(w.stop)
+	w.haltRenewal()
 	w.renew.Wait()
 	if w.lease != nil {
 		select {
@@ -443,8 +449,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		case <-s.closed:
 		}
 	}
-	_ = w.sub.Unsubscribe()
-	_ = w.alive.Unsubscribe()
+	s.inbox.leave(w)
 	s.mu.Lock()
 	if s.runs[w.key] == w {
 		delete(s.runs, w.key)

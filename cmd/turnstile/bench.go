@@ -31,7 +31,7 @@ func benchCmd(args []string) int {
 	fs.IntVar(&cfg.Conns, "conns", 1, "gRPC connections of the concurrent phase")
 	fs.IntVar(&cfg.Warmup, "warmup", 200, "turns run before measuring")
 	fs.IntVar(&cfg.Slow, "slow", 0, "slow turns (one chunk per second) to hold open; 0 skips the slow phase")
-	fs.StringVar(&cfg.ProfileDir, "profile", "", "`directory` for the server's CPU and allocation profiles of the sequential and concurrent phases, per store mode")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "`directory` for the server's CPU and allocation profiles of the sequential and concurrent phases, per store mode, and its heap and goroutine profiles with the slow turns held")
 	fs.BoolVar(&cfg.Callgrind, "callgrind", false, "run the server under valgrind's callgrind and report its instructions per turn (use a few hundred turns)")
 	stores := fs.String("store", "on,off", "turn stores to measure, one server each, in this order: `on` (the configuration as it is; by default the embedded store), off (store: {mode: off}), or both")
 	env := fs.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=200,...)")

@@ -67,7 +67,9 @@ type Config struct {
 	// before and after the phase (on-seq.allocs.base, on-seq.allocs: `go
 	// tool pprof -sample_index=alloc_objects -base on-seq.allocs.base
 	// on-seq.allocs`); with Callgrind, callgrind's profiles
-	// (on-seq.callgrind...).
+	// (on-seq.callgrind...); with Slow, the heap and goroutine profiles
+	// taken while the slow turns are held (on-slow.heap,
+	// on-slow.goroutines: `go tool pprof -sample_index=inuse_space`).
 	ProfileDir string
 	// Settle is how long the server is left idle before its idle resident
 	// set is read, at start and after the load (default 2s).
@@ -412,6 +414,10 @@ wait:
 	logf("%d slow turns streaming; measuring", open)
 	runtimeGC(srv)
 	with, err := srv.stats()
+	if cfg.ProfileDir != "" {
+		fetchPath(srv.ops, "/debug/pprof/heap", filepath.Join(cfg.ProfileDir, rep.Store+"-slow.heap"))
+		fetchPath(srv.ops, "/debug/pprof/goroutine", filepath.Join(cfg.ProfileDir, rep.Store+"-slow.goroutines"))
+	}
 	if err == nil {
 		rep.SlowRSS = with.rss
 		if open > 0 {
@@ -450,8 +456,11 @@ func fetchProfile(opsAddr, path string, seconds int) {
 // fetchAllocs saves the server's allocation profile (its counts since
 // the start): a phase's allocations are those of the profile taken after
 // it less the one taken before (go tool pprof -base).
-func fetchAllocs(opsAddr, path string) {
-	resp, err := http.Get("http://" + opsAddr + "/debug/pprof/allocs")
+func fetchAllocs(opsAddr, path string) { fetchPath(opsAddr, "/debug/pprof/allocs", path) }
+
+// fetchPath saves what the server's ops listener serves at urlPath to path.
+func fetchPath(opsAddr, urlPath, path string) {
+	resp, err := http.Get("http://" + opsAddr + urlPath)
 	if err != nil {
 		return
 	}
