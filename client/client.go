@@ -44,6 +44,20 @@
 // [DefaultReattachTimeout] (30s) from the break, as long as a server takes
 // to restart plus the lease TTL, with margin; see [WithReattachTimeout].
 //
+// # Approval and steering
+//
+// A server-side tool the server lists under require_approval waits, quiet,
+// for a decision: the turn yields a tool_approval_requested event and the
+// call runs only once ApproveToolCall approves it (a denial is an error
+// result the model sees). [OnApproval] answers each request in the event
+// loop, once per call id and attempt; [Turn.Approve] and
+// [Client.ApproveToolCall] decide from anywhere. [Turn.Steer] and
+// [Client.SteerTurn] give a running turn a user message, which it takes at
+// its next step boundary. A turn waiting for a decision sends nothing for
+// as long as it waits: its stream stays open, and re-attaching after a
+// break does not count the quiet time as an outage (see
+// [WithReattachTimeout]).
+//
 // # Tracing
 //
 // The client starts no spans and sends no trace context on its own: it
@@ -189,7 +203,10 @@ const DefaultReattachTimeout = 30 * time.Second
 // whose stream broke, with WatchTurn from the last seq received, before it
 // gives the attempt up (default [DefaultReattachTimeout]; 0 never
 // re-attaches). The time counts from the break and starts again with every
-// event received; no re-attach starts once its delay would end past it.
+// event received, and when a re-attached stream that stayed open for at
+// least the timeout breaks (it was attached to a quiet run, such as a turn
+// waiting for approval); no re-attach starts once its delay would end past
+// it. A stream that stays open is never given up, however quiet.
 func WithReattachTimeout(d time.Duration) Option { return func(o *options) { o.reattachFor = d } }
 
 // WithMaxReattaches also caps how many times in a row the client

@@ -52,6 +52,7 @@ type conformance struct {
 		// Client overrides the file's client options.
 		Client clientOptions  `json:"client"`
 		Expect map[string]any `json:"expect"`
+		hitlScenario
 	} `json:"scenarios"`
 }
 
@@ -215,10 +216,10 @@ func (k *keptText) String() string {
 	return b.String()
 }
 
-func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, cancelOn string, readLog bool) observation {
+func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, cancelOn string, readLog bool, h *hitlRun) observation {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	turn := c.RunTurn(ctx, req)
+	turn := c.RunTurn(ctx, req, h.turnOptions()...)
 	obs := observation{"step_retries": []any{}, "tools_started": []any{}, "seq_gapless": true, "terminal_events": float64(0), "compactions": float64(0)}
 	if readLog {
 		defer func() { observeLog(t, c, turn.ID(), obs) }()
@@ -232,6 +233,7 @@ func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, ca
 			break
 		}
 		kept.event(ev)
+		h.event(t, turn, ev, obs)
 		if ev.Agent != nil {
 			if ev.Agent.GetSeq() != next[ev.Attempt]+1 {
 				obs["seq_gapless"] = false
@@ -259,6 +261,7 @@ func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, ca
 		}
 	}
 	obs["kept_text"] = kept.String()
+	h.done(turn.Result(), obs)
 	if res := turn.Result(); res != nil {
 		obs["outcome"] = "completed"
 		obs["end_reason"] = enumName(res.EndReason, "END_REASON_")
@@ -351,7 +354,7 @@ func TestConformance(t *testing.T) {
 				}
 				req.Messages = msgs
 			}
-			obs := observe(t, c, req, sc.CancelOn, sc.ReadLog)
+			obs := observe(t, c, req, sc.CancelOn, sc.ReadLog, &hitlRun{sc: sc.hitlScenario})
 			// The count the turn reports is the count the client logged.
 			if got, logged := obs["reattaches"], float64(reattaches.n.Load()); got != logged {
 				t.Errorf("reattaches = %v, but the client logged %v re-attaches", got, logged)

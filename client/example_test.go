@@ -14,6 +14,8 @@ import (
 	"github.com/turnstile-dev/turnstile/client"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // exampleServer starts a real turnstile server on loopback whose model is
@@ -104,4 +106,64 @@ func ExampleWithDialOptions_tracing() {
 		}},
 	}).Wait()
 	fmt.Println(res, err)
+}
+
+// A tool the server lists under require_approval waits for a decision:
+// OnApproval answers each request in the event loop (a real program would
+// ask a person; Turn.Approve decides from anywhere else). The denied call
+// never runs: the model sees the reason in its error result.
+func ExampleOnApproval() {
+	p := &scripted{fn: func(_ context.Context, call int, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
+		if call == 1 {
+			return callTool("call_1", "counter", `{"by":100}`)
+		}
+		return reply("I will not count then.")
+	}}
+	r, err := runtime.New([]*runtime.Model{{Alias: "test", ProviderName: "scripted", Provider: p, ID: "scripted-1", Retry: policy.Retry{Multiplier: 1}}}, "test",
+		[]llm.Tool{&counter{}}, runtime.WithToolRules(runtime.ToolRules{RequireApproval: []string{"counter"}}))
+	if err != nil {
+		panic(err)
+	}
+	addr, _, stop := startServer(&replica{Runner: r, ended: make(chan error, 8)})
+	defer stop()
+
+	c, err := client.New(addr, client.WithInsecure())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ask := func(_ context.Context, req *turnstilev1.ToolApprovalRequested) (client.Decision, error) {
+		fmt.Printf("%s(%s)? no\n", req.GetName(), req.GetArguments())
+		return client.Decision{Approved: false, Reason: "counting by 100 is too much"}, nil
+	}
+	turn := c.RunTurn(context.Background(), &turnstilev1.RunTurnRequest{
+		Messages: []*turnstilev1.Message{{
+			Role:  turnstilev1.Role_ROLE_USER,
+			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "Count by 100."}}},
+		}},
+	}, client.OnApproval(ask))
+	for ev, err := range turn.Events() {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		switch p := ev.Agent.GetPayload().(type) {
+		case *turnstilev1.AgentEvent_ToolApprovalDecided:
+			fmt.Printf("approved: %v (%s)\n", p.ToolApprovalDecided.GetApproved(), p.ToolApprovalDecided.GetReason())
+		case *turnstilev1.AgentEvent_ToolFinished:
+			fmt.Printf("result: %s\n", p.ToolFinished.GetContent())
+		case *turnstilev1.AgentEvent_TextDelta:
+			fmt.Print(p.TextDelta.GetText())
+		}
+	}
+	fmt.Printf("\n%s, %d approval requested, %d denied\n", turn.Result().EndReason,
+		turn.Result().Counters.GetApprovalsRequested(), turn.Result().Counters.GetApprovalsDenied())
+	// Output:
+	// counter({"by":100})? no
+	// approved: false (counting by 100 is too much)
+	// result: denied by the user: counting by 100 is too much
+	// I will not count then.
+	// END_REASON_END_TURN, 1 approval requested, 1 denied
 }

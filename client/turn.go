@@ -107,9 +107,13 @@ type Turn struct {
 	c       *Client
 	ctx     context.Context // the caller's, for the whole turn and its retries
 	req     *turnstilev1.RunTurnRequest
+	opts    turnOptions
 	started bool
-	res     *Result
-	err     error
+	// answered holds the approval requests the hook was called for, and
+	// those seen decided.
+	answered map[approvalKey]bool
+	res      *Result
+	err      error
 
 	mu     sync.Mutex
 	closed bool
@@ -118,6 +122,9 @@ type Turn struct {
 	// left is the attempt whose stream the caller left by stopping the
 	// iteration, while the run may go on; 0 otherwise.
 	left int
+	// wire is the number on the wire of the attempt whose events the turn
+	// yields, from its first event; 0 before.
+	wire int
 }
 
 // RunTurn prepares one turn of req; it runs as the caller ranges over
@@ -168,8 +175,12 @@ type Turn struct {
 // is returned at once; so is a break that stands while server-side tools
 // were running, as they may have had effects.
 //
+// A turn whose server-side tools need approval waits, quiet, for each
+// decision: [OnApproval] answers them in the event loop, [Turn.Approve]
+// from anywhere. [Turn.Steer] gives the running turn a user message.
+//
 // req is not modified.
-func (c *Client) RunTurn(ctx context.Context, req *turnstilev1.RunTurnRequest) *Turn {
+func (c *Client) RunTurn(ctx context.Context, req *turnstilev1.RunTurnRequest, opts ...TurnOption) *Turn {
 	r := &turnstilev1.RunTurnRequest{}
 	if req != nil {
 		r = proto.CloneOf(req)
@@ -177,7 +188,11 @@ func (c *Client) RunTurn(ctx context.Context, req *turnstilev1.RunTurnRequest) *
 	if r.GetTurnId() == "" {
 		r.TurnId = randomHex(16)
 	}
-	return &Turn{c: c, ctx: ctx, req: r}
+	t := &Turn{c: c, ctx: ctx, req: r, answered: map[approvalKey]bool{}}
+	for _, o := range opts {
+		o(&t.opts)
+	}
+	return t
 }
 
 // ID returns the turn's id, the caller's or the one the client made.
@@ -453,8 +468,11 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Mes
 		lastSeq    uint64
 		broken     error     // the break that the current re-attach follows
 		brokeAt    time.Time // when it happened
+		watchedAt  time.Time // when the current re-attach's WatchTurn began
 		reattaches int       // re-attaches since the last event received
 		watchable  = true
+		seen       bool                // an event of the attempt arrived
+		asked      = map[string]bool{} // the call ids whose approval was requested
 	)
 	for {
 		ev, err := recv()
@@ -465,6 +483,13 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Mes
 				watchable, err = false, broken
 			}
 			if out.completed == nil && errEvent == nil && watchable && ctx.Err() == nil && breakWorthWatching(err) {
+				if broken != nil && time.Since(watchedAt) >= o.reattachFor {
+					// The re-attached stream stayed open longer than any
+					// failing call lasts: it was attached to a quiet run
+					// (a turn waiting for approval, a long tool), and this
+					// is a break of its own.
+					broken, reattaches = nil, 0
+				}
 				if broken == nil {
 					broken, brokeAt = err, time.Now()
 				}
@@ -477,6 +502,7 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Mes
 						slog.String("turn_id", t.ID()), slog.Int("attempt", wire), slog.Uint64("after_seq", lastSeq),
 						slog.Int("reattach", reattaches), slog.Duration("delay", delay), slog.String("cause", status.Convert(err).Message()))
 					if sleep(ctx, delay) == nil {
+						watchedAt = time.Now()
 						w, werr := t.c.rpc.WatchTurn(rctx, &turnstilev1.WatchTurnRequest{TurnId: t.ID(), Attempt: uint32(wire), AfterSeq: lastSeq})
 						if werr == nil {
 							recv = func() (*turnstilev1.AgentEvent, error) {
@@ -523,6 +549,13 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Mes
 			continue
 		}
 		lastSeq, broken, reattaches, out.started = ev.GetSeq(), nil, 0, true
+		if !seen {
+			seen = true
+			t.mu.Lock()
+			t.wire = wire
+			t.mu.Unlock()
+		}
+		var ask *turnstilev1.ToolApprovalRequested
 		switch p := ev.GetPayload().(type) {
 		case *turnstilev1.AgentEvent_TextDelta, *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
 			out.partial = true
@@ -561,6 +594,20 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Mes
 			}
 		case *turnstilev1.AgentEvent_Hedge:
 			out.counters.Hedges++
+		case *turnstilev1.AgentEvent_ToolApprovalRequested:
+			if !asked[p.ToolApprovalRequested.GetCallId()] {
+				// A request a takeover emitted again counts once.
+				asked[p.ToolApprovalRequested.GetCallId()] = true
+				out.counters.ApprovalsRequested++
+			}
+			ask = p.ToolApprovalRequested
+		case *turnstilev1.AgentEvent_ToolApprovalDecided:
+			if !p.ToolApprovalDecided.GetApproved() {
+				out.counters.ApprovalsDenied++
+			}
+			t.answered[approvalKey{wire: wire, callID: p.ToolApprovalDecided.GetCallId()}] = true
+		case *turnstilev1.AgentEvent_Steered:
+			out.counters.Steered++
 		case *turnstilev1.AgentEvent_Usage:
 			out.usage = p.Usage
 		case *turnstilev1.AgentEvent_Error:
@@ -573,6 +620,9 @@ func (t *Turn) attempt(ctx context.Context, n, wire int, conv []*turnstilev1.Mes
 		if !yield(&Event{Attempt: n, Agent: ev}, nil) {
 			out.stopped = true
 			return out
+		}
+		if ask != nil {
+			t.answerApproval(ctx, wire, ask)
 		}
 	}
 }
@@ -618,6 +668,9 @@ func addCounters(dst, c *turnstilev1.TurnCounters) {
 	dst.ToolErrors += c.GetToolErrors()
 	dst.Compactions += c.GetCompactions()
 	dst.Hedges += c.GetHedges()
+	dst.ApprovalsRequested += c.GetApprovalsRequested()
+	dst.ApprovalsDenied += c.GetApprovalsDenied()
+	dst.Steered += c.GetSteered()
 }
 
 // sleep waits for d or until ctx is done.

@@ -22,6 +22,7 @@ type console struct {
 	spinner  bool // stderr may animate a line
 	width    int  // stdout's width in columns; 0: no wrapping
 	errWidth int  // stderr's width in columns; 0: no wrapping
+	stdinTTY bool // stdin is a terminal: a person can answer questions and steer
 }
 
 // detectConsole looks at the streams and the environment: styles only on a
@@ -35,6 +36,7 @@ func detectConsole(stdout, stderr *os.File, getenv func(string) string) console 
 	styled := getenv("NO_COLOR") == "" && !dumb
 	c := console{tty: outTTY, color: outTTY && styled, errColor: errTTY && styled, spinner: errTTY && !dumb}
 	c.width, c.errWidth = termWidth(stdout, outTTY), termWidth(stderr, errTTY)
+	c.stdinTTY = isTerminal(os.Stdin)
 	return c
 }
 

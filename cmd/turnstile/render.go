@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -98,6 +99,9 @@ type textRenderer struct {
 	started map[string]bool
 	// cut reports that the last reply stopped at the output token limit.
 	cut bool
+	// steering holds the texts of the steering messages received and not
+	// yet committed.
+	steering []string
 }
 
 func newTextRenderer(stdout, stderr io.Writer, con console) *textRenderer {
@@ -136,6 +140,15 @@ func (r *textRenderer) render(ev *client.Event) error {
 	case *turnstilev1.AgentEvent_MessageCompleted:
 		r.shownCommitted = append(r.shownCommitted, r.shown)
 		r.shown = false
+		if m := p.MessageCompleted.GetMessage(); m.GetRole() == turnstilev1.Role_ROLE_USER {
+			if i := slices.Index(r.steering, messageText(m)); i >= 0 {
+				r.steering = slices.Delete(r.steering, i, i+1)
+				if err := r.line("steered", "» "+clip(messageText(m), 300)); err != nil {
+					return err
+				}
+				r.waiting()
+			}
+		}
 		for _, part := range p.MessageCompleted.GetMessage().GetParts() {
 			if c := part.GetToolCall(); c != nil {
 				r.calls[c.GetId()] = c
@@ -197,6 +210,22 @@ func (r *textRenderer) render(ev *client.Event) error {
 		e := p.Hedge
 		r.notice(fmt.Sprintf("model %s: no output after %s; asking model %s in parallel", e.GetFromModel(), roundDelay(e.GetAfter().AsDuration()), e.GetToModel()))
 		r.waiting()
+	case *turnstilev1.AgentEvent_ToolApprovalRequested:
+		return r.approvalRequested(p.ToolApprovalRequested)
+	case *turnstilev1.AgentEvent_ToolApprovalDecided:
+		if err := r.line("tool", decisionLine(p.ToolApprovalDecided)); err != nil {
+			return err
+		}
+		r.waiting()
+	case *turnstilev1.AgentEvent_Steered:
+		// Received, not yet taken: the reply under way goes on, and the
+		// message is shown where the turn commits it.
+		text := messageText(p.Steered.GetMessage())
+		r.steering = append(r.steering, text)
+		r.noticeAt("steering message received: "+clip(text, 200)+"; the turn takes it before its next model call", false)
+		if r.mode == "" {
+			r.waiting()
+		}
 	case *turnstilev1.AgentEvent_Compaction:
 		e := p.Compaction
 		how := e.GetStrategy()
@@ -221,6 +250,50 @@ func (r *textRenderer) discard(standing int) bool {
 	}
 	r.shown = false
 	return shown
+}
+
+// approvalRequested shows a tool call that waits for a decision, and
+// leaves the spinner off: a question may be asked on stderr.
+func (r *textRenderer) approvalRequested(e *turnstilev1.ToolApprovalRequested) error {
+	// Shown here: a denied call's result needs no line of its own first.
+	r.started[e.GetCallId()] = true
+	if err := r.line("tool", "? "+strings.TrimPrefix(toolLine(e.GetName(), e.GetArguments()), "⚙ ")+" waits for approval"); err != nil {
+		return err
+	}
+	if pv := e.GetPreview(); pv != "" {
+		return r.line("tool", "  preview: "+clip(pv, 300))
+	}
+	return nil
+}
+
+// decisionLine says how a call that waited for approval was decided, and
+// by whom.
+func decisionLine(e *turnstilev1.ToolApprovalDecided) string {
+	s := "  ↳ " + e.GetName() + " approved"
+	switch {
+	case e.GetTimedOut():
+		s = "  ↳ " + e.GetName() + " denied: nobody decided in time"
+	case !e.GetApproved():
+		s = "  ↳ " + e.GetName() + " denied"
+	}
+	if by := e.GetDecidedBy(); by != "" {
+		s += " by " + by
+	}
+	if reason := e.GetReason(); reason != "" {
+		s += ": " + clip(reason, 300)
+	}
+	return s
+}
+
+// messageText joins the text parts of m.
+func messageText(m *turnstilev1.Message) string {
+	var texts []string
+	for _, p := range m.GetParts() {
+		if t := p.GetText(); t != "" {
+			texts = append(texts, t)
+		}
+	}
+	return strings.Join(texts, " ")
 }
 
 func toolLine(name, args string) string {
@@ -373,8 +446,11 @@ func (r *textRenderer) endLine() {
 // resumes by this command).
 func (r *textRenderer) done(res *client.Result) {
 	r.close()
-	if res.EndReason == turnstilev1.EndReason_END_REASON_MAX_TOKENS {
+	switch res.EndReason {
+	case turnstilev1.EndReason_END_REASON_MAX_TOKENS:
 		r.notice("the reply was cut at the output token limit")
+	case turnstilev1.EndReason_END_REASON_TOOL_ENDED_TURN:
+		r.notice("a tool the server lists under ends_turn ended the turn; its result is the last message")
 	}
 	u, c := res.Usage, res.Counters
 	line := fmt.Sprintf("%s · %s in, %s out",
@@ -395,6 +471,15 @@ func (r *textRenderer) done(res *client.Result) {
 	}
 	if n := c.GetHedges(); n > 0 {
 		line += " · " + plural(int(n), "hedge")
+	}
+	if n := c.GetApprovalsRequested(); n > 0 {
+		line += " · " + plural(int(n), "approval request")
+		if d := c.GetApprovalsDenied(); d > 0 {
+			line += fmt.Sprintf(" (%d denied)", d)
+		}
+	}
+	if n := c.GetSteered(); n > 0 {
+		line += " · " + plural(int(n), "steering message")
 	}
 	if res.Attempts > 1 {
 		line += " · " + plural(res.Attempts-1, "resume")

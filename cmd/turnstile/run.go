@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -99,6 +100,16 @@ at once. A command killed outright (SIGKILL, a lost terminal) only
 leaves the turn: a server with a turn store runs it on for
 turn.detach_grace.
 
+Approval and steering: a tool the server lists under require_approval
+waits for a decision. On a terminal the command shows the tool and its
+arguments and asks "Run TOOL? [y/n]" on stderr (a denial may give the
+model a reason); --approve=all or none decides every call without
+asking, --approve=wait leaves them to another client or the server's
+approval timeout (the default when stdin is not a terminal, and with
+--json). A line typed while the turn runs (stdin a terminal, or
+--steer=on) is sent to it as a steering message, which the turn takes
+before its next model call.
+
 Exit codes: 0 the turn completed; 1 it failed and retrying won't help;
 2 bad flags or arguments; 3 it failed but may succeed if run again;
 128+N it was stopped by signal N (130: Ctrl-C).
@@ -155,6 +166,8 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	caFile := fs.String("ca", "", "connect over TLS trusting the CA certificates in this PEM `file`")
 	certFile := fs.String("cert", "", "client certificate PEM `file`, for servers that require one (mutual TLS); with --key")
 	keyFile := fs.String("key", "", "client certificate's private key PEM `file`")
+	approve := fs.String("approve", "", "how to answer tool calls that wait for approval: `ask|all|none|wait` (default: ask when stdin is a terminal, else wait: leave them to another client or the server's timeout)")
+	steer := fs.String("steer", steerAuto, "send the lines typed on stdin while the turn runs as steering messages: `auto|on|off` (auto: when stdin is a terminal)")
 	var media mediaFlag
 	fs.Var(media.image(), "image", "send the image in this `file` with the prompt (PNG, JPEG, GIF, WebP; repeatable)")
 	fs.Var(media.file(), "file", "send the document or audio in this `file` with the prompt (PDF, WAV, MP3, or an image; repeatable)")
@@ -167,6 +180,11 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitUsage
 	}
 	prompt := strings.TrimSpace(strings.Join(words, " "))
+	approveMode, steering, err := hitlModes(*approve, *steer, con.stdinTTY, prompt == "-", *asJSON)
+	if err != nil {
+		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
+		return exitUsage
+	}
 	if prompt == "-" {
 		b, err := io.ReadAll(stdin)
 		if err != nil {
@@ -232,7 +250,25 @@ func runCommand(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintf(stderr, "turnstile run: %v\n", err)
 		return exitUsage
 	}
-	turn := c.RunTurn(ctx, req)
+	var (
+		in      *lines
+		turnOpt []client.TurnOption
+	)
+	if approveMode == approveAsk || steering {
+		// The goroutine that reads stdin writes to stderr too.
+		mu := &sync.Mutex{}
+		stderr = lockedWriter{mu: mu, w: stderr}
+		in = readLines(stdin, nil)
+		if fn := approvalFunc(approveMode, &prompter{in: in, w: stderr}); fn != nil {
+			turnOpt = append(turnOpt, client.OnApproval(fn))
+		}
+	} else if fn := approvalFunc(approveMode, nil); fn != nil {
+		turnOpt = append(turnOpt, client.OnApproval(fn))
+	}
+	turn := c.RunTurn(ctx, req, turnOpt...)
+	if steering {
+		in.setSteer(steerer(ctx, turn, stderr))
+	}
 
 	var r eventRenderer
 	if *asJSON {

@@ -14,6 +14,7 @@ from google.protobuf import json_format
 import turnstile_client as ts
 from turnstile_client.v1 import agent_pb2, agent_pb2_grpc, conversation_pb2
 
+from .hitl import HitlRun
 from .server import CONFORMANCE, CutProxy, Server
 
 REATTACHING = "turnstile: re-attaching to the turn"
@@ -204,32 +205,40 @@ class Observation:
 
 
 def observe(
-    client: ts.Client, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+    client: ts.Client, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None,
+    hitl: HitlRun | None = None,
 ) -> dict:
-    turn = client.run_turn(req, timeout=30)
+    h = hitl or HitlRun({})
+    turn = client.run_turn(req, timeout=30, on_approval=h.on_approval())
     o = Observation(cancel_on)
     failure = None
     try:
         for ev in turn.events():
+            h.event(turn, ev, o.obs)
             if o.event(ev):
                 turn.cancel()
     except ts.TurnError as e:
         failure = e
+    h.done(turn.result, o.obs)
     return o.end(turn, failure, read_log_of)
 
 
 async def observe_async(
-    client: ts.AsyncClient, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None
+    client: ts.AsyncClient, req: agent_pb2.RunTurnRequest, cancel_on: str | None, read_log_of: str | None = None,
+    hitl: HitlRun | None = None,
 ) -> dict:
-    turn = client.run_turn(req, timeout=30)
+    h = hitl or HitlRun({})
+    turn = client.run_turn(req, timeout=30, on_approval=h.on_approval())
     o = Observation(cancel_on)
     failure = None
     try:
         async for ev in turn.events():
+            h.event_async(turn, ev, o.obs)
             if o.event(ev):
                 turn.cancel()
     except ts.TurnError as e:
         failure = e
+    await h.done_async(turn.result, o.obs)
     return o.end(turn, failure, read_log_of)
 
 
@@ -261,7 +270,9 @@ class ConformanceTest(unittest.TestCase):
     def observe(self, addr: str, opts: dict, sc: dict) -> dict:
         """Runs the scenario's turn with a Client of opts on addr."""
         with ts.Client(addr, **opts) as client:
-            return observe(client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None)
+            return observe(
+                client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc)
+            )
 
     def run_scenario(self, sc: dict) -> None:
         addr = self.servers[sc.get("server", "")].addr
@@ -304,7 +315,7 @@ class AsyncConformanceTest(ConformanceTest):
         async def run() -> dict:
             async with ts.AsyncClient(addr, **opts) as client:
                 return await observe_async(
-                    client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None
+                    client, scenario_request(sc), sc.get("cancel_on"), addr if sc.get("read_log") else None, HitlRun(sc)
                 )
 
         return asyncio.run(run())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import secrets
 import time
@@ -16,6 +17,10 @@ from ._errors import TurnError
 from ._protocol import (
     CANCEL_TIMEOUT,
     END,
+    ApprovalHandler,
+    Decision,
+    approve_request,
+    steer_request,
     REATTACH_BACKOFF,
     REATTACH_TIMEOUT,
     Attempt,
@@ -93,7 +98,37 @@ class AsyncClient(ClientBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def run_turn(self, request: agent_pb2.RunTurnRequest, *, timeout: Optional[float] = None) -> "AsyncTurn":
+    async def approve_tool_call(
+        self, request: agent_pb2.ApproveToolCallRequest, *, timeout: Optional[float] = None
+    ) -> agent_pb2.ApproveToolCallResponse:
+        """Decides a tool call that waits for approval, as Client.approve_tool_call does (UNAVAILABLE made again)."""
+        start = time.monotonic()
+        n = 0
+        while True:
+            n += 1
+            try:
+                return await self._stub.ApproveToolCall(request, timeout=timeout, metadata=self._metadata)
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                delay = self.reattach_backoff.delay(n, self.random())
+                if time.monotonic() - start + delay > self.reattach_timeout:
+                    raise
+                await asyncio.sleep(delay)
+
+    async def steer_turn(
+        self, request: agent_pb2.SteerTurnRequest, *, timeout: Optional[float] = None
+    ) -> agent_pb2.SteerTurnResponse:
+        """Gives a running turn a user message, as Client.steer_turn does (never made again by the client)."""
+        return await self._stub.SteerTurn(request, timeout=timeout, metadata=self._metadata)
+
+    def run_turn(
+        self,
+        request: agent_pb2.RunTurnRequest,
+        *,
+        timeout: Optional[float] = None,
+        on_approval: Optional[ApprovalHandler] = None,
+    ) -> "AsyncTurn":
         """Prepares one turn of request; it runs as the caller iterates over AsyncTurn.events().
 
         Everything Client.run_turn says holds (turn ids and attempts,
@@ -109,13 +144,14 @@ class AsyncClient(ClientBase):
         propagates (asyncio.CancelledError), turn.error holds that TurnError.
         Leaving the iteration alone (closing the async generator, outside
         ``async with turn:``) only drops the stream, as a process that dies
-        does. request is not modified.
+        does. on_approval is Client.run_turn's, and may be a coroutine
+        function. request is not modified.
         """
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(request)
         if not req.turn_id:
             req.turn_id = secrets.token_hex(16)
-        return AsyncTurn(self, req, timeout)
+        return AsyncTurn(self, req, timeout, on_approval)
 
 
 def _dropped() -> grpc.aio.AioRpcError:
@@ -144,8 +180,14 @@ class AsyncTurn(TurnBase):
     cancelled on the server (see AsyncClient.run_turn).
     """
 
-    def __init__(self, client: AsyncClient, request: agent_pb2.RunTurnRequest, timeout: Optional[float]) -> None:
-        super().__init__(client, request, timeout)
+    def __init__(
+        self,
+        client: AsyncClient,
+        request: agent_pb2.RunTurnRequest,
+        timeout: Optional[float],
+        on_approval: Optional[ApprovalHandler] = None,
+    ) -> None:
+        super().__init__(client, request, timeout, on_approval)
         self._c = client
         #: Set with _reason: the caller cancelled the turn, or its deadline passed.
         self._cancelled = asyncio.Event()
@@ -157,6 +199,34 @@ class AsyncTurn(TurnBase):
         self._timers: List[asyncio.TimerHandle] = []
         #: The CancelTurn calls running in the background.
         self._tasks: Set["asyncio.Task[None]"] = set()
+
+    async def steer(self, text: str, *, timeout: Optional[float] = None) -> agent_pb2.SteerTurnResponse:
+        """Sends text to the running turn as a user message, as Turn.steer does."""
+        return await self._c.steer_turn(steer_request(self.id, self._running_attempt(), text), timeout=timeout)
+
+    async def approve(self, call_id: str, decision: Decision, *, timeout: Optional[float] = None) -> bool:
+        """Decides the tool call call_id of the running attempt, as Turn.approve does."""
+        req = approve_request(self.id, self._running_attempt(), call_id, decision)
+        return (await self._c.approve_tool_call(req, timeout=timeout)).applied
+
+    async def _answer(self, wire: int, req: agent_pb2.ToolApprovalRequested) -> None:
+        """Calls the approval handler for req (awaiting a coroutine) and sends its decision; a failure cancels the turn."""
+        assert self._on_approval is not None
+        try:
+            decision = self._on_approval(req)
+            if inspect.isawaitable(decision):
+                decision = await decision
+            try:
+                await self._c.approve_tool_call(approve_request(self.id, wire, req.call_id, decision), timeout=self._remaining())
+            except grpc.aio.AioRpcError as e:
+                # FAILED_PRECONDITION: the run ended first; its stream says how.
+                if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+        except Exception as e:  # noqa: BLE001 - the handler's failure, whatever it is, cancels the turn
+            if self._stopping():
+                return
+            self._approval_failed(wire, req, e)
+            self._stop("cancelled")
 
     def cancel(self) -> None:
         """Cancels the turn on the server, and any retry delay; it returns at once.
@@ -375,7 +445,10 @@ class AsyncTurn(TurnBase):
                     async for resp in call:
                         ev = a.accept(resp)
                         if ev is not None:
+                            ask = self._approval_due(wire, ev)
                             yield Event(attempt=n, agent=ev)
+                            if ask is not None:
+                                await self._answer(wire, ask)
                 except grpc.aio.AioRpcError as e:
                     err = e
                     if a.unreached(e):

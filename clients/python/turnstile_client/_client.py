@@ -14,6 +14,10 @@ from ._errors import TurnError
 from ._protocol import (
     CANCEL_TIMEOUT,
     REATTACH_BACKOFF,
+    ApprovalHandler,
+    Decision,
+    approve_request,
+    steer_request,
     REATTACH_TIMEOUT,
     END,
     Attempt,
@@ -98,7 +102,56 @@ class Client(ClientBase):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run_turn(self, request: agent_pb2.RunTurnRequest, *, timeout: Optional[float] = None) -> "Turn":
+    def approve_tool_call(
+        self, request: agent_pb2.ApproveToolCallRequest, *, timeout: Optional[float] = None
+    ) -> agent_pb2.ApproveToolCallResponse:
+        """Decides a tool call that waits for approval (a tool_approval_requested event of the turn).
+
+        request names the turn, the attempt (0: the latest) and the call. It
+        may be called from any thread, on any replica: the decision is stored
+        in the turn's log before the call returns. Deciding a call already
+        decided changes nothing: the response's applied is False and approved
+        gives the decision that stands. A call the transport failed
+        (UNAVAILABLE) is made again, as a decision may be sent twice, with the
+        re-attach backoff for up to reattach_timeout. Other errors are raised
+        as grpc.RpcError: INVALID_ARGUMENT, NOT_FOUND (no such run, or it never
+        asked about the call), FAILED_PRECONDITION (the run ended first),
+        PERMISSION_DENIED (another client key's turn).
+        """
+        start = time.monotonic()
+        n = 0
+        while True:
+            n += 1
+            try:
+                return self._stub.ApproveToolCall(request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                if not isinstance(e, grpc.Call) or e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                delay = self.reattach_backoff.delay(n, self.random())
+                if time.monotonic() - start + delay > self.reattach_timeout:
+                    raise
+                time.sleep(delay)
+
+    def steer_turn(self, request: agent_pb2.SteerTurnRequest, *, timeout: Optional[float] = None) -> agent_pb2.SteerTurnResponse:
+        """Gives a running turn a user message (role user or unset, text parts only).
+
+        The turn takes it at its next step boundary (see
+        AgentService.SteerTurn). Each call queues a message, so the client
+        never makes it again by itself: after UNAVAILABLE the message may or
+        may not have been queued, and the turn's steered events tell. Errors
+        are raised as grpc.RpcError: INVALID_ARGUMENT, NOT_FOUND (no such run),
+        FAILED_PRECONDITION (the run has ended), RESOURCE_EXHAUSTED (too many
+        messages queued).
+        """
+        return self._stub.SteerTurn(request, timeout=timeout, metadata=self._metadata)
+
+    def run_turn(
+        self,
+        request: agent_pb2.RunTurnRequest,
+        *,
+        timeout: Optional[float] = None,
+        on_approval: Optional[ApprovalHandler] = None,
+    ) -> "Turn":
         """Prepares one turn of request; it runs as the caller iterates over Turn.events().
 
         When request has no turn_id the client makes one, so every attempt
@@ -147,12 +200,24 @@ class Client(ClientBase):
         block only drops the stream: a server with a turn store keeps
         running the turn for turn.detach_grace (30 s), as it does when the
         process dies.
+
+        on_approval answers every tool_approval_requested event of the turn:
+        the client calls it with the request after yielding the event and
+        sends the Decision it returns with ApproveToolCall (default: none;
+        answer with Turn.approve or approve_tool_call, or the server's
+        approval timeout denies the call). It is called once per call id and
+        attempt: not for a request the server emits again (after a replica
+        took the turn over) nor for one whose tool_approval_decided event was
+        already received; the turn waits while it runs. When it raises, or the
+        decision cannot be delivered (any error but FAILED_PRECONDITION, which
+        says the run has ended), the client cancels the turn: it fails
+        CANCELLED with that exception as the TurnError's __cause__.
         """
         req = agent_pb2.RunTurnRequest()
         req.CopyFrom(request)
         if not req.turn_id:
             req.turn_id = secrets.token_hex(16)
-        return Turn(self, req, timeout)
+        return Turn(self, req, timeout, on_approval)
 
 class Turn(TurnBase):
     """A turn started by Client.run_turn.
@@ -163,8 +228,14 @@ class Turn(TurnBase):
     cancelled on the server (see Client.run_turn).
     """
 
-    def __init__(self, client: Client, request: agent_pb2.RunTurnRequest, timeout: Optional[float]) -> None:
-        super().__init__(client, request, timeout)
+    def __init__(
+        self,
+        client: Client,
+        request: agent_pb2.RunTurnRequest,
+        timeout: Optional[float],
+        on_approval: Optional[ApprovalHandler] = None,
+    ) -> None:
+        super().__init__(client, request, timeout, on_approval)
         self._c = client
         #: Set with _reason: the caller cancelled the turn, or its deadline passed.
         self._cancelled = threading.Event()
@@ -176,6 +247,41 @@ class Turn(TurnBase):
         #: Timers that drop a cancelled attempt's stream once cancel_timeout
         #: is over.
         self._timers: List[threading.Timer] = []
+
+    def steer(self, text: str, *, timeout: Optional[float] = None) -> agent_pb2.SteerTurnResponse:
+        """Sends text to the running turn as a user message (Client.steer_turn), from any thread.
+
+        It goes to the attempt whose events the turn yields; before the
+        turn's first event it raises NotStartedError.
+        """
+        return self._c.steer_turn(steer_request(self.id, self._running_attempt(), text), timeout=timeout)
+
+    def approve(self, call_id: str, decision: Decision, *, timeout: Optional[float] = None) -> bool:
+        """Decides the tool call call_id of the attempt whose events the turn yields (Client.approve_tool_call).
+
+        It returns whether this decision was taken (False: the call had been
+        decided already). It may be called from any thread; before the
+        turn's first event it raises NotStartedError.
+        """
+        req = approve_request(self.id, self._running_attempt(), call_id, decision)
+        return self._c.approve_tool_call(req, timeout=timeout).applied
+
+    def _answer(self, wire: int, req: agent_pb2.ToolApprovalRequested) -> None:
+        """Calls the approval handler for req and sends its decision; a failure cancels the turn."""
+        assert self._on_approval is not None
+        try:
+            decision = self._on_approval(req)
+            try:
+                self._c.approve_tool_call(approve_request(self.id, wire, req.call_id, decision), timeout=self._remaining())
+            except grpc.RpcError as e:
+                # FAILED_PRECONDITION: the run ended first; its stream says how.
+                if not isinstance(e, grpc.Call) or e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+        except Exception as e:  # noqa: BLE001 - the handler's failure, whatever it is, cancels the turn
+            if self._stopping():
+                return
+            self._approval_failed(wire, req, e)
+            self._stop("cancelled")
 
     def cancel(self) -> None:
         """Cancels the turn on the server, and any retry delay; it returns at once.
@@ -410,7 +516,10 @@ class Turn(TurnBase):
                         for resp in call:
                             ev = a.accept(resp)
                             if ev is not None:
+                                ask = self._approval_due(wire, ev)
                                 yield Event(attempt=n, agent=ev)
+                                if ask is not None:
+                                    self._answer(wire, ask)
                     except KeyboardInterrupt:
                         self._interrupted(call, n, wire, a.last_seq, carried, out)
                         raise

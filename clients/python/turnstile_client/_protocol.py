@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 import grpc
 
@@ -73,6 +73,43 @@ REATTACH_TIMEOUT = 30.0
 #: How long, by default, a turn whose caller cancels it waits for the server to
 #: stop it, in seconds.
 CANCEL_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Answers a tool call that waits for approval."""
+
+    #: True runs the tool; False denies it.
+    approved: bool
+    #: Why, at most 4 KiB; a denial's reason is shown to the model in the
+    #: call's error result.
+    reason: str = ""
+
+
+#: The approval handler of a turn (run_turn's on_approval): it decides the
+#: tool call of a tool_approval_requested event (call id, tool name, JSON
+#: arguments, preview). AsyncClient's may also be a coroutine function.
+ApprovalHandler = Callable[[agent_pb2.ToolApprovalRequested], Any]
+
+
+def approve_request(turn_id: str, attempt: int, call_id: str, decision: Decision) -> agent_pb2.ApproveToolCallRequest:
+    """The ApproveToolCall of decision for call_id of the attempt numbered attempt on the wire."""
+    return agent_pb2.ApproveToolCallRequest(
+        turn_id=turn_id, attempt=attempt, call_id=call_id, approved=decision.approved, reason=decision.reason
+    )
+
+
+def steer_request(turn_id: str, attempt: int, text: str) -> agent_pb2.SteerTurnRequest:
+    """The SteerTurn that gives text as a user message to the attempt numbered attempt on the wire."""
+    return agent_pb2.SteerTurnRequest(
+        turn_id=turn_id,
+        attempt=attempt,
+        message=conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)]),
+    )
+
+
+class NotStartedError(RuntimeError):
+    """Turn.steer or Turn.approve was called before the turn's first event: its run may not be stored yet."""
 
 
 @dataclass
@@ -165,6 +202,9 @@ class Outcome:
     counters: Optional[agent_pb2.TurnCounters] = field(default_factory=agent_pb2.TurnCounters)
     #: The attempt received an event: the server stored its run.
     started: bool = False
+    #: The call ids whose approval was requested: a request a takeover
+    #: emitted again counts once.
+    asked: Set[str] = field(default_factory=set)
 
 #: END marks a stream that ended without an error status.
 END = object()
@@ -229,6 +269,15 @@ def observe(ev: agent_pb2.AgentEvent, out: Outcome) -> Optional[errors_pb2.Error
             counters.compactions += 1
     elif kind == "hedge" and counters is not None:
         counters.hedges += 1
+    elif kind == "tool_approval_requested" and counters is not None:
+        if ev.tool_approval_requested.call_id not in out.asked:
+            counters.approvals_requested += 1
+        out.asked.add(ev.tool_approval_requested.call_id)
+    elif kind == "tool_approval_decided" and counters is not None:
+        if not ev.tool_approval_decided.approved:
+            counters.approvals_denied += 1
+    elif kind == "steered" and counters is not None:
+        counters.steered += 1
     elif kind == "usage":
         out.usage = ev.usage
     elif kind == "error":
@@ -314,6 +363,9 @@ def add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounters
     dst.tool_errors += c.tool_errors
     dst.compactions += c.compactions
     dst.hedges += c.hedges
+    dst.approvals_requested += c.approvals_requested
+    dst.approvals_denied += c.approvals_denied
+    dst.steered += c.steered
 
 
 
@@ -356,8 +408,10 @@ class ClientBase:
         self.max_retry_delay = max_retry_delay
         #: How long the client keeps re-attaching to a run whose stream broke,
         #: in seconds from the break; the time starts again with every event
-        #: received, and no re-attach starts once its delay would end past it
-        #: (0: never re-attaches).
+        #: received, and when a re-attached stream that stayed open for at
+        #: least the timeout breaks (it was attached to a quiet run, such as a
+        #: turn waiting for approval); no re-attach starts once its delay
+        #: would end past it (0: never re-attaches).
         self.reattach_timeout = reattach_timeout
         #: Deprecated: a count of tries is no measure of an outage, which is
         #: what the client must outlast; use reattach_timeout. When set, it
@@ -399,6 +453,7 @@ class Attempt:
         self._err_event: Optional[errors_pb2.Error] = None
         self._broken: object = None  # the break that the current re-attach follows
         self._broke_at = 0.0  # when it happened, time.monotonic()
+        self._watched_at = 0.0  # when the current re-attach's WatchTurn began
         self._watchable = True
         self._err: object = END
 
@@ -434,6 +489,11 @@ class Attempt:
             # The server keeps no log, or never stored the run: the break stands.
             self._watchable, err = False, self._broken
         if out.completed is None and self._err_event is None and self._watchable and not stopping and worth_watching(err):
+            if self._broken is not None and time.monotonic() - self._watched_at >= client.reattach_timeout:
+                # The re-attached stream stayed open longer than any failing
+                # call lasts: it was attached to a quiet run (a turn waiting
+                # for approval, a long tool), and this is a break of its own.
+                self._broken, self.reattaches = None, 0
             if self._broken is None:
                 self._broken, self._broke_at = err, time.monotonic()
             delay = client.reattach_backoff.delay(self.reattaches + 1, client.random())
@@ -487,7 +547,8 @@ class Attempt:
         return out
 
     def reattach_request(self, turn_id: str) -> agent_pb2.WatchTurnRequest:
-        """The WatchTurn that resumes the attempt's run after its last event received."""
+        """The WatchTurn that resumes the attempt's run after its last event received; the caller makes it now."""
+        self._watched_at = time.monotonic()
         return agent_pb2.WatchTurnRequest(turn_id=turn_id, attempt=self.wire, after_seq=self.last_seq)
 
 
@@ -499,9 +560,22 @@ class TurnBase:
     subclasses run the attempts, wait and cancel.
     """
 
-    def __init__(self, client: ClientBase, request: agent_pb2.RunTurnRequest, timeout: Optional[float]) -> None:
+    def __init__(
+        self,
+        client: ClientBase,
+        request: agent_pb2.RunTurnRequest,
+        timeout: Optional[float],
+        on_approval: Optional[ApprovalHandler] = None,
+    ) -> None:
         self._cb = client
         self._req = request
+        self._on_approval = on_approval
+        #: The approval requests answered or seen decided, as (wire, call id).
+        self._answered: Set[Tuple[int, str]] = set()
+        #: The attempt on the wire whose events the turn yields; 0 before its first event.
+        self._running = 0
+        #: Why the client cancelled the turn itself (an approval that failed).
+        self._cause: Optional[BaseException] = None
         self._deadline = None if timeout is None else time.monotonic() + timeout
         #: Why the turn is being stopped: "cancelled" or "deadline"; None while it is not.
         self._reason: Optional[str] = None
@@ -566,7 +640,41 @@ class TurnBase:
             te = TurnError(errors_pb2.ERROR_CODE_DEADLINE_EXCEEDED, "the turn's deadline passed")
         else:
             te = TurnError(errors_pb2.ERROR_CODE_CANCELLED, "the turn was cancelled")
+            te.__cause__ = self._cause
         return self._stamp(te, n, carried)
+
+    def _approval_due(self, wire: int, ev: agent_pb2.AgentEvent) -> Optional[agent_pb2.ToolApprovalRequested]:
+        """Notes an event of the attempt numbered wire; returns the approval request the handler must answer, if it is one.
+
+        Once per call id and attempt: not for a request the server emits
+        again, nor for one whose decision was received.
+        """
+        self._running = wire
+        kind = ev.WhichOneof("payload")
+        if kind == "tool_approval_decided":
+            self._answered.add((wire, ev.tool_approval_decided.call_id))
+        if kind != "tool_approval_requested" or self._on_approval is None:
+            return None
+        key = (wire, ev.tool_approval_requested.call_id)
+        if key in self._answered:
+            return None
+        self._answered.add(key)
+        return ev.tool_approval_requested
+
+    def _approval_failed(self, wire: int, req: agent_pb2.ToolApprovalRequested, err: BaseException) -> None:
+        """Logs an approval that failed and notes it as the cause of the turn's cancellation, which the caller starts."""
+        self._cb.logger.warning(
+            "turnstile: cancelling the turn: its approval failed: turn %s, attempt %d, call %s (%s)",
+            self.id, wire, req.call_id, err,
+            extra={"turn_id": self.id, "attempt": wire, "call_id": req.call_id, "cause": str(err)},
+        )
+        self._cause = err
+
+    def _running_attempt(self) -> int:
+        """The attempt on the wire whose events the turn yields; raises NotStartedError before its first event."""
+        if self._running == 0:
+            raise NotStartedError("turnstile: the turn has not started")
+        return self._running
 
     def _stamp(self, te: TurnError, n: int, carried: List[conversation_pb2.Message]) -> TurnError:
         te.turn_id, te.attempts, te.messages = self.id, n, list(carried)

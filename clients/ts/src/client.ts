@@ -6,6 +6,8 @@ import { randomBytes } from "node:crypto";
 import {
   AgentService,
   type AgentEvent,
+  ApproveToolCallRequestSchema,
+  type ApproveToolCallResponse,
   type CancelTurnRequest,
   type Compaction,
   CancelTurnRequestSchema,
@@ -14,6 +16,9 @@ import {
   type EndReason,
   type RunTurnRequest,
   RunTurnRequestSchema,
+  SteerTurnRequestSchema,
+  type SteerTurnResponse,
+  type ToolApprovalRequested,
   type TurnCompleted,
   type TurnCounters,
   TurnCountersSchema,
@@ -93,8 +98,10 @@ export interface ClientOptions {
    * How long the client keeps re-attaching to a run whose stream broke, with
    * WatchTurn from the last seq received, before it gives the attempt up, in
    * ms (default DEFAULT_REATTACH_TIMEOUT_MS, 30 s; 0 never re-attaches). The
-   * time counts from the break and starts again with every event received;
-   * no re-attach starts once its delay would end past it.
+   * time counts from the break and starts again with every event received,
+   * and when a re-attached stream that stayed open for at least the timeout
+   * breaks (it was attached to a quiet run, such as a turn waiting for
+   * approval); no re-attach starts once its delay would end past it.
    */
   reattachTimeoutMs?: number;
   /**
@@ -228,12 +235,49 @@ export interface Result {
   reattaches: number;
 }
 
+/** Decision answers a tool call that waits for approval. */
+export interface Decision {
+  /** True runs the tool; false denies it. */
+  approved: boolean;
+  /**
+   * Why, at most 4 KiB; a denial's reason is shown to the model in the
+   * call's error result.
+   */
+  reason?: string;
+}
+
+/**
+ * ApprovalHandler decides a tool call that waits for approval: req is the
+ * tool_approval_requested event's payload (call id, tool name, JSON
+ * arguments, preview). signal aborts when the turn is cancelled.
+ */
+export type ApprovalHandler = (req: ToolApprovalRequested, signal: AbortSignal) => Decision | Promise<Decision>;
+
 /** Options of one turn. */
 export interface TurnOptions {
   /** Aborting it cancels the turn, retries and their delays included. */
   signal?: AbortSignal;
   /** A deadline for the whole turn, retries included, in ms. */
   timeoutMs?: number;
+  /**
+   * Answers every tool_approval_requested event of the turn: the client
+   * calls it after yielding the event and sends its decision with
+   * ApproveToolCall (default: none; answer with Turn.approve or
+   * Client.approveToolCall, or the server's approval timeout denies the
+   * call). It is called once per call id and attempt: not for a request the
+   * server emits again (after a replica took the turn over) nor for one
+   * whose tool_approval_decided event was already received. The turn waits
+   * while it runs. When it throws, or the decision cannot be delivered (any
+   * error but FAILED_PRECONDITION, which says the run has ended), the client
+   * cancels the turn: it fails CANCELLED with that error as its cause.
+   */
+  onApproval?: ApprovalHandler;
+}
+
+/** Options of a single call (approveToolCall, steerTurn). */
+export interface CallOptions {
+  /** Aborting it abandons the call. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -370,6 +414,52 @@ export class Client {
   async cancel(req: CancelTurnRequest, signal: AbortSignal): Promise<void> {
     await this.rpc.cancelTurn(req, { signal, headers: this.headers });
   }
+
+  /**
+   * approveToolCall decides a tool call that waits for approval (a
+   * tool_approval_requested event of the turn req.turnId, attempt
+   * req.attempt, 0 meaning the latest). It may be called from anywhere, on
+   * any replica: the decision is stored in the turn's log before the call
+   * returns. Deciding a call already decided changes nothing: the
+   * response's applied is false and approved gives the decision that
+   * stands. A call the transport failed (UNAVAILABLE) is made again, as a
+   * decision may be sent twice, with the re-attach backoff for up to
+   * reattachTimeoutMs. Other errors are thrown as ConnectError:
+   * INVALID_ARGUMENT, NOT_FOUND (no such run, or it never asked about the
+   * call), FAILED_PRECONDITION (the run ended first), PERMISSION_DENIED
+   * (another client key's turn).
+   */
+  async approveToolCall(
+    req: MessageInitShape<typeof ApproveToolCallRequestSchema>,
+    options: CallOptions = {},
+  ): Promise<ApproveToolCallResponse> {
+    const r = create(ApproveToolCallRequestSchema, req);
+    const signal = options.signal ?? new AbortController().signal;
+    const start = Date.now();
+    for (let n = 1; ; n++) {
+      try {
+        return await this.rpc.approveToolCall(r, { signal, headers: this.headers });
+      } catch (e) {
+        if (ConnectError.from(e).code !== Code.Unavailable || signal.aborted) throw e;
+        const delay = backoffDelay(this.reattachBackoff, n, this.random());
+        if (Date.now() - start + delay > this.reattachTimeoutMs || !(await sleep(delay, signal))) throw e;
+      }
+    }
+  }
+
+  /**
+   * steerTurn gives a running turn a user message (role user or unset, text
+   * parts only), which the turn takes at its next step boundary: see
+   * AgentService.SteerTurn. Each call queues a message, so the client never
+   * makes it again by itself: after UNAVAILABLE the message may or may not
+   * have been queued, and the turn's steered events tell. Errors are thrown
+   * as ConnectError: INVALID_ARGUMENT, NOT_FOUND (no such run),
+   * FAILED_PRECONDITION (the run has ended), RESOURCE_EXHAUSTED (too many
+   * messages queued).
+   */
+  async steerTurn(req: MessageInitShape<typeof SteerTurnRequestSchema>, options: CallOptions = {}): Promise<SteerTurnResponse> {
+    return await this.rpc.steerTurn(create(SteerTurnRequestSchema, req), { signal: options.signal, headers: this.headers });
+  }
 }
 
 /** What one attempt left behind. */
@@ -393,6 +483,8 @@ interface AttemptOutcome {
   counters?: TurnCounters;
   /** The attempt received an event: the server stored its run. */
   started: boolean;
+  /** The call ids whose approval was requested: a request a takeover emitted again counts once. */
+  asked?: Set<string>;
 }
 
 /**
@@ -407,6 +499,12 @@ export class Turn {
   private started = false;
   /** The WatchTurn calls made to resume broken streams, every attempt's. */
   private reattached = 0;
+  /** The attempt on the wire whose events the turn yields; 0 before its first event. */
+  private wire = 0;
+  /** The approval requests answered or seen decided, as "wire/callId". */
+  private readonly answered = new Set<string>();
+  /** Cancels the turn while it runs. */
+  private turnCtl?: AbortController;
   /** What the next attempt sends: the request's messages and those carried, compacted as the server said. */
   private conv: Message[] = [];
 
@@ -423,6 +521,66 @@ export class Turn {
   }
 
   /**
+   * steer sends text to the running turn as a user message, with
+   * Client.steerTurn, for the attempt whose events the turn yields. Before
+   * the turn's first event it throws: its run may not be stored yet.
+   */
+  async steer(text: string, options: CallOptions = {}): Promise<SteerTurnResponse> {
+    if (this.wire === 0) throw new Error("turnstile: the turn has not started");
+    return await this.client.steerTurn(
+      { turnId: this.id, attempt: this.wire, message: { role: Role.USER, parts: [{ kind: { case: "text", value: text } }] } },
+      options,
+    );
+  }
+
+  /**
+   * approve decides the tool call callId of the attempt whose events the
+   * turn yields, with Client.approveToolCall, and returns whether this
+   * decision was taken (false: the call had been decided already).
+   */
+  async approve(callId: string, decision: Decision, options: CallOptions = {}): Promise<boolean> {
+    if (this.wire === 0) throw new Error("turnstile: the turn has not started");
+    const resp = await this.client.approveToolCall(
+      { turnId: this.id, attempt: this.wire, callId, approved: decision.approved, reason: decision.reason ?? "" },
+      options,
+    );
+    return resp.applied;
+  }
+
+  /**
+   * answerApproval calls the turn's approval handler for a request of
+   * attempt wire not answered or seen decided, and sends its decision; a
+   * failure cancels the turn with the failure as its cause.
+   */
+  private async answerApproval(wire: number, req: ToolApprovalRequested, signal: AbortSignal): Promise<void> {
+    const handler = this.options.onApproval;
+    const key = `${wire}/${req.callId}`;
+    if (!handler || this.answered.has(key)) return;
+    this.answered.add(key);
+    try {
+      const d = await handler(req, signal);
+      try {
+        await this.client.approveToolCall(
+          { turnId: this.id, attempt: wire, callId: req.callId, approved: d.approved, reason: d.reason ?? "" },
+          { signal },
+        );
+      } catch (e) {
+        // FAILED_PRECONDITION: the run ended first; its stream says how.
+        if (ConnectError.from(e).code !== Code.FailedPrecondition) throw e;
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+      this.client.logger.warn("turnstile: cancelling the turn: its approval failed", {
+        turn_id: this.id,
+        attempt: wire,
+        call_id: req.callId,
+        cause: e instanceof Error ? e.message : String(e),
+      });
+      this.turnCtl?.abort(e);
+    }
+  }
+
+  /**
    * events yields the turn's events as they happen and throws a TurnError
    * when the turn fails. Breaking out of the loop drops the stream at once,
    * which leaves the run rather than cancelling it (see Client.runTurn).
@@ -432,6 +590,7 @@ export class Turn {
     if (this.started) throw new Error("turnstile: the events of a turn can be iterated only once");
     this.started = true;
     const turnCtl = new AbortController();
+    this.turnCtl = turnCtl;
     const onAbort = () => turnCtl.abort(this.options.signal?.reason);
     this.options.signal?.addEventListener("abort", onAbort, { once: true });
     if (this.options.signal?.aborted) onAbort();
@@ -604,6 +763,7 @@ export class Turn {
     let lastSeq = 0n;
     let broken: unknown; // the break that the current re-attach follows
     let brokeAt = 0; // when it happened, in ms since the epoch
+    let watchedAt = 0; // when the current re-attach's WatchTurn began
     let reattaches = 0; // re-attaches since the last event received
     let watchable = true;
     let stream = c.stream(req, ctl.signal);
@@ -616,10 +776,13 @@ export class Turn {
             if (!ev || (lastSeq > 0n && ev.seq <= lastSeq)) continue;
             lastSeq = ev.seq;
             out.started = true;
+            this.wire = wire;
             broken = undefined;
             reattaches = 0;
             observe(ev, out, (e) => (errEvent = e));
+            if (ev.payload.case === "toolApprovalDecided") this.answered.add(`${wire}/${ev.payload.value.callId}`);
             yield { attempt: n, agent: ev };
+            if (ev.payload.case === "toolApprovalRequested") await this.answerApproval(wire, ev.payload.value, turnSignal);
           }
         } catch (e) {
           const b = transportBreak(e, ctl.signal);
@@ -637,6 +800,13 @@ export class Turn {
           err = broken;
         }
         if (!out.completed && !errEvent && watchable && !turnSignal.aborted && !ctl.signal.aborted && worthWatching(err)) {
+          if (broken !== undefined && Date.now() - watchedAt >= c.reattachTimeoutMs) {
+            // The re-attached stream stayed open longer than any failing
+            // call lasts: it was attached to a quiet run (a turn waiting for
+            // approval, a long tool), and this is a break of its own.
+            broken = undefined;
+            reattaches = 0;
+          }
           if (broken === undefined) {
             broken = err;
             brokeAt = Date.now();
@@ -654,6 +824,7 @@ export class Turn {
               cause: err === END ? "the stream ended without a terminal event" : ConnectError.from(err).rawMessage,
             });
             if (await sleep(delay, turnSignal)) {
+              watchedAt = Date.now();
               const w = create(WatchTurnRequestSchema, { turnId: this.id, attempt: wire, afterSeq: lastSeq });
               stream = c.watch(w, ctl.signal);
               continue;
@@ -802,6 +973,17 @@ function observe(ev: AgentEvent, out: AttemptOutcome, onError: (e: ErrorEvent) =
     case "hedge":
       out.counters!.hedges++;
       break;
+    case "toolApprovalRequested":
+      out.asked ??= new Set();
+      if (!out.asked.has(p.value.callId)) out.counters!.approvalsRequested++;
+      out.asked.add(p.value.callId);
+      break;
+    case "toolApprovalDecided":
+      if (!p.value.approved) out.counters!.approvalsDenied++;
+      break;
+    case "steered":
+      out.counters!.steered++;
+      break;
     case "usage":
       out.usage = p.value;
       break;
@@ -863,6 +1045,9 @@ function addCounters(dst: TurnCounters, c: TurnCounters | undefined): void {
   dst.toolErrors += c.toolErrors;
   dst.compactions += c.compactions;
   dst.hedges += c.hedges;
+  dst.approvalsRequested += c.approvalsRequested;
+  dst.approvalsDenied += c.approvalsDenied;
+  dst.steered += c.steered;
 }
 
 /** sleep waits ms or until signal aborts; it reports whether the wait ran out. */

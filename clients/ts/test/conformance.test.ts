@@ -7,12 +7,13 @@ import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
 import { AgentService, Client, type Event, MessageSchema, Role, RunTurnRequestSchema, TurnError, codeName, type Message, EndReason, type AgentEvent, mediaPart } from "../src/index.js";
+import { HitlRun, type HitlScenario } from "./hitl.js";
 import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 /** A runner's client options, in milliseconds. */
 type ClientOptions = Record<string, number>;
 
-interface Scenario {
+interface Scenario extends HitlScenario {
   name: string;
   prompt: string;
   /** The messages sent before the prompt. */
@@ -124,6 +125,7 @@ async function observeLog(addr: string, turnId: string, obs: Record<string, unkn
 
 async function observe(client: Client, sc: Scenario, addr: string): Promise<Record<string, unknown>> {
   const ctl = new AbortController();
+  const hitl = new HitlRun(sc);
   const req = fromJson(RunTurnRequestSchema, { ...sc.request });
   req.messages = [
     ...(sc.history ?? []).map((h) => create(MessageSchema, { role: Role[h.role], parts: [{ kind: { case: "text" as const, value: h.text } }] })),
@@ -135,7 +137,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
       ],
     }),
   ];
-  const turn = client.runTurn(req, { signal: ctl.signal, timeoutMs: 30_000 });
+  const turn = client.runTurn(req, { signal: ctl.signal, timeoutMs: 30_000, ...hitl.turnOptions() });
   const obs: Record<string, unknown> = { step_retries: [], tools_started: [], seq_gapless: true, terminal_events: 0, compactions: 0 };
   const kept = new KeptText();
   const next = new Map<number, bigint>(); // the seq each attempt's next event must have
@@ -143,6 +145,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
   try {
     for await (const ev of turn.events()) {
       kept.event(ev);
+      hitl.event(turn, ev, obs);
       if (ev.agent) {
         if (ev.agent.seq !== (next.get(ev.attempt) ?? 0n) + 1n) obs.seq_gapless = false;
         next.set(ev.attempt, ev.agent.seq);
@@ -167,6 +170,7 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
     failure = e;
   }
   obs.kept_text = kept.toString();
+  await hitl.done(turn.result, obs);
   if (sc.read_log) await observeLog(addr, turn.id, obs);
   const res = turn.result;
   if (res) {

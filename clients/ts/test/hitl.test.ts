@@ -1,0 +1,73 @@
+// Approval and steering on a live server whose MCP tool deploy waits for
+// approval (clients/conformance/hitl.yaml).
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import { Client, ErrorCode, Role, TurnError } from "../src/index.js";
+import { repoRoot, startServer, type Server } from "./server.js";
+
+const DEPLOY = '[sim tool=deploy args={"env":"staging"}] deploy to staging';
+const request = (text: string) => ({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text" as const, value: text } }] }] });
+
+describe("approval and steering (hitl.yaml on a live turnstile serve)", () => {
+  let server: Server;
+  before(async () => {
+    server = await startServer(join(repoRoot, "clients/conformance/hitl.yaml"));
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  it("a handler that throws cancels the turn with its error as the cause", async () => {
+    const boom = new Error("the approver is away");
+    const client = new Client(`http://${server.addr}`);
+    const turn = client.runTurn(request(DEPLOY), {
+      onApproval: () => {
+        throw boom;
+      },
+    });
+    await assert.rejects(turn.wait(), (e: unknown) => e instanceof TurnError && e.code === ErrorCode.CANCELLED && e.cause === boom);
+  });
+
+  it("a call approved from elsewhere runs, and deciding it again changes nothing", async () => {
+    const client = new Client(`http://${server.addr}`);
+    const turn = client.runTurn(request(DEPLOY));
+    await assert.rejects(turn.steer("too early"), /has not started/);
+    const decisions: Promise<unknown>[] = [];
+    for await (const ev of turn.events()) {
+      const p = ev.agent?.payload;
+      if (p?.case === "toolApprovalRequested") {
+        const callId = p.value.callId;
+        decisions.push(
+          (async () => {
+            const applied = await turn.approve(callId, { approved: true, reason: "fine" });
+            const again = await client.approveToolCall({ turnId: turn.id, callId, approved: false });
+            return [applied, again.applied, again.approved];
+          })(),
+        );
+      }
+    }
+    assert.deepStrictEqual(await Promise.all(decisions), [[true, false, true]]);
+    assert.equal(turn.result!.counters.approvalsRequested, 1);
+    await assert.rejects(turn.steer("too late"), (e: unknown) => ConnectError.from(e).code === Code.FailedPrecondition);
+  });
+
+  it("an async handler's denial reaches the model", async () => {
+    const asked: string[] = [];
+    const client = new Client(`http://${server.addr}`);
+    const res = await client
+      .runTurn(request(DEPLOY), {
+        onApproval: async (req) => {
+          asked.push(req.name);
+          return { approved: false, reason: "not today" };
+        },
+      })
+      .wait();
+    assert.deepStrictEqual(asked, ["deploy"]);
+    assert.equal(res.counters.approvalsDenied, 1);
+    const last = res.messages[res.messages.length - 1].parts[0].kind;
+    assert.ok(last.case === "text" && last.value.includes("denied by the user: not today"), JSON.stringify(last));
+  });
+});
