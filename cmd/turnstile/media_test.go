@@ -128,7 +128,9 @@ mcp_servers:
 func TestMediaThroughAdapters(t *testing.T) {
 	native := map[string]string{
 		"openai":    `{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}`,
-		"anthropic": `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}`,
+		// The newest message's last block carries a prompt cache mark
+		// (models.ALIAS.prompt_cache: auto, the default).
+		"anthropic": `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="},"cache_control":{"type":"ephemeral"}}`,
 		"gemini":    `{"inlineData":{"data":"iVBORw0KGgo=","mimeType":"image/png"}}`,
 	}
 	refused := map[string][]*turnstilev1.Part{
