@@ -102,6 +102,8 @@ type Controls struct {
 	queue []llm.Message
 	// wake is closed and replaced when a decision or a message comes.
 	wake chan struct{}
+	// waitEnded is when the last wait for decisions ended.
+	waitEnded time.Time
 }
 
 // NewControls returns the controls of one turn.
@@ -248,12 +250,13 @@ func (c *Controls) request(call llm.ToolCall, emit func()) {
 }
 
 // AwaitingApproval reports whether the turn waits for a decision on a
-// tool call: such a wait is bounded by [Limits.ApprovalTimeout], not by
-// whether anyone watches the turn.
-func (c *Controls) AwaitingApproval() bool {
+// tool call, or stopped waiting less than within ago: such a wait is
+// bounded by [Limits.ApprovalTimeout], not by whether anyone watches the
+// turn, and its owner gives the turn time to be watched again after it.
+func (c *Controls) AwaitingApproval(within time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.waiting) > 0
+	return len(c.waiting) > 0 || !c.waitEnded.IsZero() && time.Since(c.waitEnded) < within
 }
 
 // drain ends the controls and returns the steering messages still
@@ -289,6 +292,7 @@ func (c *Controls) await(ctx context.Context, calls []llm.ToolCall, deadline tim
 				}
 				delete(c.waiting, call.ID)
 			}
+			c.waitEnded = time.Now()
 			c.mu.Unlock()
 			return out, nil
 		}

@@ -736,13 +736,18 @@ func TestApprovalOutlivesTheDetachGrace(t *testing.T) {
 	until(t, stream, untilPayload("ToolApprovalRequested"))
 	detach()
 	time.Sleep(5 * grace) // no watcher for five graces
-	resp, err := approve(t, t.Context(), ts.client, "c1", true, "")
-	if err != nil || !resp.GetApplied() || !resp.GetApproved() {
-		t.Fatalf("ApproveToolCall after the grace = %v, %v; want the turn still waiting", resp, err)
-	}
+	// Watch again first, so that the rest of the turn does not race the
+	// grace that applies once the wait is over.
 	watch, err := ts.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := watch.Header(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := approve(t, t.Context(), ts.client, "c1", true, "")
+	if err != nil || !resp.GetApplied() || !resp.GetApproved() {
+		t.Fatalf("ApproveToolCall after the grace = %v, %v; want the turn still waiting", resp, err)
 	}
 	var evs []*turnstilev1.AgentEvent
 	for {

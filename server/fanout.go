@@ -265,10 +265,10 @@ func (r *run) armDetach(grace time.Duration) {
 		idle := r.watchers == 0 && !r.done && time.Since(r.seen) >= grace
 		r.mu.Unlock()
 		// A person may take longer than the grace to decide: the approval
-		// timeout bounds that wait, and the grace applies again once it
-		// is over. (The controls are asked without r.mu: they emit, which
+		// timeout bounds that wait, and a full grace applies again once
+		// it is over. (The controls are asked without r.mu: they emit, which
 		// takes it, while holding their own lock.)
-		if idle && r.ctl != nil && r.ctl.AwaitingApproval() {
+		if idle && r.ctl != nil && r.ctl.AwaitingApproval(grace) {
 			r.mu.Lock()
 			if !r.done {
 				r.seen = time.Now()
