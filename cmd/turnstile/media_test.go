@@ -112,7 +112,7 @@ mcp_servers:
 	}
 	for _, want := range []string{
 		`[turnstile: the tool's image/png of 68 bytes was left out: model "sim" cannot take image input`,
-		"I received 1 medium: application/pdf of 8 bytes named 'q3.pdf'.",
+		"I received 1 media file: application/pdf of 8 bytes named 'q3.pdf'.",
 	} {
 		if !strings.Contains(answer, want) {
 			t.Errorf("answer %q lacks %q", answer, want)

@@ -203,7 +203,7 @@ func describeMedia(ms []llm.Media) string {
 	var b strings.Builder
 	noun := "media"
 	if len(ms) == 1 {
-		noun = "medium"
+		noun = "media file"
 	}
 	fmt.Fprintf(&b, " I received %d %s: ", len(ms), noun)
 	for i, m := range ms {

@@ -22,7 +22,7 @@ func TestDescribesMedia(t *testing.T) {
 			name: "image with a question",
 			msg: llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("What is in it?"),
 				llm.MediaPart(llm.Media{MIMEType: "image/png", Data: []byte(secret), Name: "cat.png"})}},
-			want: " I received 1 medium: image/png of 11 bytes named 'cat.png'.",
+			want: " I received 1 media file: image/png of 11 bytes named 'cat.png'.",
 		},
 		{
 			name: "media alone",
@@ -53,7 +53,7 @@ func TestDescribesToolResultMedia(t *testing.T) {
 	msgs := append([]llm.Message{user("[sim tool=screenshot] show me")}, toolTurn([]llm.ToolCall{c}, "a screenshot")...)
 	msgs[2].Parts[0].ToolResult.Media = []llm.Media{{MIMEType: "image/jpeg", Data: make([]byte, 2048)}}
 	got := call(t, p, &llm.Request{Model: "m", Messages: msgs}).text()
-	if want := "The screenshot tool returned a screenshot. I received 1 medium: image/jpeg of 2048 bytes. "; !strings.HasPrefix(got, want) {
+	if want := "The screenshot tool returned a screenshot. I received 1 media file: image/jpeg of 2048 bytes. "; !strings.HasPrefix(got, want) {
 		t.Errorf("answer %q, want it to start %q", got, want)
 	}
 }
