@@ -137,7 +137,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	if err := t.stopped(ctx); err != nil {
 		// Nothing more of the call is emitted once the turn stopped: only
 		// what ends the turn (see [turn.fail]).
-		t.countAttempt(c.m.Alias, llm.AsError(err))
+		t.countAttempt(c.m, llm.AsError(err))
 		return
 	}
 	fin := &LLMCallFinished{
@@ -151,7 +151,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	if !res.usage.IsZero() {
 		t.out.emit(ctx, &UsageUpdated{Total: t.usage})
 	}
-	t.countAttempt(c.m.Alias, res.err)
+	t.countAttempt(c.m, res.err)
 }
 
 // request builds the provider request of a call to m: the conversation,

@@ -203,6 +203,9 @@ func (m *Model) healthKey() string {
 	return m.key
 }
 
+// routed reports whether m is one deployment of a model of several.
+func (m *Model) routed() bool { return m.key != "" && m.key != m.Alias }
+
 // started and ended count a call in flight on m's deployment.
 func (m *Model) started() {
 	if m.state != nil {

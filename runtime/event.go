@@ -393,6 +393,9 @@ func (e *TurnError) Error() string { return e.Kind.String() + ": " + e.Message }
 type ModelAttempts struct {
 	Model    string
 	Attempts int
+	// Deployments, for a model of several deployments, names the
+	// deployment of each attempt, in order; nil for a model of one.
+	Deployments []string
 	// LastKind is the class of the model's last failure, when Succeeded is
 	// false.
 	LastKind llm.Kind
