@@ -97,14 +97,18 @@ func newRouter(m *Model) (*router, []error) {
 	return rt, errs
 }
 
-// pick chooses the deployment a turn goes to and asks h to admit it:
+// pick chooses the deployment a turn goes to and asks h to admit it,
 // among the deployments h would admit (not cooling down, not being probed
-// by another turn) and that skip does not exclude, the one with the fewest
-// calls in flight for its weight; among those tied (every one, when calls
-// are few), smooth weighted round-robin, so each deployment gets its
-// weight's share of the turns exactly, on every replica. When no
-// deployment is available it returns the one whose cooldown ends first,
-// with its refusal; nil when skip excludes them all.
+// by another turn) and that skip does not exclude: smooth weighted
+// round-robin proposes one, so each deployment gets its weight's share of
+// the turns exactly, on every replica; least outstanding requests within
+// the weight may overrule it: when another deployment would hold no more
+// calls in flight for its weight with this one added than the proposed one
+// holds already, the least loaded for its weight takes the turn instead,
+// and the proposed one keeps its round-robin credit for the next turn. So
+// a deployment that answers slowly, and holds more calls, gets fewer new
+// ones. When no deployment is available it returns the one whose cooldown
+// ends first, with its refusal; nil when skip excludes them all.
 func (rt *router) pick(h *policy.Health, skip func(*Model) bool) (*Model, policy.Admission) {
 	if len(rt.deps) == 1 {
 		d := rt.deps[0]
@@ -115,42 +119,54 @@ func (rt *router) pick(h *policy.Health, skip func(*Model) bool) (*Model, policy
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	var soonest *Model
-	var refused policy.Admission
-	excluded := make([]bool, len(rt.deps))
+	var excluded [maxTried]bool // indexes past maxTried are never excluded
 	for {
-		var open []*Model // the deployments h would admit now
-		total, lead := 0, (*deployState)(nil)
+		var open [maxTried]*Model
+		opened := open[:0] // the deployments h would admit now
+		total := 0
 		for i, d := range rt.deps {
-			if excluded[i] || (skip != nil && skip(d)) || !h.Available(d.key) {
+			if (i < maxTried && excluded[i]) || (skip != nil && skip(d)) || !h.Available(d.key) {
 				continue
 			}
-			open = append(open, d)
+			opened = append(opened, d)
 			total += d.state.weight
-			if lead == nil || lighter(d.state, lead) {
-				lead = d.state
-			}
 		}
-		if len(open) == 0 {
+		if len(opened) == 0 {
 			break
 		}
-		// Round-robin among the deployments as loaded as the lightest.
 		var d *Model
-		for _, o := range open {
+		for _, o := range opened {
 			o.state.credit += o.state.weight
+			if d == nil || o.state.credit > d.state.credit {
+				d = o
+			}
 		}
-		for _, o := range open {
-			if !lighter(lead, o.state) && (d == nil || o.state.credit > d.state.credit) {
+		p := d
+		for _, o := range opened {
+			// o with one more call in flight, for its weight, against
+			// the proposed deployment now, for its.
+			if (o.state.inflight.Load()+1)*int64(p.state.weight) <= p.state.inflight.Load()*int64(o.state.weight) && lighter(o.state, d.state) {
 				d = o
 			}
 		}
 		d.state.credit -= total
+		for _, o := range opened {
+			// A deployment passed over for long does not bank credit for
+			// a burst later.
+			o.state.credit = min(o.state.credit, total)
+		}
 		if a := h.Admit(d.key); a.OK {
 			return d, a
 		}
 		// Another turn took its probe meanwhile.
-		excluded[slices.Index(rt.deps, d)] = true
+		if i := slices.Index(rt.deps, d); i < maxTried {
+			excluded[i] = true
+		} else {
+			break
+		}
 	}
+	var soonest *Model
+	var refused policy.Admission
 	for _, d := range rt.deps {
 		if skip != nil && skip(d) {
 			continue
@@ -165,6 +181,10 @@ func (rt *router) pick(h *policy.Health, skip func(*Model) bool) (*Model, policy
 	}
 	return soonest, refused
 }
+
+// maxTried is how many deployments of a model [router.pick] keeps on the
+// stack while it picks; a model of more still routes over all of them.
+const maxTried = 16
 
 // lighter reports whether a has fewer calls in flight than b for their
 // weights.

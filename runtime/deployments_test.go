@@ -93,6 +93,7 @@ func TestDeploymentWeights(t *testing.T) {
 				if math.Abs(share-want) > 0.02 {
 					t.Errorf("deployment d%d served %.3f of the turns, want %.3f ± 0.02", i, share, want)
 				}
+				t.Logf("d%d (weight %d): %d of %d turns", i, max(tc.weights[i], 1), p.Calls(), turns)
 				if got := named[fmt.Sprint("d", i)]; got != p.Calls() {
 					t.Errorf("deployment d%d: %d llm_call_started name it, its upstream got %d calls", i, got, p.Calls())
 				}
@@ -462,4 +463,37 @@ func healthOf(t *testing.T, r *runtime.Runner, key string) policy.ModelHealth {
 	}
 	t.Fatalf("no health state %q in %+v", key, r.Health())
 	return policy.ModelHealth{}
+}
+
+// TestDeploymentWeightsConcurrent runs 1,000 turns eight at a time over
+// deployments of weights 1 and 3 that answer alike: with calls in flight,
+// least-outstanding-within-the-weight keeps each deployment's share near
+// its weight's.
+func TestDeploymentWeightsConcurrent(t *testing.T) {
+	ps := []*fake.Provider{fake.NewProvider(fake.Reply{Chunks: fake.Text("a")}), fake.NewProvider(fake.Reply{Chunks: fake.Text("b")})}
+	r := newRunner(t, []*runtime.Model{deployed("chat", ps, []int{1, 3})}, nil)
+	const turns, workers = 1000, 8
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if _, err := r.Run(context.Background(), userTurn(fmt.Sprint("hi ", i)), &recorder{}); err != nil {
+					t.Errorf("turn %d: %v", i, err)
+				}
+			}
+		}()
+	}
+	for i := range turns {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	share := float64(ps[1].Calls()) / turns
+	t.Logf("weights 1:3, %d turns %d at a time: %d and %d", turns, workers, ps[0].Calls(), ps[1].Calls())
+	if math.Abs(share-0.75) > 0.03 {
+		t.Errorf("the weight-3 deployment served %.3f of the turns, want 0.75 ± 0.03", share)
+	}
 }
