@@ -124,11 +124,11 @@ type Model struct {
 	Model string `yaml:"model"`
 	// Deployments spreads the model over several providers (keys,
 	// endpoints, regions), each entry a provider, its model id, a weight
-	// and a name: turns go to the healthy ones by weight, fewest calls in
-	// flight first, and a failure of one key (rate limited, quota, auth,
-	// overloaded) moves the call to another deployment before any
-	// fallback. Unset, the model is one deployment, of provider and model,
-	// named after the provider.
+	// and a name: turns go to the healthy ones by weight (the least
+	// loaded for its weight when another is busier), and a failure of one
+	// key (rate limited, quota, auth, overloaded) moves the call to
+	// another deployment before any fallback. Unset, the model is one
+	// deployment, of provider and model, named after the provider.
 	Deployments []Deployment `yaml:"deployments"`
 	// Fallbacks lists aliases to move to, in order, when this model fails.
 	// They are not followed transitively: a turn on this model tries it,
