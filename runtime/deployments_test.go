@@ -453,11 +453,11 @@ func TestDeploymentProblems(t *testing.T) {
 	}
 }
 
-// healthOf returns the health state named key (a deployment's).
+// healthOf returns the health state named key, alias@deployment.
 func healthOf(t *testing.T, r *runtime.Runner, key string) policy.ModelHealth {
 	t.Helper()
 	for _, h := range r.Health() {
-		if h.Alias == key {
+		if h.Alias+"@"+h.Deployment == key {
 			return h
 		}
 	}

@@ -370,8 +370,17 @@ func (r *Runner) Models() []string {
 }
 
 // Health returns the shared state of every model (retry budget, cooldown),
-// sorted by alias: a copy, for gauges and status pages.
-func (r *Runner) Health() []policy.ModelHealth { return r.health.Snapshot() }
+// sorted by alias, one per deployment of a model of several (Deployment
+// names it): a copy, for gauges and status pages.
+func (r *Runner) Health() []policy.ModelHealth {
+	out := r.health.Snapshot()
+	for i, h := range out {
+		if d := r.byKey[h.Alias]; d != nil && d.routed() {
+			out[i].Alias, out[i].Deployment = d.Alias, d.Deployment
+		}
+	}
+	return out
+}
 
 // Tools returns the specs of the server-side tools, sorted by name.
 func (r *Runner) Tools() []llm.ToolSpec {

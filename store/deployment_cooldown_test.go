@@ -70,7 +70,7 @@ func TestDeploymentCooldownAcrossRunners(t *testing.T) {
 	}
 	cooling := func(r *runtime.Runner, key string) bool {
 		for _, h := range r.Health() {
-			if h.Alias == key {
+			if name := h.Alias + "@" + h.Deployment; h.Deployment == "" && h.Alias == key || name == key {
 				return h.CooldownUntil.After(time.Now())
 			}
 		}

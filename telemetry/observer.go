@@ -630,6 +630,9 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 			now := clock()
 			for _, h := range health() {
 				attrs := metric.WithAttributes(keyModel.String(h.Alias))
+				if h.Deployment != "" {
+					attrs = metric.WithAttributes(keyModel.String(h.Alias), keyDeployment.String(h.Deployment))
+				}
 				if h.BudgetMax > 0 {
 					obs.ObserveFloat64(budget, h.BudgetTokens, attrs)
 				}
