@@ -130,21 +130,37 @@ func (c *chain) admit(d *Model, a policy.Admission) {
 }
 
 // another returns a deployment of the current model, other than those
-// tried excludes, that the turn is admitted to; it places the turn on it.
-// It returns nil, and moves nothing, when the model has no other
-// deployment available.
-func (c *chain) another(tried func(*Model) bool) *Model {
+// tried excludes, that the turn is admitted to, and its admission; nil
+// when the model has no other deployment available. It moves nothing:
+// the caller moves the turn ([chain.moveWithin]) or gives the admission
+// back ([chain.giveBack]).
+func (c *chain) another(tried func(*Model) bool) (*Model, policy.Admission) {
 	rt := c.routers[c.at.Alias]
 	if len(rt.deps) < 2 || !rt.available(c.health, tried) {
-		return nil
+		return nil, policy.Admission{}
 	}
 	d, a := rt.pick(c.health, tried)
 	if d == nil || !a.OK {
-		return nil
+		return nil, policy.Admission{}
 	}
-	c.admitted = c.now()
-	c.admit(d, a)
-	return d
+	return d, a
+}
+
+// moveWithin places the turn on d, another deployment of its current
+// model admitted by a, ending any probe it held.
+func (c *chain) moveWithin(d *Model, a policy.Admission) {
+	c.releaseProbe()
+	if a.Probe {
+		c.probe = d.key
+	}
+	c.at, c.admitted = d, c.now()
+}
+
+// giveBack returns the admission a of d, which the turn does not use.
+func (c *chain) giveBack(d *Model, a policy.Admission) {
+	if a.Probe {
+		c.health.Release(d.key)
+	}
 }
 
 // largerAfter reports whether a model from index from on has a larger

@@ -245,16 +245,14 @@ func (t *turn) moveDeployment(m *Model, e *llm.Error, tried map[*Model]bool) (*M
 	if !rule.PerKey || t.counters.ModelCalls >= t.maxCalls {
 		return nil, 0, nil
 	}
-	to := t.chain.another(func(d *Model) bool { return tried[d] })
+	to, admitted := t.chain.another(func(d *Model) bool { return tried[d] })
 	if to == nil {
 		return nil, 0, nil
 	}
 	moved, ok := t.r.health.Reserve(to.healthKey())
 	if !ok {
-		// The target has no retry left: the call stays on m, and the
-		// target's admission is given back.
-		t.chain.releaseProbe()
-		t.chain.at = m
+		// The target has no retry left: the call stays on m.
+		t.chain.giveBack(to, admitted)
 		return nil, 0, nil
 	}
 	var cooldown time.Duration
@@ -262,6 +260,7 @@ func (t *turn) moveDeployment(m *Model, e *llm.Error, tried map[*Model]bool) (*M
 		cooldown = cmp.Or(max(e.RetryAfter, 0), m.Retry.Cooldown)
 	}
 	t.chain.decided(m, e.Kind, cooldown)
+	t.chain.moveWithin(to, admitted)
 	t.r.opts.logger.Debug("model call failed", "turn_id", t.info.TurnID, "model", m.Alias, "deployment", m.Deployment,
 		"kind", e.Kind.String(), "action", "retry", "to_deployment", to.Deployment, "request_id", e.RequestID, "cause", e.Err)
 	return to, cooldown, moved
