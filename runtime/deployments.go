@@ -45,8 +45,7 @@ type router struct {
 	mu sync.Mutex
 	// deps are the model's deployments, each a copy of the model calling
 	// one of them; one entry for a model of a single deployment.
-	deps  []*Model
-	total int // the sum of the weights
+	deps []*Model
 }
 
 // deploymentKey is the name of a deployment's health state (cooldown,
@@ -92,7 +91,6 @@ func newRouter(m *Model) (*router, []error) {
 		v.key = deploymentKey(m.Alias, d.Name, len(deps) == 1)
 		v.state = &deployState{weight: max(d.Weight, 1)}
 		rt.deps = append(rt.deps, &v)
-		rt.total += v.state.weight
 	}
 	return rt, errs
 }
