@@ -497,3 +497,45 @@ func TestDeploymentWeightsConcurrent(t *testing.T) {
 		t.Errorf("the weight-3 deployment served %.3f of the turns, want 0.75 ± 0.03", share)
 	}
 }
+
+// TestDeploymentMoveNeedsBudget checks that a per-key failure does not
+// move to a deployment whose retry budget is spent: the call's own rule
+// applies (here, a fallback), and the target's half-open probe, claimed
+// while choosing it, is given back.
+func TestDeploymentMoveNeedsBudget(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	d0 := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindRateLimited, 0)})
+	d1 := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindServerError, 0)})
+	other := fake.NewProvider(fake.Reply{Chunks: fake.Text("fallback")})
+	// Weights 3:1 make round-robin propose d0 to both turns.
+	m := deployed("chat", []*fake.Provider{d0, d1}, []int{3, 1}, "other")
+	m.Retry.BudgetTokens, m.Retry.BudgetRefill = 1, 0.001
+	r := newRunner(t, []*runtime.Model{m, model("other", other)}, nil, runtime.WithClock(clock))
+	// The move spends d1's one token on a call that fails: its budget is
+	// spent, and it cools down with it.
+	evs, _, te := run(t, context.Background(), r, userTurn("first"))
+	if te != nil {
+		t.Fatalf("first turn: %v", te)
+	}
+	want := "start | call chat@d0#1 | failed RATE_LIMITED | retry 2/4 RATE_LIMITED >d1 | call chat@d1#2 | failed SERVER_ERROR | fallback chat>other SERVER_ERROR | call other@fake#1 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeDeployments(evs); got != want {
+		t.Fatalf("first turn:\n got %s\nwant %s", got, want)
+	}
+	// Both cooldowns end; d1's budget has refilled a tenth of a token.
+	mu.Lock()
+	now = now.Add(100 * time.Second)
+	mu.Unlock()
+	evs, _, te = run(t, context.Background(), r, userTurn("second"))
+	if te != nil {
+		t.Fatalf("second turn: %v", te)
+	}
+	want = "start | call chat@d0#1 | failed RATE_LIMITED | fallback chat>other RATE_LIMITED | call other@fake#1 | text | finished | usage | commit assistant | completed end_turn"
+	if got := describeDeployments(evs); got != want {
+		t.Errorf("second turn:\n got %s\nwant %s", got, want)
+	}
+	if h := healthOf(t, r, "chat@d1"); h.Probing || d1.Calls() != 1 {
+		t.Errorf("d1 after a move it could not take: %+v, %d calls; want no probe held, 1 call", h, d1.Calls())
+	}
+}
