@@ -97,3 +97,62 @@ func TestDeploymentCooldownAcrossRunners(t *testing.T) {
 		t.Error("a replica without deployments took a deployment's cooldown for its model's")
 	}
 }
+
+// TestDeploymentBudgetAcrossRunners: the retry budget one replica's
+// failing retries spend on one deployment is spent on the other
+// replica's runner too, and the model's other deployment keeps its own.
+func TestDeploymentBudgetAcrossRunners(t *testing.T) {
+	url := natstest.Start(t)
+	newRunner := func(d0 *fake.Provider) *runtime.Runner {
+		s := openNATS(t, url)
+		retry := policy.DefaultRetry()
+		retry.MaxRetries, retry.InitialBackoff, retry.MaxBackoff = 20, time.Millisecond, time.Millisecond
+		retry.BudgetTokens, retry.BudgetRefill = 4, 0.01
+		r, err := runtime.New([]*runtime.Model{{Alias: "m", Retry: retry, Deployments: []runtime.Deployment{
+			{Name: "d0", ProviderName: "k0", Provider: d0, ID: "x"},
+			{Name: "d1", ProviderName: "k1", Provider: fake.NewProvider(fake.Reply{Chunks: fake.Text("from d1")}), ID: "x"},
+		}}}, "m", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.ShareBudgets(ctx, s, 10*time.Millisecond) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("ShareBudgets: %v", err)
+			}
+		})
+		return r
+	}
+	failing := fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindServerError, Message: "down"}})
+	a := newRunner(failing)
+	b := newRunner(fake.NewProvider(fake.Reply{Chunks: fake.Text("from d0")}))
+	budget := func(r *runtime.Runner, deployment string) float64 {
+		for _, h := range r.Health() {
+			if h.Alias == "m" && h.Deployment == deployment {
+				return h.BudgetTokens
+			}
+		}
+		return -1
+	}
+	// a's first turn goes to d0, whose retries fail until its budget of 4
+	// is spent.
+	req := &runtime.TurnRequest{Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("hi")}}}}
+	if _, err := a.Run(context.Background(), req, runtime.SinkFunc(func(context.Context, runtime.Event) error { return nil })); err == nil {
+		t.Fatal("a's turn on a failing d0 succeeded")
+	}
+	if got := budget(a, "d0"); got >= 1 {
+		t.Fatalf("a's d0 budget = %.2f after failing retries, want spent", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); budget(b, "d0") >= 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("b's d0 budget is still %.2f: a's spending never reached it", budget(b, "d0"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := budget(b, "d1"); got < 3.9 {
+		t.Errorf("b's d1 budget = %.2f, want it whole (4): d0's retries spent it", got)
+	}
+}
