@@ -117,10 +117,19 @@ type Provider struct {
 
 // Model configures one model alias.
 type Model struct {
-	// Provider names an entry of providers.
+	// Provider names an entry of providers. Set it and model, or
+	// deployments, not both.
 	Provider string `yaml:"provider"`
 	// Model is the provider's own model id.
 	Model string `yaml:"model"`
+	// Deployments spreads the model over several providers (keys,
+	// endpoints, regions), each entry a provider, its model id, a weight
+	// and a name: turns go to the healthy ones by weight (the least
+	// loaded for its weight when another is busier), and a failure of one
+	// key (rate limited, quota, auth, overloaded) moves the call to
+	// another deployment before any fallback. Unset, the model is one
+	// deployment, of provider and model, named after the provider.
+	Deployments []Deployment `yaml:"deployments"`
 	// Fallbacks lists aliases to move to, in order, when this model fails.
 	// They are not followed transitively: a turn on this model tries it,
 	// then these, and none of their own fallbacks.
@@ -166,6 +175,42 @@ type Model struct {
 	// Reasoning, when set, is the reasoning asked of this model when a
 	// request's generation.reasoning is unset.
 	Reasoning *runtime.ReasoningConfig `yaml:"reasoning"`
+}
+
+// Deployment is one entry of a model's deployments: one place the model
+// is served.
+type Deployment struct {
+	// Name identifies the deployment within its model, on the wire
+	// (llm_call_started, retry) and in telemetry; unique per model.
+	// Default: the provider's name.
+	Name string `yaml:"name"`
+	// Provider names an entry of providers.
+	Provider string `yaml:"provider"`
+	// Model is the provider's own model id.
+	Model string `yaml:"model"`
+	// Weight is the deployment's share of the model's turns relative to
+	// the others' (default 1; positive).
+	Weight int `yaml:"weight"`
+}
+
+// newDeployment returns the value a deployments entry starts from.
+func newDeployment() Deployment { return Deployment{Weight: 1} }
+
+// Routes returns the deployments m is served by: its deployments, each
+// named (after its provider when it has no name), or the one its provider
+// and model make, named after the provider.
+func (m Model) Routes() []Deployment {
+	if len(m.Deployments) == 0 {
+		return []Deployment{{Name: m.Provider, Provider: m.Provider, Model: m.Model, Weight: 1}}
+	}
+	out := make([]Deployment, len(m.Deployments))
+	for i, d := range m.Deployments {
+		if d.Name == "" {
+			d.Name = d.Provider
+		}
+		out[i] = d
+	}
+	return out
 }
 
 // Server tunes the gRPC server.
@@ -391,6 +436,7 @@ func Parse(name string, b []byte) (*Config, error) {
 	d := newDecoder()
 	d.starts[reflect.TypeFor[Model]()] = func() reflect.Value { return reflect.ValueOf(newModel(c.Retry)) }
 	d.starts[reflect.TypeFor[MCPServer]()] = func() reflect.Value { return reflect.ValueOf(newMCPServer()) }
+	d.starts[reflect.TypeFor[Deployment]()] = func() reflect.Value { return reflect.ValueOf(newDeployment()) }
 	if n := d.resolve(&root, ""); n != nil {
 		// The top-level retry first: each model's retry starts from it,
 		// wherever the file puts it.

@@ -461,7 +461,8 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
-// decodeSlice sets slice v from sequence n, replacing what it held.
+// decodeSlice sets slice v from sequence n, replacing what it held, each
+// item starting from the value d.starts gives for its type.
 func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) {
 	if isNull(n) {
 		v.SetZero()
@@ -472,9 +473,13 @@ func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	start := d.starts[v.Type().Elem()]
 	for i, item := range n.Content {
 		at := fmt.Sprintf("%s[%d]", path, i)
 		d.lines[at] = item.Line
+		if start != nil {
+			s.Index(i).Set(start())
+		}
 		d.decode(item, s.Index(i), at)
 	}
 	v.Set(s)

@@ -11,7 +11,9 @@ import (
 func (c *Config) ProvidersInUse() (used, unused []string) {
 	inUse := map[string]bool{}
 	for _, m := range c.Models {
-		inUse[m.Provider] = true
+		for _, d := range m.Routes() {
+			inUse[d.Provider] = true
+		}
 	}
 	for _, name := range sortedKeys(c.Providers) {
 		if inUse[name] {

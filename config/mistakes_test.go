@@ -154,7 +154,7 @@ default_model: a
 		want: `config.yaml:5: models.a.hedge.after: expected a duration such as 500ms, or a quantile from p50 to p99.9 such as p95
 config.yaml:5: models.a.hedge.to: next needs a model in fallbacks to hedge to (or hedge to self)
 config.yaml:6: models.b.hedge.after: required: a duration such as 500ms, or a quantile of the model's observed time to first chunk such as p95
-config.yaml:6: models.b.hedge.to: "other" is not next or self
+config.yaml:6: models.b.hedge.to: "other" is not next, self or deployment
 config.yaml:6: models.b.on_stream_cut: "resume" is not restart or continue
 config.yaml:7: models.c.hedge.after: expected a duration such as 500ms, or a quantile from p50 to p99.9 such as p95`,
 	}, {

@@ -67,7 +67,7 @@ var enums = map[string][]string{
 	typeKey(reflect.TypeFor[Log](), "level"):         logLevels,
 	typeKey(reflect.TypeFor[store.Config](), "mode"): {store.ModeEmbedded, store.ModeNATS, store.ModeOff},
 	reflect.TypeFor[runtime.StreamCut]().String():    {string(runtime.StreamCutRestart), string(runtime.StreamCutContinue)},
-	reflect.TypeFor[runtime.HedgeTarget]().String():  {string(runtime.HedgeNext), string(runtime.HedgeSelf)},
+	reflect.TypeFor[runtime.HedgeTarget]().String():  {string(runtime.HedgeNext), string(runtime.HedgeSelf), string(runtime.HedgeDeployment)},
 	reflect.TypeFor[llm.Modality]().String():         {string(llm.ModalityText), string(llm.ModalityImage), string(llm.ModalityPDF), string(llm.ModalityAudio)},
 }
 
@@ -85,8 +85,9 @@ var entryNames = map[string]string{
 // starts gives the value a map entry of a type starts from, as Parse
 // does.
 var starts = map[reflect.Type]func() reflect.Value{
-	reflect.TypeFor[Model]():     func() reflect.Value { return reflect.ValueOf(newModel(policy.DefaultRetry())) },
-	reflect.TypeFor[MCPServer](): func() reflect.Value { return reflect.ValueOf(newMCPServer()) },
+	reflect.TypeFor[Model]():      func() reflect.Value { return reflect.ValueOf(newModel(policy.DefaultRetry())) },
+	reflect.TypeFor[MCPServer]():  func() reflect.Value { return reflect.ValueOf(newMCPServer()) },
+	reflect.TypeFor[Deployment](): func() reflect.Value { return reflect.ValueOf(newDeployment()) },
 }
 
 // schemaTree walks the Go types the decoder decodes a file into, from the
@@ -161,7 +162,11 @@ func walk(v reflect.Value, name string) *key {
 		k.elem.def = nil
 	case reflect.Slice:
 		k.kind = kindList
-		k.elem = walk(reflect.New(t.Elem()).Elem(), "")
+		e := reflect.New(t.Elem()).Elem()
+		if start, ok := starts[t.Elem()]; ok {
+			e.Set(start())
+		}
+		k.elem = walk(e, "")
 		k.elem.def = nil
 		if v.Len() > 0 {
 			k.def = v.Interface()

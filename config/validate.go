@@ -211,15 +211,7 @@ func (c *Config) checkModels(v *checker) {
 	for _, alias := range aliases {
 		m := c.Models[alias]
 		path := "models." + alias
-		switch _, ok := c.Providers[m.Provider]; {
-		case m.Provider == "":
-			v.at(path+".provider", "required: the name of an entry of providers")
-		case !ok:
-			v.at(path+".provider", "%q is not a configured provider%s", m.Provider, didYouMean(m.Provider, sortedKeys(c.Providers)))
-		}
-		if m.Model == "" {
-			v.at(path+".model", "required: the provider's model id")
-		}
+		c.checkDeployments(v, path, m)
 		for i, fb := range m.Fallbacks {
 			at := fmt.Sprintf("%s.fallbacks[%d]", path, i)
 			_, ok := c.Models[fb]
@@ -250,6 +242,9 @@ func (c *Config) checkModels(v *checker) {
 			if (h.To == "" || h.To == runtime.HedgeNext) && len(m.Fallbacks) == 0 {
 				v.at(path+".hedge.to", "next needs a model in fallbacks to hedge to (or hedge to self)")
 			}
+			if h.To == runtime.HedgeDeployment && len(m.Routes()) < 2 {
+				v.at(path+".hedge.to", "deployment needs a second entry in deployments to hedge to (or hedge to self)")
+			}
 		}
 		if rc := m.Reasoning; rc != nil {
 			v.settings(path+".reasoning", rc.Problems(), false)
@@ -266,6 +261,52 @@ func (c *Config) checkModels(v *checker) {
 		v.at("default_model", "required when several models are configured")
 	case c.DefaultModel != "" && !ok:
 		v.at("default_model", "%q is not a configured model%s", c.DefaultModel, didYouMean(c.DefaultModel, aliases))
+	}
+}
+
+// checkDeployments checks where model m (at path) is served: its provider
+// and model, or its deployments, not both.
+func (c *Config) checkDeployments(v *checker, path string, m Model) {
+	provider := func(at, name string) {
+		switch _, ok := c.Providers[name]; {
+		case name == "":
+			v.at(at, "required: the name of an entry of providers")
+		case !ok:
+			v.at(at, "%q is not a configured provider%s", name, didYouMean(name, sortedKeys(c.Providers)))
+		}
+	}
+	if len(m.Deployments) == 0 {
+		if _, set := c.lines[path+".deployments"]; set && c.lines != nil {
+			v.at(path+".deployments", "must not be empty: list the deployments, or set provider and model instead")
+			return
+		}
+		provider(path+".provider", m.Provider)
+		if m.Model == "" {
+			v.at(path+".model", "required: the provider's model id")
+		}
+		return
+	}
+	if m.Provider != "" {
+		v.at(path+".provider", "set provider and model, or deployments, not both: each deployment names its provider")
+	}
+	if m.Model != "" {
+		v.at(path+".model", "set provider and model, or deployments, not both: each deployment names its model")
+	}
+	names := map[string]int{}
+	for i, d := range m.Routes() {
+		at := fmt.Sprintf("%s.deployments[%d]", path, i)
+		provider(at+".provider", d.Provider)
+		if d.Model == "" {
+			v.at(at+".model", "required: the provider's model id")
+		}
+		if d.Weight <= 0 {
+			v.at(at+".weight", "must be positive (default 1)")
+		}
+		if j, dup := names[d.Name]; dup && d.Name != "" {
+			v.at(at+".name", "%q is also the name of deployments[%d]: names are unique per model (a deployment without one is named after its provider)", d.Name, j)
+		} else {
+			names[d.Name] = i
+		}
 	}
 }
 

@@ -71,6 +71,12 @@ type Rule struct {
 	// Retry.OutputRetries times per step, without spending the retry
 	// budget. The failure is the reply's, not the model's health.
 	Corrects bool
+	// PerKey reports that the failure belongs to the credential or the
+	// endpoint called, not to the model: another deployment of the same
+	// model (another key, region or organisation) may well serve the
+	// call, so the runtime moves the call there, at once, before any
+	// retry on the same deployment or fallback to another model.
+	PerKey bool
 }
 
 // ClientRetryable reports what the client is told when a turn ends with
@@ -85,9 +91,9 @@ var transient = Rule{Transient: true, Retry: true, Fallback: FallbackAfterRetrie
 // rules is the decision table, indexed by class.
 var rules = map[llm.Kind]Rule{
 	// Another model can answer now; alone, the model is waited for.
-	llm.KindRateLimited:       {Transient: true, Retry: true, Fallback: FallbackAtOnce, CoolsDown: true},
-	llm.KindQuotaExhausted:    {Fallback: FallbackAtOnce, CoolsDown: true},
-	llm.KindOverloaded:        {Transient: true, Retry: true, Fallback: FallbackAfterRetries, CoolsDown: true},
+	llm.KindRateLimited:       {Transient: true, Retry: true, Fallback: FallbackAtOnce, CoolsDown: true, PerKey: true},
+	llm.KindQuotaExhausted:    {Fallback: FallbackAtOnce, CoolsDown: true, PerKey: true},
+	llm.KindOverloaded:        {Transient: true, Retry: true, Fallback: FallbackAfterRetries, CoolsDown: true, PerKey: true},
 	llm.KindServerError:       transient,
 	llm.KindTimeout:           transient,
 	llm.KindNetwork:           {Transient: true, Retry: true, Fallback: FallbackAfterRetries, AfterOutput: llm.KindStreamInterrupted},
@@ -95,7 +101,7 @@ var rules = map[llm.Kind]Rule{
 	llm.KindUnavailable:       transient,
 	llm.KindContextOverflow:   {Fallback: FallbackLarger, Compacts: true},
 	llm.KindInvalidRequest:    {},
-	llm.KindAuth:              {Fallback: FallbackAtOnce, CoolsDown: true},
+	llm.KindAuth:              {Fallback: FallbackAtOnce, CoolsDown: true, PerKey: true},
 	llm.KindNotFound:          {Fallback: FallbackAtOnce, CoolsDown: true},
 	llm.KindContentFiltered:   {},
 	llm.KindCancelled:         {},

@@ -11,8 +11,13 @@ import (
 // ModelHealth is a copy of one model's shared state, read for gauges and
 // status pages; changing it changes nothing.
 type ModelHealth struct {
-	// Alias is the model's alias.
+	// Alias is the model's alias: the name its state is kept under in
+	// [Health] (the runtime keeps one per deployment of a model of several,
+	// and names it in Deployment when it reads them).
 	Alias string
+	// Deployment is the deployment of Alias the state is of; empty for a
+	// model of one deployment.
+	Deployment string
 	// BudgetTokens is what is left of the model's retry budget now, out of
 	// BudgetMax ([Retry.BudgetTokens]; 0 is no budget). Turns do not retry
 	// the model while less than one token is left. It may exceed BudgetMax

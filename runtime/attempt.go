@@ -91,12 +91,14 @@ func (t *turn) open(ctx context.Context, m *Model, number int, ticket *policy.Ti
 	t.counters.ModelCalls++
 	req, seam := t.request(m)
 	info.TurnID, info.Model, info.Provider, info.ProviderModel = t.info.TurnID, m.Alias, m.ProviderName, m.ID
+	info.Deployment = m.Deployment
 	info.Attempt, info.Call, info.Step, info.Request = number, t.counters.ModelCalls, t.steps, req
 	info.Continues = len(t.reply)+len(t.cut) > 0
 	t.out.emit(ctx, &LLMCallStarted{
-		Model: m.Alias, Provider: m.ProviderName, ProviderModel: m.ID,
+		Model: m.Alias, Provider: m.ProviderName, ProviderModel: m.ID, Deployment: m.Deployment,
 		Attempt: number, Call: t.counters.ModelCalls,
 	})
+	m.started()
 	c := &call{m: m, req: req, info: info, ticket: ticket, seam: seam, start: time.Now()}
 	c.res.model, c.res.number = m, number
 	c.actx = t.obs.AttemptStart(ctx, info)
@@ -108,6 +110,7 @@ func (t *turn) open(ctx context.Context, m *Model, number int, ticket *policy.Ti
 func (t *turn) close(ctx context.Context, c *call) {
 	c.cancel(nil)
 	c.wd.stop()
+	c.m.ended()
 	res := &c.res
 	res.duration = time.Since(c.start)
 	t.usage = t.usage.Add(res.usage)
@@ -129,12 +132,12 @@ func (t *turn) close(ctx context.Context, c *call) {
 	case c.ticket != nil:
 		c.ticket.Settle(res.err == nil)
 	case res.err != nil:
-		t.r.health.Failure(c.m.Alias, res.err.Kind)
+		t.r.health.Failure(c.m.healthKey(), res.err.Kind)
 	}
 	if err := t.stopped(ctx); err != nil {
 		// Nothing more of the call is emitted once the turn stopped: only
 		// what ends the turn (see [turn.fail]).
-		t.countAttempt(c.m.Alias, llm.AsError(err))
+		t.countAttempt(c.m, llm.AsError(err))
 		return
 	}
 	fin := &LLMCallFinished{
@@ -148,7 +151,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	if !res.usage.IsZero() {
 		t.out.emit(ctx, &UsageUpdated{Total: t.usage})
 	}
-	t.countAttempt(c.m.Alias, res.err)
+	t.countAttempt(c.m, res.err)
 }
 
 // request builds the provider request of a call to m: the conversation,

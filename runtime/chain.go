@@ -14,11 +14,15 @@ import (
 type chain struct {
 	models []*Model
 	pos    int
-	health *policy.Health
+	// at is the deployment of models[pos] the turn is on (see [router]).
+	at      *Model
+	routers map[string]*router
+	health  *policy.Health
 	// share, when not nil, tells the other replicas the cooldowns decided.
 	share CooldownSharer
 	now   func() time.Time
-	// probe is the alias the turn probes after its cooldown, released
+	// probe is the deployment (its health key) the turn probes after its
+	// cooldown, released
 	// when the turn ends without reporting on it.
 	probe string
 	// admitted is when the turn was admitted to the model it is on: a
@@ -31,7 +35,7 @@ type chain struct {
 // asked for was checked by [Runner.Validate]). Fallbacks of fallbacks are
 // not followed.
 func newChain(r *Runner, alias string, msgs []llm.Message) chain {
-	c := chain{health: r.health, share: r.sharerOf(), now: r.opts.now}
+	c := chain{health: r.health, routers: r.routers, share: r.sharerOf(), now: r.opts.now}
 	seen := map[string]bool{}
 	media := requestMedia(msgs)
 	for i, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
@@ -40,11 +44,13 @@ func newChain(r *Runner, alias string, msgs []llm.Message) chain {
 			c.models = append(c.models, m)
 		}
 	}
+	c.at = c.routers[c.models[0].Alias].deps[0]
 	return c
 }
 
-// current returns the model the turn is on.
-func (c *chain) current() *Model { return c.models[c.pos] }
+// current returns the model the turn is on: the deployment of it the turn
+// calls.
+func (c *chain) current() *Model { return c.at }
 
 // start places the turn on the first model of its chain that is not
 // cooling down. When every model is, the turn still gets its one chance on
@@ -54,30 +60,32 @@ func (c *chain) current() *Model { return c.models[c.pos] }
 func (c *chain) start() {
 	c.admitted = c.now()
 	soonest, until := 0, time.Time{}
+	var soonestAt *Model
 	for i, m := range c.models {
-		a := c.health.Admit(m.Alias)
+		d, a := c.routers[m.Alias].pick(c.health, nil)
 		if a.OK {
-			c.pos = i
+			c.pos, c.at = i, d
 			if a.Probe {
-				c.probe = m.Alias
+				c.probe = d.key
 			}
 			return
 		}
 		if until.IsZero() || a.Until.Before(until) {
-			soonest, until = i, a.Until
+			soonest, soonestAt, until = i, d, a.Until
 		}
 	}
-	c.pos = soonest
+	c.pos, c.at = soonest, soonestAt
 }
 
 // resumeAt places a resumed turn on alias, the model its previous runner
-// was on, without asking for admission: the turn was admitted when it
-// started. An alias not in the chain keeps the first model.
+// was on, and its first deployment, without asking for admission: the
+// turn was admitted when it started. An alias not in the chain keeps the
+// first model.
 func (c *chain) resumeAt(alias string) {
 	c.admitted = c.now()
 	for i, m := range c.models {
 		if m.Alias == alias {
-			c.pos = i
+			c.pos, c.at = i, c.routers[alias].deps[0]
 			return
 		}
 	}
@@ -87,7 +95,7 @@ func (c *chain) resumeAt(alias string) {
 // not cooling down, or -1; it claims nothing.
 func (c *chain) next() int {
 	for i := c.pos + 1; i < len(c.models); i++ {
-		if c.health.Available(c.models[i].Alias) {
+		if c.routers[c.models[i].Alias].available(c.health, nil) {
 			return i
 		}
 	}
@@ -99,18 +107,60 @@ func (c *chain) next() int {
 func (c *chain) advance() *Model {
 	for i := c.pos + 1; i < len(c.models); i++ {
 		now := c.now()
-		a := c.health.Admit(c.models[i].Alias)
+		d, a := c.routers[c.models[i].Alias].pick(c.health, nil)
 		if !a.OK {
 			continue
 		}
-		if a.Probe {
-			c.releaseProbe()
-			c.probe = c.models[i].Alias
-		}
-		c.pos, c.admitted = i, now
-		return c.models[i]
+		c.admitted = now
+		c.admit(d, a)
+		c.pos = i
+		return d
 	}
 	return nil
+}
+
+// admit places the turn on d, a deployment admitted by a, taking over the
+// probe a grants.
+func (c *chain) admit(d *Model, a policy.Admission) {
+	if a.Probe {
+		c.releaseProbe()
+		c.probe = d.key
+	}
+	c.at = d
+}
+
+// another returns a deployment of the current model, other than those
+// tried excludes, that the turn is admitted to, and its admission; nil
+// when the model has no other deployment available. It moves nothing:
+// the caller moves the turn ([chain.moveWithin]) or gives the admission
+// back ([chain.giveBack]).
+func (c *chain) another(tried func(*Model) bool) (*Model, policy.Admission) {
+	rt := c.routers[c.at.Alias]
+	if len(rt.deps) < 2 || !rt.available(c.health, tried) {
+		return nil, policy.Admission{}
+	}
+	d, a := rt.pick(c.health, tried)
+	if d == nil || !a.OK {
+		return nil, policy.Admission{}
+	}
+	return d, a
+}
+
+// moveWithin places the turn on d, another deployment of its current
+// model admitted by a, ending any probe it held.
+func (c *chain) moveWithin(d *Model, a policy.Admission) {
+	c.releaseProbe()
+	if a.Probe {
+		c.probe = d.key
+	}
+	c.at, c.admitted = d, c.now()
+}
+
+// giveBack returns the admission a of d, which the turn does not use.
+func (c *chain) giveBack(d *Model, a policy.Admission) {
+	if a.Probe {
+		c.health.Release(d.key)
+	}
 }
 
 // largerAfter reports whether a model from index from on has a larger
@@ -128,35 +178,37 @@ func (c *chain) largerAfter(from int) bool {
 	return false
 }
 
-// succeeded records a successful call of alias.
-func (c *chain) succeeded(alias string) {
-	c.health.Success(alias, c.admitted)
-	if c.probe == alias {
+// succeeded records a successful call of m (a deployment).
+func (c *chain) succeeded(m *Model) {
+	key := m.healthKey()
+	c.health.Success(key, c.admitted)
+	if c.probe == key {
 		c.probe = ""
 	}
 }
 
-// moveTo places the turn on m, a later model of its chain whose hedged
-// call answered first.
+// moveTo places the turn on m, a deployment of its current model or of a
+// later model of its chain, whose hedged call answered first.
 func (c *chain) moveTo(m *Model) {
-	for i := c.pos + 1; i < len(c.models); i++ {
-		if c.models[i] == m {
-			c.pos, c.admitted = i, c.now()
+	for i := c.pos; i < len(c.models); i++ {
+		if c.models[i].Alias == m.Alias {
+			c.pos, c.at, c.admitted = i, m, c.now()
 			return
 		}
 	}
 }
 
-// decided applies a decision's cooldown to alias, and shares it with the
-// other replicas, and ends a probe of it.
-func (c *chain) decided(alias string, k llm.Kind, cooldown time.Duration) {
+// decided applies a decision's cooldown to m (a deployment), and shares
+// it with the other replicas, and ends a probe of it.
+func (c *chain) decided(m *Model, k llm.Kind, cooldown time.Duration) {
+	key := m.healthKey()
 	if cooldown > 0 {
-		c.health.Cooldown(alias, k, cooldown)
+		c.health.Cooldown(key, k, cooldown)
 		if c.share != nil {
-			c.share.ShareCooldown(alias, k, c.now().Add(cooldown))
+			c.share.ShareCooldown(key, k, c.now().Add(cooldown))
 		}
 	}
-	if c.probe == alias {
+	if c.probe == key {
 		c.releaseProbe()
 	}
 }

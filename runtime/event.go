@@ -91,6 +91,9 @@ type LLMCallStarted struct {
 	Provider string
 	// ProviderModel is the provider's own model id.
 	ProviderModel string
+	// Deployment is the deployment of Model that serves the call: its
+	// provider's name for a model of one deployment (see [Deployment]).
+	Deployment string
 	// Attempt counts attempts on this model for this step, from 1.
 	Attempt int
 	// Call counts model calls in the turn, from 1, retries included.
@@ -227,6 +230,10 @@ type Retry struct {
 	DiscardPartial bool
 	// DiscardFromSeq is the first event of the failed attempt's output.
 	DiscardFromSeq uint64
+	// ToDeployment, when not empty, is the deployment of Model the retry
+	// moves to, after a failure that belongs to one key (see
+	// [policy.Rule].PerKey); empty when it stays on the same deployment.
+	ToDeployment string
 }
 
 // Fallback says the turn moves to the next model of its chain.
@@ -253,6 +260,8 @@ type Hedge struct {
 	To   string
 	// After is how long the slow call had gone without output.
 	After time.Duration
+	// ToDeployment is the deployment of To the hedged call goes to.
+	ToDeployment string
 }
 
 // Compaction says the conversation was shortened to fit a context window,
@@ -384,6 +393,9 @@ func (e *TurnError) Error() string { return e.Kind.String() + ": " + e.Message }
 type ModelAttempts struct {
 	Model    string
 	Attempts int
+	// Deployments, for a model of several deployments, names the
+	// deployment of each attempt, in order; nil for a model of one.
+	Deployments []string
 	// LastKind is the class of the model's last failure, when Succeeded is
 	// false.
 	LastKind llm.Kind

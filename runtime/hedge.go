@@ -197,22 +197,25 @@ func (t *turn) win(ctx context.Context, r, p, h *racer) attemptResult {
 func (t *turn) hedge(ctx context.Context, primary *call, delay time.Duration) *racer {
 	m := primary.m
 	target, number := m, primary.info.Attempt+1
-	if m.Hedge.target() == HedgeNext {
+	switch m.Hedge.target() {
+	case HedgeNext:
 		i := t.chain.next()
 		if i < 0 {
 			return nil
 		}
-		target, number = t.chain.models[i], 1
+		target, number = t.r.routers[t.chain.models[i].Alias].healthiest(t.r.health, nil), 1
+	case HedgeDeployment:
+		target = t.r.routers[m.Alias].healthiest(t.r.health, func(d *Model) bool { return d == m })
 	}
-	if t.stopped(ctx) != nil || t.counters.ModelCalls >= t.maxCalls || !t.r.health.Healthy(target.Alias) {
+	if target == nil || t.stopped(ctx) != nil || t.counters.ModelCalls >= t.maxCalls || !t.r.health.Healthy(target.healthKey()) {
 		return nil
 	}
-	ticket, ok := t.r.health.Reserve(target.Alias)
+	ticket, ok := t.r.health.Reserve(target.healthKey())
 	if !ok {
 		return nil
 	}
 	t.counters.Hedges++
-	t.out.emit(ctx, &Hedge{From: m.Alias, To: target.Alias, After: delay})
+	t.out.emit(ctx, &Hedge{From: m.Alias, To: target.Alias, After: delay, ToDeployment: target.Deployment})
 	c := t.open(ctx, target, number, ticket, AttemptInfo{HedgeFrom: m.Alias, HedgeAfter: delay})
 	return spawn(c)
 }
@@ -225,7 +228,7 @@ func (t *turn) hedgeDelay(m *Model) (time.Duration, bool) {
 	if d.quantile == 0 {
 		return d.fixed, true
 	}
-	return t.r.latencies[m.Alias].quantile(d.quantile)
+	return t.r.latencies[m.healthKey()].quantile(d.quantile)
 }
 
 // recordLatency adds the time c took to answer (its first output) to its
@@ -233,7 +236,7 @@ func (t *turn) hedgeDelay(m *Model) (time.Duration, bool) {
 // its hedge counts as the time it ran: its answer would have come later
 // still.
 func (t *turn) recordLatency(c *call) {
-	l := t.r.latencies[c.m.Alias]
+	l := t.r.latencies[c.m.healthKey()]
 	switch {
 	case l == nil:
 	case c.answeredAt > 0:

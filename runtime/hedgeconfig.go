@@ -35,6 +35,11 @@ const (
 	// HedgeSelf sends the hedged call to the same model: another replica
 	// of it may answer sooner.
 	HedgeSelf HedgeTarget = "self"
+	// HedgeDeployment sends the hedged call to another deployment of the
+	// same model (see [Deployment]): the least loaded for its weight that
+	// is not cooling down; none when the model has no other. A hedge that
+	// wins keeps the turn on the model, on that deployment.
+	HedgeDeployment HedgeTarget = "deployment"
 )
 
 // Problems lists what is wrong with h, at its yaml keys; none when h is
@@ -44,8 +49,8 @@ func (h HedgeConfig) Problems() []llm.Problem {
 	if !h.After.set {
 		out = append(out, llm.Problem{Field: "after", Message: "required: a duration such as 500ms, or a quantile of the model's observed time to first chunk such as p95"})
 	}
-	if h.To != "" && h.To != HedgeNext && h.To != HedgeSelf {
-		out = append(out, llm.Problem{Field: "to", Message: fmt.Sprintf("%q is not next or self", string(h.To))})
+	if h.To != "" && h.To != HedgeNext && h.To != HedgeSelf && h.To != HedgeDeployment {
+		out = append(out, llm.Problem{Field: "to", Message: fmt.Sprintf("%q is not next, self or deployment", string(h.To))})
 	}
 	return out
 }

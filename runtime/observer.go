@@ -90,6 +90,8 @@ type AttemptInfo struct {
 	Model         string
 	Provider      string
 	ProviderModel string
+	// Deployment is the deployment of Model called (see [Deployment]).
+	Deployment string
 	// Attempt counts attempts on this model in this step, from 1; Call
 	// counts model calls in the turn, from 1; Step counts the turn's
 	// steps (one assistant message each), from 1.
@@ -151,6 +153,11 @@ type DecisionInfo struct {
 	Delay    time.Duration
 	Cooldown time.Duration
 	To       string
+	// Deployment is the deployment of Model that failed; ToDeployment the
+	// deployment of the same model a retry moves to, empty when the retry
+	// stays on Deployment.
+	Deployment   string
+	ToDeployment string
 }
 
 // ToolInfo identifies one server-side tool call to an [Observer].

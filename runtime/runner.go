@@ -63,6 +63,21 @@ type Model struct {
 	// Reasoning, when not nil, is the reasoning asked of this model when
 	// the request asks for none.
 	Reasoning *llm.Reasoning
+	// Deployments, when not empty, are the places the model is served,
+	// each its own provider and model id: turns spread over them by weight
+	// (see [Deployment]). Provider, ProviderName and ID may then be left
+	// empty (the first deployment's are used). Empty means one deployment,
+	// named after ProviderName, of Provider and ID.
+	Deployments []Deployment
+	// Deployment is the name of the deployment a call of this model goes
+	// to: set by the runner on the copies of the model it calls (events
+	// and [AttemptInfo] carry it); empty on the models it is given.
+	Deployment string
+
+	// key names the deployment's health state; state its routing state.
+	// Both are set on the runner's copies.
+	key   string
+	state *deployState
 }
 
 // TurnRequest asks for one turn.
@@ -119,6 +134,10 @@ type Runner struct {
 	toolSpecs    []llm.ToolSpec // sorted by name
 	health       *policy.Health
 	sharer       sharerSlot // tells other replicas the cooldowns decided here
+	// routers pick the deployment of each model, by alias; byKey holds
+	// every deployment by the name of its health state.
+	routers map[string]*router
+	byKey   map[string]*Model
 	// latencies holds the recent times to first chunk of the models that
 	// hedge at a quantile of them.
 	latencies map[string]*latencies
@@ -205,6 +224,10 @@ func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option)
 	}
 	var errs []error
 	for _, m := range models {
+		if m.Provider == nil && len(m.Deployments) > 0 {
+			d := m.Deployments[0]
+			m.Provider, m.ProviderName, m.ID = d.Provider, d.ProviderName, d.ID
+		}
 		switch {
 		case m.Alias == "" || m.Provider == nil:
 			errs = append(errs, fmt.Errorf("model %q: alias and provider are required", m.Alias))
@@ -264,11 +287,27 @@ func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option)
 	r.toolSpecs = r.Tools()
 	retries := make(map[string]policy.Retry, len(r.models))
 	r.latencies = map[string]*latencies{}
-	for alias, m := range r.models {
-		retries[alias] = m.Retry
-		if m.Hedge != nil && m.Hedge.After.quantile > 0 {
-			r.latencies[alias] = &latencies{}
+	r.routers = make(map[string]*router, len(r.models))
+	r.byKey = make(map[string]*Model, len(r.models))
+	for _, alias := range r.Models() {
+		m := r.models[alias]
+		rt, derrs := newRouter(m)
+		errs = append(errs, derrs...)
+		r.routers[alias] = rt
+		for _, d := range rt.deps {
+			if r.byKey[d.key] != nil {
+				errs = append(errs, fmt.Errorf("model %q: deployment %q: its state's name %q is another model's", alias, d.Deployment, d.key))
+				continue
+			}
+			r.byKey[d.key] = d
+			retries[d.key] = m.Retry
+			if m.Hedge != nil && m.Hedge.After.quantile > 0 {
+				r.latencies[d.key] = &latencies{}
+			}
 		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("runtime: %w", errors.Join(errs...))
 	}
 	r.health = policy.NewHealth(retries, r.opts.now)
 	return r, nil
@@ -331,8 +370,17 @@ func (r *Runner) Models() []string {
 }
 
 // Health returns the shared state of every model (retry budget, cooldown),
-// sorted by alias: a copy, for gauges and status pages.
-func (r *Runner) Health() []policy.ModelHealth { return r.health.Snapshot() }
+// sorted by alias, one per deployment of a model of several (Deployment
+// names it): a copy, for gauges and status pages.
+func (r *Runner) Health() []policy.ModelHealth {
+	out := r.health.Snapshot()
+	for i, h := range out {
+		if d := r.byKey[h.Alias]; d != nil && d.routed() {
+			out[i].Alias, out[i].Deployment = d.Alias, d.Deployment
+		}
+	}
+	return out
+}
 
 // Tools returns the specs of the server-side tools, sorted by name.
 func (r *Runner) Tools() []llm.ToolSpec {

@@ -26,10 +26,13 @@ type CooldownSharer interface {
 func (r *Runner) ShareCooldowns(s CooldownSharer) { r.sharer.Store(&s) }
 
 // ApplyCooldown applies a cooldown another replica decided: new turns skip
-// alias until until, as if this runner had decided it. A cooldown that is
-// already over, or shorter than the one in force, changes nothing.
+// alias until until, as if this runner had decided it. alias names a
+// model's health state: its alias, or for a model of several deployments
+// alias@deployment, one deployment's. A cooldown that is already over, or
+// shorter than the one in force, or of a name the runner does not know,
+// changes nothing.
 func (r *Runner) ApplyCooldown(alias string, kind llm.Kind, until time.Time) {
-	if r.models[alias] == nil {
+	if r.byKey[alias] == nil {
 		return
 	}
 	if d := until.Sub(r.opts.now()); d > 0 {
@@ -78,10 +81,10 @@ const maxSwaps = 5
 // succeed at their first attempt never do. Changes left unshared when ctx
 // ends are shared once more, for at most a second.
 func (r *Runner) ShareBudgets(ctx context.Context, s BudgetSharer, interval time.Duration) error {
-	var aliases []string
-	for alias, m := range r.models {
+	var aliases []string // the deployments' keys (see [deploymentKey])
+	for key, m := range r.byKey {
 		if m.Retry.BudgetTokens > 0 {
-			aliases = append(aliases, alias)
+			aliases = append(aliases, key)
 		}
 	}
 	if len(aliases) == 0 {
@@ -136,7 +139,7 @@ type knownBudget struct {
 
 // apply applies a shared budget that changed.
 func (b *budgetShare) apply(alias string, earned float64, at time.Time, revision uint64) {
-	if m := b.r.models[alias]; m == nil || m.Retry.BudgetTokens <= 0 {
+	if m := b.r.byKey[alias]; m == nil || m.Retry.BudgetTokens <= 0 {
 		return
 	}
 	sb := policy.SharedBudget{Earned: earned, At: at}

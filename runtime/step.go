@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -16,6 +17,11 @@ import (
 func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 	t.steps++
 	number := 0 // attempts on the current model in this step
+	// moves counts the attempts of this step that moved to another
+	// deployment of the model: they take none of the model's retries.
+	// tried holds the deployments a per-key failure moved away from.
+	moves := 0
+	var tried map[*Model]bool
 	compacted := false
 	// ticket is the retry budget's token for the retry about to be made.
 	var ticket *policy.Ticket
@@ -62,7 +68,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 		if res.err == nil {
 			msg := llm.Message{Role: llm.RoleAssistant, Parts: mergeParts(t.cut, res.msg.Parts)}
 			if res.err, issues = t.checkOutput(msg, res.stop); res.err == nil {
-				t.chain.succeeded(m.Alias)
+				t.chain.succeeded(m)
 				t.servedBy = m.Alias
 				t.stepFrom = keptFrom
 				if t.stepFrom == 0 {
@@ -84,10 +90,26 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 
 		e := res.err
 		var d policy.Decision
-		d, ticket = t.decide(ctx, m, number, compacted, e)
+		// A failure of one key moves the call to another deployment of the
+		// model, at once, before any fallback; other failures are the
+		// policy's to decide.
+		if tried == nil {
+			tried = map[*Model]bool{}
+		}
+		tried[m] = true
+		to, cooldown, moved := t.moveDeployment(m, e, tried)
+		if to != nil {
+			d, ticket = policy.Decision{Action: policy.ActionRetry, Cooldown: cooldown}, moved
+			moves++
+		} else {
+			d, ticket = t.decide(ctx, m, number-moves, compacted, e)
+		}
 		info := DecisionInfo{
-			TurnID: t.info.TurnID, Model: m.Alias, Attempt: number, Kind: e.Kind,
+			TurnID: t.info.TurnID, Model: m.Alias, Deployment: m.Deployment, Attempt: number, Kind: e.Kind,
 			Action: d.Action, Delay: d.Delay, Cooldown: d.Cooldown,
+		}
+		if to != nil {
+			info.ToDeployment = to.Deployment
 		}
 		// What becomes of the output shown so far in this step: kept to be
 		// continued, or dropped (from discardFrom on) to be asked for anew.
@@ -117,11 +139,16 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 				t.correct(llm.Message{Parts: res.partial}, issues)
 				maxAttempts = number + m.Retry.OutputRetries - t.corrections + 1
 			}
-			t.out.emit(ctx, &Retry{
+			maxAttempts += moves
+			ev := &Retry{
 				Attempt: number + 1, MaxAttempts: maxAttempts, Model: m.Alias,
 				Delay: d.Delay, Kind: e.Kind, Message: e.Message,
 				DiscardPartial: discardFrom != 0, DiscardFromSeq: discardFrom,
-			})
+			}
+			if to != nil {
+				ev.ToDeployment = to.Deployment
+			}
+			t.out.emit(ctx, ev)
 			if err := t.wait(ctx, d.Delay); err != nil {
 				ticket.Cancel()
 				return llm.Message{}, 0, err
@@ -193,15 +220,50 @@ func (t *turn) decide(ctx context.Context, m *Model, number int, compacted bool,
 	var ticket *policy.Ticket
 	if d.Action == policy.ActionRetry && policy.RuleFor(e.Kind).Transient {
 		var ok bool
-		if ticket, ok = r.health.Reserve(m.Alias); !ok {
+		if ticket, ok = r.health.Reserve(m.healthKey()); !ok {
 			a.BudgetExhausted = true
 			d = p.Decide(a)
 		}
 	}
-	t.chain.decided(m.Alias, e.Kind, d.Cooldown)
-	r.opts.logger.Debug("model call failed", "turn_id", t.info.TurnID, "model", m.Alias, "attempt", number,
+	t.chain.decided(m, e.Kind, d.Cooldown)
+	r.opts.logger.Debug("model call failed", "turn_id", t.info.TurnID, "model", m.Alias, "deployment", m.Deployment, "attempt", number,
 		"kind", e.Kind.String(), "action", d.Action.String(), "delay", d.Delay, "request_id", e.RequestID, "cause", e.Err)
 	return d, ticket
+}
+
+// moveDeployment moves a call of m that failed with e to another
+// deployment of the same model, when e's class belongs to one key (see
+// [policy.Rule].PerKey), the turn has a model call left, and the model has
+// a deployment not in tried that is not cooling down and whose retry
+// budget has a token. m cools down as the class's rule says (the
+// provider's Retry-After, else the model's retry.cooldown), as a model a
+// turn leaves does. It returns the deployment the turn is now on, m's
+// cooldown, and the move's ticket; nil when the call stays on m, which
+// then changes nothing.
+func (t *turn) moveDeployment(m *Model, e *llm.Error, tried map[*Model]bool) (*Model, time.Duration, *policy.Ticket) {
+	rule := policy.RuleFor(e.Kind)
+	if !rule.PerKey || t.counters.ModelCalls >= t.maxCalls {
+		return nil, 0, nil
+	}
+	to, admitted := t.chain.another(func(d *Model) bool { return tried[d] })
+	if to == nil {
+		return nil, 0, nil
+	}
+	moved, ok := t.r.health.Reserve(to.healthKey())
+	if !ok {
+		// The target has no retry left: the call stays on m.
+		t.chain.giveBack(to, admitted)
+		return nil, 0, nil
+	}
+	var cooldown time.Duration
+	if rule.CoolsDown {
+		cooldown = cmp.Or(max(e.RetryAfter, 0), m.Retry.Cooldown)
+	}
+	t.chain.decided(m, e.Kind, cooldown)
+	t.chain.moveWithin(to, admitted)
+	t.r.opts.logger.Debug("model call failed", "turn_id", t.info.TurnID, "model", m.Alias, "deployment", m.Deployment,
+		"kind", e.Kind.String(), "action", "retry", "to_deployment", to.Deployment, "request_id", e.RequestID, "cause", e.Err)
+	return to, cooldown, moved
 }
 
 // wait waits d before a retry, or until ctx is done.

@@ -350,14 +350,17 @@ func (t *turn) toTurnError(e *llm.Error, retryAfter time.Duration) *TurnError {
 }
 
 // countAttempt records an attempt on alias; err is nil when it succeeded.
-func (t *turn) countAttempt(alias string, err *llm.Error) {
+func (t *turn) countAttempt(m *Model, err *llm.Error) {
 	n := len(t.attempts)
-	if n == 0 || t.attempts[n-1].Model != alias {
-		t.attempts = append(t.attempts, ModelAttempts{Model: alias})
+	if n == 0 || t.attempts[n-1].Model != m.Alias {
+		t.attempts = append(t.attempts, ModelAttempts{Model: m.Alias})
 		n++
 	}
 	a := &t.attempts[n-1]
 	a.Attempts++
+	if m.routed() {
+		a.Deployments = append(a.Deployments, m.Deployment)
+	}
 	a.Succeeded = err == nil
 	if err != nil {
 		a.LastKind = err.Kind

@@ -445,6 +445,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 	case *runtime.LLMCallStarted:
 		out.Payload = &turnstilev1.AgentEvent_LlmCallStarted{LlmCallStarted: &turnstilev1.LlmCallStarted{
 			Model: e.Model, Provider: e.Provider, ProviderModel: e.ProviderModel, Attempt: uint32(e.Attempt), Call: uint32(e.Call),
+			Deployment: e.Deployment,
 		}}
 	case *runtime.TextDelta:
 		out.Payload = &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: e.Text}}
@@ -480,7 +481,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 		out.Payload = &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{
 			Attempt: uint32(e.Attempt), MaxAttempts: uint32(e.MaxAttempts), Model: e.Model,
 			Delay: durationpb.New(e.Delay), Reason: errorCode(e.Kind), Message: clip(e.Message, maxMessageBytes),
-			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq,
+			DiscardPartial: e.DiscardPartial, DiscardFromSeq: e.DiscardFromSeq, ToDeployment: e.ToDeployment,
 		}}
 	case *runtime.Fallback:
 		out.Payload = &turnstilev1.AgentEvent_Fallback{Fallback: &turnstilev1.Fallback{
@@ -489,7 +490,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 		}}
 	case *runtime.Hedge:
 		out.Payload = &turnstilev1.AgentEvent_Hedge{Hedge: &turnstilev1.Hedge{
-			FromModel: e.From, ToModel: e.To, After: durationpb.New(e.After),
+			FromModel: e.From, ToModel: e.To, After: durationpb.New(e.After), ToDeployment: e.ToDeployment,
 		}}
 	case *runtime.Compaction:
 		out.Payload = &turnstilev1.AgentEvent_Compaction{Compaction: fromCompaction(e)}

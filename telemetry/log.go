@@ -35,7 +35,9 @@ func NewTurnLog(logger *slog.Logger) *TurnLog { return &TurnLog{logger: logger} 
 // by the request's bounds; user data the client chose to label the turn
 // with, which it must not put secrets in); model (the alias
 // asked for); attempts, a group of the models tried, in order, with the
-// model calls each got; served_by (the model whose reply was last
+// model calls each got; deployments, for the models of several
+// deployments tried, the deployment of each of their calls, in order
+// (deployments.fast=a,b); served_by (the model whose reply was last
 // committed); model_calls, retries, fallbacks, hedges, compactions,
 // tool_calls; approvals_requested, approvals_denied and steered when a
 // tool call waited for approval or a steering message came; input_tokens (cached input excluded), output_tokens,
@@ -86,6 +88,15 @@ func (l *TurnLog) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.T
 			tried = append(tried, slog.Int(a.Model, a.Attempts))
 		}
 		attrs = append(attrs, slog.Group("attempts", tried...))
+		var deps []any
+		for _, a := range end.Attempts {
+			if len(a.Deployments) > 0 {
+				deps = append(deps, slog.String(a.Model, strings.Join(a.Deployments, ",")))
+			}
+		}
+		if len(deps) > 0 {
+			attrs = append(attrs, slog.Group("deployments", deps...))
+		}
 	}
 	if end.ServedBy != "" {
 		attrs = append(attrs, slog.String("served_by", end.ServedBy))

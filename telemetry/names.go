@@ -56,6 +56,15 @@ const (
 // values are the client's (each at most 256 bytes), never put on metrics.
 const keyMetadata = "turnstile.metadata."
 
+// keyDeployment is the deployment of the model a call went to (see
+// models.ALIAS.deployments): bounded by the configuration, so it is put on
+// the call metrics too.
+const keyDeployment = attribute.Key("turnstile.deployment")
+
+// keyRetryToDeployment is the deployment a retry moves to, on the retry
+// event of a call moved after a failure of one key.
+const keyRetryToDeployment = attribute.Key("turnstile.retry.to_deployment")
+
 // turnstile's own attribute keys. Every one of them has a bounded set of
 // values except turn id, tool call id and trace-only counters, which are
 // never put on metrics.

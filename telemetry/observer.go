@@ -314,6 +314,7 @@ func (o *Observer) AttemptStart(ctx context.Context, a runtime.AttemptInfo) cont
 		keyTurnID.String(a.TurnID),
 		keyModel.String(a.Model),
 		keyProvider.String(a.Provider),
+		keyDeployment.String(a.Deployment),
 		keyAttempt.Int(a.Attempt),
 		keyCall.Int(a.Call),
 		keyStep.Int(a.Step),
@@ -391,6 +392,7 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		keyRequestModel.String(a.ProviderModel),
 		keyModel.String(a.Model),
 		keyProvider.String(a.Provider),
+		keyDeployment.String(a.Deployment),
 	)
 	if end.ResponseModel != "" {
 		attrs = append(attrs, keyResponseModel.String(end.ResponseModel))
@@ -446,8 +448,12 @@ func (o *Observer) Decision(ctx context.Context, d runtime.DecisionInfo) {
 	switch d.Action {
 	case policy.ActionRetry:
 		o.m.retries.Add(ctx, 1, metric.WithAttributes(model, class))
-		span.AddEvent(eventRetry, trace.WithAttributes(model, class,
-			keyAttempt.Int(d.Attempt), keyDelay.Float64(d.Delay.Seconds())))
+		attrs := []attribute.KeyValue{model, class, keyAttempt.Int(d.Attempt), keyDelay.Float64(d.Delay.Seconds())}
+		if d.ToDeployment != "" {
+			// A move to another deployment of the model.
+			attrs = append(attrs, keyDeployment.String(d.Deployment), keyRetryToDeployment.String(d.ToDeployment))
+		}
+		span.AddEvent(eventRetry, trace.WithAttributes(attrs...))
 	case policy.ActionFallback:
 		to := keyFallbackTo.String(d.To)
 		o.m.fallbacks.Add(ctx, 1, metric.WithAttributes(model, to, class))
@@ -459,7 +465,12 @@ func (o *Observer) Decision(ctx context.Context, d runtime.DecisionInfo) {
 	}
 	if d.Cooldown > 0 {
 		o.m.cooldowns.Add(ctx, 1, metric.WithAttributes(model, class))
-		span.AddEvent(eventCooldown, trace.WithAttributes(model, class, keyCooldown.Float64(d.Cooldown.Seconds())))
+		attrs := []attribute.KeyValue{model, class, keyCooldown.Float64(d.Cooldown.Seconds())}
+		if d.ToDeployment != "" {
+			// Only the deployment the call moved from cools down.
+			attrs = append(attrs, keyDeployment.String(d.Deployment))
+		}
+		span.AddEvent(eventCooldown, trace.WithAttributes(attrs...))
 	}
 }
 
@@ -619,6 +630,9 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 			now := clock()
 			for _, h := range health() {
 				attrs := metric.WithAttributes(keyModel.String(h.Alias))
+				if h.Deployment != "" {
+					attrs = metric.WithAttributes(keyModel.String(h.Alias), keyDeployment.String(h.Deployment))
+				}
 				if h.BudgetMax > 0 {
 					obs.ObserveFloat64(budget, h.BudgetTokens, attrs)
 				}

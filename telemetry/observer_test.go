@@ -375,8 +375,8 @@ func TestMetrics(t *testing.T) {
 	// Attributes are listed in key order.
 	chatA := "gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=a-id"
 	chatB := "gen_ai.operation.name=chat,gen_ai.provider.name=anthropic,gen_ai.request.model=b-id"
-	atA := ",server.address=api.openai.com,server.port=443,turnstile.model=a,turnstile.provider=oai"
-	atB := ",server.address=127.0.0.1,server.port=8081,turnstile.model=b,turnstile.provider=claude"
+	atA := ",server.address=api.openai.com,server.port=443,turnstile.deployment=oai,turnstile.model=a,turnstile.provider=oai"
+	atB := ",server.address=127.0.0.1,server.port=8081,turnstile.deployment=claude,turnstile.model=b,turnstile.provider=claude"
 	// b's answer names its model; its first call, cut short, does not.
 	answerB := chatB + ",gen_ai.response.model=b-id-2026-01-01"
 	want := map[string][]string{

@@ -193,6 +193,9 @@ func (r *textRenderer) render(ev *client.Event) error {
 		e := p.Retry
 		msg := fmt.Sprintf("model %s: %s: %s; retrying in %s (retry %d of %d)",
 			e.GetModel(), client.CodeName(e.GetReason()), e.GetMessage(), roundDelay(e.GetDelay().AsDuration()), e.GetAttempt()-1, e.GetMaxAttempts()-1)
+		if to := e.GetToDeployment(); to != "" {
+			msg = fmt.Sprintf("model %s: %s: %s; moving to its deployment %s", e.GetModel(), client.CodeName(e.GetReason()), e.GetMessage(), to)
+		}
 		if e.GetDiscardPartial() && r.discard(len(r.shownCommitted)) {
 			msg += discarded
 		}

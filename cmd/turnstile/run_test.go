@@ -295,6 +295,9 @@ func TestTextRendererOnATerminal(t *testing.T) {
 			Attempt: 2, MaxAttempts: 3, Model: "m", Delay: durationpb.New(1500 * time.Millisecond),
 			Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded", DiscardPartial: true,
 		}}},
+		{Payload: &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{
+			Attempt: 2, MaxAttempts: 4, Model: "m", Reason: turnstilev1.ErrorCode_ERROR_CODE_RATE_LIMITED, Message: "Slow down", ToDeployment: "eu",
+		}}},
 		{Payload: &turnstilev1.AgentEvent_Fallback{Fallback: &turnstilev1.Fallback{
 			FromModel: "m", ToModel: "n", Reason: turnstilev1.ErrorCode_ERROR_CODE_OVERLOADED, Message: "Overloaded",
 		}}},
@@ -309,6 +312,7 @@ func TestTextRendererOnATerminal(t *testing.T) {
 	}
 	for _, want := range []string{
 		"turnstile: model m: OVERLOADED: Overloaded; retrying in 1.5s (retry 1 of 2); the partial output above is discarded\n",
+		"turnstile: model m: RATE_LIMITED: Slow down; moving to its deployment eu\n",
 		"turnstile: model m: OVERLOADED: Overloaded; falling back to model n\n",
 	} {
 		if !strings.Contains(errOut.String(), want) {

@@ -32,7 +32,7 @@ func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers
 	}
 	models := make(map[string]string, len(cfg.Models))
 	for alias, m := range cfg.Models {
-		models[alias] = m.Provider
+		models[alias] = m.Routes()[0].Provider
 	}
 	obs, err := telemetry.NewObserver(tel.TracerProvider, tel.MeterProvider, telemetry.ObserverOptions{
 		CaptureContent:     cfg.Telemetry.CaptureContent,

@@ -1887,7 +1887,11 @@ type LlmCallStarted struct {
 	// Attempts on this model in this step, from 1.
 	Attempt uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// Model calls in this turn, from 1, retries included.
-	Call          uint32 `protobuf:"varint,5,opt,name=call,proto3" json:"call,omitempty"`
+	Call uint32 `protobuf:"varint,5,opt,name=call,proto3" json:"call,omitempty"`
+	// The deployment of the model that serves the call: its name in
+	// models.ALIAS.deployments, or the provider's name for a model of one
+	// deployment. Additive: empty from servers before deployments.
+	Deployment    string `protobuf:"bytes,6,opt,name=deployment,proto3" json:"deployment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1955,6 +1959,13 @@ func (x *LlmCallStarted) GetCall() uint32 {
 		return x.Call
 	}
 	return 0
+}
+
+func (x *LlmCallStarted) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
 }
 
 // TextDelta is a fragment of the reply text.
@@ -2539,8 +2550,13 @@ type Retry struct {
 	// The seq of the first event of the failed attempt's output; set when
 	// discard_partial is true.
 	DiscardFromSeq uint64 `protobuf:"varint,8,opt,name=discard_from_seq,json=discardFromSeq,proto3" json:"discard_from_seq,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When not empty, the deployment of the same model the retry moves to,
+	// at once, after a failure of one key (RATE_LIMITED, QUOTA_EXHAUSTED,
+	// AUTH, OVERLOADED) on the deployment the failed call named; empty when
+	// the retry stays on that deployment.
+	ToDeployment  string `protobuf:"bytes,9,opt,name=to_deployment,json=toDeployment,proto3" json:"to_deployment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Retry) Reset() {
@@ -2627,6 +2643,13 @@ func (x *Retry) GetDiscardFromSeq() uint64 {
 		return x.DiscardFromSeq
 	}
 	return 0
+}
+
+func (x *Retry) GetToDeployment() string {
+	if x != nil {
+		return x.ToDeployment
+	}
+	return ""
 }
 
 // Fallback says the turn moved to the next model of its chain.
@@ -2734,7 +2757,10 @@ type Hedge struct {
 	// hedges to itself.
 	ToModel string `protobuf:"bytes,2,opt,name=to_model,json=toModel,proto3" json:"to_model,omitempty"`
 	// How long the slow call had gone without output.
-	After         *durationpb.Duration `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	After *durationpb.Duration `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	// The deployment of to_model the hedged call goes to (hedge.to:
+	// deployment sends it to another deployment of the same model).
+	ToDeployment  string `protobuf:"bytes,4,opt,name=to_deployment,json=toDeployment,proto3" json:"to_deployment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2788,6 +2814,13 @@ func (x *Hedge) GetAfter() *durationpb.Duration {
 		return x.After
 	}
 	return nil
+}
+
+func (x *Hedge) GetToDeployment() string {
+	if x != nil {
+		return x.ToDeployment
+	}
+	return ""
 }
 
 // ToolApprovalRequested says a tool call waits for a decision: answer it with
@@ -3507,13 +3540,16 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\asteered\x18\x1d \x01(\v2\x15.turnstile.v1.SteeredH\x00R\asteeredB\t\n" +
 	"\apayload\"#\n" +
 	"\vTurnStarted\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"\x97\x01\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\xb7\x01\n" +
 	"\x0eLlmCallStarted\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12%\n" +
 	"\x0eprovider_model\x18\x03 \x01(\tR\rproviderModel\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x12\n" +
-	"\x04call\x18\x05 \x01(\rR\x04call\"\x1f\n" +
+	"\x04call\x18\x05 \x01(\rR\x04call\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x06 \x01(\tR\n" +
+	"deployment\"\x1f\n" +
 	"\tTextDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"A\n" +
 	"\rThinkingDelta\x12\x12\n" +
@@ -3550,7 +3586,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"stopReason\x12)\n" +
 	"\x05error\x18\x05 \x01(\v2\x13.turnstile.v1.ErrorR\x05error\x125\n" +
 	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12H\n" +
-	"\x13time_to_first_chunk\x18\a \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstChunk\"\xa9\x02\n" +
+	"\x13time_to_first_chunk\x18\a \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstChunk\"\xce\x02\n" +
 	"\x05Retry\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\rR\aattempt\x12!\n" +
 	"\fmax_attempts\x18\x02 \x01(\rR\vmaxAttempts\x12\x14\n" +
@@ -3559,7 +3595,8 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\x06reason\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12'\n" +
 	"\x0fdiscard_partial\x18\a \x01(\bR\x0ediscardPartial\x12(\n" +
-	"\x10discard_from_seq\x18\b \x01(\x04R\x0ediscardFromSeq\"\xe2\x01\n" +
+	"\x10discard_from_seq\x18\b \x01(\x04R\x0ediscardFromSeq\x12#\n" +
+	"\rto_deployment\x18\t \x01(\tR\ftoDeployment\"\xe2\x01\n" +
 	"\bFallback\x12\x1d\n" +
 	"\n" +
 	"from_model\x18\x01 \x01(\tR\tfromModel\x12\x19\n" +
@@ -3567,12 +3604,13 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
 	"\x0fdiscard_partial\x18\x05 \x01(\bR\x0ediscardPartial\x12(\n" +
-	"\x10discard_from_seq\x18\x06 \x01(\x04R\x0ediscardFromSeq\"r\n" +
+	"\x10discard_from_seq\x18\x06 \x01(\x04R\x0ediscardFromSeq\"\x97\x01\n" +
 	"\x05Hedge\x12\x1d\n" +
 	"\n" +
 	"from_model\x18\x01 \x01(\tR\tfromModel\x12\x19\n" +
 	"\bto_model\x18\x02 \x01(\tR\atoModel\x12/\n" +
-	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\"\xb4\x01\n" +
+	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\x12#\n" +
+	"\rto_deployment\x18\x04 \x01(\tR\ftoDeployment\"\xb4\x01\n" +
 	"\x15ToolApprovalRequested\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +

@@ -195,14 +195,16 @@ class GenerationOptions(_message.Message):
     def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., output_schema: _Optional[_Union[OutputSchema, _Mapping]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ...) -> None: ...
 
 class Hedge(_message.Message):
-    __slots__ = ["after", "from_model", "to_model"]
+    __slots__ = ["after", "from_model", "to_deployment", "to_model"]
     AFTER_FIELD_NUMBER: _ClassVar[int]
     FROM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TO_DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     TO_MODEL_FIELD_NUMBER: _ClassVar[int]
     after: _duration_pb2.Duration
     from_model: str
+    to_deployment: str
     to_model: str
-    def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., to_deployment: _Optional[str] = ...) -> None: ...
 
 class LlmCallFinished(_message.Message):
     __slots__ = ["attempt", "duration", "error", "model", "stop_reason", "time_to_first_chunk", "usage"]
@@ -223,18 +225,20 @@ class LlmCallFinished(_message.Message):
     def __init__(self, model: _Optional[str] = ..., attempt: _Optional[int] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., time_to_first_chunk: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LlmCallStarted(_message.Message):
-    __slots__ = ["attempt", "call", "model", "provider", "provider_model"]
+    __slots__ = ["attempt", "call", "deployment", "model", "provider", "provider_model"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_MODEL_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     call: int
+    deployment: str
     model: str
     provider: str
     provider_model: str
-    def __init__(self, model: _Optional[str] = ..., provider: _Optional[str] = ..., provider_model: _Optional[str] = ..., attempt: _Optional[int] = ..., call: _Optional[int] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., provider: _Optional[str] = ..., provider_model: _Optional[str] = ..., attempt: _Optional[int] = ..., call: _Optional[int] = ..., deployment: _Optional[str] = ...) -> None: ...
 
 class MessageCompleted(_message.Message):
     __slots__ = ["message"]
@@ -261,7 +265,7 @@ class Reasoning(_message.Message):
     def __init__(self, effort: _Optional[_Union[ReasoningEffort, str]] = ..., budget_tokens: _Optional[int] = ...) -> None: ...
 
 class Retry(_message.Message):
-    __slots__ = ["attempt", "delay", "discard_from_seq", "discard_partial", "max_attempts", "message", "model", "reason"]
+    __slots__ = ["attempt", "delay", "discard_from_seq", "discard_partial", "max_attempts", "message", "model", "reason", "to_deployment"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     DISCARD_FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +274,7 @@ class Retry(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TO_DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     delay: _duration_pb2.Duration
     discard_from_seq: int
@@ -278,7 +283,8 @@ class Retry(_message.Message):
     message: str
     model: str
     reason: _errors_pb2.ErrorCode
-    def __init__(self, attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., model: _Optional[str] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
+    to_deployment: str
+    def __init__(self, attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., model: _Optional[str] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ..., to_deployment: _Optional[str] = ...) -> None: ...
 
 class RunTurnRequest(_message.Message):
     __slots__ = ["attempt", "generation", "limits", "messages", "metadata", "model", "system", "tools", "turn_id"]
