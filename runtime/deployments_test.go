@@ -466,11 +466,16 @@ func healthOf(t *testing.T, r *runtime.Runner, key string) policy.ModelHealth {
 }
 
 // TestDeploymentWeightsConcurrent runs 1,000 turns eight at a time over
-// deployments of weights 1 and 3 that answer alike: with calls in flight,
-// least-outstanding-within-the-weight keeps each deployment's share near
-// its weight's.
+// deployments of weights 1 and 3 that answer alike, each call taking 3 ms
+// (so that calls in flight come from the calls, not from how the machine
+// schedules goroutines): least-outstanding-within-the-weight keeps each
+// deployment's share near its weight's.
 func TestDeploymentWeightsConcurrent(t *testing.T) {
-	ps := []*fake.Provider{fake.NewProvider(fake.Reply{Chunks: fake.Text("a")}), fake.NewProvider(fake.Reply{Chunks: fake.Text("b")})}
+	const took = 3 * time.Millisecond
+	ps := []*fake.Provider{
+		fake.NewProvider(fake.Reply{Chunks: fake.Text("a"), Delay: took}),
+		fake.NewProvider(fake.Reply{Chunks: fake.Text("b"), Delay: took}),
+	}
 	r := newRunner(t, []*runtime.Model{deployed("chat", ps, []int{1, 3})}, nil)
 	const turns, workers = 1000, 8
 	next := make(chan int)

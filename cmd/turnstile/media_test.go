@@ -127,7 +127,7 @@ mcp_servers:
 // INVALID_ARGUMENT naming the part and the model, before any call.
 func TestMediaThroughAdapters(t *testing.T) {
 	native := map[string]string{
-		"openai":    `{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}`,
+		"openai": `{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}`,
 		// The newest message's last block carries a prompt cache mark
 		// (models.ALIAS.prompt_cache: auto, the default).
 		"anthropic": `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="},"cache_control":{"type":"ephemeral"}}`,

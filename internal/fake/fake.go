@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"iter"
 	"sync"
+	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -18,6 +19,9 @@ type Reply struct {
 	Chunks []llm.Chunk
 	Err    error
 	Hang   bool
+	// Delay, when set, is how long the reply waits before its first
+	// chunk (or until the call's context ends).
+	Delay time.Duration
 }
 
 // Provider replays Replies, one per call, in order; calls past the end
@@ -48,6 +52,16 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 	r := p.replies[min(n, len(p.replies)-1)]
 	p.mu.Unlock()
 	return func(yield func(llm.Chunk, error) bool) {
+		if r.Delay > 0 {
+			t := time.NewTimer(r.Delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				yield(llm.Chunk{}, ctx.Err())
+				return
+			}
+		}
 		for _, c := range r.Chunks {
 			if ctx.Err() != nil {
 				yield(llm.Chunk{}, ctx.Err())
