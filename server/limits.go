@@ -46,6 +46,13 @@ type KeyLimits struct {
 	// configuration gives a key that leaves it out a quarter of
 	// store.max_bytes.
 	StoredBytes *int64 `yaml:"stored_bytes"`
+	// CostPerDay and CostPerMonth are the key's budgets, in
+	// pricing.currency: what its turns may cost per UTC day and per UTC
+	// calendar month. A turn starts only while both have money left, and
+	// one that crosses a budget ends after the call that crossed it with
+	// BUDGET_EXHAUSTED. The key may use only models with a price.
+	CostPerDay   *llm.Money `yaml:"cost_per_day"`
+	CostPerMonth *llm.Money `yaml:"cost_per_month"`
 }
 
 // Problems lists every limit that is out of range; none when l is valid.
@@ -61,6 +68,8 @@ func (l KeyLimits) Problems() []llm.Problem {
 	neg("tokens_per_minute", l.TokensPerMinute != nil, deref(l.TokensPerMinute))
 	neg("tokens_per_day", l.TokensPerDay != nil, deref(l.TokensPerDay))
 	neg("stored_bytes", l.StoredBytes != nil, deref(l.StoredBytes))
+	neg("cost_per_day", l.CostPerDay != nil, int64(deref(l.CostPerDay)))
+	neg("cost_per_month", l.CostPerMonth != nil, int64(deref(l.CostPerMonth)))
 	return out
 }
 
@@ -82,6 +91,7 @@ type refusal struct {
 	msg        string
 	limit      string
 	retryAfter time.Duration
+	reason     string // the ErrorInfo reason; empty: LIMIT_EXCEEDED
 }
 
 func (r *refusal) status(client string) *status.Status {
@@ -89,7 +99,11 @@ func (r *refusal) status(client string) *status.Status {
 	if client != "" {
 		md["client"] = client
 	}
-	return limitExceeded(r.msg, r.retryAfter, md)
+	reason := r.reason
+	if reason == "" {
+		reason = reasonLimitExceeded
+	}
+	return refused(reason, r.msg, r.retryAfter, md)
 }
 
 // keyLimiter keeps one key's limits.
@@ -104,10 +118,11 @@ type keyLimiter struct {
 	stored   int64 // the bytes the key's running turns hold in the store
 	now      func() time.Time
 	periodOf map[*rate.Limiter]string
+	budgets  []*budgetWindow // cost_per_day, cost_per_month (budget.go)
 }
 
 func newKeyLimiter(name string, l KeyLimits, now func() time.Time) *keyLimiter {
-	k := &keyLimiter{name: name, limits: l, now: now, periodOf: map[*rate.Limiter]string{}}
+	k := &keyLimiter{name: name, limits: l, now: now, periodOf: map[*rate.Limiter]string{}, budgets: newBudgets(l, now())}
 	if l.TurnsPerMinute != nil {
 		k.turns = bucket(int64(*l.TurnsPerMinute), time.Minute, now())
 	}
@@ -158,6 +173,9 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 			}
 			return nil, r
 		}
+	}
+	if r := k.budgetRefusal(now); r != nil {
+		return nil, r
 	}
 	if k.turns != nil {
 		res := k.turns.ReserveN(now, 1)
@@ -342,18 +360,21 @@ func (k *keyLimiter) hold() func() {
 // usageCharger charges a turn's tokens to its key as the running totals
 // arrive, and the bytes the turn stores to the key's stored_bytes.
 type usageCharger struct {
-	k      *keyLimiter
-	last   int64
-	stored int64 // the bytes this turn stored
+	k        *keyLimiter
+	last     int64
+	lastCost int64 // the nanos of the turn's cost charged so far
+	stored   int64 // the bytes this turn stored
 }
 
 func (c *usageCharger) total(u llm.Usage) {
 	if c == nil || c.k == nil {
 		return
 	}
-	n := u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+	n := u.Tokens()
 	c.k.charge(n - c.last)
 	c.last = max(c.last, n)
+	c.k.spend(u.Cost.Nanos - c.lastCost)
+	c.lastCost = max(c.lastCost, u.Cost.Nanos)
 }
 
 // store counts n more bytes the turn stores; it fails, counting none,

@@ -350,6 +350,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Tools:             allowedTools(mc.Tools),
 			Input:             mc.Input,
 			Reasoning:         mc.Reasoning.Reasoning(),
+			Price:             cfg.ModelPrice(alias),
 		})
 	}
 	tools, rules, closeTools, err := buildTools(ctx, cfg, logger)
