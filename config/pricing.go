@@ -108,7 +108,7 @@ func (c *Config) unpricedFor(models []string) []string {
 			continue
 		}
 		seen[alias] = true
-		if c.ModelPrice(alias) == nil {
+		if m.Price == nil { // an incomplete price is reported at its own path
 			out = append(out, alias)
 		}
 		todo = append(todo, m.Fallbacks...)

@@ -104,11 +104,14 @@ func (c Cost) Add(d Cost) Cost {
 }
 
 // CostOf returns the cost of one call's usage u at price p; nil p is a
-// model without a price.
+// model without a price. A call that used no tokens has no cost, priced
+// or not: its usage stays zero.
 func CostOf(p *Price, u Usage) Cost {
-	if p == nil {
-		used := u.InputTokens|u.OutputTokens|u.CacheReadTokens|u.CacheWriteTokens != 0
-		return Cost{Unpriced: used}
+	switch {
+	case u.InputTokens|u.OutputTokens|u.CacheReadTokens|u.CacheWriteTokens == 0:
+		return Cost{}
+	case p == nil:
+		return Cost{Unpriced: true}
 	}
 	return Cost{Currency: p.Currency, Nanos: p.Cost(u), Priced: true}
 }
