@@ -283,4 +283,3 @@ func TestBudgetCrossedMidTurn(t *testing.T) {
 		})
 	}
 }
-
