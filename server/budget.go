@@ -96,6 +96,9 @@ func (k *keyLimiter) spend(nanos int64) {
 	for _, w := range k.budgets {
 		w.roll(now)
 		w.spent += nanos
+		if c := k.share.counter(w.limit); c != nil {
+			c.add(nanos, c.windowAt(now))
+		}
 	}
 }
 

@@ -119,6 +119,7 @@ type keyLimiter struct {
 	now      func() time.Time
 	periodOf map[*rate.Limiter]string
 	budgets  []*budgetWindow // cost_per_day, cost_per_month (budget.go)
+	share    *keyShare       // nil: the limits are this replica's alone (shared.go)
 }
 
 func newKeyLimiter(name string, l KeyLimits, now func() time.Time) *keyLimiter {
@@ -152,9 +153,9 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 	defer k.mu.Unlock()
 	now := k.now()
 	l := k.limits
-	if l.ConcurrentTurns != nil && k.running >= *l.ConcurrentTurns {
+	if running := k.running + k.share.othersRunning(now); l.ConcurrentTurns != nil && running >= *l.ConcurrentTurns {
 		r := &refusal{limit: "concurrent_turns", retryAfter: busyRetry,
-			msg: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, k.running)}
+			msg: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, running)}
 		if *l.ConcurrentTurns == 0 {
 			r.msg, r.retryAfter = fmt.Sprintf("client key %q may run no turns (concurrent_turns: 0)", k.name), 0
 		}
@@ -188,6 +189,9 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 			return nil, &refusal{limit: "turns_per_minute", retryAfter: d,
 				msg: fmt.Sprintf("client key %q started its %d turns per minute; retry in %s", k.name, k.turns.Burst(), d)}
 		}
+		if c := k.share.counter("turns"); c != nil {
+			c.add(1, "")
+		}
 	}
 	k.running++
 	var once sync.Once
@@ -209,16 +213,10 @@ func (k *keyLimiter) charge(n int64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.now()
-	for _, lim := range []*rate.Limiter{k.tokMin, k.tokDay} {
-		if lim == nil || lim.Burst() == 0 {
-			continue
-		}
-		// A reservation takes at most a burst at a time.
-		for left := n; left > 0; {
-			take := min(left, int64(lim.Burst()))
-			lim.ReserveN(now, int(take))
-			left -= take
-		}
+	takeAt(k.tokMin, now, n)
+	takeAt(k.tokDay, now, n)
+	if c := k.share.counter("tokens"); c != nil {
+		c.add(n, "")
 	}
 }
 
