@@ -97,7 +97,7 @@ func (k *keyLimiter) spend(nanos int64) {
 		w.roll(now)
 		w.spent += nanos
 		if c := k.share.counter(w.limit); c != nil {
-			c.add(nanos, c.windowAt(now))
+			c.add(now, nanos, c.windowAt(now))
 		}
 	}
 }

@@ -190,7 +190,7 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 				msg: fmt.Sprintf("client key %q started its %d turns per minute; retry in %s", k.name, k.turns.Burst(), d)}
 		}
 		if c := k.share.counter("turns"); c != nil {
-			c.add(1, "")
+			c.add(now, 1, "")
 		}
 	}
 	k.running++
@@ -216,7 +216,7 @@ func (k *keyLimiter) charge(n int64) {
 	takeAt(k.tokMin, now, n)
 	takeAt(k.tokDay, now, n)
 	if c := k.share.counter("tokens"); c != nil {
-		c.add(n, "")
+		c.add(now, n, "")
 	}
 }
 

@@ -49,6 +49,12 @@ type sharedCounter struct {
 	window func(t time.Time) string
 	// apply takes another replica's use from the key's own limiter.
 	apply func(now time.Time, n int64)
+	// near reports whether the key has used half its limit or more, as
+	// this replica knows: then its use is shared at once, not at the next
+	// tick. k.mu is held.
+	near func(now time.Time) bool
+	// kick asks the share loop to share now; it never blocks.
+	kick chan struct{}
 	// io is held while the counter is shared, and while a change of it is
 	// applied, so that this replica's own write is never taken for
 	// another's.
@@ -67,12 +73,19 @@ func (c *sharedCounter) windowAt(t time.Time) string {
 	return c.window(t)
 }
 
-// add counts n more used by this replica in window, to be shared.
-func (c *sharedCounter) add(n int64, window string) {
+// add counts n more used by this replica in window, to be shared: at
+// the next tick, or at once when the key nears its limit. k.mu is held.
+func (c *sharedCounter) add(now time.Time, n int64, window string) {
 	if c.pendWindow != window {
 		c.pending, c.pendWindow = 0, window // the previous window is over
 	}
 	c.pending += n
+	if c.near != nil && c.near(now) {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // observe applies a shared total seen at revision rev: the part of it
@@ -163,29 +176,41 @@ func takeAt(lim *rate.Limiter, now time.Time, n int64) {
 	}
 }
 
+// halfSpent reports whether a token bucket holds half its size or less.
+func halfSpent(lim *rate.Limiter, now time.Time) bool {
+	return lim != nil && lim.TokensAt(now) <= float64(lim.Burst())/2
+}
+
 // newKeyShare returns what the key k shares, nil when it has no limit to
 // share (stored_bytes is each replica's own: it bounds its store's use).
-func newKeyShare(k *keyLimiter, replica string) *keyShare {
+// kick is the share loop's.
+func newKeyShare(k *keyLimiter, replica string, kick chan struct{}) *keyShare {
 	s := &keyShare{replica: replica, others: map[string]replicaRunning{}}
 	base := k.name + nameSep
 	if k.turns != nil {
-		s.counters = append(s.counters, &sharedCounter{name: base + "turns", apply: func(now time.Time, n int64) { takeAt(k.turns, now, n) }})
+		s.counters = append(s.counters, &sharedCounter{name: base + "turns", kick: kick,
+			apply: func(now time.Time, n int64) { takeAt(k.turns, now, n) },
+			near:  func(now time.Time) bool { return halfSpent(k.turns, now) }})
 	}
 	if k.tokMin != nil || k.tokDay != nil {
-		s.counters = append(s.counters, &sharedCounter{name: base + "tokens", apply: func(now time.Time, n int64) {
-			takeAt(k.tokMin, now, n)
-			takeAt(k.tokDay, now, n)
-		}})
+		s.counters = append(s.counters, &sharedCounter{name: base + "tokens", kick: kick,
+			apply: func(now time.Time, n int64) {
+				takeAt(k.tokMin, now, n)
+				takeAt(k.tokDay, now, n)
+			},
+			near: func(now time.Time) bool { return halfSpent(k.tokMin, now) || halfSpent(k.tokDay, now) }})
 	}
 	for _, w := range k.budgets {
 		window := dayWindow
 		if w.period == "month" {
 			window = monthWindow
 		}
-		s.counters = append(s.counters, &sharedCounter{name: base + w.limit, window: window, apply: func(now time.Time, n int64) {
-			w.roll(now)
-			w.spent += n
-		}})
+		s.counters = append(s.counters, &sharedCounter{name: base + w.limit, window: window, kick: kick,
+			apply: func(now time.Time, n int64) {
+				w.roll(now)
+				w.spent += n
+			},
+			near: func(time.Time) bool { return w.spent >= w.max/2 }})
 	}
 	if k.limits.ConcurrentTurns != nil {
 		s.running = &sharedCounter{name: base + "running" + nameSep + replica}
@@ -216,10 +241,12 @@ func (s *keyShare) counter(limit string) *sharedCounter {
 // without sharing, and every interval adds what its keys used to the
 // shared counters with compare-and-swap; every change of a counter, its
 // own or another replica's, reaches each replica's limiters through the
-// watch. No turn waits for the store: a replica's view lags the others'
-// use by about an interval and the watch's delay, which is how far the
-// replicas together can go over a limit (docs/security.md). replica names
-// this replica among them.
+// watch. Once a key has used half a limit, as a replica knows, that
+// replica shares its use of it at once instead of at the next tick. No
+// turn waits for the store: a replica's view lags the others' use by a
+// share's round trips and the watch's delay (up to an interval far from
+// the limits), which is how far the replicas together can go over a
+// limit (docs/security.md). replica names this replica among them.
 func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string, interval time.Duration) error {
 	a := s.service.auth
 	if a == nil {
@@ -230,9 +257,10 @@ func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string
 		c *sharedCounter
 	}{}
 	var keys []*keyLimiter
+	kick := make(chan struct{}, 1)
 	for _, key := range a.keys {
 		k := key.limiter
-		ks := newKeyShare(k, replica)
+		ks := newKeyShare(k, replica, kick)
 		if ks == nil {
 			continue
 		}
@@ -293,6 +321,8 @@ func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string
 	for {
 		select {
 		case <-tick.C:
+			shareAll(ctx)
+		case <-kick:
 			shareAll(ctx)
 		case err := <-watched:
 			stop()
