@@ -20,10 +20,11 @@ import (
 )
 
 // KeyLimits bound what one client key may use. A limit left unset (nil)
-// is no limit; 0 allows nothing, which suspends the key. The limits are
-// kept by each replica on its own: behind N replicas a key may use up to N
-// times as much. The yaml names are the configuration file's keys (an auth
-// key's limits block).
+// is no limit; 0 allows nothing, which suspends the key. Each replica
+// keeps them at once; with a store, Server.ShareLimits shares them with
+// the other replicas (shared.go), which can then go over a limit together
+// only by what they start while the last use travels. The yaml names are
+// the configuration file's keys (an auth key's limits block).
 type KeyLimits struct {
 	// ConcurrentTurns bounds the key's turns running at once.
 	ConcurrentTurns *int `yaml:"concurrent_turns"`
