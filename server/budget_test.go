@@ -47,11 +47,11 @@ func costReply(call bool) fake.Reply {
 	return fake.Reply{Chunks: out}
 }
 
-func money(t *testing.T, s string) *llm.Money {
-	t.Helper()
+// money returns the amount s; the tests' amounts are valid.
+func money(s string) *llm.Money {
 	var m llm.Money
 	if err := m.UnmarshalText([]byte(s)); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return &m
 }
@@ -63,8 +63,8 @@ func pricedRunner(t *testing.T, priced, free llm.Provider) *runtime.Runner {
 	t.Helper()
 	retry := policy.DefaultRetry()
 	retry.InitialBackoff, retry.MaxBackoff = time.Millisecond, 2*time.Millisecond
-	cr, cw := int64(*money(t, "0.3")), int64(*money(t, "3.75"))
-	price := &llm.Price{Currency: "USD", Input: int64(*money(t, "3")), Output: int64(*money(t, "15")), CacheRead: &cr, CacheWrite: &cw}
+	cr, cw := int64(*money("0.3")), int64(*money("3.75"))
+	price := &llm.Price{Currency: "USD", Input: int64(*money("3")), Output: int64(*money("15")), CacheRead: &cr, CacheWrite: &cw}
 	r, err := runtime.New([]*runtime.Model{
 		{Alias: "priced", ProviderName: "fake", Provider: priced, ID: "p-1", Retry: retry, Price: price, Fallbacks: []string{"free"}},
 		{Alias: "free", ProviderName: "fake", Provider: free, ID: "f-1", Retry: retry},
@@ -211,7 +211,7 @@ func TestBudgetRefusesBeforeTheTurn(t *testing.T) {
 	}
 	p := fake.NewProvider(costReply(true), costReply(false), costReply(false))
 	k := keyed("spender", "tok-spender-0123")
-	k.Limits.CostPerDay = money(t, "0.03")
+	k.Limits.CostPerDay = money("0.03")
 	ts := start(t, pricedRunner(t, p, fake.NewProvider()), server.Options{Keys: []server.Key{k, keyed("other", "tok-other-0123")}})
 	ctx := bearer(t.Context(), "tok-spender-0123")
 	// 0.01875 then 0.0375: crossed by the last call, which ends the turn.
@@ -247,7 +247,7 @@ func TestBudgetCrossedMidTurn(t *testing.T) {
 			}
 			p := fake.NewProvider(costReply(true), costReply(true), costReply(false))
 			k := keyed("spender", "tok-spender-0123")
-			k.Limits.CostPerDay = money(t, "0.03")
+			k.Limits.CostPerDay = money("0.03")
 			opts := server.Options{Keys: []server.Key{k}}
 			if durable {
 				opts.Store = memStore(t)

@@ -104,7 +104,7 @@ func TestSharedLimits(t *testing.T) {
 		turns  int // the turns that spend the limit, spread over the replicas
 	}{
 		// Each turn costs 0.01875: the eighth crosses 0.15.
-		{name: "cost per day", limits: server.KeyLimits{CostPerDay: money(t, "0.15")}, reason: "BUDGET_EXHAUSTED", limit: "cost_per_day", turns: 8},
+		{name: "cost per day", limits: server.KeyLimits{CostPerDay: money("0.15")}, reason: "BUDGET_EXHAUSTED", limit: "cost_per_day", turns: 8},
 		{name: "turns per minute", limits: server.KeyLimits{TurnsPerMinute: &six}, reason: "LIMIT_EXCEEDED", limit: "turns_per_minute", turns: 6},
 		{name: "tokens per day", limits: server.KeyLimits{TokensPerDay: &tokens}, reason: "LIMIT_EXCEEDED", limit: "tokens_per_day", turns: 6},
 	}
