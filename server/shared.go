@@ -25,11 +25,15 @@ type LimitSharer interface {
 	// WatchCounters calls fn with every counter stored, then with each
 	// change, until ctx is done.
 	WatchCounters(ctx context.Context, fn func(name, window string, total int64, at time.Time, revision uint64)) error
+	// PutGauge stores this replica's own counter name for ttl, after which
+	// it is gone unless written again. It must not block.
+	PutGauge(name string, value int64, ttl time.Duration)
 }
 
 // Sharing's timing: a replica's running turns are refreshed every
 // runningBeat while it runs any, and another replica's count older than
-// runningStale (the replica stopped) is not counted. At most maxLimitSwaps
+// runningStale (the replica stopped) is not counted; it expires from the
+// store then too, so the bucket holds the counts of live replicas only. At most maxLimitSwaps
 // compare-and-swaps are tried per counter and share; what is left is
 // shared at the next.
 const (
@@ -152,10 +156,12 @@ func (s *keyShare) othersRunning(now time.Time) int {
 		return 0
 	}
 	var n int64
-	for _, r := range s.others {
-		if now.Sub(r.at) < runningStale {
-			n += r.n
+	for replica, r := range s.others {
+		if now.Sub(r.at) >= runningStale {
+			delete(s.others, replica) // stopped: its count expired
+			continue
 		}
+		n += r.n
 	}
 	return int(n)
 }
@@ -313,7 +319,7 @@ func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string
 			for _, c := range k.share.counters {
 				k.shareCounter(ctx, sh, c)
 			}
-			k.shareRunning(ctx, sh)
+			k.shareRunning(sh)
 		}
 	}
 	tick := time.NewTicker(interval)
@@ -396,35 +402,19 @@ func (k *keyLimiter) shareCounter(ctx context.Context, sh LimitSharer, c *shared
 
 // shareRunning tells the other replicas how many turns of the key this
 // replica runs: when the count changed, and every runningBeat while it is
-// not 0, so that a replica that stops is forgotten.
-func (k *keyLimiter) shareRunning(ctx context.Context, sh LimitSharer) {
+// not 0, each time for runningStale, so that a replica that stops is
+// forgotten.
+func (k *keyLimiter) shareRunning(sh LimitSharer) {
 	s := k.share
 	if s.running == nil {
 		return
 	}
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	n, now := int64(k.running), k.now()
-	due := n != s.lastPut || n > 0 && now.Sub(s.lastBeat) >= runningBeat
-	rev := s.running.rev
-	k.mu.Unlock()
-	if !due {
+	if n == s.lastPut && (n == 0 || now.Sub(s.lastBeat) < runningBeat) {
 		return
 	}
-	for range 2 {
-		newRev, swapped, err := sh.SwapCounter(ctx, s.running.name, "", n, rev)
-		if err != nil {
-			return
-		}
-		if swapped {
-			k.mu.Lock()
-			s.running.rev, s.lastPut, s.lastBeat = newRev, n, now
-			k.mu.Unlock()
-			return
-		}
-		// A previous process of this replica's name wrote it: take its
-		// revision.
-		if _, _, _, rev, err = sh.LoadCounter(ctx, s.running.name); err != nil {
-			return
-		}
-	}
+	sh.PutGauge(s.running.name, n, runningStale)
+	s.lastPut, s.lastBeat = n, now
 }

@@ -62,6 +62,17 @@ func (s *Store) SwapCounter(ctx context.Context, name, window string, total int6
 	return newRevision, true, nil
 }
 
+// PutGauge stores this replica's value of the counter name, which only
+// it writes, for ttl: a replica that stops refreshing it is forgotten
+// once it expires. It does not wait for the store; a failure is logged.
+func (s *Store) PutGauge(name string, value int64, ttl time.Duration) {
+	v, _ := json.Marshal(counter{Total: value, At: time.Now().UTC(), Replica: s.id})
+	subject := "$KV." + LimitBucket + "." + counterKey(name)
+	if _, err := s.js.PublishAsync(subject, v, jetstream.WithMsgTTL(max(ttl, time.Second).Round(time.Second))); err != nil {
+		s.logger.Warn("turn store: running turns not shared", "error", err)
+	}
+}
+
 // WatchCounters calls fn with every shared counter, then with each
 // change, this replica's included, until ctx is done or the store closes.
 func (s *Store) WatchCounters(ctx context.Context, fn func(name, window string, total int64, at time.Time, revision uint64)) error {

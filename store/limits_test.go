@@ -59,14 +59,64 @@ func TestCounters(t *testing.T) {
 	if err != nil || w != "2026-11-25" || total != 37_500_000 || rev != rev2 || time.Since(at) > time.Minute {
 		t.Errorf("load: %q %d %v rev %d (want %d), %v", w, total, at, rev, rev2, err)
 	}
-	for _, want := range []seen{{"2026-11-25", 18_750_000}, {"2026-11-25", 37_500_000}} {
+	// The watch may start after the first write: it sees the latest value,
+	// and then each change.
+	for {
 		select {
 		case s := <-got:
-			if s != want {
-				t.Errorf("watched %+v, want %+v", s, want)
+			if s.window != "2026-11-25" || s.total != 18_750_000 && s.total != 37_500_000 {
+				t.Fatalf("watched %+v", s)
+			}
+			if s.total == 37_500_000 {
+				return
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatalf("the watch did not see %+v", want)
+			t.Fatal("the watch did not see the last value")
+		}
+	}
+}
+
+// TestGaugeExpires: a replica's gauge is watched by the others and is gone
+// from the store once its TTL passed without a refresh.
+func TestGaugeExpires(t *testing.T) {
+	url := natstest.Start(t)
+	a, b := openNATS(t, url), openNATS(t, url)
+	const name = "team\x1frunning\x1fa"
+	seen := make(chan int64, 4)
+	wctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- b.WatchCounters(wctx, func(n, _ string, total int64, _ time.Time, _ uint64) {
+			if n == name {
+				seen <- total
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchCounters: %v", err)
+		}
+	}()
+	a.PutGauge(name, 3, time.Second)
+	select {
+	case n := <-seen:
+		if n != 3 {
+			t.Errorf("watched %d, want 3", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not see the gauge")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, total, _, rev, err := b.LoadCounter(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev == 0 && total == 0 {
+			return // expired
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gauge is still stored (%d) after its TTL", total)
 		}
 	}
 }

@@ -484,6 +484,9 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		{&s.limits, jetstream.KeyValueConfig{
 			Bucket:      LimitBucket,
 			Description: "turnstile: the client keys' limits (turns, tokens, cost, turns running), shared by every replica",
+			// Per-key TTLs need markers on: a replica's count of running
+			// turns expires unless it is refreshed.
+			LimitMarkerTTL: time.Second,
 		}},
 	} {
 		if b.cfg.Bucket != LeaseBucket {
