@@ -121,7 +121,7 @@ func (k *keyLimiter) budgetLeft() error {
 // budgetHook returns the runtime's Budget check for a turn of the key, nil
 // when the key has no budget.
 func (k *key) budgetHook() func() error {
-	if k == nil || len(k.limiter.budgets) == 0 {
+	if k == nil || k.limiter == nil || len(k.limiter.budgets) == 0 {
 		return nil
 	}
 	return k.limiter.budgetLeft
