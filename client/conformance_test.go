@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -271,6 +272,10 @@ func observe(t *testing.T, c *client.Client, req *turnstilev1.RunTurnRequest, ca
 		obs["conversation_roles"] = roles(res.Conversation)
 		if n := len(res.Messages); n > 0 {
 			obs["final_text"] = messageText(res.Messages[n-1])
+		}
+		obs["cost"], obs["cost_partial"] = "none", res.Usage.GetCostPartial()
+		if c := res.Usage.GetCost(); c != nil {
+			obs["cost"] = fmt.Sprintf("%s %d.%09d", c.GetCurrency(), c.GetUnits(), c.GetNanos())
 		}
 		return obs
 	}

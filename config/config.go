@@ -91,6 +91,9 @@ type Config struct {
 	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
 	// Auth lists the client keys; none serves every caller.
 	Auth Auth `yaml:"auth"`
+	// Pricing sets the currency of the models' prices and the keys' cost
+	// limits.
+	Pricing Pricing `yaml:"pricing"`
 
 	// file names the source in errors.
 	file string
@@ -175,6 +178,10 @@ type Model struct {
 	// Reasoning, when set, is the reasoning asked of this model when a
 	// request's generation.reasoning is unset.
 	Reasoning *runtime.ReasoningConfig `yaml:"reasoning"`
+	// Price, when set, is what the model's tokens cost (per million, in
+	// pricing.currency): each call's and turn's usage then carries its
+	// cost. Unset is an unknown price, never 0.
+	Price *Price `yaml:"price"`
 }
 
 // Deployment is one entry of a model's deployments: one place the model

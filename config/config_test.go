@@ -177,7 +177,7 @@ func TestInvalid(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", "listen: x\n" + ok + "retries: 3\n", "config.yaml:4: retries: unknown key (known keys: listen, providers, models, default_model, retry, turn, server, log, telemetry, ops, store, mcp_servers, auth)"},
+		{"unknown key", "listen: x\n" + ok + "retries: 3\n", "config.yaml:4: retries: unknown key (known keys: listen, providers, models, default_model, retry, turn, server, log, telemetry, ops, store, mcp_servers, auth, pricing)"},
 		{"unknown provider key", "providers: {sim: {type: simulator, api_key: sk-123}}\nmodels: {a: {provider: sim, model: m}}\n", "config.yaml:1: providers.sim.api_key: unknown key; did you mean api_key_env? that is a key of types openai, anthropic, gemini, not of simulator"},
 		{"bad type", "providers: {p: {type: bedrock}}\nmodels: {a: {provider: p, model: m}}\n", `config.yaml:1: providers.p.type: unknown provider type "bedrock" (known types: simulator, openai, anthropic, gemini)`},
 		{"no type", "providers: {p: {base_url: http://x}}\nmodels: {a: {provider: p, model: m}}\n", `config.yaml:1: providers.p.type: required: one of simulator, openai, anthropic, gemini`},

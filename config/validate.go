@@ -122,6 +122,7 @@ func (c *Config) problems() []Problem {
 	c.checkOps(v)
 	c.checkMCP(v)
 	c.checkAuth(v)
+	c.checkPricing(v)
 	return v.out
 }
 

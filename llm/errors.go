@@ -58,6 +58,10 @@ const (
 	// KindOutputInvalid is a final reply that does not match the request's
 	// output schema ([Request.OutputSchema]).
 	KindOutputInvalid
+	// KindBudgetExhausted is a client key that spent its budget (cost per
+	// day or month) while its turn ran: the turn ended after the call that
+	// crossed it. Waiting until the budget's window resets helps.
+	KindBudgetExhausted
 )
 
 var kindNames = [...]string{
@@ -79,6 +83,7 @@ var kindNames = [...]string{
 	KindUnavailable:       "UNAVAILABLE",
 	KindToolsUnsafe:       "TOOLS_UNSAFE",
 	KindOutputInvalid:     "OUTPUT_INVALID",
+	KindBudgetExhausted:   "BUDGET_EXHAUSTED",
 }
 
 // Kinds returns every class of failure, in the order of their values.

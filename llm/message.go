@@ -203,6 +203,9 @@ type Usage struct {
 	OutputTokens     int64
 	CacheReadTokens  int64
 	CacheWriteTokens int64
+	// Cost is what the tokens cost at the model's price: set by the
+	// runtime, never by a provider; unknown when no call was priced.
+	Cost Cost
 }
 
 // Add returns the sum of u and v.
@@ -212,7 +215,13 @@ func (u Usage) Add(v Usage) Usage {
 		OutputTokens:     u.OutputTokens + v.OutputTokens,
 		CacheReadTokens:  u.CacheReadTokens + v.CacheReadTokens,
 		CacheWriteTokens: u.CacheWriteTokens + v.CacheWriteTokens,
+		Cost:             u.Cost.Add(v.Cost),
 	}
+}
+
+// Tokens returns the tokens u counts, every class summed.
+func (u Usage) Tokens() int64 {
+	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
 }
 
 // IsZero reports whether u counts nothing.

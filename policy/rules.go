@@ -111,6 +111,8 @@ var rules = map[llm.Kind]Rule{
 	// The reply did not match the output schema: the model is asked again,
 	// shown the validation errors.
 	llm.KindOutputInvalid: {Retry: true, Corrects: true},
+	// The client key spent its budget: no model of the chain helps.
+	llm.KindBudgetExhausted: {},
 }
 
 // RuleFor returns the rule of class k. A class without a rule is treated

@@ -113,6 +113,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	c.m.ended()
 	res := &c.res
 	res.duration = time.Since(c.start)
+	res.usage.Cost = llm.CostOf(c.m.Price, res.usage)
 	t.usage = t.usage.Add(res.usage)
 	t.recordLatency(c)
 	t.noteInput(c)

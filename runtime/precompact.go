@@ -103,6 +103,9 @@ func (t *turn) compactWith(ctx context.Context, c Compactor, est int) (bool, err
 	ev.ReplacedFrom, ev.ReplacedCount, ev.Replacement = replacement(before, after)
 	if s, ok := c.(*Summarize); ok {
 		ev.Strategy, ev.SummaryError = s.outcome()
+		if s.Model != nil {
+			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
+		}
 		t.usage = t.usage.Add(s.usage)
 	}
 	t.out.emit(ctx, ev)

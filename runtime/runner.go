@@ -57,6 +57,10 @@ type Model struct {
 	// Compaction, when not nil, compacts the conversation before a call
 	// whose estimated size nears ContextWindow (see [CompactionConfig]).
 	Compaction *CompactionConfig
+	// Price, when not nil, is what the model's tokens cost: each call's
+	// usage carries its cost ([llm.Usage.Cost]). Nil is an unknown price,
+	// not a free model.
+	Price *llm.Price
 	// Input, when not nil, lists the kinds of input the model takes;
 	// nil takes what its provider says ([MediaTaker]), or text only.
 	Input []llm.Modality
@@ -123,6 +127,11 @@ type TurnRequest struct {
 	// that wait for approval and steers it while it runs; nil gives the
 	// turn controls nobody reaches (its approvals time out).
 	Controls *Controls
+	// Budget, when set, is asked before each model call whether the turn
+	// may make it: a non-nil error (of [llm.KindBudgetExhausted]) ends the
+	// turn with it instead. The call under way when a budget is crossed
+	// finishes; the next one is not made.
+	Budget func() error
 }
 
 // Runner runs turns. It is safe for concurrent use; its cooldowns and retry

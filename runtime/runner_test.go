@@ -44,7 +44,7 @@ func TestPlainTurn(t *testing.T) {
 		m.Parts[0].Kind != llm.PartThinking || m.Parts[0].Text != "hmm" || m.Parts[0].Signature != "sig" {
 		t.Errorf("committed message = %+v", m)
 	}
-	if res.Usage != (llm.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2}) || res.Counters.ModelCalls != 1 {
+	if res.Usage != (llm.Usage{InputTokens: 7, OutputTokens: 3, CacheReadTokens: 2, Cost: llm.Cost{Unpriced: true}}) || res.Counters.ModelCalls != 1 {
 		t.Errorf("usage %+v counters %+v", res.Usage, res.Counters)
 	}
 	if evs[0].TurnID != "t1" {

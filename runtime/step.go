@@ -43,6 +43,10 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			return llm.Message{}, 0, err
 		}
 		m := t.chain.current()
+		if err := t.budget(); err != nil {
+			ticket.Cancel()
+			return llm.Message{}, 0, err
+		}
 		if err := t.compactBefore(ctx, m); err != nil {
 			ticket.Cancel()
 			return llm.Message{}, 0, err
@@ -287,4 +291,13 @@ func (t *turn) wait(ctx context.Context, d time.Duration) error {
 // could be removed.
 func (t *turn) compact(ctx context.Context) (bool, error) {
 	return t.compactWith(ctx, t.r.opts.compactor, 0)
+}
+
+// budget returns why the turn may make no more model calls (its client
+// key spent its budget), nil while it may.
+func (t *turn) budget() error {
+	if t.req.Budget == nil {
+		return nil
+	}
+	return t.req.Budget()
 }

@@ -355,10 +355,25 @@ func fromMessage(m llm.Message) *turnstilev1.Message {
 }
 
 func fromUsage(u llm.Usage) *turnstilev1.Usage {
-	return &turnstilev1.Usage{
+	out := &turnstilev1.Usage{
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens,
 	}
+	if c := u.Cost; c.Priced {
+		out.Cost = &turnstilev1.Cost{Currency: c.Currency, Units: c.Nanos / llm.NanosPerUnit, Nanos: int32(c.Nanos % llm.NanosPerUnit)}
+		out.CostPartial = c.Unpriced
+	}
+	return out
+}
+
+// toUsage is fromUsage's inverse, for a turn resumed from its log.
+func toUsage(u *turnstilev1.Usage) llm.Usage {
+	out := llm.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(), CacheReadTokens: u.GetCacheReadTokens(), CacheWriteTokens: u.GetCacheWriteTokens()}
+	if c := u.GetCost(); c != nil {
+		out.Cost = llm.Cost{Currency: c.GetCurrency(), Nanos: c.GetUnits()*llm.NanosPerUnit + int64(c.GetNanos()), Priced: true}
+	}
+	out.Cost.Unpriced = u.GetCostPartial() || out.Cost.Unpriced
+	return out
 }
 
 // errorCode maps a runtime kind to the wire's error code.

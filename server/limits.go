@@ -20,10 +20,11 @@ import (
 )
 
 // KeyLimits bound what one client key may use. A limit left unset (nil)
-// is no limit; 0 allows nothing, which suspends the key. The limits are
-// kept by each replica on its own: behind N replicas a key may use up to N
-// times as much. The yaml names are the configuration file's keys (an auth
-// key's limits block).
+// is no limit; 0 allows nothing, which suspends the key. Each replica
+// keeps them at once; with a store, Server.ShareLimits shares them with
+// the other replicas (shared.go), which can then go over a limit together
+// only by what they start while the last use travels. The yaml names are
+// the configuration file's keys (an auth key's limits block).
 type KeyLimits struct {
 	// ConcurrentTurns bounds the key's turns running at once.
 	ConcurrentTurns *int `yaml:"concurrent_turns"`
@@ -46,6 +47,13 @@ type KeyLimits struct {
 	// configuration gives a key that leaves it out a quarter of
 	// store.max_bytes.
 	StoredBytes *int64 `yaml:"stored_bytes"`
+	// CostPerDay and CostPerMonth are the key's budgets, in
+	// pricing.currency: what its turns may cost per UTC day and per UTC
+	// calendar month. A turn starts only while both have money left, and
+	// one that crosses a budget ends after the call that crossed it with
+	// BUDGET_EXHAUSTED. The key may use only models with a price.
+	CostPerDay   *llm.Money `yaml:"cost_per_day"`
+	CostPerMonth *llm.Money `yaml:"cost_per_month"`
 }
 
 // Problems lists every limit that is out of range; none when l is valid.
@@ -61,6 +69,8 @@ func (l KeyLimits) Problems() []llm.Problem {
 	neg("tokens_per_minute", l.TokensPerMinute != nil, deref(l.TokensPerMinute))
 	neg("tokens_per_day", l.TokensPerDay != nil, deref(l.TokensPerDay))
 	neg("stored_bytes", l.StoredBytes != nil, deref(l.StoredBytes))
+	neg("cost_per_day", l.CostPerDay != nil, int64(deref(l.CostPerDay)))
+	neg("cost_per_month", l.CostPerMonth != nil, int64(deref(l.CostPerMonth)))
 	return out
 }
 
@@ -82,6 +92,7 @@ type refusal struct {
 	msg        string
 	limit      string
 	retryAfter time.Duration
+	reason     string // the ErrorInfo reason; empty: LIMIT_EXCEEDED
 }
 
 func (r *refusal) status(client string) *status.Status {
@@ -89,7 +100,11 @@ func (r *refusal) status(client string) *status.Status {
 	if client != "" {
 		md["client"] = client
 	}
-	return limitExceeded(r.msg, r.retryAfter, md)
+	reason := r.reason
+	if reason == "" {
+		reason = reasonLimitExceeded
+	}
+	return refused(reason, r.msg, r.retryAfter, md)
 }
 
 // keyLimiter keeps one key's limits.
@@ -104,10 +119,12 @@ type keyLimiter struct {
 	stored   int64 // the bytes the key's running turns hold in the store
 	now      func() time.Time
 	periodOf map[*rate.Limiter]string
+	budgets  []*budgetWindow // cost_per_day, cost_per_month (budget.go)
+	share    *keyShare       // nil: the limits are this replica's alone (shared.go)
 }
 
 func newKeyLimiter(name string, l KeyLimits, now func() time.Time) *keyLimiter {
-	k := &keyLimiter{name: name, limits: l, now: now, periodOf: map[*rate.Limiter]string{}}
+	k := &keyLimiter{name: name, limits: l, now: now, periodOf: map[*rate.Limiter]string{}, budgets: newBudgets(l, now())}
 	if l.TurnsPerMinute != nil {
 		k.turns = bucket(int64(*l.TurnsPerMinute), time.Minute, now())
 	}
@@ -137,9 +154,9 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 	defer k.mu.Unlock()
 	now := k.now()
 	l := k.limits
-	if l.ConcurrentTurns != nil && k.running >= *l.ConcurrentTurns {
+	if running := k.running + k.share.othersRunning(now); l.ConcurrentTurns != nil && running >= *l.ConcurrentTurns {
 		r := &refusal{limit: "concurrent_turns", retryAfter: busyRetry,
-			msg: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, k.running)}
+			msg: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, running)}
 		if *l.ConcurrentTurns == 0 {
 			r.msg, r.retryAfter = fmt.Sprintf("client key %q may run no turns (concurrent_turns: 0)", k.name), 0
 		}
@@ -159,6 +176,9 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 			return nil, r
 		}
 	}
+	if r := k.budgetRefusal(now); r != nil {
+		return nil, r
+	}
 	if k.turns != nil {
 		res := k.turns.ReserveN(now, 1)
 		if !res.OK() {
@@ -169,6 +189,9 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 			d = ceilSecond(d)
 			return nil, &refusal{limit: "turns_per_minute", retryAfter: d,
 				msg: fmt.Sprintf("client key %q started its %d turns per minute; retry in %s", k.name, k.turns.Burst(), d)}
+		}
+		if c := k.share.counter("turns"); c != nil {
+			c.add(now, 1, "")
 		}
 	}
 	k.running++
@@ -191,16 +214,10 @@ func (k *keyLimiter) charge(n int64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.now()
-	for _, lim := range []*rate.Limiter{k.tokMin, k.tokDay} {
-		if lim == nil || lim.Burst() == 0 {
-			continue
-		}
-		// A reservation takes at most a burst at a time.
-		for left := n; left > 0; {
-			take := min(left, int64(lim.Burst()))
-			lim.ReserveN(now, int(take))
-			left -= take
-		}
+	takeAt(k.tokMin, now, n)
+	takeAt(k.tokDay, now, n)
+	if c := k.share.counter("tokens"); c != nil {
+		c.add(now, n, "")
 	}
 }
 
@@ -342,18 +359,21 @@ func (k *keyLimiter) hold() func() {
 // usageCharger charges a turn's tokens to its key as the running totals
 // arrive, and the bytes the turn stores to the key's stored_bytes.
 type usageCharger struct {
-	k      *keyLimiter
-	last   int64
-	stored int64 // the bytes this turn stored
+	k        *keyLimiter
+	last     int64
+	lastCost int64 // the nanos of the turn's cost charged so far
+	stored   int64 // the bytes this turn stored
 }
 
 func (c *usageCharger) total(u llm.Usage) {
 	if c == nil || c.k == nil {
 		return
 	}
-	n := u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+	n := u.Tokens()
 	c.k.charge(n - c.last)
 	c.last = max(c.last, n)
+	c.k.spend(u.Cost.Nanos - c.lastCost)
+	c.lastCost = max(c.lastCost, u.Cost.Nanos)
 }
 
 // store counts n more bytes the turn stores; it fails, counting none,

@@ -179,7 +179,7 @@ func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.Tur
 	if st != nil {
 		return nil, st
 	}
-	tr.Model, tr.Client = alias, k.name()
+	tr.Model, tr.Client, tr.Budget = alias, k.name(), k.budgetHook()
 	if err := s.runner.Validate(tr); err != nil {
 		if fes := fieldErrors(err); len(fes) > 0 {
 			return nil, invalidArgument(fes)

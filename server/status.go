@@ -27,7 +27,7 @@ const ErrorDomain = "turnstile"
 // own credentials are not at fault.
 func grpcCode(k llm.Kind) codes.Code {
 	switch k {
-	case llm.KindRateLimited, llm.KindQuotaExhausted:
+	case llm.KindRateLimited, llm.KindQuotaExhausted, llm.KindBudgetExhausted:
 		return codes.ResourceExhausted
 	case llm.KindOverloaded, llm.KindServerError, llm.KindTimeout, llm.KindNetwork,
 		llm.KindStreamInterrupted, llm.KindUnavailable:
@@ -113,7 +113,13 @@ func permissionDenied(msg string, metadata map[string]string) *status.Status {
 // limitExceeded returns the status of a turn refused by a limit: with
 // RetryInfo when waiting retryAfter may help, without when it never will.
 func limitExceeded(msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
-	details := []protoadapt.MessageV1{errorInfo(reasonLimitExceeded, metadata)}
+	return refused(reasonLimitExceeded, msg, retryAfter, metadata)
+}
+
+// refused returns the status RESOURCE_EXHAUSTED of a turn refused for
+// reason (a budget spent, say), with RetryInfo when waiting helps.
+func refused(reason, msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
+	details := []protoadapt.MessageV1{errorInfo(reason, metadata)}
 	if retryAfter > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 	}

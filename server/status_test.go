@@ -36,6 +36,7 @@ func TestKindMapping(t *testing.T) {
 		{llm.KindUnavailable, codes.Unavailable},
 		{llm.KindToolsUnsafe, codes.Aborted},
 		{llm.KindOutputInvalid, codes.InvalidArgument},
+		{llm.KindBudgetExhausted, codes.ResourceExhausted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind.String(), func(t *testing.T) {

@@ -85,11 +85,12 @@ func (s *service) takeOver(ctx context.Context, k runKey) bool {
 	release := leave
 	if key := s.keyNamed(first.Client); key != nil {
 		endKey := key.limiter.hold()
+		tr.Budget = key.budgetHook()
 		release = func() { leave(); endKey() }
 		// The tokens used before the takeover were charged where they were
 		// used.
 		u := tr.Resume.Usage
-		r.charge = &usageCharger{k: key.limiter, last: u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens}
+		r.charge = &usageCharger{k: key.limiter, last: u.Tokens(), lastCost: u.Cost.Nanos}
 	}
 	if !first.Deadline.IsZero() {
 		var cancelDL context.CancelFunc
@@ -332,7 +333,7 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 			rs.Edits = append(rs.Edits, e)
 		case *turnstilev1.AgentEvent_Usage:
 			u := p.Usage
-			rs.Usage = llm.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(), CacheReadTokens: u.GetCacheReadTokens(), CacheWriteTokens: u.GetCacheWriteTokens()}
+			rs.Usage = toUsage(u)
 		case *turnstilev1.AgentEvent_MessageCompleted:
 			var bad violations
 			// The server made these messages: their media were bounded then.

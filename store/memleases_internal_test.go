@@ -33,6 +33,7 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 		StreamName:             jetstream.FileStorage,
 		"KV_" + CooldownBucket: jetstream.FileStorage,
 		"KV_" + BudgetBucket:   jetstream.FileStorage,
+		"KV_" + LimitBucket:    jetstream.FileStorage,
 	})
 	if _, err := s.leases.Get(ctx, "old"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the file bucket's lease: %v, want ErrKeyNotFound", err)

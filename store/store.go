@@ -33,6 +33,10 @@ const (
 	// shared by every replica: one key per model, changed by
 	// compare-and-swap.
 	BudgetBucket = "TURNSTILE_BUDGETS"
+	// LimitBucket is the key-value bucket of the client keys' limits,
+	// shared by every replica: one counter per key and limit, changed by
+	// compare-and-swap (limits.go).
+	LimitBucket = "TURNSTILE_LIMITS"
 	// subjectRoot prefixes the log's subjects: subjectRoot.<turn>.<attempt>.own|ev.
 	subjectRoot = "turnstile.run"
 	// controlRoot prefixes the control subjects: controlRoot.<turn>.<attempt>.
@@ -67,6 +71,7 @@ type Store struct {
 	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
+	limits    jetstream.KeyValue
 
 	closed chan struct{} // closed by Close: writers stop
 	// closing is done once closed is: the context of the writers'
@@ -477,6 +482,13 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		{&s.budgets, jetstream.KeyValueConfig{
 			Bucket:      BudgetBucket,
 			Description: "turnstile: the models' retry budgets, shared by every replica",
+		}},
+		{&s.limits, jetstream.KeyValueConfig{
+			Bucket:      LimitBucket,
+			Description: "turnstile: the client keys' limits (turns, tokens, cost, turns running), shared by every replica",
+			// Per-key TTLs need markers on: a replica's count of running
+			// turns expires unless it is refreshed.
+			LimitMarkerTTL: time.Second,
 		}},
 	} {
 		if b.cfg.Bucket != LeaseBucket {

@@ -125,6 +125,13 @@ func (l *TurnLog) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.T
 		slog.Int64("cache_read_tokens", u.CacheReadTokens),
 		slog.Int64("cache_write_tokens", u.CacheWriteTokens),
 	)
+	if u.Cost.Priced {
+		// Exact, as on the wire; absent when no call had a price.
+		attrs = append(attrs, slog.String("cost", llm.FormatMoney(u.Cost.Nanos)), slog.String("currency", u.Cost.Currency))
+		if u.Cost.Unpriced {
+			attrs = append(attrs, slog.Bool("cost_partial", true))
+		}
+	}
 	if end.TimeToFirstOutput > 0 {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(end.TimeToFirstOutput)))
 	}

@@ -106,6 +106,13 @@ const (
 	// bytes, even with content capture.
 	keyMediaCount = attribute.Key("turnstile.request.media.count")
 	keyMediaTypes = attribute.Key("turnstile.request.media.types")
+	// keyCost is what a call or a turn cost, in units of the currency
+	// keyCostCurrency names (pricing.currency), when its model has a price;
+	// keyCostPartial says a turn's cost leaves out calls of models without
+	// one.
+	keyCost         = attribute.Key("turnstile.cost")
+	keyCostCurrency = attribute.Key("turnstile.cost.currency")
+	keyCostPartial  = attribute.Key("turnstile.cost.partial")
 )
 
 // Span event names.
@@ -141,6 +148,7 @@ const (
 	metricApprovals    = "turnstile.approvals"
 	metricApprovalWait = "turnstile.approval.wait"
 	metricSteered      = "turnstile.steered"
+	metricCost         = "turnstile.cost"
 	metricRetryBudget  = "turnstile.model.retry_budget"
 	metricCoolingDown  = "turnstile.model.cooling_down"
 	instrumentationURL = "github.com/turnstile-dev/turnstile/telemetry"

@@ -177,6 +177,10 @@ func (o *Observer) TurnStart(ctx context.Context, t runtime.TurnInfo) context.Co
 		// (TurnIDProcessor).
 		ctx = context.WithValue(ctx, turnKey{}, t.TurnID)
 	}
+	if c := client(t); c != "" {
+		// For the cost of the turn's calls, by client (AttemptEnd).
+		ctx = context.WithValue(ctx, clientKey{}, c)
+	}
 	return ctx
 }
 
@@ -198,6 +202,10 @@ func (o *Observer) TurnEnd(ctx context.Context, t runtime.TurnInfo, end runtime.
 		)
 		if end.ServedBy != "" {
 			attrs = append(attrs, keyServedBy.String(end.ServedBy))
+		}
+		attrs = append(attrs, costAttrs(end.Usage.Cost)...)
+		if end.Usage.Cost.Priced && end.Usage.Cost.Unpriced {
+			attrs = append(attrs, keyCostPartial.Bool(true))
 		}
 		if end.TimeToFirstOutput > 0 {
 			attrs = append(attrs, keyFirstOutput.Float64(end.TimeToFirstOutput.Seconds()))
@@ -276,6 +284,23 @@ func client(t runtime.TurnInfo) string {
 // leaves the cached ones out).
 func inputTokens(u llm.Usage) int64 { return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens }
 
+// clientKey carries the name of a turn's client key in the context
+// [Observer.TurnStart] returns, for the metrics of its calls.
+type clientKey struct{}
+
+// units returns nanos of a currency as units of it, for spans and
+// metrics; the exact amount is on the wire.
+func units(nanos int64) float64 { return float64(nanos) / llm.NanosPerUnit }
+
+// costAttrs returns the cost attributes of a call or turn, none when its
+// cost is unknown (no priced call): unknown is not zero.
+func costAttrs(c llm.Cost) []attribute.KeyValue {
+	if !c.Priced {
+		return nil
+	}
+	return []attribute.KeyValue{keyCost.Float64(units(c.Nanos)), keyCostCurrency.String(c.Currency)}
+}
+
 // usageAttrs returns the usage attributes, none when u counts nothing: a
 // call that failed before the provider reported usage, or a provider
 // that does not report it, has no usage known, which is not zero.
@@ -350,7 +375,7 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 	span := trace.SpanFromContext(ctx)
 	provider := o.genAIProvider(a.Provider)
 	if span.IsRecording() {
-		attrs := usageAttrs(end.Usage)
+		attrs := append(usageAttrs(end.Usage), costAttrs(end.Usage.Cost)...)
 		if end.ResponseModel != "" {
 			attrs = append(attrs, keyResponseModel.String(end.ResponseModel))
 		}
@@ -412,6 +437,13 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 	}
 	if end.Usage.IsZero() {
 		return
+	}
+	if c := end.Usage.Cost; c.Priced {
+		costSet := []attribute.KeyValue{keyModel.String(a.Model), keyProvider.String(a.Provider), keyCostCurrency.String(c.Currency)}
+		if client, ok := ctx.Value(clientKey{}).(string); ok {
+			costSet = append(costSet, keyClient.String(client))
+		}
+		o.m.cost.Add(ctx, units(c.Nanos), metric.WithAttributes(costSet...))
 	}
 	// The conventions' token metric has no error.type.
 	attrs = append(attrs[:common], keyTokenType.String("input"))
@@ -565,6 +597,7 @@ type instruments struct {
 	active            metric.Int64UpDownCounter
 	turnWait          metric.Float64Histogram
 	turnTokens        metric.Int64Counter
+	cost              metric.Float64Counter
 	approvals         metric.Int64Counter
 	approvalWait      metric.Float64Histogram
 	steered           metric.Int64Counter
@@ -599,6 +632,9 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 	in.turnWait = f64(metricTurnWait, "Time a turn spent waiting in backoff before retries.", secondsBuckets)
 	in.approvalWait = f64(metricApprovalWait, "Time a tool call waited for approval, by tool and outcome.", agentBuckets)
 	var err error
+	in.cost, err = m.Float64Counter(metricCost, metric.WithUnit("{currency}"),
+		metric.WithDescription("What model calls cost at the configured prices, in units of turnstile.cost.currency, by model, provider and client; calls of models without a price are not counted."))
+	errs = append(errs, err)
 	in.tokenUsage, err = m.Int64Histogram(metricTokenUsage, metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used by a model call, by type (input includes cached input)."),
 		metric.WithExplicitBucketBoundaries(tokenBuckets...))

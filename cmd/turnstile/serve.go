@@ -34,7 +34,13 @@ var (
 	_ server.TurnStore       = (*store.Store)(nil)
 	_ runtime.CooldownSharer = (*store.Store)(nil)
 	_ runtime.BudgetSharer   = (*store.Store)(nil)
+	_ server.LimitSharer     = (*store.Store)(nil)
 )
+
+// limitShareInterval is how often a replica adds what its client keys
+// used to the limits the replicas share: with the store's latency, how
+// far behind another replica's view of a key's use may be.
+const limitShareInterval = 100 * time.Millisecond
 
 // budgetShareInterval is how often a replica merges what its retries did
 // to the models' retry budgets into the shared ones: how stale another
@@ -219,6 +225,17 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 	if st != nil {
 		// Health says when the store takes no new turn.
 		st.OnRoom(srv.StoreRoom)
+		// The client keys' limits hold across the replicas. Until the
+		// server has drained its turns, not only until the signal.
+		lctx, stopLimits := context.WithCancel(context.WithoutCancel(ctx))
+		limitsShared := make(chan struct{})
+		defer func() { stopLimits(); <-limitsShared }()
+		go func() {
+			defer close(limitsShared)
+			if err := srv.ShareLimits(lctx, st, st.ReplicaID(), limitShareInterval); err != nil {
+				logger.Error("client key limits are not shared", "error", err)
+			}
+		}()
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -351,6 +368,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Tools:             allowedTools(mc.Tools),
 			Input:             mc.Input,
 			Reasoning:         mc.Reasoning.Reasoning(),
+			Price:             cfg.ModelPrice(alias),
 		})
 	}
 	tools, rules, closeTools, err := buildTools(ctx, cfg, logger)

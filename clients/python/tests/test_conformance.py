@@ -188,6 +188,9 @@ class Observation:
             obs["conversation_roles"] = role_names(res.conversation)
             if res.messages:
                 obs["final_text"] = message_text(res.messages[-1])
+            c = res.usage.cost
+            obs["cost"] = f"{c.currency} {c.units}.{c.nanos:09d}" if res.usage.HasField("cost") else "none"
+            obs["cost_partial"] = res.usage.cost_partial
             return obs
         if failure is None:
             raise AssertionError("the turn ended with neither a result nor a TurnError")

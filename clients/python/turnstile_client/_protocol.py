@@ -344,13 +344,30 @@ def standing(msgs: List[conversation_pb2.Message]) -> List[conversation_pb2.Mess
     return msgs
 
 
+def _used(u: conversation_pb2.Usage) -> bool:
+    return bool(u.input_tokens or u.output_tokens or u.cache_read_tokens or u.cache_write_tokens)
+
+
 def add_usage(dst: conversation_pb2.Usage, u: Optional[conversation_pb2.Usage]) -> None:
     if u is None:
         return
+    # Costs add up exactly; tokens of unknown cost beside a known cost make
+    # the sum partial, and without any known cost there is none.
+    unpriced_before = not dst.HasField("cost") and _used(dst)
+    unpriced_now = not u.HasField("cost") and _used(u)
     dst.input_tokens += u.input_tokens
     dst.output_tokens += u.output_tokens
     dst.cache_read_tokens += u.cache_read_tokens
     dst.cache_write_tokens += u.cache_write_tokens
+    if u.HasField("cost"):
+        if not dst.HasField("cost"):
+            dst.cost.currency = u.cost.currency
+        nanos = dst.cost.nanos + u.cost.nanos
+        dst.cost.units += u.cost.units + nanos // 1_000_000_000
+        dst.cost.nanos = nanos % 1_000_000_000
+        dst.cost_partial = dst.cost_partial or u.cost_partial or unpriced_before
+    elif unpriced_now and dst.HasField("cost"):
+        dst.cost_partial = True
 
 
 def add_counters(dst: agent_pb2.TurnCounters, c: Optional[agent_pb2.TurnCounters]) -> None:

@@ -23,7 +23,7 @@ import {
   type TurnCounters,
   TurnCountersSchema,
 } from "./gen/turnstile/v1/agent_pb.js";
-import { type Message, Role, type Usage, UsageSchema } from "./gen/turnstile/v1/conversation_pb.js";
+import { CostSchema, type Message, Role, type Usage, UsageSchema } from "./gen/turnstile/v1/conversation_pb.js";
 import { ErrorCode, type Error as ErrorEvent } from "./gen/turnstile/v1/errors_pb.js";
 import { type Failure, TurnError, codeName, fromErrorEvent, fromStatus, transportBreak } from "./errors.js";
 import { type LoadBalancing, balancedTransport, parseTarget } from "./balance.js";
@@ -1030,10 +1030,26 @@ export function standing(msgs: Message[]): Message[] {
 
 function addUsage(dst: Usage, u: Usage | undefined): void {
   if (!u) return;
+  // Costs add up exactly; tokens of unknown cost beside a known cost make
+  // the sum partial, and without any known cost there is none.
+  const used = (x: Usage) =>
+    x.inputTokens + x.outputTokens + x.cacheReadTokens + x.cacheWriteTokens !== 0n;
+  const unpricedBefore = dst.cost === undefined && used(dst);
+  const unpricedNow = u.cost === undefined && used(u);
   dst.inputTokens += u.inputTokens;
   dst.outputTokens += u.outputTokens;
   dst.cacheReadTokens += u.cacheReadTokens;
   dst.cacheWriteTokens += u.cacheWriteTokens;
+  if (u.cost !== undefined) {
+    const c = dst.cost ?? create(CostSchema, { currency: u.cost.currency });
+    const nanos = c.nanos + u.cost.nanos;
+    c.units += u.cost.units + BigInt(Math.floor(nanos / 1e9));
+    c.nanos = nanos % 1e9;
+    dst.cost = c;
+    dst.costPartial = dst.costPartial || u.costPartial || unpricedBefore;
+  } else if (unpricedNow && dst.cost !== undefined) {
+    dst.costPartial = true;
+  }
 }
 
 function addCounters(dst: TurnCounters, c: TurnCounters | undefined): void {

@@ -181,6 +181,9 @@ async function observe(client: Client, sc: Scenario, addr: string): Promise<Reco
     obs.roles = roles(res.messages);
     obs.conversation_roles = roles(res.conversation);
     if (res.messages.length > 0) obs.final_text = text(res.messages[res.messages.length - 1]);
+    const cost = res.usage.cost;
+    obs.cost = cost ? `${cost.currency} ${cost.units}.${String(cost.nanos).padStart(9, "0")}` : "none";
+    obs.cost_partial = res.usage.costPartial;
     return obs;
   }
   assert.ok(failure instanceof TurnError, `the turn ended with ${String(failure)}, want a result or a TurnError`);

@@ -680,8 +680,18 @@ type Usage struct {
 	CacheReadTokens int64 `protobuf:"varint,3,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
 	// Prompt tokens written to the provider's prompt cache.
 	CacheWriteTokens int64 `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What the tokens cost at the prices of the server's configuration
+	// (models.ALIAS.price, in pricing.currency): of one model call on
+	// LlmCallFinished, of the turn so far on UsageUpdated and TurnCompleted.
+	// Unset when the price is unknown (no call was of a model with a price):
+	// unknown is never sent as zero.
+	Cost *Cost `protobuf:"bytes,5,opt,name=cost,proto3" json:"cost,omitempty"`
+	// True when cost counts only part of the tokens: some call that used
+	// tokens was of a model without a price (a fallback to an unpriced
+	// model, say), whose cost is unknown and not in cost.
+	CostPartial   bool `protobuf:"varint,6,opt,name=cost_partial,json=costPartial,proto3" json:"cost_partial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -742,6 +752,90 @@ func (x *Usage) GetCacheWriteTokens() int64 {
 	return 0
 }
 
+func (x *Usage) GetCost() *Cost {
+	if x != nil {
+		return x.Cost
+	}
+	return nil
+}
+
+func (x *Usage) GetCostPartial() bool {
+	if x != nil {
+		return x.CostPartial
+	}
+	return false
+}
+
+// Cost is an amount of money in one currency, exact: units + nanos, like
+// google.type.Money (nanos has the sign of units; a cost is never
+// negative). 1.5 USD is {currency: "USD", units: 1, nanos: 500000000}.
+// The server computes it in nanos of the currency as integers, so the sums
+// of a turn do not drift; a client that wants a float may take
+// units + nanos / 1e9.
+type Cost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The currency's code as configured (pricing.currency, e.g. "USD";
+	// ISO 4217 by convention, not checked).
+	Currency string `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The whole units of the amount.
+	Units int64 `protobuf:"varint,2,opt,name=units,proto3" json:"units,omitempty"`
+	// The billionths of a unit, 0 to 999,999,999.
+	Nanos         int32 `protobuf:"varint,3,opt,name=nanos,proto3" json:"nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cost) Reset() {
+	*x = Cost{}
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cost) ProtoMessage() {}
+
+func (x *Cost) ProtoReflect() protoreflect.Message {
+	mi := &file_turnstile_v1_conversation_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cost.ProtoReflect.Descriptor instead.
+func (*Cost) Descriptor() ([]byte, []int) {
+	return file_turnstile_v1_conversation_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Cost) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *Cost) GetUnits() int64 {
+	if x != nil {
+		return x.Units
+	}
+	return 0
+}
+
+func (x *Cost) GetNanos() int32 {
+	if x != nil {
+		return x.Nanos
+	}
+	return 0
+}
+
 var File_turnstile_v1_conversation_proto protoreflect.FileDescriptor
 
 const file_turnstile_v1_conversation_proto_rawDesc = "" +
@@ -781,12 +875,18 @@ const file_turnstile_v1_conversation_proto_rawDesc = "" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xa9\x01\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xf4\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
 	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
-	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens*N\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens\x12&\n" +
+	"\x04cost\x18\x05 \x01(\v2\x12.turnstile.v1.CostR\x04cost\x12!\n" +
+	"\fcost_partial\x18\x06 \x01(\bR\vcostPartial\"N\n" +
+	"\x04Cost\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
+	"\x05units\x18\x02 \x01(\x03R\x05units\x12\x14\n" +
+	"\x05nanos\x18\x03 \x01(\x05R\x05nanos*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_USER\x10\x01\x12\x12\n" +
@@ -807,7 +907,7 @@ func file_turnstile_v1_conversation_proto_rawDescGZIP() []byte {
 }
 
 var file_turnstile_v1_conversation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_turnstile_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_turnstile_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_turnstile_v1_conversation_proto_goTypes = []any{
 	(Role)(0),               // 0: turnstile.v1.Role
 	(*Message)(nil),         // 1: turnstile.v1.Message
@@ -818,22 +918,24 @@ var file_turnstile_v1_conversation_proto_goTypes = []any{
 	(*ToolResult)(nil),      // 6: turnstile.v1.ToolResult
 	(*ToolDefinition)(nil),  // 7: turnstile.v1.ToolDefinition
 	(*Usage)(nil),           // 8: turnstile.v1.Usage
-	(*structpb.Struct)(nil), // 9: google.protobuf.Struct
+	(*Cost)(nil),            // 9: turnstile.v1.Cost
+	(*structpb.Struct)(nil), // 10: google.protobuf.Struct
 }
 var file_turnstile_v1_conversation_proto_depIdxs = []int32{
-	0, // 0: turnstile.v1.Message.role:type_name -> turnstile.v1.Role
-	2, // 1: turnstile.v1.Message.parts:type_name -> turnstile.v1.Part
-	4, // 2: turnstile.v1.Part.thinking:type_name -> turnstile.v1.Thinking
-	5, // 3: turnstile.v1.Part.tool_call:type_name -> turnstile.v1.ToolCall
-	6, // 4: turnstile.v1.Part.tool_result:type_name -> turnstile.v1.ToolResult
-	3, // 5: turnstile.v1.Part.media:type_name -> turnstile.v1.Media
-	3, // 6: turnstile.v1.ToolResult.media:type_name -> turnstile.v1.Media
-	9, // 7: turnstile.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	0,  // 0: turnstile.v1.Message.role:type_name -> turnstile.v1.Role
+	2,  // 1: turnstile.v1.Message.parts:type_name -> turnstile.v1.Part
+	4,  // 2: turnstile.v1.Part.thinking:type_name -> turnstile.v1.Thinking
+	5,  // 3: turnstile.v1.Part.tool_call:type_name -> turnstile.v1.ToolCall
+	6,  // 4: turnstile.v1.Part.tool_result:type_name -> turnstile.v1.ToolResult
+	3,  // 5: turnstile.v1.Part.media:type_name -> turnstile.v1.Media
+	3,  // 6: turnstile.v1.ToolResult.media:type_name -> turnstile.v1.Media
+	10, // 7: turnstile.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	9,  // 8: turnstile.v1.Usage.cost:type_name -> turnstile.v1.Cost
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_turnstile_v1_conversation_proto_init() }
@@ -858,7 +960,7 @@ func file_turnstile_v1_conversation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turnstile_v1_conversation_proto_rawDesc), len(file_turnstile_v1_conversation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -91,6 +91,14 @@ const (
 	// validation errors. The message lists the first errors. Not retryable:
 	// the server already asked the model again.
 	ErrorCode_ERROR_CODE_OUTPUT_INVALID ErrorCode = 22
+	// The client key spent its budget (auth.keys[].limits.cost_per_day or
+	// cost_per_month, status RESOURCE_EXHAUSTED). Before the turn started:
+	// google.rpc.RetryInfo says when the budget's window resets (UTC midnight,
+	// or the first of the month), and the ErrorInfo metadata key "limit"
+	// names the budget. During the turn: the call that crossed the budget
+	// finished and the turn ended before the next one, not retryable until
+	// the window resets.
+	ErrorCode_ERROR_CODE_BUDGET_EXHAUSTED ErrorCode = 23
 )
 
 // Enum value maps for ErrorCode.
@@ -119,6 +127,7 @@ var (
 		20: "ERROR_CODE_LIMIT_EXCEEDED",
 		21: "ERROR_CODE_REQUEST_TOO_LARGE",
 		22: "ERROR_CODE_OUTPUT_INVALID",
+		23: "ERROR_CODE_BUDGET_EXHAUSTED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":        0,
@@ -144,6 +153,7 @@ var (
 		"ERROR_CODE_LIMIT_EXCEEDED":     20,
 		"ERROR_CODE_REQUEST_TOO_LARGE":  21,
 		"ERROR_CODE_OUTPUT_INVALID":     22,
+		"ERROR_CODE_BUDGET_EXHAUSTED":   23,
 	}
 )
 
@@ -349,7 +359,7 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\rModelAttempts\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x124\n" +
-	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\xb0\x05\n" +
+	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\xd1\x05\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1b\n" +
@@ -374,7 +384,8 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\x1cERROR_CODE_PERMISSION_DENIED\x10\x13\x12\x1d\n" +
 	"\x19ERROR_CODE_LIMIT_EXCEEDED\x10\x14\x12 \n" +
 	"\x1cERROR_CODE_REQUEST_TOO_LARGE\x10\x15\x12\x1d\n" +
-	"\x19ERROR_CODE_OUTPUT_INVALID\x10\x16B\x96\x01\n" +
+	"\x19ERROR_CODE_OUTPUT_INVALID\x10\x16\x12\x1f\n" +
+	"\x1bERROR_CODE_BUDGET_EXHAUSTED\x10\x17B\x96\x01\n" +
 	"\x10dev.turnstile.v1B\vErrorsProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (

@@ -7,6 +7,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 
 DESCRIPTOR: _descriptor.FileDescriptor
 ERROR_CODE_AUTH: ErrorCode
+ERROR_CODE_BUDGET_EXHAUSTED: ErrorCode
 ERROR_CODE_CANCELLED: ErrorCode
 ERROR_CODE_CONTENT_FILTERED: ErrorCode
 ERROR_CODE_CONTEXT_OVERFLOW: ErrorCode

@@ -11,6 +11,16 @@ ROLE_TOOL: Role
 ROLE_UNSPECIFIED: Role
 ROLE_USER: Role
 
+class Cost(_message.Message):
+    __slots__ = ["currency", "nanos", "units"]
+    CURRENCY_FIELD_NUMBER: _ClassVar[int]
+    NANOS_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    currency: str
+    nanos: int
+    units: int
+    def __init__(self, currency: _Optional[str] = ..., units: _Optional[int] = ..., nanos: _Optional[int] = ...) -> None: ...
+
 class Media(_message.Message):
     __slots__ = ["data", "mime_type", "name", "uri"]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -88,16 +98,20 @@ class ToolResult(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., content: _Optional[str] = ..., is_error: bool = ..., name: _Optional[str] = ..., media: _Optional[_Iterable[_Union[Media, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ["cache_read_tokens", "cache_write_tokens", "input_tokens", "output_tokens"]
+    __slots__ = ["cache_read_tokens", "cache_write_tokens", "cost", "cost_partial", "input_tokens", "output_tokens"]
     CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    COST_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     cache_read_tokens: int
     cache_write_tokens: int
+    cost: Cost
+    cost_partial: bool
     input_tokens: int
     output_tokens: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., cost_partial: bool = ...) -> None: ...
 
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -11,7 +11,7 @@ import type { JsonObject, Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file turnstile/v1/conversation.proto.
  */
 export const file_turnstile_v1_conversation: GenFile = /*@__PURE__*/
-  fileDesc("Ch90dXJuc3RpbGUvdjEvY29udmVyc2F0aW9uLnByb3RvEgx0dXJuc3RpbGUudjEiTgoHTWVzc2FnZRIgCgRyb2xlGAEgASgOMhIudHVybnN0aWxlLnYxLlJvbGUSIQoFcGFydHMYAiADKAsyEi50dXJuc3RpbGUudjEuUGFydCLOAQoEUGFydBIOCgR0ZXh0GAEgASgJSAASKgoIdGhpbmtpbmcYAiABKAsyFi50dXJuc3RpbGUudjEuVGhpbmtpbmdIABIrCgl0b29sX2NhbGwYAyABKAsyFi50dXJuc3RpbGUudjEuVG9vbENhbGxIABIvCgt0b29sX3Jlc3VsdBgEIAEoCzIYLnR1cm5zdGlsZS52MS5Ub29sUmVzdWx0SAASJAoFbWVkaWEYBSABKAsyEy50dXJuc3RpbGUudjEuTWVkaWFIAEIGCgRraW5kIlEKBU1lZGlhEhEKCW1pbWVfdHlwZRgBIAEoCRIOCgRkYXRhGAIgASgMSAASDQoDdXJpGAMgASgJSAASDAoEbmFtZRgEIAEoCUIICgZzb3VyY2UiKwoIVGhpbmtpbmcSDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkicgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSEAoIaXNfZXJyb3IYAyABKAgSDAoEbmFtZRgEIAEoCRIiCgVtZWRpYRgFIAMoCzITLnR1cm5zdGlsZS52MS5NZWRpYSJiCg5Ub29sRGVmaW5pdGlvbhIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEi0KDGlucHV0X3NjaGVtYRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiawoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgDEhUKDW91dHB1dF90b2tlbnMYAiABKAMSGQoRY2FjaGVfcmVhZF90b2tlbnMYAyABKAMSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgDKk4KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDQoJUk9MRV9UT09MEANCnAEKEGRldi50dXJuc3RpbGUudjFCEUNvbnZlcnNhdGlvblByb3RvUAFaP2dpdGh1Yi5jb20vdHVybnN0aWxlLWRldi90dXJuc3RpbGUvZ2VuL3R1cm5zdGlsZS92MTt0dXJuc3RpbGV2MaICA1RYWKoCDFR1cm5zdGlsZS5WMcoCDFR1cm5zdGlsZVxWMeoCDVR1cm5zdGlsZTo6VjFiBnByb3RvMw", [file_google_protobuf_struct]);
+  fileDesc("Ch90dXJuc3RpbGUvdjEvY29udmVyc2F0aW9uLnByb3RvEgx0dXJuc3RpbGUudjEiTgoHTWVzc2FnZRIgCgRyb2xlGAEgASgOMhIudHVybnN0aWxlLnYxLlJvbGUSIQoFcGFydHMYAiADKAsyEi50dXJuc3RpbGUudjEuUGFydCLOAQoEUGFydBIOCgR0ZXh0GAEgASgJSAASKgoIdGhpbmtpbmcYAiABKAsyFi50dXJuc3RpbGUudjEuVGhpbmtpbmdIABIrCgl0b29sX2NhbGwYAyABKAsyFi50dXJuc3RpbGUudjEuVG9vbENhbGxIABIvCgt0b29sX3Jlc3VsdBgEIAEoCzIYLnR1cm5zdGlsZS52MS5Ub29sUmVzdWx0SAASJAoFbWVkaWEYBSABKAsyEy50dXJuc3RpbGUudjEuTWVkaWFIAEIGCgRraW5kIlEKBU1lZGlhEhEKCW1pbWVfdHlwZRgBIAEoCRIOCgRkYXRhGAIgASgMSAASDQoDdXJpGAMgASgJSAASDAoEbmFtZRgEIAEoCUIICgZzb3VyY2UiKwoIVGhpbmtpbmcSDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkicgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSEAoIaXNfZXJyb3IYAyABKAgSDAoEbmFtZRgEIAEoCRIiCgVtZWRpYRgFIAMoCzITLnR1cm5zdGlsZS52MS5NZWRpYSJiCg5Ub29sRGVmaW5pdGlvbhIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEi0KDGlucHV0X3NjaGVtYRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiowEKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEhkKEWNhY2hlX3JlYWRfdG9rZW5zGAMgASgDEhoKEmNhY2hlX3dyaXRlX3Rva2VucxgEIAEoAxIgCgRjb3N0GAUgASgLMhIudHVybnN0aWxlLnYxLkNvc3QSFAoMY29zdF9wYXJ0aWFsGAYgASgIIjYKBENvc3QSEAoIY3VycmVuY3kYASABKAkSDQoFdW5pdHMYAiABKAMSDQoFbmFub3MYAyABKAUqTgoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDQoJUk9MRV9VU0VSEAESEgoOUk9MRV9BU1NJU1RBTlQQAhINCglST0xFX1RPT0wQA0KcAQoQZGV2LnR1cm5zdGlsZS52MUIRQ29udmVyc2F0aW9uUHJvdG9QAVo/Z2l0aHViLmNvbS90dXJuc3RpbGUtZGV2L3R1cm5zdGlsZS9nZW4vdHVybnN0aWxlL3YxO3R1cm5zdGlsZXYxogIDVFhYqgIMVHVybnN0aWxlLlYxygIMVHVybnN0aWxlXFYx6gINVHVybnN0aWxlOjpWMWIGcHJvdG8z", [file_google_protobuf_struct]);
 
 /**
  * Message is one entry of a conversation.
@@ -360,6 +360,26 @@ export type Usage = Message$1<"turnstile.v1.Usage"> & {
    * @generated from field: int64 cache_write_tokens = 4;
    */
   cacheWriteTokens: bigint;
+
+  /**
+   * What the tokens cost at the prices of the server's configuration
+   * (models.ALIAS.price, in pricing.currency): of one model call on
+   * LlmCallFinished, of the turn so far on UsageUpdated and TurnCompleted.
+   * Unset when the price is unknown (no call was of a model with a price):
+   * unknown is never sent as zero.
+   *
+   * @generated from field: turnstile.v1.Cost cost = 5;
+   */
+  cost?: Cost | undefined;
+
+  /**
+   * True when cost counts only part of the tokens: some call that used
+   * tokens was of a model without a price (a fallback to an unpriced
+   * model, say), whose cost is unknown and not in cost.
+   *
+   * @generated from field: bool cost_partial = 6;
+   */
+  costPartial: boolean;
 };
 
 /**
@@ -368,6 +388,47 @@ export type Usage = Message$1<"turnstile.v1.Usage"> & {
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
   messageDesc(file_turnstile_v1_conversation, 7);
+
+/**
+ * Cost is an amount of money in one currency, exact: units + nanos, like
+ * google.type.Money (nanos has the sign of units; a cost is never
+ * negative). 1.5 USD is {currency: "USD", units: 1, nanos: 500000000}.
+ * The server computes it in nanos of the currency as integers, so the sums
+ * of a turn do not drift; a client that wants a float may take
+ * units + nanos / 1e9.
+ *
+ * @generated from message turnstile.v1.Cost
+ */
+export type Cost = Message$1<"turnstile.v1.Cost"> & {
+  /**
+   * The currency's code as configured (pricing.currency, e.g. "USD";
+   * ISO 4217 by convention, not checked).
+   *
+   * @generated from field: string currency = 1;
+   */
+  currency: string;
+
+  /**
+   * The whole units of the amount.
+   *
+   * @generated from field: int64 units = 2;
+   */
+  units: bigint;
+
+  /**
+   * The billionths of a unit, 0 to 999,999,999.
+   *
+   * @generated from field: int32 nanos = 3;
+   */
+  nanos: number;
+};
+
+/**
+ * Describes the message turnstile.v1.Cost.
+ * Use `create(CostSchema)` to create a new message.
+ */
+export const CostSchema: GenMessage<Cost> = /*@__PURE__*/
+  messageDesc(file_turnstile_v1_conversation, 8);
 
 /**
  * Role says who authored a message.
