@@ -198,6 +198,9 @@ type Deployment struct {
 	// Weight is the deployment's share of the model's turns relative to
 	// the others' (default 1; positive).
 	Weight int `yaml:"weight"`
+	// Price, when set, is what this deployment's tokens cost, when it
+	// differs from the model's price; unset takes the model's.
+	Price *Price `yaml:"price"`
 }
 
 // newDeployment returns the value a deployments entry starts from.

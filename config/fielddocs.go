@@ -28,6 +28,7 @@ var fieldDocs = map[string]string{
 	"github.com/turnstile-dev/turnstile/config.Config.turn":                                    "turn bounds each turn.",
 	"github.com/turnstile-dev/turnstile/config.Deployment.model":                               "model is the provider's own model id.",
 	"github.com/turnstile-dev/turnstile/config.Deployment.name":                                "name identifies the deployment within its model, on the wire (llm_call_started, retry) and in telemetry; unique per model. Default: the provider's name.",
+	"github.com/turnstile-dev/turnstile/config.Deployment.price":                               "price, when set, is what this deployment's tokens cost, when it differs from the model's price; unset takes the model's.",
 	"github.com/turnstile-dev/turnstile/config.Deployment.provider":                            "provider names an entry of providers.",
 	"github.com/turnstile-dev/turnstile/config.Deployment.weight":                              "weight is the deployment's share of the model's turns relative to the others' (default 1; positive).",
 	"github.com/turnstile-dev/turnstile/config.Log.format":                                     "format is text or json (default text).",

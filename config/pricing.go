@@ -37,15 +37,29 @@ type Price struct {
 // nil when it has none.
 func (c *Config) ModelPrice(alias string) *llm.Price {
 	m, ok := c.Models[alias]
-	if !ok || m.Price == nil || m.Price.Input == nil || m.Price.Output == nil {
+	if !ok {
 		return nil
 	}
-	p := &llm.Price{Currency: c.Pricing.Currency, Input: int64(*m.Price.Input), Output: int64(*m.Price.Output)}
-	if r := m.Price.CacheRead; r != nil {
+	return c.runtimePrice(m.Price)
+}
+
+// DeploymentPrice returns the price of deployment d of the model alias in
+// the runtime's form: its own when it has one, else nil, which takes the
+// model's ([Config.ModelPrice]).
+func (c *Config) DeploymentPrice(d Deployment) *llm.Price { return c.runtimePrice(d.Price) }
+
+// runtimePrice converts mp to the runtime's form; nil when it is unset or
+// incomplete (an incomplete price is reported at its own path).
+func (c *Config) runtimePrice(mp *Price) *llm.Price {
+	if mp == nil || mp.Input == nil || mp.Output == nil {
+		return nil
+	}
+	p := &llm.Price{Currency: c.Pricing.Currency, Input: int64(*mp.Input), Output: int64(*mp.Output)}
+	if r := mp.CacheRead; r != nil {
 		v := int64(*r)
 		p.CacheRead = &v
 	}
-	if w := m.Price.CacheWrite; w != nil {
+	if w := mp.CacheWrite; w != nil {
 		v := int64(*w)
 		p.CacheWrite = &v
 	}
@@ -57,18 +71,23 @@ func (c *Config) ModelPrice(alias string) *llm.Price {
 // only priced models (a model without a price would spend it unseen).
 func (c *Config) checkPricing(v *checker) {
 	priced := false
-	for _, alias := range sortedKeys(c.Models) {
-		p := c.Models[alias].Price
+	check := func(path string, p *Price) {
 		if p == nil {
-			continue
+			return
 		}
 		priced = true
-		path := "models." + alias + ".price"
 		if p.Input == nil {
 			v.at(path+".input", "required: the price of a million input tokens (0 for free)")
 		}
 		if p.Output == nil {
 			v.at(path+".output", "required: the price of a million output tokens (0 for free)")
+		}
+	}
+	for _, alias := range sortedKeys(c.Models) {
+		m := c.Models[alias]
+		check("models."+alias+".price", m.Price)
+		for i, d := range m.Deployments {
+			check(fmt.Sprintf("models.%s.deployments[%d].price", alias, i), d.Price)
 		}
 	}
 	for i, k := range c.Auth.Keys {
@@ -108,11 +127,29 @@ func (c *Config) unpricedFor(models []string) []string {
 			continue
 		}
 		seen[alias] = true
-		if m.Price == nil { // an incomplete price is reported at its own path
+		if !m.priced() {
 			out = append(out, alias)
 		}
 		todo = append(todo, m.Fallbacks...)
 	}
 	slices.Sort(out)
 	return out
+}
+
+// priced reports whether every call of m has a price: the model's, or
+// each of its deployments' own (an incomplete price is reported at its
+// own path).
+func (m Model) priced() bool {
+	if m.Price != nil {
+		return true
+	}
+	if len(m.Deployments) == 0 {
+		return false
+	}
+	for _, d := range m.Deployments {
+		if d.Price == nil {
+			return false
+		}
+	}
+	return true
 }

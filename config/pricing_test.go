@@ -64,3 +64,52 @@ auth:
 		}
 	}
 }
+
+// TestDeploymentPricing: a deployment's own price is checked at its path
+// and given to the runtime, one without takes the model's, and a model
+// whose every deployment has a price counts as priced for a budget.
+func TestDeploymentPricing(t *testing.T) {
+	c, err := Parse("config.yaml", []byte(`
+providers: {east: {type: simulator}, west: {type: simulator}}
+pricing: {currency: USD}
+models:
+  chat:
+    deployments:
+      - {name: e, provider: east, model: m, price: {input: 1, output: 4}}
+      - {name: w, provider: west, model: m, price: {input: 2, output: 8}}
+auth:
+  keys:
+    - {name: team, token_sha256: "`+strings.Repeat("ab", 32)+`", limits: {cost_per_day: 5}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := c.Models["chat"].Routes()
+	if e, w := c.DeploymentPrice(routes[0]), c.DeploymentPrice(routes[1]); e == nil || w == nil || e.Input != 1e9 || w.Output != 8e9 || w.Currency != "USD" {
+		t.Errorf("deployment prices %+v %+v", e, w)
+	}
+	if c.ModelPrice("chat") != nil {
+		t.Error("a model without its own price has one")
+	}
+
+	_, err = Parse("config.yaml", []byte(`
+providers: {east: {type: simulator}, west: {type: simulator}}
+pricing: {currency: USD}
+models:
+  chat:
+    deployments:
+      - {name: e, provider: east, model: m, price: {input: 1}}
+      - {name: w, provider: west, model: m}
+auth:
+  keys:
+    - {name: team, token_sha256: "`+strings.Repeat("ab", 32)+`", limits: {cost_per_day: 5}}
+`))
+	for _, want := range []string{
+		`config.yaml:7: models.chat.deployments[0].price.output: required: the price of a million output tokens (0 for free)`,
+		`config.yaml:11: auth.keys[0].limits.cost_per_day: the key may use models without a price ([chat])`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse error = %v\nwant it to contain %q", err, want)
+		}
+	}
+}

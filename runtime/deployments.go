@@ -28,6 +28,9 @@ type Deployment struct {
 	// Weight is the deployment's share of the model's calls relative to
 	// the others'; zero counts as 1.
 	Weight int
+	// Price, when not nil, is what this deployment's tokens cost; nil
+	// takes the model's [Model.Price].
+	Price *llm.Price
 }
 
 // deployState is what a runner keeps of one deployment across turns: the
@@ -88,6 +91,9 @@ func newRouter(m *Model) (*router, []error) {
 		v := *m
 		v.Deployments = nil
 		v.ProviderName, v.Provider, v.ID, v.Deployment = d.ProviderName, d.Provider, d.ID, d.Name
+		if d.Price != nil {
+			v.Price = d.Price
+		}
 		v.key = deploymentKey(m.Alias, d.Name, len(deps) == 1)
 		v.state = &deployState{weight: max(d.Weight, 1)}
 		rt.deps = append(rt.deps, &v)

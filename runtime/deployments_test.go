@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -542,5 +543,37 @@ func TestDeploymentMoveNeedsBudget(t *testing.T) {
 	}
 	if h := healthOf(t, r, "chat@d1"); h.Probing || d1.Calls() != 1 {
 		t.Errorf("d1 after a move it could not take: %+v, %d calls; want no probe held, 1 call", h, d1.Calls())
+	}
+}
+
+// TestDeploymentPrices prices each call at its deployment's own price when
+// it has one, else at the model's: two deployments of weights 1:1 take
+// turns, the first priced like the model, the second at its own price.
+func TestDeploymentPrices(t *testing.T) {
+	ps := []*fake.Provider{fake.NewProvider(fake.Reply{Chunks: fake.Text("a")}), fake.NewProvider(fake.Reply{Chunks: fake.Text("b")})}
+	m := deployed("chat", ps, []int{1, 1})
+	m.Price = &llm.Price{Currency: "EUR", Input: 2_000_000_000, Output: 10_000_000_000}
+	m.Deployments[1].Price = &llm.Price{Currency: "EUR", Input: 1_000_000_000, Output: 4_000_000_000}
+	r := newRunner(t, []*runtime.Model{m}, nil)
+	got := map[string]int64{}
+	for i := range 2 {
+		evs, _, terr := run(t, t.Context(), r, userTurn(fmt.Sprint("hi ", i)))
+		if terr != nil {
+			t.Fatal(terr)
+		}
+		var dep string
+		for _, ev := range evs {
+			switch p := ev.Payload.(type) {
+			case *runtime.LLMCallStarted:
+				dep = p.Deployment
+			case *runtime.LLMCallFinished:
+				got[dep] = p.Usage.Cost.Nanos
+			}
+		}
+	}
+	// 10 input and 5 output tokens: 10 × 2 + 5 × 10 = 70 per million at
+	// the model's price, 10 × 1 + 5 × 4 = 30 at d1's.
+	if want := map[string]int64{"d0": 70_000, "d1": 30_000}; !maps.Equal(got, want) {
+		t.Errorf("cost by deployment %v, want %v", got, want)
 	}
 }

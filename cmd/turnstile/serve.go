@@ -354,7 +354,7 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			ProviderName:      mc.Provider,
 			Provider:          providers[mc.Provider],
 			ID:                mc.Model,
-			Deployments:       deployments(mc, providers),
+			Deployments:       deployments(cfg, mc, providers),
 			Fallbacks:         mc.Fallbacks,
 			ContextWindow:     mc.ContextWindow,
 			MaxOutputTokens:   mc.MaxOutputTokens,
@@ -389,13 +389,16 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 
 // deployments returns the deployments of model mc for the runtime; nil
 // when it is served by its provider and model alone.
-func deployments(mc config.Model, providers map[string]llm.Provider) []runtime.Deployment {
+func deployments(cfg *config.Config, mc config.Model, providers map[string]llm.Provider) []runtime.Deployment {
 	if len(mc.Deployments) == 0 {
 		return nil
 	}
 	var out []runtime.Deployment
 	for _, d := range mc.Routes() {
-		out = append(out, runtime.Deployment{Name: d.Name, ProviderName: d.Provider, Provider: providers[d.Provider], ID: d.Model, Weight: d.Weight})
+		out = append(out, runtime.Deployment{
+			Name: d.Name, ProviderName: d.Provider, Provider: providers[d.Provider], ID: d.Model, Weight: d.Weight,
+			Price: cfg.DeploymentPrice(d),
+		})
 	}
 	return out
 }
