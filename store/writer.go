@@ -442,12 +442,21 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 	w.haltRenewal()
 	w.renew.Wait()
 	if w.lease != nil {
+		// The lease's first write, when the renewal never took it. It is
+		// waited for at most a lease TTL, as the renewal waits: a stream
+		// without a leader acknowledges nothing until a follower's
+		// election, and the publish's own timeout (publishTimeout) would
+		// hold the end of the turn that long. A write that lands after the
+		// drop below expires with the bucket's TTL.
+		wait := time.NewTimer(s.cfg.LeaseTTL)
 		select {
 		case <-w.lease.Ok():
 		case <-w.lease.Err():
 		case <-ctx.Done():
 		case <-s.closed:
+		case <-wait.C:
 		}
+		wait.Stop()
 	}
 	s.inbox.leave(w)
 	s.mu.Lock()
