@@ -6,14 +6,30 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
+// signalWait bounds the wait for an owner's reply to a signal when the
+// caller's context has no earlier deadline: an owner answers a cancel
+// once the run's last event is stored (within 30 s), anything else at
+// once, so a longer silence is a lost message (an inbox that overflowed).
+const signalWait = time.Minute
+
+// goneReply is the inbox's answer to a message for a run this replica
+// gave up after the message was queued: the sender takes it as no owner.
+const goneReply = "\x00gone"
+
 // Signal sends signal to the owner of the run and returns its reply; it
 // fails with [fs.ErrNotExist] when no replica owns the run.
 func (s *Store) Signal(ctx context.Context, turnID string, attempt uint32, signal string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, signalWait)
+	defer cancel()
 	m, err := s.nc.RequestWithContext(ctx, runKey{turnID, attempt}.control(), []byte(signal))
+	if err == nil && string(m.Data) == goneReply {
+		err = nats.ErrNoResponders
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, fmt.Errorf("store: run %q attempt %d has no owner: %w", turnID, attempt, fs.ErrNotExist)
 	}
@@ -82,7 +98,12 @@ func (s *Store) answer() {
 		s.inbox.mu.Unlock()
 		switch {
 		case !ok:
-			// The run was given up since: as if unsubscribed.
+			// The run was given up since: as if unsubscribed, but a
+			// request queued before that is answered, or its sender
+			// would wait for a reply that never comes.
+			if m.Reply != "" {
+				_ = m.Respond([]byte(goneReply))
+			}
 		case e.alive:
 			reply := "stopped"
 			if e.w.renewing() {
