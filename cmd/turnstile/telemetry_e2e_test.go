@@ -210,13 +210,10 @@ store: {dir: ""}
 		t.Fatalf("events %s, want them to start with %s", got, want)
 	}
 
-	resp, err := http.Get("http://" + opsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	scrape, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{
+	// The RPC's own duration is recorded by the stats handler after the
+	// status has gone out, so the client can scrape before it lands:
+	// scrape until every instrument is there, for a few seconds at most.
+	wants := []string{
 		`gen_ai_client_operation_duration_seconds_count{error_type="OVERLOADED",gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",`,
 		`gen_ai_client_token_usage_sum{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4.1-mini",gen_ai_response_model="gpt-4.1-mini",gen_ai_token_type="input",`,
 		`turnstile_retries_total{error_type="OVERLOADED",`,
@@ -225,7 +222,20 @@ store: {dir: ""}
 		`gen_ai_execute_tool_duration_seconds_count{gen_ai_operation_name="execute_tool",gen_ai_tool_name="current_time",`,
 		`turnstile_model_cooling_down{`,
 		`rpc_server_call_duration_seconds_count{`,
-	} {
+	}
+	var scrape []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + opsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		scrape, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !slices.ContainsFunc(wants, func(w string) bool { return !strings.Contains(string(scrape), w) }) || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(scrape), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
