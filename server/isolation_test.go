@@ -507,11 +507,22 @@ func TestTakenOverTurnHoldsItsKeySlot(t *testing.T) {
 	a := start(t, runner(t, p), opts)
 	opts.Store, opts.Logger = clusterStore(t, url), slog.New(slog.NewTextHandler(took, nil))
 	b := start(t, runner(t, p), opts)
-	ctx := bearer(t.Context(), "tok-limited-0123")
+	// A deadline of its own: a turn that holds where it should not fails
+	// the test instead of hanging the package.
+	tctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ctx := bearer(tctx, "tok-limited-0123")
 
 	startDetached(t, ctx, a.client, "turn-1")
 	sa.Close() // a dies
 	took.wait(t)
+	// The second turn must find turn-1's model call on b under way: a
+	// cancel that came first would leave call 2, the holding one, to it.
+	for deadline := time.Now().Add(30 * time.Second); p.calls() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("turn-1 made %d model calls, want the one it resumes on b", p.calls())
+		}
+	}
 	second := hello()
 	second.TurnId = "turn-2"
 	evs, st := wiretest.Collect(t, ctx, b.client, second, nil)
