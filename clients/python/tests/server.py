@@ -49,7 +49,8 @@ class Server:
             text=True,
         )
         lines: "queue.Queue[str | None]" = queue.Queue()
-        threading.Thread(target=self._read, args=(lines,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
+        self._reader.start()
         log = []
         while True:
             try:
@@ -70,8 +71,9 @@ class Server:
 
     def _read(self, lines: "queue.Queue[str | None]") -> None:
         assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            lines.put(line)
+        with self._proc.stderr:  # closed once the server has exited
+            for line in self._proc.stderr:
+                lines.put(line)
         lines.put(None)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
@@ -83,6 +85,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        self._reader.join(timeout=10)
 
 
 class CutProxy:
