@@ -290,9 +290,19 @@ func notHere() *status.Status {
 // key running on this replica without a store, and its attempt; nil when
 // it runs elsewhere or has ended.
 func (s *service) localControls(ctx context.Context, turnID string, attempt uint32) (*runtime.Controls, uint32) {
-	client := keyFrom(ctx).name()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if t := s.localTurn(ctx, turnID, attempt); t != nil {
+		return t.ctl, t.key.attempt
+	}
+	return nil, 0
+}
+
+// localTurn returns the turn turnID of the caller's key running on this
+// replica without a store, its latest attempt when attempt is 0; nil when
+// it runs elsewhere or has ended. The caller holds s.mu.
+func (s *service) localTurn(ctx context.Context, turnID string, attempt uint32) *activeTurn {
+	client := keyFrom(ctx).name()
 	var best *activeTurn
 	for t := range s.active {
 		if t.ctl == nil || t.key.client != client || t.key.turnID != turnID {
@@ -305,8 +315,5 @@ func (s *service) localControls(ctx context.Context, turnID string, attempt uint
 			best = t
 		}
 	}
-	if best == nil {
-		return nil, 0
-	}
-	return best.ctl, best.key.attempt
+	return best
 }

@@ -557,6 +557,60 @@ func TestCancelWhileWaitingForApproval(t *testing.T) {
 	}
 }
 
+// TestCancelTurnWithoutStore cancels a turn on a server that keeps no turn
+// log: the server running it stops it as it stops a durable run (the same
+// closing messages and error, the stream ends CANCELLED) and answers with
+// the last event's seq; another server, and this one once the turn has
+// ended, answer FAILED_PRECONDITION; a bad turn id is INVALID_ARGUMENT.
+func TestCancelTurnWithoutStore(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("never"))
+	o := newOpsMCP(t)
+	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
+	ts := start(t, hitlRunner(t, u, o, rules, nil), server.Options{})
+	other := start(t, hitlRunner(t, u, o, rules, nil), server.Options{})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, stream, untilPayload("ToolApprovalRequested"))
+	cancelTurn := func(c turnstilev1.AgentServiceClient, id string) (*turnstilev1.CancelTurnResponse, *status.Status) {
+		resp, err := c.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: id})
+		return resp, status.Convert(err)
+	}
+	if _, st := cancelTurn(other.client, "turn-1"); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "does not run on it") {
+		t.Errorf("CancelTurn on another server: %v, want FAILED_PRECONDITION", st)
+	}
+	if _, st := cancelTurn(ts.client, ""); st.Code() != codes.InvalidArgument || fieldOf(st) != "turn_id" {
+		t.Errorf("CancelTurn without a turn id: %v, want INVALID_ARGUMENT naming turn_id", st)
+	}
+	resp, st := cancelTurn(ts.client, "turn-1")
+	if st.Code() != codes.OK || !resp.GetCancelled() || resp.GetAttempt() != 1 {
+		t.Fatalf("CancelTurn = %v, %v", resp, st)
+	}
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.Canceled {
+		t.Errorf("status %v, want CANCELLED", st)
+	}
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested MessageCompleted MessageCompleted Error"
+	if got := wiretest.Names(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	last := evs[len(evs)-1]
+	if last.GetError().GetCode() != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED || resp.GetLastSeq() != last.GetSeq() {
+		t.Errorf("last event %v, CancelTurn's last_seq %d", last, resp.GetLastSeq())
+	}
+	if msgs := committed(evs); msgs[1].GetParts()[0].GetToolResult().GetContent() != runtime.CancelledToolResult || textOf(msgs[2]) != runtime.InterruptedToolUseNote {
+		t.Errorf("closing messages = %v", msgs[1:])
+	}
+	if _, st := cancelTurn(ts.client, "turn-1"); st.Code() != codes.FailedPrecondition {
+		t.Errorf("CancelTurn of the ended turn: %v, want FAILED_PRECONDITION", st)
+	}
+	if n := o.deploys.Load(); n != 0 || len(u.calls()) != 1 {
+		t.Errorf("deploy ran %d times, %d model calls; want 0 and 1", n, len(u.calls()))
+	}
+}
+
 // TestApprovalWithoutStore decides and steers a turn on a server that
 // keeps no turn log: it works on the server running the turn, and another
 // answers FAILED_PRECONDITION.

@@ -59,6 +59,9 @@ func (s *service) onSignal(r *run, sig string) []byte {
 
 // CancelTurn implements [turnstilev1.AgentServiceServer].
 func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnRequest) (*turnstilev1.CancelTurnResponse, error) {
+	if s.store == nil {
+		return s.cancelHere(ctx, req)
+	}
 	k, st := s.resolve(ctx, req.GetTurnId(), req.GetAttempt())
 	if st != nil {
 		return nil, st.Err()
@@ -100,4 +103,40 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 	}
 	resp.Cancelled, resp.LastSeq = reply.Cancelled, reply.LastSeq
 	return resp, nil
+}
+
+// cancelHere serves CancelTurn on a server that keeps no turn log: a turn
+// of the caller's key running here is stopped as a durable run is, and the
+// call returns once its RunTurn stream has sent the last event. A turn
+// running elsewhere cannot be reached: FAILED_PRECONDITION, as before
+// (closing its stream cancels it).
+func (s *service) cancelHere(ctx context.Context, req *turnstilev1.CancelTurnRequest) (*turnstilev1.CancelTurnResponse, error) {
+	var bad violations
+	checkTurnID(&bad, req.GetTurnId())
+	if len(bad) > 0 {
+		return nil, invalidArgument(bad).Err()
+	}
+	s.mu.Lock()
+	t := s.localTurn(ctx, req.GetTurnId(), req.GetAttempt())
+	var cancelled bool
+	if t != nil {
+		select {
+		case <-t.ended:
+		default:
+			cancelled = !t.stopped
+			t.stopped = true
+		}
+	}
+	s.mu.Unlock()
+	if t == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this server keeps no turn log (store.mode: off) and the turn does not run on it: closing its RunTurn stream cancels it")
+	}
+	logging.AddFields(ctx, logging.Fields{"turn_id", t.key.turnID, "attempt", t.key.attempt})
+	t.cancel(&llm.Error{Kind: llm.KindCancelled, Message: "the turn was cancelled by CancelTurn"})
+	select {
+	case <-t.ended:
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return &turnstilev1.CancelTurnResponse{Cancelled: cancelled, Attempt: t.key.attempt, LastSeq: t.lastSeq}, nil
 }

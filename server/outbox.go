@@ -260,7 +260,9 @@ func (o *outbox) finish(te *runtime.TurnError) error {
 		resp, err := toResponse(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
 		if err == nil {
 			o.failed = nil
-			_ = o.hand(resp)
+			if o.hand(resp) == nil {
+				o.sent++
+			}
 		}
 	}
 	var err error

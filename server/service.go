@@ -70,10 +70,16 @@ type service struct {
 
 type activeTurn struct {
 	cancel context.CancelCauseFunc
-	// key and ctl reach a turn that runs without a store (approve.go);
-	// ctl is nil for a durable run's.
+	// key and ctl reach a turn that runs without a store (approve.go,
+	// cancel.go); ctl is nil for a durable run's.
 	key runKey
 	ctl *runtime.Controls
+	// ended is closed once a turn without a store has sent its last
+	// event, whose seq lastSeq then is; stopped is set, under the
+	// service's mu, by the CancelTurn that stopped it.
+	ended   chan struct{}
+	lastSeq uint64
+	stopped bool
 }
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
@@ -128,7 +134,8 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	tr.Controls = runtime.NewControls()
-	t := &activeTurn{cancel: cancel, key: runKey{client: tr.Client, turnID: tr.TurnID, attempt: attemptOf(stream.Context(), req)}, ctl: tr.Controls}
+	t := &activeTurn{cancel: cancel, key: runKey{client: tr.Client, turnID: tr.TurnID, attempt: attemptOf(stream.Context(), req)}, ctl: tr.Controls,
+		ended: make(chan struct{})}
 	if !s.track(t) {
 		return turnStatus(drainError()).Err()
 	}
@@ -144,7 +151,10 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	_, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
 	errors.As(err, &te)
-	if stall := out.finish(te); stall != nil {
+	stall := out.finish(te)
+	t.lastSeq = out.sent
+	close(t.ended)
+	if stall != nil {
 		// The outcome was never delivered: the client stopped reading. The
 		// turn's line says what the runner saw; this RPC's line, kept
 		// above DEBUG, says what the client got.

@@ -113,9 +113,11 @@ type AgentServiceClient interface {
 	//
 	// It returns once the last event is stored. Cancelling a run that already
 	// ended changes nothing and succeeds with cancelled false. NOT_FOUND when
-	// the store holds no such run; FAILED_PRECONDITION when the server keeps
-	// no turn log (then a turn lives in its RunTurn stream, and closing the
-	// stream cancels it).
+	// the store holds no such run. A server that keeps no turn log stops only
+	// a turn of the caller's running on it, and returns once the turn's
+	// RunTurn stream has sent the last event; for any other turn (elsewhere,
+	// or ended) it answers FAILED_PRECONDITION: a turn then lives in its
+	// RunTurn stream, and closing the stream cancels it.
 	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
 	// ApproveToolCall decides a tool call that waits for approval: the turn
 	// emitted tool_approval_requested for it (a tool the server's
@@ -319,9 +321,11 @@ type AgentServiceServer interface {
 	//
 	// It returns once the last event is stored. Cancelling a run that already
 	// ended changes nothing and succeeds with cancelled false. NOT_FOUND when
-	// the store holds no such run; FAILED_PRECONDITION when the server keeps
-	// no turn log (then a turn lives in its RunTurn stream, and closing the
-	// stream cancels it).
+	// the store holds no such run. A server that keeps no turn log stops only
+	// a turn of the caller's running on it, and returns once the turn's
+	// RunTurn stream has sent the last event; for any other turn (elsewhere,
+	// or ended) it answers FAILED_PRECONDITION: a turn then lives in its
+	// RunTurn stream, and closing the stream cancels it.
 	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
 	// ApproveToolCall decides a tool call that waits for approval: the turn
 	// emitted tool_approval_requested for it (a tool the server's

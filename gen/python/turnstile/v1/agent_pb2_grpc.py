@@ -150,9 +150,11 @@ class AgentServiceServicer(object):
 
         It returns once the last event is stored. Cancelling a run that already
         ended changes nothing and succeeds with cancelled false. NOT_FOUND when
-        the store holds no such run; FAILED_PRECONDITION when the server keeps
-        no turn log (then a turn lives in its RunTurn stream, and closing the
-        stream cancels it).
+        the store holds no such run. A server that keeps no turn log stops only
+        a turn of the caller's running on it, and returns once the turn's
+        RunTurn stream has sent the last event; for any other turn (elsewhere,
+        or ended) it answers FAILED_PRECONDITION: a turn then lives in its
+        RunTurn stream, and closing the stream cancels it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
