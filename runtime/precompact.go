@@ -64,7 +64,7 @@ func (t *turn) compactBefore(ctx context.Context, m *Model) error {
 	if cc.Strategy == CompactSummarize {
 		c = &Summarize{Model: t.r.models[cc.Model], Alias: cc.Model, KeepEnds: keepEndsOf(c)}
 	}
-	_, err := t.compactWith(ctx, c, est)
+	_, err := t.compactWith(ctx, c, m, est, 0)
 	return err
 }
 
@@ -76,11 +76,12 @@ func keepEndsOf(c Compactor) KeepEnds {
 	return KeepEnds{}
 }
 
-// compactWith shortens the conversation with c and emits a Compaction
-// event saying what replaced what; est is the estimate that triggered a
-// compaction before a call, zero after an overflow. It reports false when
-// nothing could be removed.
-func (t *turn) compactWith(ctx context.Context, c Compactor, est int) (bool, error) {
+// compactWith shortens the conversation with c for model m, emits a
+// Compaction event saying what replaced what and tells the observer; est
+// is the estimate that triggered a compaction before a call, zero after
+// attempt number on m overflowed. It reports false when nothing could be
+// removed.
+func (t *turn) compactWith(ctx context.Context, c Compactor, m *Model, est, number int) (bool, error) {
 	before := t.conv
 	after, err := c.Compact(ctx, t.req.System, before)
 	if err != nil {
@@ -101,14 +102,23 @@ func (t *turn) compactWith(ctx context.Context, c Compactor, est int) (bool, err
 		BytesBefore: bb, BytesAfter: ba, BeforeCall: est > 0, EstimatedTokens: est,
 	}
 	ev.ReplacedFrom, ev.ReplacedCount, ev.Replacement = replacement(before, after)
+	info := CompactionInfo{
+		TurnID: t.info.TurnID, Model: m.Alias, BeforeCall: est > 0, Attempt: number,
+		MessagesBefore: len(before), MessagesAfter: len(after),
+	}
 	if s, ok := c.(*Summarize); ok {
 		ev.Strategy, ev.SummaryError = s.outcome()
+		info.SummaryModel = s.Alias
 		if s.Model != nil {
 			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
+			info.SummaryProvider = s.Model.ProviderName
 		}
+		info.SummaryUsage = s.usage
 		t.usage = t.usage.Add(s.usage)
 	}
+	info.Strategy, info.SummaryError = ev.Strategy, ev.SummaryError
 	t.out.emit(ctx, ev)
+	t.obs.Compaction(ctx, info)
 	return true, nil
 }
 
