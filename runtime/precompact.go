@@ -84,10 +84,20 @@ func keepEndsOf(c Compactor) KeepEnds {
 func (t *turn) compactWith(ctx context.Context, c Compactor, m *Model, est, number int) (bool, error) {
 	before := t.conv
 	after, err := c.Compact(ctx, t.req.System, before)
-	if err != nil {
-		if err := t.stopped(ctx); err != nil {
-			return false, err
+	s, summarized := c.(*Summarize)
+	if summarized {
+		// The summary call's tokens were spent, whatever comes of them.
+		if s.Model != nil {
+			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
 		}
+		t.usage = t.usage.Add(s.usage)
+	}
+	if err := t.stopped(ctx); err != nil {
+		// Stopped during a summary call (which then fell back to
+		// keep_ends): the turn ends here, its conversation as it was.
+		return false, err
+	}
+	if err != nil {
 		return false, &llm.Error{Kind: llm.KindContextOverflow, Message: "the conversation is too long and could not be compacted", Err: err}
 	}
 	bb, ba := ConversationSize(before), ConversationSize(after)
@@ -106,15 +116,12 @@ func (t *turn) compactWith(ctx context.Context, c Compactor, m *Model, est, numb
 		TurnID: t.info.TurnID, Model: m.Alias, BeforeCall: est > 0, Attempt: number,
 		MessagesBefore: len(before), MessagesAfter: len(after),
 	}
-	if s, ok := c.(*Summarize); ok {
+	if summarized {
 		ev.Strategy, ev.SummaryError = s.outcome()
-		info.SummaryModel = s.Alias
+		info.SummaryModel, info.SummaryUsage = s.Alias, s.usage
 		if s.Model != nil {
-			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
 			info.SummaryProvider = s.Model.ProviderName
 		}
-		info.SummaryUsage = s.usage
-		t.usage = t.usage.Add(s.usage)
 	}
 	info.Strategy, info.SummaryError = ev.Strategy, ev.SummaryError
 	t.out.emit(ctx, ev)

@@ -1,0 +1,84 @@
+package runtime_test
+
+import (
+	"context"
+	"iter"
+	"sync"
+	"testing"
+
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
+)
+
+// cancelsMidSummary is a summarizing model that reports its usage, then
+// cancels the turn and waits for the call's end.
+type cancelsMidSummary struct {
+	cancel context.CancelFunc
+}
+
+func (c *cancelsMidSummary) Stream(ctx context.Context, _ *llm.Request) iter.Seq2[llm.Chunk, error] {
+	return func(yield func(llm.Chunk, error) bool) {
+		if !yield(llm.Chunk{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 300, OutputTokens: 7}}, nil) {
+			return
+		}
+		c.cancel()
+		<-ctx.Done()
+		yield(llm.Chunk{}, ctx.Err())
+	}
+}
+
+// compactionWatcher records the compactions and the turn's usage an
+// observer is told of.
+type compactionWatcher struct {
+	runtime.NopObserver
+	mu          sync.Mutex
+	compactions []runtime.CompactionInfo
+	usage       llm.Usage
+}
+
+func (w *compactionWatcher) Compaction(_ context.Context, c runtime.CompactionInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.compactions = append(w.compactions, c)
+}
+
+func (w *compactionWatcher) TurnEnd(_ context.Context, _ runtime.TurnInfo, end runtime.TurnEnd) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.usage = end.Usage
+}
+
+// TestCancelDuringTheSummary: a turn cancelled while its summary call
+// runs ends there: no compaction is committed or observed (the summary's
+// failure is the cancellation, not a reason to compact by keep_ends), the
+// model is not called, and the tokens the summary call used count in the
+// turn's usage.
+func TestCancelDuringTheSummary(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("done")})
+	m := model("a", p)
+	m.ContextWindow, m.Compaction = 600, &runtime.CompactionConfig{Strategy: runtime.CompactSummarize, Model: "cheap"}
+	w := &compactionWatcher{}
+	r := newRunner(t, []*runtime.Model{m, model("cheap", &cancelsMidSummary{cancel: cancel})}, nil, runtime.WithObserver(w))
+	evs, _, terr := run(t, ctx, r, &runtime.TurnRequest{Messages: history()})
+	if terr == nil || terr.Kind != llm.KindCancelled {
+		t.Fatalf("turn error %v, want CANCELLED", terr)
+	}
+	// The interruption note is committed, as for any cancelled turn.
+	if got, want := describeAll(evs), "start | commit user | error CANCELLED retryable=false"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if p.Calls() != 0 {
+		t.Errorf("the model got %d calls after the turn was cancelled", p.Calls())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.compactions) != 0 {
+		t.Errorf("compactions observed: %+v", w.compactions)
+	}
+	if w.usage.InputTokens != 300 || w.usage.OutputTokens != 7 {
+		t.Errorf("turn usage %+v, want the summary call's 300/7", w.usage)
+	}
+}
