@@ -91,6 +91,12 @@ func (t *turn) compactWith(ctx context.Context, c Compactor, m *Model, est, numb
 			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
 		}
 		t.usage = t.usage.Add(s.usage)
+		if !s.usage.IsZero() {
+			// The running totals, as after a model call: the client and
+			// the key's budget count the summary's tokens even when the
+			// turn ends before its next call.
+			t.out.emit(ctx, &UsageUpdated{Total: t.usage})
+		}
 	}
 	if err := t.stopped(ctx); err != nil {
 		// Stopped during a summary call (which then fell back to

@@ -82,3 +82,25 @@ func TestCancelDuringTheSummary(t *testing.T) {
 		t.Errorf("turn usage %+v, want the summary call's 300/7", w.usage)
 	}
 }
+
+// TestSummaryTokensBeforeAFailedCall: the tokens of a summary call are in
+// the turn's running totals at once, so a turn whose next model call
+// fails without usage still reports them (and the server charges them to
+// the client key's budget, which counts the totals of usage events).
+func TestSummaryTokensBeforeAFailedCall(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Err: providerErr(llm.KindInvalidRequest, 0)})
+	cheap := fake.NewProvider(fake.Reply{Chunks: fake.Text("They compared five letters.")})
+	m := model("a", p)
+	m.ContextWindow, m.Compaction = 600, &runtime.CompactionConfig{Strategy: runtime.CompactSummarize, Model: "cheap"}
+	r := newRunner(t, []*runtime.Model{m, model("cheap", cheap)}, nil)
+	evs, _, terr := run(t, t.Context(), r, &runtime.TurnRequest{Messages: history()})
+	if terr == nil || terr.Kind != llm.KindInvalidRequest {
+		t.Fatalf("turn error %v, want INVALID_REQUEST", terr)
+	}
+	if got, want := describeAll(evs), "start | usage | compaction | call a#1 | failed INVALID_REQUEST | error INVALID_REQUEST retryable=false"; got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+	if u, ok := evs[1].Payload.(*runtime.UsageUpdated); !ok || u.Total.InputTokens != 10 || u.Total.OutputTokens != 5 {
+		t.Errorf("event 1 %+v, want the summary's 10/5 tokens", evs[1].Payload)
+	}
+}
