@@ -62,7 +62,13 @@ func (t *turn) compactBefore(ctx context.Context, m *Model) error {
 	}
 	var c Compactor = t.r.opts.compactor
 	if cc.Strategy == CompactSummarize {
-		c = &Summarize{Model: t.r.models[cc.Model], Alias: cc.Model, KeepEnds: keepEndsOf(c)}
+		sm := t.r.models[cc.Model]
+		if rt := t.r.routers[cc.Model]; rt != nil && len(rt.deps) > 0 {
+			// The deployment the summary calls (a model's first), with
+			// its provider's name and its price.
+			sm = rt.deps[0]
+		}
+		c = &Summarize{Model: sm, Alias: cc.Model, KeepEnds: keepEndsOf(c)}
 	}
 	_, err := t.compactWith(ctx, c, m, est, 0)
 	return err

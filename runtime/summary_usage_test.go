@@ -104,3 +104,39 @@ func TestSummaryTokensBeforeAFailedCall(t *testing.T) {
 		t.Errorf("event 1 %+v, want the summary's 10/5 tokens", evs[1].Payload)
 	}
 }
+
+// TestSummaryCostOfADeployment: a summarizing model served by deployments
+// calls its first, and the summary's cost is at that deployment's price,
+// under its provider's name.
+func TestSummaryCostOfADeployment(t *testing.T) {
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("done")})
+	first := fake.NewProvider(fake.Reply{Chunks: fake.Text("They compared five letters.")})
+	second := fake.NewProvider(fake.Reply{Chunks: fake.Text("never asked")})
+	m := model("a", p)
+	m.ContextWindow, m.Compaction = 600, &runtime.CompactionConfig{Strategy: runtime.CompactSummarize, Model: "cheap"}
+	// 10 input and 5 output tokens at 1 and 2 per million.
+	price := &llm.Price{Currency: "USD", Input: 1_000_000_000, Output: 2_000_000_000}
+	cheap := &runtime.Model{Alias: "cheap", Retry: fastRetry(), Deployments: []runtime.Deployment{
+		{Name: "east", ProviderName: "small-east", Provider: first, ID: "cheap-1", Price: price},
+		{Name: "west", ProviderName: "small-west", Provider: second, ID: "cheap-1"},
+	}}
+	w := &compactionWatcher{}
+	r := newRunner(t, []*runtime.Model{m, cheap}, nil, runtime.WithObserver(w))
+	if _, _, terr := run(t, t.Context(), r, &runtime.TurnRequest{Messages: history()}); terr != nil {
+		t.Fatal(terr)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.compactions) != 1 {
+		t.Fatalf("compactions %+v", w.compactions)
+	}
+	c := w.compactions[0]
+	want := llm.Cost{Currency: "USD", Nanos: 20_000, Priced: true}
+	if c.Strategy != "summarize" || c.SummaryProvider != "small-east" || c.SummaryUsage.Cost != want || first.Calls() != 1 || second.Calls() != 0 {
+		t.Errorf("compaction %+v; calls %d, %d", c, first.Calls(), second.Calls())
+	}
+	// Model a has no price: the turn's cost is the summary's, partial.
+	if partial := (llm.Cost{Currency: "USD", Nanos: 20_000, Priced: true, Unpriced: true}); w.usage.Cost != partial {
+		t.Errorf("turn cost %+v, want %+v", w.usage.Cost, partial)
+	}
+}
