@@ -38,12 +38,12 @@ func requestOf(t *testing.T, size int) *turnstilev1.RunTurnRequest {
 // starts. Before, `server.max_request_bytes: 16777216` with the store on
 // served, and a 10 MiB request (anything over about 6 MiB: the record
 // holds it as base64) got UNAVAILABLE "the turn log is unreachable" with
-// RetryInfo, which clients retry, and an ERROR log line "turn store
+// RetryInfo (cause store_unreachable), and an ERROR log line "turn store
 // unreachable". Now `turnstile serve` refuses that configuration, naming
 // the key; at the bound the largest request goes through the store, and
-// a larger one is RESOURCE_EXHAUSTED (REQUEST_TOO_LARGE when read, gRPC's
-// own refusal beyond twice the limit); with the store off, 16 MiB serves
-// a 10 MiB request.
+// a larger one is RESOURCE_EXHAUSTED (REQUEST_TOO_LARGE when read; gRPC's
+// own refusal, without ErrorInfo, beyond the limit and 1 MiB); with the
+// store off, 16 MiB serves a 10 MiB request.
 func TestRequestTheStoreCannotHold(t *testing.T) {
 	yaml := func(limit int, store string) string {
 		return fmt.Sprintf(`
