@@ -273,7 +273,9 @@ type Server struct {
 	// MaxHeaderBytes bounds a request's header list (default 32 KiB; at
 	// least 1 KiB, at most 16 MiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
-	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB).
+	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB;
+	// with the turn store on, at most 6242304, what one store record
+	// holds of a request).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxMediaBytes bounds one media part of a request, its data or URI
 	// (default 5 MiB; at least 1 KiB, at most max_request_media_bytes).
@@ -284,7 +286,8 @@ type Server struct {
 	MaxRequestMediaBytes int `yaml:"max_request_media_bytes"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
 	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
-	// one event).
+	// one event; with the turn store on, at most 8323072, what one store
+	// record holds of an event).
 	MaxEventBytes int `yaml:"max_event_bytes"`
 	// SendTimeout cancels a turn whose client accepted no event for this
 	// long (default 30s; positive).

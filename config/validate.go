@@ -144,6 +144,25 @@ func (c *Config) checkOps(v *checker) {
 // minEventMargin is what an event needs beside the tool results of a step.
 const minEventMargin = 64 << 10
 
+// What one record of the turn store holds, for the bounds of what the
+// server takes with a store on. The embedded server takes records of at
+// most storeRecordBytes (store.go's maxPayload; a NATS cluster's servers
+// need a max_payload of at least that, docs/durable-turns.md). A turn's
+// request is stored in one record, in protobuf's wire form as base64 in
+// JSON beside a few small fields; an event, in one frame with a header.
+// recordMargin is the room left for those fields, headers and framing.
+const (
+	storeRecordBytes = 8 << 20
+	recordMargin     = 64 << 10
+	// MaxStoredRequestBytes is the most server.max_request_bytes may be
+	// with a store on: its base64 form and the record's other fields fit
+	// one record.
+	MaxStoredRequestBytes = (storeRecordBytes - recordMargin) / 4 * 3
+	// MaxStoredEventBytes is the most server.max_event_bytes may be with
+	// a store on.
+	MaxStoredEventBytes = storeRecordBytes - recordMargin
+)
+
 // checkServer checks the server block.
 func (c *Config) checkServer(v *checker) {
 	s := c.Server
@@ -190,6 +209,18 @@ func (c *Config) checkServer(v *checker) {
 		v.at("server.max_header_bytes", "must be at least 1024 and at most %d", 16<<20)
 	}
 	atLeast("max_request_bytes", s.MaxRequestBytes, 1024)
+	if c.Store.Mode != store.ModeOff {
+		// Refused here, not by the store at the turn's start (where it
+		// looked like an unreachable store).
+		if s.MaxRequestBytes > MaxStoredRequestBytes {
+			v.at("server.max_request_bytes", "must be at most %d with the turn store on (store.mode %s): a turn's request is stored whole in one record of at most %d bytes, as base64; or set store.mode off",
+				MaxStoredRequestBytes, c.Store.Mode, storeRecordBytes)
+		}
+		if s.MaxEventBytes > MaxStoredEventBytes {
+			v.at("server.max_event_bytes", "must be at most %d with the turn store on (store.mode %s): each event is stored in one record of at most %d bytes; or set store.mode off",
+				MaxStoredEventBytes, c.Store.Mode, storeRecordBytes)
+		}
+	}
 	atLeast("max_request_media_bytes", s.MaxRequestMediaBytes, 1024)
 	switch {
 	case s.MaxMediaBytes < 1024:

@@ -36,6 +36,10 @@ type Observer interface {
 	// Decision is called for each decision the policy takes after a failed
 	// model call: retry (with its wait), fallback, compaction or failure.
 	Decision(ctx context.Context, d DecisionInfo)
+	// Compaction is called for each compaction of the turn's conversation,
+	// whatever its trigger (before a call, after an overflow) and strategy,
+	// once the conversation was shortened.
+	Compaction(ctx context.Context, c CompactionInfo)
 	// ToolStart is called before a server-side tool runs.
 	ToolStart(ctx context.Context, t ToolInfo) context.Context
 	// ToolEnd is called when the tool returned.
@@ -160,6 +164,34 @@ type DecisionInfo struct {
 	ToDeployment string
 }
 
+// CompactionInfo is a compaction of a turn's conversation.
+type CompactionInfo struct {
+	TurnID string
+	// Model is the alias whose context window the conversation was
+	// compacted for.
+	Model string
+	// BeforeCall reports a compaction before a call to Model, because the
+	// conversation neared its window (models.ALIAS.compaction); false is
+	// one after Model's provider refused attempt Attempt as too long.
+	BeforeCall bool
+	Attempt    int
+	// Strategy is the strategy that compacted: keep_ends, or summarize;
+	// keep_ends too when a summary was asked for but nothing was to be
+	// summarized, or the summary failed (SummaryError says why).
+	Strategy string
+	// MessagesBefore and MessagesAfter count the conversation's messages.
+	MessagesBefore int
+	MessagesAfter  int
+	// SummaryModel is the alias asked for a summary (strategy summarize),
+	// empty when none was asked; SummaryProvider its configured provider's
+	// name. SummaryUsage is what the summary call used, its cost included
+	// (zero when no call was made).
+	SummaryModel    string
+	SummaryProvider string
+	SummaryUsage    llm.Usage
+	SummaryError    string
+}
+
 // ToolInfo identifies one server-side tool call to an [Observer].
 type ToolInfo struct {
 	TurnID string
@@ -226,6 +258,9 @@ func (NopObserver) AttemptEnd(context.Context, AttemptInfo, AttemptEnd) {}
 
 // Decision does nothing.
 func (NopObserver) Decision(context.Context, DecisionInfo) {}
+
+// Compaction does nothing.
+func (NopObserver) Compaction(context.Context, CompactionInfo) {}
 
 // ToolStart returns ctx.
 func (NopObserver) ToolStart(ctx context.Context, _ ToolInfo) context.Context { return ctx }
@@ -294,6 +329,12 @@ func (m multiObserver) AttemptEnd(ctx context.Context, a AttemptInfo, end Attemp
 func (m multiObserver) Decision(ctx context.Context, d DecisionInfo) {
 	for _, o := range m {
 		o.Decision(ctx, d)
+	}
+}
+
+func (m multiObserver) Compaction(ctx context.Context, c CompactionInfo) {
+	for _, o := range m {
+		o.Compaction(ctx, c)
 	}
 }
 

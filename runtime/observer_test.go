@@ -65,6 +65,12 @@ func (h *hookRecorder) Decision(ctx context.Context, d runtime.DecisionInfo) {
 	h.add("decision %s#%d %s -> %s to=%q delay=%v", d.Model, d.Attempt, d.Kind, d.Action, d.To, d.Delay)
 }
 
+func (h *hookRecorder) Compaction(ctx context.Context, c runtime.CompactionInfo) {
+	h.add("compaction %s before_call=%v attempt=%d %s %d->%d summary=%q/%q usage=%d/%d error=%q",
+		c.Model, c.BeforeCall, c.Attempt, c.Strategy, c.MessagesBefore, c.MessagesAfter, c.SummaryModel, c.SummaryProvider,
+		c.SummaryUsage.InputTokens, c.SummaryUsage.OutputTokens, c.SummaryError)
+}
+
 func (h *hookRecorder) ToolStart(ctx context.Context, t runtime.ToolInfo) context.Context {
 	h.add("tool start %s %s", t.Name, t.CallID)
 	return context.WithValue(ctx, ctxKey("tool"), t.CallID)

@@ -62,9 +62,15 @@ func (t *turn) compactBefore(ctx context.Context, m *Model) error {
 	}
 	var c Compactor = t.r.opts.compactor
 	if cc.Strategy == CompactSummarize {
-		c = &Summarize{Model: t.r.models[cc.Model], Alias: cc.Model, KeepEnds: keepEndsOf(c)}
+		sm := t.r.models[cc.Model]
+		if rt := t.r.routers[cc.Model]; rt != nil && len(rt.deps) > 0 {
+			// The deployment the summary calls (a model's first), with
+			// its provider's name and its price.
+			sm = rt.deps[0]
+		}
+		c = &Summarize{Model: sm, Alias: cc.Model, KeepEnds: keepEndsOf(c)}
 	}
-	_, err := t.compactWith(ctx, c, est)
+	_, err := t.compactWith(ctx, c, m, est, 0)
 	return err
 }
 
@@ -76,17 +82,34 @@ func keepEndsOf(c Compactor) KeepEnds {
 	return KeepEnds{}
 }
 
-// compactWith shortens the conversation with c and emits a Compaction
-// event saying what replaced what; est is the estimate that triggered a
-// compaction before a call, zero after an overflow. It reports false when
-// nothing could be removed.
-func (t *turn) compactWith(ctx context.Context, c Compactor, est int) (bool, error) {
+// compactWith shortens the conversation with c for model m, emits a
+// Compaction event saying what replaced what and tells the observer; est
+// is the estimate that triggered a compaction before a call, zero after
+// attempt number on m overflowed. It reports false when nothing could be
+// removed.
+func (t *turn) compactWith(ctx context.Context, c Compactor, m *Model, est, number int) (bool, error) {
 	before := t.conv
 	after, err := c.Compact(ctx, t.req.System, before)
-	if err != nil {
-		if err := t.stopped(ctx); err != nil {
-			return false, err
+	s, summarized := c.(*Summarize)
+	if summarized {
+		// The summary call's tokens were spent, whatever comes of them.
+		if s.Model != nil {
+			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
 		}
+		t.usage = t.usage.Add(s.usage)
+		if !s.usage.IsZero() {
+			// The running totals, as after a model call: the client and
+			// the key's budget count the summary's tokens even when the
+			// turn ends before its next call.
+			t.out.emit(ctx, &UsageUpdated{Total: t.usage})
+		}
+	}
+	if err := t.stopped(ctx); err != nil {
+		// Stopped during a summary call (which then fell back to
+		// keep_ends): the turn ends here, its conversation as it was.
+		return false, err
+	}
+	if err != nil {
 		return false, &llm.Error{Kind: llm.KindContextOverflow, Message: "the conversation is too long and could not be compacted", Err: err}
 	}
 	bb, ba := ConversationSize(before), ConversationSize(after)
@@ -101,14 +124,20 @@ func (t *turn) compactWith(ctx context.Context, c Compactor, est int) (bool, err
 		BytesBefore: bb, BytesAfter: ba, BeforeCall: est > 0, EstimatedTokens: est,
 	}
 	ev.ReplacedFrom, ev.ReplacedCount, ev.Replacement = replacement(before, after)
-	if s, ok := c.(*Summarize); ok {
-		ev.Strategy, ev.SummaryError = s.outcome()
-		if s.Model != nil {
-			s.usage.Cost = llm.CostOf(s.Model.Price, s.usage)
-		}
-		t.usage = t.usage.Add(s.usage)
+	info := CompactionInfo{
+		TurnID: t.info.TurnID, Model: m.Alias, BeforeCall: est > 0, Attempt: number,
+		MessagesBefore: len(before), MessagesAfter: len(after),
 	}
+	if summarized {
+		ev.Strategy, ev.SummaryError = s.outcome()
+		info.SummaryModel, info.SummaryUsage = s.Alias, s.usage
+		if s.Model != nil {
+			info.SummaryProvider = s.Model.ProviderName
+		}
+	}
+	info.Strategy, info.SummaryError = ev.Strategy, ev.SummaryError
 	t.out.emit(ctx, ev)
+	t.obs.Compaction(ctx, info)
 	return true, nil
 }
 

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -148,13 +149,19 @@ func TestSummarizeBeforeTheCall(t *testing.T) {
 		// the middle; empty when the summary failed.
 		wantSummary string
 		wantErr     string
+		// events is the turn's events; a summary call that used tokens
+		// is followed by the turn's running totals, as a model call is.
+		events string
 	}{
 		{name: "the summary replaces the middle", summary: fake.Reply{Chunks: fake.Text("They compared five letters.")},
-			wantSummary: "They compared five letters."},
+			wantSummary: "They compared five letters.",
+			events:      "start | usage | compaction | call a#1 | text | finished | usage | commit assistant | completed end_turn"},
 		{name: "a failed summary falls back to keep_ends", summary: fake.Reply{Err: providerErr(llm.KindServerError, 0)},
-			wantErr: "the summary call to cheap failed: SERVER_ERROR: upstream says SERVER_ERROR"},
+			wantErr: "the summary call to cheap failed: SERVER_ERROR: upstream says SERVER_ERROR",
+			events:  "start | compaction | call a#1 | text | finished | usage | commit assistant | completed end_turn"},
 		{name: "an empty summary falls back to keep_ends", summary: fake.Reply{Chunks: fake.Text(" ")},
-			wantErr: "the summary call to cheap returned no text"},
+			wantErr: "the summary call to cheap returned no text",
+			events:  "start | usage | compaction | call a#1 | text | finished | usage | commit assistant | completed end_turn"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,9 +175,22 @@ func TestSummarizeBeforeTheCall(t *testing.T) {
 			if terr != nil {
 				t.Fatal(terr)
 			}
-			want := "start | compaction | call a#1 | text | finished | usage | commit assistant | completed end_turn"
-			if got := describeAll(evs); got != want {
-				t.Fatalf("events:\n got %s\nwant %s", got, want)
+			if got := describeAll(evs); got != tc.events {
+				t.Fatalf("events:\n got %s\nwant %s", got, tc.events)
+			}
+			// The summary's 10/5 tokens, then the model call's added.
+			var totals []string
+			for _, ev := range evs {
+				if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
+					totals = append(totals, fmt.Sprintf("%d/%d", u.Total.InputTokens, u.Total.OutputTokens))
+				}
+			}
+			wantTotals := "10/5 20/10"
+			if tc.summary.Err != nil {
+				wantTotals = "10/5"
+			}
+			if got := strings.Join(totals, " "); got != wantTotals {
+				t.Errorf("usage totals %s, want %s", got, wantTotals)
 			}
 			c := compactions(evs)[0]
 			if cheap.Calls() != 1 {

@@ -181,7 +181,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 					Kind: e.Kind, Message: e.Message, DiscardPartial: true, DiscardFromSeq: discardFrom,
 				})
 			}
-			ok, err := t.compact(ctx)
+			ok, err := t.compact(ctx, m, number)
 			if err != nil {
 				return llm.Message{}, 0, err
 			}
@@ -286,11 +286,11 @@ func (t *turn) wait(ctx context.Context, d time.Duration) error {
 	return t.stopped(ctx)
 }
 
-// compact shortens the conversation after an overflow with the runner's
-// compactor and emits a Compaction event. It reports false when nothing
-// could be removed.
-func (t *turn) compact(ctx context.Context) (bool, error) {
-	return t.compactWith(ctx, t.r.opts.compactor, 0)
+// compact shortens the conversation after attempt number on m overflowed,
+// with the runner's compactor, and emits a Compaction event. It reports
+// false when nothing could be removed.
+func (t *turn) compact(ctx context.Context, m *Model, number int) (bool, error) {
+	return t.compactWith(ctx, t.r.opts.compactor, m, 0, number)
 }
 
 // budget returns why the turn may make no more model calls (its client

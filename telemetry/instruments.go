@@ -30,6 +30,7 @@ type instruments struct {
 	approvals         metric.Int64Counter
 	approvalWait      metric.Float64Histogram
 	steered           metric.Int64Counter
+	compactions       metric.Int64Counter
 }
 
 // Bucket boundaries the GenAI conventions give.
@@ -77,6 +78,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 	in.turnTokens = counter(metricTurnTokens, "{token}", "Tokens used by turns, by model asked, type and client.")
 	in.approvals = counter(metricApprovals, "{decision}", "Decisions on tool calls that waited for approval, by tool and outcome (approved, denied, timed_out).")
 	in.steered = counter(metricSteered, "{message}", "Steering messages turns committed.")
+	in.compactions = counter(metricCompactions, "{compaction}", "Compactions of turns' conversations, by model, strategy and trigger (near_window before a call, overflow after one).")
 	in.active, err = m.Int64UpDownCounter(metricTurnsActive, metric.WithUnit("{turn}"), metric.WithDescription("Turns in flight, by model asked."))
 	errs = append(errs, err)
 	if health != nil {

@@ -113,6 +113,16 @@ const (
 	keyCost         = attribute.Key("turnstile.cost")
 	keyCostCurrency = attribute.Key("turnstile.cost.currency")
 	keyCostPartial  = attribute.Key("turnstile.cost.partial")
+	// keyCompactionTrigger is what made a compaction: near_window (before
+	// a call) or overflow (after the provider refused the conversation);
+	// keyCompactionStrategy the strategy that compacted (keep_ends,
+	// summarize). Both are bounded and put on the compaction counter.
+	keyCompactionTrigger        = attribute.Key("turnstile.compaction.trigger")
+	keyCompactionStrategy       = attribute.Key("turnstile.compaction.strategy")
+	keyCompactionMessagesBefore = attribute.Key("turnstile.compaction.messages_before")
+	keyCompactionMessagesAfter  = attribute.Key("turnstile.compaction.messages_after")
+	keyCompactionSummaryModel   = attribute.Key("turnstile.compaction.summary_model")
+	keyCompactionSummaryFailed  = attribute.Key("turnstile.compaction.summary_failed")
 )
 
 // Span event names.
@@ -148,6 +158,7 @@ const (
 	metricApprovals    = "turnstile.approvals"
 	metricApprovalWait = "turnstile.approval.wait"
 	metricSteered      = "turnstile.steered"
+	metricCompactions  = "turnstile.compactions"
 	metricCost         = "turnstile.cost"
 	metricRetryBudget  = "turnstile.model.retry_budget"
 	metricCoolingDown  = "turnstile.model.cooling_down"

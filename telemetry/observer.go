@@ -471,8 +471,9 @@ func finishReason(s llm.StopReason) string {
 	return s.String()
 }
 
-// Decision adds the policy's decision to the turn's span as an event, and
-// counts retries, fallbacks and cooldowns.
+// Decision adds the policy's decision to the turn's span as an event (a
+// compaction's is added by Compaction, once it is made), and counts
+// retries, fallbacks and cooldowns.
 func (o *Observer) Decision(ctx context.Context, d runtime.DecisionInfo) {
 	span := trace.SpanFromContext(ctx)
 	model, class := keyModel.String(d.Model), keyErrorType.String(d.Kind.String())
@@ -490,7 +491,8 @@ func (o *Observer) Decision(ctx context.Context, d runtime.DecisionInfo) {
 		o.m.fallbacks.Add(ctx, 1, metric.WithAttributes(model, to, class))
 		span.AddEvent(eventFallback, trace.WithAttributes(model, to, class, keyAttempt.Int(d.Attempt)))
 	case policy.ActionCompact:
-		span.AddEvent(eventCompaction, trace.WithAttributes(model, class, keyAttempt.Int(d.Attempt)))
+		// The compaction itself is the event (Compaction), with its
+		// trigger and strategy, as one before a call is.
 	default:
 		span.AddEvent(eventGiveUp, trace.WithAttributes(model, class, keyAttempt.Int(d.Attempt)))
 	}

@@ -94,6 +94,9 @@ func TestSummarizeThroughTheServer(t *testing.T) {
 		strategy   string
 		summaryErr string
 		inRequest  string
+		// events is the turn's events: a summary call that used tokens
+		// is followed by the turn's running totals.
+		events string
 	}{{
 		name: "the summary replaces the middle",
 		summarizer: func(w http.ResponseWriter, r *http.Request) {
@@ -102,6 +105,7 @@ func TestSummarizeThroughTheServer(t *testing.T) {
 		},
 		strategy:  "summarize",
 		inRequest: "They asked four questions about q and got answers about a.",
+		events:    "TurnStarted Usage Compaction LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
 	}, {
 		name: "a failed summary falls back to keep_ends",
 		summarizer: func(w http.ResponseWriter, r *http.Request) {
@@ -112,6 +116,7 @@ func TestSummarizeThroughTheServer(t *testing.T) {
 		strategy:   "keep_ends",
 		summaryErr: "the summary call to cheap failed: SERVER_ERROR: ",
 		inRequest:  "omitted to fit the context window",
+		events:     "TurnStarted Compaction LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,11 +155,18 @@ default_model: m
 			if st.Code() != codes.OK {
 				t.Fatalf("status %v", st)
 			}
-			want := "TurnStarted Compaction LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
-			if got := wiretest.Names(evs); got != want {
-				t.Fatalf("events:\n got %s\nwant %s", got, want)
+			if got := wiretest.Names(evs); got != tc.events {
+				t.Fatalf("events:\n got %s\nwant %s", got, tc.events)
 			}
-			c := evs[1].GetCompaction()
+			var c *turnstilev1.Compaction
+			for _, ev := range evs {
+				if ev.GetCompaction() != nil {
+					c = ev.GetCompaction()
+				}
+			}
+			if u := evs[1].GetUsage(); u != nil && (u.GetInputTokens() != 30 || u.GetOutputTokens() != 4) {
+				t.Errorf("usage after the summary call %v, want its 30/4 tokens", u)
+			}
 			if c.GetStrategy() != tc.strategy || !strings.HasPrefix(c.GetSummaryError(), tc.summaryErr) || (tc.summaryErr == "") != (c.GetSummaryError() == "") {
 				t.Errorf("compaction strategy %q, summary_error %q", c.GetStrategy(), c.GetSummaryError())
 			}

@@ -444,9 +444,10 @@ func (r *textRenderer) endLine() {
 	}
 }
 
-// done ends stdout's line and prints the usage line on stderr: one word per
-// counter (model calls, tool calls, retries by the server, fallbacks,
-// resumes by this command).
+// done ends stdout's line and prints the usage line on stderr: the tokens,
+// the cost when the server knows a price, and one word per counter (model
+// calls, tool calls, retries by the server, fallbacks, resumes by this
+// command).
 func (r *textRenderer) done(res *client.Result) {
 	r.close()
 	switch res.EndReason {
@@ -461,6 +462,9 @@ func (r *textRenderer) done(res *client.Result) {
 		plural(int(u.GetInputTokens()), "token"), plural(int(u.GetOutputTokens()), "token"))
 	if n := u.GetCacheReadTokens(); n > 0 {
 		line += fmt.Sprintf(" (%d cached)", n)
+	}
+	if c := costText(u); c != "" {
+		line += " · " + c
 	}
 	line += " · " + plural(int(c.GetModelCalls()), "model call")
 	if n := c.GetToolCalls(); n > 0 {
@@ -492,6 +496,25 @@ func (r *textRenderer) done(res *client.Result) {
 		line = ansiDim + line + ansiReset
 	}
 	fmt.Fprintln(r.errw, line)
+}
+
+// costText says what the turn's tokens cost ("cost USD 0.00015"), marked
+// partial when some call's model had no price; "" when the cost is unknown
+// (no price configured), which is never shown as zero.
+func costText(u *turnstilev1.Usage) string {
+	c := u.GetCost()
+	if c == nil {
+		return ""
+	}
+	amount := strconv.FormatInt(c.GetUnits(), 10)
+	if n := c.GetNanos(); n != 0 {
+		amount += "." + strings.TrimRight(fmt.Sprintf("%09d", n), "0")
+	}
+	s := "cost " + c.GetCurrency() + " " + amount
+	if u.GetCostPartial() {
+		s += " (partial: a model without a price was called)"
+	}
+	return s
 }
 
 // close stops the spinner and ends stdout's line; it may be called again.
