@@ -163,6 +163,40 @@ const (
 	MaxStoredEventBytes = storeRecordBytes - recordMargin
 )
 
+// checkStoreRecord checks that a request and an event of the largest
+// sizes the server takes fit a store record of at most record bytes; when
+// and fix say in which case the bound holds and what else to do.
+func (c *Config) checkStoreRecord(v *checker, record int, when, fix string) {
+	s := c.Server
+	if n := StoredRequestBytes(record); s.MaxRequestBytes > n {
+		v.at("server.max_request_bytes", "must be at most %d %s: a turn's request is stored whole in one record of at most %d bytes, as base64; %s",
+			n, when, record, fix)
+	}
+	if n := StoredEventBytes(record); s.MaxEventBytes > n {
+		v.at("server.max_event_bytes", "must be at most %d %s: each event is stored in one record of at most %d bytes; %s",
+			n, when, record, fix)
+	}
+}
+
+// StoredRequestBytes is the largest server.max_request_bytes a turn store
+// whose records hold at most record bytes can keep.
+func StoredRequestBytes(record int) int { return (record - recordMargin) / 4 * 3 }
+
+// StoredEventBytes is the largest server.max_event_bytes a turn store
+// whose records hold at most record bytes can keep.
+func StoredEventBytes(record int) int { return record - recordMargin }
+
+// CheckStoreRecords checks the request and event bounds against the
+// records the store that was opened takes, at most record bytes: a NATS
+// cluster's servers take records of their max_payload, which only a
+// connection tells (the embedded server's are checked by [Validate]).
+func (c *Config) CheckStoreRecords(record int) error {
+	v := &checker{c: c}
+	c.checkStoreRecord(v, record, fmt.Sprintf("with the NATS servers of store.nats, which take records of at most %d bytes (their max_payload)", record),
+		"or raise max_payload on the NATS servers")
+	return newErrors(c.file, v.out)
+}
+
 // checkServer checks the server block.
 func (c *Config) checkServer(v *checker) {
 	s := c.Server
@@ -212,14 +246,7 @@ func (c *Config) checkServer(v *checker) {
 	if c.Store.Mode != store.ModeOff {
 		// Refused here, not by the store at the turn's start (where it
 		// looked like an unreachable store).
-		if s.MaxRequestBytes > MaxStoredRequestBytes {
-			v.at("server.max_request_bytes", "must be at most %d with the turn store on (store.mode %s): a turn's request is stored whole in one record of at most %d bytes, as base64; or set store.mode off",
-				MaxStoredRequestBytes, c.Store.Mode, storeRecordBytes)
-		}
-		if s.MaxEventBytes > MaxStoredEventBytes {
-			v.at("server.max_event_bytes", "must be at most %d with the turn store on (store.mode %s): each event is stored in one record of at most %d bytes; or set store.mode off",
-				MaxStoredEventBytes, c.Store.Mode, storeRecordBytes)
-		}
+		c.checkStoreRecord(v, storeRecordBytes, fmt.Sprintf("with the turn store on (store.mode %s)", c.Store.Mode), "or set store.mode off")
 	}
 	atLeast("max_request_media_bytes", s.MaxRequestMediaBytes, 1024)
 	switch {

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/turnstile-dev/turnstile/config"
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 )
 
@@ -67,6 +69,27 @@ store: %s
 			"a turn's request is stored whole in one record of at most 8388608 bytes, as base64; or set store.mode off\n"
 		if code != exitPermanent || stderr.String() != want {
 			t.Errorf("serve => %d, stderr:\n%s\nwant %d, stderr:\n%s", code, stderr.String(), exitPermanent, want)
+		}
+	})
+
+	t.Run("refused by the NATS servers' max_payload", func(t *testing.T) {
+		// A cluster's servers take records of their own max_payload, which
+		// only the connection tells: 1 MiB here, NATS' default.
+		url := natstest.StartWith(t, func(o *natsserver.Options) { o.MaxPayload = 1 << 20 })
+		path := filepath.Join(t.TempDir(), "turnstile.yaml")
+		if err := os.WriteFile(path, []byte(yaml(4<<20, fmt.Sprintf("{mode: nats, nats: {url: %q}}", url))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		code := serve([]string{"--config", path, "--listen", "127.0.0.1:0"}, &stderr)
+		// After the store's own log lines, both bounds at once (the
+		// default max_event_bytes, 4 MiB, is over it too).
+		want := path + ":6: server.max_event_bytes: must be at most 983040 with the NATS servers of store.nats, which take records of at most 1048576 bytes (their max_payload): " +
+			"each event is stored in one record of at most 1048576 bytes; or raise max_payload on the NATS servers\n" +
+			path + ":6: server.max_request_bytes: must be at most 737280 with the NATS servers of store.nats, which take records of at most 1048576 bytes (their max_payload): " +
+			"a turn's request is stored whole in one record of at most 1048576 bytes, as base64; or raise max_payload on the NATS servers\n"
+		if code != exitPermanent || !strings.HasSuffix(stderr.String(), want) {
+			t.Errorf("serve => %d, stderr:\n%s\nwant %d, stderr ending:\n%s", code, stderr.String(), exitPermanent, want)
 		}
 	})
 

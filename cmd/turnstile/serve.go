@@ -186,6 +186,13 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		}
 		// Closed after the server has stopped and its turns have ended.
 		defer st.Close()
+		if cfg.Store.Mode == store.ModeNATS {
+			// A request or event the NATS servers cannot take would fail
+			// each turn that sends one as if the store were unreachable.
+			if err := cfg.CheckStoreRecords(st.MaxRecordBytes()); err != nil {
+				return err
+			}
+		}
 		opts.Store = st
 		unregister, err := telemetry.RegisterStoreMetrics(tel.MeterProvider, storeUsage(st), nil)
 		if err != nil {
