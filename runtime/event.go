@@ -384,6 +384,11 @@ type TurnError struct {
 	// a client. Nil when there is nothing more than Message. TurnError does
 	// not unwrap to it: the error's class is Kind, whatever Cause says.
 	Cause error
+	// Usage is what the whole turn used, its cost included: the running
+	// totals of the last UsageUpdated, and what the providers reported of
+	// a call the turn's end cut short, which no UsageUpdated carries. It
+	// is for whoever pays (a client key's limits); it is not sent.
+	Usage llm.Usage
 }
 
 // Error returns the kind and message.

@@ -319,6 +319,7 @@ func (t *turn) fail(ctx context.Context, err error) *TurnError {
 	if !errors.As(err, &te) {
 		te = t.toTurnError(llm.AsError(err), 0)
 	}
+	te.Usage = t.usage
 	if t.cancelled() {
 		t.closeCancelled(ctx)
 	}

@@ -418,14 +418,12 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 			// (a cancelled tool's result, the cancellation).
 			return errHandedOff
 		}
+		r.charge.event(ev)
 		out, err := fromEvent(ev)
 		if err != nil {
 			return err
 		}
 		out.Attempt = k.attempt
-		if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
-			r.charge.total(u.Total)
-		}
 		// The event is encoded once: its size, as sent and as stored, is
 		// that of its wire form.
 		b, err := marshalEvent(out)
@@ -460,14 +458,20 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		return unacked > busyUnacked || unackedBytes > busyUnackedBytes
 	}}
 	_, runErr := s.runner.Run(ctx, tr, sink)
+	var te *runtime.TurnError
+	if errors.As(runErr, &te) {
+		// The turn's use, counted too when its terminal error never
+		// reached the sink (a failed sink, or a hand-off: the next owner
+		// charges from the totals stored, which a cut call is not in).
+		r.charge.total(te.Usage)
+	}
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if r.handedOff.Load() && terminal == nil {
 		s.handOver(fctx, r)
 		return
 	}
-	var te *runtime.TurnError
-	if errors.As(runErr, &te) && tooLarge != 0 && terminal == nil {
+	if te != nil && tooLarge != 0 && terminal == nil {
 		// The runtime could not emit its terminal error (the sink had
 		// failed): store it in the place of the event that did not fit, so
 		// live clients and replays end alike.

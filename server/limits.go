@@ -17,6 +17,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // KeyLimits bound what one client key may use. A limit left unset (nil)
@@ -365,6 +366,21 @@ type usageCharger struct {
 	stored   int64 // the bytes this turn stored
 }
 
+// event charges what ev tells of the turn's use so far: the running totals
+// of a UsageUpdated, or the whole turn's of its TurnError, which counts a
+// call the turn's end cut short (a client that cancels each turn mid-call
+// pays for what the provider reported of it).
+func (c *usageCharger) event(ev runtime.Event) {
+	switch p := ev.Payload.(type) {
+	case *runtime.UsageUpdated:
+		c.total(p.Total)
+	case *runtime.TurnError:
+		c.total(p.Usage)
+	}
+}
+
+// total charges the turn's running totals u: what they add to those
+// charged before.
 func (c *usageCharger) total(u llm.Usage) {
 	if c == nil || c.k == nil {
 		return

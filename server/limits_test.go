@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"iter"
 	"sync"
 	"testing"
 	"time"
@@ -160,5 +161,55 @@ func TestKeyLimitsProblems(t *testing.T) {
 	}
 	if ps := (server.KeyLimits{}).Problems(); len(ps) != 0 {
 		t.Errorf("no limits has problems: %v", ps)
+	}
+}
+
+// TestCutCallChargesItsKey: the tokens a provider reported for a call the
+// turn's cancel cut short count against the key's token limits, whether
+// the client left the stream (no store) or cancelled the turn (a store):
+// before, only the running totals sent after a finished call were charged,
+// so cancelling each turn mid-call used the model for free.
+func TestCutCallChargesItsKey(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(map[bool]string{false: "store off, the client leaves", true: "store on, CancelTurn"}[durable], func(t *testing.T) {
+			var twenty int64 = 20
+			k := keyed("limited", "tok-limited-0123")
+			k.Limits = server.KeyLimits{TokensPerMinute: &twenty}
+			// The prompt's tokens are reported at the call's start, as
+			// Anthropic's message_start does; then the reply never ends.
+			p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
+				return chunks(ctx, true, llm.Chunk{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 30}}, textChunk("Hel"))
+			}}
+			opts := server.Options{Keys: []server.Key{k}}
+			if durable {
+				opts.Store = memStore(t)
+			}
+			ts := start(t, runner(t, p), opts)
+			ctx := bearer(t.Context(), "tok-limited-0123")
+			release := holdTurn(t, ts.client, ctx)
+			if durable {
+				if resp, err := ts.client.CancelTurn(ctx, &turnstilev1.CancelTurnRequest{TurnId: "turn-1"}); err != nil || !resp.GetCancelled() {
+					t.Fatalf("CancelTurn = %v, %v", resp, err)
+				}
+			}
+			release()
+			// The cut call's 30 tokens are over the key's 20 a minute: the
+			// next turn is refused (once the first has ended).
+			var (
+				evs []*turnstilev1.AgentEvent
+				st  *status.Status
+			)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				second := hello()
+				second.TurnId = "turn-2"
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				evs, st = wiretest.Collect(t, cctx, ts.client, second, nil)
+				cancel()
+				if st.Code() == codes.ResourceExhausted || time.Now().After(deadline) {
+					break
+				}
+			}
+			refusedWith(t, evs, st, "tokens_per_minute", true)
+		})
 	}
 }

@@ -163,13 +163,12 @@ func (o *outbox) Busy() bool { return o.p.busy() }
 
 // Emit implements [runtime.Sink].
 func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
+	// Charged whether or not the client is still there to receive it.
+	o.usage.event(ev)
 	if o.failed != nil {
 		return o.failed
 	}
 	o.turnID = ev.TurnID
-	if u, ok := ev.Payload.(*runtime.UsageUpdated); ok {
-		o.usage.total(u.Total)
-	}
 	resp, err := toResponse(ev)
 	if err != nil {
 		o.failed = err

@@ -150,7 +150,11 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	// The turn's outcome and root cause are in its own log line.
 	_, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
-	errors.As(err, &te)
+	if errors.As(err, &te) {
+		// The turn's use, counted too when its last events never reached
+		// the outbox (the client left, and the runtime stopped emitting).
+		usage.total(te.Usage)
+	}
 	stall := out.finish(te)
 	t.lastSeq = out.sent
 	close(t.ended)
