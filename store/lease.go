@@ -226,6 +226,7 @@ func (w *writer) renewOnce() (renewed, lost bool) {
 		case <-w.lease.Err():
 		case <-ctx.Done():
 		}
+		s.forgetAck(w.lease)
 		w.lease = nil
 	}
 	var err error

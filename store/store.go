@@ -83,6 +83,11 @@ type Store struct {
 	mu   sync.Mutex
 	runs map[runKey]*writer
 
+	// ownAcks says that the store reads its publishes' acknowledgements
+	// itself, acks the inbox of those it does not wait on: see puback.go.
+	ownAcks bool
+	acks    ackInbox
+
 	senders senders // the goroutines of the writers' senders: see writer.go
 	inbox   inbox   // the runs' signals: see control.go
 
@@ -381,6 +386,12 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	s.js = js
+	if s.cfg.Mode == ModeEmbedded {
+		s.ownAcks = true
+		if err := s.acks.listen(s.nc); err != nil {
+			return err
+		}
+	}
 	storage := jetstream.FileStorage
 	if s.cfg.Mode == ModeEmbedded && s.cfg.Dir == "" {
 		storage = jetstream.MemoryStorage
