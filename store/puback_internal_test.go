@@ -16,7 +16,9 @@ import (
 // reads them, without falling back to encoding/json, and each refusal
 // falls in the class the store's code tests for it.
 func TestDecodePubAckFromServer(t *testing.T) {
-	s, err := Open(t.Context(), DefaultConfig(), nil)
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	s, err := Open(t.Context(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
