@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,8 +70,8 @@ func decodePubAckJSON(data []byte) (*jetstream.PubAck, error) {
 func scanPubAck(data []byte) (ack *jetstream.PubAck, apiErr *jetstream.APIError, ok bool) {
 	sc := ackScanner{data: data}
 	ack = &jetstream.PubAck{}
-	ok = sc.object(func(key string) bool {
-		switch key {
+	ok = sc.object(func(key []byte) bool {
+		switch string(key) {
 		case "stream":
 			ack.Stream, ok = sc.str()
 		case "domain":
@@ -81,8 +82,8 @@ func scanPubAck(data []byte) (ack *jetstream.PubAck, apiErr *jetstream.APIError,
 			ack.Duplicate, ok = sc.bool()
 		case "error":
 			apiErr = &jetstream.APIError{}
-			ok = sc.object(func(key string) bool {
-				switch key {
+			ok = sc.object(func(key []byte) bool {
+				switch string(key) {
 				case "code":
 					n, ok := sc.uint()
 					apiErr.Code = int(n)
@@ -130,7 +131,7 @@ func (sc *ackScanner) take(c byte) bool {
 }
 
 // object reads an object, calling field with each key to read its value.
-func (sc *ackScanner) object(field func(key string) bool) bool {
+func (sc *ackScanner) object(field func(key []byte) bool) bool {
 	if !sc.take('{') {
 		return false
 	}
@@ -138,7 +139,7 @@ func (sc *ackScanner) object(field func(key string) bool) bool {
 		return true
 	}
 	for {
-		key, ok := sc.str()
+		key, ok := sc.raw()
 		if !ok || !sc.take(':') || !field(key) {
 			return false
 		}
@@ -151,25 +152,43 @@ func (sc *ackScanner) object(field func(key string) bool) bool {
 	}
 }
 
+// leaseStream is the stream behind the lease bucket.
+const leaseStream = "KV_" + LeaseBucket
+
 // str reads a string of ASCII without escapes (encoding/json replaces
 // bytes that are not UTF-8).
 func (sc *ackScanner) str() (string, bool) {
-	if !sc.take('"') {
+	b, ok := sc.raw()
+	if !ok {
 		return "", false
+	}
+	// The store's streams' names, without a copy.
+	switch string(b) {
+	case StreamName:
+		return StreamName, true
+	case leaseStream:
+		return leaseStream, true
+	}
+	return string(b), true
+}
+
+// raw reads a string as str does, and returns its bytes in data.
+func (sc *ackScanner) raw() ([]byte, bool) {
+	if !sc.take('"') {
+		return nil, false
 	}
 	start := sc.i
 	for sc.i < len(sc.data) {
 		switch c := sc.data[sc.i]; {
 		case c == '"':
-			s := string(sc.data[start:sc.i])
 			sc.i++
-			return s, true
+			return sc.data[start : sc.i-1], true
 		case c == '\\' || c < 0x20 || c >= 0x80:
-			return "", false
+			return nil, false
 		}
 		sc.i++
 	}
-	return "", false
+	return nil, false
 }
 
 func (sc *ackScanner) uint() (uint64, bool) {
@@ -181,8 +200,15 @@ func (sc *ackScanner) uint() (uint64, bool) {
 	if sc.i == start || sc.i-start > 1 && sc.data[start] == '0' {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(sc.data[start:sc.i]), 10, 64)
-	return n, err == nil
+	var n uint64
+	for _, c := range sc.data[start:sc.i] {
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false // out of range
+		}
+		n = n*10 + d
+	}
+	return n, true
 }
 
 func (sc *ackScanner) bool() (bool, bool) {

@@ -243,3 +243,23 @@ func FuzzDecodePubAck(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodePubAck: an acknowledgement of a frame, read by the
+// store's decoder and by encoding/json as nats.go reads it.
+//
+//	go test -run XXX -bench DecodePubAck -benchmem ./store
+func BenchmarkDecodePubAck(b *testing.B) {
+	data := []byte(`{"stream":"TURNSTILE_RUNS","seq":123456}`)
+	for _, d := range []struct {
+		name   string
+		decode func([]byte) (*jetstream.PubAck, error)
+	}{{"scan", decodePubAck}, {"encoding-json", decodePubAckJSON}} {
+		b.Run(d.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := d.decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
