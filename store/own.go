@@ -65,6 +65,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		return false, nil, fmt.Errorf("store: lease: %w", err)
 	}
 	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
+		s.forgetAck(lease)
 		return false, nil, err
 	}
 	return true, nil, nil
