@@ -78,9 +78,13 @@ func TestDroppedLeaseTombstone(t *testing.T) {
 			// Several lease TTLs: the tombstone ages out, and a marker in
 			// its place would have been reported well before.
 			subj := "$KV." + LeaseBucket + "." + k.lease()
+			leaseLog, err := a.js.Stream(ctx, leaseStream)
+			if err != nil {
+				t.Fatal(err)
+			}
 			deadline := time.Now().Add(10 * ttl)
 			for {
-				info, err := a.leaseLog.Info(ctx, jetstream.WithSubjectFilter(subj))
+				info, err := leaseLog.Info(ctx, jetstream.WithSubjectFilter(subj))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -93,7 +97,7 @@ func TestDroppedLeaseTombstone(t *testing.T) {
 				time.Sleep(ttl / 5)
 			}
 			time.Sleep(2 * ttl)
-			info, err := a.leaseLog.Info(ctx, jetstream.WithSubjectFilter(subj))
+			info, err := leaseLog.Info(ctx, jetstream.WithSubjectFilter(subj))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -67,7 +67,6 @@ type Store struct {
 	js        jetstream.JetStream
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
-	leaseLog  jetstream.Stream         // the stream behind leases: see dropLease
 	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
@@ -512,13 +511,6 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		if err != nil {
 			return fmt.Errorf("store: bucket %s: %w", b.cfg.Bucket, err)
 		}
-	}
-	err = s.retrySetUp(ctx, until, "bucket "+LeaseBucket, func(ctx context.Context) (err error) {
-		s.leaseLog, err = js.Stream(ctx, "KV_"+LeaseBucket)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {
