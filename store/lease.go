@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -226,6 +227,7 @@ func (w *writer) renewOnce() (renewed, lost bool) {
 		case <-w.lease.Err():
 		case <-ctx.Done():
 		}
+		s.forgetAck(w.lease)
 		w.lease = nil
 	}
 	var err error
@@ -279,17 +281,40 @@ func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
 	return err == nil && string(m.Data) == aliveReply
 }
 
-// dropLease gives up run k's lease without a word to the other replicas:
-// it purges the lease's subject from the bucket's stream, which removes
-// every entry of the key and leaves no tombstone. A tombstone (the bucket's
-// Delete) would age out of the bucket like any entry, and the marker the
-// server then places reads to every replica's [Store.WatchExpired] as an
-// expired lease: each would claim the run, find it ended, and give its
-// lease up again, which leaves a new tombstone — a churn that never ends,
-// for every run ever finished.
+// dropLease gives up run k's lease without a word to the other replicas.
+// It writes a tombstone in the lease's place that no replica reads as an
+// expiry, then or when it ages out:
+//
+//   - its KV-Operation is DEL: a deleted key, which [Store.WatchExpired]
+//     passes over (it reports purges: a Release's, or the marker the server
+//     places when a lease ages out);
+//   - it carries a Nats-Marker-Reason header, so the server takes it for a
+//     marker itself: when it ages out of the bucket (after a lease TTL) no
+//     marker is placed after it. A tombstone without one (the bucket's own
+//     Delete) would age out like any lease, and the marker placed then reads
+//     to every replica's WatchExpired as an expired lease: each would claim
+//     the run, find it ended, and give its lease up again, which leaves a
+//     new tombstone — a churn that never ends, for every run ever finished.
+//
+// It is one publish to the bucket, answered as any other (its
+// acknowledgement read by [Store.publishMsg]), where a purge of the
+// lease's subject was a JetStream API request whose JSON the server and
+// the client decode and encode (BENCHMARKS.md, issue #26). A claim of the
+// run later (its key deleted) creates the lease as it would a new one.
 func (s *Store) dropLease(ctx context.Context, k runKey) error {
-	return s.leaseLog.Purge(ctx, jetstream.WithPurgeSubject("$KV."+LeaseBucket+"."+k.lease()))
+	_, err := s.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Header: nats.Header{
+		kvOperation:  {"DEL"},
+		markerReason: {"Remove"},
+	}})
+	return err
 }
+
+// The headers of a lease's tombstone (see dropLease): a KV bucket's
+// operation, and the reason of a marker the server places.
+const (
+	kvOperation  = "KV-Operation"
+	markerReason = jetstream.MarkerReasonHeader
+)
 
 // dropFileLeases deletes a lease bucket that an earlier version made in
 // files, so that set-up makes it again in memory (JetStream does not

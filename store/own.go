@@ -30,14 +30,15 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	k := runKey{turnID, attempt}
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+	// Created only if the run has no owner record yet.
+	msg := &nats.Msg{Subject: k.own(), Data: record, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}}}
 	dedupe := s.cfg.Mode == ModeNATS
 	var msgID string
 	if dedupe {
 		msgID = k.prefix() + ".create." + s.id + "." + newID()
-		opts = append(opts, jetstream.WithMsgID(msgID))
+		msg.Header[jetstream.MsgIDHeader] = []string{msgID}
 	}
-	ack, err := s.publishRetried(pctx, &nats.Msg{Subject: k.own(), Data: record}, dedupe, opts...)
+	ack, err := s.publishRetried(pctx, msg, dedupe)
 	if isWrongLastSeq(err) && dedupe {
 		// A server that is not clustered checks the expectation before
 		// the message id: a retry of a record stored after all is refused
@@ -59,11 +60,12 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	}
 	// The lease is written without waiting: the run starts at once, and
 	// Finish waits for it before deleting it.
-	lease, err := s.js.PublishAsync("$KV."+LeaseBucket+"."+k.lease(), []byte(s.id))
+	lease, err := s.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
 	if err != nil {
 		return false, nil, fmt.Errorf("store: lease: %w", err)
 	}
 	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
+		s.forgetAck(lease)
 		return false, nil, err
 	}
 	return true, nil, nil

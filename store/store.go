@@ -67,7 +67,6 @@ type Store struct {
 	js        jetstream.JetStream
 	stream    jetstream.Stream
 	leases    jetstream.KeyValue
-	leaseLog  jetstream.Stream         // the stream behind leases: see dropLease
 	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
 	cooldowns jetstream.KeyValue
 	budgets   jetstream.KeyValue
@@ -82,6 +81,11 @@ type Store struct {
 
 	mu   sync.Mutex
 	runs map[runKey]*writer
+
+	// ownAcks says that the store reads its publishes' acknowledgements
+	// itself, acks the inbox of those it does not wait on: see puback.go.
+	ownAcks bool
+	acks    ackInbox
 
 	senders senders // the goroutines of the writers' senders: see writer.go
 	inbox   inbox   // the runs' signals: see control.go
@@ -381,6 +385,12 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	s.js = js
+	if s.cfg.Mode == ModeEmbedded {
+		s.ownAcks = true
+		if err := s.acks.listen(s.nc); err != nil {
+			return err
+		}
+	}
 	storage := jetstream.FileStorage
 	if s.cfg.Mode == ModeEmbedded && s.cfg.Dir == "" {
 		storage = jetstream.MemoryStorage
@@ -501,13 +511,6 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		if err != nil {
 			return fmt.Errorf("store: bucket %s: %w", b.cfg.Bucket, err)
 		}
-	}
-	err = s.retrySetUp(ctx, until, "bucket "+LeaseBucket, func(ctx context.Context) (err error) {
-		s.leaseLog, err = js.Stream(ctx, "KV_"+LeaseBucket)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store: bucket %s: %w", LeaseBucket, err)
 	}
 	where := []any{"replica", s.id, "mode", s.cfg.Mode, "replicas", replicas, "retention", s.cfg.Retention, "lease_ttl", s.cfg.LeaseTTL}
 	if s.cfg.Mode == ModeEmbedded {

@@ -269,16 +269,20 @@ func (w *writer) publish(frame []byte) error {
 	// Cut short when the store closes, without a goroutine per frame.
 	ctx, cancel := context.WithTimeout(w.s.closing, publishTimeout)
 	defer cancel()
-	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{}}
-	msg.Header.Set(firstHeader, strconv.FormatUint(w.next, 10))
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(w.ownSeq, w.key.own())}
+	// The owner fence: the last record on the run's owner subject must be
+	// the one this replica's ownership began with.
+	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{
+		firstHeader:                             {strconv.FormatUint(w.next, 10)},
+		jetstream.ExpectedLastSubjSeqHeader:     {strconv.FormatUint(w.ownSeq, 10)},
+		jetstream.ExpectedLastSubjSeqSubjHeader: {w.key.own()},
+	}}
 	dedupe := w.s.cfg.Mode == ModeNATS
 	if dedupe {
 		// One id per frame of one owner: a retry is the same frame; a new
 		// owner's frames are others.
-		opts = append(opts, jetstream.WithMsgID(w.key.prefix()+"."+strconv.FormatUint(w.ownSeq, 10)+"."+strconv.FormatUint(w.next, 10)))
+		msg.Header[jetstream.MsgIDHeader] = []string{w.key.prefix() + "." + strconv.FormatUint(w.ownSeq, 10) + "." + strconv.FormatUint(w.next, 10)}
 	}
-	_, err := w.s.publishRetried(ctx, msg, dedupe, opts...)
+	_, err := w.s.publishRetried(ctx, msg, dedupe)
 	switch {
 	case err == nil:
 		return nil
@@ -292,7 +296,8 @@ func (w *writer) publish(frame []byte) error {
 	return fmt.Errorf("store: append: %w", err)
 }
 
-// publishRetried publishes msg and returns its acknowledgement. An attempt
+// publishRetried publishes msg, its expectations and message id in its
+// headers (see [Store.publishMsg]), and returns its acknowledgement. An attempt
 // that [mayPass] is made again after a short pause, each waiting
 // publishTry for its answer, all within ctx and until the store closes;
 // dedupe says that msg carries a message id, so one that got no answer
@@ -300,7 +305,7 @@ func (w *writer) publish(frame []byte) error {
 // cannot be made again (it may be stored), so it waits for its answer as
 // long as ctx lets it: a loaded server answers late, and that is
 // backpressure, not a failure. It returns the last attempt's failure.
-func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool) (*jetstream.PubAck, error) {
 	for {
 		// Without a message id an attempt waits as long as ctx lets it:
 		// no timer of its own.
@@ -308,7 +313,7 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, 
 		if dedupe {
 			tctx, tcancel = context.WithTimeout(ctx, publishTry)
 		}
-		ack, err := s.js.PublishMsg(tctx, msg, opts...)
+		ack, err := s.publishMsg(tctx, msg)
 		tcancel()
 		s.noteWrite(msg, err)
 		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
@@ -457,6 +462,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		case <-wait.C:
 		}
 		wait.Stop()
+		s.forgetAck(w.lease)
 	}
 	s.inbox.leave(w)
 	s.mu.Lock()
