@@ -37,7 +37,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		msgID = k.prefix() + ".create." + s.id + "." + newID()
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	ack, err := s.publishRetried(pctx, &nats.Msg{Subject: k.own(), Data: record}, dedupe, opts...)
+	ack, err := s.publishRetried(pctx, &nats.Msg{Subject: k.own(), Data: record, Header: s.ownerRecord()}, dedupe, opts...)
 	if isWrongLastSeq(err) && dedupe {
 		// A server that is not clustered checks the expectation before
 		// the message id: a retry of a record stored after all is refused
@@ -154,10 +154,15 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	// The fence: appends expect the last owner record, which is now ours.
 	// A replicated stream refuses it while an append of the old owner,
 	// which expects the same record, is in flight: try again shortly.
-	ack, err := s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	// It names this replica, to which signals go from then on.
+	fence := func() (*jetstream.PubAck, error) {
+		m := &nats.Msg{Subject: k.own(), Data: []byte("claimed by " + s.id), Header: s.ownerRecord()}
+		return s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	}
+	ack, err := fence()
 	for try := 0; try < 20 && isInFlightConflict(err); try++ {
 		time.Sleep(25 * time.Millisecond)
-		ack, err = s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+		ack, err = fence()
 	}
 	if isWrongLastSeq(err) {
 		release()
@@ -212,9 +217,7 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 	w.room = sync.NewCond(&w.mu)
 	w.send = w.sender
 	w.beat()
-	if err := s.inbox.listen(s.nc, w); err != nil {
-		return err
-	}
+	s.inbox.listen(w)
 	w.renew.Add(1)
 	w.renewLoop()
 	s.mu.Lock()

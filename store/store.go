@@ -118,7 +118,10 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
-	s.startInbox()
+	if err := s.startInbox(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.startKeeper()
 	return s, nil
 }
