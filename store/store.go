@@ -39,7 +39,9 @@ const (
 	LimitBucket = "TURNSTILE_LIMITS"
 	// subjectRoot prefixes the log's subjects: subjectRoot.<turn>.<attempt>.own|ev.
 	subjectRoot = "turnstile.run"
-	// controlRoot prefixes the control subjects: controlRoot.<turn>.<attempt>.
+	// controlRoot prefixes the runs' own control subjects,
+	// controlRoot.<turn>.<attempt>, on which the version before sent
+	// signals (see [inbox]).
 	controlRoot = "turnstile.ctl"
 )
 
