@@ -110,15 +110,18 @@ func TestSignalsOfTheVersionBefore(t *testing.T) {
 	if _, _, err := a.Create(ctx, k.turnID, k.attempt, []byte("req"), onSignal); err != nil {
 		t.Fatal(err)
 	}
-	request := func(subject string) (*nats.Msg, error) {
-		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	// An answer comes at once; silence is a request that waits until
+	// its deadline.
+	request := func(subject string, wait time.Duration) (*nats.Msg, error) {
+		rctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		return old.RequestWithContext(rctx, subject, []byte("ping"))
 	}
-	if m, err := request(k.control()); err != nil || string(m.Data) != "a:ping" {
+	const answered, silent = 10 * time.Second, 300 * time.Millisecond
+	if m, err := request(k.control(), answered); err != nil || string(m.Data) != "a:ping" {
 		t.Errorf("old-style signal to the owner: %v; want the owner's reply", err)
 	}
-	if m, err := request(k.alive()); err != nil || string(m.Data) != aliveReply {
+	if m, err := request(k.alive(), answered); err != nil || string(m.Data) != aliveReply {
 		t.Errorf("old-style liveness question to the owner: %v; want %q", err, aliveReply)
 	}
 	if got := <-signals; got != "ping" {
@@ -141,7 +144,7 @@ func TestSignalsOfTheVersionBefore(t *testing.T) {
 	// A run no replica owns: both stay silent on its own subjects.
 	nobody := runKey{"nobody", 1}
 	for _, subj := range []string{nobody.control(), nobody.alive()} {
-		if _, err := request(subj); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := request(subj, silent); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("old-style request on %s, owned by no replica: %v; want no reply (a timeout)", subj, err)
 		}
 	}
@@ -156,7 +159,7 @@ func TestSignalsOfTheVersionBefore(t *testing.T) {
 	if b.ownerRenewing(ctx, k) {
 		t.Error("a run given up says it renews its lease")
 	}
-	if _, err := request(k.alive()); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := request(k.alive(), silent); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("old-style question after the run was given up: %v; want no reply", err)
 	}
 
