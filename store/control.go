@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // signalWait bounds the wait for an owner's reply to a signal when the
@@ -17,16 +19,42 @@ import (
 // once, so a longer silence is a lost message (an inbox that overflowed).
 const signalWait = time.Minute
 
-// goneReply is the inbox's answer to a message for a run this replica
-// gave up after the message was queued: the sender takes it as no owner.
+// goneReply is the inbox's answer to a message for a run this replica does
+// not own (it gave the run up, or another replica claimed it since its
+// last owner record was read): the sender takes it as no owner, as it
+// takes NATS' "no responders" from a replica that is gone.
 const goneReply = "\x00gone"
 
 // Signal sends signal to the owner of the run and returns its reply; it
 // fails with [fs.ErrNotExist] when no replica owns the run.
+//
+// The owner is the replica its last owner record names ([ownerHeader]):
+// the signal goes to that replica's inbox, which answers "no owner"
+// ([goneReply]) for a run it does not own (any more), while a replica
+// that is gone leaves NATS to answer "no responders". A record with no
+// owner named is a replica's of the version before, which listens on the
+// run's own subject ([runKey.control]): the signal goes there, when the
+// run holds a lease (a run without one has no owner).
 func (s *Store) Signal(ctx context.Context, turnID string, attempt uint32, signal string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, signalWait)
 	defer cancel()
-	m, err := s.nc.RequestWithContext(ctx, runKey{turnID, attempt}.control(), []byte(signal))
+	k := runKey{turnID, attempt}
+	owner, err := s.owner(ctx, k)
+	if err == nil && owner == "" {
+		// An owner of the version before. Replicas of this version hear
+		// its run's subject too and answer only for their own runs, so a
+		// question nobody owns would wait for signalWait: the lease tells.
+		if _, err = s.leases.Get(ctx, k.lease()); errors.Is(err, jetstream.ErrKeyNotFound) {
+			err = fs.ErrNotExist
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("store: run %q attempt %d has no owner: %w", turnID, attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: signal: %w", err)
+	}
+	m, err := s.nc.RequestWithContext(ctx, k.controlAt(owner), []byte(signal))
 	if err == nil && string(m.Data) == goneReply {
 		err = nats.ErrNoResponders
 	}
@@ -39,31 +67,81 @@ func (s *Store) Signal(ctx context.Context, turnID string, attempt uint32, signa
 	return m.Data, nil
 }
 
+// notifyWait bounds the read of the owner record that tells Notify where
+// to send.
+const notifyWait = time.Second
+
 // Notify sends signal to the owner of the run without waiting for a reply;
 // nobody may be listening.
 func (s *Store) Notify(turnID string, attempt uint32, signal string) {
-	_ = s.nc.Publish(runKey{turnID, attempt}.control(), []byte(signal))
+	ctx, cancel := context.WithTimeout(s.closing, notifyWait)
+	defer cancel()
+	k := runKey{turnID, attempt}
+	if owner, err := s.owner(ctx, k); err == nil {
+		_ = s.nc.Publish(k.controlAt(owner), []byte(signal))
+	}
 }
+
+// ownerHeader names, in each owner record of a run (the first, Create's,
+// and each claim's), the replica that wrote it: the run's owner while the
+// record is the last, to which signals and liveness questions go.
+const ownerHeader = "Turnstile-Owner"
+
+// ownerRecord returns the header of an owner record written by this
+// replica.
+func (s *Store) ownerRecord() nats.Header { return nats.Header{ownerHeader: []string{s.id}} }
+
+// owner returns the replica named by the last owner record of run k: "",
+// when the record names none (a replica of the version before wrote it);
+// [fs.ErrNotExist] when the run has no record.
+func (s *Store) owner(ctx context.Context, k runKey) (string, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", fs.ErrNotExist
+	}
+	if err != nil {
+		return "", fmt.Errorf("read run: %w", err)
+	}
+	return m.Header.Get(ownerHeader), nil
+}
+
+// replicaRoot prefixes the core NATS subjects of each replica's inbox:
+// replicaRoot.<replica>.<turn>.<attempt>, and .alive after it for the
+// liveness question. One subscription per replica takes them all.
+const replicaRoot = "turnstile.replica"
+
+// controlAt is the subject of run k's signals at its owner, the replica
+// owner; the run's own subject when owner is "" (an owner of the version
+// before).
+func (k runKey) controlAt(owner string) string {
+	if owner == "" {
+		return k.control()
+	}
+	return replicaRoot + "." + owner + "." + k.lease()
+}
+
+// aliveAt is the subject of run k's liveness question at its owner, as
+// controlAt.
+func (k runKey) aliveAt(owner string) string { return k.controlAt(owner) + ".alive" }
 
 // inbox receives the signals and liveness questions of every run this
-// replica owns. Each run keeps subscriptions of its own to its control and
-// alive subjects, so a Signal to a run that no replica owns is told so by
-// NATS' "no responders"; but they deliver into one channel, read by one
-// goroutine ([Store.answer]). A subscription with a handler of its own
-// runs a goroutine for its subject, which cost two goroutines per run for
-// the run's whole life (the memory of a held turn, and their start and
-// end in every turn: BENCHMARKS.md, issue #26).
+// replica owns, on two subscriptions made at [Open], none per run: one to
+// this replica's subjects (replicaRoot.<id>.>), where a message for a run
+// this replica does not own is answered "no owner" ([goneReply]), and one
+// to every run's own subject (controlRoot.>), where a replica of the
+// version before sends them during a rolling upgrade and only the run's
+// owner answers (see README, "Durable turns"). Both deliver into one
+// channel, read by one goroutine ([Store.answer]).
+//
+// A subscription per run made NATS answer "no responders" for a run no
+// replica owns, but cost a SUB and an UNSUB on each of the run's two
+// subjects per turn, and their state on both sides of the connection for
+// the run's whole life (BENCHMARKS.md, issue #26).
 type inbox struct {
-	msgs chan *nats.Msg
-	mu   sync.Mutex
-	runs map[string]inboxEntry // by subscribed subject
-}
-
-// inboxEntry is the run a subject of the inbox belongs to, and whether it
-// is the run's alive subject (else its control subject).
-type inboxEntry struct {
-	w     *writer
-	alive bool
+	msgs   chan *nats.Msg
+	prefix string // of this replica's subjects: replicaRoot.<id>.
+	mu     sync.Mutex
+	runs   map[string]*writer // by the run's lease key: <turn>.<attempt>
 }
 
 // inboxSize bounds the messages waiting for the inbox's goroutine. It
@@ -74,11 +152,23 @@ type inboxEntry struct {
 // out.
 const inboxSize = 4096
 
-// startInbox starts the inbox's goroutine; it ends when the store closes.
-func (s *Store) startInbox() {
+// startInbox subscribes the inbox and starts its goroutine; it ends when
+// the store closes.
+func (s *Store) startInbox() error {
 	s.inbox.msgs = make(chan *nats.Msg, inboxSize)
-	s.inbox.runs = map[string]inboxEntry{}
+	s.inbox.prefix = replicaRoot + "." + s.id + "."
+	s.inbox.runs = map[string]*writer{}
+	for _, subj := range []string{s.inbox.prefix + ">", controlRoot + ".>"} {
+		if _, err := s.nc.ChanSubscribe(subj, s.inbox.msgs); err != nil {
+			return fmt.Errorf("store: control subscription: %w", err)
+		}
+	}
+	// Subscribed before the first run: a Create's signal may come at once.
+	if err := s.nc.Flush(); err != nil {
+		return fmt.Errorf("store: control subscription: %w", err)
+	}
 	go s.answer()
+	return nil
 }
 
 // answer passes the inbox's messages to their runs until the store
@@ -93,25 +183,34 @@ func (s *Store) answer() {
 		case <-s.closed:
 			return
 		}
+		run, mine := strings.CutPrefix(m.Subject, s.inbox.prefix)
+		if !mine {
+			run = strings.TrimPrefix(m.Subject, controlRoot+".")
+		}
+		run, alive := strings.CutSuffix(run, ".alive")
 		s.inbox.mu.Lock()
-		e, ok := s.inbox.runs[m.Subject]
+		w := s.inbox.runs[run]
 		s.inbox.mu.Unlock()
 		switch {
-		case !ok:
-			// The run was given up since: as if unsubscribed, but a
-			// request queued before that is answered, or its sender
-			// would wait for a reply that never comes.
+		case w == nil && mine:
+			// Not (or no longer) this replica's run: as NATS' "no
+			// responders" from a replica that is gone. A request is
+			// answered, or its sender would wait for a reply that never
+			// comes.
 			if m.Reply != "" {
 				_ = m.Respond([]byte(goneReply))
 			}
-		case e.alive:
+		case w == nil:
+			// A run's own subject, of a run this replica does not own:
+			// its owner, if any, answers.
+		case alive:
 			reply := "stopped"
-			if e.w.renewing() {
+			if w.renewing() {
 				reply = aliveReply
 			}
 			_ = m.Respond([]byte(reply))
 		default:
-			go e.w.signal(m)
+			go w.signal(m)
 		}
 	}
 }
@@ -124,42 +223,21 @@ func (w *writer) signal(m *nats.Msg) {
 	}
 }
 
-// listen subscribes w's control and alive subjects to the inbox.
-func (in *inbox) listen(nc *nats.Conn, w *writer) error {
-	ctl := w.key.control()
-	alive := w.key.alive()
-	// Known before subscribed: a signal may come at once.
-	in.mu.Lock()
-	in.runs[ctl] = inboxEntry{w: w}
-	in.runs[alive] = inboxEntry{w: w, alive: true}
-	in.mu.Unlock()
-	var err error
-	if w.sub, err = nc.ChanSubscribe(ctl, in.msgs); err == nil {
-		if w.alive, err = nc.ChanSubscribe(alive, in.msgs); err != nil {
-			_ = w.sub.Unsubscribe()
-		}
-	}
-	if err != nil {
-		in.forget(w, ctl, alive)
-		return fmt.Errorf("store: control subscription: %w", err)
-	}
-	return nil
-}
-
-// leave unsubscribes w's subjects from the inbox.
-func (in *inbox) leave(w *writer) {
-	_ = w.sub.Unsubscribe()
-	_ = w.alive.Unsubscribe()
-	in.forget(w, w.sub.Subject, w.alive.Subject)
-}
-
-// forget removes w's subjects from the inbox, unless another run's since.
-func (in *inbox) forget(w *writer, subjects ...string) {
+// listen makes the inbox pass w's signals and liveness questions to w.
+func (in *inbox) listen(w *writer) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for _, subj := range subjects {
-		if in.runs[subj].w == w {
-			delete(in.runs, subj)
-		}
+	in.runs[w.key.lease()] = w
+}
+
+// leave ends what listen started: w's run is not this replica's any more.
+func (in *inbox) leave(w *writer) { in.forget(w) }
+
+// forget removes w's run from the inbox, unless another writer's since.
+func (in *inbox) forget(w *writer) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if key := w.key.lease(); in.runs[key] == w {
+		delete(in.runs, key)
 	}
 }

@@ -18,7 +18,8 @@
 // owner; an owner shutting down releases it (purges it), which the other
 // replicas see as they see an expired one, so one takes the run over at
 // once. Control signals (cancel, a watcher's presence) travel to the owner
-// over core NATS.
+// over core NATS, to the replica the run's last owner record names, which
+// takes the signals of all its runs on one subscription.
 //
 // Two more buckets hold what every replica shares of the models' health:
 // cooldowns, each under a key that expires with it, and retry budgets, one

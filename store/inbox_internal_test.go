@@ -34,7 +34,7 @@ func TestSignalToARunGivenUpMeanwhile(t *testing.T) {
 	}
 	// The window of a run being given up: still subscribed, no longer
 	// known to the inbox.
-	s.inbox.forget(w, w.sub.Subject, w.alive.Subject)
+	s.inbox.forget(w)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if _, err := s.Signal(ctx, "r", 1, "ping"); !errors.Is(err, fs.ErrNotExist) {

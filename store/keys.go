@@ -26,7 +26,9 @@ func (k runKey) own() string { return k.prefix() + ".own" }
 // events is the subject of the run's events.
 func (k runKey) events() string { return k.prefix() + ".ev" }
 
-// control is the core NATS subject on which the run's owner listens.
+// control is the run's own core NATS subject for signals, which an owner
+// of the version before listened on; this version's go to the owner's
+// replica ([runKey.controlAt]).
 func (k runKey) control() string {
 	return controlRoot + "." + k.token() + "." + strconv.FormatUint(uint64(k.attempt), 10)
 }
@@ -34,6 +36,6 @@ func (k runKey) control() string {
 // lease is the run's key in the lease bucket.
 func (k runKey) lease() string { return k.token() + "." + strconv.FormatUint(uint64(k.attempt), 10) }
 
-// alive is the core NATS subject on which the run's owner says whether it
-// is renewing the run's lease.
+// alive is the run's own core NATS subject of the question whether its
+// owner is renewing the run's lease, as control.
 func (k runKey) alive() string { return k.control() + ".alive" }

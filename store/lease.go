@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -269,15 +270,25 @@ func (w *writer) renewOnce() (renewed, lost bool) {
 // question a replica asks before it takes a run over (see [Store.Claim]).
 const aliveReply = "renewing"
 
-// ownerRenewing asks the owner of run k, on the run's alive subject (core
-// NATS, which needs no stream leader), whether it is renewing the run's
-// lease. No answer (no owner, or one that cannot answer in time) is the
-// evidence a takeover needs; an owner that answers is alive and will
-// write its lease again.
+// ownerRenewing asks the owner of run k, the replica its last owner record
+// names, on core NATS (which needs no stream leader), whether it is
+// renewing the run's lease. No answer (no owner, a replica that does not
+// own the run any more, or one that cannot answer in time) is the evidence
+// a takeover needs; an owner that answers is alive and will write its
+// lease again. When the record cannot be read the question goes to the
+// run's own subject, which its owner hears too, whatever its version.
 func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
 	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL, time.Second))
 	defer cancel()
-	m, err := s.nc.RequestWithContext(ctx, k.alive(), nil)
+	owner, err := s.owner(ctx, k)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	subject := k.alive()
+	if err == nil {
+		subject = k.aliveAt(owner)
+	}
+	m, err := s.nc.RequestWithContext(ctx, subject, nil)
 	return err == nil && string(m.Data) == aliveReply
 }
 

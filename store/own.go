@@ -31,7 +31,9 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	// Created only if the run has no owner record yet.
-	msg := &nats.Msg{Subject: k.own(), Data: record, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}}}
+	// The record names this replica: signals to the run come to it.
+	msg := &nats.Msg{Subject: k.own(), Data: record, Header: s.ownerRecord()}
+	msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{"0"}
 	dedupe := s.cfg.Mode == ModeNATS
 	var msgID string
 	if dedupe {
@@ -156,10 +158,15 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	// The fence: appends expect the last owner record, which is now ours.
 	// A replicated stream refuses it while an append of the old owner,
 	// which expects the same record, is in flight: try again shortly.
-	ack, err := s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	// It names this replica, to which signals go from then on.
+	fence := func() (*jetstream.PubAck, error) {
+		m := &nats.Msg{Subject: k.own(), Data: []byte("claimed by " + s.id), Header: s.ownerRecord()}
+		return s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	}
+	ack, err := fence()
 	for try := 0; try < 20 && isInFlightConflict(err); try++ {
 		time.Sleep(25 * time.Millisecond)
-		ack, err = s.js.Publish(ctx, k.own(), []byte("claimed by "+s.id), jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+		ack, err = fence()
 	}
 	if isWrongLastSeq(err) {
 		release()
@@ -214,9 +221,7 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 	w.room = sync.NewCond(&w.mu)
 	w.send = w.sender
 	w.beat()
-	if err := s.inbox.listen(s.nc, w); err != nil {
-		return err
-	}
+	s.inbox.listen(w)
 	w.renew.Add(1)
 	w.renewLoop()
 	s.mu.Lock()

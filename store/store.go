@@ -39,7 +39,9 @@ const (
 	LimitBucket = "TURNSTILE_LIMITS"
 	// subjectRoot prefixes the log's subjects: subjectRoot.<turn>.<attempt>.own|ev.
 	subjectRoot = "turnstile.run"
-	// controlRoot prefixes the control subjects: controlRoot.<turn>.<attempt>.
+	// controlRoot prefixes the runs' own control subjects,
+	// controlRoot.<turn>.<attempt>, on which the version before sent
+	// signals (see [inbox]).
 	controlRoot = "turnstile.ctl"
 )
 
@@ -122,7 +124,10 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
-	s.startInbox()
+	if err := s.startInbox(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.startKeeper()
 	return s, nil
 }

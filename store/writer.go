@@ -38,11 +38,9 @@ var ErrClosed = errors.New("store: closed")
 type writer struct {
 	s      *Store
 	key    runKey
-	ownSeq uint64             // the stream sequence of the owner record appends expect
-	next   uint64             // the index (seq) of the next event the run stores, from 1
-	sub    *nats.Subscription // the run's control subject, to the store's inbox
-	alive  *nats.Subscription // its alive subject: whether the renewal runs
-	stop   chan struct{}      // ends the lease renewal
+	ownSeq uint64        // the stream sequence of the owner record appends expect
+	next   uint64        // the index (seq) of the next event the run stores, from 1
+	stop   chan struct{} // ends the lease renewal
 	renew  sync.WaitGroup
 	sent   chan struct{} // closed once Finish was called and the sender has sent everything
 	send   func()        // w.sender, made once: what wake starts
