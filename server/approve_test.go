@@ -535,19 +535,7 @@ func TestCancelWhileWaitingForApproval(t *testing.T) {
 	if resp, err := ts.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1"}); err != nil || !resp.GetCancelled() {
 		t.Fatalf("CancelTurn = %v, %v", resp, err)
 	}
-	more, st := rest(stream)
-	evs = append(evs, more...)
-	if st.Code() != codes.Canceled {
-		t.Errorf("status %v, want CANCELLED", st)
-	}
-	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested MessageCompleted MessageCompleted Error"
-	if got := wiretest.Names(evs); got != want {
-		t.Errorf("events:\n got %s\nwant %s", got, want)
-	}
-	msgs := committed(evs)
-	if r := msgs[1].GetParts()[0].GetToolResult(); r.GetContent() != runtime.CancelledToolResult || textOf(msgs[2]) != runtime.InterruptedToolUseNote {
-		t.Errorf("closing messages = %v", msgs[1:])
-	}
+	cancelledWhileWaiting(t, stream, evs)
 	_, err = approve(t, t.Context(), ts.client, "c1", true, "")
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition {
 		t.Errorf("ApproveToolCall after the cancel: %v, want FAILED_PRECONDITION", st)
@@ -555,6 +543,34 @@ func TestCancelWhileWaitingForApproval(t *testing.T) {
 	if n := o.deploys.Load(); n != 0 || len(u.calls()) != 1 {
 		t.Errorf("deploy ran %d times, %d model calls; want 0 and 1", n, len(u.calls()))
 	}
+}
+
+// cancelledWhileWaiting reads the rest of a turn cancelled while its tool
+// call c1 waited for approval, after evs: the stream ends CANCELLED, the
+// turn commits the cancelled call's result and the interruption note, and
+// its last event, which it returns, is a CANCELLED error.
+func cancelledWhileWaiting(t *testing.T, stream interface {
+	Recv() (*turnstilev1.RunTurnResponse, error)
+}, evs []*turnstilev1.AgentEvent) *turnstilev1.AgentEvent {
+	t.Helper()
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.Canceled {
+		t.Errorf("status %v, want CANCELLED", st)
+	}
+	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested MessageCompleted MessageCompleted Error"
+	if got := wiretest.Names(evs); got != want {
+		t.Fatalf("events:\n got %s\nwant %s", got, want)
+	}
+	msgs := committed(evs)
+	if r := msgs[1].GetParts()[0].GetToolResult(); r.GetContent() != runtime.CancelledToolResult || textOf(msgs[2]) != runtime.InterruptedToolUseNote {
+		t.Errorf("closing messages = %v", msgs[1:])
+	}
+	last := evs[len(evs)-1]
+	if last.GetError().GetCode() != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED {
+		t.Errorf("last event %v, want a CANCELLED error", last)
+	}
+	return last
 }
 
 // TestCancelTurnWithoutStore cancels a turn on a server that keeps no turn
@@ -587,21 +603,8 @@ func TestCancelTurnWithoutStore(t *testing.T) {
 	if st.Code() != codes.OK || !resp.GetCancelled() || resp.GetAttempt() != 1 {
 		t.Fatalf("CancelTurn = %v, %v", resp, st)
 	}
-	more, st := rest(stream)
-	evs = append(evs, more...)
-	if st.Code() != codes.Canceled {
-		t.Errorf("status %v, want CANCELLED", st)
-	}
-	want := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested MessageCompleted MessageCompleted Error"
-	if got := wiretest.Names(evs); got != want {
-		t.Errorf("events:\n got %s\nwant %s", got, want)
-	}
-	last := evs[len(evs)-1]
-	if last.GetError().GetCode() != turnstilev1.ErrorCode_ERROR_CODE_CANCELLED || resp.GetLastSeq() != last.GetSeq() {
-		t.Errorf("last event %v, CancelTurn's last_seq %d", last, resp.GetLastSeq())
-	}
-	if msgs := committed(evs); msgs[1].GetParts()[0].GetToolResult().GetContent() != runtime.CancelledToolResult || textOf(msgs[2]) != runtime.InterruptedToolUseNote {
-		t.Errorf("closing messages = %v", msgs[1:])
+	if last := cancelledWhileWaiting(t, stream, evs); resp.GetLastSeq() != last.GetSeq() {
+		t.Errorf("CancelTurn's last_seq %d, the last event's %d", resp.GetLastSeq(), last.GetSeq())
 	}
 	if _, st := cancelTurn(ts.client, "turn-1"); st.Code() != codes.FailedPrecondition {
 		t.Errorf("CancelTurn of the ended turn: %v, want FAILED_PRECONDITION", st)
