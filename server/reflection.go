@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc/reflection"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -42,19 +43,47 @@ func documentedFiles() (*protoregistry.Files, error) {
 // registerReflection registers the reflection services (v1 and v1alpha) on
 // s. They answer from the documented contract first and from the
 // descriptors linked into the binary for everything else (health,
-// reflection itself).
-func registerReflection(s registrar) error {
-	files, err := documentedFiles()
-	if err != nil {
-		return err
-	}
+// reflection itself). The documented contract is parsed at the first
+// lookup, not at start: its descriptors hold about 1 MB that a server no
+// tool asks does not need (issue #26). Should it not parse (only a broken
+// build), broken is told once and the lookups answer from the binary's
+// descriptors, without their documentation.
+func registerReflection(s registrar, broken func(error)) {
 	opts := reflection.ServerOptions{
 		Services:           s,
-		DescriptorResolver: layered{files, protoregistry.GlobalFiles},
+		DescriptorResolver: layered{&lazyFiles{load: documentedFiles, broken: broken}, protoregistry.GlobalFiles},
 	}
 	reflectionv1.RegisterServerReflectionServer(s, reflection.NewServerV1(opts))
 	reflectionv1alpha.RegisterServerReflectionServer(s, reflection.NewServer(opts))
-	return nil
+}
+
+// lazyFiles resolves from the files load returns, loaded at the first
+// lookup; when load fails, broken is told and nothing resolves.
+type lazyFiles struct {
+	load   func() (*protoregistry.Files, error)
+	broken func(error)
+	once   sync.Once
+	files  *protoregistry.Files
+}
+
+func (l *lazyFiles) get() *protoregistry.Files {
+	l.once.Do(func() {
+		files, err := l.load()
+		if err != nil {
+			l.broken(err)
+			files = new(protoregistry.Files)
+		}
+		l.files = files
+	})
+	return l.files
+}
+
+func (l *lazyFiles) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {
+	return l.get().FindFileByPath(path)
+}
+
+func (l *lazyFiles) FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error) {
+	return l.get().FindDescriptorByName(name)
 }
 
 // layered resolves descriptors from the first resolver that knows them.

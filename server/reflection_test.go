@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -149,5 +150,59 @@ func TestReflectionServesDocumentation(t *testing.T) {
 	files := fileContaining(t, conn, false, "grpc.health.v1.Health")
 	if _, err := files.FindDescriptorByName("grpc.health.v1.Health"); err != nil {
 		t.Errorf("health: %v", err)
+	}
+}
+
+// The documented contract is parsed at the first lookup, once; a contract
+// that does not parse is told once, and the lookups answer from the
+// binary's own descriptors.
+func TestReflectionLoadsTheContractLazily(t *testing.T) {
+	tests := []struct {
+		name       string
+		load       error
+		wantBroken int
+	}{
+		{"the contract parses", nil, 0},
+		{"a broken build", errors.New("no contract"), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			loads, broken := 0, 0
+			lazy := &lazyFiles{
+				load: func() (*protoregistry.Files, error) {
+					loads++
+					if tt.load != nil {
+						return nil, tt.load
+					}
+					return documentedFiles()
+				},
+				broken: func(err error) {
+					broken++
+					if !errors.Is(err, tt.load) {
+						t.Errorf("broken(%v), want %v", err, tt.load)
+					}
+				},
+			}
+			r := layered{lazy, protoregistry.GlobalFiles}
+			if loads != 0 {
+				t.Fatalf("loaded %d times before any lookup", loads)
+			}
+			for range 2 {
+				d, err := r.FindDescriptorByName("turnstile.v1.RunTurnRequest")
+				if err != nil {
+					t.Fatal(err)
+				}
+				documented := d.ParentFile().SourceLocations().Len() > 0
+				if documented != (tt.load == nil) {
+					t.Errorf("documented = %v, want %v", documented, tt.load == nil)
+				}
+				if _, err := r.FindFileByPath("turnstile/v1/agent.proto"); err != nil {
+					t.Error(err)
+				}
+			}
+			if loads != 1 || broken != tt.wantBroken {
+				t.Errorf("loaded %d times, broken told %d times; want 1 and %d", loads, broken, tt.wantBroken)
+			}
+		})
 	}
 }

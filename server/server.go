@@ -29,7 +29,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -299,12 +298,10 @@ func New(runner turnRunner, opts Options) *Server {
 	turnstilev1.RegisterAgentServiceServer(reg, s.service)
 	healthpb.RegisterHealthServer(reg, s.health)
 	if !opts.NoReflection {
-		if err := registerReflection(reg); err != nil {
-			// Only a broken build gets here (the contract is embedded);
-			// serve the generated descriptors, without their documentation.
+		registerReflection(reg, func(err error) {
+			// Only a broken build gets here (the contract is embedded).
 			logger.Error("reflection without documentation", "error", err)
-			reflection.Register(reg)
-		}
+		})
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -53,6 +53,23 @@ func setGCDefaults() {
 	}
 }
 
+// releaseStartup collects the garbage of the server's start-up and returns
+// the memory it freed to the OS; serve calls it once, when the server
+// serves. Start-up (the packages' initialisation, the configuration, the
+// store's recovery, the providers' clients) leaves a few MB of garbage, and
+// with GOGC at defaultGOGC the first collection waits until the heap is 4
+// MB times GOGC/100: an idle server kept that garbage resident until its
+// first turns. It returns the heap's objects, dead ones included, before
+// and after, in bytes.
+func releaseStartup() (before, after uint64) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	before = s[0].Value.Uint64()
+	debug.FreeOSMemory()
+	metrics.Read(s)
+	return before, s[0].Value.Uint64()
+}
+
 // After a burst (a few large requests) the heap holds what the burst left
 // for as long as no collection runs, and with GOGC 400 and little traffic
 // after it, none runs for minutes: the process keeps the burst's peak.

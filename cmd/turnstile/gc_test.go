@@ -102,3 +102,31 @@ func TestReturnMemory(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestReleaseStartup: the garbage left before the server serves is
+// collected and its memory returned to the OS, with no collection of the
+// collector's own to do it.
+func TestReleaseStartup(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no collection but ours
+	sample := func(name string) uint64 {
+		s := []metrics.Sample{{Name: name}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	runtime.GC()
+	garbage := make([][]byte, 32)
+	for i := range garbage {
+		garbage[i] = make([]byte, 1<<20)
+		garbage[i][0] = 1
+	}
+	runtime.KeepAlive(garbage)
+	garbage = nil
+	released := sample("/memory/classes/heap/released:bytes")
+	before, after := releaseStartup()
+	if before < after+24<<20 {
+		t.Errorf("heap objects %d MiB before, %d MiB after: want the 32 MiB of garbage gone", before>>20, after>>20)
+	}
+	if got := sample("/memory/classes/heap/released:bytes"); got < released+24<<20 {
+		t.Errorf("released %d MiB more to the OS, want the garbage's 32", (got-released)>>20)
+	}
+}

@@ -254,6 +254,8 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		stopOps := serveOps(ops, tel, cfg.Ops.PProf, srv.Ready, logger)
 		defer stopOps()
 	}
+	held, live := releaseStartup()
+	logger.Debug("start-up garbage collected", "held_mib", held>>20, "after_mib", live>>20)
 
 	select {
 	case err := <-served:

@@ -36,6 +36,7 @@ var floors = []struct {
 	{"internal/livetest", nil, "starts turnstile serve for tests over the wire"},
 	{"internal/layering", nil, "this test"},
 	{"internal/memprobe", []string{"gen/"}, "a measurement command run by hand: a real server process and its clients"},
+	{"internal/pages", nil, "a measurement command run by hand: which of a process's executable pages are resident"},
 	{"examples/", []string{"client", "gen/"}, "runnable examples: the clients' public API only"},
 	{"cmd/", []string{""}, "wiring: may import anything"},
 }
