@@ -77,7 +77,8 @@ func TestCost(t *testing.T) {
 			case priced && len(pts) != 1:
 				t.Fatalf("cost points: %v, want 1", pts)
 			case priced:
-				want := attribute.NewSet(attribute.String("turnstile.model", "m"), attribute.String("turnstile.provider", "oai"),
+				// A model without deployments is its own: its provider's name.
+				want := attribute.NewSet(attribute.String("turnstile.model", "m"), attribute.String("turnstile.provider", "oai"), attribute.String("turnstile.deployment", "oai"),
 					attribute.String("turnstile.cost.currency", "USD"), attribute.String("turnstile.client", "team-a"))
 				if !pts[0].Attributes.Equals(&want) || math.Abs(pts[0].Value-0.000219) > 1e-15 || m.Unit != "{currency}" {
 					t.Errorf("cost point %v %v %s", pts[0].Attributes.ToSlice(), pts[0].Value, m.Unit)

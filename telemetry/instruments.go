@@ -63,7 +63,7 @@ func newInstruments(m metric.Meter, health func() []policy.ModelHealth, clock fu
 	in.approvalWait = f64(metricApprovalWait, "Time a tool call waited for approval, by tool and outcome.", agentBuckets)
 	var err error
 	in.cost, err = m.Float64Counter(metricCost, metric.WithUnit("{currency}"),
-		metric.WithDescription("What model calls cost at the configured prices, in units of turnstile.cost.currency, by model, provider and client; calls of models without a price are not counted."))
+		metric.WithDescription("What model calls cost at the configured prices, in units of turnstile.cost.currency, by model, provider, deployment and client; calls of models without a price are not counted."))
 	errs = append(errs, err)
 	in.tokenUsage, err = m.Int64Histogram(metricTokenUsage, metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used by a model call, by type (input includes cached input)."),

@@ -438,7 +438,7 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 		return
 	}
 	if c := end.Usage.Cost; c.Priced {
-		costSet := []attribute.KeyValue{keyModel.String(a.Model), keyProvider.String(a.Provider), keyCostCurrency.String(c.Currency)}
+		costSet := []attribute.KeyValue{keyModel.String(a.Model), keyProvider.String(a.Provider), keyDeployment.String(a.Deployment), keyCostCurrency.String(c.Currency)}
 		if client, ok := ctx.Value(clientKey{}).(string); ok {
 			costSet = append(costSet, keyClient.String(client))
 		}
