@@ -519,7 +519,9 @@ const (
 // holds the directory's lock, so no other process uses the bucket.
 //
 // The embedded store keeps its lease bucket in memory even when the log is
-// in files (store.dir). A lease lives for a lease TTL and only the process
+// in files (store.dir); since its runs are held in the process (see
+// [Store.local]) it writes nothing there, and the bucket is kept only for
+// what reads it by name. A lease lives for a lease TTL and only the process
 // that holds the directory's lock ever reads it, and the file store made
 // each turn pay for it in the kernel: a turn's lease is written to the
 // bucket's last block and purged at its end ([Store.dropLease]), and a
