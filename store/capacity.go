@@ -466,9 +466,9 @@ func runOf(subj string) (runKey, bool) {
 // process owns it or is claiming it), or its last owner record is recent
 // enough that its owner may not have written the lease yet (Create writes
 // it without waiting): a lease TTL, or with the embedded server 100ms (the
-// moment between Create's record and its entry in the process's runs). A run whose owner died is not
-// running: its log may go before a replica takes it over, which then finds
-// it gone.
+// moment between Create's record and its entry in the process's runs). A
+// run whose owner died is not running: its log may go before a replica
+// takes it over, which then finds it gone.
 func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
 	young := s.cfg.LeaseTTL
 	if s.srv != nil {
