@@ -397,7 +397,8 @@ func (s *Store) restartJetStream() error {
 		return err
 	}
 	// The lease bucket was in memory (see dropFileLeases): make it again.
-	// The running runs' renewals write their leases anew.
+	// It stays empty: the embedded store's runs are held in the process,
+	// not by leases (see [Store.local]).
 	ctx, cancel := context.WithTimeout(context.Background(), setUpTry)
 	defer cancel()
 	_, err := s.js.CreateOrUpdateKeyValue(ctx, s.leaseCfg)
@@ -460,13 +461,14 @@ func runOf(subj string) (runKey, bool) {
 	return runKey{turnID: string(id), attempt: uint32(n)}, true
 }
 
-// running reports whether run k may still be written to: it has a lease,
-// or its last owner record is recent enough that its owner may not have
-// written the lease yet (Create writes it without waiting): a lease TTL,
-// or with the embedded server, whose runs are all this replica's, 100ms
-// for a run this replica does not run. A run whose owner died is not
-// running: its log may go before a replica takes it over, which then finds
-// it gone.
+// running reports whether run k may still be written to: it has a lease
+// (with the embedded server, whose runs are all this replica's: this
+// process owns it or is claiming it), or its last owner record is recent
+// enough that its owner may not have written the lease yet (Create writes
+// it without waiting): a lease TTL, or with the embedded server 100ms (the
+// moment between Create's record and its entry in the process's runs). A
+// run whose owner died is not running: its log may go before a replica
+// takes it over, which then finds it gone.
 func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
 	young := s.cfg.LeaseTTL
 	if s.srv != nil {
@@ -478,10 +480,8 @@ func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
 		}
 		young = 100 * time.Millisecond
 	}
-	if _, err := s.leases.Get(ctx, k.lease()); err == nil {
-		return true, nil
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, err
+	if leased, err := s.leased(ctx, k); err != nil || leased {
+		return leased, err
 	}
 	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
 	switch {

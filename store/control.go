@@ -44,7 +44,8 @@ func (s *Store) Signal(ctx context.Context, turnID string, attempt uint32, signa
 		// An owner of the version before. Replicas of this version hear
 		// its run's subject too and answer only for their own runs, so a
 		// question nobody owns would wait for signalWait: the lease tells.
-		if _, err = s.leases.Get(ctx, k.lease()); errors.Is(err, jetstream.ErrKeyNotFound) {
+		var leased bool
+		if leased, err = s.leased(ctx, k); err == nil && !leased {
 			err = fs.ErrNotExist
 		}
 	}

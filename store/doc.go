@@ -17,7 +17,8 @@
 // bucket, renewed by the owner, tells whether the run still has a live
 // owner; an owner shutting down releases it (purges it), which the other
 // replicas see as they see an expired one, so one takes the run over at
-// once. Control signals (cancel, a watcher's presence) travel to the owner
+// once. The embedded store, one process, writes no lease: its runs are
+// held in the process (see lease.go). Control signals (cancel, a watcher's presence) travel to the owner
 // over core NATS, to the replica the run's last owner record names, which
 // takes the signals of all its runs on one subscription.
 //

@@ -13,12 +13,14 @@ import (
 )
 
 // TestDroppedLeaseTombstone: a finished run's lease is given up by a
-// tombstone (see dropLease), with the lease bucket in memory (the embedded
-// store) and in files (a NATS server, where a replica on another
-// connection reads it). The key reads as deleted; another replica's claim
-// of the run creates the lease over it; and once the tombstone aged out
-// of the bucket the key's subject holds nothing, no marker: no replica's
-// watcher reported the run expired at any point.
+// tombstone (see dropLease), with the lease bucket in files (a NATS
+// server, where a replica on another connection reads it). The key reads
+// as deleted; another replica's claim of the run creates the lease over
+// it; and once the tombstone aged out of the bucket the key's subject
+// holds nothing, no marker: no replica's watcher reported the run expired
+// at any point. The embedded store writes no lease (see [Store.local]):
+// there the same holds of the process's hold on the run, and the lease's
+// subject never holds a message.
 func TestDroppedLeaseTombstone(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	for _, mode := range []string{ModeEmbedded, ModeNATS} {
@@ -64,16 +66,26 @@ func TestDroppedLeaseTombstone(t *testing.T) {
 			if _, err := b.leases.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				t.Fatalf("the dropped lease: %v, want ErrKeyNotFound", err)
 			}
+			if mode == ModeEmbedded && a.heldHere(k) {
+				t.Fatal("the finished run is still held by the process")
+			}
 			// A claim now (an adoption of the ended run, as a WatchTurn
 			// makes) takes the lease over the tombstone.
 			if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, nop); err != nil {
 				t.Fatalf("Claim over the tombstone: %v", err)
 			}
-			if e, err := a.leases.Get(ctx, k.lease()); err != nil || string(e.Value()) != b.id {
+			if mode == ModeEmbedded {
+				if !b.heldHere(k) {
+					t.Fatal("the claimed run is not held by the process")
+				}
+			} else if e, err := a.leases.Get(ctx, k.lease()); err != nil || string(e.Value()) != b.id {
 				t.Fatalf("the claimed lease: %v; want the claimer's", err)
 			}
 			if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
 				t.Fatal(err)
+			}
+			if mode == ModeEmbedded && b.heldHere(k) {
+				t.Fatal("the run finished after its claim is still held by the process")
 			}
 			// Several lease TTLs: the tombstone ages out, and a marker in
 			// its place would have been reported well before.

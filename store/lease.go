@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,7 +25,16 @@ const SignalLost = "lost"
 // ([Store.Release]), until ctx is done: the runs to take over. It
 // includes the runs whose lease expired within the last ten minutes
 // before the call.
+//
+// With the embedded store there are no leases: the process holds its
+// runs itself (see [Store.local]), and what it reports are the runs it
+// released, at once, as a released lease is reported (see
+// [Store.watchLocal]).
 func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
+	if s.local {
+		s.watchLocal(ctx, fn)
+		return nil
+	}
 	return s.watchBucket(ctx, s.leases, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePurge {
 			return
@@ -37,6 +47,181 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 		}
 		fn(string(id), uint32(attempt))
 	})
+}
+
+// The embedded store holds its runs in the process, not by leases.
+//
+// A lease tells the replicas of a NATS cluster which of them runs a turn,
+// and, when it expires, that its owner went away. The embedded server is
+// in-process and its directory locked (one process per store.dir): the
+// only replica that could read a lease is the one that wrote it, and its
+// runs are in its own map ([Store.runs]). So with the embedded store a
+// run's ownership is that map's entry, and nothing of it is a NATS
+// message: no lease written at Create or Claim, no renewal while the run
+// lasts, no tombstone at Finish (2+ of the ~6 messages a short turn cost,
+// each with its scheduling: BENCHMARKS.md, issue #26). Each reader of a
+// lease reads the map instead:
+//
+//   - [Store.Claim] is refused for a run the process owns or is claiming
+//     ([Store.claiming] holds it while the claim is under way, as the lease
+//     it created did), and asks no owner whether it is renewing: the owner
+//     could only be this process, whose map answers;
+//   - [Store.WatchExpired] reports what a purged or expired lease
+//     reported. A lease expired only when its owner stopped renewing it
+//     without giving it up: the process died (nobody is left to read the
+//     bucket, which is in memory; a restart finds the run by adoption), or
+//     its renewal ran late, which a claim refused as this process's own
+//     run. So what is left is [Store.Release]'s purge, reported at once to
+//     every watcher, and to one that starts within markerTTL (the time an
+//     expiry's marker was kept);
+//   - a watcher's [Store.Events] finds the owner gone, the keeper may evict
+//     a run, and [Store.Signal] finds an owner of the version before, by
+//     [Store.leased].
+//
+// With a NATS cluster (mode nats) every replica reads the others' leases,
+// and all of this is as before.
+
+// leased reports whether run k has a live owner: with the embedded store,
+// whether this process owns it or is claiming it; else whether its lease
+// is in the bucket.
+func (s *Store) leased(ctx context.Context, k runKey) (bool, error) {
+	if s.local {
+		return s.heldHere(k), nil
+	}
+	_, err := s.leases.Get(ctx, k.lease())
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// heldHere reports whether this process owns run k or is claiming it.
+func (s *Store) heldHere(k runKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, owned := s.runs[k]
+	_, claiming := s.claiming[k]
+	return owned || claiming
+}
+
+// claimHere starts this process's claim of run k (the embedded store): it
+// fails with [ErrNotClaimed] when the process owns the run or claims it
+// already. [Store.own] ends the claim, as does unclaim when it fails.
+func (s *Store) claimHere(k runKey) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, owned := s.runs[k]; owned {
+		return fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
+	}
+	if _, claiming := s.claiming[k]; claiming {
+		return fmt.Errorf("%w: this replica is claiming it", ErrNotClaimed)
+	}
+	s.claiming[k] = struct{}{}
+	return nil
+}
+
+// unclaim ends a claim of run k that failed.
+func (s *Store) unclaim(k runKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.claiming, k)
+}
+
+// expiries hands the runs the embedded store released ([Store.Release])
+// to the callbacks of [Store.WatchExpired]: each watcher's queue, and the
+// runs released within markerTTL, for a watcher that starts later.
+type expiries struct {
+	mu       sync.Mutex
+	watchers map[*expiryWatch]struct{}
+	recent   []expiredRun // oldest first
+}
+
+// expiredRun is a run released at a time.
+type expiredRun struct {
+	key runKey
+	at  time.Time
+}
+
+// expiryWatch is one WatchExpired's queue; its runs are under
+// [expiries.mu], and wake tells that some came.
+type expiryWatch struct {
+	wake    chan struct{}
+	pending []runKey
+}
+
+// expire reports run k, which this process released, to every
+// WatchExpired (the embedded store).
+func (s *Store) expire(k runKey) {
+	e := &s.expiries
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.prune(now)
+	e.recent = append(e.recent, expiredRun{k, now})
+	for w := range e.watchers {
+		w.pending = append(w.pending, k)
+		select {
+		case w.wake <- struct{}{}:
+		default: // woken already
+		}
+	}
+}
+
+// prune forgets the runs released more than markerTTL before now; e.mu is
+// held.
+func (e *expiries) prune(now time.Time) {
+	i := 0
+	for i < len(e.recent) && now.Sub(e.recent[i].at) > markerTTL {
+		i++
+	}
+	if i > 0 {
+		e.recent = append(e.recent[:0], e.recent[i:]...)
+	}
+}
+
+// watchLocal is WatchExpired with the embedded store: it calls fn with the
+// runs released within markerTTL, then with each one released, until ctx
+// is done or the store closes.
+func (s *Store) watchLocal(ctx context.Context, fn func(turnID string, attempt uint32)) {
+	e := &s.expiries
+	w := &expiryWatch{wake: make(chan struct{}, 1)}
+	e.mu.Lock()
+	e.prune(time.Now())
+	for _, r := range e.recent {
+		w.pending = append(w.pending, r.key)
+	}
+	if e.watchers == nil {
+		e.watchers = map[*expiryWatch]struct{}{}
+	}
+	e.watchers[w] = struct{}{}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.watchers, w)
+		e.mu.Unlock()
+	}()
+	for {
+		e.mu.Lock()
+		runs := w.pending
+		w.pending = nil
+		e.mu.Unlock()
+		for _, k := range runs {
+			if ctx.Err() != nil || s.isClosed() {
+				return
+			}
+			fn(k.turnID, k.attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.closed:
+			return
+		case <-w.wake:
+		}
+	}
 }
 
 // watchBucket calls fn with the latest entry of each of kv's keys, then
@@ -209,9 +394,10 @@ func (w *writer) beat() { w.beatAt.Store(time.Now().UnixNano()) }
 // under way (against a cluster electing a leader it may wait up to a
 // lease TTL), or one ended within half a lease TTL (they are at most a
 // third apart). A renewal that stopped (the run ended, the process is
-// paused) is not.
+// paused) is not. With the embedded store, whose runs have no lease, a run
+// this process owns is held as long as the process lives: it is.
 func (w *writer) renewing() bool {
-	return w.trying.Load() || time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
+	return w.s.local || w.trying.Load() || time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
 }
 
 // renewOnce renews the lease once; it reports whether the lease was
@@ -333,7 +519,9 @@ const (
 // holds the directory's lock, so no other process uses the bucket.
 //
 // The embedded store keeps its lease bucket in memory even when the log is
-// in files (store.dir). A lease lives for a lease TTL and only the process
+// in files (store.dir); since its runs are held in the process (see
+// [Store.local]) it writes nothing there, and the bucket is kept only for
+// what reads it by name. A lease lives for a lease TTL and only the process
 // that holds the directory's lock ever reads it, and the file store made
 // each turn pay for it in the kernel: a turn's lease is written to the
 // bucket's last block and purged at its end ([Store.dropLease]), and a

@@ -49,8 +49,13 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := runKey{"left", 1}
-	if _, err := s.leases.Get(ctx, k.lease()); err != nil {
-		t.Fatalf("the running run's lease: %v", err)
+	// The running run is held in the process, by no lease (see
+	// [Store.local]).
+	if !s.heldHere(k) {
+		t.Fatal("the running run is not held by the process")
+	}
+	if _, err := s.leases.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the running run's lease: %v, want ErrKeyNotFound (no lease)", err)
 	}
 	s.Close() // no Finish: the process went away
 
@@ -70,11 +75,14 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 	if string(record) != "req" || len(events) != 1 || string(events[0]) != "e1" || claims != 1 {
 		t.Errorf("Claim = %q, %q, %d; want req, [e1], 1", record, events, claims)
 	}
+	if !s.heldHere(k) {
+		t.Error("the claimed run is not held by the process")
+	}
 	if err := s.Finish(ctx, "left", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.leases.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Errorf("the lease after Finish: %v, want ErrKeyNotFound", err)
+	if s.heldHere(k) {
+		t.Error("the run is held by the process after Finish")
 	}
 }
 

@@ -60,14 +60,20 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 	if err != nil {
 		return false, nil, fmt.Errorf("store: create run: %w", err)
 	}
-	// The lease is written without waiting: the run starts at once, and
-	// Finish waits for it before deleting it.
-	lease, err := s.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
-	if err != nil {
-		return false, nil, fmt.Errorf("store: lease: %w", err)
+	var lease jetstream.PubAckFuture
+	if !s.local {
+		// The lease is written without waiting: the run starts at once,
+		// and Finish waits for it before deleting it. The embedded store
+		// holds its runs in the process instead (see [Store.local]).
+		lease, err = s.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
+		if err != nil {
+			return false, nil, fmt.Errorf("store: lease: %w", err)
+		}
 	}
 	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
-		s.forgetAck(lease)
+		if lease != nil {
+			s.forgetAck(lease)
+		}
 		return false, nil, err
 	}
 	return true, nil, nil
@@ -102,49 +108,30 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // leader): a claim of a run whose owner is alive waits until the owner has
 // written its lease again, then fails with [ErrNotClaimed], or until the
 // owner stops answering, then claims it.
+//
+// With the embedded store, whose runs have no lease (see [Store.local]),
+// the claim is held in the process: it fails with [ErrNotClaimed] when
+// this process owns the run or is claiming it already.
 func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, claims int, err error) {
 	k := runKey{turnID, attempt}
-	s.mu.Lock()
-	_, mine := s.runs[k]
-	s.mu.Unlock()
-	if mine {
-		// This replica owns the run and has not given it up: its lease
-		// expired because a renewal came late (a loaded process), not
-		// because its owner stopped. Claiming it would only fence this
-		// replica's own turn out of its log.
-		return nil, nil, 0, fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
-	}
-	// An expired lease is no proof that its owner stopped: a bucket whose
-	// leader was lost for longer than the lease TTL expires the leases of
-	// live owners too. An owner that says it is renewing keeps the run: it
-	// writes its lease again once the bucket answers.
-	for waited := false; s.ownerRenewing(ctx, k); waited = true {
-		if !waited {
-			s.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
-				"turn_id", turnID, "attempt", attempt)
+	var leaseRev uint64
+	var release func()
+	if s.local {
+		// The embedded store: the claim is held in the process (see
+		// [Store.local]).
+		if err := s.claimHere(k); err != nil {
+			return nil, nil, 0, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
-		case <-s.closed:
-			return nil, nil, 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
-		case <-time.After(s.cfg.LeaseTTL / 2):
+		release = func() { s.unclaim(k) }
+	} else {
+		if leaseRev, err = s.claimLease(ctx, k); err != nil {
+			return nil, nil, 0, err
 		}
-		if _, err := s.leases.Get(ctx, k.lease()); err == nil {
-			return nil, nil, 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
+		release = func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
+			defer cancel()
+			_ = s.dropLease(dctx, k)
 		}
-	}
-	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return nil, nil, 0, ErrNotClaimed
-		}
-		return nil, nil, 0, fmt.Errorf("store: claim lease: %w", err)
-	}
-	release := func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
-		defer cancel()
-		_ = s.dropLease(dctx, k)
 	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -193,6 +180,49 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	return record, events, claims, nil
 }
 
+// claimLease takes the lease of run k for a claim (mode nats) and returns
+// its revision: see [Store.Claim].
+func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
+	s.mu.Lock()
+	_, mine := s.runs[k]
+	s.mu.Unlock()
+	if mine {
+		// This replica owns the run and has not given it up: its lease
+		// expired because a renewal came late (a loaded process), not
+		// because its owner stopped. Claiming it would only fence this
+		// replica's own turn out of its log.
+		return 0, fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
+	}
+	// An expired lease is no proof that its owner stopped: a bucket whose
+	// leader was lost for longer than the lease TTL expires the leases of
+	// live owners too. An owner that says it is renewing keeps the run: it
+	// writes its lease again once the bucket answers.
+	for waited := false; s.ownerRenewing(ctx, k); waited = true {
+		if !waited {
+			s.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
+				"turn_id", k.turnID, "attempt", k.attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
+		case <-s.closed:
+			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
+		case <-time.After(s.cfg.LeaseTTL / 2):
+		}
+		if _, err := s.leases.Get(ctx, k.lease()); err == nil {
+			return 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
+		}
+	}
+	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, ErrNotClaimed
+		}
+		return 0, fmt.Errorf("store: claim lease: %w", err)
+	}
+	return leaseRev, nil
+}
+
 // claims returns how many times run k was claimed: its owner records but
 // the first (its creator's), this claim's included.
 func (s *Store) claims(ctx context.Context, k runKey) (int, error) {
@@ -222,10 +252,14 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 	w.send = w.sender
 	w.beat()
 	s.inbox.listen(w)
-	w.renew.Add(1)
-	w.renewLoop()
+	if !s.local {
+		// The embedded store's runs have no lease (see [Store.local]).
+		w.renew.Add(1)
+		w.renewLoop()
+	}
 	s.mu.Lock()
 	s.runs[k] = w
+	delete(s.claiming, k)
 	s.mu.Unlock()
 	return nil
 }

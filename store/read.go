@@ -211,12 +211,12 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 // ownerGone reports whether run k has no lease and no event stored after
 // the one at index last.
 func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, error) {
-	_, err := s.leases.Get(ctx, k.lease())
+	leased, err := s.leased(ctx, k)
 	switch {
-	case err == nil:
-		return false, nil
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
 		return false, fmt.Errorf("store: read lease: %w", err)
+	case leased:
+		return false, nil
 	}
 	// An owner that took the run less than a lease TTL ago may not have
 	// written its lease yet (the first write is not waited for).

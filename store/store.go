@@ -83,6 +83,17 @@ type Store struct {
 
 	mu   sync.Mutex
 	runs map[runKey]*writer
+	// claiming holds the runs this process is claiming, until they are
+	// owned (in runs) or the claim fails: with the embedded store, what
+	// the lease bucket held (see [Store.local]).
+	claiming map[runKey]struct{}
+
+	// local says that the runs' ownership is held in this process, not by
+	// leases in the lease bucket: the embedded store (see lease.go).
+	local bool
+	// expiries hands the runs this process released to WatchExpired's
+	// callbacks, when local.
+	expiries expiries
 
 	// ownAcks says that the store reads its publishes' acknowledgements
 	// itself, acks the inbox of those it does not wait on: see puback.go.
@@ -107,7 +118,8 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, closed: make(chan struct{})}
+	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, claiming: map[runKey]struct{}{}, closed: make(chan struct{})}
+	s.local = cfg.Mode == ModeEmbedded
 	s.closing, s.cancelClosing = context.WithCancel(context.Background())
 	s.senders.work = make(chan func())
 	var err error

@@ -409,8 +409,9 @@ func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event
 }
 
 // Finish waits until every append of the run is acknowledged (or ctx is
-// done), then gives the run up: its lease is deleted and signals are no
-// longer answered. It returns the first failure of the run's appends.
+// done), then gives the run up: its lease is deleted (with the embedded
+// store, its entry in the process's runs) and signals are no longer
+// answered. It returns the first failure of the run's appends.
 func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error {
 	return s.giveUp(ctx, turnID, attempt, false)
 }
@@ -419,8 +420,9 @@ func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error
 // replica to take over at once (this one is shutting down): it waits until
 // every append is acknowledged, as Finish does, then purges the run's
 // lease, which every replica's [Store.WatchExpired] reports as it does an
-// expired one, so none waits for the lease TTL. The run's appends must have
-// stopped.
+// expired one, so none waits for the lease TTL. With the embedded store,
+// whose runs have no lease, the run is reported to this process's
+// WatchExpired at once. The run's appends must have stopped.
 func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) error {
 	return s.giveUp(ctx, turnID, attempt, true)
 }
@@ -469,6 +471,15 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 	}
 	s.mu.Unlock()
 	err = w.failure()
+	if s.local {
+		// No lease to drop (see [Store.local]): the run's entry is gone
+		// from the map above. A release is reported to WatchExpired at
+		// once, as its purge is.
+		if handOff && !errors.Is(err, ErrLost) {
+			s.expire(w.key)
+		}
+		return err
+	}
 	if err == nil || !errors.Is(err, ErrLost) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 		defer cancel()

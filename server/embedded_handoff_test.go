@@ -1,0 +1,110 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"iter"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
+	"github.com/turnstile-dev/turnstile/internal/wiretest"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/server"
+	"github.com/turnstile-dev/turnstile/store"
+)
+
+// TestEmbeddedHandOffInProcess: with the embedded store, whose turns are
+// held in the process and write no lease, a turn a server hands off at
+// shutdown is still taken over at once by another server on the same
+// store (what a released lease did): the shutting-down server's stream
+// ends UNAVAILABLE saying to watch again, and watching on the other it
+// gets the rest of the turn, the interrupted call's output discarded,
+// equal to the log, long before a lease TTL.
+func TestEmbeddedHandOffInProcess(t *testing.T) {
+	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
+		if n == 1 {
+			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
+		}
+		return chunks(ctx, false, fake.Text("Hello world")...)
+	}}
+	const leaseTTL = 10 * time.Second
+	cfg := store.DefaultConfig()
+	cfg.Dir, cfg.LeaseTTL = t.TempDir(), leaseTTL
+	st, err := store.Open(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	const grace = 300 * time.Millisecond
+	a := start(t, runner(t, p), server.Options{Store: st, ShutdownGrace: grace})
+	b := start(t, runner(t, p), server.Options{Store: st})
+
+	stream, err := a.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head []*turnstilev1.AgentEvent
+	for len(head) == 0 || head[len(head)-1].GetTextDelta().GetText() != "lo " {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		head = append(head, r.GetEvent())
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); a.srv.Shutdown(context.Background()) }()
+	_, err = stream.Recv()
+	handedOff := time.Now()
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "another server takes the turn over") {
+		t.Fatalf("a's stream ended with %v, want UNAVAILABLE saying another server takes the turn over", st)
+	}
+
+	var rest []*turnstilev1.AgentEvent
+	var first time.Time
+	wst := status.New(codes.Unavailable, "")
+	for wst.Code() == codes.Unavailable && len(rest) == 0 {
+		ws, err := b.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: head[len(head)-1].GetSeq()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			r, err := ws.Recv()
+			if err != nil {
+				wst = status.Convert(err)
+				if err == io.EOF {
+					wst = status.New(codes.OK, "")
+				}
+				break
+			}
+			if first.IsZero() {
+				first = time.Now()
+			}
+			rest = append(rest, r.GetEvent())
+		}
+	}
+	<-stopped
+	if wst.Code() != codes.OK {
+		t.Fatalf("watch on b: %v", wst)
+	}
+	if first.Sub(handedOff) >= leaseTTL/2 {
+		t.Errorf("b took the turn over %v after the hand-off: it waited as for an expired lease", first.Sub(handedOff))
+	}
+	all := append(head, rest...)
+	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
+		t.Fatalf("events = %s", got)
+	}
+	if retry := all[4].GetRetry(); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
+		t.Errorf("retry = %v, want discard from seq 3", retry)
+	}
+	log, _ := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+	sameEvents(t, "log", log, all)
+	if p.calls() != 2 {
+		t.Errorf("model calls = %d, want 2", p.calls())
+	}
+}
