@@ -139,7 +139,7 @@ var fieldDocs = map[string]string{
 	"github.com/turnstile-dev/turnstile/server.TLSFiles.client_ca_file":                        "client_ca_file, when set, holds the certificates of the authorities that sign client certificates: every client must then present a certificate one of them signed (mutual TLS).",
 	"github.com/turnstile-dev/turnstile/server.TLSFiles.key_file":                              "key_file holds the certificate's private key.",
 	"github.com/turnstile-dev/turnstile/store.Config.dir":                                      "dir is the embedded server's file store directory; empty keeps everything in memory (default: turnstile/jetstream under the user's state directory).",
-	"github.com/turnstile-dev/turnstile/store.Config.lease_ttl":                                "lease_ttl is how long a run stays owned by a replica that stopped renewing its lease (default 2s; at least 500ms).",
+	"github.com/turnstile-dev/turnstile/store.Config.lease_ttl":                                "lease_ttl is how long a run stays owned by a replica that stopped renewing its lease (mode nats; the embedded store holds its runs in the process and writes no lease), and how long a run left without an owner waits before a watcher adopts it (default 2s; at least 500ms).",
 	"github.com/turnstile-dev/turnstile/store.Config.max_bytes":                                "max_bytes bounds the log's size; the oldest runs are dropped first (default 1 GiB; -1 is no bound).",
 	"github.com/turnstile-dev/turnstile/store.Config.mode":                                     "mode is embedded, nats or off (default embedded).",
 	"github.com/turnstile-dev/turnstile/store.Config.nats":                                     "nats says how to reach the cluster in mode nats.",

@@ -49,7 +49,9 @@ type Config struct {
 	// picks 3 when the cluster has three servers or more, else 1.
 	Replicas int `yaml:"replicas"`
 	// LeaseTTL is how long a run stays owned by a replica that stopped
-	// renewing its lease (default 2s; at least 500ms).
+	// renewing its lease (mode nats; the embedded store holds its runs in
+	// the process and writes no lease), and how long a run left without an
+	// owner waits before a watcher adopts it (default 2s; at least 500ms).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// NATS says how to reach the cluster in mode nats.
 	NATS NATS `yaml:"nats"`
