@@ -25,6 +25,7 @@ func benchCmd(args []string) int {
 	fs.IntVar(&cfg.Upstream.Chunks, "chunks", 20, "content chunks per reply")
 	fs.IntVar(&cfg.Upstream.ChunkSize, "chunk-size", 8, "content bytes per chunk")
 	fs.DurationVar(&cfg.Upstream.Delay, "delay", 0, "pause before each content chunk")
+	upstream := fs.String("upstream", "h1", "the fake upstream's protocol: `h1` (cleartext HTTP/1.1, a connection per reply in flight) or h2 (HTTPS with HTTP/2, as real providers are reached: replies share connections; the server trusts its self-signed certificate through SSL_CERT_FILE)")
 	fs.IntVar(&cfg.Turns, "turns", 2000, "turns of each sequential phase")
 	fs.IntVar(&cfg.ConcurrentTurns, "concurrent-turns", 10000, "turns of the concurrent phase")
 	fs.IntVar(&cfg.Concurrency, "c", 50, "turns in flight in the concurrent phase")
@@ -55,6 +56,14 @@ func benchCmd(args []string) int {
 		cfg.ServerConfig = string(b)
 	case *chain:
 		cfg.ServerConfig = bench.ChainConfig
+	}
+	switch *upstream {
+	case "h1":
+	case "h2":
+		cfg.Upstream.TLS = true
+	default:
+		fmt.Fprintf(os.Stderr, "turnstile bench: --upstream %q: want h1 or h2\n", *upstream)
+		return exitUsage
 	}
 	cfg.Stores = strings.Split(*stores, ",")
 	if *env != "" {

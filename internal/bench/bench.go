@@ -17,12 +17,14 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +181,9 @@ type Report struct {
 	// Servers are the measurements through turnstile, one per store mode
 	// of [Config.Stores], in its order.
 	Servers []*ServerReport
+	// UpstreamRequests is how many chat completions the upstream answered
+	// in the whole run, UpstreamHTTP2 how many of them over HTTP/2.
+	UpstreamRequests, UpstreamHTTP2 int64
 }
 
 // ServerReport is the measurement of one server, with one store mode.
@@ -197,6 +202,11 @@ type ServerReport struct {
 	// SlowOpen how many had streamed a delta when it was measured.
 	Slow, SlowOpen       int
 	SlowRSS, SlowPerTurn int64
+	// SlowHeapPerTurn and SlowStackPerTurn are the growth per slow turn
+	// of the server's heap spans in use and of its goroutine stacks
+	// (runtime.MemStats' HeapInuse and StackInuse): what of SlowPerTurn
+	// is the heap and what the stacks; zero when they could not be read.
+	SlowHeapPerTurn, SlowStackPerTurn int64
 	// SlowErr describes the slow turns that failed, if any.
 	SlowErr string
 	// FastUnderSlow is a sequential phase run while the slow turns are
@@ -225,6 +235,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// The floor: the upstream called directly.
 	transport := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency * 2, IdleConnTimeout: time.Minute}
+	if up.Roots != nil {
+		transport.TLSClientConfig = &tls.Config{RootCAs: up.Roots, MinVersion: tls.VersionTLS12}
+		transport.ForceAttemptHTTP2 = true
+	}
 	defer transport.CloseIdleConnections()
 	direct := directTurn(&http.Client{Transport: transport}, up.URL)
 	drive(ctx, cfg.Warmup, 1, direct)
@@ -234,24 +248,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.DirectConc = phase("direct", drive(ctx, cfg.ConcurrentTurns, cfg.Concurrency, direct), cfg.Concurrency)
 
 	for _, store := range cfg.Stores {
-		srep, err := runServer(ctx, cfg, store, up.URL, logf)
+		srep, err := runServer(ctx, cfg, store, up, logf)
 		if err != nil {
 			return nil, fmt.Errorf("store %s: %w", store, err)
 		}
 		rep.Servers = append(rep.Servers, srep)
 	}
+	rep.UpstreamRequests, rep.UpstreamHTTP2 = up.Requests(), up.HTTP2Requests()
 	return rep, nil
 }
 
 // runServer starts the server with the store mode given and measures it.
-func runServer(ctx context.Context, cfg Config, store, upstreamURL string, logf func(string, ...any)) (*ServerReport, error) {
+// With the upstream over TLS the server trusts its certificate as any Go
+// program is told to trust a private authority: SSL_CERT_FILE, which
+// replaces the system's roots (--env can still set it).
+func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf func(string, ...any)) (*ServerReport, error) {
 	rep := &ServerReport{Store: store}
 	template := cfg.ServerConfig
 	if store == "off" {
 		template = strings.TrimRight(template, "\n") + "\n" + StoreOff
 	}
-	logf("starting %s serve, store %s", cfg.Binary, store)
-	srv, err := startChild(ctx, cfg.Binary, template, upstreamURL, cfg.Env, cfg.Callgrind)
+	env := cfg.Env
+	if up.CAFile != "" {
+		env = append([]string{"SSL_CERT_FILE=" + up.CAFile}, env...)
+	}
+	logf("starting %s serve, store %s, upstream %s", cfg.Binary, store, cfg.Upstream.Mode())
+	srv, err := startChild(ctx, cfg.Binary, template, up.URL, env, cfg.Callgrind)
 	if err != nil {
 		return nil, err
 	}
@@ -353,6 +375,7 @@ func slowPhase(ctx context.Context, cfg Config, srv *child, rep *ServerReport, f
 	if err != nil {
 		return err
 	}
+	memBefore, memErr := memClasses(srv.ops)
 	logf("holding %d slow turns open over %d connections", cfg.Slow, conns)
 	sctx, cancel := context.WithCancel(ctx)
 	var (
@@ -414,6 +437,11 @@ wait:
 	logf("%d slow turns streaming; measuring", open)
 	runtimeGC(srv)
 	with, err := srv.stats()
+	memWith, memErr2 := memClasses(srv.ops)
+	if memErr == nil && memErr2 == nil && open > 0 {
+		rep.SlowHeapPerTurn = (memWith.heapInuse - memBefore.heapInuse) / int64(open)
+		rep.SlowStackPerTurn = (memWith.stackInuse - memBefore.stackInuse) / int64(open)
+	}
 	if cfg.ProfileDir != "" {
 		fetchPath(srv.ops, "/debug/pprof/heap", filepath.Join(cfg.ProfileDir, rep.Store+"-slow.heap"))
 		fetchPath(srv.ops, "/debug/pprof/goroutine", filepath.Join(cfg.ProfileDir, rep.Store+"-slow.goroutines"))
@@ -428,6 +456,45 @@ wait:
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// memStats are the server runtime's memory classes at one moment.
+type memStats struct {
+	heapInuse, stackInuse int64
+}
+
+// memClasses reads the server runtime's heap spans and goroutine stacks
+// in use from the MemStats that its text heap profile ends with
+// ("# HeapInuse = N", "# Stack = StackInuse / StackSys").
+func memClasses(opsAddr string) (memStats, error) {
+	var m memStats
+	resp, err := http.Get("http://" + opsAddr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return m, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return m, err
+	}
+	found := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		for name, dst := range map[string]*int64{"# HeapInuse = ": &m.heapInuse, "# Stack = ": &m.stackInuse} {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				v, _, _ = strings.Cut(v, " /")
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return m, fmt.Errorf("heap profile: %s: %w", line, err)
+				}
+				*dst = n
+				found++
+			}
+		}
+	}
+	if found != 2 {
+		return m, errors.New("heap profile: no HeapInuse and StackInuse")
+	}
+	return m, nil
 }
 
 // runtimeGC asks the server to collect garbage and return memory, so two

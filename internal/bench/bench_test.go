@@ -2,6 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io/fs"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,11 +33,12 @@ func TestSmoke(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		config string
-	}{{"one model", DefaultConfig}, {"chain", ChainConfig}} {
+		tls    bool
+	}{{"one model", DefaultConfig, false}, {"chain", ChainConfig, false}, {"one model, HTTP/2 upstream", DefaultConfig, true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			rep, err := Run(t.Context(), Config{
 				Binary: bin, ServerConfig: tt.config,
-				Upstream: UpstreamConfig{Chunks: 5, SlowDelay: 100 * time.Millisecond},
+				Upstream: UpstreamConfig{Chunks: 5, SlowDelay: 100 * time.Millisecond, TLS: tt.tls},
 				Turns:    20, ConcurrentTurns: 40, Concurrency: 4, Warmup: 5, Slow: 10,
 				Settle: 50 * time.Millisecond,
 			})
@@ -56,15 +63,63 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("store %s: report %+v: want server figures and 10 slow turns open", s.Store, s)
 				}
 			}
+			// The server reaches the upstream with the protocol asked:
+			// over TLS, trusting its certificate, every request on HTTP/2.
+			if want := map[bool]int64{false: 0, true: rep.UpstreamRequests}[tt.tls]; rep.UpstreamRequests == 0 || rep.UpstreamHTTP2 != want {
+				t.Errorf("upstream requests %d, %d over HTTP/2: want %d", rep.UpstreamRequests, rep.UpstreamHTTP2, want)
+			}
+			for _, s := range rep.Servers {
+				if s.SlowStackPerTurn == 0 && s.SlowHeapPerTurn == 0 {
+					t.Errorf("store %s: slow turns' heap %d and stacks %d per turn: want them read", s.Store, s.SlowHeapPerTurn, s.SlowStackPerTurn)
+				}
+			}
 			var out bytes.Buffer
 			rep.Write(&out)
 			for _, want := range []string{"| turnstile, sequential, store on |", "| turnstile, sequential, store off |", "| direct, c=4 |",
 				"store on: idle RSS", "store on: slow turns: 10 held open", "store off: slow turns: 10 held open",
-				"| target | measured | met |", "| store on: server CPU per turn ≤ 1.2 × store off (sequential) |"} {
+				"| target | measured | met |", "upstream: " + rep.Config.Upstream.Mode() + ",", "of which, per slow turn: heap in use", "| store on: server CPU per turn ≤ 1.2 × store off (sequential) |"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("report lacks %q:\n%s", want, out.String())
 				}
 			}
 		})
+	}
+}
+
+// TestUpstreamTLS checks the upstream's HTTPS mode: a client that trusts
+// its certificate streams a reply over HTTP/2, one that does not is
+// refused by certificate verification, and Close removes the certificate.
+func TestUpstreamTLS(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	up, err := StartUpstream(UpstreamConfig{Chunks: 2, TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(up.URL, "https://127.0.0.1:") || up.Roots == nil {
+		t.Fatalf("URL %q, roots %v: want https on loopback and a pool", up.URL, up.Roots)
+	}
+	if pemBytes, err := os.ReadFile(up.CAFile); err != nil || !strings.HasPrefix(string(pemBytes), "-----BEGIN CERTIFICATE-----") {
+		t.Fatalf("CA file %s: %v %q", up.CAFile, err, pemBytes)
+	}
+	trusted := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: up.Roots}, ForceAttemptHTTP2: true}
+	defer trusted.CloseIdleConnections()
+	s, err := directTurn(&http.Client{Transport: trusted}, up.URL)(t.Context())
+	if err != nil || s.firstDelta <= 0 {
+		t.Fatalf("trusted client: %+v, %v: want a reply", s, err)
+	}
+	if up.Requests() != 1 || up.HTTP2Requests() != 1 {
+		t.Errorf("requests %d, over HTTP/2 %d: want 1 and 1", up.Requests(), up.HTTP2Requests())
+	}
+	untrusted := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: x509.NewCertPool()}}
+	defer untrusted.CloseIdleConnections()
+	_, err = directTurn(&http.Client{Transport: untrusted}, up.URL)(t.Context())
+	if verr := (*tls.CertificateVerificationError)(nil); !errors.As(err, &verr) {
+		t.Errorf("untrusted client: %v: want a certificate verification error", err)
+	}
+	if err := up.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(up.CAFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("CA file after Close: %v: want it gone", err)
 	}
 }

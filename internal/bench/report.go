@@ -10,8 +10,9 @@ import (
 // each target of issues #13 and #26 with whether it was met.
 func (r *Report) Write(w io.Writer) {
 	u := r.Config.Upstream
-	fmt.Fprintf(w, "upstream: %d chunks of %d bytes, %v apart; %d sequential turns, %d turns at concurrency %d over %d connection(s)\n\n",
-		u.Chunks, u.ChunkSize, u.Delay, r.Config.Turns, r.Config.ConcurrentTurns, r.Config.Concurrency, r.Config.Conns)
+	fmt.Fprintf(w, "upstream: %s, %d chunks of %d bytes, %v apart; %d sequential turns, %d turns at concurrency %d over %d connection(s)\n\n",
+		u.Mode(), u.Chunks, u.ChunkSize, u.Delay, r.Config.Turns, r.Config.ConcurrentTurns, r.Config.Concurrency, r.Config.Conns)
+	fmt.Fprintf(w, "upstream requests: %d, %d of them over HTTP/2\n\n", r.UpstreamRequests, r.UpstreamHTTP2)
 	fmt.Fprintln(w, "| | turns/s | first delta p50 / p99 | total p50 / p99 | server CPU per turn | allocs per turn | KB per turn | errors |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	row := func(label string, p Phase) {
@@ -55,8 +56,12 @@ func (r *Report) Write(w io.Writer) {
 			}
 		}
 		if s.Slow > 0 {
-			fmt.Fprintf(w, "store %s: slow turns: %d held open (%d streaming when measured): RSS %s, %s KiB per turn\n",
-				s.Store, s.Slow, s.SlowOpen, mib(s.SlowRSS), kib(s.SlowPerTurn))
+			fmt.Fprintf(w, "store %s: slow turns: %d held open (%d streaming when measured), upstream %s: RSS %s, %s KiB per turn\n",
+				s.Store, s.Slow, s.SlowOpen, u.Mode(), mib(s.SlowRSS), kib(s.SlowPerTurn))
+			if s.SlowHeapPerTurn != 0 || s.SlowStackPerTurn != 0 {
+				fmt.Fprintf(w, "store %s: of which, per slow turn: heap in use %s KiB, goroutine stacks %s KiB\n",
+					s.Store, kib(s.SlowHeapPerTurn), kib(s.SlowStackPerTurn))
+			}
 			if s.SlowErr != "" {
 				fmt.Fprintln(w, s.SlowErr)
 			}
@@ -123,7 +128,7 @@ func (r *Report) writeTargets(w io.Writer) {
 				on.ServerSeq.InstructionsPerTurn <= 1.2*off.ServerSeq.InstructionsPerTurn})
 		}
 		if on.Slow > 0 && off.Slow > 0 {
-			ts = append(ts, target{fmt.Sprintf("store on: memory per held slow turn (%d held) ≤ 1.25 × store off", on.Slow),
+			ts = append(ts, target{fmt.Sprintf("store on: memory per held slow turn (%d held, upstream %s) ≤ 1.25 × store off", on.Slow, r.Config.Upstream.Mode()),
 				kib(on.SlowPerTurn) + " vs " + kib(off.SlowPerTurn) + " KiB",
 				on.SlowOpen == on.Slow && float64(on.SlowPerTurn) <= 1.25*float64(off.SlowPerTurn)})
 		}
@@ -144,7 +149,7 @@ func (r *Report) writeTargets(w io.Writer) {
 			target{"store off: server CPU per turn ≤ 0.6 ms (sequential)", ms(s.CPUPerTurn), s.CPUPerTurn <= 600*time.Microsecond},
 		)
 		if off.Slow > 0 {
-			ts = append(ts, target{fmt.Sprintf("store off: %d slow turns at ≤ 40 KiB each", off.Slow), kib(off.SlowPerTurn) + " KiB",
+			ts = append(ts, target{fmt.Sprintf("store off: %d slow turns at ≤ 40 KiB each (upstream %s)", off.Slow, r.Config.Upstream.Mode()), kib(off.SlowPerTurn) + " KiB",
 				off.SlowOpen == off.Slow && off.SlowPerTurn <= 40<<10})
 		}
 	}

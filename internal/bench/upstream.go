@@ -2,10 +2,20 @@ package bench
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,10 +26,17 @@ import (
 // /v1/chat/completions is answered with one streamed chat completion of a
 // fixed shape, as OpenAI sends it — a role chunk, the content chunks, a
 // finish chunk, a usage chunk and [DONE] — each event written and flushed
-// on its own.
+// on its own. It speaks cleartext HTTP/1.1, or with [UpstreamConfig.TLS]
+// HTTPS with HTTP/2, as the real providers do.
 type Upstream struct {
 	// URL is the base URL to configure, with /v1.
 	URL string
+	// CAFile is, with TLS, a PEM file holding the upstream's self-signed
+	// certificate, for a client to trust (SSL_CERT_FILE=CAFile for a Go
+	// process); empty without TLS. Close removes it.
+	CAFile string
+	// Roots is, with TLS, a pool holding that certificate; nil without.
+	Roots *x509.CertPool
 
 	srv      *http.Server
 	lis      net.Listener
@@ -27,6 +44,7 @@ type Upstream struct {
 	delay    time.Duration
 	events   [][]byte // the body's events, in order
 	requests atomic.Int64
+	http2    atomic.Int64 // requests that came over HTTP/2
 	// slow, when set, is the inter-chunk delay of requests whose model is
 	// SlowModel.
 	slow time.Duration
@@ -47,6 +65,20 @@ type UpstreamConfig struct {
 	// SlowDelay is the pause before each content chunk of requests for
 	// [SlowModel] (default 1s).
 	SlowDelay time.Duration
+	// TLS serves HTTPS with HTTP/2 (offered by ALPN beside HTTP/1.1), with
+	// a self-signed certificate for 127.0.0.1 made at start, as production
+	// upstreams are reached: a client that negotiates HTTP/2 carries many
+	// replies on one connection. Without it the upstream speaks cleartext
+	// HTTP/1.1, one reply at a time per connection.
+	TLS bool
+}
+
+// Mode names the upstream's protocol, for reports.
+func (c UpstreamConfig) Mode() string {
+	if c.TLS {
+		return "HTTP/2 over TLS"
+	}
+	return "HTTP/1.1 cleartext"
 }
 
 func (c *UpstreamConfig) defaults() {
@@ -80,15 +112,78 @@ func StartUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", u.handle)
 	u.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = u.srv.Serve(lis) }()
+	if !cfg.TLS {
+		go func() { _ = u.srv.Serve(lis) }()
+		return u, nil
+	}
+	cert, der, err := selfSigned()
+	if err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "turnstile-bench-upstream-")
+	if err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	u.CAFile = filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(u.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		_ = lis.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	u.Roots = x509.NewCertPool()
+	u.Roots.AddCert(cert.Leaf)
+	u.URL = "https://" + lis.Addr().String() + "/v1"
+	u.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	u.srv.Protocols = new(http.Protocols)
+	u.srv.Protocols.SetHTTP1(true)
+	u.srv.Protocols.SetHTTP2(true)
+	go func() { _ = u.srv.ServeTLS(lis, "", "") }()
 	return u, nil
+}
+
+// selfSigned makes a certificate for 127.0.0.1 that signs itself, valid
+// for a day, and returns it with its DER encoding.
+func selfSigned() (tls.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(now.UnixNano()),
+		Subject:               pkix.Name{CommonName: "turnstile bench upstream"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, der, nil
 }
 
 // Requests reports how many chat completions the upstream answered.
 func (u *Upstream) Requests() int64 { return u.requests.Load() }
 
+// HTTP2Requests reports how many of them came over HTTP/2.
+func (u *Upstream) HTTP2Requests() int64 { return u.http2.Load() }
+
 // Close stops the upstream and ends its open replies.
 func (u *Upstream) Close() error {
+	if u.CAFile != "" {
+		defer os.RemoveAll(filepath.Dir(u.CAFile))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := u.srv.Shutdown(ctx); err != nil {
@@ -125,6 +220,9 @@ func (u *Upstream) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.requests.Add(1)
+	if r.ProtoMajor == 2 {
+		u.http2.Add(1)
+	}
 	delay := u.delay
 	if strings.Contains(string(body), `"model":"`+SlowModel+`"`) {
 		delay = u.slow
