@@ -28,17 +28,8 @@ type EventReader struct {
 	err           error
 }
 
-// scanStart is the size of a scanner's initial buffer: room for the
-// events providers send between tokens (OpenAI's chunks and Anthropic's
-// deltas are 150–500 bytes), not bufio's 4 KiB. A reader waiting for a
-// slow model's next token holds its buffer for as long as the reply
-// lasts, so a smaller one is less memory per held turn (3 KiB of the
-// ~50 KiB of a held turn, `turnstile bench --slow`); a longer line grows
-// it as bufio does, by doubling, up to the same limit.
-const scanStart = 1024
-
-// scanBufs are the scanners' initial buffers, of scanStart bytes.
-var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanStart); return &b }}
+// scanBufs are the scanners' initial buffers, of bufio's start size.
+var scanBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
 
 // NewEventReader returns a reader of body's events. dispatchTyped selects
 // the rule of anthropic-sdk-go (an event line alone dispatches an event);
