@@ -28,8 +28,14 @@ type EventReader struct {
 	err           error
 }
 
-// scanBufs are the scanners' initial buffers, of bufio's start size.
-var scanBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
+// scanStart is the size of a scanner's initial buffer, bufio's start
+// size; a longer line grows it by doubling, up to the limit. (A 1 KiB start
+// saved a held turn 3-4 KiB and cost every turn 2-5% more instructions:
+// BENCHMARKS.md, h2bench.)
+const scanStart = 4096
+
+// scanBufs are the scanners' initial buffers, of scanStart bytes.
+var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanStart); return &b }}
 
 // NewEventReader returns a reader of body's events. dispatchTyped selects
 // the rule of anthropic-sdk-go (an event line alone dispatches an event);

@@ -3,9 +3,13 @@ package stream
 import (
 	"context"
 	"errors"
+	"io"
 	"iter"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -337,5 +341,29 @@ func TestStainless(t *testing.T) {
 	if len(chunks) != 2 || consumed != resp || !r.closed {
 		t.Errorf("chunks %+v, consumed with %p (want %p), closed %v: want two chunks, the response, and the stream closed",
 			chunks, consumed, resp, r.closed)
+	}
+}
+
+// TestEventReaderLongLines reads events whose lines are shorter than,
+// exactly as long as, and far longer than a scanner's initial buffer,
+// whole and one byte per read: the buffer grows for a long line and the
+// events come out whole, as the SDKs split them.
+func TestEventReaderLongLines(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{10, scanStart - len("data: \n"), scanStart - len("data: "), scanStart, scanStart + 1, 5 * scanStart, 70 << 10} {
+		long := strings.Repeat("x", n)
+		body := "event: a\ndata: " + long + "\n\ndata: short\r\n\r\n: comment\ndata: " + long + "\ndata: two\n\n"
+		want := []string{"a|" + long + "\n", "|short\n", "|" + long + "\ntwo\n"}
+		for name, r := range map[string]io.Reader{"whole": strings.NewReader(body), "byte by byte": iotest.OneByteReader(strings.NewReader(body))} {
+			er := NewEventReader(r, false)
+			var got []string
+			for er.Next() {
+				got = append(got, string(er.Type())+"|"+string(er.Data()))
+			}
+			if er.Err() != nil || !slices.Equal(got, want) {
+				t.Errorf("line of %d bytes, %s: events %.80q, err %v: want %.80q", n, name, got, er.Err(), want)
+			}
+			er.Release()
+		}
 	}
 }
