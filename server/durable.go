@@ -286,9 +286,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
 	s.own(rctx, r, tr, slotsFrom(ctx).keep())
-	st := paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
-		return s.watchRun(ctx, r, 0, send)
-	})
+	// This RPC's stream is fed by the run's publish itself (pushRun), not
+	// by a watcher woken for each event.
+	st := s.pushRun(ctx, r, func(ev *turnstilev1.AgentEvent) error { return stream.Send(wrap(ev)) })
 	r.mu.Lock()
 	delivered := r.done && st == r.final
 	r.mu.Unlock()

@@ -52,7 +52,14 @@ type run struct {
 	last       uint64 // the seq of the last acknowledged event
 	done       bool
 	final      *status.Status // how watchers end, once done
-	wake       chan struct{}  // closed and replaced when something changes
+	// wake is closed and replaced when something changes, once a waiter
+	// took it (wakeTaken; see wakeChan): an event no one waits for costs
+	// no channel.
+	wake      chan struct{}
+	wakeTaken bool
+	// push, when set, is the stream of the RPC that created the run, fed
+	// by publish itself (see pusher).
+	push *pusher
 	// watchers counts the streams following the run here; seen is when
 	// the last one left or a watcher elsewhere last said it watches.
 	watchers int
@@ -82,8 +89,26 @@ func (r *run) publish(ev *turnstilev1.AgentEvent, size int) {
 		return
 	}
 	r.add(ev, size)
-	close(r.wake)
-	r.wake = make(chan struct{})
+	if p := r.push; p != nil && !p.sending {
+		p.drainIfBehind()
+	}
+	r.wakeUp()
+}
+
+// wakeChan returns the channel closed at the run's next change; r.mu is
+// held.
+func (r *run) wakeChan() chan struct{} {
+	r.wakeTaken = true
+	return r.wake
+}
+
+// wakeUp wakes whoever waits on the run's wake channel; r.mu is held.
+func (r *run) wakeUp() {
+	if r.wakeTaken {
+		close(r.wake)
+		r.wake = make(chan struct{})
+		r.wakeTaken = false
+	}
 }
 
 // add appends ev to the window and keeps the window within its bounds,
@@ -133,8 +158,10 @@ func (r *run) finish(st *status.Status) {
 		return
 	}
 	r.done, r.final = true, st
-	close(r.wake)
-	r.wake = make(chan struct{})
+	r.wakeUp()
+	if r.push != nil {
+		r.push.kickHandler()
+	}
 }
 
 // watchRun sends the events of r, a run this replica owns, after afterSeq
@@ -153,7 +180,11 @@ func (s *service) watchRun(ctx context.Context, r *run, afterSeq uint64, send fu
 		if !behind && next < r.last {
 			evs = append(evs, r.window[next+1-r.first():]...)
 		}
-		done, final, wake := r.done, r.final, r.wake
+		done, final := r.done, r.final
+		var wake chan struct{}
+		if len(evs) == 0 && !done && !behind {
+			wake = r.wakeChan()
+		}
 		r.mu.Unlock()
 		if behind {
 			var st *status.Status
@@ -288,4 +319,216 @@ func (r *run) lastSeq() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.last
+}
+
+// pusher feeds the stream of the RPC that created a run (the common case:
+// its only watcher) straight from [run.publish], without waking the RPC's
+// handler for each event. When the store acknowledges an event and no Send
+// of the stream is under way, publish starts one on a worker (see
+// [workers]): drain sends the window's events after the last one sent, in
+// order, each once, and goes on with those published meanwhile (a batch
+// per worker, not a hand-off per event) until it has sent the last one.
+// The handler waits for the run's end, the stream's failure or the
+// client, not for each event. One drain runs at a time (sending, under
+// r.mu), so the stream's Sends stay one at a time and in seq order.
+//
+// The bounds are [paced]'s: a Send under way for the send timeout closes
+// the stream with [streamStalled] (the watchdog, one timer for the
+// stream's life, not one per Send), and a stream that falls behind the
+// window is handed back to its handler, which serves it from the log as
+// [service.watchRun] does. The run never waits for the stream: publish
+// only starts a drain.
+type pusher struct {
+	r       *run
+	send    func(*turnstilev1.AgentEvent) error
+	start   func(func())
+	drainFn func() // p.drain, made once
+	kick    chan struct{}
+	buf     []*turnstilev1.AgentEvent // the drain's batch
+
+	// Under r.mu.
+	next    uint64 // the seq of the last event sent (or in its Send, while sending)
+	sending bool   // a drain is under way
+	behind  bool   // the drain found the window past next: the handler reads the log
+	err     error  // the Send's failure, which ends the stream
+
+	stop    atomic.Bool // the handler left: no more Sends
+	stalled atomic.Bool // a Send was under way for the send timeout
+
+	// The watchdog: since is when the Send under way began (nanoseconds
+	// after base, 0 between Sends); dog fires at most once per timeout
+	// while none is, and at the timeout of the one under way.
+	base    time.Time
+	since   atomic.Int64
+	timeout time.Duration
+	dog     *time.Timer
+}
+
+// kickHandler tells the handler to look at the stream's state again.
+func (p *pusher) kickHandler() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// drainIfBehind starts a drain when events after next wait and none is
+// under way; r.mu is held.
+func (p *pusher) drainIfBehind() {
+	if p.sending || p.behind || p.err != nil || p.stop.Load() || p.next >= p.r.last {
+		return
+	}
+	p.sending = true
+	p.start(p.drainFn)
+}
+
+// drain sends the window's events after next until none is left, on a
+// worker; see [pusher].
+func (p *pusher) drain() {
+	r := p.r
+	for {
+		r.mu.Lock()
+		switch {
+		case p.stop.Load():
+			p.sending = false
+			r.mu.Unlock()
+			p.kickHandler()
+			return
+		case p.next+1 < r.first():
+			p.behind, p.sending = true, false
+			r.mu.Unlock()
+			p.kickHandler()
+			return
+		case p.next >= r.last:
+			p.sending = false
+			done := r.done
+			r.mu.Unlock()
+			if done {
+				p.kickHandler()
+			}
+			return
+		}
+		p.buf = append(p.buf[:0], r.window[p.next+1-r.first():]...)
+		r.mu.Unlock()
+		for i, ev := range p.buf {
+			p.buf[i] = nil
+			if p.stop.Load() {
+				clear(p.buf[i:])
+				break
+			}
+			p.since.Store(int64(time.Since(p.base)) | 1)
+			err := p.send(ev)
+			p.since.Store(0)
+			if err != nil {
+				clear(p.buf[i:])
+				r.mu.Lock()
+				p.err, p.sending = err, false
+				r.mu.Unlock()
+				p.kickHandler()
+				return
+			}
+			r.mu.Lock()
+			p.next = ev.GetSeq()
+			r.mu.Unlock()
+		}
+	}
+}
+
+// watch is the watchdog's timer function: it closes the stream whose Send
+// has been under way for the timeout, and is set again for when the Send
+// under way (or the next) would reach it.
+func (p *pusher) watch() {
+	if p.stop.Load() {
+		return
+	}
+	since := p.since.Load()
+	if since == 0 {
+		p.dog.Reset(p.timeout)
+		return
+	}
+	if d := time.Since(p.base) - time.Duration(since); d < p.timeout {
+		p.dog.Reset(p.timeout - d)
+		return
+	}
+	p.stalled.Store(true)
+	p.kickHandler()
+}
+
+// pushRun streams r, a run this replica created for this RPC, to send from
+// its first event through a [pusher], and returns the status the stream
+// ends with. A stream that falls behind the window goes on as [paced]
+// streams, from the log.
+func (s *service) pushRun(ctx context.Context, r *run, send func(*turnstilev1.AgentEvent) error) *status.Status {
+	timeout := s.opts.SendTimeout
+	p := &pusher{r: r, send: send, start: s.senders.run, kick: make(chan struct{}, 1), base: time.Now(), timeout: timeout}
+	p.drainFn = p.drain
+	p.dog = time.AfterFunc(timeout, p.watch)
+	r.attach()
+	defer r.leave(s.grace)
+	r.mu.Lock()
+	r.push = p
+	p.drainIfBehind()
+	r.mu.Unlock()
+	// leave ends the fast path: no drain starts after it; it waits for the
+	// one under way unless its Send is stuck, which ends with the handler.
+	leave := func() {
+		p.stop.Store(true)
+		p.dog.Stop()
+		r.mu.Lock()
+		r.push = nil
+		sending := p.sending
+		r.mu.Unlock()
+		for sending && !p.stalled.Load() {
+			t := time.NewTimer(timeout)
+			select {
+			case <-p.kick:
+			case <-t.C:
+				// The watchdog is stopped: a Send stuck this long ends with
+				// the handler.
+				p.stalled.Store(true)
+			}
+			t.Stop()
+			r.mu.Lock()
+			sending = p.sending
+			r.mu.Unlock()
+		}
+	}
+	for {
+		select {
+		case <-p.kick:
+		case <-ctx.Done():
+		}
+		if p.stalled.Load() {
+			leave()
+			return streamStalled(timeout)
+		}
+		r.mu.Lock()
+		err, behind, next := p.err, p.behind, p.next
+		over := r.done && !p.sending && p.next >= r.last
+		final := r.final
+		if r.done && !over {
+			p.drainIfBehind()
+		}
+		r.mu.Unlock()
+		switch {
+		case err != nil:
+			leave()
+			return status.Convert(err)
+		case ctx.Err() != nil:
+			leave()
+			if p.stalled.Load() {
+				return streamStalled(timeout)
+			}
+			return status.FromContextError(ctx.Err())
+		case behind:
+			leave()
+			return paced(ctx, s, send, func(ev *turnstilev1.AgentEvent) *turnstilev1.AgentEvent { return ev },
+				func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
+					return s.watchRun(ctx, r, next, send)
+				})
+		case over:
+			leave()
+			return final
+		}
+	}
 }
