@@ -33,6 +33,9 @@ const (
 	windowEvents = 256
 	// windowBytes bounds their wire size.
 	windowBytes = 64 << 10
+	// windowFirstCap is the window's first capacity: the events of a short
+	// turn (a reply of a few dozen deltas).
+	windowFirstCap = 32
 )
 
 // run is a run this replica owns: the window of its latest acknowledged
@@ -114,6 +117,11 @@ func (r *run) wakeUp() {
 // add appends ev to the window and keeps the window within its bounds,
 // the newest event always; r.mu is held.
 func (r *run) add(ev *turnstilev1.AgentEvent, size int) {
+	if r.window == nil {
+		// A turn's events in two allocations, not one per doubling.
+		r.window = make([]*turnstilev1.AgentEvent, 0, windowFirstCap)
+		r.sizes = make([]int, 0, windowFirstCap)
+	}
 	r.window = append(r.window, ev)
 	r.sizes = append(r.sizes, size)
 	r.windowSize += size
