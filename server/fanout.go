@@ -48,9 +48,13 @@ type run struct {
 
 	mu sync.Mutex
 	// window holds the latest acknowledged events, in order:
-	// window[i].Seq == last-len(window)+1+i; sizes their wire sizes.
+	// window[i].Seq == last-len(window)+1+i; sizes their wire sizes;
+	// wires their wire forms as stored, where known (nil for the events
+	// of a run taken over), which the stream of the RPC that created the
+	// run sends without encoding them again.
 	window     []*turnstilev1.AgentEvent
 	sizes      []int
+	wires      [][]byte
 	windowSize int    // the sum of sizes
 	last       uint64 // the seq of the last acknowledged event
 	done       bool
@@ -85,13 +89,17 @@ func newRun(k runKey, hash []byte, cancel context.CancelCauseFunc) *run {
 
 // publish adds an acknowledged event of size bytes on the wire to the
 // window, drops the oldest ones beyond its bounds, and wakes the watchers.
-func (r *run) publish(ev *turnstilev1.AgentEvent, size int) {
+func (r *run) publish(ev *turnstilev1.AgentEvent, size int) { r.publishWire(ev, nil, size) }
+
+// publishWire is publish of an event whose wire form, as stored, is wire
+// (nil when not known).
+func (r *run) publishWire(ev *turnstilev1.AgentEvent, wire []byte, size int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
 		return
 	}
-	r.add(ev, size)
+	r.add(ev, wire, size)
 	if p := r.push; p != nil && !p.sending {
 		p.drainIfBehind()
 	}
@@ -116,27 +124,31 @@ func (r *run) wakeUp() {
 
 // add appends ev to the window and keeps the window within its bounds,
 // the newest event always; r.mu is held.
-func (r *run) add(ev *turnstilev1.AgentEvent, size int) {
+func (r *run) add(ev *turnstilev1.AgentEvent, wire []byte, size int) {
 	if r.window == nil {
-		// A turn's events in two allocations, not one per doubling.
+		// A turn's events in three allocations, not one per doubling.
 		r.window = make([]*turnstilev1.AgentEvent, 0, windowFirstCap)
 		r.sizes = make([]int, 0, windowFirstCap)
+		r.wires = make([][]byte, 0, windowFirstCap)
 	}
 	r.window = append(r.window, ev)
 	r.sizes = append(r.sizes, size)
+	r.wires = append(r.wires, wire)
 	r.windowSize += size
 	r.last = ev.GetSeq()
 	n := 0
 	for len(r.window)-n > 1 && (len(r.window)-n > windowEvents || r.windowSize > windowBytes) {
 		r.windowSize -= r.sizes[n]
-		r.window[n] = nil
+		r.window[n], r.wires[n] = nil, nil
 		n++
 	}
 	if n > 0 {
 		// Shift in place: the backing arrays stay at the window's bound.
 		r.window = append(r.window[:0], r.window[n:]...)
 		r.sizes = append(r.sizes[:0], r.sizes[n:]...)
+		r.wires = append(r.wires[:0], r.wires[n:]...)
 		clear(r.window[len(r.window):cap(r.window)])
+		clear(r.wires[len(r.wires):cap(r.wires)])
 	}
 }
 
@@ -146,7 +158,7 @@ func (r *run) fill(events []*turnstilev1.AgentEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ev := range events[max(0, len(events)-windowEvents):] {
-		r.add(ev, proto.Size(ev))
+		r.add(ev, nil, proto.Size(ev))
 	}
 	r.last = uint64(len(events))
 }
@@ -348,11 +360,12 @@ func (r *run) lastSeq() uint64 {
 // only starts a drain.
 type pusher struct {
 	r       *run
-	send    func(*turnstilev1.AgentEvent) error
+	send    func(ev *turnstilev1.AgentEvent, wire []byte) error
 	start   func(func())
 	drainFn func() // p.drain, made once
 	kick    chan struct{}
 	buf     []*turnstilev1.AgentEvent // the drain's batch
+	wbuf    [][]byte                  // and their wire forms
 
 	// Under r.mu.
 	next    uint64 // the seq of the last event sent (or in its Send, while sending)
@@ -416,19 +429,24 @@ func (p *pusher) drain() {
 			}
 			return
 		}
-		p.buf = append(p.buf[:0], r.window[p.next+1-r.first():]...)
+		from := p.next + 1 - r.first()
+		p.buf = append(p.buf[:0], r.window[from:]...)
+		p.wbuf = append(p.wbuf[:0], r.wires[from:]...)
 		r.mu.Unlock()
 		for i, ev := range p.buf {
-			p.buf[i] = nil
+			wire := p.wbuf[i]
+			p.buf[i], p.wbuf[i] = nil, nil
 			if p.stop.Load() {
 				clear(p.buf[i:])
+				clear(p.wbuf[i:])
 				break
 			}
 			p.since.Store(int64(time.Since(p.base)) | 1)
-			err := p.send(ev)
+			err := p.send(ev, wire)
 			p.since.Store(0)
 			if err != nil {
 				clear(p.buf[i:])
+				clear(p.wbuf[i:])
 				r.mu.Lock()
 				p.err, p.sending = err, false
 				r.mu.Unlock()
@@ -464,9 +482,10 @@ func (p *pusher) watch() {
 
 // pushRun streams r, a run this replica created for this RPC, to send from
 // its first event through a [pusher], and returns the status the stream
-// ends with. A stream that falls behind the window goes on as [paced]
-// streams, from the log.
-func (s *service) pushRun(ctx context.Context, r *run, send func(*turnstilev1.AgentEvent) error) *status.Status {
+// ends with; send is given each event and its wire form as stored, when
+// the window has it. A stream that falls behind the window goes on as
+// [paced] streams, from the log.
+func (s *service) pushRun(ctx context.Context, r *run, send func(ev *turnstilev1.AgentEvent, wire []byte) error) *status.Status {
 	timeout := s.opts.SendTimeout
 	p := &pusher{r: r, send: send, start: s.senders.run, kick: make(chan struct{}, 1), base: time.Now(), timeout: timeout}
 	p.drainFn = p.drain
@@ -530,7 +549,7 @@ func (s *service) pushRun(ctx context.Context, r *run, send func(*turnstilev1.Ag
 			return status.FromContextError(ctx.Err())
 		case behind:
 			leave()
-			return paced(ctx, s, send, func(ev *turnstilev1.AgentEvent) *turnstilev1.AgentEvent { return ev },
+			return paced(ctx, s, func(ev *turnstilev1.AgentEvent) error { return send(ev, nil) }, func(ev *turnstilev1.AgentEvent) *turnstilev1.AgentEvent { return ev },
 				func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
 					return s.watchRun(ctx, r, next, send)
 				})

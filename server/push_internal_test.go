@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 )
@@ -26,7 +28,7 @@ type recorder struct {
 	calls atomic.Int32
 }
 
-func (c *recorder) send(ev *turnstilev1.AgentEvent) error {
+func (c *recorder) send(ev *turnstilev1.AgentEvent, _ []byte) error {
 	if c.in.Add(1) != 1 {
 		c.t.Errorf("two Sends of one stream under way at seq %d", ev.GetSeq())
 	}
@@ -96,7 +98,9 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			watcher := &recorder{t: t, slow: tc.slow}
 			for i := tc.before + 1; i <= n; i++ {
 				if i == n/2 {
-					wg.Go(func() { watcherSt = s.watchRun(t.Context(), r, 0, watcher.send) })
+					wg.Go(func() {
+						watcherSt = s.watchRun(t.Context(), r, 0, func(ev *turnstilev1.AgentEvent) error { return watcher.send(ev, nil) })
+					})
 				}
 				publish(i)
 				if rand.IntN(8) == 0 {
@@ -134,7 +138,7 @@ func TestPushedStreamFails(t *testing.T) {
 	failed := status.Error(codes.Unavailable, "the connection is gone")
 	done := make(chan *status.Status)
 	go func() {
-		done <- s.pushRun(context.Background(), r, func(*turnstilev1.AgentEvent) error {
+		done <- s.pushRun(context.Background(), r, func(*turnstilev1.AgentEvent, []byte) error {
 			if sends.Add(1) == 3 {
 				return failed
 			}
@@ -154,7 +158,7 @@ func TestPushedStreamFails(t *testing.T) {
 
 	r = newRun(runKey{turnID: "t", attempt: 2}, nil, func(error) {})
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- s.pushRun(ctx, r, func(*turnstilev1.AgentEvent) error { return nil }) }()
+	go func() { done <- s.pushRun(ctx, r, func(*turnstilev1.AgentEvent, []byte) error { return nil }) }()
 	r.publish(ev(1), 8)
 	cancel()
 	if st := <-done; st.Code() != codes.Canceled {
@@ -165,5 +169,44 @@ func TestPushedStreamFails(t *testing.T) {
 	defer r.mu.Unlock()
 	if r.push != nil || r.last != 2 || r.done {
 		t.Errorf("after the stream: push %v, last %d, done %v", r.push, r.last, r.done)
+	}
+}
+
+// TestEncodedResponse: a response sent as its event's stored wire form
+// decodes as the response encoded by gRPC's codec would, small (its own
+// buffer) and large (a pooled one), for both streaming responses.
+func TestEncodedResponse(t *testing.T) {
+	c := newCodec(1 << 20)
+	for _, size := range []int{0, 10, 1 << 10, 100 << 10} {
+		ev := &turnstilev1.AgentEvent{Seq: 7, Attempt: 2, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: strings.Repeat("é", size/2)}}}
+		wire, err := marshalEvent(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, resp := range []interface {
+			proto.Message
+			GetEvent() *turnstilev1.AgentEvent
+		}{&turnstilev1.RunTurnResponse{Event: ev}, &turnstilev1.WatchTurnResponse{Event: ev}} {
+			got, err := c.Marshal(&encodedResponse{Message: resp, event: wire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := c.Marshal(resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Len() != want.Len() || got.Len() != proto.Size(resp) {
+				t.Errorf("%T of a %d-byte event: %d bytes, want %d", resp, len(wire), got.Len(), want.Len())
+			}
+			dec := resp.ProtoReflect().New().Interface()
+			if err := proto.Unmarshal(got.Materialize(), dec); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(dec, resp) {
+				t.Errorf("%T of a %d-byte event decodes as %v", resp, len(wire), dec)
+			}
+			got.Free()
+			want.Free()
+		}
 	}
 }
