@@ -27,7 +27,8 @@ import (
 // of a stream's messages before Send blocks: a window of the same size
 // serves from memory every watcher whose stream is not stalled, and 1,024
 // running turns (the default max_running_turns) hold at most 64 MiB of
-// windows (plus the newest event of each, which the window always keeps).
+// windows' wire forms (plus the newest event of each, which the window
+// always keeps), and the decoded events beside them.
 const (
 	// windowEvents bounds the events of a run's window.
 	windowEvents = 256
