@@ -497,6 +497,8 @@ func (s *service) pushRun(ctx context.Context, r *run, send func(ev *turnstilev1
 	r.push = p
 	p.drainIfBehind()
 	r.mu.Unlock()
+	// The run may have ended before: the handler looks once in any case.
+	p.kickHandler()
 	// leave ends the fast path: no drain starts after it; it waits for the
 	// one under way unless its Send is stuck, which ends with the handler.
 	leave := func() {

@@ -210,3 +210,28 @@ func TestEncodedResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestPushedStreamOfARunOver: a run that ended before its stream attached
+// (with events, or with none: its store failed at once) ends the stream
+// with the run's status after its events, at once.
+func TestPushedStreamOfARunOver(t *testing.T) {
+	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: newWorkers(4), grace: time.Hour,
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	defer s.senders.close()
+	for _, n := range []int{0, 3} {
+		r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
+		for i := 1; i <= n; i++ {
+			r.publish(&turnstilev1.AgentEvent{Seq: uint64(i)}, 8)
+		}
+		final := status.New(codes.Unavailable, "the turn store is unreachable")
+		r.finish(final)
+		c := &recorder{t: t}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		st := s.pushRun(ctx, r, c.send)
+		cancel()
+		if st != final {
+			t.Errorf("%d events: status %v, want the run's %v", n, st, final)
+		}
+		inOrder(t, "the stream", c.seqs, n)
+	}
+}
