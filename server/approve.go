@@ -95,7 +95,7 @@ func (r *run) acked(ctx context.Context, seq uint64) bool {
 			r.mu.Unlock()
 			return false
 		}
-		wake := r.wake
+		wake := r.wakeChan()
 		r.mu.Unlock()
 		select {
 		case <-wake:

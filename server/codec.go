@@ -11,6 +11,7 @@ import (
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -73,13 +74,27 @@ func hardRequestLimit(maxRequestBytes int) int {
 // Name implements [encoding.CodecV2].
 func (c codec) Name() string { return c.base.Name() }
 
+// encodedResponse is a response (RunTurnResponse, WatchTurnResponse)
+// whose one field, its event (field 1), is already encoded: the codec
+// writes the field's tag and length before event's bytes, with no second
+// encoding of the event. It embeds the message, so it is a proto.Message
+// itself for stats handlers that look at sent payloads.
+type encodedResponse struct {
+	proto.Message
+	event []byte
+}
+
 // Marshal implements [encoding.CodecV2]. It encodes as gRPC's proto codec
 // does, but a message large enough to be pooled goes into a buffer of the
 // server's [bufferPool]: gRPC's codec takes gRPC's default pool, whose
 // tiers jump from 32 KiB to 1 MiB, so an event of 40 KiB waiting in a slow
 // client's queue (a long reply's message_completed or turn_completed) held
-// 1 MiB.
+// 1 MiB. An [encodedResponse] is its event's bytes behind their field's
+// tag and length.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encodedResponse); ok {
+		return e.marshal(), nil
+	}
 	if t, ok := v.(*decodeTarget); ok {
 		v = t.Message
 	}
@@ -233,4 +248,17 @@ func malformedRequest(err error) *status.Status {
 	}
 	return withDetails(status.New(codes.InvalidArgument, msg+": "+clip(err.Error(), 200)),
 		errorInfo(reasonInvalidRequest, map[string]string{"cause": "decode"}))
+}
+
+// marshal returns e's wire form: field 1, its event, as bytes.
+func (e *encodedResponse) marshal() mem.BufferSlice {
+	size := responseSize(len(e.event))
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b := make([]byte, 0, size)
+		return mem.BufferSlice{mem.SliceBuffer(protowire.AppendBytes(protowire.AppendTag(b, 1, protowire.BytesType), e.event))}
+	}
+	buf := bufferPool.Get(size)
+	// Written in place: *buf has size bytes.
+	protowire.AppendBytes(protowire.AppendTag((*buf)[:0], 1, protowire.BytesType), e.event)
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
 }

@@ -286,8 +286,21 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
 	s.own(rctx, r, tr, slotsFrom(ctx).keep())
-	st := paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
-		return s.watchRun(ctx, r, 0, send)
+	// This RPC's stream is fed by the run's publish itself (pushRun), not
+	// by a watcher woken for each event.
+	// An event whose wire form the window holds is sent as that form.
+	st := s.pushRun(ctx, r, func(ev *turnstilev1.AgentEvent, wire []byte) error {
+		if wire == nil {
+			return stream.Send(wrap(ev))
+		}
+		// The response and its encoded form in one allocation.
+		e := &struct {
+			resp turnstilev1.RunTurnResponse
+			enc  encodedResponse
+		}{}
+		e.resp.Event = ev
+		e.enc.Message, e.enc.event = &e.resp, wire
+		return stream.SendMsg(&e.enc)
 	})
 	r.mu.Lock()
 	delivered := r.done && st == r.final
@@ -395,7 +408,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		// cancel racing them.
 		err := s.store.Append(context.WithoutCancel(ctx), k.id(), k.attempt, b, func(err error) {
 			if err == nil {
-				r.publish(out, len(b))
+				r.publishWire(out, b, len(b))
 			}
 			settled(len(b))
 		})

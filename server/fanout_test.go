@@ -324,3 +324,60 @@ func TestDurableSendTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestWatcherBesideThePushedStream: the stream of the RunTurn that created
+// a run is fed by the run's publish itself; a WatchTurn attaching while
+// the turn runs (from its first event, and from the middle) and the
+// RunTurn each get every event once, in order, equal to the log, and the
+// turn's status.
+func TestWatcherBesideThePushedStream(t *testing.T) {
+	const chunks, size = 64, 64
+	g := newGated(chunks, size)
+	ts := start(t, runner(t, g), server.Options{Store: memStore(t)})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head []*turnstilev1.AgentEvent
+	for len(head) < 3 {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		head = append(head, resp.GetEvent())
+	}
+	type result struct {
+		evs []*turnstilev1.AgentEvent
+		st  *status.Status
+	}
+	watchers := make([]chan result, 2)
+	for i, after := range []uint64{0, 2} {
+		w, err := ts.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1", AfterSeq: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchers[i] = make(chan result, 1)
+		go func() {
+			evs, st := drainStream(w.Recv)
+			watchers[i] <- result{evs, st}
+		}()
+	}
+	<-g.streamed
+	close(g.release)
+	rest, st := drainStream(stream.Recv)
+	if st.Code() != codes.OK {
+		t.Fatalf("RunTurn status %v", st)
+	}
+	got := append(head, rest...)
+	log, lst := watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+	sameEvents(t, "RunTurn's events against the log", got, log)
+	sameStatus(t, "RunTurn's status", st, lst)
+	if n := deltaBytes(got); n != chunks*size || got[len(got)-1].GetTurnCompleted() == nil {
+		t.Errorf("%d bytes of text; events %s", n, wiretest.Names(got))
+	}
+	for i, after := range []int{0, 2} {
+		w := <-watchers[i]
+		sameEvents(t, fmt.Sprintf("the watcher after seq %d against the log", after), w.evs, log[after:])
+		sameStatus(t, "the watcher's status", w.st, lst)
+	}
+}
