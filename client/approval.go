@@ -145,12 +145,14 @@ func (c *Client) approve(ctx context.Context, req *turnstilev1.ApproveToolCallRe
 // SteerTurn gives a running turn a user message (req.message: role user or
 // unset, text parts only), which the turn takes at its next step boundary:
 // see turnstile.v1.AgentService.SteerTurn. It may be called from any
-// goroutine, on any replica. Each call queues a message, so the client
-// never makes it again by itself: after an UNAVAILABLE error the message
-// may or may not have been queued, and the turn's steered events tell.
-// Errors are returned wrapped; read their code with status.Code:
-// INVALID_ARGUMENT, NOT_FOUND (no such run), FAILED_PRECONDITION (the run
-// has ended), RESOURCE_EXHAUSTED (too many messages queued).
+// goroutine, on any replica. The request goes as it is, once: after an
+// UNAVAILABLE or DEADLINE_EXCEEDED error the message may or may not have
+// been queued. Send it again with the same req.request_id to have it
+// taken once (the response's duplicate says it was taken already), or use
+// [Turn.Steer], which does so. Errors are returned wrapped; read their
+// code with status.Code: INVALID_ARGUMENT, NOT_FOUND (no such run),
+// FAILED_PRECONDITION (the run has ended), RESOURCE_EXHAUSTED (too many
+// messages queued).
 func (c *Client) SteerTurn(ctx context.Context, req *turnstilev1.SteerTurnRequest) (*turnstilev1.SteerTurnResponse, error) {
 	resp, err := c.rpc.SteerTurn(ctx, req)
 	if err != nil {
@@ -164,23 +166,42 @@ func (c *Client) SteerTurn(ctx context.Context, req *turnstilev1.SteerTurnReques
 var ErrNotStarted = errors.New("client: the turn has not started")
 
 // Steer sends text to the running turn as a user message, with
-// [Client.SteerTurn], for the attempt whose events the turn yields. It is
-// safe to call from any goroutine while another ranges over
+// [Client.SteerTurn], for the attempt whose events the turn yields, and
+// has the turn take it once: the request carries a fresh random
+// request_id, and a call that fails with UNAVAILABLE (a connection cut,
+// the turn's replica gone and another taking it over) or
+// DEADLINE_EXCEEDED while ctx is not done is made again with the same id,
+// with the client's re-attach backoff for up to its re-attach timeout. It
+// is safe to call from any goroutine while another ranges over
 // [Turn.Events]; before the turn's first event it returns [ErrNotStarted].
 func (t *Turn) Steer(ctx context.Context, text string) error {
 	wire := t.running()
 	if wire == 0 {
 		return ErrNotStarted
 	}
-	_, err := t.c.SteerTurn(ctx, &turnstilev1.SteerTurnRequest{
+	req := &turnstilev1.SteerTurnRequest{
 		TurnId:  t.ID(),
 		Attempt: uint32(wire),
 		Message: &turnstilev1.Message{
 			Role:  turnstilev1.Role_ROLE_USER,
 			Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: text}}},
 		},
-	})
-	return err
+		RequestId: randomHex(16),
+	}
+	start := time.Now()
+	for n := 1; ; n++ {
+		_, err := t.c.SteerTurn(ctx, req)
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded || ctx.Err() != nil {
+			return err
+		}
+		delay := t.c.opts.reattach.delay(n, t.c.opts.jitter())
+		if time.Since(start)+delay > t.c.opts.reattachFor {
+			return err
+		}
+		if sleep(ctx, delay) != nil {
+			return err
+		}
+	}
 }
 
 // Approve decides the tool call callID of the attempt whose events the

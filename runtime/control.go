@@ -100,6 +100,10 @@ type Controls struct {
 	decided map[string]Decided
 	// queue holds the steering messages received and not yet committed.
 	queue []llm.Message
+	// steerIDs holds the request ids of the turn's last max steered
+	// events, oldest first; steerSeq maps each to its event's seq.
+	steerIDs []string
+	steerSeq map[string]uint64
 	// wake is closed and replaced when a decision or a message comes.
 	wake chan struct{}
 	// waitEnded is when the last wait for decisions ended.
@@ -108,7 +112,7 @@ type Controls struct {
 
 // NewControls returns the controls of one turn.
 func NewControls() *Controls {
-	return &Controls{waiting: map[string]string{}, decided: map[string]Decided{}, wake: make(chan struct{})}
+	return &Controls{waiting: map[string]string{}, decided: map[string]Decided{}, steerSeq: map[string]uint64{}, wake: make(chan struct{})}
 }
 
 // attach binds c to the turn whose events out emits, under ctx, and
@@ -122,6 +126,26 @@ func (c *Controls) attach(ctx context.Context, out *emitter, maxSteer int, rs *R
 			c.decided[id] = d
 		}
 		c.queue = append(c.queue, rs.Steering...)
+		for _, id := range rs.SteerIDs {
+			c.remember(id.ID, id.Seq)
+		}
+	}
+}
+
+// remember records that the steered event seq holds the message of
+// request id, forgetting the oldest id beyond the last c.max; c.mu is
+// held.
+func (c *Controls) remember(id string, seq uint64) {
+	if id == "" {
+		return
+	}
+	if _, ok := c.steerSeq[id]; !ok {
+		c.steerIDs = append(c.steerIDs, id)
+	}
+	c.steerSeq[id] = seq
+	for len(c.steerIDs) > max(c.max, 1) {
+		delete(c.steerSeq, c.steerIDs[0])
+		c.steerIDs = c.steerIDs[1:]
 	}
 }
 
@@ -170,23 +194,39 @@ func (c *Controls) decide(callID, name string, d Decided) (Decided, error) {
 // returns the seq of the Steered event that holds it. It fails with
 // [ErrTurnEnded], [ErrSteerQueueFull] or [ErrTurnNotStarted].
 func (c *Controls) Steer(m llm.Message) (uint64, error) {
+	seq, _, err := c.SteerOnce("", m)
+	return seq, err
+}
+
+// SteerOnce is [Controls.Steer] for a message its sender names with
+// requestID, so that sending it again is safe: when the turn took a
+// message with requestID already (one of the ids of its last
+// [Limits.MaxSteerMessages] Steered events, also those a resumed turn's
+// log holds), it queues nothing and returns that message's seq with
+// duplicate true, even after the turn ended. An empty requestID names
+// nothing: the message is always queued.
+func (c *Controls) SteerOnce(requestID string, m llm.Message) (seq uint64, duplicate bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if seq, ok := c.steerSeq[requestID]; ok && requestID != "" {
+		return seq, true, nil
+	}
 	switch {
 	case !c.started:
-		return 0, ErrTurnNotStarted
+		return 0, false, ErrTurnNotStarted
 	case c.ended:
-		return 0, ErrTurnEnded
+		return 0, false, ErrTurnEnded
 	case len(c.queue) >= c.max:
-		return 0, fmt.Errorf("%w (%d, turn.max_steer_messages)", ErrSteerQueueFull, c.max)
+		return 0, false, fmt.Errorf("%w (%d, turn.max_steer_messages)", ErrSteerQueueFull, c.max)
 	}
-	seq := c.out.emit(c.ctx, &Steered{Message: m})
+	seq = c.out.emit(c.ctx, &Steered{Message: m, RequestID: requestID})
 	if seq == 0 {
-		return 0, ErrTurnEnded
+		return 0, false, ErrTurnEnded
 	}
 	c.queue = append(c.queue, m)
+	c.remember(requestID, seq)
 	c.signal()
-	return seq, nil
+	return seq, false, nil
 }
 
 // signal wakes the turn's waits; c.mu is held.

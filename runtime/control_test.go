@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/turnstile-dev/turnstile/internal/fake"
@@ -143,4 +144,87 @@ func TestApprovalRequestCarriesPreview(t *testing.T) {
 	if len(tool.Calls()) != 1 || res.Counters.ApprovalsRequested != 1 || res.Counters.ApprovalsDenied != 0 {
 		t.Errorf("calls %d, counters %+v", len(tool.Calls()), res.Counters)
 	}
+}
+
+// TestSteerOnce steers a turn whose tool runs with request ids: an id
+// taken already answers its first seq and queues nothing (also when the
+// queue is full, and after the turn ended); a resumed turn knows the ids
+// its log holds, the last Limits.MaxSteerMessages of them.
+func TestSteerOnce(t *testing.T) {
+	release := make(chan struct{})
+	tool := fake.NewTool("wait", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		<-release
+		return llm.ToolOutput{Content: "waited"}, nil
+	})
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "wait", `{}`)}, fake.Reply{Chunks: fake.Text("ok")})
+	r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool}, withLimits(func(l *runtime.Limits) { l.MaxSteerMessages = 2 }))
+	msg := func(s string) llm.Message { return llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(s)}} }
+	type want struct {
+		id   string
+		seq  uint64 // 0: a new seq
+		dup  bool
+		fail error
+	}
+	req := userTurn("hi")
+	c := runtime.NewControls()
+	req.Controls = c
+	seqs := map[string]uint64{}
+	steerAll := func(steps []want) {
+		for _, w := range steps {
+			seq, dup, err := c.SteerOnce(w.id, msg("text of "+w.id))
+			switch {
+			case w.fail != nil:
+				if !errors.Is(err, w.fail) {
+					t.Errorf("SteerOnce(%q) = %v, want %v", w.id, err, w.fail)
+				}
+			case err != nil || dup != w.dup || w.dup && seq != seqs[w.id]:
+				t.Errorf("SteerOnce(%q) = %d, %v, %v; want duplicate %v of %d", w.id, seq, dup, err, w.dup, seqs[w.id])
+			case !w.dup:
+				seqs[w.id] = seq
+			}
+		}
+	}
+	var steered []string
+	sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+		switch e := ev.Payload.(type) {
+		case *runtime.Steered:
+			steered = append(steered, e.RequestID)
+		case *runtime.ToolStarted:
+			go func() {
+				steerAll([]want{
+					{id: "r1"}, {id: "r1", dup: true}, {id: "r2"},
+					{id: "r1", dup: true}, // the queue is full: still the first
+					{id: "r3", fail: runtime.ErrSteerQueueFull},
+				})
+				close(release)
+			}()
+		}
+		return nil
+	})
+	res, err := r.Run(t.Context(), req, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(steered, ",") != "r1,r2" || len(res.Messages) != 5 || res.Messages[2].Text() != "text of r1" || res.Messages[3].Text() != "text of r2" || res.Counters.Steered != 2 {
+		t.Errorf("steered %q, result %v counters %+v", steered, res.Messages, res.Counters)
+	}
+	steerAll([]want{{id: "r2", dup: true}, {id: "r9", fail: runtime.ErrTurnEnded}, {id: "", fail: runtime.ErrTurnEnded}})
+
+	// Resumed with three ids in its log and room for two: the oldest is
+	// forgotten.
+	p = fake.NewProvider(fake.Reply{Chunks: fake.Text("answer")})
+	r = newRunner(t, []*runtime.Model{model("a", p)}, nil, withLimits(func(l *runtime.Limits) { l.MaxSteerMessages = 2 }))
+	req = userTurn("hi")
+	c = runtime.NewControls()
+	req.Controls = c
+	req.Resume = &runtime.Resume{
+		NextSeq:   9,
+		Committed: []llm.Message{{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("first")}}, msg("a"), msg("b"), msg("c")},
+		SteerIDs:  []runtime.SteerID{{ID: "a", Seq: 3}, {ID: "b", Seq: 4}, {ID: "c", Seq: 5}},
+	}
+	if _, err := r.Run(t.Context(), req, &recorder{}); err != nil {
+		t.Fatal(err)
+	}
+	seqs = map[string]uint64{"b": 4, "c": 5}
+	steerAll([]want{{id: "b", dup: true}, {id: "c", dup: true}, {id: "a", fail: runtime.ErrTurnEnded}})
 }

@@ -187,7 +187,12 @@ type ToolApprovalDecided struct {
 
 // Steered says a user message reached the running turn (see
 // [Controls.Steer]); it is committed at the turn's next step boundary.
-type Steered struct{ Message llm.Message }
+type Steered struct {
+	Message llm.Message
+	// RequestID is the client's id for the message ([Controls.SteerOnce]);
+	// empty when none.
+	RequestID string
+}
 
 // LLMCallFinished closes one attempt at a model call.
 type LLMCallFinished struct {

@@ -42,7 +42,8 @@ type Limits struct {
 	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
 	// MaxSteerMessages bounds the steering messages (SteerTurn) queued
 	// for a turn and not yet committed; one more is refused with
-	// RESOURCE_EXHAUSTED. At least 1.
+	// RESOURCE_EXHAUSTED. It also bounds the request ids a turn
+	// remembers: those of its last steered events. At least 1.
 	MaxSteerMessages int `yaml:"max_steer_messages"`
 }
 

@@ -87,6 +87,16 @@ type Resume struct {
 	// Steering holds, in order, the steering messages stored (Steered
 	// events) and not yet committed: they are queued again.
 	Steering []llm.Message
+	// SteerIDs holds, in order, the request ids of the steered events
+	// stored that have one: a message sent again with one of them is
+	// not taken twice ([Controls.SteerOnce]).
+	SteerIDs []SteerID
+}
+
+// SteerID is the request id of a stored Steered event, and its seq.
+type SteerID struct {
+	ID  string
+	Seq uint64
 }
 
 // resume finishes what the previous runner of a resumed turn was doing.

@@ -45,6 +45,8 @@ type controlReply struct {
 	Applied  bool       `json:"applied,omitempty"`
 	Approved bool       `json:"approved,omitempty"`
 	Seq      uint64     `json:"seq,omitempty"`
+	// Duplicate says a steering message's request id was taken already.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // err returns the status the reply stands for; nil when it succeeded.
@@ -140,7 +142,7 @@ func (s *service) onPayloadSignal(r *run, sig string) (reply []byte, ok bool) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
 		defer cancel()
-		out = steer(ctx, r.ctl, r, m.message())
+		out = steer(ctx, r.ctl, r, m)
 	default:
 		return nil, false
 	}

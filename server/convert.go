@@ -520,7 +520,7 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 			CallId: e.CallID, Name: e.Name, Approved: e.Approved, Reason: e.Reason, TimedOut: e.TimedOut, DecidedBy: e.DecidedBy,
 		}}
 	case *runtime.Steered:
-		out.Payload = &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: fromMessage(e.Message)}}
+		out.Payload = &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: fromMessage(e.Message), RequestId: e.RequestID}}
 	case *runtime.TurnError:
 		out.Payload = &turnstilev1.AgentEvent_Error{Error: fromTurnError(e)}
 	case *runtime.TurnCompleted:

@@ -362,6 +362,9 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 				return nil, bad[0]
 			}
 			rs.Steering = append(rs.Steering, m)
+			if id := p.Steered.GetRequestId(); id != "" {
+				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.GetSeq()})
+			}
 		case *turnstilev1.AgentEvent_ToolApprovalRequested:
 			// A request a takeover emitted again counts once.
 			if id := p.ToolApprovalRequested.GetCallId(); !rs.Requested[id] {

@@ -182,6 +182,12 @@ class CutProxy:
             pass
         self._lis.close()
 
+    @property
+    def cut(self) -> bool:
+        """Whether it has cut the connections."""
+        with self._lock:
+            return self._cut
+
     def close(self) -> None:
         """Closes the proxy and every connection through it."""
         self._stop_listening()

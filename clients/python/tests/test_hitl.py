@@ -10,9 +10,15 @@ import grpc
 import turnstile_client as ts
 from turnstile_client.v1 import agent_pb2, conversation_pb2, errors_pb2
 
-from .server import CONFORMANCE, Server
+from .server import CONFORMANCE, CutProxy, Server
 
 DEPLOY = '[sim tool=deploy args={"env":"staging"}] deploy to staging'
+
+# How the server's answer to a SteerTurn of attempt 1 starts on the wire: a
+# gRPC message of 4 bytes, attempt 1, then seq. No event holds it, so a
+# CutProxy on it loses exactly that answer (and cuts the event stream, which
+# re-attaches).
+STEER_ANSWER = "\x00\x00\x00\x00\x04\x08\x01\x10"
 
 
 def request(text: str) -> agent_pb2.RunTurnRequest:
@@ -44,6 +50,65 @@ class HitlTest(unittest.TestCase):
                 turn.wait()
         self.assertEqual(cm.exception.code, errors_pb2.ERROR_CODE_CANCELLED)
         self.assertIs(cm.exception.__cause__, boom)
+
+    def test_steer_answer_lost(self) -> None:
+        """A steer whose answer is lost is sent again with its request id, and taken once."""
+        proxy = CutProxy(self.server.addr, STEER_ANSWER)
+        try:
+            with ts.Client(proxy.addr) as client:
+                turn = client.run_turn(request(DEPLOY), timeout=30)
+                ids: list = []
+                answers: list = []
+                threads = []
+                for ev in turn.events():
+                    kind = ev.agent.WhichOneof("payload") if ev.agent is not None else None
+                    if kind == "tool_approval_requested" and not threads:
+                        t = threading.Thread(target=lambda: answers.append(turn.steer("not now, use staging", timeout=10)))
+                        t.start()
+                        threads.append(t)
+                    elif kind == "steered":
+                        ids.append(ev.agent.steered.request_id)
+                for t in threads:
+                    t.join()
+            self.assertTrue(proxy.cut, "the proxy never cut the answer: the test proves nothing")
+            self.assertEqual(len(answers), 1)
+            self.assertTrue(answers[0].duplicate)
+            self.assertEqual(len(ids), 1)
+            self.assertRegex(ids[0], "^[0-9a-f]{32}$")
+            assert turn.result is not None
+            self.assertEqual(turn.result.counters.steered, 1)
+            texts = [m.parts[0].text for m in turn.result.messages if m.parts and m.parts[0].text]
+            self.assertEqual(texts.count("not now, use staging"), 1)
+        finally:
+            proxy.close()
+
+    def test_async_steer_answer_lost(self) -> None:
+        """AsyncTurn.steer, its answer lost: sent again with its request id, and taken once."""
+        proxy = CutProxy(self.server.addr, STEER_ANSWER)
+
+        async def run() -> tuple:
+            async with ts.AsyncClient(proxy.addr) as client:
+                turn = client.run_turn(request(DEPLOY), timeout=30)
+                ids: list = []
+                steering = None
+                async for ev in turn.events():
+                    kind = ev.agent.WhichOneof("payload") if ev.agent is not None else None
+                    if kind == "tool_approval_requested" and steering is None:
+                        steering = asyncio.ensure_future(turn.steer("not now, use staging", timeout=10))
+                    elif kind == "steered":
+                        ids.append(ev.agent.steered.request_id)
+                assert steering is not None
+                return await steering, ids, turn.result
+
+        try:
+            answer, ids, res = asyncio.run(run())
+        finally:
+            proxy.close()
+        self.assertTrue(proxy.cut, "the proxy never cut the answer: the test proves nothing")
+        self.assertTrue(answer.duplicate)
+        self.assertEqual(len(ids), 1)
+        self.assertRegex(ids[0], "^[0-9a-f]{32}$")
+        self.assertEqual(res.counters.steered, 1)
 
     def test_approve_from_another_thread(self) -> None:
         with ts.Client(self.server.addr) as client:

@@ -20,6 +20,8 @@ from ._protocol import (
     ApprovalHandler,
     Decision,
     approve_request,
+    STEER_RETRY_CODES,
+    new_request_id,
     steer_request,
     REATTACH_BACKOFF,
     REATTACH_TIMEOUT,
@@ -119,7 +121,7 @@ class AsyncClient(ClientBase):
     async def steer_turn(
         self, request: agent_pb2.SteerTurnRequest, *, timeout: Optional[float] = None
     ) -> agent_pb2.SteerTurnResponse:
-        """Gives a running turn a user message, as Client.steer_turn does (never made again by the client)."""
+        """Gives a running turn a user message, as Client.steer_turn does (sent as it is, once)."""
         return await self._stub.SteerTurn(request, timeout=timeout, metadata=self._metadata)
 
     def run_turn(
@@ -201,8 +203,22 @@ class AsyncTurn(TurnBase):
         self._tasks: Set["asyncio.Task[None]"] = set()
 
     async def steer(self, text: str, *, timeout: Optional[float] = None) -> agent_pb2.SteerTurnResponse:
-        """Sends text to the running turn as a user message, as Turn.steer does."""
-        return await self._c.steer_turn(steer_request(self.id, self._running_attempt(), text), timeout=timeout)
+        """Sends text to the running turn as a user message, as Turn.steer does (taken once: a request id, retried)."""
+        c = self._c
+        req = steer_request(self.id, self._running_attempt(), text, new_request_id())
+        start = time.monotonic()
+        n = 0
+        while True:
+            n += 1
+            try:
+                return await c.steer_turn(req, timeout=timeout)
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in STEER_RETRY_CODES:
+                    raise
+                delay = c.reattach_backoff.delay(n, c.random())
+                if time.monotonic() - start + delay > c.reattach_timeout:
+                    raise
+                await asyncio.sleep(delay)
 
     async def approve(self, call_id: str, decision: Decision, *, timeout: Optional[float] = None) -> bool:
         """Decides the tool call call_id of the running attempt, as Turn.approve does."""

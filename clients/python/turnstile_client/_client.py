@@ -17,6 +17,8 @@ from ._protocol import (
     ApprovalHandler,
     Decision,
     approve_request,
+    STEER_RETRY_CODES,
+    new_request_id,
     steer_request,
     REATTACH_TIMEOUT,
     END,
@@ -136,10 +138,12 @@ class Client(ClientBase):
         """Gives a running turn a user message (role user or unset, text parts only).
 
         The turn takes it at its next step boundary (see
-        AgentService.SteerTurn). Each call queues a message, so the client
-        never makes it again by itself: after UNAVAILABLE the message may or
-        may not have been queued, and the turn's steered events tell. Errors
-        are raised as grpc.RpcError: INVALID_ARGUMENT, NOT_FOUND (no such run),
+        AgentService.SteerTurn). The request goes as it is, once: after
+        UNAVAILABLE or DEADLINE_EXCEEDED the message may or may not have been
+        queued. Send it again with the same request.request_id to have it
+        taken once (the response's duplicate says it was taken already), or
+        use Turn.steer, which does so. Errors are raised as grpc.RpcError:
+        INVALID_ARGUMENT, NOT_FOUND (no such run),
         FAILED_PRECONDITION (the run has ended), RESOURCE_EXHAUSTED (too many
         messages queued).
         """
@@ -252,9 +256,28 @@ class Turn(TurnBase):
         """Sends text to the running turn as a user message (Client.steer_turn), from any thread.
 
         It goes to the attempt whose events the turn yields; before the
-        turn's first event it raises NotStartedError.
+        turn's first event it raises NotStartedError. The turn takes it once:
+        the request carries a fresh random request_id, and a call that fails
+        with UNAVAILABLE (a connection cut, the turn's replica gone and
+        another taking it over) or DEADLINE_EXCEEDED (timeout is each try's)
+        is made again with the same id, with the re-attach backoff for up to
+        reattach_timeout.
         """
-        return self._c.steer_turn(steer_request(self.id, self._running_attempt(), text), timeout=timeout)
+        c = self._c
+        req = steer_request(self.id, self._running_attempt(), text, new_request_id())
+        start = time.monotonic()
+        n = 0
+        while True:
+            n += 1
+            try:
+                return c.steer_turn(req, timeout=timeout)
+            except grpc.RpcError as e:
+                if not isinstance(e, grpc.Call) or e.code() not in STEER_RETRY_CODES:
+                    raise
+                delay = c.reattach_backoff.delay(n, c.random())
+                if time.monotonic() - start + delay > c.reattach_timeout:
+                    raise
+                time.sleep(delay)
 
     def approve(self, call_id: str, decision: Decision, *, timeout: Optional[float] = None) -> bool:
         """Decides the tool call call_id of the attempt whose events the turn yields (Client.approve_tool_call).

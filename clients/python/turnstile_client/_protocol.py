@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
@@ -99,13 +100,24 @@ def approve_request(turn_id: str, attempt: int, call_id: str, decision: Decision
     )
 
 
-def steer_request(turn_id: str, attempt: int, text: str) -> agent_pb2.SteerTurnRequest:
-    """The SteerTurn that gives text as a user message to the attempt numbered attempt on the wire."""
+def steer_request(turn_id: str, attempt: int, text: str, request_id: str = "") -> agent_pb2.SteerTurnRequest:
+    """The SteerTurn that gives text as a user message to the attempt numbered attempt on the wire, named request_id."""
     return agent_pb2.SteerTurnRequest(
         turn_id=turn_id,
         attempt=attempt,
         message=conversation_pb2.Message(role=conversation_pb2.ROLE_USER, parts=[conversation_pb2.Part(text=text)]),
+        request_id=request_id,
     )
+
+
+#: The codes after which a steering message may or may not have been
+#: taken: Turn.steer sends it again with the same request id.
+STEER_RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def new_request_id() -> str:
+    """A fresh random request id for a steering message."""
+    return secrets.token_hex(16)
 
 
 class NotStartedError(RuntimeError):

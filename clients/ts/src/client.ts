@@ -450,10 +450,12 @@ export class Client {
   /**
    * steerTurn gives a running turn a user message (role user or unset, text
    * parts only), which the turn takes at its next step boundary: see
-   * AgentService.SteerTurn. Each call queues a message, so the client never
-   * makes it again by itself: after UNAVAILABLE the message may or may not
-   * have been queued, and the turn's steered events tell. Errors are thrown
-   * as ConnectError: INVALID_ARGUMENT, NOT_FOUND (no such run),
+   * AgentService.SteerTurn. The request goes as it is, once: after
+   * UNAVAILABLE or DEADLINE_EXCEEDED the message may or may not have been
+   * queued. Send it again with the same req.requestId to have it taken once
+   * (the response's duplicate says it was taken already), or use
+   * Turn.steer, which does so. Errors are thrown as ConnectError:
+   * INVALID_ARGUMENT, NOT_FOUND (no such run),
    * FAILED_PRECONDITION (the run has ended), RESOURCE_EXHAUSTED (too many
    * messages queued).
    */
@@ -522,15 +524,36 @@ export class Turn {
 
   /**
    * steer sends text to the running turn as a user message, with
-   * Client.steerTurn, for the attempt whose events the turn yields. Before
-   * the turn's first event it throws: its run may not be stored yet.
+   * Client.steerTurn, for the attempt whose events the turn yields, and has
+   * the turn take it once: the request carries a fresh random requestId,
+   * and a call that fails with UNAVAILABLE (a connection cut, the turn's
+   * replica gone and another taking it over) or DEADLINE_EXCEEDED is made
+   * again with the same id, with the re-attach backoff for up to
+   * reattachTimeoutMs, until options.signal aborts. Before the turn's first
+   * event it throws: its run may not be stored yet.
    */
   async steer(text: string, options: CallOptions = {}): Promise<SteerTurnResponse> {
     if (this.wire === 0) throw new Error("turnstile: the turn has not started");
-    return await this.client.steerTurn(
-      { turnId: this.id, attempt: this.wire, message: { role: Role.USER, parts: [{ kind: { case: "text", value: text } }] } },
-      options,
-    );
+    const req = {
+      turnId: this.id,
+      attempt: this.wire,
+      message: { role: Role.USER, parts: [{ kind: { case: "text" as const, value: text } }] },
+      requestId: randomBytes(16).toString("hex"),
+    };
+    const signal = options.signal ?? new AbortController().signal;
+    const c = this.client;
+    const start = Date.now();
+    for (let n = 1; ; n++) {
+      try {
+        return await c.steerTurn(req, { signal });
+      } catch (e) {
+        // A connection cut under the call is UNAVAILABLE (transportBreak).
+        const code = transportBreak(e, signal) ? Code.Unavailable : ConnectError.from(e).code;
+        if ((code !== Code.Unavailable && code !== Code.DeadlineExceeded) || signal.aborted) throw e;
+        const delay = backoffDelay(c.reattachBackoff, n, c.random());
+        if (Date.now() - start + delay > c.reattachTimeoutMs || !(await sleep(delay, signal))) throw e;
+      }
+    }
   }
 
   /**

@@ -6,7 +6,7 @@ import { after, before, describe, it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 import { Client, ErrorCode, Role, TurnError } from "../src/index.js";
-import { repoRoot, startServer, type Server } from "./server.js";
+import { repoRoot, startCutProxy, startServer, type Server } from "./server.js";
 
 const DEPLOY = '[sim tool=deploy args={"env":"staging"}] deploy to staging';
 const request = (text: string) => ({ messages: [{ role: Role.USER, parts: [{ kind: { case: "text" as const, value: text } }] }] });
@@ -52,6 +52,35 @@ describe("approval and steering (hitl.yaml on a live turnstile serve)", () => {
     assert.deepStrictEqual(await Promise.all(decisions), [[true, false, true]]);
     assert.equal(turn.result!.counters.approvalsRequested, 1);
     await assert.rejects(turn.steer("too late"), (e: unknown) => ConnectError.from(e).code === Code.FailedPrecondition);
+  });
+
+  it("a steer whose answer is lost is sent again with its request id, and taken once", async () => {
+    // How the server's answer to a SteerTurn of attempt 1 starts on the
+    // wire: a gRPC message of 4 bytes, attempt 1, then seq. No event holds
+    // it, so the proxy loses exactly that answer (and cuts the event
+    // stream, which re-attaches).
+    const proxy = await startCutProxy(server.addr, "\x00\x00\x00\x00\x04\x08\x01\x10", false);
+    try {
+      const client = new Client(`http://${proxy.addr}`);
+      const turn = client.runTurn(request(DEPLOY));
+      const ids: string[] = [];
+      let steering: Promise<unknown> | undefined;
+      for await (const ev of turn.events()) {
+        const p = ev.agent?.payload;
+        if (p?.case === "toolApprovalRequested" && !steering) steering = turn.steer("not now, use staging");
+        if (p?.case === "steered") ids.push(p.value.requestId);
+      }
+      const resp = (await steering) as { duplicate: boolean };
+      assert.ok(proxy.cut, "the proxy never cut the answer: the test proves nothing");
+      assert.equal(resp.duplicate, true);
+      assert.equal(ids.length, 1);
+      assert.match(ids[0], /^[0-9a-f]{32}$/);
+      assert.equal(turn.result!.counters.steered, 1);
+      const steered = turn.result!.messages.filter((m) => m.parts[0]?.kind.case === "text" && m.parts[0].kind.value === "not now, use staging");
+      assert.equal(steered.length, 1);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("an async handler's denial reaches the model", async () => {

@@ -68,6 +68,8 @@ export interface CutProxy {
   addr: string;
   /** Closes the proxy and every connection through it. */
   close(): Promise<void>;
+  /** Whether it has cut the connections. */
+  readonly cut: boolean;
 }
 
 /**
@@ -127,6 +129,9 @@ export async function startCutProxy(target: string, on: string, refuse: boolean)
       for (const s of socks) s.destroy();
       socks.clear();
       await new Promise<void>((res) => server.close(() => res()));
+    },
+    get cut() {
+      return cut;
     },
   };
 }

@@ -1284,7 +1284,15 @@ type SteerTurnRequest struct {
 	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The message: role ROLE_USER (or unset, which means user) and text
 	// parts only, within the server's request limits. Required.
-	Message       *Message `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message *Message `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The client's id for this message, at most 128 bytes of valid UTF-8;
+	// empty means none. A SteerTurn of the same attempt with a request_id
+	// the turn already took stores nothing and answers with the first
+	// one's seq (duplicate true), also after another server took the turn
+	// over. A turn remembers the ids of its last turn.max_steer_messages
+	// steered events. Use a fresh random id per message, the same one for
+	// each retry of it.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1340,13 +1348,23 @@ func (x *SteerTurnRequest) GetMessage() *Message {
 	return nil
 }
 
+func (x *SteerTurnRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // SteerTurnResponse says the message is stored and queued.
 type SteerTurnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The attempt the message went to (the latest when the request said 0).
 	Attempt uint32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The seq of the steered event that holds the message.
-	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// True when the turn had already taken a message with this request_id:
+	// nothing was stored, and seq is the first one's.
+	Duplicate     bool `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,6 +1411,13 @@ func (x *SteerTurnResponse) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *SteerTurnResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 // AgentEvent is one step of a turn.
@@ -3008,7 +3033,9 @@ func (x *ToolApprovalDecided) GetDecidedBy() string {
 type Steered struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message, as it will be committed.
-	Message       *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Message *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// The SteerTurnRequest.request_id that brought it; empty when none.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3048,6 +3075,13 @@ func (x *Steered) GetMessage() *Message {
 		return x.Message
 	}
 	return nil
+}
+
+func (x *Steered) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // Compaction says the conversation was shortened to fit a context window.
@@ -3500,14 +3534,17 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x18\n" +
 	"\aapplied\x18\x02 \x01(\bR\aapplied\x12\x1a\n" +
 	"\bapproved\x18\x03 \x01(\bR\bapproved\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x04R\x03seq\"v\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"\x95\x01\n" +
 	"\x10SteerTurnRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12/\n" +
-	"\amessage\x18\x03 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"?\n" +
+	"\amessage\x18\x03 \x01(\v2\x15.turnstile.v1.MessageR\amessage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"]\n" +
 	"\x11SteerTurnResponse\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x96\v\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"\x96\v\n" +
 	"\n" +
 	"AgentEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
@@ -3624,9 +3661,11 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1b\n" +
 	"\ttimed_out\x18\x05 \x01(\bR\btimedOut\x12\x1d\n" +
 	"\n" +
-	"decided_by\x18\x06 \x01(\tR\tdecidedBy\":\n" +
+	"decided_by\x18\x06 \x01(\tR\tdecidedBy\"Y\n" +
 	"\aSteered\x12/\n" +
-	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\"\xfd\x03\n" +
+	"\amessage\x18\x01 \x01(\v2\x15.turnstile.v1.MessageR\amessage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xfd\x03\n" +
 	"\n" +
 	"Compaction\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12'\n" +

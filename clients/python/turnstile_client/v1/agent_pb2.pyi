@@ -322,28 +322,34 @@ class RunTurnResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[AgentEvent, _Mapping]] = ...) -> None: ...
 
 class SteerTurnRequest(_message.Message):
-    __slots__ = ["attempt", "message", "turn_id"]
+    __slots__ = ["attempt", "message", "request_id", "turn_id"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     message: _conversation_pb2.Message
+    request_id: str
     turn_id: str
-    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SteerTurnResponse(_message.Message):
-    __slots__ = ["attempt", "seq"]
+    __slots__ = ["attempt", "duplicate", "seq"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     attempt: int
+    duplicate: bool
     seq: int
-    def __init__(self, attempt: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+    def __init__(self, attempt: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: bool = ...) -> None: ...
 
 class Steered(_message.Message):
-    __slots__ = ["message"]
+    __slots__ = ["message", "request_id"]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     message: _conversation_pb2.Message
-    def __init__(self, message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, message: _Optional[_Union[_conversation_pb2.Message, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ["text"]

@@ -202,6 +202,14 @@ class AgentServiceServicer(object):
         no turn log and the turn does not run on this replica;
         RESOURCE_EXHAUSTED when the turn already holds the most queued messages
         the server allows.
+
+        Retries: the call can fail with UNAVAILABLE (the turn's server went
+        away and another takes it over, or the message was not stored) or
+        DEADLINE_EXCEEDED after the message was stored. A client that sets
+        request_id retries with the same request_id on those two codes: the
+        turn takes the message once, and a retry of a message it holds
+        answers with its seq and duplicate true. Without request_id a retry
+        may give the turn the message twice.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
