@@ -422,8 +422,10 @@ export class Client {
    * any replica: the decision is stored in the turn's log before the call
    * returns. Deciding a call already decided changes nothing: the
    * response's applied is false and approved gives the decision that
-   * stands. A call the transport failed (UNAVAILABLE) is made again, as a
-   * decision may be sent twice, with the re-attach backoff for up to
+   * stands. A call the transport failed (UNAVAILABLE, or a connection cut
+   * under it, whose answer may have been lost after the decision was
+   * stored) is made again, as a decision may be sent twice, with the
+   * re-attach backoff for up to
    * reattachTimeoutMs. Other errors are thrown as ConnectError:
    * INVALID_ARGUMENT, NOT_FOUND (no such run, or it never asked about the
    * call), FAILED_PRECONDITION (the run ended first), PERMISSION_DENIED
@@ -440,7 +442,10 @@ export class Client {
       try {
         return await this.rpc.approveToolCall(r, { signal, headers: this.headers });
       } catch (e) {
-        if (ConnectError.from(e).code !== Code.Unavailable || signal.aborted) throw e;
+        // A connection cut under the call is UNAVAILABLE (transportBreak):
+        // the decision may have been stored, and sending it again is safe.
+        const code = transportBreak(e, signal) ? Code.Unavailable : ConnectError.from(e).code;
+        if (code !== Code.Unavailable || signal.aborted) throw e;
         const delay = backoffDelay(this.reattachBackoff, n, this.random());
         if (Date.now() - start + delay > this.reattachTimeoutMs || !(await sleep(delay, signal))) throw e;
       }

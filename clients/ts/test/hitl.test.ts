@@ -83,6 +83,34 @@ describe("approval and steering (hitl.yaml on a live turnstile serve)", () => {
     }
   });
 
+  it("an approval whose answer is lost is sent again, and the tool runs once", async () => {
+    // How the server's answer to an ApproveToolCall that applied an approval
+    // of attempt 1 starts on the wire: a gRPC message of 8 bytes, attempt 1,
+    // applied, approved, then seq. No event holds it.
+    const proxy = await startCutProxy(server.addr, "\x00\x00\x00\x00\x08\x08\x01\x10\x01\x18\x01\x20", false);
+    try {
+      const client = new Client(`http://${proxy.addr}`);
+      const turn = client.runTurn(request(DEPLOY));
+      let deciding: Promise<{ applied: boolean; approved: boolean }> | undefined;
+      for await (const ev of turn.events()) {
+        const p = ev.agent?.payload;
+        if (p?.case === "toolApprovalRequested" && !deciding) {
+          deciding = client.approveToolCall({ turnId: turn.id, callId: p.value.callId, approved: true, reason: "fine" });
+        }
+      }
+      const resp = await deciding!;
+      assert.ok(proxy.cut, "the proxy never cut the answer: the test proves nothing");
+      // The first call's decision was stored; the second finds it standing.
+      assert.deepStrictEqual([resp.applied, resp.approved], [false, true]);
+      assert.equal(turn.result!.counters.approvalsRequested, 1);
+      assert.equal(turn.result!.counters.approvalsDenied, 0);
+      const results = turn.result!.messages.flatMap((m) => m.parts).filter((pt) => pt.kind.case === "toolResult");
+      assert.equal(results.length, 1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("an async handler's denial reaches the model", async () => {
     const asked: string[] = [];
     const client = new Client(`http://${server.addr}`);
