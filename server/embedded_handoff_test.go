@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"iter"
 	"strings"
 	"testing"
@@ -65,29 +64,7 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 		t.Fatalf("a's stream ended with %v, want UNAVAILABLE saying another server takes the turn over", st)
 	}
 
-	var rest []*turnstilev1.AgentEvent
-	var first time.Time
-	wst := status.New(codes.Unavailable, "")
-	for wst.Code() == codes.Unavailable && len(rest) == 0 {
-		ws, err := b.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: head[len(head)-1].GetSeq()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			r, err := ws.Recv()
-			if err != nil {
-				wst = status.Convert(err)
-				if err == io.EOF {
-					wst = status.New(codes.OK, "")
-				}
-				break
-			}
-			if first.IsZero() {
-				first = time.Now()
-			}
-			rest = append(rest, r.GetEvent())
-		}
-	}
+	rest, first, wst := watchAfterHandOff(t, b.client, head[len(head)-1].GetSeq())
 	<-stopped
 	if wst.Code() != codes.OK {
 		t.Fatalf("watch on b: %v", wst)

@@ -265,29 +265,7 @@ func TestShutdownHandsOff(t *testing.T) {
 	}
 
 	// The client watches again, on b, from its last event.
-	var rest []*turnstilev1.AgentEvent
-	var first time.Time
-	wst := status.New(codes.Unavailable, "")
-	for wst.Code() == codes.Unavailable && len(rest) == 0 {
-		ws, err := b.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: head[len(head)-1].GetSeq()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			r, err := ws.Recv()
-			if err != nil {
-				wst = status.Convert(err)
-				if err == io.EOF {
-					wst = status.New(codes.OK, "")
-				}
-				break
-			}
-			if first.IsZero() {
-				first = time.Now()
-			}
-			rest = append(rest, r.GetEvent())
-		}
-	}
+	rest, first, wst := watchAfterHandOff(t, b.client, head[len(head)-1].GetSeq())
 	<-stopped
 	t.Logf("shutdown began; handed off after %v; b's first event %v after the hand-off (lease TTL %v)", handedOff.Sub(shutdown), first.Sub(handedOff), leaseTTL)
 	if first.Sub(handedOff) >= leaseTTL/2 {
@@ -308,4 +286,36 @@ func TestShutdownHandsOff(t *testing.T) {
 	if p.calls() != 2 {
 		t.Errorf("model calls = %d, want 2", p.calls())
 	}
+}
+
+// watchAfterHandOff watches turn-1, attempt 1, on c from after its seq
+// after, again while c answers UNAVAILABLE with no event (the run is not
+// taken over yet): it returns the events, when the first came, and the
+// status the watch ended with (OK at its end).
+func watchAfterHandOff(t *testing.T, c turnstilev1.AgentServiceClient, after uint64) ([]*turnstilev1.AgentEvent, time.Time, *status.Status) {
+	t.Helper()
+	var rest []*turnstilev1.AgentEvent
+	var first time.Time
+	wst := status.New(codes.Unavailable, "")
+	for wst.Code() == codes.Unavailable && len(rest) == 0 {
+		ws, err := c.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			r, err := ws.Recv()
+			if err != nil {
+				wst = status.Convert(err)
+				if err == io.EOF {
+					wst = status.New(codes.OK, "")
+				}
+				break
+			}
+			if first.IsZero() {
+				first = time.Now()
+			}
+			rest = append(rest, r.GetEvent())
+		}
+	}
+	return rest, first, wst
 }
