@@ -734,17 +734,26 @@ func TestSteeringAfterTheLastReply(t *testing.T) {
 	}
 }
 
+// hitlPair starts two replicas on one NATS server, running u's model and
+// o's tools, whose turns outlive their streams by 5 s; a's store is the
+// one to close to kill it.
+func hitlPair(t *testing.T, u *upstream, o *opsMCP) *replicaPair {
+	t.Helper()
+	url := natsServer(t)
+	sa := clusterStore(t, url)
+	a := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
+	b := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
+	return &replicaPair{a: a, b: b, storeA: sa}
+}
+
 // TestSteeringOwnerKilled kills the owner while a steering message waits
 // for the running tool: the replica that takes over queues it again, and
 // the next model request carries it.
 func TestSteeringOwnerKilled(t *testing.T) {
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
 	o := newOpsMCP(t)
-	url := natsServer(t)
-	sa := clusterStore(t, url)
-	a := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
-	b := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
-	rp := &replicaPair{a: a, b: b, storeA: sa}
+	rp := hitlPair(t, u, o)
+	b := rp.b
 	head, cut := rp.runUntil(t, untilPayload("ToolStarted"))
 	// Sent to b, stored by a.
 	if _, err := b.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText("use staging")[0]}); err != nil {

@@ -112,11 +112,8 @@ func TestSteerRequestID(t *testing.T) {
 func TestSteerRequestIDOwnerKilled(t *testing.T) {
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
 	o := newOpsMCP(t)
-	url := natsServer(t)
-	sa := clusterStore(t, url)
-	a := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
-	b := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
-	rp := &replicaPair{a: a, b: b, storeA: sa}
+	rp := hitlPair(t, u, o)
+	b := rp.b
 	release := sync.OnceFunc(func() { close(o.release) })
 	t.Cleanup(release) // before the servers stop, also when the test fails
 	head, cut := rp.runUntil(t, untilPayload("ToolStarted"))
