@@ -312,24 +312,7 @@ func TestSteerWhileAToolRuns(t *testing.T) {
 	if err := turn.Steer(t.Context(), "too early"); !errors.Is(err, client.ErrNotStarted) {
 		t.Errorf("Steer before the first event = %v, want ErrNotStarted", err)
 	}
-	var wg sync.WaitGroup
-	var evs []*client.Event
-	for ev, err := range turn.Events() {
-		if err != nil {
-			t.Fatalf("turn failed: %v", err)
-		}
-		evs = append(evs, ev)
-		if ev.Agent.GetToolStarted() != nil {
-			wg.Go(func() {
-				<-tool.started
-				if err := turn.Steer(context.Background(), "use staging instead"); err != nil {
-					t.Errorf("Steer: %v", err)
-				}
-				close(tool.release)
-			})
-		}
-	}
-	wg.Wait()
+	evs := steerWhileToolRuns(t, turn, tool)
 	got := withoutDeltas(kindsOf(evs))
 	i := slices.Index(got, "steered")
 	if i < 0 || slices.Index(got, "tool_finished") < 0 {
@@ -512,4 +495,30 @@ func TestOnApprovalOnceAcrossATakeover(t *testing.T) {
 	if n := tool.runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times, want 1", n)
 	}
+}
+
+// steerWhileToolRuns reads turn's events, steering it with "use staging
+// instead" once tool has started, then letting the tool finish; it
+// returns the events.
+func steerWhileToolRuns(t *testing.T, turn *client.Turn, tool *stepTool) []*client.Event {
+	t.Helper()
+	var wg sync.WaitGroup
+	var evs []*client.Event
+	for ev, err := range turn.Events() {
+		if err != nil {
+			t.Fatalf("turn failed: %v", err)
+		}
+		evs = append(evs, ev)
+		if ev.Agent.GetToolStarted() != nil {
+			wg.Go(func() {
+				<-tool.started
+				if err := turn.Steer(context.Background(), "use staging instead"); err != nil {
+					t.Errorf("Steer: %v", err)
+				}
+				close(tool.release)
+			})
+		}
+	}
+	wg.Wait()
+	return evs
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/turnstile-dev/turnstile/client"
 	"github.com/turnstile-dev/turnstile/llm"
 )
 
@@ -38,24 +37,7 @@ func TestSteerAnswerLost(t *testing.T) {
 	px := newCutProxy(t, serveDurable(t, newReplica(t, p, tool), sharedStores(t, 1)[0]), steerAnswer, false)
 	c := newClient(t, px.addr())
 	turn := c.RunTurn(t.Context(), userRequest("deploy"))
-	var wg sync.WaitGroup
-	var evs []*client.Event
-	for ev, err := range turn.Events() {
-		if err != nil {
-			t.Fatalf("turn failed: %v", err)
-		}
-		evs = append(evs, ev)
-		if ev.Agent.GetToolStarted() != nil {
-			wg.Go(func() {
-				<-tool.started
-				if err := turn.Steer(context.Background(), "use staging instead"); err != nil {
-					t.Errorf("Steer: %v", err)
-				}
-				close(tool.release)
-			})
-		}
-	}
-	wg.Wait()
+	evs := steerWhileToolRuns(t, turn, tool)
 	px.mu.Lock()
 	cut := px.cut
 	px.mu.Unlock()
