@@ -22,6 +22,9 @@ type attemptResult struct {
 	msg    llm.Message
 	stop   llm.StopReason
 	usage  llm.Usage
+	// estimated is what a call cut after it was sent, of which the
+	// provider reported no usage, is charged instead: see [turn.estimate].
+	estimated llm.Usage
 	// err is the classified failure, nil on success.
 	err *llm.Error
 	// streamed reports that output events reached the sink; firstSeq is
@@ -113,6 +116,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	c.m.ended()
 	res := &c.res
 	res.duration = time.Since(c.start)
+	t.estimate(c)
 	res.usage.Cost = llm.CostOf(c.m.Price, res.usage)
 	t.usage = t.usage.Add(res.usage)
 	t.recordLatency(c)
@@ -143,7 +147,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	}
 	fin := &LLMCallFinished{
 		Model: c.m.Alias, Attempt: c.info.Attempt, Usage: res.usage, Stop: res.stop,
-		Duration: res.duration, TimeToFirstChunk: res.ttfc,
+		Duration: res.duration, TimeToFirstChunk: res.ttfc, Estimated: res.estimated,
 	}
 	if e := res.err; e != nil {
 		fin.Err = &TurnError{Kind: e.Kind, Message: e.Message, RetryAfter: e.RetryAfter, Model: c.m.Alias}
@@ -153,6 +157,39 @@ func (t *turn) close(ctx context.Context, c *call) {
 		t.out.emit(ctx, &UsageUpdated{Total: t.usage})
 	}
 	t.countAttempt(c.m, res.err)
+}
+
+// estimate sets what c is charged when its provider reported no usage of
+// it although it may have read its prompt: the call failed after its reply
+// began (a chunk came), or was cut by a cancel, the caller's deadline or
+// the watchdog (a first-token or idle timeout) while its request may have
+// been sent. It is an estimate of the prompt's input tokens, made as for
+// compaction (see [turn.estimateTokens]) from the request as sent, priced
+// at c's model's input price; the turn's running estimates (t.estimated)
+// add it. A call the provider refused before answering (an HTTP error, a
+// connection refused) is not charged: its provider read nothing. The
+// estimate is for whoever pays (a client key's limits and budgets), never
+// added to the usage the turn reports.
+func (t *turn) estimate(c *call) {
+	res := &c.res
+	if !res.usage.IsZero() || res.err == nil {
+		return
+	}
+	cut := res.ttfc > 0 || res.streamed || c.wd.fired() != ""
+	switch res.err.Kind {
+	case llm.KindCancelled, llm.KindDeadlineExceeded:
+		cut = true
+	}
+	if !cut {
+		return
+	}
+	u := llm.Usage{InputTokens: int64(t.seen.estimate(c.req.System, c.req.Messages, c.req.Tools))}
+	if u.InputTokens <= 0 {
+		return
+	}
+	u.Cost = llm.CostOf(c.m.Price, u)
+	res.estimated = u
+	t.estimated = t.estimated.Add(u)
 }
 
 // request builds the provider request of a call to m: the conversation,

@@ -208,6 +208,11 @@ type LLMCallFinished struct {
 	Duration time.Duration
 	// TimeToFirstChunk is the delay before the first output, zero if none.
 	TimeToFirstChunk time.Duration
+	// Estimated is what a failed call of which the provider reported no
+	// usage is charged, an estimate of its prompt's input tokens (see
+	// [TurnError.Estimated]); zero otherwise, and always zero with Usage.
+	// It is for whoever pays (a client key's limits); it is not sent.
+	Estimated llm.Usage
 }
 
 // UsageUpdated carries the turn's running token totals, after each attempt
@@ -394,6 +399,15 @@ type TurnError struct {
 	// a call the turn's end cut short, which no UsageUpdated carries. It
 	// is for whoever pays (a client key's limits); it is not sent.
 	Usage llm.Usage
+	// Estimated is what the turn's calls of which the providers reported
+	// no usage are charged besides Usage, though they were cut after they
+	// were sent (a cancel, the client leaving, a timeout, a stream cut
+	// after the reply began): for each, an estimate of its prompt's input
+	// tokens, made as for compaction, priced at its model's input price.
+	// OpenAI reports a call's usage only at its end, so without it a
+	// client cancelling each turn before its reply ends would use the
+	// prompts for free. Like Usage, it is not sent.
+	Estimated llm.Usage
 }
 
 // Error returns the kind and message.

@@ -37,11 +37,17 @@ func (t *turn) noteInput(c *call) {
 // quarter of the bytes of the system prompt, the tool definitions and the
 // conversation.
 func (t *turn) estimateTokens(m *Model) int {
-	if t.seen.tokens > 0 && t.seen.msgs <= len(t.conv) {
-		return t.seen.tokens + ConversationSize(t.conv[t.seen.msgs:])/bytesPerToken
+	return t.seen.estimate(t.req.System, t.conv, t.toolSpecs(m))
+}
+
+// estimate estimates a prompt of system, msgs and tools from the size a
+// provider last reported, seen (zero when none): see [turn.estimateTokens].
+func (seen promptSeen) estimate(system string, msgs []llm.Message, tools []llm.ToolSpec) int {
+	if seen.tokens > 0 && seen.msgs <= len(msgs) {
+		return seen.tokens + ConversationSize(msgs[seen.msgs:])/bytesPerToken
 	}
-	n := len(t.req.System) + ConversationSize(t.conv)
-	for _, s := range t.toolSpecs(m) {
+	n := len(system) + ConversationSize(msgs)
+	for _, s := range tools {
 		n += len(s.Name) + len(s.Description) + len(s.Schema)
 	}
 	return n / bytesPerToken

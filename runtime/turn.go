@@ -43,11 +43,14 @@ type turn struct {
 	interrupted []llm.Part
 	// cutFrom is the first event of cut when a resumed turn kept it from
 	// the previous runner's interrupted call; the first step takes it.
-	cutFrom  uint64
-	usage    llm.Usage
-	counters Counters
-	attempts []ModelAttempts
-	steps    int
+	cutFrom uint64
+	usage   llm.Usage
+	// estimated is what the turn's calls cut with no usage reported are
+	// charged besides usage (see [turn.estimate]).
+	estimated llm.Usage
+	counters  Counters
+	attempts  []ModelAttempts
+	steps     int
 	// resumed holds what the previous runner of a resumed turn left of
 	// the tool calls it was running; nil once they are dealt with.
 	resumed *Resume
@@ -319,7 +322,7 @@ func (t *turn) fail(ctx context.Context, err error) *TurnError {
 	if !errors.As(err, &te) {
 		te = t.toTurnError(llm.AsError(err), 0)
 	}
-	te.Usage = t.usage
+	te.Usage, te.Estimated = t.usage, t.estimated
 	if t.cancelled() {
 		t.closeCancelled(ctx)
 	}

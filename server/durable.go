@@ -476,7 +476,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		// The turn's use, counted too when its terminal error never
 		// reached the sink (a failed sink, or a hand-off: the next owner
 		// charges from the totals stored, which a cut call is not in).
-		r.charge.total(te.Usage)
+		r.charge.ended(te)
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -364,19 +364,53 @@ type usageCharger struct {
 	last     int64
 	lastCost int64 // the nanos of the turn's cost charged so far
 	stored   int64 // the bytes this turn stored
+	// estimates are the estimates of the turn's cut calls seen in their
+	// LLMCallFinished; est and estCost are what of them was charged.
+	estimates    llm.Usage
+	est, estCost int64
 }
 
 // event charges what ev tells of the turn's use so far: the running totals
-// of a UsageUpdated, or the whole turn's of its TurnError, which counts a
+// of a UsageUpdated, the estimate of a call cut with no usage reported in
+// its LLMCallFinished, or the whole turn's of its TurnError, which counts a
 // call the turn's end cut short (a client that cancels each turn mid-call
-// pays for what the provider reported of it).
+// pays for what the provider reported of it, or for the estimate of its
+// prompt when the provider reported nothing).
 func (c *usageCharger) event(ev runtime.Event) {
+	if c == nil || c.k == nil {
+		return
+	}
 	switch p := ev.Payload.(type) {
 	case *runtime.UsageUpdated:
 		c.total(p.Total)
+	case *runtime.LLMCallFinished:
+		if !p.Estimated.IsZero() {
+			c.estimates = c.estimates.Add(p.Estimated)
+			c.estimated(c.estimates)
+		}
 	case *runtime.TurnError:
-		c.total(p.Usage)
+		c.ended(p)
 	}
+}
+
+// ended charges the whole use of a turn that ended with te: what its
+// providers reported and the estimates of its calls cut with none.
+func (c *usageCharger) ended(te *runtime.TurnError) {
+	c.total(te.Usage)
+	c.estimated(te.Estimated)
+}
+
+// estimated charges the turn's running total u of the estimates of its
+// calls cut with no usage reported: what it adds to those charged before.
+func (c *usageCharger) estimated(u llm.Usage) {
+	if c == nil || c.k == nil {
+		return
+	}
+	n := u.Tokens()
+	c.k.charge(n - c.est)
+	c.est = max(c.est, n)
+	c.k.spend(u.Cost.Nanos - c.estCost)
+	c.estCost = max(c.estCost, u.Cost.Nanos)
 }
 
 // total charges the turn's running totals u: what they add to those

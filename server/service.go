@@ -153,7 +153,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	if errors.As(err, &te) {
 		// The turn's use, counted too when its last events never reached
 		// the outbox (the client left, and the runtime stopped emitting).
-		usage.total(te.Usage)
+		usage.ended(te)
 	}
 	stall := out.finish(te)
 	t.lastSeq = out.sent
