@@ -31,12 +31,15 @@ func bigPrompt(id string) *turnstilev1.RunTurnRequest {
 	return req
 }
 
-// usageThenHang streams a text delta and the usage chunk OpenAI sends at
-// a stream's end (15 tokens), then holds the request open.
+// usageThenHang streams a usage chunk (15 tokens; servers such as vLLM
+// with continuous usage stats send one before the end) and then a text
+// delta, then holds the request open. The usage comes first so that once
+// the client has the delta the runtime has read the usage: a cut after
+// the delta is a cut after the usage arrived.
 func usageThenHang(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
-	sse(w, chunk(`{"role":"assistant","content":"Hel"}`, ""))
 	sse(w, usageChunk)
+	sse(w, chunk(`{"role":"assistant","content":"Hel"}`, ""))
 	<-r.Context().Done()
 }
 
