@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,20 @@ type BusySink interface {
 	// Busy reports whether the sink is still handing on an earlier
 	// event. It is called with no other call of the sink in progress.
 	Busy() bool
+}
+
+// An IdleSink is a [BusySink] that says when it stops being busy: the
+// runner then hands on the delta it held at once, not when the next chunk
+// comes or MergeDelay has passed. A sink whose business ends with an
+// acknowledgement (a Send, a store's write) should be one: a delta held
+// while the model pauses waits only as long as the sink was busy.
+type IdleSink interface {
+	BusySink
+	// OnIdle sets the function the sink calls each time it stops being
+	// busy. The runner sets it once, before the first Emit; f does not
+	// block and may be called from any goroutine, at any time, also after
+	// the turn ended.
+	OnIdle(f func())
 }
 
 // Bounds on merging deltas for a busy sink.
@@ -54,7 +69,30 @@ type emitter struct {
 	// pendText accumulates the text of the pending delta as deltas merge
 	// into it; it goes into the delta when it is handed on.
 	pendText strings.Builder
-	timer    *time.Timer
+	// timer hands on the pending delta MergeDelay after it was held, or
+	// at once when an IdleSink says it is idle; it is set, under mu,
+	// before holding is first set.
+	timer *time.Timer
+	// holding is set while a delta is pending: an IdleSink's idle call
+	// reads it without mu, which the goroutine that holds mu may hold
+	// while it waits for that very sink.
+	holding atomic.Bool
+}
+
+// listen asks an [IdleSink] to say when it is idle; call it once, before
+// the first emit.
+func (e *emitter) listen() {
+	if s, ok := e.sink.(IdleSink); ok {
+		s.OnIdle(e.idle)
+	}
+}
+
+// idle hands on the pending delta, if any, on the timer's goroutine: the
+// sink stopped being busy. It does not block.
+func (e *emitter) idle() {
+	if e.holding.Load() {
+		e.timer.Reset(0)
+	}
 }
 
 // emit sends p as the next event and returns its seq, or 0 when the event
@@ -93,6 +131,12 @@ func (e *emitter) emit(ctx context.Context, p Payload) uint64 {
 		} else {
 			e.timer.Reset(MergeDelay)
 		}
+		e.holding.Store(true)
+		if !e.busy() {
+			// The sink went idle between the check and holding: its idle
+			// call may have missed the held delta.
+			e.timer.Reset(0)
+		}
 		return e.seq
 	}
 	if !e.send(ctx, ev) {
@@ -114,6 +158,7 @@ func (e *emitter) flush() bool {
 	// even when the turn has stopped since, so seqs have no gap.
 	ev, ctx := *e.pending, context.WithoutCancel(e.pendCtx)
 	e.pending, e.pendCtx = nil, nil
+	e.holding.Store(false)
 	e.timer.Stop()
 	*deltaText(ev.Payload) = e.pendText.String()
 	e.pendText.Reset()

@@ -116,3 +116,80 @@ func TestHeldDeltaFlushedLate(t *testing.T) {
 		t.Errorf("events:\n got %s\nwant %s", got, want)
 	}
 }
+
+// idleSink is a busySink that is an IdleSink: it records when it last
+// said it was busy, and tells when a Busy call returned true.
+type idleSink struct {
+	busySink
+	idle      func()
+	busySince time.Time
+	saidBusy  chan struct{}
+}
+
+func (s *idleSink) OnIdle(f func()) { s.idle = f }
+
+func (s *idleSink) Busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy {
+		s.busySince = time.Now()
+		select {
+		case s.saidBusy <- struct{}{}:
+		default:
+		}
+	}
+	return s.busy
+}
+
+// TestIdleSinkGetsHeldDeltaAtOnce: a delta held for a busy IdleSink is
+// handed on when the sink says it is idle, not MergeDelay later. The
+// delta can reach the sink sooner than MergeDelay after the sink last
+// said it was busy only through the idle call (the timer that hands on
+// held deltas is set for MergeDelay after that); one turn in a few doing
+// so proves it, on a machine however loaded.
+func TestIdleSinkGetsHeldDeltaAtOnce(t *testing.T) {
+	var fastest time.Duration
+	for range 5 {
+		p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "waiting"}}, Hang: true})
+		r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
+		sink := &idleSink{busySink: busySink{busy: true, arrived: make(chan struct{}, 1)}, saidBusy: make(chan struct{}, 1)}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = r.Run(ctx, userTurn("hi"), sink)
+		}()
+		select {
+		case <-sink.saidBusy:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the sink was never asked whether it was busy")
+		}
+		if sink.idle == nil {
+			t.Fatal("the runner set no idle function")
+		}
+		sink.mu.Lock()
+		sink.busy = false
+		since := sink.busySince
+		sink.mu.Unlock()
+		sink.idle()
+		select {
+		case <-sink.arrived:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the held delta never reached the sink")
+		}
+		took := time.Since(since)
+		cancel()
+		<-done
+		checkSequence(t, sink.events)
+		if got, want := describeAll(sink.events), "start | call m#1 | text | commit assistant | commit user | error CANCELLED retryable=false"; got != want {
+			t.Fatalf("events:\n got %s\nwant %s", got, want)
+		}
+		if fastest == 0 || took < fastest {
+			fastest = took
+		}
+		if took < runtime.MergeDelay {
+			return
+		}
+	}
+	t.Errorf("the held delta came %s at the soonest after the sink last said it was busy: MergeDelay's timer (%s), not the idle call", fastest, runtime.MergeDelay)
+}

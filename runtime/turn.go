@@ -142,6 +142,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 	if req.MaxModelCalls > 0 {
 		t.maxCalls = req.MaxModelCalls
 	}
+	t.out.listen()
 	t.ctl = req.Controls
 	if t.ctl == nil {
 		t.ctl = NewControls()

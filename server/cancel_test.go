@@ -190,14 +190,14 @@ func until(t *testing.T, stream interface {
 	}
 }
 
-// nthTextDelta returns a test of whether an event is the n-th text delta.
-func nthTextDelta(n int) func(*turnstilev1.AgentEvent) bool {
-	seen := 0
+// textSoFar returns a test of whether the text deltas so far say text:
+// the server may merge deltas that come while it is busy, so a test that
+// waits for streamed text waits for the text, not for a number of deltas.
+func textSoFar(text string) func(*turnstilev1.AgentEvent) bool {
+	var seen strings.Builder
 	return func(ev *turnstilev1.AgentEvent) bool {
-		if ev.GetTextDelta() != nil {
-			seen++
-		}
-		return seen == n
+		seen.WriteString(ev.GetTextDelta().GetText())
+		return seen.String() == text
 	}
 }
 
@@ -280,7 +280,7 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 				return []func(http.ResponseWriter, *http.Request){u.textThenHang("Hello, ", "wor"), textReply("world.")}
 			},
 			backoff:  time.Millisecond,
-			cancelAt: nthTextDelta(2),
+			cancelAt: textSoFar("Hello, wor"),
 			stopped:  func(u *upstream) <-chan time.Time { return u.closed },
 			want:     "TurnStarted LlmCallStarted TextDelta MessageCompleted MessageCompleted Error",
 			closing:  []string{"ROLE_ASSISTANT Hello, wor", "ROLE_USER " + runtime.InterruptedNote},
@@ -292,7 +292,7 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 				return []func(http.ResponseWriter, *http.Request){u.textThenHang("Hello, ", "wor"), textReply("world.")}
 			},
 			backoff:   time.Millisecond,
-			cancelAt:  nthTextDelta(2),
+			cancelAt:  textSoFar("Hello, wor"),
 			stopped:   func(u *upstream) <-chan time.Time { return u.closed },
 			want:      "TurnStarted LlmCallStarted TextDelta MessageCompleted MessageCompleted Error",
 			closing:   []string{"ROLE_ASSISTANT Hello, wor", "ROLE_USER " + runtime.InterruptedNote},

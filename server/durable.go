@@ -368,27 +368,35 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 	// tooLarge is the seq of an event too large to store or send: the run
 	// ends there, with its terminal error in that event's place.
 	var tooLarge uint64
-	// The events appended and not yet acknowledged, and their bytes. A
-	// store that keeps up acknowledges a frame of them per round trip; one
-	// that falls behind has more waiting, and the sink is busy: the
-	// runtime merges the deltas that come meanwhile, so a slow store gets
-	// fewer, larger events. Beyond maxUnackedBytes the sink waits for the
-	// store before it appends more: a slow store holds the turn back (it
-	// is the turn's backpressure, not its end), and what a run has on its
-	// way to the store, in this process and the embedded server's queues,
-	// stays within that bound.
+	// The events appended and not yet acknowledged, and their bytes.
+	// While any is, the sink is busy: the runtime merges the deltas that
+	// come meanwhile and hands them on as one when the store has
+	// acknowledged (idle), so each round trip to the store carries what
+	// the model streamed during the one before, as one event: fewer,
+	// larger events, each stored, numbered and sent once. Beyond
+	// maxUnackedBytes the sink waits for the store before it appends
+	// more: a slow store holds the turn back (it is the turn's
+	// backpressure, not its end), and what a run has on its way to the
+	// store, in this process and the embedded server's queues, stays
+	// within that bound.
 	var (
 		ackMu        sync.Mutex
 		acked        = sync.NewCond(&ackMu)
 		unacked      int
 		unackedBytes int
+		// idle is the runtime's, set before the first event.
+		idle func()
 	)
 	settled := func(n int) {
 		ackMu.Lock()
 		unacked--
 		unackedBytes -= n
 		acked.Broadcast()
+		none := unacked == 0
 		ackMu.Unlock()
+		if none && idle != nil {
+			idle()
+		}
 	}
 	// appendWire appends out, whose wire form is b.
 	appendWire := func(ctx context.Context, out *turnstilev1.AgentEvent, b []byte) error {
@@ -468,8 +476,8 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 	sink := busySink{Sink: emit, busy: func() bool {
 		ackMu.Lock()
 		defer ackMu.Unlock()
-		return unacked > busyUnacked || unackedBytes > busyUnackedBytes
-	}}
+		return unacked > 0
+	}, onIdle: func(f func()) { idle = f }}
 	_, runErr := s.runner.Run(ctx, tr, sink)
 	var te *runtime.TurnError
 	if errors.As(runErr, &te) {
@@ -534,24 +542,24 @@ func responseSize(n int) int {
 	return protowire.SizeTag(1) + protowire.SizeBytes(n)
 }
 
-// Bounds of what a run owned here has on its way to the store: beyond
-// busyUnacked events or busyUnackedBytes its sink says it is busy (the
-// runtime merges deltas), and it appends nothing more while
-// maxUnackedBytes wait for their acknowledgement (an event larger than
-// that goes alone). 64 KiB is a frame of merged deltas: 1,024 running
-// turns have at most 64 MiB on their way.
-const (
-	busyUnacked      = 16
-	busyUnackedBytes = 16 << 10
-	maxUnackedBytes  = 64 << 10
-)
+// maxUnackedBytes bounds what a run owned here has on its way to the
+// store: it appends nothing more while that many bytes wait for their
+// acknowledgement (an event larger than that goes alone). 64 KiB is a
+// frame of merged deltas: 1,024 running turns have at most 64 MiB on
+// their way.
+const maxUnackedBytes = 64 << 10
 
-// busySink is a [runtime.BusySink] of a Sink and a function that says
-// whether it is busy.
+// busySink is a [runtime.IdleSink] of a Sink, a function that says
+// whether it is busy and one that takes the function to call when it
+// stops being busy.
 type busySink struct {
 	runtime.Sink
-	busy func() bool
+	busy   func() bool
+	onIdle func(func())
 }
 
 // Busy implements [runtime.BusySink].
 func (b busySink) Busy() bool { return b.busy() }
+
+// OnIdle implements [runtime.IdleSink].
+func (b busySink) OnIdle(f func()) { b.onIdle(f) }

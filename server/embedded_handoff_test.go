@@ -48,14 +48,7 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var head []*turnstilev1.AgentEvent
-	for len(head) == 0 || head[len(head)-1].GetTextDelta().GetText() != "lo " {
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("Recv: %v", err)
-		}
-		head = append(head, r.GetEvent())
-	}
+	head := until(t, stream, textSoFar("Hello "))
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); a.srv.Shutdown(context.Background()) }()
 	_, err = stream.Recv()
@@ -76,7 +69,7 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
 		t.Fatalf("events = %s", got)
 	}
-	if retry := all[4].GetRetry(); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
+	if retry := retryIn(all); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
 		t.Errorf("retry = %v, want discard from seq 3", retry)
 	}
 	log, _ := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})

@@ -36,6 +36,9 @@ type pacer[M any] struct {
 	timeout time.Duration
 	start   func(func())
 	sendOne func() // p.sendNext, made once
+	// idle, when set, is called after each Send: the pacer is no longer
+	// busy. Set it before the first hand.
+	idle func()
 
 	next  M          // the message handed over, for sendOne
 	acks  chan error // buffered: the Send's worker never waits for a reader
@@ -69,6 +72,9 @@ func (p *pacer[M]) sendNext() {
 	var zero M
 	p.next = zero
 	p.acks <- p.send(m)
+	if p.idle != nil {
+		p.idle()
+	}
 }
 
 // busy reports whether a Send is under way.
@@ -146,7 +152,7 @@ type outbox struct {
 	tooLarge bool
 }
 
-var _ runtime.BusySink = (*outbox)(nil)
+var _ runtime.IdleSink = (*outbox)(nil)
 
 // newOutbox returns the outbox of a turn streamed to stream; start runs
 // each Send on a goroutine (see [workers]).
@@ -160,6 +166,9 @@ func newOutbox(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse], c
 
 // Busy implements [runtime.BusySink]: a Send is under way.
 func (o *outbox) Busy() bool { return o.p.busy() }
+
+// OnIdle implements [runtime.IdleSink]: f is called when a Send is done.
+func (o *outbox) OnIdle(f func()) { o.p.idle = f }
 
 // Emit implements [runtime.Sink].
 func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {

@@ -92,7 +92,7 @@ func TestTakeoverContinuesCutReply(t *testing.T) {
 			rp := &replicaPair{
 				a: start(t, cutRunner(t, p, tt.cut), opts(sa)), b: start(t, cutRunner(t, p, tt.cut), opts(sb)), storeA: sa,
 			}
-			head, cut := rp.runUntil(t, func(ev *turnstilev1.AgentEvent) bool { return ev.GetTextDelta().GetText() == "lo " })
+			head, cut := rp.runUntil(t, textSoFar("Hello "))
 			rp.kill(cut)
 			all, st := resumeOnB(t, rp, head)
 			if st.Code() != codes.OK {

@@ -135,7 +135,7 @@ func TestTakeoverMidDelta(t *testing.T) {
 		return chunks(ctx, false, fake.Text("Hello world")...)
 	}}
 	rp := pair(t, p)
-	head, cut := rp.runUntil(t, func(ev *turnstilev1.AgentEvent) bool { return ev.GetTextDelta().GetText() == "lo " })
+	head, cut := rp.runUntil(t, textSoFar("Hello "))
 	rp.kill(cut)
 	all, st := resumeOnB(t, rp, head)
 	if st.Code() != codes.OK {
@@ -144,7 +144,7 @@ func TestTakeoverMidDelta(t *testing.T) {
 	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
 		t.Fatalf("events = %s", got)
 	}
-	retry := all[4].GetRetry()
+	retry := retryIn(all)
 	if !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
 		t.Errorf("retry = %v, want discard from seq 3", retry)
 	}
@@ -243,14 +243,7 @@ func TestShutdownHandsOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var head []*turnstilev1.AgentEvent
-	for len(head) == 0 || head[len(head)-1].GetTextDelta().GetText() != "lo " {
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("Recv: %v", err)
-		}
-		head = append(head, r.GetEvent())
-	}
+	head := until(t, stream, textSoFar("Hello "))
 	shutdown := time.Now()
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); a.srv.Shutdown(context.Background()) }()
@@ -278,7 +271,7 @@ func TestShutdownHandsOff(t *testing.T) {
 	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
 		t.Fatalf("events = %s", got)
 	}
-	if retry := all[4].GetRetry(); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
+	if retry := retryIn(all); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
 		t.Errorf("retry = %v, want discard from seq 3", retry)
 	}
 	log, _ := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
@@ -318,4 +311,14 @@ func watchAfterHandOff(t *testing.T, c turnstilev1.AgentServiceClient, after uin
 		}
 	}
 	return rest, first, wst
+}
+
+// retryIn returns the first Retry of evs, nil when none.
+func retryIn(evs []*turnstilev1.AgentEvent) *turnstilev1.Retry {
+	for _, ev := range evs {
+		if r := ev.GetRetry(); r != nil {
+			return r
+		}
+	}
+	return nil
 }
