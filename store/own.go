@@ -247,7 +247,7 @@ func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 // owner record at ownSeq; the caller holds the lease, written at revision
 // leaseRev or by the pending publish lease.
 func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal func(signal string) []byte, lease jetstream.PubAckFuture, leaseRev uint64) error {
-	w := &writer{s: s, key: k, ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, lease: lease, leaseRev: leaseRev}
+	w := &writer{s: s, key: k, evSubject: k.events(), ownSubject: k.own(), ownSeq: ownSeq, next: next, sent: make(chan struct{}), stop: make(chan struct{}), onSignal: onSignal, lease: lease, leaseRev: leaseRev}
 	w.room = sync.NewCond(&w.mu)
 	w.send = w.sender
 	w.beat()

@@ -45,6 +45,10 @@ type writer struct {
 	sent   chan struct{} // closed once Finish was called and the sender has sent everything
 	send   func()        // w.sender, made once: what wake starts
 
+	// evSubject and ownSubject are key.events() and key.own(), made once:
+	// every frame's publish names both.
+	evSubject, ownSubject string
+
 	onSignal func(signal string) []byte
 	// lease is the first write of the lease, when not waited for: its
 	// acknowledgement gives leaseRev. The renewal takes it (and sets it to
@@ -269,10 +273,10 @@ func (w *writer) publish(frame []byte) error {
 	defer cancel()
 	// The owner fence: the last record on the run's owner subject must be
 	// the one this replica's ownership began with.
-	msg := &nats.Msg{Subject: w.key.events(), Data: frame, Header: nats.Header{
+	msg := &nats.Msg{Subject: w.evSubject, Data: frame, Header: nats.Header{
 		firstHeader:                             {strconv.FormatUint(w.next, 10)},
 		jetstream.ExpectedLastSubjSeqHeader:     {strconv.FormatUint(w.ownSeq, 10)},
-		jetstream.ExpectedLastSubjSeqSubjHeader: {w.key.own()},
+		jetstream.ExpectedLastSubjSeqSubjHeader: {w.ownSubject},
 	}}
 	dedupe := w.s.cfg.Mode == ModeNATS
 	if dedupe {
