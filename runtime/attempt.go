@@ -160,31 +160,39 @@ func (t *turn) close(ctx context.Context, c *call) {
 }
 
 // estimate sets what c is charged when its provider reported no usage of
-// it although it may have read its prompt: the call failed after its reply
-// began (a chunk came), or was cut by a cancel, the caller's deadline or
-// the watchdog (a first-token or idle timeout) while its request may have
-// been sent. It is an estimate of the prompt's input tokens, made as for
-// compaction (see [turn.estimateTokens]) from the request as sent, priced
-// at c's model's input price; the turn's running estimates (t.estimated)
-// add it. A call the provider refused before answering (an HTTP error, a
-// connection refused) is not charged: its provider read nothing. The
-// estimate is for whoever pays (a client key's limits and budgets), never
-// added to the usage the turn reports.
+// it although it read its prompt, or may have: the call completed (an
+// OpenAI-compatible server that ignores include_usage), failed after its
+// reply began (a chunk came), or was cut by a cancel, the caller's
+// deadline or the watchdog (a first-token or idle timeout) while its
+// request may have been sent. It is an estimate of the prompt's input
+// tokens, made as for compaction (see [turn.estimateTokens]) from the
+// request as sent, and, for a completed call, of the reply's output
+// tokens (a quarter of its bytes), priced at c's model's prices; the
+// turn's running estimates (t.estimated) add it. A call the provider
+// refused before answering (an HTTP error, a connection refused) is not
+// charged: its provider read nothing. The estimate is for whoever pays (a
+// client key's limits and budgets), never added to the usage the turn
+// reports.
 func (t *turn) estimate(c *call) {
 	res := &c.res
-	if !res.usage.IsZero() || res.err == nil {
+	if !res.usage.IsZero() {
 		return
 	}
-	cut := res.ttfc > 0 || res.streamed || c.wd.fired() != ""
-	switch res.err.Kind {
-	case llm.KindCancelled, llm.KindDeadlineExceeded:
-		cut = true
-	}
-	if !cut {
-		return
+	if res.err != nil {
+		cut := res.ttfc > 0 || res.streamed || c.wd.fired() != ""
+		switch res.err.Kind {
+		case llm.KindCancelled, llm.KindDeadlineExceeded:
+			cut = true
+		}
+		if !cut {
+			return
+		}
 	}
 	u := llm.Usage{InputTokens: int64(t.seen.estimate(c.req.System, c.req.Messages, c.req.Tools))}
-	if u.InputTokens <= 0 {
+	if res.err == nil {
+		u.OutputTokens = int64(ConversationSize([]llm.Message{res.msg}) / bytesPerToken)
+	}
+	if u.InputTokens <= 0 && u.OutputTokens <= 0 {
 		return
 	}
 	u.Cost = llm.CostOf(c.m.Price, u)

@@ -208,10 +208,11 @@ type LLMCallFinished struct {
 	Duration time.Duration
 	// TimeToFirstChunk is the delay before the first output, zero if none.
 	TimeToFirstChunk time.Duration
-	// Estimated is what a failed call of which the provider reported no
-	// usage is charged, an estimate of its prompt's input tokens (see
-	// [TurnError.Estimated]); zero otherwise, and always zero with Usage.
-	// It is for whoever pays (a client key's limits); it is not sent.
+	// Estimated is what a call of which the provider reported no usage is
+	// charged: an estimate of its prompt's input tokens and, when it
+	// completed, of its reply's output tokens (see [TurnError.Estimated]);
+	// zero otherwise, and always zero with Usage. It is for whoever pays
+	// (a client key's limits); it is not sent.
 	Estimated llm.Usage
 }
 
@@ -400,13 +401,16 @@ type TurnError struct {
 	// is for whoever pays (a client key's limits); it is not sent.
 	Usage llm.Usage
 	// Estimated is what the turn's calls of which the providers reported
-	// no usage are charged besides Usage, though they were cut after they
-	// were sent (a cancel, the client leaving, a timeout, a stream cut
-	// after the reply began): for each, an estimate of its prompt's input
-	// tokens, made as for compaction, priced at its model's input price.
+	// no usage are charged besides Usage: calls that completed (a server
+	// that ignores include_usage) and calls cut after they were sent (a
+	// cancel, the client leaving, a timeout, a stream cut after the reply
+	// began). For each, an estimate of its prompt's input tokens, made as
+	// for compaction, and for a completed call of its reply's output
+	// tokens (a quarter of its bytes), priced at its model's prices.
 	// OpenAI reports a call's usage only at its end, so without it a
 	// client cancelling each turn before its reply ends would use the
-	// prompts for free. Like Usage, it is not sent.
+	// prompts for free, and a server reporting none would be free. Like
+	// Usage, it is not sent.
 	Estimated llm.Usage
 }
 

@@ -43,6 +43,16 @@ func usageThenHang(w http.ResponseWriter, r *http.Request) {
 	<-r.Context().Done()
 }
 
+// replyWithoutUsage streams a whole reply, "Hello, w" (8 bytes), and ends
+// it without the usage chunk, as an OpenAI-compatible server that ignores
+// stream_options.include_usage does.
+func replyWithoutUsage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	sse(w, chunk(`{"role":"assistant","content":"Hello, w"}`, ""))
+	sse(w, chunk(`{}`, "stop"))
+	sse(w, "[DONE]")
+}
+
 // badRequest refuses the call before streaming: HTTP 400.
 func badRequest(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
@@ -109,7 +119,8 @@ func cutTurn(t *testing.T, ts *testServer, ctx context.Context, req *turnstilev1
 
 // TestCutCallChargesAnEstimate: an OpenAI call cut before its usage
 // arrived (OpenAI reports usage only at a stream's end) is charged an
-// estimate of its prompt, 1000 tokens here, to the key's token limits and,
+// estimate of its prompt, 1000 tokens here (a call that completed with no
+// usage reported, that and its reply's), to the key's token limits and,
 // at the model's input price (0.003 USD), to its budgets; a call whose
 // usage arrived is charged exactly that; a call the provider refused
 // before streaming, or that never reached it, is charged nothing. Each
@@ -134,10 +145,10 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 		// refused.
 		first func(u *upstream) func(http.ResponseWriter, *http.Request)
 		// cut: the first turn is cancelled after its first text delta;
-		// otherwise it runs to its end.
-		cut    bool
-		priced bool
-		limits server.KeyLimits
+		// otherwise it runs to its end, and fails unless completes.
+		cut, completes bool
+		priced         bool
+		limits         server.KeyLimits
 		// refused is the limit that refuses the second turn; empty: it
 		// is admitted.
 		refused string
@@ -161,6 +172,12 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 			limits: server.KeyLimits{TokensPerDay: n(15)}, refused: "tokens_per_day"},
 		{name: "reported usage one token under tokens_per_day", first: func(*upstream) func(http.ResponseWriter, *http.Request) { return usageThenHang }, cut: true,
 			limits: server.KeyLimits{TokensPerDay: n(16)}},
+		// Completed with no usage reported: the prompt's 1000 tokens and
+		// the reply's 2.
+		{name: "completed, no usage: estimate reaches tokens_per_day", first: func(*upstream) func(http.ResponseWriter, *http.Request) { return replyWithoutUsage }, completes: true,
+			limits: server.KeyLimits{TokensPerDay: n(1002)}, refused: "tokens_per_day"},
+		{name: "completed, no usage: estimate one token under tokens_per_day", first: func(*upstream) func(http.ResponseWriter, *http.Request) { return replyWithoutUsage }, completes: true,
+			limits: server.KeyLimits{TokensPerDay: n(1003)}},
 		{name: "refused before streaming", first: func(*upstream) func(http.ResponseWriter, *http.Request) { return badRequest },
 			limits: server.KeyLimits{TokensPerDay: n(1)}},
 		{name: "connection refused",
@@ -189,8 +206,8 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 					cutTurn(t, ts, ctx, bigPrompt("turn-1"), durable)()
 				} else {
 					evs, st := wiretest.Collect(t, ctx, ts.client, bigPrompt("turn-1"), nil)
-					if st.Code() == codes.OK || len(evs) == 0 {
-						t.Fatalf("the first turn: %v after %s; want it failed", st, wiretest.Names(evs))
+					if (st.Code() == codes.OK) != tt.completes || len(evs) == 0 {
+						t.Fatalf("the first turn: %v after %s; want it completed: %v", st, wiretest.Names(evs), tt.completes)
 					}
 				}
 				// The second turn, once the first has ended.
