@@ -95,25 +95,37 @@ func TestBusySinkGetsMergedDeltas(t *testing.T) {
 // TestHeldDeltaFlushedLate: a delta held for a busy sink is handed on
 // after MergeDelay even when nothing follows it.
 func TestHeldDeltaFlushedLate(t *testing.T) {
+	sink := &busySink{busy: true, arrived: make(chan struct{}, 1)}
+	end := heldTurn(t, sink, &sink.recorder)
+	select {
+	case <-sink.arrived:
+	case <-time.After(5 * time.Second):
+		t.Error("the held delta never reached the sink")
+	}
+	end()
+}
+
+// heldTurn runs a turn into sink whose model streams one text delta and
+// then hangs. The returned end cancels the turn, waits for it and checks
+// the events rec recorded: the delta, then the cancel's.
+func heldTurn(t *testing.T, sink runtime.Sink, rec *recorder) (end func()) {
+	t.Helper()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "waiting"}}, Hang: true})
 	r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
-	sink := &busySink{busy: true, arrived: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_, _ = r.Run(ctx, userTurn("hi"), sink)
 	}()
-	select {
-	case <-sink.arrived:
-	case <-time.After(5 * time.Second):
-		t.Error("the held delta never reached the sink")
-	}
-	cancel()
-	<-done
-	checkSequence(t, sink.events)
-	if got, want := describeAll(sink.events), "start | call m#1 | text | commit assistant | commit user | error CANCELLED retryable=false"; got != want {
-		t.Errorf("events:\n got %s\nwant %s", got, want)
+	return func() {
+		t.Helper()
+		cancel()
+		<-done
+		checkSequence(t, rec.events)
+		if got, want := describeAll(rec.events), "start | call m#1 | text | commit assistant | commit user | error CANCELLED retryable=false"; got != want {
+			t.Errorf("events:\n got %s\nwant %s", got, want)
+		}
 	}
 }
 
@@ -150,15 +162,8 @@ func (s *idleSink) Busy() bool {
 func TestIdleSinkGetsHeldDeltaAtOnce(t *testing.T) {
 	var fastest time.Duration
 	for range 5 {
-		p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "waiting"}}, Hang: true})
-		r := newRunner(t, []*runtime.Model{model("m", p)}, nil)
 		sink := &idleSink{busySink: busySink{busy: true, arrived: make(chan struct{}, 1)}, saidBusy: make(chan struct{}, 1)}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = r.Run(ctx, userTurn("hi"), sink)
-		}()
+		end := heldTurn(t, sink, &sink.recorder)
 		select {
 		case <-sink.saidBusy:
 		case <-time.After(5 * time.Second):
@@ -178,11 +183,8 @@ func TestIdleSinkGetsHeldDeltaAtOnce(t *testing.T) {
 			t.Fatal("the held delta never reached the sink")
 		}
 		took := time.Since(since)
-		cancel()
-		<-done
-		checkSequence(t, sink.events)
-		if got, want := describeAll(sink.events), "start | call m#1 | text | commit assistant | commit user | error CANCELLED retryable=false"; got != want {
-			t.Fatalf("events:\n got %s\nwant %s", got, want)
+		if end(); t.Failed() {
+			return
 		}
 		if fastest == 0 || took < fastest {
 			fastest = took
