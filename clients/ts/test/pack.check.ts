@@ -116,11 +116,12 @@ describe("npm pack", () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it("ships the builds, the sources their maps name, the README and the google/rpc licence, and nothing else", () => {
+  it("ships the builds, the sources their maps name, the README, the licence and the google/rpc licence, and nothing else", () => {
     const files = new Set(packed.files.map((f) => f.path));
     for (const f of [
       "package.json",
       "README.md",
+      "LICENSE",
       "dist/cjs/index.js",
       "dist/cjs/index.d.ts",
       "dist/cjs/package.json",
@@ -137,7 +138,7 @@ describe("npm pack", () => {
       assert.ok(files.has(f), `${f} is not in the tarball`);
     }
     for (const f of files) {
-      assert.match(f, /^(package\.json|README\.md|dist\/(cjs|esm)\/.+|src\/.+)$/, `${f} should not be in the tarball`);
+      assert.match(f, /^(package\.json|README\.md|LICENSE|dist\/(cjs|esm)\/.+|src\/.+)$/, `${f} should not be in the tarball`);
       assert.doesNotMatch(f, /(^|\/)test\/|\.test\.|tsbuildinfo/, `${f} should not be in the tarball`);
     }
     let maps = 0;
