@@ -31,3 +31,24 @@ func TestCall(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorResultIsTheSameEveryDay: the clients' conformance scenario that
+// checks a turn's exact cost (clients/conformance/scenarios.json) calls the
+// tool with a zone that does not exist, because its result then has the
+// same bytes on every day of the week; a real answer names the weekday.
+func TestErrorResultIsTheSameEveryDay(t *testing.T) {
+	first := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // a Monday
+	var want string
+	for day := range 7 {
+		now := first.AddDate(0, 0, day)
+		out, err := Tool{Now: func() time.Time { return now }}.Call(t.Context(), llm.ToolCall{Name: Name, Arguments: `{"zone":"Nope"}`}, nil)
+		if err != nil || !out.IsError {
+			t.Fatalf("%s: Call = %+v, %v; want an error result", now.Weekday(), out, err)
+		}
+		if day == 0 {
+			want = out.Content
+		} else if out.Content != want {
+			t.Errorf("%s: %q, want Monday's %q", now.Weekday(), out.Content, want)
+		}
+	}
+}
