@@ -94,7 +94,11 @@ var starts = map[reflect.Type]func() reflect.Value{
 // defaults Parse starts from.
 func schemaTree() *key {
 	root := &key{kind: kindObject}
-	root.fields = walkFields(reflect.ValueOf(defaults()).Elem())
+	d := defaults()
+	// The generated files are the same for every user: a default that
+	// depends on the environment is written as the docs write it.
+	d.Store.Dir = store.DefaultDirText
+	root.fields = walkFields(reflect.ValueOf(d).Elem())
 	return root
 }
 

@@ -32,8 +32,8 @@ type Config struct {
 	// Mode is embedded, nats or off (default embedded).
 	Mode string `yaml:"mode"`
 	// Dir is the embedded server's file store directory; empty keeps
-	// everything in memory (default: turnstile/jetstream under the user's
-	// state directory).
+	// everything in memory (default: $XDG_STATE_HOME/turnstile/jetstream,
+	// or ~/.local/state/turnstile/jetstream when XDG_STATE_HOME is unset).
 	Dir string `yaml:"dir"`
 	// Sync is how often the embedded server fsyncs its files: "always"
 	// (every write, before the acknowledgement) or an interval (default
@@ -80,6 +80,10 @@ func DefaultConfig() Config {
 		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second,
 	}
 }
+
+// DefaultDirText is [DefaultDir] as the documentation writes it: the
+// directory it returns depends on the user and the environment.
+const DefaultDirText = "$XDG_STATE_HOME/turnstile/jetstream"
 
 // DefaultDir returns $XDG_STATE_HOME/turnstile/jetstream, or
 // ~/.local/state/turnstile/jetstream; empty (memory only) when neither
