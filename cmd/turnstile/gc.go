@@ -117,15 +117,46 @@ func shouldReturn(prev, now heapSample, base uint64) bool {
 	return now.cycles == prev.cycles && now.held > 2*min(now.live, base)+memoryExcessFloor
 }
 
-// returnMemory runs the check until ctx is done; freed is called with the
-// bytes held before each return and the live heap after it (for the log).
-func returnMemory(ctx context.Context, interval time.Duration, freed func(held, live uint64)) {
-	s := make([]metrics.Sample, len(heapSamples))
+// memoryReturner is returnMemory's state between two checks.
+type memoryReturner struct {
+	s    []metrics.Sample
+	prev heapSample
+	base uint64 // the live heap after the last return
+}
+
+// newMemoryReturner takes the first sample, which the first check compares
+// with.
+func newMemoryReturner() *memoryReturner {
+	r := &memoryReturner{s: make([]metrics.Sample, len(heapSamples))}
 	for i, name := range heapSamples {
-		s[i].Name = name
+		r.s[i].Name = name
 	}
-	prev := readHeap(s)
-	base := prev.live
+	r.prev = readHeap(r.s)
+	r.base = r.prev.live
+	return r
+}
+
+// check samples the heap and, when [shouldReturn] says so, collects and
+// returns the free memory to the OS; returned reports whether it did,
+// with the bytes held before and the live heap after.
+func (r *memoryReturner) check() (held, live uint64, returned bool) {
+	now := readHeap(r.s)
+	if shouldReturn(r.prev, now, r.base) {
+		debug.FreeOSMemory()
+		held = now.held
+		now = readHeap(r.s)
+		r.base = now.live
+		returned = true
+	}
+	r.prev = now
+	return held, now.live, returned
+}
+
+// returnMemory checks every interval until ctx is done; freed is called
+// with the bytes held before each return and the live heap after it (for
+// the log).
+func returnMemory(ctx context.Context, interval time.Duration, freed func(held, live uint64)) {
+	r := newMemoryReturner()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -134,14 +165,8 @@ func returnMemory(ctx context.Context, interval time.Duration, freed func(held, 
 			return
 		case <-t.C:
 		}
-		now := readHeap(s)
-		if shouldReturn(prev, now, base) {
-			debug.FreeOSMemory()
-			held := now.held
-			now = readHeap(s)
-			base = now.live
-			freed(held, now.live)
+		if held, live, ok := r.check(); ok {
+			freed(held, live)
 		}
-		prev = now
 	}
 }
