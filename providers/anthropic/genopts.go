@@ -25,9 +25,10 @@ import (
 //   - ToolChoice: {type: auto | none | any | tool, name} (required is
 //     any);
 //   - Reasoning, on a model that reasons: for adaptive thinking (Claude
-//     4.6 and later), thinking {type: adaptive} and output_config.effort,
-//     the effort asked or the one its budget stands for
-//     ([llm.Reasoning.Level]); for budget thinking, thinking {type:
+//     4.6 and later), thinking {type: adaptive, display: summarized} (the
+//     thinking is streamed, which Opus 4.7 and later omit by default) and
+//     output_config.effort, the effort asked or the one its budget stands
+//     for ([llm.Reasoning.Level]); for budget thinking, thinking {type:
 //     enabled, budget_tokens}, the budget or the effort's
 //     ([llm.Reasoning.Budget]), and as the API wants max_tokens above the
 //     budget, max_tokens becomes budget + max_tokens when it is not, so
@@ -68,7 +69,9 @@ func setGenerationOptions(params *anthropic.MessageNewParams, req *llm.Request) 
 		switch budget := int64(r.Budget()); {
 		case budget <= 0:
 		case caps.Thinking == llm.ThinkingAdaptive:
-			params.Thinking = anthropic.ThinkingConfigParamUnion{OfAdaptive: &anthropic.ThinkingConfigAdaptiveParam{}}
+			params.Thinking = anthropic.ThinkingConfigParamUnion{OfAdaptive: &anthropic.ThinkingConfigAdaptiveParam{
+				Display: anthropic.ThinkingConfigAdaptiveDisplaySummarized,
+			}}
 			params.OutputConfig.Effort = anthropic.OutputConfigEffort(r.Level().String())
 			thinks = true
 		default:

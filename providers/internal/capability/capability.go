@@ -88,8 +88,8 @@ var (
 	// claudeAdaptive: the 4.6 family, adaptive thinking (budget_tokens is
 	// deprecated there), no prefill (a 400).
 	claudeAdaptive = llm.Capabilities{Thinking: llm.ThinkingAdaptive, Sampling: llm.SamplingUnlessReasoning, TemperatureOrTopP: true, SchemaWithTools: true}
-	// claudeAdaptiveOnly: Opus 4.7 and the 5 family, adaptive thinking
-	// only, no temperature, top_p or prefill (each a 400).
+	// claudeAdaptiveOnly: Opus 4.7, 4.8 and the 5 family, adaptive
+	// thinking only, no temperature, top_p or prefill (each a 400).
 	claudeAdaptiveOnly = llm.Capabilities{Thinking: llm.ThinkingAdaptive, Sampling: llm.SamplingNever, SchemaWithTools: true}
 )
 
@@ -125,6 +125,7 @@ var Table = []Row{
 	claude("claude-sonnet-4-6", claudeAdaptive),
 	claude("claude-opus-4-6", claudeAdaptive),
 	claude("claude-opus-4-7", claudeAdaptiveOnly),
+	claude("claude-opus-4-8", claudeAdaptiveOnly),
 	claude("claude-opus-5", claudeAdaptiveOnly),
 	claude("claude-sonnet-5", claudeAdaptiveOnly),
 	claude("claude-haiku-5", claudeAdaptiveOnly),

@@ -48,6 +48,7 @@ func TestTable(t *testing.T) {
 		{Anthropic, "claude-sonnet-4-6", want{family: "claude-sonnet-4-6", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingUnlessReasoning, oneSampler: true, schemaWith: true, maxTemp: "1", signer: Anthropic}},
 		{Anthropic, "claude-opus-4-6", want{family: "claude-opus-4-6", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingUnlessReasoning, oneSampler: true, schemaWith: true, maxTemp: "1", signer: Anthropic}},
 		{Anthropic, "claude-opus-4-7", want{family: "claude-opus-4-7", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingNever, schemaWith: true, maxTemp: "1", signer: Anthropic}},
+		{Anthropic, "claude-opus-4-8", want{family: "claude-opus-4-8", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingNever, schemaWith: true, maxTemp: "1", signer: Anthropic}},
 		{Anthropic, "claude-opus-5-1", want{family: "claude-opus-5", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingNever, schemaWith: true, maxTemp: "1", signer: Anthropic}},
 		{Anthropic, "claude-sonnet-5", want{family: "claude-sonnet-5", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingNever, schemaWith: true, maxTemp: "1", signer: Anthropic}},
 		{Anthropic, "claude-haiku-5", want{family: "claude-haiku-5", thinking: llm.ThinkingAdaptive, sampling: llm.SamplingNever, schemaWith: true, maxTemp: "1", signer: Anthropic}},
