@@ -2,7 +2,10 @@ package capability
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/turnstile-dev/turnstile/llm"
@@ -133,5 +136,35 @@ func TestRowsAreDistinct(t *testing.T) {
 	}
 	if r := Lookup("simulator", "any"); r.Capabilities != (llm.Capabilities{}) || r.Inputs != nil {
 		t.Errorf("a provider without rows: %+v", r)
+	}
+}
+
+// TestREADMETable: providers/README.md's table names every family of the
+// table under its provider, and no family the table does not have.
+func TestREADMETable(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[[2]string]bool{}
+	for line := range strings.Lines(string(b)) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !slices.Contains([]string{Anthropic, Gemini, OpenAI}, strings.TrimSpace(cells[1])) {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[2], -1) {
+			documented[[2]string{strings.TrimSpace(cells[1]), m[1]}] = true
+		}
+	}
+	for _, r := range Table {
+		k := [2]string{r.Provider, r.Family}
+		if r.Family != "" && !documented[k] {
+			t.Errorf("README.md does not name %s %q", r.Provider, r.Family)
+		}
+		delete(documented, k)
+	}
+	for k := range documented {
+		t.Errorf("README.md names %s %q, which the table does not have", k[0], k[1])
 	}
 }
