@@ -178,6 +178,17 @@ type Model struct {
 	// Reasoning, when set, is the reasoning asked of this model when a
 	// request's generation.reasoning is unset.
 	Reasoning *runtime.ReasoningConfig `yaml:"reasoning"`
+	// TopP, when set, is the top_p (nucleus sampling, from 0 to 1) of the
+	// model's calls when a request's generation.top_p is unset; on a model
+	// that takes temperature or top_p, not both, a request's temperature
+	// replaces it. Unset leaves it to the provider.
+	TopP *float64 `yaml:"top_p"`
+	// Capabilities, when set, overrides what the provider's table says the
+	// model takes, key by key: for a model the table does not know (a
+	// fine-tuned or newer one) or knows wrong. The table is in
+	// providers/README.md; a model it does not know takes its provider's
+	// default row.
+	Capabilities *runtime.CapabilitiesConfig `yaml:"capabilities"`
 	// Price, when set, is what the model's tokens cost (per million, in
 	// pricing.currency): each call's and turn's usage then carries its
 	// cost. Unset is an unknown price, never 0.

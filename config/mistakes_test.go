@@ -344,6 +344,55 @@ config.yaml:9: models.a.retry.output_retries: must be from 0 to 10
 config.yaml:13: models.b.reasoning.effort: set effort or budget_tokens
 config.yaml:14: telemetry.metadata_attributes[1]: "user id" is not a metadata key: 1 to 64 letters, digits, '_', '-' or '.'`,
 	}, {
+		name: "capabilities and top_p out of range, all at once",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a:
+    provider: sim
+    model: m
+    top_p: 1.5
+    capabilities:
+      thinking: deep
+      sampling: sometimes
+      max_stop_sequences: -1
+      max_temperature: 3
+`,
+		want: `config.yaml:8: models.a.top_p: must be from 0 to 1
+config.yaml:10: models.a.capabilities.thinking: "deep" is not default, budget, adaptive or none
+config.yaml:11: models.a.capabilities.sampling: "sometimes" is not always, unless_reasoning or never
+config.yaml:12: models.a.capabilities.max_stop_sequences: must not be negative (0: the model takes none)
+config.yaml:13: models.a.capabilities.max_temperature: must be from 0 to 2`,
+	}, {
+		name: "capabilities: unset and zero are different",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a:
+    provider: sim
+    model: m
+    top_p: 0
+    capabilities: {max_stop_sequences: 0, prefill: false, thinking: adaptive}
+  b: {provider: sim, model: m}
+default_model: a
+`,
+		check: func(t *testing.T, c *Config) {
+			a := c.Models["a"]
+			if a.TopP == nil || *a.TopP != 0 {
+				t.Errorf("top_p = %v, want 0", a.TopP)
+			}
+			cc := a.Capabilities
+			if cc == nil || cc.MaxStopSequences == nil || *cc.MaxStopSequences != 0 || cc.Prefill == nil || *cc.Prefill || cc.Thinking != "adaptive" ||
+				cc.MaxTemperature != nil || cc.SchemaWithTools != nil || cc.TemperatureOrTopP != nil || cc.Sampling != "" {
+				t.Errorf("capabilities = %+v", cc)
+			}
+			if b := c.Models["b"]; b.TopP != nil || b.Capabilities != nil {
+				t.Errorf("b: top_p %v, capabilities %+v: want unset", b.TopP, b.Capabilities)
+			}
+		},
+	}, {
 		name: "a model's reasoning default",
 		yaml: `
 providers:

@@ -63,12 +63,23 @@ type variant struct {
 // enums lists the values of keys the checks hold to a fixed set, by the
 // type and yaml key of the field, or by the named string type.
 var enums = map[string][]string{
-	typeKey(reflect.TypeFor[Log](), "format"):        logFormats,
-	typeKey(reflect.TypeFor[Log](), "level"):         logLevels,
-	typeKey(reflect.TypeFor[store.Config](), "mode"): {store.ModeEmbedded, store.ModeNATS, store.ModeOff},
-	reflect.TypeFor[runtime.StreamCut]().String():    {string(runtime.StreamCutRestart), string(runtime.StreamCutContinue)},
-	reflect.TypeFor[runtime.HedgeTarget]().String():  {string(runtime.HedgeNext), string(runtime.HedgeSelf), string(runtime.HedgeDeployment)},
-	reflect.TypeFor[llm.Modality]().String():         {string(llm.ModalityText), string(llm.ModalityImage), string(llm.ModalityPDF), string(llm.ModalityAudio)},
+	typeKey(reflect.TypeFor[Log](), "format"):                          logFormats,
+	typeKey(reflect.TypeFor[Log](), "level"):                           logLevels,
+	typeKey(reflect.TypeFor[store.Config](), "mode"):                   {store.ModeEmbedded, store.ModeNATS, store.ModeOff},
+	reflect.TypeFor[runtime.StreamCut]().String():                      {string(runtime.StreamCutRestart), string(runtime.StreamCutContinue)},
+	reflect.TypeFor[runtime.HedgeTarget]().String():                    {string(runtime.HedgeNext), string(runtime.HedgeSelf), string(runtime.HedgeDeployment)},
+	reflect.TypeFor[llm.Modality]().String():                           {string(llm.ModalityText), string(llm.ModalityImage), string(llm.ModalityPDF), string(llm.ModalityAudio)},
+	typeKey(reflect.TypeFor[runtime.CapabilitiesConfig](), "thinking"): names(llm.Thinkings),
+	typeKey(reflect.TypeFor[runtime.CapabilitiesConfig](), "sampling"): names(llm.Samplings),
+}
+
+// names returns the names of values.
+func names[T fmt.Stringer](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = v.String()
+	}
+	return out
 }
 
 // typeKey names the field of struct t at yaml key k in fieldDocs and enums.

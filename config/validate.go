@@ -308,6 +308,12 @@ func (c *Config) checkModels(v *checker) {
 		if rc := m.Reasoning; rc != nil {
 			v.settings(path+".reasoning", rc.Problems(), false)
 		}
+		if p := m.TopP; p != nil && !(*p >= 0 && *p <= 1) {
+			v.at(path+".top_p", "must be from 0 to 1")
+		}
+		if cc := m.Capabilities; cc != nil {
+			v.settings(path+".capabilities", cc.Problems(), false)
+		}
 		if s := m.OnStreamCut; s != runtime.StreamCutRestart && s != runtime.StreamCutContinue {
 			v.at(path+".on_stream_cut", "%q is not restart or continue", string(s))
 		}

@@ -46,7 +46,8 @@ const (
 	// PartText is plain text in Part.Text.
 	PartText PartKind = iota + 1
 	// PartThinking is model reasoning in Part.Text, with the provider's
-	// opaque Part.Signature that must be sent back unchanged.
+	// opaque Part.Signature that must be sent back unchanged, to the API
+	// that made it (Part.Signer).
 	PartThinking
 	// PartToolCall is a request from the model to run Part.ToolCall.
 	PartToolCall
@@ -58,9 +59,12 @@ const (
 
 // Part is one piece of a [Message]. Kind says which fields are meaningful.
 type Part struct {
-	Kind       PartKind
-	Text       string
-	Signature  string
+	Kind      PartKind
+	Text      string
+	Signature string
+	// Signer names the API that made a thinking part's Signature
+	// ([Capabilities].Signer); empty when unknown.
+	Signer     string
 	ToolCall   *ToolCall
 	ToolResult *ToolResult
 	Media      *Media

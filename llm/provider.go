@@ -38,6 +38,9 @@ type Request struct {
 	MaxOutputTokens int
 	// Temperature is the sampling temperature; nil means the provider's default.
 	Temperature *float64
+	// TopP is the nucleus sampling cutoff, from 0 to 1; nil means the
+	// provider's default.
+	TopP *float64
 	// StopSequences end the reply when generated.
 	StopSequences []string
 	// CachePrompt asks the adapter to mark the request's stable prefix for
@@ -60,6 +63,10 @@ type Request struct {
 	// EndUser identifies the end user to the provider (a stable, opaque
 	// id); empty sends none.
 	EndUser string
+	// Capabilities, when not nil, is what the model takes, as the runtime
+	// resolved it (the adapter's table, with the model's configuration
+	// over it); nil: the adapter looks the model up in its own table.
+	Capabilities *Capabilities
 }
 
 // OutputSchema asks a model for a reply that is one JSON value matching

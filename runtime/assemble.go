@@ -20,11 +20,20 @@ type assembler struct {
 	// seam is whitespace the reply already ends with (a continued reply
 	// whose prefill lost it): the first text drops a leading copy of it.
 	seam string
+	// signer names the API that signs the model's thinking
+	// ([llm.Capabilities].Signer), recorded on its thinking parts.
+	signer string
+	// newID makes the id of a tool call; taken reports an id the
+	// conversation already holds.
+	newID func() string
+	taken func(id string) bool
 }
 
 // add records c and returns the event payload to emit for it, nil for
-// none.
-func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
+// none. A tool call whose id is missing, or is one the conversation or the
+// reply already holds (Gemini 2.5 sends none; some servers send the same
+// ids every step), gets a new one: ids are unique in a conversation.
+func (b *assembler) add(c llm.Chunk) Payload {
 	if b.seam != "" && c.Kind != llm.ChunkUsage && c.Kind != llm.ChunkStop {
 		c.Text = b.trimSeam(c)
 	}
@@ -53,7 +62,7 @@ func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
 		}
 		b.parts[i].Text += c.Text
 		if c.Signature != "" {
-			b.parts[i].Signature = c.Signature
+			b.parts[i].Signature, b.parts[i].Signer = c.Signature, b.signer
 		}
 		return &ThinkingDelta{Text: c.Text, Signature: c.Signature}
 	case llm.ChunkToolCallStart:
@@ -61,8 +70,8 @@ func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
 			b.calls, b.args, b.ended = map[int]int{}, map[int]*strings.Builder{}, map[int]bool{}
 		}
 		id := c.CallID
-		if id == "" {
-			id = "call_" + newID()
+		if id == "" || b.hasCall(id) || b.taken != nil && b.taken(id) {
+			id = "call_" + b.newID()
 		}
 		b.closeText()
 		b.parts = append(b.parts, llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: id, Name: c.Name}})
@@ -81,6 +90,16 @@ func (b *assembler) add(c llm.Chunk, newID func() string) Payload {
 		}
 	}
 	return nil
+}
+
+// hasCall reports whether the reply holds a tool call of id.
+func (b *assembler) hasCall(id string) bool {
+	for _, pi := range b.calls {
+		if b.parts[pi].ToolCall.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // trimSeam returns c's text without the part of it that repeats the seam,

@@ -204,19 +204,21 @@ func (t *turn) estimate(c *call) {
 // then, while a reply cut short is being continued, what continues it on
 // m's provider. It returns the whitespace the call's text must not repeat.
 func (t *turn) request(m *Model) (*llm.Request, string) {
+	caps := m.capabilities()
 	req := &llm.Request{
 		TurnID:          t.info.TurnID,
 		Model:           m.ID,
 		System:          t.req.System,
-		Messages:        mediaFor(m, t.conv),
+		Messages:        signaturesFor(caps.Signer, mediaFor(m, t.conv)),
 		Tools:           t.toolSpecs(m),
 		MaxOutputTokens: m.MaxOutputTokens,
-		Temperature:     t.req.Temperature,
 		StopSequences:   t.req.StopSequences,
 		OutputSchema:    t.req.OutputSchema,
 		Reasoning:       t.reasoning(m),
 		EndUser:         t.req.Metadata[MetadataEndUser],
+		Capabilities:    &caps,
 	}
+	req.Temperature, req.TopP = t.sampling(m, caps)
 	t.cacheRequest(m, req)
 	req.ToolChoice = t.toolChoice(m, req.Tools)
 	if t.req.MaxOutputTokens > 0 {
@@ -228,7 +230,7 @@ func (t *turn) request(m *Model) (*llm.Request, string) {
 	var seam string
 	if reply := mergeParts(t.reply, t.cut); len(reply) > 0 {
 		var tail []llm.Message
-		tail, seam = continuation(m.Provider, reply)
+		tail, seam = continuation(caps, reply)
 		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], tail...)
 	}
 	return req, seam
@@ -253,7 +255,7 @@ func (t *turn) firstChunk(c *call, ttfc time.Duration) {
 // failure is the caller's.
 func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, error], inline bool) {
 	res := &c.res
-	b := assembler{seam: c.seam}
+	b := assembler{seam: c.seam, signer: c.req.Capabilities.Signer, newID: t.r.opts.newID, taken: t.callIDTaken}
 	stopped := false
 	for ch, err := range src {
 		if err != nil {
@@ -277,7 +279,7 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 			res.stop, res.served, res.responseID, stopped = ch.Stop, ch.Model, ch.ResponseID, true
 			continue
 		}
-		p := b.add(ch, t.r.opts.newID)
+		p := b.add(ch)
 		if p == nil {
 			continue
 		}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"slices"
 	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
@@ -31,15 +32,19 @@ type chain struct {
 }
 
 // newChain resolves alias and its fallbacks, in order, without repeats,
-// skipping the fallbacks that cannot take the media of msgs (the model
+// skipping the fallbacks that cannot take the media of req's messages, or
+// of which a deployment cannot take its generation options (the model
 // asked for was checked by [Runner.Validate]). Fallbacks of fallbacks are
 // not followed.
-func newChain(r *Runner, alias string, msgs []llm.Message) chain {
+func newChain(r *Runner, alias string, req *TurnRequest) chain {
 	c := chain{health: r.health, routers: r.routers, share: r.sharerOf(), now: r.opts.now}
 	seen := map[string]bool{}
-	media := requestMedia(msgs)
+	media := requestMedia(req.Messages)
+	takes := func(m *Model) bool {
+		return takesAll(m, media) && !slices.ContainsFunc(r.routers[m.Alias].deps, func(d *Model) bool { return !takesOptions(d, req) })
+	}
 	for i, a := range append([]string{alias}, r.models[alias].Fallbacks...) {
-		if m := r.models[a]; m != nil && !seen[a] && (i == 0 || takesAll(m, media)) {
+		if m := r.models[a]; m != nil && !seen[a] && (i == 0 || takes(m)) {
 			seen[a] = true
 			c.models = append(c.models, m)
 		}

@@ -33,26 +33,23 @@ func (s StreamCut) valid() bool {
 
 // ContinuationPrompt is the user message sent, inside the turn only, after
 // a reply cut short (by the output token limit or a cut stream) when the
-// provider cannot continue the reply from an assistant prefill. It is never
+// model cannot continue the reply from an assistant prefill. It is never
 // committed: the client gets the continued reply as one assistant message.
 const ContinuationPrompt = "Your previous reply was cut off. Continue exactly where it stopped, without repeating or summarising anything."
 
-// prefiller is implemented by providers whose API continues a trailing
-// assistant message from where its text ends (assistant prefill, as
-// Anthropic's Messages API does), instead of answering it.
-type prefiller interface {
-	SupportsPrefill() bool
-}
-
 // continuation returns the messages that follow the conversation in a call
-// to p continuing reply, the assistant output written so far, and the
-// whitespace the continuation's text must not repeat. With a prefill
-// provider and a reply of text only, the reply itself is the last message
-// (its trailing whitespace removed, as APIs reject it; the continuation's
-// leading copy of it is then dropped, since the client has shown it).
-// Otherwise the reply is followed by [ContinuationPrompt].
-func continuation(p llm.Provider, reply []llm.Part) (msgs []llm.Message, seam string) {
-	if pf, ok := p.(prefiller); ok && pf.SupportsPrefill() && textOnly(reply) {
+// continuing reply, the assistant output written so far, to a model with
+// caps, and the whitespace the continuation's text must not repeat. With
+// a model that takes prefill ([llm.Capabilities].Prefill) and a reply of
+// text only, the reply itself is the last message (its trailing
+// whitespace removed, as APIs reject it; the continuation's leading copy
+// of it is then dropped, since the client has shown it). Otherwise the
+// reply is followed by [ContinuationPrompt]: a model that refuses prefill
+// (Claude 4.6 and later) or answers a trailing assistant message instead
+// of continuing it (Chat Completions, Gemini) gets a conversation that
+// ends with a user message.
+func continuation(caps llm.Capabilities, reply []llm.Part) (msgs []llm.Message, seam string) {
+	if caps.Prefill && textOnly(reply) {
 		text := joinText(reply)
 		if trimmed := strings.TrimRightFunc(text, unicode.IsSpace); trimmed != "" {
 			return []llm.Message{{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart(trimmed)}}}, text[len(trimmed):]

@@ -55,7 +55,7 @@ func TestStreamCutContinues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := fake.NewProvider(tt.cut, fake.Reply{Chunks: fake.Text(tt.rest)})
-			p.Prefill = tt.prefill
+			p.Caps.Prefill = tt.prefill
 			m := model("a", p)
 			m.OnStreamCut = runtime.StreamCutContinue
 			obs := &continuesLog{}

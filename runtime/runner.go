@@ -67,6 +67,13 @@ type Model struct {
 	// Reasoning, when not nil, is the reasoning asked of this model when
 	// the request asks for none.
 	Reasoning *llm.Reasoning
+	// TopP, when not nil, is the top_p of the model's calls when the
+	// request sets none (and, on a model that takes temperature or top_p,
+	// not both, no temperature either).
+	TopP *float64
+	// Capabilities, when not nil, overrides what the model's provider says
+	// it takes ([Capable]), key by key.
+	Capabilities *CapabilitiesConfig
 	// Deployments, when not empty, are the places the model is served,
 	// each its own provider and model id: turns spread over them by weight
 	// (see [Deployment]). Provider, ProviderName and ID may then be left
@@ -101,6 +108,9 @@ type TurnRequest struct {
 	MaxOutputTokens int
 	// Temperature is passed to the provider when not nil.
 	Temperature *float64
+	// TopP is passed to the provider when not nil; nil takes the model's
+	// ([Model].TopP).
+	TopP *float64
 	// StopSequences are passed to the provider.
 	StopSequences []string
 	// MaxModelCalls overrides the runner's limit when positive.
@@ -256,6 +266,14 @@ func New(models []*Model, defaultModel string, tools []llm.Tool, opts ...Option)
 		if !m.OnStreamCut.valid() {
 			errs = append(errs, fmt.Errorf("model %q: on_stream_cut: %q is not restart or continue", m.Alias, string(m.OnStreamCut)))
 		}
+		if m.Capabilities != nil {
+			for _, p := range m.Capabilities.Problems() {
+				errs = append(errs, fmt.Errorf("model %q: capabilities.%v", m.Alias, p))
+			}
+		}
+		if p := m.TopP; p != nil && !(*p >= 0 && *p <= 1) {
+			errs = append(errs, fmt.Errorf("model %q: top_p must be from 0 to 1", m.Alias))
+		}
 	}
 	for _, m := range models {
 		for _, fb := range m.Fallbacks {
@@ -340,19 +358,31 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
 // Validate checks what only the runner knows about a request: that its
-// model exists and takes the request's media, and its client tools do not
-// clash with server tools. It returns every problem, each a
-// [*FieldError], joined with [errors.Join].
+// model exists and takes the request's media and generation options (its
+// stop sequences, temperature and top_p, within the limits of every
+// deployment of the model: [Capable]), and its client tools do not clash
+// with server tools. It returns every problem, each a [*FieldError],
+// joined with [errors.Join].
 func (r *Runner) Validate(req *TurnRequest) error {
 	var errs []error
 	if req.Model != "" && r.models[req.Model] == nil {
 		// %.64q: the client's text is quoted back, but not all of it.
 		errs = append(errs, &FieldError{Field: "model", Description: fmt.Sprintf("unknown model %.64q; configured: %v", req.Model, r.Models())})
 	} else {
-		m := r.models[cmp.Or(req.Model, r.defaultModel)]
+		alias := cmp.Or(req.Model, r.defaultModel)
+		m := r.models[alias]
 		for _, ref := range requestMedia(req.Messages) {
 			if msg := mediaProblem(m, ref.media); msg != "" {
 				errs = append(errs, &FieldError{Field: ref.field, Description: msg})
+			}
+		}
+		seen := map[string]bool{}
+		for _, d := range r.routers[alias].deps {
+			for _, err := range optionProblems(d, req) {
+				if f := err.(*FieldError).Field; !seen[f] {
+					seen[f] = true
+					errs = append(errs, err)
+				}
 			}
 		}
 	}

@@ -703,7 +703,7 @@ func TestMaxTokensContinuation(t *testing.T) {
 				}},
 				fake.Reply{Chunks: fake.Text(" 42.")},
 			)
-			p.Prefill = tt.prefill
+			p.Caps.Prefill = tt.prefill
 			tool := fake.NewTool("lookup", nil)
 			r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool})
 			evs, res, terr := run(t, t.Context(), r, userTurn("hi"))

@@ -32,6 +32,9 @@ type turn struct {
 
 	conv  []llm.Message // the conversation as the model sees it
 	added []llm.Message // the messages the turn committed
+	// callIDs holds the ids of the tool calls of conv and of the messages
+	// the turn committed, made on first use (see [turn.callIDTaken]).
+	callIDs map[string]bool
 	// reply holds the parts of a reply cut by the output token limit,
 	// being continued: committed, merged with the rest, once it ends. cut
 	// holds the text the current step kept from cut streams. While either
@@ -134,7 +137,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		info:     TurnInfo{TurnID: id, Model: alias, Request: req, Start: time.Now()},
 		obs:      r.opts.observer,
 		out:      emitter{sink: sink, turnID: id, now: r.opts.now, cancel: cancel},
-		chain:    newChain(r, alias, req.Messages),
+		chain:    newChain(r, alias, req),
 		parent:   ctx,
 		maxCalls: r.opts.limits.MaxModelCalls,
 		conv:     slices.Clone(req.Messages),
@@ -296,7 +299,28 @@ func (t *turn) stopped(ctx context.Context) error {
 func (t *turn) commit(ctx context.Context, m llm.Message) {
 	t.conv = append(t.conv, m)
 	t.added = append(t.added, m)
+	if t.callIDs != nil {
+		for _, c := range m.ToolCalls() {
+			t.callIDs[c.ID] = true
+		}
+	}
 	t.out.emit(ctx, &MessageCompleted{Message: m})
+}
+
+// callIDTaken reports whether the conversation holds a tool call of id:
+// a call the model makes gets another ([assembler.add]), as clients
+// refuse a conversation whose ids repeat. Compaction may drop calls from
+// conv; their ids stay taken.
+func (t *turn) callIDTaken(id string) bool {
+	if t.callIDs == nil {
+		t.callIDs = map[string]bool{}
+		for _, m := range t.conv {
+			for _, c := range m.ToolCalls() {
+				t.callIDs[c.ID] = true
+			}
+		}
+	}
+	return t.callIDs[id]
 }
 
 // complete ends the turn with its outcome; when the outcome cannot be

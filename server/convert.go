@@ -213,7 +213,10 @@ func toMessage(bad *violations, media *mediaLimits, field string, m *turnstilev1
 			if msg.Role != llm.RoleAssistant {
 				bad.add(pf+".thinking", "only assistant messages hold thinking")
 			}
-			part = llm.Part{Kind: llm.PartThinking, Text: k.Thinking.GetText(), Signature: k.Thinking.GetSignature()}
+			if !signerRE.MatchString(k.Thinking.GetSigner()) {
+				bad.add(pf+".thinking.signer", "must be at most 32 letters, digits, '_' or '-'")
+			}
+			part = llm.Part{Kind: llm.PartThinking, Text: k.Thinking.GetText(), Signature: k.Thinking.GetSignature(), Signer: k.Thinking.GetSigner()}
 		case *turnstilev1.Part_ToolCall:
 			tc := k.ToolCall
 			if msg.Role != llm.RoleAssistant {
@@ -338,7 +341,7 @@ func fromMessage(m llm.Message) *turnstilev1.Message {
 		case llm.PartText:
 			pp.Kind = &turnstilev1.Part_Text{Text: p.Text}
 		case llm.PartThinking:
-			pp.Kind = &turnstilev1.Part_Thinking{Thinking: &turnstilev1.Thinking{Text: p.Text, Signature: p.Signature}}
+			pp.Kind = &turnstilev1.Part_Thinking{Thinking: &turnstilev1.Thinking{Text: p.Text, Signature: p.Signature, Signer: p.Signer}}
 		case llm.PartToolCall:
 			pp.Kind = &turnstilev1.Part_ToolCall{ToolCall: &turnstilev1.ToolCall{Id: p.ToolCall.ID, Name: p.ToolCall.Name, Arguments: p.ToolCall.Arguments}}
 		case llm.PartToolResult:

@@ -25,10 +25,23 @@ const (
 
 var metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-// toGenerationOptions checks and converts the output schema, tool choice
-// and reasoning of g into tr. Whether the schema compiles and the tool is
-// offered is the runner's to check ([runtime.Runner.Validate]).
+// signerRE is what a thinking part's signer may be: an API's name, or
+// empty.
+var signerRE = regexp.MustCompile(`^[A-Za-z0-9_-]{0,32}$`)
+
+// toGenerationOptions checks and converts the top_p, output schema, tool
+// choice and reasoning of g into tr. Whether the schema compiles, the tool
+// is offered and the model takes the options is the runner's to check
+// ([runtime.Runner.Validate]).
 func toGenerationOptions(bad *violations, g *turnstilev1.GenerationOptions, tr *runtime.TurnRequest) {
+	if g.TopP != nil {
+		p := g.GetTopP()
+		// NaN fails every comparison: test for the valid range.
+		if !(p >= 0 && p <= 1) {
+			bad.add("generation.top_p", "must be a number from 0 to 1")
+		}
+		tr.TopP = &p
+	}
 	if s := g.GetOutputSchema(); s != nil {
 		out := &llm.OutputSchema{Name: s.GetName(), Strict: s.GetStrict()}
 		switch {

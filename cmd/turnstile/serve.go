@@ -377,6 +377,8 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 			Tools:             allowedTools(mc.Tools),
 			Input:             mc.Input,
 			Reasoning:         mc.Reasoning.Reasoning(),
+			TopP:              mc.TopP,
+			Capabilities:      mc.Capabilities,
 			Price:             cfg.ModelPrice(alias),
 		})
 	}

@@ -27,10 +27,11 @@ type Reply struct {
 // Provider replays Replies, one per call, in order; calls past the end
 // repeat the last reply. It records each request. Safe for concurrent use.
 type Provider struct {
-	// Prefill makes the provider claim assistant prefill, as Anthropic's
-	// API has: a reply cut short is then continued from a trailing
-	// assistant message instead of a continuation prompt.
-	Prefill bool
+	// Caps is what the provider says each of its models takes
+	// ([Provider.Capabilities]). With Caps.Prefill, a reply cut short is
+	// continued from a trailing assistant message, as Claude before 4.6
+	// does, instead of a continuation prompt.
+	Caps llm.Capabilities
 
 	mu       sync.Mutex
 	replies  []Reply
@@ -82,8 +83,8 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 	}
 }
 
-// SupportsPrefill reports p.Prefill.
-func (p *Provider) SupportsPrefill() bool { return p.Prefill }
+// Capabilities returns p.Caps, for every model.
+func (p *Provider) Capabilities(string) llm.Capabilities { return p.Caps }
 
 // Calls returns how many calls the provider received.
 func (p *Provider) Calls() int {

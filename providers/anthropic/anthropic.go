@@ -6,9 +6,10 @@
 // thinking blocks to assistant turns — a thinking part goes back with its
 // signature unchanged, as the API requires, and one without a signature is
 // dropped — tools to custom tools, and MaxOutputTokens (default
-// [DefaultMaxTokens]), Temperature and StopSequences to their fields
-// (the output schema, tool choice, reasoning and end user as
-// setGenerationOptions says); consecutive messages of one role are merged into one turn. The stream
+// [DefaultMaxTokens]), Temperature, TopP and StopSequences to their fields
+// (the output schema, tool choice, reasoning, sampling options and end
+// user as setGenerationOptions says, by the model's capabilities);
+// consecutive messages of one role are merged into one turn. The stream
 // becomes [llm.Chunk]s: text, thinking text and signatures (Index
 // counts the reply's thinking blocks), tool calls with their JSON
 // fragments (closed, after checking they are a JSON object, at
@@ -43,6 +44,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/capability"
 	"github.com/turnstile-dev/turnstile/providers/internal/endpoint"
 	"github.com/turnstile-dev/turnstile/providers/internal/stream"
 )
@@ -96,12 +98,22 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{name: c.Name, secrets: c.Secrets(), messages: anthropic.NewMessageService(opts...)}, nil
 }
 
-// SupportsPrefill reports true: the Messages API continues a conversation
-// that ends with an assistant message from where its text ends (assistant
-// prefill), so the runtime continues a cut reply that way instead of with
-// a continuation prompt. The API rejects a final assistant text ending in
-// white space; the runtime trims it.
-func (p *Provider) SupportsPrefill() bool { return true }
+// Capabilities returns what the Claude model takes, from the table of
+// providers/internal/capability: adaptive or budget thinking, sampling
+// options, prefill (which Claude 4.6 and later refuse), the temperature
+// range and its signatures.
+func (p *Provider) Capabilities(model string) llm.Capabilities {
+	return capability.Lookup(capability.Anthropic, model).Capabilities
+}
+
+// capabilitiesOf returns what req's model takes: as the runtime resolved
+// it, else from the table.
+func capabilitiesOf(req *llm.Request) llm.Capabilities {
+	if req.Capabilities != nil {
+		return *req.Capabilities
+	}
+	return capability.Lookup(capability.Anthropic, req.Model).Capabilities
+}
 
 // Stream sends req as one streamed message and yields its chunks, ending
 // with a [llm.ChunkStop] or with one classified error.

@@ -75,3 +75,61 @@ func TestGenerationOptionsRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { providertest.EqualJSON(t, f.Bodies()[i], tc.want) })
 	}
 }
+
+// TestGenerationOptionsByModel records the body each model family is sent
+// for the same options, held to the Messages API's documented shapes for
+// the model: adaptive thinking with output_config.effort where the model
+// takes it (Claude 4.6 and later; Opus 4.7 takes nothing else), no
+// temperature or top_p where the model takes none or while it thinks, an
+// output schema converted to the subset the API takes, top_p.
+func TestGenerationOptionsByModel(t *testing.T) {
+	t.Parallel()
+	body := providertest.Fixture(t, "anthropic_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	p := provider(t, f)
+	temp, topP := 0.3, 0.9
+	on := func(model string, r llm.Request) *llm.Request {
+		r.Model, r.Messages = model, simpleRequest.Messages
+		return &r
+	}
+	msgs := `"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]`
+	const loose = `{"type":"object","properties":{"name":{"type":"string","minLength":3},"tags":{"type":"array","items":{"type":"string"},"minItems":2}},"required":["name"]}`
+	const converted = `{"type":"object","properties":{"name":{"type":"string","description":"{minLength: 3}"},"tags":{"type":"array","items":{"type":"string"},"description":"{minItems: 2}"}},"required":["name"],"additionalProperties":false}`
+	cases := []struct {
+		name string
+		req  *llm.Request
+		want string
+	}{
+		{"opus 4.7: adaptive thinking, no temperature", on("claude-opus-4-7", llm.Request{Temperature: &temp, Reasoning: &llm.Reasoning{BudgetTokens: 8000}}),
+			`{"model":"claude-opus-4-7",` + msgs + `,"max_tokens":4096,"thinking":{"type":"adaptive","display":"summarized"},"output_config":{"effort":"medium"}}`},
+		{"opus 4.7: no temperature or top_p without thinking either", on("claude-opus-4-7", llm.Request{Temperature: &temp, TopP: &topP}),
+			`{"model":"claude-opus-4-7",` + msgs + `,"max_tokens":4096}`},
+		{"opus 5: adaptive thinking at the effort asked", on("claude-opus-5", llm.Request{Reasoning: &llm.Reasoning{Effort: llm.EffortHigh}}),
+			`{"model":"claude-opus-5",` + msgs + `,"max_tokens":4096,"thinking":{"type":"adaptive","display":"summarized"},"output_config":{"effort":"high"}}`},
+		{"sonnet 4.6: adaptive thinking, temperature dropped with it", on("claude-sonnet-4-6", llm.Request{Temperature: &temp, Reasoning: &llm.Reasoning{Effort: llm.EffortLow}}),
+			`{"model":"claude-sonnet-4-6",` + msgs + `,"max_tokens":4096,"thinking":{"type":"adaptive","display":"summarized"},"output_config":{"effort":"low"}}`},
+		{"sonnet 4.6: temperature without thinking", on("claude-sonnet-4-6", llm.Request{Temperature: &temp}),
+			`{"model":"claude-sonnet-4-6",` + msgs + `,"max_tokens":4096,"temperature":0.3}`},
+		{"sonnet 4.5: budget thinking still", on("claude-sonnet-4-5", llm.Request{Reasoning: &llm.Reasoning{Effort: llm.EffortLow}}),
+			`{"model":"claude-sonnet-4-5",` + msgs + `,"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":1024}}`},
+		{"haiku 3.5 does not reason: no thinking sent", on("claude-3-5-haiku-20241022", llm.Request{Temperature: &temp, Reasoning: &llm.Reasoning{Effort: llm.EffortLow}}),
+			`{"model":"claude-3-5-haiku-20241022",` + msgs + `,"max_tokens":4096,"temperature":0.3}`},
+		{"top_p", on("claude-sonnet-4-5", llm.Request{TopP: &topP}),
+			`{"model":"claude-sonnet-4-5",` + msgs + `,"max_tokens":4096,"top_p":0.9}`},
+		{"a schema outside the subset is converted", on("claude-opus-4-7", llm.Request{OutputSchema: &llm.OutputSchema{Name: "person", Schema: json.RawMessage(loose)}}),
+			`{"model":"claude-opus-4-7",` + msgs + `,"max_tokens":4096,"output_config":{"format":{"type":"json_schema","schema":` + converted + `}}}`},
+		{"a schema and adaptive thinking share output_config", on("claude-opus-4-6", llm.Request{Reasoning: &llm.Reasoning{Effort: llm.EffortMedium},
+			OutputSchema: &llm.OutputSchema{Schema: json.RawMessage(loose)}}),
+			`{"model":"claude-opus-4-6",` + msgs + `,"max_tokens":4096,"thinking":{"type":"adaptive","display":"summarized"},"output_config":{"effort":"medium","format":{"type":"json_schema","schema":` + converted + `}}}`},
+		{"the runtime's capabilities over the table's", &llm.Request{Model: "claude-opus-4-7-ft", Messages: simpleRequest.Messages,
+			Temperature: &temp, Reasoning: &llm.Reasoning{Effort: llm.EffortLow},
+			Capabilities: &llm.Capabilities{Thinking: llm.ThinkingBudget}},
+			`{"model":"claude-opus-4-7-ft",` + msgs + `,"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":1024}}`},
+	}
+	for i, tc := range cases {
+		if _, err := providertest.Collect(t, t.Context(), p, tc.req); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		t.Run(tc.name, func(t *testing.T) { providertest.EqualJSON(t, f.Bodies()[i], tc.want) })
+	}
+}

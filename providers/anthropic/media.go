@@ -6,13 +6,14 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/capability"
 )
 
-// Inputs returns what a Claude model takes: text, images and PDF
-// documents; the Messages API takes no audio. A model's configuration
-// (models.ALIAS.input) overrides it.
-func (p *Provider) Inputs(string) []llm.Modality {
-	return []llm.Modality{llm.ModalityText, llm.ModalityImage, llm.ModalityPDF}
+// Inputs returns what a Claude model takes, from the capability table:
+// text, images and PDF documents; the Messages API takes no audio. A
+// model's configuration (models.ALIAS.input) overrides it.
+func (p *Provider) Inputs(model string) []llm.Modality {
+	return capability.Lookup(capability.Anthropic, model).Inputs
 }
 
 // FetchesURI reports that Anthropic fetches images and PDFs by URL (the

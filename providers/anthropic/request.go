@@ -25,6 +25,9 @@ func buildParams(req *llm.Request) (anthropic.MessageNewParams, error) {
 	if req.Temperature != nil {
 		params.Temperature = anthropic.Float(*req.Temperature)
 	}
+	if req.TopP != nil {
+		params.TopP = anthropic.Float(*req.TopP)
+	}
 	if req.System != "" {
 		params.System = []anthropic.TextBlockParam{{Text: req.System}}
 	}

@@ -12,7 +12,10 @@ import (
 // decoder holds the state of one streamed reply: it is the
 // stream.Decoder of a generateContent stream.
 type decoder struct {
-	provider   string
+	provider string
+	// answer is the function the call asks its output schema through,
+	// whose call is the reply's answer (see [answer]).
+	answer     answer
 	responseID string
 	toolCalls  int
 	thinking   int
@@ -59,14 +62,14 @@ func (d *decoder) Decode(resp *genai.GenerateContentResponse, emit func(llm.Chun
 		}
 		if c.FinishReason != "" && c.FinishReason != genai.FinishReasonUnspecified {
 			d.finished = true
-			stop, failed := finishReason(c.FinishReason, d.toolCalls > 0)
-			if failed {
+			stop, kind, why := finishReason(c.FinishReason, d.toolCalls > 0)
+			if why != "" {
 				msg := c.FinishMessage
 				if msg == "" {
-					msg = "the model produced an invalid function call"
+					msg = why
 				}
 				return false, &llm.Error{
-					Kind:     llm.KindServerError,
+					Kind:     kind,
 					Message:  fmt.Sprintf("%s (%s)", msg, c.FinishReason),
 					Provider: d.provider,
 					Err:      fmt.Errorf("finishReason %s", c.FinishReason),
@@ -110,14 +113,14 @@ func (d *decoder) part(p *genai.Part, emit func(llm.Chunk) bool) bool {
 			return false
 		}
 		fc := p.FunctionCall
+		if d.answer.function != "" && fc.Name == d.answer.function {
+			return emit(llm.Chunk{Kind: llm.ChunkText, Text: d.answerText(fc.Args)})
+		}
 		index := d.toolCalls
 		d.toolCalls++
+		// Gemini 2.5 sends no id: the call goes without one, and the
+		// runtime gives it an id unique within the conversation.
 		id := fc.ID
-		if id == "" {
-			// The Gemini API often sends no id; results are matched by
-			// this one, which is unique within the reply.
-			id = fmt.Sprintf("call_%d_%s", index, fc.Name)
-		}
 		args := []byte("{}")
 		if len(fc.Args) > 0 {
 			b, err := json.Marshal(fc.Args)
@@ -140,6 +143,24 @@ func (d *decoder) part(p *genai.Part, emit func(llm.Chunk) bool) bool {
 	return true
 }
 
+// answerText is the reply's text that the arguments of a call of the
+// answer function stand for: the arguments, or their "response" when the
+// schema was wrapped, as JSON.
+func (d *decoder) answerText(args map[string]any) string {
+	var v any = args
+	if d.answer.wrapped {
+		v = args["response"]
+	}
+	if v == nil && !d.answer.wrapped {
+		v = map[string]any{}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "null"
+	}
+	return string(b)
+}
+
 // signature yields a thought signature that belongs to the part after it
 // as a thinking block of its own with no text.
 func (d *decoder) signature(sig string, emit func(llm.Chunk) bool) bool {
@@ -147,26 +168,30 @@ func (d *decoder) signature(sig string, emit func(llm.Chunk) bool) bool {
 	return emit(llm.Chunk{Kind: llm.ChunkThinking, Index: d.thinking - 1, Signature: sig})
 }
 
-// finishReason maps a finishReason; failed reports a finish that makes the
-// reply unusable (a malformed or unexpected function call).
-func finishReason(r genai.FinishReason, calls bool) (stop llm.StopReason, failed bool) {
+// finishReason maps a finishReason to a stop reason, or, with why set, to
+// the failure a reply that ended so is: why says what happened when the
+// API gave no message.
+func finishReason(r genai.FinishReason, calls bool) (stop llm.StopReason, kind llm.Kind, why string) {
 	switch r {
 	case genai.FinishReasonStop:
 		if calls {
-			return llm.StopToolUse, false
+			return llm.StopToolUse, 0, ""
 		}
-		return llm.StopEndTurn, false
-	case genai.FinishReasonMaxTokens:
-		return llm.StopMaxTokens, false
+		return llm.StopEndTurn, 0, ""
+	case genai.FinishReasonMaxTokens, genai.FinishReasonContinuation:
+		return llm.StopMaxTokens, 0, ""
 	case genai.FinishReasonSafety, genai.FinishReasonProhibitedContent, genai.FinishReasonBlocklist,
 		genai.FinishReasonSPII, genai.FinishReasonRecitation, genai.FinishReasonImageSafety,
 		genai.FinishReasonImageProhibitedContent, genai.FinishReasonImageRecitation:
-		return llm.StopRefusal, false
+		return llm.StopRefusal, 0, ""
 	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
-		return llm.StopUnspecified, true
+		return llm.StopUnspecified, llm.KindServerError, "the model produced an invalid function call"
+	case genai.FinishReasonTooManyToolCalls:
+		return llm.StopUnspecified, llm.KindServerError, "the model called too many functions in a row"
+	case genai.FinishReasonLanguage:
+		return llm.StopUnspecified, llm.KindInvalidRequest, "the model does not answer in the language of the request"
 	}
-	if calls {
-		return llm.StopToolUse, false
-	}
-	return llm.StopUnspecified, false
+	// OTHER, and any reason this adapter does not know: the reply stopped
+	// for a reason that is not a success.
+	return llm.StopUnspecified, llm.KindServerError, "the model stopped for a reason the API did not give"
 }

@@ -6,10 +6,13 @@
 // system prompt to systemInstruction, user text to user turns, assistant
 // text, thoughts and function calls to model turns, tool results to
 // functionResponse parts ({"output": …} or, for a failed tool,
-// {"error": …}), tools to function declarations with their JSON Schema,
-// and MaxOutputTokens, Temperature and StopSequences to the generation
-// config (the output schema, tool choice and reasoning as
-// setGenerationOptions says); consecutive messages of one role are merged into one turn.
+// {"error": …}; a result without a name gets its call's, which the API
+// requires), tools to function declarations with their JSON Schema,
+// and MaxOutputTokens, Temperature, TopP and StopSequences to the
+// generation config (the output schema, tool choice and reasoning as
+// setGenerationOptions says, by the model's capabilities); consecutive
+// messages of one role are merged into one turn. A signature that is not
+// base64 is not Gemini's and is dropped.
 // Gemini's thought signatures travel in [llm.PartThinking] parts: a
 // signature streamed on a function call or text part is yielded as a
 // [llm.ChunkThinking] with an empty text just before that part, and a
@@ -18,11 +21,14 @@
 //
 // The stream becomes [llm.Chunk]s: text, thought text, function calls
 // (which arrive whole, so start, arguments and end come together; a call
-// without an id gets one), usage (input tokens exclude cached ones, which
-// count as cache reads; thought tokens count as output) and the stop
-// reason. A blocked prompt or a safety finish is a refusal; a
-// MALFORMED_FUNCTION_CALL or UNEXPECTED_TOOL_CALL finish is a server error
-// worth one retry.
+// without an id, as Gemini 2.5 sends them, goes without one, and the
+// runtime gives it one unique in the conversation; a call of the respond
+// function is the reply's text), usage (input tokens exclude cached ones,
+// which count as cache reads; thought tokens count as output) and the
+// stop reason. A blocked prompt or a safety finish is a refusal; a
+// MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS or
+// OTHER finish, or one the adapter does not know, is a server error worth
+// a retry, and LANGUAGE an invalid request.
 //
 // Every failure is classified as a [*llm.Error] from the google.rpc
 // status and its details (QuotaFailure quota ids: per-day quotas are
@@ -142,7 +148,7 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.C
 	return stream.Run(p.name, req, buildCall, func(c call, yield func(llm.Chunk, error) bool) {
 		rec := &response{fast: p.fast}
 		defer rec.closeBody()
-		d := &decoder{provider: p.name}
+		d := &decoder{provider: p.name, answer: c.answer}
 		sdk := p.models.GenerateContentStream(context.WithValue(ctx, responseKey{}, rec), c.model, c.contents, c.config)
 		// The SDK yields an error or, when the transport took the body of
 		// a successful response (rec.body), nothing: the body's events

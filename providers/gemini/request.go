@@ -15,18 +15,22 @@ type call struct {
 	model    string
 	contents []*genai.Content
 	config   *genai.GenerateContentConfig
+	// answer is how the call asks for its output schema, when it does so
+	// through a function (see [answer]).
+	answer answer
 }
 
 // buildCall maps req to its call (see buildRequest).
 func buildCall(req *llm.Request) (call, error) {
-	contents, config, err := buildRequest(req)
-	return call{model: req.Model, contents: contents, config: config}, err
+	contents, config, ans, err := buildRequest(req)
+	return call{model: req.Model, contents: contents, config: config, answer: ans}, err
 }
 
-// buildRequest maps req to contents and a generation config. It fails only
-// on a request the API could not accept, such as a tool schema that is not
-// a JSON object or a signature that is not base64.
-func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentConfig, error) {
+// buildRequest maps req to contents and a generation config, and says how
+// the reply's answer comes back when the output schema is asked for
+// through a function. It fails only on a request the API could not
+// accept, such as a tool schema that is not a JSON object.
+func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentConfig, answer, error) {
 	config := &genai.GenerateContentConfig{
 		// A dropped stream is the runtime's to retry, not the SDK's to resume.
 		AutomaticContinuation: genai.Ptr(false),
@@ -41,16 +45,19 @@ func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentCon
 	if req.Temperature != nil {
 		config.Temperature = genai.Ptr(float32(*req.Temperature))
 	}
+	if req.TopP != nil {
+		config.TopP = genai.Ptr(float32(*req.TopP))
+	}
 	var decls []*genai.FunctionDeclaration
 	for _, t := range req.Tools {
 		schema := map[string]any{"type": "object"}
 		if len(t.Schema) > 0 {
 			schema = nil
 			if err := json.Unmarshal(t.Schema, &schema); err != nil {
-				return nil, nil, fmt.Errorf("tool %q: schema is not a JSON object: %w", t.Name, err)
+				return nil, nil, answer{}, fmt.Errorf("tool %q: schema is not a JSON object: %w", t.Name, err)
 			}
 			if schema == nil {
-				return nil, nil, fmt.Errorf("tool %q: schema is null, not a JSON object", t.Name)
+				return nil, nil, answer{}, fmt.Errorf("tool %q: schema is null, not a JSON object", t.Name)
 			}
 		}
 		decls = append(decls, &genai.FunctionDeclaration{Name: t.Name, Description: t.Description, ParametersJsonSchema: schema})
@@ -58,14 +65,16 @@ func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentCon
 	if len(decls) > 0 {
 		config.Tools = []*genai.Tool{{FunctionDeclarations: decls}}
 	}
-	if err := setGenerationOptions(config, req); err != nil {
-		return nil, nil, err
+	ans, err := setGenerationOptions(config, req)
+	if err != nil {
+		return nil, nil, answer{}, err
 	}
+	names := callNames(req.Messages)
 	var contents []*genai.Content
 	for i, m := range req.Messages {
-		c, err := content(m)
+		c, err := content(m, names)
 		if err != nil {
-			return nil, nil, fmt.Errorf("message %d: %w", i, err)
+			return nil, nil, answer{}, fmt.Errorf("message %d: %w", i, err)
 		}
 		if len(c.Parts) == 0 {
 			continue
@@ -76,12 +85,29 @@ func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentCon
 		}
 		contents = append(contents, c)
 	}
-	return contents, config, nil
+	return contents, config, ans, nil
 }
 
-// content maps one message. A thinking part with a signature but no text
-// carries the signature of the part after it.
-func content(m llm.Message) (*genai.Content, error) {
+// callNames maps the id of every tool call of msgs to its tool's name: a
+// functionResponse needs the name of the call it answers, which a result
+// may not carry.
+func callNames(msgs []llm.Message) map[string]string {
+	names := map[string]string{}
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls() {
+			names[c.ID] = c.Name
+		}
+	}
+	return names
+}
+
+// content maps one message; names holds the tool name of each call id of
+// the conversation. A thinking part with a signature but no text carries
+// the signature of the part after it. A signature that is not base64 did
+// not come from Gemini (the runtime keeps another API's signatures from
+// Gemini; one without a signer, from an older client, may still be one):
+// it is dropped, as the API would refuse it.
+func content(m llm.Message, names map[string]string) (*genai.Content, error) {
 	c := &genai.Content{}
 	switch m.Role {
 	case llm.RoleUser, llm.RoleTool:
@@ -101,11 +127,9 @@ func content(m llm.Message) (*genai.Content, error) {
 	for _, p := range m.Parts {
 		var sig []byte
 		if p.Signature != "" {
-			b, err := base64.StdEncoding.DecodeString(p.Signature)
-			if err != nil {
-				return nil, fmt.Errorf("thought signature is not base64: %w", err)
+			if b, err := base64.StdEncoding.DecodeString(p.Signature); err == nil {
+				sig = b
 			}
-			sig = b
 		}
 		switch p.Kind {
 		case llm.PartText:
@@ -113,7 +137,7 @@ func content(m llm.Message) (*genai.Content, error) {
 				add(&genai.Part{Text: p.Text, ThoughtSignature: sig})
 			}
 		case llm.PartThinking:
-			if m.Role != llm.RoleAssistant {
+			if m.Role != llm.RoleAssistant || sig == nil && p.Signature != "" {
 				continue
 			}
 			if p.Text == "" {
@@ -142,8 +166,12 @@ func content(m llm.Message) (*genai.Content, error) {
 			if r.IsError {
 				key = "error"
 			}
+			name := r.Name
+			if name == "" {
+				name = names[r.CallID]
+			}
 			add(&genai.Part{FunctionResponse: &genai.FunctionResponse{
-				ID: r.CallID, Name: r.Name, Response: map[string]any{key: r.Content},
+				ID: r.CallID, Name: name, Response: map[string]any{key: r.Content},
 			}})
 			// The result's media follow it in the same turn, as parts of
 			// their own: every Gemini model takes them there, while media

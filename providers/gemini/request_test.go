@@ -74,13 +74,36 @@ func TestRequestMapping(t *testing.T) {
 	}
 }
 
-func TestRequestRejectsBadSignature(t *testing.T) {
+// TestRequestKeepsGeminiFields records the body of a conversation that
+// came from elsewhere, held to the Gemini API's Content shape: a tool
+// result without a name gets the name of the call it answers
+// (functionResponse.name is required), and a signature that is not
+// base64 (another API's, from a conversation without signers) is dropped
+// with its thinking rather than failing the call; a call's is left off.
+func TestRequestKeepsGeminiFields(t *testing.T) {
 	t.Parallel()
-	_, _, err := buildRequest(&llm.Request{Model: "m", Messages: []llm.Message{{Role: llm.RoleAssistant,
-		Parts: []llm.Part{{Kind: llm.PartThinking, Text: "x", Signature: "not base64!"}}}}})
-	if err == nil {
-		t.Error("a signature that is not base64 was accepted")
+	body := providertest.Fixture(t, "gemini_ok.sse")
+	f := providertest.NewServer(t, func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+	req := &llm.Request{Model: "gemini-2.5-flash", Messages: []llm.Message{
+		{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("weather?")}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{
+			{Kind: llm.PartThinking, Text: "Claude's reasoning", Signature: "ErUBCkYIBRgC+/not=base64!"},
+			{Kind: llm.PartThinking, Signature: "sig?"},
+			{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "toolu_01", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		}},
+		{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "toolu_01", Content: "18C"}}}},
+	}}
+	if _, err := providertest.Collect(t, t.Context(), provider(t, f), req); err != nil {
+		t.Fatal(err)
 	}
+	providertest.EqualJSON(t, f.Bodies()[0], `{
+		"generationConfig": {},
+		"contents": [
+			{"role": "user", "parts": [{"text": "weather?"}]},
+			{"role": "model", "parts": [{"functionCall": {"id": "toolu_01", "name": "get_weather", "args": {"city": "Paris"}}}]},
+			{"role": "user", "parts": [{"functionResponse": {"id": "toolu_01", "name": "get_weather", "response": {"output": "18C"}}}]}
+		]
+	}`)
 }
 
 // bodyTransport answers every request with body as a 200 SSE stream,

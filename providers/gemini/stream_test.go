@@ -27,7 +27,7 @@ func TestStreamSuccessFixture(t *testing.T) {
 	}
 	want := []llm.Chunk{
 		{Kind: llm.ChunkThinking, Index: 0, Signature: "CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rz"},
-		{Kind: llm.ChunkToolCallStart, Index: 0, CallID: "call_0_getWeather", Name: "getWeather"},
+		{Kind: llm.ChunkToolCallStart, Index: 0, Name: "getWeather"},
 		{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"location":"Tokyo"}`},
 		{Kind: llm.ChunkToolCallEnd, Index: 0},
 		{Kind: llm.ChunkUsage, Usage: llm.Usage{InputTokens: 83, OutputTokens: 14 + 104}},
@@ -97,6 +97,44 @@ func TestStreamShapes(t *testing.T) {
 			Name:    "malformed function call",
 			Body:    data(`{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL","finishMessage":"Malformed function call: print(x","index":0}]}`),
 			WantErr: llm.KindServerError,
+		},
+		{
+			// Each finish that is not a success is a classified failure,
+			// never the end of a turn (issue 33).
+			Name:    "finish OTHER is a server error",
+			Body:    data(`{"candidates":[{"content":{"parts":[{"text":"Half"}],"role":"model"},"finishReason":"OTHER","index":0}]}`),
+			Want:    []llm.Chunk{{Kind: llm.ChunkText, Text: "Half"}},
+			WantErr: llm.KindServerError,
+		},
+		{
+			Name:    "finish TOO_MANY_TOOL_CALLS is a server error",
+			Body:    data(`{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{}}}],"role":"model"},"finishReason":"TOO_MANY_TOOL_CALLS","index":0}]}`),
+			Want:    []llm.Chunk{{Kind: llm.ChunkToolCallStart, Name: "f"}, {Kind: llm.ChunkToolCallArgs, Text: "{}"}, {Kind: llm.ChunkToolCallEnd}},
+			WantErr: llm.KindServerError,
+		},
+		{
+			Name:    "finish LANGUAGE is an invalid request",
+			Body:    data(`{"candidates":[{"finishReason":"LANGUAGE","index":0}]}`),
+			WantErr: llm.KindInvalidRequest,
+		},
+		{
+			Name:    "an unknown finish is a server error",
+			Body:    data(`{"candidates":[{"content":{"parts":[{"text":"x"}],"role":"model"},"finishReason":"SOMETHING_NEW","index":0}]}`),
+			Want:    []llm.Chunk{{Kind: llm.ChunkText, Text: "x"}},
+			WantErr: llm.KindServerError,
+		},
+		{
+			Name: "function calls without ids go without: the runtime names them",
+			Body: data(`{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{"x":1}}},{"functionCall":{"name":"f"}}],"role":"model"},"finishReason":"STOP","index":0}]}`),
+			Want: []llm.Chunk{
+				{Kind: llm.ChunkToolCallStart, Index: 0, Name: "f"},
+				{Kind: llm.ChunkToolCallArgs, Index: 0, Text: `{"x":1}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 0},
+				{Kind: llm.ChunkToolCallStart, Index: 1, Name: "f"},
+				{Kind: llm.ChunkToolCallArgs, Index: 1, Text: `{}`},
+				{Kind: llm.ChunkToolCallEnd, Index: 1},
+				{Kind: llm.ChunkStop, Stop: llm.StopToolUse},
+			},
 		},
 		{
 			Name:    "missing finish after output",

@@ -182,6 +182,13 @@ func appendParams(b []byte, p *openai.ChatCompletionNewParams) ([]byte, bool) {
 		}
 		b = append(b, ',')
 	}
+	if p.TopP.Valid() {
+		b = append(b, `"top_p":`...)
+		if b, ok = appendFloat(b, p.TopP.Value); !ok {
+			return b, false
+		}
+		b = append(b, ',')
+	}
 	if p.ReasoningEffort != "" {
 		b = append(b, `"reasoning_effort":`...)
 		b = appendString(b, string(p.ReasoningEffort))

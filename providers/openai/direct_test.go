@@ -144,7 +144,8 @@ func TestDirectRequestMatchesSDK(t *testing.T) {
 			}}}},
 		}}},
 		{name: "every option", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
-			MaxOutputTokens: 256, Temperature: &temp, StopSequences: []string{"END", "", "\n"}}},
+			MaxOutputTokens: 256, Temperature: &temp, TopP: &temp, StopSequences: []string{"END", "", "\n"}}},
+		{name: "top_p alone", req: &llm.Request{Model: "m", TopP: &tiny}},
 		{name: "prompt cache key", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
 			MaxOutputTokens: 256, Temperature: &temp, PromptCacheKey: "ts-3f9a\"<k>"}},
 		{name: "generation options", req: &llm.Request{Model: "m", Messages: []llm.Message{user("x")},
@@ -301,12 +302,15 @@ func FuzzDirectMatchesSDK(f *testing.F) {
 		if bit(13) {
 			req.EndUser = b
 		}
+		if bit(14) {
+			req.TopP = &temp
+		}
 		params, err := buildParams(req)
 		if err != nil {
 			return // a request no server could accept: refused before sending, either way
 		}
 		if _, ok := appendParams(nil, &params); !ok {
-			if req.Temperature != nil && !math.IsNaN(temp) && !math.IsInf(temp, 0) {
+			if (req.Temperature != nil || req.TopP != nil) && !math.IsNaN(temp) && !math.IsInf(temp, 0) {
 				t.Fatalf("appendParams refused %+v", req)
 			}
 			return

@@ -9,10 +9,12 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/capability"
 )
 
 // setGenerationOptions maps the request's output schema, tool choice,
-// reasoning and end user onto params:
+// reasoning, sampling options and end user onto params, by what the model
+// takes (its [llm.Capabilities]):
 //
 //   - OutputSchema: response_format {type: json_schema, json_schema: {name,
 //     strict, schema}}; strict is sent true only when asked and the schema
@@ -20,7 +22,11 @@ import (
 //   - ToolChoice: "auto", "none", "required" or {type: function,
 //     function: {name}};
 //   - Reasoning: reasoning_effort, its effort, or the effort its budget
-//     stands for ([llm.Reasoning.Level]);
+//     stands for ([llm.Reasoning.Level]); not sent to a model that does
+//     not reason (the GPT-4 family refuses it);
+//   - Temperature and TopP: not sent to a model that refuses them while
+//     it reasons (the o-series and GPT-5 always reason; GPT-5.1 and later
+//     when reasoning_effort is sent);
 //   - EndUser: safety_identifier (user is deprecated for it).
 func setGenerationOptions(params *openai.ChatCompletionNewParams, req *llm.Request) error {
 	if s := req.OutputSchema; s != nil {
@@ -44,15 +50,28 @@ func setGenerationOptions(params *openai.ChatCompletionNewParams, req *llm.Reque
 			}
 		}
 	}
-	if r := req.Reasoning; r != nil {
+	caps := capabilitiesOf(req)
+	if r := req.Reasoning; r != nil && caps.Thinking != llm.ThinkingNone {
 		if e := r.Level(); e != llm.EffortUnspecified {
 			params.ReasoningEffort = shared.ReasoningEffort(e.String())
 		}
+	}
+	if !caps.SendsSampling(params.ReasoningEffort != "") {
+		params.Temperature, params.TopP = param.Opt[float64]{}, param.Opt[float64]{}
 	}
 	if req.EndUser != "" {
 		params.SafetyIdentifier = param.NewOpt(req.EndUser)
 	}
 	return nil
+}
+
+// capabilitiesOf returns what req's model takes: as the runtime resolved
+// it, else from the table.
+func capabilitiesOf(req *llm.Request) llm.Capabilities {
+	if req.Capabilities != nil {
+		return *req.Capabilities
+	}
+	return capability.Lookup(capability.OpenAI, req.Model).Capabilities
 }
 
 // strictKeywords are the keywords a schema in OpenAI's strict subset may

@@ -3,23 +3,31 @@ package openai
 import (
 	"encoding/base64"
 	"fmt"
-	"strings"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/providers/internal/capability"
 )
 
-// Inputs returns what a Chat Completions model takes: text, images and PDF
-// files, and audio for the audio models (an id with "audio" in it, such as
-// gpt-4o-audio-preview), the only ones whose chat API takes input_audio.
-// A model's configuration (models.ALIAS.input) overrides it.
+// Inputs returns what a Chat Completions model takes, from the capability
+// table: text, images and PDF files, and audio for the audio models
+// (gpt-4o-audio-preview, gpt-4o-mini-audio-preview, gpt-audio), the only
+// ones whose chat API takes input_audio; a model of a compatible server,
+// which the table does not know, text, images and PDF files. A model's
+// configuration (models.ALIAS.input) overrides it.
 func (p *Provider) Inputs(model string) []llm.Modality {
-	in := []llm.Modality{llm.ModalityText, llm.ModalityImage, llm.ModalityPDF}
-	if strings.Contains(model, "audio") {
-		in = append(in, llm.ModalityAudio)
-	}
-	return in
+	return capability.Lookup(capability.OpenAI, model).Inputs
+}
+
+// Capabilities returns what the model takes, from the capability table:
+// the GPT-4 family does not reason and takes four stop sequences; the
+// o-series and GPT-5 always reason, and take no stop sequences and no
+// temperature or top_p; GPT-5.1 and later take temperature and top_p when
+// they do not reason. A compatible server's model is not known: its
+// options are sent as asked.
+func (p *Provider) Capabilities(model string) llm.Capabilities {
+	return capability.Lookup(capability.OpenAI, model).Capabilities
 }
 
 // FetchesURI reports that OpenAI fetches images by URL (image_url); a file

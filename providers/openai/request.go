@@ -50,6 +50,9 @@ func buildParams(req *llm.Request) (openai.ChatCompletionNewParams, error) {
 	if req.Temperature != nil {
 		params.Temperature = param.NewOpt(*req.Temperature)
 	}
+	if req.TopP != nil {
+		params.TopP = param.NewOpt(*req.TopP)
+	}
 	if len(req.StopSequences) > 0 {
 		params.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: req.StopSequences}
 	}

@@ -43,7 +43,7 @@
 // A reply cut short is continued: when the conversation ends with the cut
 // assistant text followed by a user message without directives (the
 // runtime's continuation prompt), or with the cut assistant text itself (an
-// assistant prefill, which [Provider.SupportsPrefill] reports), and
+// assistant prefill, which [Provider.Capabilities] reports), and
 // that text is a strict prefix of the reply the earlier conversation calls
 // for, the simulator streams the rest of that reply. Several continuations in
 // a row work the same way. Whitespace at the cut does not matter.

@@ -78,10 +78,13 @@ func New(name string, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
-// SupportsPrefill reports true: like Anthropic's API, the simulator
+// Capabilities reports that the simulator, like Claude before 4.6,
 // continues a conversation that ends with assistant text from where that
-// text ends.
-func (p *Provider) SupportsPrefill() bool { return true }
+// text ends (prefill), and takes an output schema beside tools; it signs
+// no thinking and takes every option as asked.
+func (p *Provider) Capabilities(string) llm.Capabilities {
+	return llm.Capabilities{Prefill: true, SchemaWithTools: true}
+}
 
 // Inputs reports that the simulator takes every kind of input: it
 // describes the media it gets (type, size, name) in its answer.

@@ -498,10 +498,17 @@ type GenerationOptions struct {
 	// configured default.
 	MaxOutputTokens *int32 `protobuf:"varint,1,opt,name=max_output_tokens,json=maxOutputTokens,proto3,oneof" json:"max_output_tokens,omitempty"`
 	// The sampling temperature, a number from 0 to 2 (not NaN, not infinite);
-	// unset means the provider's default.
+	// unset means the provider's default. A model takes at most its own
+	// maximum (Anthropic's 1): a higher one is INVALID_ARGUMENT naming the
+	// model's limit. It is not sent to a model that refuses it: on a call
+	// that reasons (Anthropic thinking, OpenAI's GPT-5.1 and later with
+	// reasoning_effort), or at all (OpenAI's o-series and GPT-5, Claude Opus
+	// 4.7 and later).
 	Temperature *float64 `protobuf:"fixed64,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
 	// Sequences that end a reply when generated; at most 8, each of 1 to 128
-	// bytes.
+	// bytes, and at most what the model takes (OpenAI 4, none for its
+	// o-series and GPT-5; Gemini 5): more is INVALID_ARGUMENT naming the
+	// model's limit.
 	StopSequences []string `protobuf:"bytes,3,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
 	// Asks for a final reply that is one JSON value matching a schema; unset
 	// means free text. See OutputSchema.
@@ -511,7 +518,14 @@ type GenerationOptions struct {
 	ToolChoice *ToolChoice `protobuf:"bytes,5,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
 	// How much the model reasons before answering; unset means the model's
 	// configured default (models.ALIAS.reasoning), else the provider's.
-	Reasoning     *Reasoning `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	Reasoning *Reasoning `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// The nucleus sampling cutoff, a number from 0 to 1; unset means the
+	// model's configured default (models.ALIAS.top_p), else the provider's.
+	// It is sent as top_p (Gemini topP), and left out where temperature is
+	// (see temperature). A model that takes temperature or top_p but not
+	// both (Claude Opus 4.1, the 4.5 and 4.6 families) refuses a request
+	// setting both with INVALID_ARGUMENT.
+	TopP          *float64 `protobuf:"fixed64,7,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,12 +602,29 @@ func (x *GenerationOptions) GetReasoning() *Reasoning {
 	return nil
 }
 
+func (x *GenerationOptions) GetTopP() float64 {
+	if x != nil && x.TopP != nil {
+		return *x.TopP
+	}
+	return 0
+}
+
 // OutputSchema asks the model for a final reply that is one JSON value
-// matching a JSON Schema, using each provider's structured-output mode
-// (OpenAI response_format json_schema, Gemini responseJsonSchema, Anthropic
-// a forced tool whose input is the reply). The server validates the final
-// reply's text against the schema; a reply that does not match is retried
-// on the same model with the validation errors shown to the model (the
+// matching a JSON Schema, in each provider's structured-output mode:
+// OpenAI response_format {type: json_schema, json_schema: {name, strict,
+// schema}}; Anthropic output_config.format {type: json_schema, schema},
+// the schema first converted by the Anthropic SDK to the subset the API
+// takes (keywords it does not take, such as minLength, move into the
+// description; every object gets additionalProperties false); Gemini
+// generationConfig responseMimeType application/json and
+// responseJsonSchema, except where the model refuses a JSON response type
+// beside function calling (Gemini 2.5 and earlier) and the call offers
+// tools: there the schema is the parameters of one more function,
+// "respond", called in functionCallingConfig mode ANY, whose arguments are
+// the reply. A call whose tool_choice forces a tool is not a final answer
+// and is sent no schema there. The server validates the final reply's text
+// against the schema as given; a reply that does not match is retried on
+// the same model with the validation errors shown to the model (the
 // model's retry.output_retries times, 2 by default), then the turn ends
 // with ERROR_CODE_OUTPUT_INVALID. Replies that call tools, and replies
 // that end the turn MAX_TOKENS or REFUSAL, are not checked.
@@ -729,16 +760,20 @@ func (x *ToolChoice) GetToolName() string {
 type Reasoning struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How much to reason; unspecified leaves it to budget_tokens, else to the
-	// provider. OpenAI takes it as reasoning_effort; Anthropic and Gemini as
-	// a token budget of 1,024 (LOW), 4,096 (MEDIUM) or 16,384 (HIGH) when
-	// budget_tokens is unset.
+	// provider. OpenAI takes it as reasoning_effort, and Claude models of
+	// adaptive thinking (4.6 and later) as output_config.effort with thinking
+	// {type: adaptive}; Anthropic's older models and Gemini as a token budget
+	// of 1,024 (LOW), 4,096 (MEDIUM) or 16,384 (HIGH) when budget_tokens is
+	// unset. A model that does not reason (OpenAI's GPT-4 family, Claude 3.5,
+	// Gemini 2.0) is sent none.
 	Effort ReasoningEffort `protobuf:"varint,1,opt,name=effort,proto3,enum=turnstile.v1.ReasoningEffort" json:"effort,omitempty"`
 	// The most tokens the model may spend reasoning, from 1,024 to 1,000,000;
-	// unset means the effort's budget. Anthropic takes it as
-	// thinking.budget_tokens (its max_tokens is raised above it when needed,
-	// and temperature is not sent, as Anthropic requires), Gemini as
-	// thinkingConfig.thinkingBudget; OpenAI has no budget and takes LOW up to
-	// 4,096, MEDIUM up to 16,384, else HIGH when effort is unspecified.
+	// unset means the effort's budget. Anthropic's models of budget thinking
+	// take it as thinking.budget_tokens (its max_tokens is raised above it
+	// when needed, and temperature is not sent, as Anthropic requires),
+	// Gemini as thinkingConfig.thinkingBudget; OpenAI and Claude's adaptive
+	// thinking have no budget and take LOW up to 4,096, MEDIUM up to 16,384,
+	// else HIGH when effort is unspecified.
 	BudgetTokens  *int32 `protobuf:"varint,2,opt,name=budget_tokens,json=budgetTokens,proto3,oneof" json:"budget_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3482,7 +3517,7 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\bmetadata\x18\t \x03(\v2*.turnstile.v1.RunTurnRequest.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x03\n" +
 	"\x11GenerationOptions\x12/\n" +
 	"\x11max_output_tokens\x18\x01 \x01(\x05H\x00R\x0fmaxOutputTokens\x88\x01\x01\x12%\n" +
 	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12%\n" +
@@ -3490,9 +3525,11 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\routput_schema\x18\x04 \x01(\v2\x1a.turnstile.v1.OutputSchemaR\foutputSchema\x129\n" +
 	"\vtool_choice\x18\x05 \x01(\v2\x18.turnstile.v1.ToolChoiceR\n" +
 	"toolChoice\x125\n" +
-	"\treasoning\x18\x06 \x01(\v2\x17.turnstile.v1.ReasoningR\treasoningB\x14\n" +
+	"\treasoning\x18\x06 \x01(\v2\x17.turnstile.v1.ReasoningR\treasoning\x12\x18\n" +
+	"\x05top_p\x18\a \x01(\x01H\x02R\x04topP\x88\x01\x01B\x14\n" +
 	"\x12_max_output_tokensB\x0e\n" +
-	"\f_temperature\"k\n" +
+	"\f_temperatureB\b\n" +
+	"\x06_top_p\"k\n" +
 	"\fOutputSchema\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06schema\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06schema\x12\x16\n" +

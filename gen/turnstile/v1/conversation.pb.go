@@ -400,7 +400,15 @@ type Thinking struct {
 	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// The provider's opaque signature of the block. Clients must send it back
 	// unchanged with the block, or the provider rejects the conversation.
-	Signature     string `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	Signature string `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// The API that made the signature ("anthropic", "gemini"), set by the
+	// server on the thinking it commits; at most 32 letters, digits, '_' or
+	// '-'. Clients send it back unchanged with the block: a model is sent
+	// only the thinking its own API signed, which another API would refuse
+	// (a turn that falls back from one provider to another, a conversation
+	// moved between them). Empty (a block from an older client) is sent to
+	// every model, as before.
+	Signer        string `protobuf:"bytes,3,opt,name=signer,proto3" json:"signer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +453,13 @@ func (x *Thinking) GetText() string {
 func (x *Thinking) GetSignature() string {
 	if x != nil {
 		return x.Signature
+	}
+	return ""
+}
+
+func (x *Thinking) GetSigner() string {
+	if x != nil {
+		return x.Signer
 	}
 	return ""
 }
@@ -857,10 +872,11 @@ const file_turnstile_v1_conversation_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x12\n" +
 	"\x03uri\x18\x03 \x01(\tH\x00R\x03uri\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04nameB\b\n" +
-	"\x06source\"<\n" +
+	"\x06source\"T\n" +
 	"\bThinking\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\tR\tsignature\"L\n" +
+	"\tsignature\x18\x02 \x01(\tR\tsignature\x12\x16\n" +
+	"\x06signer\x18\x03 \x01(\tR\x06signer\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +

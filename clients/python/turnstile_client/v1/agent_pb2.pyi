@@ -179,20 +179,22 @@ class Fallback(_message.Message):
     def __init__(self, from_model: _Optional[str] = ..., to_model: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., discard_partial: bool = ..., discard_from_seq: _Optional[int] = ...) -> None: ...
 
 class GenerationOptions(_message.Message):
-    __slots__ = ["max_output_tokens", "output_schema", "reasoning", "stop_sequences", "temperature", "tool_choice"]
+    __slots__ = ["max_output_tokens", "output_schema", "reasoning", "stop_sequences", "temperature", "tool_choice", "top_p"]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     REASONING_FIELD_NUMBER: _ClassVar[int]
     STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
     max_output_tokens: int
     output_schema: OutputSchema
     reasoning: Reasoning
     stop_sequences: _containers.RepeatedScalarFieldContainer[str]
     temperature: float
     tool_choice: ToolChoice
-    def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., output_schema: _Optional[_Union[OutputSchema, _Mapping]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ...) -> None: ...
+    top_p: float
+    def __init__(self, max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., output_schema: _Optional[_Union[OutputSchema, _Mapping]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., top_p: _Optional[float] = ...) -> None: ...
 
 class Hedge(_message.Message):
     __slots__ = ["after", "from_model", "to_deployment", "to_model"]

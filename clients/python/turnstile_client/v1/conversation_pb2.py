@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fturnstile/v1/conversation.proto\x12\x0cturnstile.v1\x1a\x1cgoogle/protobuf/struct.proto\"[\n\x07Message\x12&\n\x04role\x18\x01 \x01(\x0e\x32\x12.turnstile.v1.RoleR\x04role\x12(\n\x05parts\x18\x02 \x03(\x0b\x32\x12.turnstile.v1.PartR\x05parts\"\xfb\x01\n\x04Part\x12\x14\n\x04text\x18\x01 \x01(\tH\x00R\x04text\x12\x34\n\x08thinking\x18\x02 \x01(\x0b\x32\x16.turnstile.v1.ThinkingH\x00R\x08thinking\x12\x35\n\ttool_call\x18\x03 \x01(\x0b\x32\x16.turnstile.v1.ToolCallH\x00R\x08toolCall\x12;\n\x0btool_result\x18\x04 \x01(\x0b\x32\x18.turnstile.v1.ToolResultH\x00R\ntoolResult\x12+\n\x05media\x18\x05 \x01(\x0b\x32\x13.turnstile.v1.MediaH\x00R\x05mediaB\x06\n\x04kind\"l\n\x05Media\x12\x1b\n\tmime_type\x18\x01 \x01(\tR\x08mimeType\x12\x14\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00R\x04\x64\x61ta\x12\x12\n\x03uri\x18\x03 \x01(\tH\x00R\x03uri\x12\x12\n\x04name\x18\x04 \x01(\tR\x04nameB\x08\n\x06source\"<\n\x08Thinking\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n\tsignature\x18\x02 \x01(\tR\tsignature\"L\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"\x99\x01\n\nToolResult\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x19\n\x08is_error\x18\x03 \x01(\x08R\x07isError\x12\x12\n\x04name\x18\x04 \x01(\tR\x04name\x12)\n\x05media\x18\x05 \x03(\x0b\x32\x13.turnstile.v1.MediaR\x05media\"\x82\x01\n\x0eToolDefinition\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12:\n\x0cinput_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\x0binputSchema\"\xf4\x01\n\x05Usage\x12!\n\x0cinput_tokens\x18\x01 \x01(\x03R\x0binputTokens\x12#\n\routput_tokens\x18\x02 \x01(\x03R\x0coutputTokens\x12*\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x03R\x0f\x63\x61\x63heReadTokens\x12,\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x03R\x10\x63\x61\x63heWriteTokens\x12&\n\x04\x63ost\x18\x05 \x01(\x0b\x32\x12.turnstile.v1.CostR\x04\x63ost\x12!\n\x0c\x63ost_partial\x18\x06 \x01(\x08R\x0b\x63ostPartial\"N\n\x04\x43ost\x12\x1a\n\x08\x63urrency\x18\x01 \x01(\tR\x08\x63urrency\x12\x14\n\x05units\x18\x02 \x01(\x03R\x05units\x12\x14\n\x05nanos\x18\x03 \x01(\x05R\x05nanos*N\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x12\r\n\tROLE_TOOL\x10\x03\x42\x9c\x01\n\x10\x64\x65v.turnstile.v1B\x11\x43onversationProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\x0cTurnstile.V1\xca\x02\x0cTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fturnstile/v1/conversation.proto\x12\x0cturnstile.v1\x1a\x1cgoogle/protobuf/struct.proto\"[\n\x07Message\x12&\n\x04role\x18\x01 \x01(\x0e\x32\x12.turnstile.v1.RoleR\x04role\x12(\n\x05parts\x18\x02 \x03(\x0b\x32\x12.turnstile.v1.PartR\x05parts\"\xfb\x01\n\x04Part\x12\x14\n\x04text\x18\x01 \x01(\tH\x00R\x04text\x12\x34\n\x08thinking\x18\x02 \x01(\x0b\x32\x16.turnstile.v1.ThinkingH\x00R\x08thinking\x12\x35\n\ttool_call\x18\x03 \x01(\x0b\x32\x16.turnstile.v1.ToolCallH\x00R\x08toolCall\x12;\n\x0btool_result\x18\x04 \x01(\x0b\x32\x18.turnstile.v1.ToolResultH\x00R\ntoolResult\x12+\n\x05media\x18\x05 \x01(\x0b\x32\x13.turnstile.v1.MediaH\x00R\x05mediaB\x06\n\x04kind\"l\n\x05Media\x12\x1b\n\tmime_type\x18\x01 \x01(\tR\x08mimeType\x12\x14\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00R\x04\x64\x61ta\x12\x12\n\x03uri\x18\x03 \x01(\tH\x00R\x03uri\x12\x12\n\x04name\x18\x04 \x01(\tR\x04nameB\x08\n\x06source\"T\n\x08Thinking\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n\tsignature\x18\x02 \x01(\tR\tsignature\x12\x16\n\x06signer\x18\x03 \x01(\tR\x06signer\"L\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"\x99\x01\n\nToolResult\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x19\n\x08is_error\x18\x03 \x01(\x08R\x07isError\x12\x12\n\x04name\x18\x04 \x01(\tR\x04name\x12)\n\x05media\x18\x05 \x03(\x0b\x32\x13.turnstile.v1.MediaR\x05media\"\x82\x01\n\x0eToolDefinition\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12:\n\x0cinput_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\x0binputSchema\"\xf4\x01\n\x05Usage\x12!\n\x0cinput_tokens\x18\x01 \x01(\x03R\x0binputTokens\x12#\n\routput_tokens\x18\x02 \x01(\x03R\x0coutputTokens\x12*\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x03R\x0f\x63\x61\x63heReadTokens\x12,\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x03R\x10\x63\x61\x63heWriteTokens\x12&\n\x04\x63ost\x18\x05 \x01(\x0b\x32\x12.turnstile.v1.CostR\x04\x63ost\x12!\n\x0c\x63ost_partial\x18\x06 \x01(\x08R\x0b\x63ostPartial\"N\n\x04\x43ost\x12\x1a\n\x08\x63urrency\x18\x01 \x01(\tR\x08\x63urrency\x12\x14\n\x05units\x18\x02 \x01(\x03R\x05units\x12\x14\n\x05nanos\x18\x03 \x01(\x05R\x05nanos*N\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x12\r\n\tROLE_TOOL\x10\x03\x42\x9c\x01\n\x10\x64\x65v.turnstile.v1B\x11\x43onversationProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\x0cTurnstile.V1\xca\x02\x0cTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'turnstile_client.v1.conversation_pb2', globals())
@@ -22,8 +22,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\020dev.turnstile.v1B\021ConversationProtoP\001Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\242\002\003TXX\252\002\014Turnstile.V1\312\002\014Turnstile\\V1\352\002\rTurnstile::V1'
-  _ROLE._serialized_start=1292
-  _ROLE._serialized_end=1370
+  _ROLE._serialized_start=1316
+  _ROLE._serialized_end=1394
   _MESSAGE._serialized_start=79
   _MESSAGE._serialized_end=170
   _PART._serialized_start=173
@@ -31,15 +31,15 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _MEDIA._serialized_start=426
   _MEDIA._serialized_end=534
   _THINKING._serialized_start=536
-  _THINKING._serialized_end=596
-  _TOOLCALL._serialized_start=598
-  _TOOLCALL._serialized_end=674
-  _TOOLRESULT._serialized_start=677
-  _TOOLRESULT._serialized_end=830
-  _TOOLDEFINITION._serialized_start=833
-  _TOOLDEFINITION._serialized_end=963
-  _USAGE._serialized_start=966
-  _USAGE._serialized_end=1210
-  _COST._serialized_start=1212
-  _COST._serialized_end=1290
+  _THINKING._serialized_end=620
+  _TOOLCALL._serialized_start=622
+  _TOOLCALL._serialized_end=698
+  _TOOLRESULT._serialized_start=701
+  _TOOLRESULT._serialized_end=854
+  _TOOLDEFINITION._serialized_start=857
+  _TOOLDEFINITION._serialized_end=987
+  _USAGE._serialized_start=990
+  _USAGE._serialized_end=1234
+  _COST._serialized_start=1236
+  _COST._serialized_end=1314
 # @@protoc_insertion_point(module_scope)

@@ -56,12 +56,14 @@ class Part(_message.Message):
     def __init__(self, text: _Optional[str] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., media: _Optional[_Union[Media, _Mapping]] = ...) -> None: ...
 
 class Thinking(_message.Message):
-    __slots__ = ["signature", "text"]
+    __slots__ = ["signature", "signer", "text"]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    SIGNER_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     signature: str
+    signer: str
     text: str
-    def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ..., signer: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ["arguments", "id", "name"]
