@@ -67,32 +67,56 @@ func helm(t *testing.T) string {
 	return helmBin
 }
 
-// chartCopy copies the chart without its dependency: charts cannot be
-// downloaded here, and helm refuses to render a chart whose declared
-// dependency is missing, enabled or not. The shape with the NATS chart
-// renders this chart's objects; TestNATSValues checks what it passes on.
+// chartCopy copies the chart as a fresh clone has it (the tracked files
+// only: nothing a local helm dependency build left), into a directory of
+// its own.
 func chartCopy(t *testing.T) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "turnstile")
-	if out, err := exec.Command("cp", "-r", chartDir, dst).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v\n%s", err, out)
-	}
-	var meta map[string]any
-	b, err := os.ReadFile(filepath.Join(dst, "Chart.yaml"))
+	files, err := exec.Command("git", "ls-files", "--", chartDir).Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("git ls-files: %v", err)
 	}
-	if err := yaml.Unmarshal(b, &meta); err != nil {
-		t.Fatal(err)
+	n := 0
+	for f := range strings.Lines(string(files)) {
+		f = strings.TrimSpace(f)
+		rel, err := filepath.Rel(chartDir, f)
+		if err != nil || f == "" {
+			t.Fatalf("git ls-files: %q: %v", f, err)
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, rel), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n++
 	}
-	delete(meta, "dependencies")
-	if b, err = yaml.Marshal(meta); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dst, "Chart.yaml"), b, 0o644); err != nil {
-		t.Fatal(err)
+	if n < 5 {
+		t.Fatalf("git ls-files %s: %d files", chartDir, n)
 	}
 	return dst
+}
+
+// helmCmd is a helm command that cannot reach the network nor read the
+// user's helm settings: its home directories are empty ones of the test,
+// and every proxy variable names a port nothing listens on, so a chart
+// that needed a download would fail here.
+func helmCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(helm(t), args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "NO_PROXY=",
+		"http_proxy=http://127.0.0.1:9", "https_proxy=http://127.0.0.1:9", "no_proxy=")
+	return cmd
 }
 
 // shapes are the values files of the three shapes.
@@ -108,7 +132,7 @@ func shapes(t *testing.T) []string {
 func TestLint(t *testing.T) {
 	chart := chartCopy(t)
 	for _, f := range shapes(t) {
-		out, err := exec.Command(helm(t), "lint", "--strict", chart, "-f", f).CombinedOutput()
+		out, err := helmCmd(t, "lint", "--strict", chart, "-f", f).CombinedOutput()
 		if err != nil {
 			t.Errorf("helm lint --strict -f %s: %v\n%s", filepath.Base(f), err, out)
 		}
@@ -140,7 +164,7 @@ type serviceMonitor struct {
 // object strictly: a field the API type does not have fails.
 func render(t *testing.T, chart string, args ...string) []object {
 	t.Helper()
-	cmd := exec.Command(helm(t), append([]string{"template", release, chart, "--namespace", namespace}, args...)...)
+	cmd := helmCmd(t, append([]string{"template", release, chart, "--namespace", namespace}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -395,11 +419,8 @@ func TestShapes(t *testing.T) {
 				t.Errorf("%d PodDisruptionBudgets with %v replicas and %d HPAs: want one exactly when there can be more than one replica", len(pdbs), replicas, len(hpas))
 			}
 
-			if cfg.Store.Mode == "nats" && strings.Contains(f, "nats-chart") {
-				want := "nats://" + release + "-nats." + namespace + ".svc:4222"
-				if cfg.Store.NATS.URL != want {
-					t.Errorf("store.nats.url %q, want the NATS chart's Service %s", cfg.Store.NATS.URL, want)
-				}
+			if strings.Contains(f, "nats-chart") && cfg.Store.NATS.URL != natsChartURL {
+				t.Errorf("store.nats.url %q, want the Service of the NATS chart's release %q, %s", cfg.Store.NATS.URL, natsRelease, natsChartURL)
 			}
 		})
 	}
@@ -434,20 +455,28 @@ func TestRefusals(t *testing.T) {
 		{[]string{"--set", "store.mode=nats"}, "store.mode nats needs store.nats.url"},
 		{[]string{"--set", "store.mode=off"}, `store.mode "off": embedded or nats`},
 	} {
-		out, err := exec.Command(helm(t), append([]string{"template", release, chart}, tc.args...)...).CombinedOutput()
+		out, err := helmCmd(t, append([]string{"template", release, chart}, tc.args...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("helm template %v: %v, %s; want it to fail with %q", tc.args, err, out, tc.want)
 		}
 	}
 }
 
-// natsChartKeys are the value keys of the official NATS chart this chart
-// sets, as its values.yaml documents them (nats-io/k8s,
+// natsRelease is the release name docs/deployment.md and nats-values.yaml
+// give the NATS chart; the chart names its objects after the release when
+// the release's name holds "nats" (its nats.fullname), so its client
+// Service in turnstile's namespace is natsChartURL.
+const (
+	natsRelease  = "nats"
+	natsChartURL = "nats://" + natsRelease + ":4222"
+)
+
+// natsChartKeys are the value keys of the official NATS chart that
+// nats-values.yaml sets, as its values.yaml documents them (nats-io/k8s,
 // helm/charts/nats/values.yaml, chart 2.14.2): config.cluster.{enabled,
 // replicas}, config.jetstream.{enabled, fileStore.{enabled, pvc.{enabled,
 // size}}}, and config.merge, whose keys are nats-server configuration.
 var natsChartKeys = []string{
-	"enabled", // this chart's condition (Chart.yaml), not the NATS chart's
 	"config.cluster.enabled",
 	"config.cluster.replicas",
 	"config.jetstream.enabled",
@@ -472,30 +501,32 @@ func leaves(prefix string, v any, out *[]string) {
 	}
 }
 
-// TestNATSValues holds what the chart passes to the NATS chart to that
-// chart's keys and to what turnstile needs of the cluster: JetStream on a
-// file store, 3 servers, max_payload of at least 8 MiB (parsed as
-// nats-server parses it); and the dependency is declared, not vendored.
+// TestNATSValues holds nats-values.yaml, the values docs/deployment.md
+// passes to the NATS chart, to that chart's keys and to what turnstile
+// needs of the cluster: JetStream on a file store, 3 servers, max_payload
+// of at least 8 MiB (parsed as nats-server parses it); and the chart
+// declares no dependency, so that it renders without a download.
 func TestNATSValues(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	b, err := os.ReadFile(filepath.Join(chartDir, "..", "nats-values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var values struct {
-		NATS map[string]any `json:"nats"`
-	}
+	var values map[string]any
 	if err := yaml.Unmarshal(b, &values); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	leaves("", values.NATS, &got)
+	leaves("", values, &got)
 	for _, k := range got {
 		if !slices.Contains(natsChartKeys, k) {
-			t.Errorf("values.yaml nats.%s is not a key of the NATS chart", k)
+			t.Errorf("nats-values.yaml: %s is not a key of the NATS chart", k)
 		}
 	}
+	if !strings.Contains(string(b), "helm install "+natsRelease+" nats/nats --version 2.14.2 -f deploy/helm/nats-values.yaml") {
+		t.Errorf("nats-values.yaml does not say how to install it as the release %q", natsRelease)
+	}
 	get := func(path string) any {
-		var v any = values.NATS
+		var v any = values
 		for _, k := range strings.Split(path, ".") {
 			m, _ := v.(map[string]any)
 			v = m[k]
@@ -527,19 +558,11 @@ func TestNATSValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var meta struct {
-		Dependencies []struct{ Name, Version, Repository, Condition string }
-	}
+	var meta map[string]any
 	if err := yaml.Unmarshal(b, &meta); err != nil {
 		t.Fatal(err)
 	}
-	if len(meta.Dependencies) != 1 || meta.Dependencies[0].Name != "nats" || meta.Dependencies[0].Condition != "nats.enabled" ||
-		meta.Dependencies[0].Repository != "https://nats-io.github.io/k8s/helm/charts/" {
-		t.Errorf("Chart.yaml dependencies %+v, want the official nats chart under the condition nats.enabled", meta.Dependencies)
-	}
-	if vendored, _ := filepath.Glob(filepath.Join(chartDir, "charts", "*")); len(vendored) > 0 {
-		if out, _ := exec.Command("git", "ls-files", filepath.Join(chartDir, "charts")).Output(); len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("charts/ is committed (%s): declare the dependency, do not copy it", out)
-		}
+	if deps, ok := meta["dependencies"]; ok {
+		t.Errorf("Chart.yaml declares dependencies %v: helm refuses to render the chart until they are downloaded", deps)
 	}
 }

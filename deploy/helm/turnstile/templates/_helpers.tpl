@@ -41,17 +41,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The NATS URL: store.nats.url, or the NATS chart's Service of this release (its nats.fullname). */}}
+{{/* The NATS URL: store.nats.url, required with store.mode nats. */}}
 {{- define "turnstile.natsURL" -}}
-{{- if .Values.store.nats.url }}
-{{- .Values.store.nats.url }}
-{{- else if .Values.nats.enabled }}
-{{- $name := "nats" }}
-{{- $full := ternary (.Release.Name | trunc 63 | trimSuffix "-") (printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-") (contains $name .Release.Name) }}
-{{- printf "nats://%s.%s.svc:4222" $full .Release.Namespace }}
-{{- else }}
-{{- fail "store.mode nats needs store.nats.url, or nats.enabled to deploy the NATS chart" }}
-{{- end }}
+{{- required "store.mode nats needs store.nats.url: the NATS cluster's URL(s), e.g. nats://nats:4222 for the NATS chart's release \"nats\" in this namespace" .Values.store.nats.url }}
 {{- end }}
 
 {{/* terminationGracePeriodSeconds: drain, grace, the server's 5s bound on handing turns off, and a margin. */}}
