@@ -288,6 +288,22 @@ func TestShapes(t *testing.T) {
 				t.Fatalf("the rendered configuration: %v\n%s", err, cms[0].Data["turnstile.yaml"])
 			}
 
+			// The simulator only where the shape asks for it: a shape with
+			// models of its own serves them alone.
+			var shape struct {
+				Config struct{ Models map[string]any }
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(b, &shape); err != nil {
+				t.Fatal(err)
+			}
+			if sims := simulators(cfg); len(shape.Config.Models) > 0 && len(sims) > 0 {
+				t.Errorf("a shape with models of its own serves the simulator (providers %v)", sims)
+			}
+
 			var pod corev1.PodTemplateSpec
 			var replicas *int32
 			sts, deps := find[appsv1.StatefulSet](objs), find[appsv1.Deployment](objs)
@@ -426,6 +442,68 @@ func TestShapes(t *testing.T) {
 	}
 }
 
+// simulators returns the names of the simulator providers of cfg.
+func simulators(cfg *config.Config) []string {
+	var out []string
+	for name, p := range cfg.Providers {
+		if p.Type == "simulator" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// renderedConfig renders the chart with args and parses its configuration.
+func renderedConfig(t *testing.T, chart string, args ...string) *config.Config {
+	t.Helper()
+	cms := find[corev1.ConfigMap](render(t, chart, args...))
+	if len(cms) != 1 {
+		t.Fatalf("%d ConfigMaps, want 1", len(cms))
+	}
+	cfg, err := config.Parse("turnstile.yaml", []byte(cms[0].Data["turnstile.yaml"]))
+	if err != nil {
+		t.Fatalf("the rendered configuration: %v\n%s", err, cms[0].Data["turnstile.yaml"])
+	}
+	return cfg
+}
+
+// TestSimulatorOnlyWhenAsked: config replaces the chart's default rather
+// than merging with an example, and the simulator is served only when the
+// values ask for it (simulator on, or auto with no model of one's own).
+func TestSimulatorOnlyWhenAsked(t *testing.T) {
+	chart := chartCopy(t)
+	own := []string{"--set-json", `config.providers={"openai":{"type":"openai","api_key_env":"OPENAI_API_KEY"}}`,
+		"--set-json", `config.models={"fast":{"provider":"openai","model":"gpt-4.1-mini"}}`}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		sims       []string
+		models     []string
+		defaultMod string
+	}{
+		{"defaults", nil, []string{"sim"}, []string{"sim"}, "sim"},
+		{"own models", own, nil, []string{"fast"}, "fast"},
+		{"own models, simulator off", append(slices.Clone(own), "--set", "simulator=off"), nil, []string{"fast"}, "fast"},
+		{"own models, simulator on", append(slices.Clone(own), "--set", "simulator=on", "--set", "config.default_model=fast"), []string{"sim"}, []string{"fast", "sim"}, "fast"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := renderedConfig(t, chart, tc.args...)
+			if got := simulators(cfg); !slices.Equal(got, tc.sims) {
+				t.Errorf("simulator providers %v, want %v", got, tc.sims)
+			}
+			var models []string
+			for alias := range cfg.Models {
+				models = append(models, alias)
+			}
+			slices.Sort(models)
+			if !slices.Equal(models, tc.models) || cfg.DefaultModel != tc.defaultMod {
+				t.Errorf("models %v (default %q), want %v (default %q)", models, cfg.DefaultModel, tc.models, tc.defaultMod)
+			}
+		})
+	}
+}
+
 // TestChartDefaultsAreTheServers: the chart's shutdown values are the
 // server's defaults, so a chart without overrides and a bare `turnstile
 // serve` shut down alike.
@@ -454,6 +532,14 @@ func TestRefusals(t *testing.T) {
 		{[]string{"--set", "replicaCount=3"}, "store.mode embedded keeps one process's own log"},
 		{[]string{"--set", "store.mode=nats"}, "store.mode nats needs store.nats.url"},
 		{[]string{"--set", "store.mode=off"}, `store.mode "off": embedded or nats`},
+		{[]string{"--set", "simulator=off"}, "config.models is empty and simulator is off"},
+		{[]string{"--set", "simulator=on", "--set", "config.models.sim.provider=x"}, "config.providers.sim or config.models.sim: the simulator's names"},
+		// Every key the chart sets, each named with the value to set
+		// instead, all in one message.
+		{[]string{"--set", "config.listen=0.0.0.0:1", "--set", "config.ops.listen=x", "--set", "config.store.dir=/x",
+			"--set", "config.server.tls.cert_file=x", "--set", "config.server.drain_delay=1s"},
+			"config.listen is the chart's: set ports.grpc\nconfig.ops.listen is the chart's: set ports.ops\nconfig.server.drain_delay is the chart's: set server.drainDelaySeconds\n" +
+				"config.server.tls is the chart's: set tls.secretName\nconfig.store.dir is the chart's"},
 	} {
 		out, err := helmCmd(t, append([]string{"template", release, chart}, tc.args...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tc.want) {

@@ -51,8 +51,56 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds 5 .Values.server.terminationMarginSeconds }}
 {{- end }}
 
-{{/* The server's configuration: what the chart sets, with .Values.config merged over it. */}}
+{{/* The keys of config that the chart sets from its own values, and the value that sets each. */}}
+{{- define "turnstile.chartKeys" -}}
+listen: ports.grpc
+ops.listen: ports.ops
+server.drain_delay: server.drainDelaySeconds
+server.shutdown_grace: server.shutdownGraceSeconds
+server.tls: tls.secretName
+store.mode: store.mode
+store.dir: store.mode (embedded, on the store volume)
+store.nats.url: store.nats.url
+store.nats.credentials: store.nats.credentialsSecret
+store.nats.ca_file: store.nats.tlsSecret
+store.nats.cert_file: store.nats.tlsSecret.clientCert
+store.nats.key_file: store.nats.tlsSecret.clientCert
+{{- end }}
+
+{{/* The server's configuration: config, the simulator when it is asked
+for, and what the chart sets from its own values. config replaces the
+chart's defaults rather than merging with an example: the chart's own
+values.yaml names no provider and no model. */}}
 {{- define "turnstile.config" -}}
+{{- $problems := list }}
+{{- range $path, $value := include "turnstile.chartKeys" . | fromYaml }}
+{{- $v := $.Values.config }}
+{{- $found := true }}
+{{- range splitList "." $path }}
+{{- if and $found (kindIs "map" $v) (hasKey $v .) }}
+{{- $v = index $v . }}
+{{- else }}
+{{- $found = false }}
+{{- end }}
+{{- end }}
+{{- if $found }}
+{{- $problems = append $problems (printf "config.%s is the chart's: set %s" $path $value) }}
+{{- end }}
+{{- end }}
+{{- $user := deepCopy .Values.config }}
+{{- $sim := or (eq .Values.simulator "on") (and (eq .Values.simulator "auto") (empty $user.models)) }}
+{{- if $sim }}
+{{- if or (hasKey (default dict $user.providers) "sim") (hasKey (default dict $user.models) "sim") }}
+{{- $problems = append $problems "config.providers.sim or config.models.sim: the simulator's names; set simulator: off to use them for your own" }}
+{{- end }}
+{{- $_ := set $user "providers" (merge (default dict $user.providers) (dict "sim" (dict "type" "simulator"))) }}
+{{- $_ := set $user "models" (merge (default dict $user.models) (dict "sim" (dict "provider" "sim" "model" "turnstile-sim-1" "context_window" 32000))) }}
+{{- else if empty $user.models }}
+{{- $problems = append $problems "config.models is empty and simulator is off: name your models (docs/configuration.md), or set simulator: on to serve the simulator" }}
+{{- end }}
+{{- if $problems }}
+{{- fail (printf "\n%s" (join "\n" $problems)) }}
+{{- end }}
 {{- $c := dict
   "listen" (printf "0.0.0.0:%d" (int .Values.ports.grpc))
   "ops" (dict "listen" (printf "0.0.0.0:%d" (int .Values.ports.ops)))
@@ -85,5 +133,5 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else }}
 {{- fail (printf "store.mode %q: embedded or nats" .Values.store.mode) }}
 {{- end }}
-{{- toYaml (mustMergeOverwrite (deepCopy .Values.config) $c) }}
+{{- toYaml (mustMergeOverwrite $user $c) }}
 {{- end }}
