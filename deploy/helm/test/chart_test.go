@@ -119,12 +119,12 @@ func helmCmd(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// shapes are the values files of the three shapes.
+// shapes are the values files of the shapes docs/deployment.md shows.
 func shapes(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
-	if err != nil || len(files) != 3 {
-		t.Fatalf("ci/*-values.yaml: %v, %v; want the three shapes", files, err)
+	if err != nil || len(files) != 4 {
+		t.Fatalf("ci/*-values.yaml: %v, %v; want the four shapes", files, err)
 	}
 	return files
 }
@@ -252,6 +252,30 @@ func serverProbePaths(t *testing.T) (live, ready string) {
 		t.Fatalf("cmd/turnstile/health.go: no livePath/readyPath constants (%v)", consts)
 	}
 	return consts["livePath"], consts["readyPath"]
+}
+
+// serverMemoryShare reads the share of the container's memory limit serve
+// gives the heap when GOMEMLIMIT is unset (memoryLimitShare in
+// cmd/turnstile/gc.go), and fails unless it leaves headroom.
+func serverMemoryShare(t *testing.T) float64 {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../../../cmd/turnstile/gc.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := -1.0
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Values) == 1 && vs.Names[0].Name == "memoryLimitShare" {
+			if lit, ok := vs.Values[0].(*ast.BasicLit); ok {
+				share, _ = strconv.ParseFloat(lit.Value, 64)
+			}
+		}
+		return true
+	})
+	if share <= 0 || share >= 1 {
+		t.Fatalf("cmd/turnstile/gc.go: memoryLimitShare %v, want a share below 1", share)
+	}
+	return share
 }
 
 func port(t *testing.T, hostport string) int32 {
@@ -403,6 +427,13 @@ func TestShapes(t *testing.T) {
 					t.Errorf("store.dir %s is not on the store volume (%+v)", cfg.Store.Dir, m)
 				}
 			}
+			// The heap's soft limit is the server's own share of the
+			// container's limit, not the whole limit.
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" {
+					t.Errorf("the chart sets GOMEMLIMIT (%+v): serve sets %v of the container's limit itself", e, serverMemoryShare(t))
+				}
+			}
 			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 				t.Errorf("resources %+v: want a CPU request and a memory limit", c.Resources)
 			}
@@ -410,7 +441,13 @@ func TestShapes(t *testing.T) {
 				t.Error("no topology spread")
 			}
 
-			// Services: gRPC with appProtocol grpc, and a headless one.
+			// Services: the gRPC port's appProtocol says what is on the
+			// wire (TLS, or plaintext gRPC a mesh's sidecar may proxy as
+			// HTTP/2), and a headless one.
+			wantProtocol := "grpc"
+			if cfg.Server.TLS != nil {
+				wantProtocol = "tls"
+			}
 			var headless bool
 			for _, s := range find[corev1.Service](objs) {
 				var grpcPort *corev1.ServicePort
@@ -419,8 +456,8 @@ func TestShapes(t *testing.T) {
 						grpcPort = &s.Spec.Ports[i]
 					}
 				}
-				if grpcPort == nil || grpcPort.AppProtocol == nil || *grpcPort.AppProtocol != "grpc" || grpcPort.TargetPort.String() != "grpc" {
-					t.Errorf("Service %s: grpc port %+v, want appProtocol grpc to the grpc port", s.Name, grpcPort)
+				if grpcPort == nil || grpcPort.AppProtocol == nil || *grpcPort.AppProtocol != wantProtocol || grpcPort.TargetPort.String() != "grpc" {
+					t.Errorf("Service %s: grpc port %+v, want appProtocol %s to the grpc port", s.Name, grpcPort, wantProtocol)
 				}
 				headless = headless || s.Spec.ClusterIP == corev1.ClusterIPNone
 			}

@@ -46,6 +46,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- required "store.mode nats needs store.nats.url: the NATS cluster's URL(s), e.g. nats://nats:4222 for the NATS chart's release \"nats\" in this namespace" .Values.store.nats.url }}
 {{- end }}
 
+{{/* The gRPC port's appProtocol: tls when the server speaks TLS itself, grpc (plaintext HTTP/2) otherwise. */}}
+{{- define "turnstile.grpcAppProtocol" -}}
+{{- ternary "tls" "grpc" (not (empty .Values.tls.secretName)) }}
+{{- end }}
+
 {{/* terminationGracePeriodSeconds: drain, grace, the server's 5s bound on handing turns off, and a margin. */}}
 {{- define "turnstile.terminationGrace" -}}
 {{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds 5 .Values.server.terminationMarginSeconds }}
