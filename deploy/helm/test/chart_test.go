@@ -188,6 +188,8 @@ func render(t *testing.T, chart string, args ...string) []object {
 		switch tm.APIVersion + "/" + tm.Kind {
 		case "v1/ConfigMap":
 			into = &corev1.ConfigMap{}
+		case "v1/Pod":
+			into = &corev1.Pod{}
 		case "v1/Secret":
 			into = &corev1.Secret{}
 		case "v1/Service":

@@ -46,6 +46,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- required "store.mode nats needs store.nats.url: the NATS cluster's URL(s), e.g. nats://nats:4222 for the NATS chart's release \"nats\" in this namespace" .Values.store.nats.url }}
 {{- end }}
 
+{{/* "true" when the release serves the simulator (simulator, and config.models). */}}
+{{- define "turnstile.servesSimulator" -}}
+{{- or (eq .Values.simulator "on") (and (eq .Values.simulator "auto") (empty .Values.config.models)) }}
+{{- end }}
+
+{{/* The variable holding the test's client key token: helmTest.tokenEnv, or the token_env of auth.keys' first key that has one; empty without keys. */}}
+{{- define "turnstile.testTokenEnv" -}}
+{{- $env := .Values.helmTest.tokenEnv }}
+{{- $keys := dig "auth" "keys" list .Values.config }}
+{{- if not $env }}
+{{- range $keys }}
+{{- if and (not $env) (kindIs "map" .) .token_env }}
+{{- $env = .token_env }}
+{{- end }}
+{{- end }}
+{{- if and $keys (not $env) }}
+{{- fail "helmTest.tokenEnv: the server asks for a client key and no key in config.auth.keys names its token_env: name the variable of secretEnv that holds a token, or set helmTest.enabled false" }}
+{{- end }}
+{{- end }}
+{{- $env }}
+{{- end }}
+
+{{/* The envFrom entries of secretEnv. */}}
+{{- define "turnstile.envFrom" -}}
+{{- range .Values.secretEnv.existingSecrets }}
+- secretRef: {name: {{ . }}}
+{{- end }}
+{{- if .Values.secretEnv.values }}
+- secretRef: {name: {{ include "turnstile.fullname" . }}-env}
+{{- end }}
+{{- end }}
+
 {{/* The gRPC port's appProtocol: tls when the server speaks TLS itself, grpc (plaintext HTTP/2) otherwise. */}}
 {{- define "turnstile.grpcAppProtocol" -}}
 {{- ternary "tls" "grpc" (not (empty .Values.tls.secretName)) }}
@@ -93,7 +125,7 @@ values.yaml names no provider and no model. */}}
 {{- end }}
 {{- end }}
 {{- $user := deepCopy .Values.config }}
-{{- $sim := or (eq .Values.simulator "on") (and (eq .Values.simulator "auto") (empty $user.models)) }}
+{{- $sim := eq (include "turnstile.servesSimulator" .) "true" }}
 {{- if $sim }}
 {{- if or (hasKey (default dict $user.providers) "sim") (hasKey (default dict $user.models) "sim") }}
 {{- $problems = append $problems "config.providers.sim or config.models.sim: the simulator's names; set simulator: off to use them for your own" }}
