@@ -570,7 +570,7 @@ func TestRefusals(t *testing.T) {
 	}{
 		{[]string{"--set", "replicaCount=3"}, "store.mode embedded keeps one process's own log"},
 		{[]string{"--set", "store.mode=nats"}, "store.mode nats needs store.nats.url"},
-		{[]string{"--set", "store.mode=off"}, `store.mode "off": embedded or nats`},
+		{[]string{"--set", "store.mode=off"}, "at '/store/mode': value must be one of 'embedded', 'nats'"},
 		{[]string{"--set", "simulator=off"}, "config.models is empty and simulator is off"},
 		{[]string{"--set", "simulator=on", "--set", "config.models.sim.provider=x"}, "config.providers.sim or config.models.sim: the simulator's names"},
 		// Every key the chart sets, each named with the value to set

@@ -10,4 +10,6 @@
 // Kubernetes or Helm dependency; it pins helm too (go tool helm). Run it
 // from this directory: go test ./... (HELM_BIN names a built helm, and
 // TURNSTILE_BIN a built turnstile; without them the test builds them).
+//go:generate go run ./cmd/chartgen
+
 package test
