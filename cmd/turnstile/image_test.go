@@ -68,24 +68,25 @@ func jsonArgs(t *testing.T, in instruction) []string {
 }
 
 // TestDockerfile holds the image to what serve needs: base images pinned
-// by digest, the configuration named by TURNSTILE_CONFIG with no --config
-// in the CMD to override it, the binary where ENTRYPOINT runs it, and the
-// version stamped where `turnstile version` reads it.
+// by digest (or none: scratch), the configuration named by
+// TURNSTILE_CONFIG with no --config in the CMD to override it, a static,
+// stripped binary where ENTRYPOINT runs it, a numeric non-root user, and
+// the version stamped where `turnstile version` reads it.
 func TestDockerfile(t *testing.T) {
 	ins := dockerfile(t)
 	stages := map[string]bool{}
 	var (
-		out, copied, entry, pkg, ldflags string
-		env                              = map[string]string{}
-		cmd                              []string
-		hasVersionArg                    bool
+		out, copied, entry, pkg, ldflags, user, buildRun string
+		env                                              = map[string]string{}
+		cmd                                              []string
+		hasVersionArg                                    bool
 	)
 	goBuild := regexp.MustCompile(`go build .*-ldflags="([^"]*)" .*-o (\S+) (\./\S+)$`)
 	for _, in := range ins {
 		switch in.cmd {
 		case "FROM":
 			f := strings.Fields(in.args)
-			if !stages[f[0]] && !pinned.MatchString(f[0]) {
+			if !stages[f[0]] && f[0] != "scratch" && !pinned.MatchString(f[0]) {
 				t.Errorf("FROM %s: not pinned as name:tag@sha256:digest", f[0])
 			}
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
@@ -95,7 +96,7 @@ func TestDockerfile(t *testing.T) {
 			hasVersionArg = hasVersionArg || strings.HasPrefix(in.args, "VERSION")
 		case "RUN":
 			if m := goBuild.FindStringSubmatch(in.args); m != nil {
-				ldflags, out, pkg = m[1], m[2], m[3]
+				ldflags, out, pkg, buildRun = m[1], m[2], m[3], in.args
 			}
 		case "COPY":
 			if f := strings.Fields(in.args); len(f) == 3 && strings.HasPrefix(f[0], "--from=") {
@@ -109,6 +110,8 @@ func TestDockerfile(t *testing.T) {
 		case "ENV":
 			k, v, _ := strings.Cut(in.args, "=")
 			env[k] = v
+		case "USER":
+			user = in.args
 		case "ENTRYPOINT":
 			entry = jsonArgs(t, in)[0]
 		case "CMD":
@@ -126,6 +129,21 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !hasVersionArg || !strings.Contains(ldflags, "-X main.version=${VERSION}") {
 		t.Errorf("the build does not stamp ARG VERSION into main.version: ldflags %q", ldflags)
+	}
+	// Static (the final stage is scratch: no libc), without the build
+	// machine's paths, stripped.
+	for _, want := range []string{"CGO_ENABLED=0 go build", "-trimpath"} {
+		if !strings.Contains(buildRun, want) {
+			t.Errorf("RUN %s: no %s", buildRun, want)
+		}
+	}
+	if !strings.HasPrefix(ldflags, "-s -w ") {
+		t.Errorf("ldflags %q: not stripped (-s -w)", ldflags)
+	}
+	// A numeric user, so that Kubernetes' runAsNonRoot can tell it is not
+	// root.
+	if !regexp.MustCompile(`^[1-9][0-9]*:[0-9]+$`).MatchString(user) {
+		t.Errorf("USER %q: want a numeric uid:gid other than root", user)
 	}
 	if !slices.Equal(cmd, []string{"serve"}) {
 		t.Errorf("CMD %q: want [serve], so that TURNSTILE_CONFIG chooses the file", cmd)
