@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -267,6 +269,8 @@ type compose struct {
 	Services map[string]struct {
 		Image       string
 		Build       *struct{ Context string }
+		Deploy      struct{ Replicas int }
+		Ports       []string
 		Command     []string
 		Environment map[string]string
 		Configs     []struct{ Source, Target string }
@@ -276,9 +280,10 @@ type compose struct {
 
 // TestCompose holds deploy/compose.yaml, which docs/deployment.md shows, to
 // the image and the servers: turnstile reads the file TURNSTILE_CONFIG names,
-// and that file is a valid configuration using the NATS services; every
-// NATS server runs JetStream in one cluster with max_payload raised to
-// 8 MiB; every image it pulls is pinned.
+// and that file is a valid configuration using the NATS services, whose
+// gRPC and ops ports are published on the host's loopback for every
+// replica; every NATS server runs JetStream in one cluster with max_payload
+// raised to 8 MiB; every image it pulls is pinned.
 func TestCompose(t *testing.T) {
 	raw, err := os.ReadFile("../../deploy/compose.yaml")
 	if err != nil {
@@ -392,5 +397,32 @@ func TestCompose(t *testing.T) {
 	}
 	if cfg.Ops.Listen == "" {
 		t.Errorf("services.%s: no ops.listen: nothing answers /readyz", name)
+	}
+
+	// The gRPC and ops ports published on the host's loopback (the
+	// configuration is plaintext), a host port for each replica.
+	published := map[string]int{} // container port -> host ports
+	for _, p := range s.Ports {
+		m := regexp.MustCompile(`^127\.0\.0\.1:(\d+)(?:-(\d+))?:(\d+)$`).FindStringSubmatch(p)
+		if m == nil {
+			t.Errorf("services.%s.ports %q: want 127.0.0.1:FIRST-LAST:PORT (loopback only: the configuration has no TLS)", name, p)
+			continue
+		}
+		first, _ := strconv.Atoi(m[1])
+		last := first
+		if m[2] != "" {
+			last, _ = strconv.Atoi(m[2])
+		}
+		published[m[3]] += last - first + 1
+	}
+	replicas := max(s.Deploy.Replicas, 1)
+	for _, listen := range []string{cfg.Listen, cfg.Ops.Listen} {
+		_, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if published[port] < replicas {
+			t.Errorf("services.%s: %s is published on %d host ports, want one for each of the %d replicas", name, listen, published[port], replicas)
+		}
 	}
 }
