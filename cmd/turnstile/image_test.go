@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,24 +70,25 @@ func jsonArgs(t *testing.T, in instruction) []string {
 }
 
 // TestDockerfile holds the image to what serve needs: base images pinned
-// by digest, the configuration named by TURNSTILE_CONFIG with no --config
-// in the CMD to override it, the binary where ENTRYPOINT runs it, and the
-// version stamped where `turnstile version` reads it.
+// by digest (or none: scratch), the configuration named by
+// TURNSTILE_CONFIG with no --config in the CMD to override it, a static,
+// stripped binary where ENTRYPOINT runs it, a numeric non-root user, and
+// the version stamped where `turnstile version` reads it.
 func TestDockerfile(t *testing.T) {
 	ins := dockerfile(t)
 	stages := map[string]bool{}
 	var (
-		out, copied, entry, pkg, ldflags string
-		env                              = map[string]string{}
-		cmd                              []string
-		hasVersionArg                    bool
+		out, copied, entry, pkg, ldflags, user, buildRun string
+		env                                              = map[string]string{}
+		cmd                                              []string
+		hasVersionArg                                    bool
 	)
 	goBuild := regexp.MustCompile(`go build .*-ldflags="([^"]*)" .*-o (\S+) (\./\S+)$`)
 	for _, in := range ins {
 		switch in.cmd {
 		case "FROM":
 			f := strings.Fields(in.args)
-			if !stages[f[0]] && !pinned.MatchString(f[0]) {
+			if !stages[f[0]] && f[0] != "scratch" && !pinned.MatchString(f[0]) {
 				t.Errorf("FROM %s: not pinned as name:tag@sha256:digest", f[0])
 			}
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
@@ -95,7 +98,7 @@ func TestDockerfile(t *testing.T) {
 			hasVersionArg = hasVersionArg || strings.HasPrefix(in.args, "VERSION")
 		case "RUN":
 			if m := goBuild.FindStringSubmatch(in.args); m != nil {
-				ldflags, out, pkg = m[1], m[2], m[3]
+				ldflags, out, pkg, buildRun = m[1], m[2], m[3], in.args
 			}
 		case "COPY":
 			if f := strings.Fields(in.args); len(f) == 3 && strings.HasPrefix(f[0], "--from=") {
@@ -109,6 +112,8 @@ func TestDockerfile(t *testing.T) {
 		case "ENV":
 			k, v, _ := strings.Cut(in.args, "=")
 			env[k] = v
+		case "USER":
+			user = in.args
 		case "ENTRYPOINT":
 			entry = jsonArgs(t, in)[0]
 		case "CMD":
@@ -126,6 +131,21 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !hasVersionArg || !strings.Contains(ldflags, "-X main.version=${VERSION}") {
 		t.Errorf("the build does not stamp ARG VERSION into main.version: ldflags %q", ldflags)
+	}
+	// Static (the final stage is scratch: no libc), without the build
+	// machine's paths, stripped.
+	for _, want := range []string{"CGO_ENABLED=0 go build", "-trimpath"} {
+		if !strings.Contains(buildRun, want) {
+			t.Errorf("RUN %s: no %s", buildRun, want)
+		}
+	}
+	if !strings.HasPrefix(ldflags, "-s -w ") {
+		t.Errorf("ldflags %q: not stripped (-s -w)", ldflags)
+	}
+	// A numeric user, so that Kubernetes' runAsNonRoot can tell it is not
+	// root.
+	if !regexp.MustCompile(`^[1-9][0-9]*:[0-9]+$`).MatchString(user) {
+		t.Errorf("USER %q: want a numeric uid:gid other than root", user)
 	}
 	if !slices.Equal(cmd, []string{"serve"}) {
 		t.Errorf("CMD %q: want [serve], so that TURNSTILE_CONFIG chooses the file", cmd)
@@ -249,6 +269,8 @@ type compose struct {
 	Services map[string]struct {
 		Image       string
 		Build       *struct{ Context string }
+		Deploy      struct{ Replicas int }
+		Ports       []string
 		Command     []string
 		Environment map[string]string
 		Configs     []struct{ Source, Target string }
@@ -258,9 +280,10 @@ type compose struct {
 
 // TestCompose holds deploy/compose.yaml, which docs/deployment.md shows, to
 // the image and the servers: turnstile reads the file TURNSTILE_CONFIG names,
-// and that file is a valid configuration using the NATS services; every
-// NATS server runs JetStream in one cluster with max_payload raised to
-// 8 MiB; every image it pulls is pinned.
+// and that file is a valid configuration using the NATS services, whose
+// gRPC and ops ports are published on the host's loopback for every
+// replica; every NATS server runs JetStream in one cluster with max_payload
+// raised to 8 MiB; every image it pulls is pinned.
 func TestCompose(t *testing.T) {
 	raw, err := os.ReadFile("../../deploy/compose.yaml")
 	if err != nil {
@@ -374,5 +397,32 @@ func TestCompose(t *testing.T) {
 	}
 	if cfg.Ops.Listen == "" {
 		t.Errorf("services.%s: no ops.listen: nothing answers /readyz", name)
+	}
+
+	// The gRPC and ops ports published on the host's loopback (the
+	// configuration is plaintext), a host port for each replica.
+	published := map[string]int{} // container port -> host ports
+	for _, p := range s.Ports {
+		m := regexp.MustCompile(`^127\.0\.0\.1:(\d+)(?:-(\d+))?:(\d+)$`).FindStringSubmatch(p)
+		if m == nil {
+			t.Errorf("services.%s.ports %q: want 127.0.0.1:FIRST-LAST:PORT (loopback only: the configuration has no TLS)", name, p)
+			continue
+		}
+		first, _ := strconv.Atoi(m[1])
+		last := first
+		if m[2] != "" {
+			last, _ = strconv.Atoi(m[2])
+		}
+		published[m[3]] += last - first + 1
+	}
+	replicas := max(s.Deploy.Replicas, 1)
+	for _, listen := range []string{cfg.Listen, cfg.Ops.Listen} {
+		_, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if published[port] < replicas {
+			t.Errorf("services.%s: %s is published on %d host ports, want one for each of the %d replicas", name, listen, published[port], replicas)
+		}
 	}
 }

@@ -41,17 +41,46 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The NATS URL: store.nats.url, or the NATS chart's Service of this release (its nats.fullname). */}}
+{{/* The NATS URL: store.nats.url, required with store.mode nats. */}}
 {{- define "turnstile.natsURL" -}}
-{{- if .Values.store.nats.url }}
-{{- .Values.store.nats.url }}
-{{- else if .Values.nats.enabled }}
-{{- $name := "nats" }}
-{{- $full := ternary (.Release.Name | trunc 63 | trimSuffix "-") (printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-") (contains $name .Release.Name) }}
-{{- printf "nats://%s.%s.svc:4222" $full .Release.Namespace }}
-{{- else }}
-{{- fail "store.mode nats needs store.nats.url, or nats.enabled to deploy the NATS chart" }}
+{{- required "store.mode nats needs store.nats.url: the NATS cluster's URL(s), e.g. nats://nats:4222 for the NATS chart's release \"nats\" in this namespace" .Values.store.nats.url }}
 {{- end }}
+
+{{/* "true" when the release serves the simulator (simulator, and config.models). */}}
+{{- define "turnstile.servesSimulator" -}}
+{{- or (eq .Values.simulator "on") (and (eq .Values.simulator "auto") (empty .Values.config.models)) }}
+{{- end }}
+
+{{/* The variable holding the test's client key token: helmTest.tokenEnv, or the token_env of auth.keys' first key that has one; empty without keys. */}}
+{{- define "turnstile.testTokenEnv" -}}
+{{- $env := .Values.helmTest.tokenEnv }}
+{{- $keys := dig "auth" "keys" list .Values.config }}
+{{- if not $env }}
+{{- range $keys }}
+{{- if and (not $env) (kindIs "map" .) .token_env }}
+{{- $env = .token_env }}
+{{- end }}
+{{- end }}
+{{- if and $keys (not $env) }}
+{{- fail "helmTest.tokenEnv: the server asks for a client key and no key in config.auth.keys names its token_env: name the variable of secretEnv that holds a token, or set helmTest.enabled false" }}
+{{- end }}
+{{- end }}
+{{- $env }}
+{{- end }}
+
+{{/* The envFrom entries of secretEnv. */}}
+{{- define "turnstile.envFrom" -}}
+{{- range .Values.secretEnv.existingSecrets }}
+- secretRef: {name: {{ . }}}
+{{- end }}
+{{- if .Values.secretEnv.values }}
+- secretRef: {name: {{ include "turnstile.fullname" . }}-env}
+{{- end }}
+{{- end }}
+
+{{/* The gRPC port's appProtocol: tls when the server speaks TLS itself, grpc (plaintext HTTP/2) otherwise. */}}
+{{- define "turnstile.grpcAppProtocol" -}}
+{{- ternary "tls" "grpc" (not (empty .Values.tls.secretName)) }}
 {{- end }}
 
 {{/* terminationGracePeriodSeconds: drain, grace, the server's 5s bound on handing turns off, and a margin. */}}
@@ -59,8 +88,56 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds 5 .Values.server.terminationMarginSeconds }}
 {{- end }}
 
-{{/* The server's configuration: what the chart sets, with .Values.config merged over it. */}}
+{{/* The keys of config that the chart sets from its own values, and the value that sets each. */}}
+{{- define "turnstile.chartKeys" -}}
+listen: ports.grpc
+ops.listen: ports.ops
+server.drain_delay: server.drainDelaySeconds
+server.shutdown_grace: server.shutdownGraceSeconds
+server.tls: tls.secretName
+store.mode: store.mode
+store.dir: store.mode (embedded, on the store volume)
+store.nats.url: store.nats.url
+store.nats.credentials: store.nats.credentialsSecret
+store.nats.ca_file: store.nats.tlsSecret
+store.nats.cert_file: store.nats.tlsSecret.clientCert
+store.nats.key_file: store.nats.tlsSecret.clientCert
+{{- end }}
+
+{{/* The server's configuration: config, the simulator when it is asked
+for, and what the chart sets from its own values. config replaces the
+chart's defaults rather than merging with an example: the chart's own
+values.yaml names no provider and no model. */}}
 {{- define "turnstile.config" -}}
+{{- $problems := list }}
+{{- range $path, $value := include "turnstile.chartKeys" . | fromYaml }}
+{{- $v := $.Values.config }}
+{{- $found := true }}
+{{- range splitList "." $path }}
+{{- if and $found (kindIs "map" $v) (hasKey $v .) }}
+{{- $v = index $v . }}
+{{- else }}
+{{- $found = false }}
+{{- end }}
+{{- end }}
+{{- if $found }}
+{{- $problems = append $problems (printf "config.%s is the chart's: set %s" $path $value) }}
+{{- end }}
+{{- end }}
+{{- $user := deepCopy .Values.config }}
+{{- $sim := eq (include "turnstile.servesSimulator" .) "true" }}
+{{- if $sim }}
+{{- if or (hasKey (default dict $user.providers) "sim") (hasKey (default dict $user.models) "sim") }}
+{{- $problems = append $problems "config.providers.sim or config.models.sim: the simulator's names; set simulator: off to use them for your own" }}
+{{- end }}
+{{- $_ := set $user "providers" (merge (default dict $user.providers) (dict "sim" (dict "type" "simulator"))) }}
+{{- $_ := set $user "models" (merge (default dict $user.models) (dict "sim" (dict "provider" "sim" "model" "turnstile-sim-1" "context_window" 32000))) }}
+{{- else if empty $user.models }}
+{{- $problems = append $problems "config.models is empty and simulator is off: name your models (docs/configuration.md), or set simulator: on to serve the simulator" }}
+{{- end }}
+{{- if $problems }}
+{{- fail (printf "\n%s" (join "\n" $problems)) }}
+{{- end }}
 {{- $c := dict
   "listen" (printf "0.0.0.0:%d" (int .Values.ports.grpc))
   "ops" (dict "listen" (printf "0.0.0.0:%d" (int .Values.ports.ops)))
@@ -93,5 +170,5 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else }}
 {{- fail (printf "store.mode %q: embedded or nats" .Values.store.mode) }}
 {{- end }}
-{{- toYaml (mustMergeOverwrite (deepCopy .Values.config) $c) }}
+{{- toYaml (mustMergeOverwrite $user $c) }}
 {{- end }}

@@ -1,0 +1,239 @@
+// Package chartgen writes what deploy/helm/turnstile derives from other
+// sources: the $defs of values.schema.json (the Kubernetes types of the
+// values the chart passes through, from k8s.io/api; turnstile's
+// configuration, from the server's JSON Schema) and the values table of
+// the chart's README (from values.schema.json and values.yaml).
+package chartgen
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// passThrough are the values the chart renders as Kubernetes objects, by
+// the name of their definition in values.schema.json.
+var passThrough = map[string]reflect.Type{
+	"imagePullSecrets":   reflect.TypeFor[[]corev1.LocalObjectReference](),
+	"accessModes":        reflect.TypeFor[[]corev1.PersistentVolumeAccessMode](),
+	"extraEnv":           reflect.TypeFor[[]corev1.EnvVar](),
+	"networkPolicyPeers": reflect.TypeFor[[]networkingv1.NetworkPolicyPeer](),
+	"resources":          reflect.TypeFor[corev1.ResourceRequirements](),
+	"podSecurityContext": reflect.TypeFor[corev1.PodSecurityContext](),
+	"securityContext":    reflect.TypeFor[corev1.SecurityContext](),
+	"tolerations":        reflect.TypeFor[[]corev1.Toleration](),
+	"affinity":           reflect.TypeFor[corev1.Affinity](),
+}
+
+// schemaOf returns the JSON Schema of values decoded into t as the API
+// server decodes them strictly: every field by its JSON name and no
+// other; a named struct is a definition of its own in defs.
+func schemaOf(t reflect.Type, defs map[string]any) map[string]any {
+	switch t {
+	case reflect.TypeFor[resource.Quantity]():
+		return map[string]any{"type": []string{"string", "number"}, "description": "A quantity: 250m, 1Gi, 2."}
+	case reflect.TypeFor[intstr.IntOrString]():
+		return map[string]any{"type": []string{"string", "integer"}}
+	case reflect.TypeFor[metav1.Time](), reflect.TypeFor[metav1.MicroTime](), reflect.TypeFor[metav1.Duration]():
+		return map[string]any{"type": "string"}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return schemaOf(t.Elem(), defs)
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return map[string]any{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return map[string]any{"type": "string"}
+		}
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), defs)}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": schemaOf(t.Elem(), defs)}
+	case reflect.Interface:
+		return map[string]any{}
+	case reflect.Struct:
+		name := "k8s." + t.PkgPath()[strings.LastIndex(t.PkgPath(), "k8s.io/")+len("k8s.io/"):] + "." + t.Name()
+		name = strings.ReplaceAll(name, "/", ".")
+		if _, ok := defs[name]; !ok {
+			defs[name] = nil // a placeholder, for types that hold themselves
+			props := map[string]any{}
+			fields(t, props, defs)
+			defs[name] = map[string]any{"type": "object", "additionalProperties": false, "properties": props}
+		}
+		return map[string]any{"$ref": "#/$defs/" + name}
+	}
+	panic(fmt.Sprintf("chartgen: no schema for %v", t))
+}
+
+// fields adds the JSON fields of the struct t to props, those of inlined
+// structs included.
+func fields(t reflect.Type, props map[string]any, defs map[string]any) {
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+		case name == "" && strings.Contains(opts, "inline"):
+			fields(f.Type, props, defs)
+		case name != "":
+			props[name] = schemaOf(f.Type, defs)
+		}
+	}
+}
+
+// Schema returns values.schema.json with its $defs made afresh from the
+// Kubernetes types and from config, the server's JSON Schema.
+func Schema(values, config []byte) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(values, &doc); err != nil {
+		return nil, fmt.Errorf("values.schema.json: %w", err)
+	}
+	defs := map[string]any{}
+	for name, t := range passThrough {
+		defs[name] = schemaOf(t, defs)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(config, &cfg); err != nil {
+		return nil, fmt.Errorf("the server's schema: %w", err)
+	}
+	delete(cfg, "$schema")
+	delete(cfg, "$id")
+	defs["config"] = cfg
+	doc["$defs"] = defs
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Markers of the generated part of the chart's README.
+const (
+	tableStart = "<!-- values: generated by chartgen from values.schema.json and values.yaml; do not edit -->\n"
+	tableEnd   = "<!-- end of values -->\n"
+)
+
+// README returns readme with the table of values between its markers made
+// afresh from schema and values: every value of values.yaml, in its order,
+// with its type, default and description. A value of one that the other
+// lacks is an error.
+func README(readme, schema, values []byte) ([]byte, error) {
+	before, rest, ok := bytes.Cut(readme, []byte(tableStart))
+	_, after, ok2 := bytes.Cut(rest, []byte(tableEnd))
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("README.md: no %q ... %q", strings.TrimSpace(tableStart), strings.TrimSpace(tableEnd))
+	}
+	var s map[string]any
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return nil, fmt.Errorf("values.schema.json: %w", err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(values, &root); err != nil || len(root.Content) != 1 {
+		return nil, fmt.Errorf("values.yaml: %v", err)
+	}
+	var b bytes.Buffer
+	b.WriteString("| value | type | default | description |\n|---|---|---|---|\n")
+	var problems []string
+	var walk func(prefix string, n *yaml.Node, s map[string]any)
+	walk = func(prefix string, n *yaml.Node, s map[string]any) {
+		props, _ := s["properties"].(map[string]any)
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, val := n.Content[i].Value, n.Content[i+1]
+			path := prefix + key
+			seen[key] = true
+			ps, ok := props[key].(map[string]any)
+			if !ok {
+				problems = append(problems, path+": in values.yaml, not in values.schema.json")
+				continue
+			}
+			if _, nested := ps["properties"]; nested && val.Kind == yaml.MappingNode {
+				walk(path+".", val, ps)
+				continue
+			}
+			var v any
+			if err := val.Decode(&v); err != nil {
+				problems = append(problems, path+": "+err.Error())
+				continue
+			}
+			def, _ := json.Marshal(v)
+			desc, _ := ps["description"].(string)
+			fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s |\n", path, typeOf(ps), def, strings.ReplaceAll(desc, "|", `\|`))
+		}
+		for key := range props {
+			if !seen[key] && key != "global" {
+				problems = append(problems, prefix+key+": in values.schema.json, not in values.yaml")
+			}
+		}
+	}
+	walk("", root.Content[0], s)
+	if problems != nil {
+		return nil, fmt.Errorf("values.yaml and values.schema.json disagree:\n%s", strings.Join(problems, "\n"))
+	}
+	return bytes.Join([][]byte{before, []byte(tableStart), b.Bytes(), []byte(tableEnd), after}, nil), nil
+}
+
+// typeOf says what a value of the schema s is, for the table.
+func typeOf(s map[string]any) string {
+	if ref, ok := s["$ref"].(string); ok {
+		name := strings.TrimPrefix(ref, "#/$defs/")
+		if name == "config" {
+			return "object (turnstile.yaml)"
+		}
+		if t, ok := passThrough[name]; ok {
+			if t.Kind() == reflect.Slice {
+				return "list of " + t.Elem().Name()
+			}
+			return t.Name()
+		}
+		return name
+	}
+	if e, ok := s["enum"].([]any); ok {
+		var alts []string
+		for _, v := range e {
+			alts = append(alts, fmt.Sprint(v))
+		}
+		return strings.Join(alts, " \\| ")
+	}
+	switch t := s["type"].(type) {
+	case string:
+		if t == "object" {
+			if ap, ok := s["additionalProperties"].(map[string]any); ok {
+				return "map of " + fmt.Sprint(ap["type"])
+			}
+		}
+		if t == "array" {
+			if it, ok := s["items"].(map[string]any); ok {
+				return "list of " + fmt.Sprint(it["type"])
+			}
+		}
+		return t
+	case []any:
+		var alts []string
+		for _, v := range t {
+			alts = append(alts, fmt.Sprint(v))
+		}
+		return strings.Join(alts, " or ")
+	}
+	return "any"
+}
