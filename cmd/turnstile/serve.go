@@ -251,7 +251,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		"tracing", tel.Tracing, "metrics", tel.Metrics)
 	warnExposed(logger, lis.Addr(), opts)
 	if ops != nil {
-		stopOps := serveOps(ops, tel, cfg.Ops.PProf, srv.Ready, logger)
+		stopOps := serveOps(ops, tel, cfg.Ops.PProf, srv.Ready, st, logger)
 		defer stopOps()
 	}
 	held, live := releaseStartup()
