@@ -13,6 +13,7 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/sim"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 const example = `
@@ -207,6 +208,8 @@ func TestInvalid(t *testing.T) {
 		{"header value", "providers: {o: {type: openai, headers: {X-Key: \"hunter2\\nX-Evil: 1\"}}}\nmodels: {a: {provider: o, model: m}}\n", "config.yaml:1: providers.o.headers.X-Key: the value must be one line"},
 		{"negative window", "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m, context_window: -1}}\n", "config.yaml:2: models.a.context_window: must not be negative (0 means unknown)"},
 		{"nats url", ok + "store: {mode: nats, nats: {url: \"nats://a:4222,nats://u:hunter2@b:port\"}}\n", `config.yaml:3: store.nats.url: server 2 of the list is not a URL: invalid port ":port" after host`},
+		{"negative frame interval", ok + "store: {frame_interval: -1ms}\n", "config.yaml:3: store.frame_interval: must be between 0 (no floor) and 10s"},
+		{"long frame interval", ok + "store: {frame_interval: 11s}\n", "config.yaml:3: store.frame_interval: must be between 0 (no floor) and 10s"},
 		{"no providers", "models: {a: {provider: sim, model: m}}\n", "config.yaml: providers: at least one provider is required"},
 		{"not a mapping", "- a\n- b\n", "config.yaml:1: expected a block of key: value pairs, got a list"},
 		{"syntax", "providers: {sim: {type: simulator}\n", "config.yaml:1: invalid YAML:"},
@@ -225,6 +228,30 @@ func TestInvalid(t *testing.T) {
 				t.Errorf("Parse error = %q reveals a secret", err)
 			}
 		})
+	}
+}
+
+// TestFrameInterval: store.frame_interval unset is the default, 0 is no
+// floor, and any other value is taken as it is.
+func TestFrameInterval(t *testing.T) {
+	const ok = "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m}}\n"
+	for _, tt := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", store.DefaultFrameInterval},
+		{"store: {frame_interval: 0s}\n", 0},
+		{"store: {frame_interval: 0}\n", 0},
+		{"store: {frame_interval: 40ms}\n", 40 * time.Millisecond},
+		{"store: {frame_interval: 10s}\n", 10 * time.Second},
+	} {
+		c, err := Parse("config.yaml", []byte(ok+tt.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		if c.Store.FrameInterval != tt.want {
+			t.Errorf("%q: frame_interval %v, want %v", tt.yaml, c.Store.FrameInterval, tt.want)
+		}
 	}
 }
 

@@ -53,6 +53,16 @@ type Config struct {
 	// the process and writes no lease), and how long a run left without an
 	// owner waits before a watcher adopts it (default 2s; at least 500ms).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// FrameInterval is the least time between two writes of a reply's
+	// streamed text to the log (the deltas of one text, reasoning block or
+	// tool call's arguments): what the model streams meanwhile is stored,
+	// and sent, as one event. The first delta of each, and every other
+	// event, is stored at once. A client sees only what is stored, so the
+	// text it watches may lag the model by up to this much. 0 stores each
+	// delta as soon as the previous write is acknowledged: a write per
+	// chunk of a model that streams slower than the store answers (default
+	// 100ms; at most 10s).
+	FrameInterval time.Duration `yaml:"frame_interval"`
 	// NATS says how to reach the cluster in mode nats.
 	NATS NATS `yaml:"nats"`
 }
@@ -77,9 +87,15 @@ type NATS struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
-		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second,
+		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second, FrameInterval: DefaultFrameInterval,
 	}
 }
+
+// DefaultFrameInterval is the default [Config.FrameInterval].
+const DefaultFrameInterval = 100 * time.Millisecond
+
+// maxFrameInterval bounds [Config.FrameInterval].
+const maxFrameInterval = 10 * time.Second
 
 // DefaultDirText is [DefaultDir] as the documentation writes it: the
 // directory it returns depends on the user and the environment.
@@ -153,6 +169,9 @@ func (c Config) Problems() []llm.Problem {
 	}
 	if c.LeaseTTL < 500*time.Millisecond {
 		bad("lease_ttl", "must be at least 500ms")
+	}
+	if c.FrameInterval < 0 || c.FrameInterval > maxFrameInterval {
+		bad("frame_interval", "must be between 0 (no floor) and %s", maxFrameInterval)
 	}
 	if (c.NATS.CertFile == "") != (c.NATS.KeyFile == "") {
 		bad("nats.cert_file", "cert_file and key_file go together")

@@ -194,6 +194,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 			}
 		}
 		opts.Store = st
+		opts.StorePace = cfg.Store.FrameInterval
 		unregister, err := telemetry.RegisterStoreMetrics(tel.MeterProvider, storeUsage(st), nil)
 		if err != nil {
 			return err
