@@ -73,7 +73,9 @@ type Config struct {
 	Slow int
 	// ProfileDir, when set, receives the server's CPU profiles of the
 	// sequential and the concurrent phases of each store mode (on-seq.pprof,
-	// on-conc.pprof, off-seq.pprof...), and their allocation profiles
+	// on-conc.pprof, off-seq.pprof...; with the cluster shape the first
+	// server's, and each NATS server's the bench started:
+	// cluster-conc-nats-n0.pprof...), and their allocation profiles
 	// before and after the phase (on-seq.allocs.base, on-seq.allocs: `go
 	// tool pprof -sample_index=alloc_objects -base on-seq.allocs.base
 	// on-seq.allocs`); with Callgrind, callgrind's profiles
@@ -332,7 +334,7 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 			}
 			defer os.RemoveAll(dir)
 			logf("starting a NATS cluster of three servers (%s %s)", cfg.NATSBinary, NATSNodeFlag)
-			if nodes, err = startCluster(ctx, cfg.NATSBinary, dir, 3); err != nil {
+			if nodes, err = startCluster(ctx, cfg.NATSBinary, dir, 3, cfg.ProfileDir != "" && !cfg.Callgrind); err != nil {
 				return nil, err
 			}
 			defer func() {
@@ -389,6 +391,12 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 	drive(ctx, cfg.Warmup, 1, turn)
 	drive(ctx, cfg.Warmup, cfg.Concurrency, spread)
 
+	// A CPU profile covers the start of a phase: 3 s, or 10 s of paced
+	// turns, which take seconds each.
+	seconds := 3
+	if cfg.Upstream.Delay > 0 {
+		seconds = 10
+	}
 	measure := func(name string, n, conc int, fn turnFunc, profile string) (Phase, error) {
 		var wg sync.WaitGroup
 		keep := ""
@@ -397,7 +405,14 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 		case cfg.Callgrind:
 			keep = filepath.Join(cfg.ProfileDir, store+"-"+profile+".callgrind")
 		default:
-			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".pprof"), 3) })
+			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".pprof"), seconds) })
+			for _, nd := range nodes {
+				if nd.prof != "" {
+					wg.Go(func() {
+						fetchProfile(nd.prof, filepath.Join(cfg.ProfileDir, store+"-"+profile+"-nats-"+nd.name+".pprof"), seconds)
+					})
+				}
+			}
 			fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs.base"))
 			defer fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs"))
 		}

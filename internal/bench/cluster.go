@@ -49,6 +49,7 @@ type natsNode struct {
 	cmd     *exec.Cmd
 	url     string // its client URL
 	monitor string // its monitoring listener's address
+	prof    string // its profiling listener's address, empty without
 	dir     string
 	stderr  *bytes.Buffer
 	done    chan struct{}
@@ -57,8 +58,10 @@ type natsNode struct {
 // startCluster starts n NATS servers with JetStream, clustered, on
 // loopback ports, each a process running bin with [NATSNodeFlag], and
 // waits until each answers its health check. Their files are under dir.
-func startCluster(ctx context.Context, bin, dir string, n int) ([]*natsNode, error) {
-	ports := make([]string, 3*n) // client, cluster, monitoring
+// With profile each serves Go's profiles on a port of its own
+// (nats-server's prof_port).
+func startCluster(ctx context.Context, bin, dir string, n int, profile bool) ([]*natsNode, error) {
+	ports := make([]string, 4*n) // client, cluster, monitoring, profiling
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -98,6 +101,11 @@ cluster {
   routes: [%s]
 }
 `, nd.name, ports[i], nd.monitor, filepath.Join(nd.dir, "js"), ports[n+i], strings.Join(routes, ", "))
+		if profile {
+			nd.prof = ports[3*n+i]
+			_, port, _ := strings.Cut(nd.prof, ":")
+			conf += "prof_port: " + port + "\n"
+		}
 		path := filepath.Join(nd.dir, "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			stopAll()

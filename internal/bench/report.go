@@ -24,7 +24,7 @@ func (r *Report) Write(w io.Writer) {
 			allocs = fmt.Sprintf("%.0f", p.AllocsPerTurn)
 			kb = fmt.Sprintf("%.1f", p.BytesPerTurn/1024)
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %s / %s | %s / %s | %s | %s | %s | %d |\n", label, p.TurnsPerSec,
+		fmt.Fprintf(w, "| %s | %s | %s / %s | %s / %s | %s | %s | %s | %d |\n", label, perSec(p.TurnsPerSec),
 			ms(p.FirstDeltaP50), ms(p.FirstDeltaP99), ms(p.TotalP50), ms(p.TotalP99), cost, allocs, kb, p.Errors)
 	}
 	added := func(label string, d, s Phase) {
@@ -243,6 +243,15 @@ func stored(p Phase) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f", p.StoredPerTurn)
+}
+
+// perSec prints a rate of turns: whole above 10 a second, else with a
+// decimal (paced turns take seconds each).
+func perSec(r float64) string {
+	if r < 10 {
+		return fmt.Sprintf("%.1f", r)
+	}
+	return fmt.Sprintf("%.0f", r)
 }
 
 func ms(d time.Duration) string {
