@@ -45,6 +45,13 @@ type Config struct {
 	// MaxBytes bounds the log's size; the oldest runs are dropped first
 	// (default 1 GiB; -1 is no bound).
 	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxTurns bounds the turns the log keeps (each attempt one), finished
+	// or running: above 90% of it the oldest finished ones are removed,
+	// down to 80%, and while running turns hold it new turns are refused.
+	// Each turn kept costs the NATS server's index of the log's subjects
+	// about 0.3 KiB of memory (the embedded server's is this process's),
+	// whatever its size (default 100000; -1 is no bound).
+	MaxTurns int64 `yaml:"max_turns"`
 	// Replicas is the replication factor of the log and the leases; 0
 	// picks 3 when the cluster has three servers or more, else 1.
 	Replicas int `yaml:"replicas"`
@@ -87,7 +94,7 @@ type NATS struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
-		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second, FrameInterval: DefaultFrameInterval,
+		MaxBytes: 1 << 30, MaxTurns: 100_000, LeaseTTL: 2 * time.Second, FrameInterval: DefaultFrameInterval,
 	}
 }
 
@@ -163,6 +170,9 @@ func (c Config) Problems() []llm.Problem {
 	}
 	if c.MaxBytes == 0 || c.MaxBytes < -1 {
 		bad("max_bytes", "must be positive, or -1 for no bound")
+	}
+	if c.MaxTurns == 0 || c.MaxTurns < -1 {
+		bad("max_turns", "must be positive, or -1 for no bound")
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		bad("replicas", "must be between 0 (automatic) and 5")

@@ -275,7 +275,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 func storeUsage(st *store.Store) func() telemetry.StoreUsage {
 	return func() telemetry.StoreUsage {
 		u := st.Usage()
-		return telemetry.StoreUsage{Bytes: u.Bytes, Limit: u.Limit, Oldest: u.Oldest, Evicted: u.Evicted, Full: u.Full != nil}
+		return telemetry.StoreUsage{Bytes: u.Bytes, Limit: u.Limit, Oldest: u.Oldest, Turns: u.Turns, Evicted: u.Evicted, Full: u.Full != nil}
 	}
 }
 
