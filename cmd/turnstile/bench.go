@@ -49,6 +49,7 @@ func benchCmd(args []string) int {
 	fs.BoolVar(&cfg.Callgrind, "callgrind", false, "run the server under valgrind's callgrind and report its instructions per turn (use a few hundred turns)")
 	stores := fs.String("store", "on,off", "turn stores to measure, one shape after the other, in this order: `on` (the configuration as it is; by default the embedded store), off (store: {mode: off}), cluster (--replicas servers on a NATS cluster: three NATS servers, each this executable run with "+bench.NATSNodeFlag+", the log replicated three times; or the cluster of --nats)")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "the cluster shape's NATS `URLs` (comma separated) instead of three servers the bench starts")
+	fs.StringVar(&cfg.FrameInterval, "frame-interval", "", "the servers' store.frame_interval (a `duration`) with the store on and in the cluster shape; default: theirs")
 	fs.IntVar(&cfg.Replicas, "replicas", 2, "turnstile servers of the cluster shape; the concurrent phase spreads its turns over them")
 	env := fs.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=200,...)")
 	if err := fs.Parse(args); err != nil {

@@ -102,6 +102,10 @@ type Config struct {
 	// (default 2). The concurrent phase spreads its turns over them; the
 	// sequential and slow phases use the first.
 	Replicas int
+	// FrameInterval, when set, is the servers' store.frame_interval (a
+	// duration, as the configuration writes it) with the store on and in
+	// the cluster shape; empty leaves the servers' default.
+	FrameInterval string
 	// NATSBinary is the executable the bench runs as each NATS server of
 	// the cluster shape, with [NATSNodeFlag]: a turnstile binary of this
 	// version (default Binary).
@@ -159,6 +163,9 @@ func (c *Config) defaults() error {
 	for _, m := range c.Stores {
 		switch m {
 		case "on":
+			if c.FrameInterval != "" && setsStore(c.ServerConfig) {
+				return errors.New("bench: the configuration sets store itself: set frame_interval there")
+			}
 		case "off", "cluster":
 			if setsStore(c.ServerConfig) {
 				return errors.New("bench: the configuration sets store itself: measure it with the store on only")
@@ -215,6 +222,11 @@ type Phase struct {
 	// (read from the first server's /debug/store); 0 without a store, or
 	// when the server does not serve it (an older build).
 	StoredPerTurn float64
+	// NATSInPerTurn and NATSOutPerTurn are the messages the NATS servers
+	// the bench started received and sent per turn, summed over them
+	// (their /varz: clients', the cluster's own traffic, JetStream's);
+	// zero without them.
+	NATSInPerTurn, NATSOutPerTurn float64
 }
 
 // ProcessCPU is one process's CPU time per turn in a phase.
@@ -322,6 +334,10 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 	replicas := 1
 	var nodes []*natsNode
 	switch store {
+	case "on":
+		if cfg.FrameInterval != "" {
+			template = strings.TrimRight(template, "\n") + "\n" + fmt.Sprintf("store: {frame_interval: %s}\n", cfg.FrameInterval)
+		}
 	case "off":
 		template = strings.TrimRight(template, "\n") + "\n" + StoreOff
 	case "cluster":
@@ -348,7 +364,7 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 			}
 			url, copies = strings.Join(urls, ","), 3
 		}
-		template = clusterConfig(template, url, copies)
+		template = clusterConfig(template, url, copies, cfg.FrameInterval)
 	}
 	env := cfg.Env
 	if up.CAFile != "" {
@@ -458,6 +474,8 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 				p.Processes = append(p.Processes, ProcessCPU{Name: "nats " + nd.name, CPUPerTurn: d})
 			}
 			p.InstructionsPerTurn = float64(instr) / float64(turns)
+			p.NATSInPerTurn = float64(after.natsIn-before.natsIn) / float64(turns)
+			p.NATSOutPerTurn = float64(after.natsOut-before.natsOut) / float64(turns)
 			if storedErr == nil && storedErr2 == nil {
 				p.StoredPerTurn = float64(storedAfter-storedBefore) / float64(turns)
 			}
@@ -492,7 +510,10 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 type stats struct {
 	servers []procStats
 	nodes   []time.Duration // the NATS servers' CPU time
-	bench   time.Duration
+	// natsIn and natsOut are the messages the NATS servers received and
+	// sent, summed over them.
+	natsIn, natsOut uint64
+	bench           time.Duration
 }
 
 // shapeStats reads the counters of the servers and NATS servers given,
@@ -512,6 +533,11 @@ func shapeStats(servers []*child, nodes []*natsNode) (stats, error) {
 			return st, fmt.Errorf("NATS node %s: %w", nd.name, err)
 		}
 		st.nodes = append(st.nodes, cpu)
+		in, out, err := nd.messages()
+		if err != nil {
+			return st, fmt.Errorf("NATS node %s: %w", nd.name, err)
+		}
+		st.natsIn, st.natsOut = st.natsIn+in, st.natsOut+out
 	}
 	// The bench's own: 0 where /proc cannot tell (not Linux).
 	st.bench, _ = procCPU(os.Getpid())

@@ -135,6 +135,10 @@ func TestSmokePacedShapes(t *testing.T) {
 			if strings.Join(names, ",") != strings.Join(want[s.Store], ",") || sum != p.CPUPerTurn {
 				t.Errorf("store %s: processes %+v, CPU per turn %v: want %v, summed", s.Store, p.Processes, p.CPUPerTurn, want[s.Store])
 			}
+			// The NATS servers the bench started count their messages.
+			if cluster := s.Store == "cluster"; cluster != (p.NATSInPerTurn > 0 && p.NATSOutPerTurn > 0) {
+				t.Errorf("store %s: NATS messages per turn %.1f in, %.1f out", s.Store, p.NATSInPerTurn, p.NATSOutPerTurn)
+			}
 			// Each turn stores its record and at least one frame.
 			if stores := s.Store != "off"; stores && p.StoredPerTurn < 2 || !stores && p.StoredPerTurn != 0 {
 				t.Errorf("store %s: %.1f stored messages per turn", s.Store, p.StoredPerTurn)
@@ -144,7 +148,7 @@ func TestSmokePacedShapes(t *testing.T) {
 	var out bytes.Buffer
 	rep.Write(&out)
 	for _, want := range []string{"| turnstile, c=4, store cluster |", "store cluster, c=4: CPU per turn by process: turnstile 1 ",
-		"| cluster: stored messages per turn ≤ 25 (c=4) |", "| store on: CPU per turn of every process of the shape ≤ 1.3 × store off (c=4) |"} {
+		"| cluster: stored messages per turn ≤ 25 (c=4) |", "store cluster, c=4: NATS messages per turn, summed over its servers: ", "| store on: CPU per turn of every process of the shape ≤ 1.3 × store off (c=4) |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

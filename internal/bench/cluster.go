@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -156,6 +157,24 @@ func (nd *natsNode) waitHealthy(ctx context.Context) error {
 	return errors.New("timed out waiting for its health check")
 }
 
+// messages reads how many messages the node has received and sent, from
+// its monitoring listener's /varz: clients' and the other servers'.
+func (nd *natsNode) messages() (in, out uint64, err error) {
+	resp, err := http.Get("http://" + nd.monitor + "/varz")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		InMsgs  uint64 `json:"in_msgs"`
+		OutMsgs uint64 `json:"out_msgs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return 0, 0, fmt.Errorf("/varz: %w", err)
+	}
+	return v.InMsgs, v.OutMsgs, nil
+}
+
 // stop ends the node with SIGTERM (SIGKILL after 10s).
 func (nd *natsNode) stop() {
 	if nd.cmd.Process == nil {
@@ -172,8 +191,12 @@ func (nd *natsNode) stop() {
 
 // clusterConfig returns template with a store block that points at the
 // NATS servers of url (comma separated) with the log's replicas given (0:
-// automatic).
-func clusterConfig(template, url string, replicas int) string {
+// automatic), and the frame interval given unless it is empty.
+func clusterConfig(template, url string, replicas int, frameInterval string) string {
+	extra := ""
+	if frameInterval != "" {
+		extra = ", frame_interval: " + frameInterval
+	}
 	return strings.TrimRight(template, "\n") + "\n" +
-		fmt.Sprintf("store: {mode: nats, replicas: %d, nats: {url: %q}}\n", replicas, url)
+		fmt.Sprintf("store: {mode: nats, replicas: %d, nats: {url: %q}%s}\n", replicas, url, extra)
 }

@@ -13,6 +13,9 @@ func (r *Report) Write(w io.Writer) {
 	u := r.Config.Upstream
 	fmt.Fprintf(w, "upstream: %s, %d chunks of %d bytes, %v apart; %d sequential turns, %d turns at concurrency %d over %d connection(s) per server\n\n",
 		u.Mode(), u.Chunks, u.ChunkSize, u.Delay, r.Config.Turns, r.Config.ConcurrentTurns, r.Config.Concurrency, r.Config.Conns)
+	if r.Config.FrameInterval != "" {
+		fmt.Fprintf(w, "store.frame_interval: %s\n\n", r.Config.FrameInterval)
+	}
 	fmt.Fprintf(w, "upstream requests: %d, %d of them over HTTP/2\n\n", r.UpstreamRequests, r.UpstreamHTTP2)
 	fmt.Fprintln(w, "| | turns/s | first delta p50 / p99 | total p50 / p99 | server CPU per turn | allocs per turn | KB per turn | errors |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
@@ -57,6 +60,10 @@ func (r *Report) Write(w io.Writer) {
 		}{{"sequential", s.ServerSeq}, {fmt.Sprintf("c=%d", c), s.ServerConc}} {
 			fmt.Fprintf(w, "store %s, %s: CPU per turn by process: %s; the bench's own (client and upstream) %s; stored messages per turn %s\n",
 				s.Store, p.label, processes(p.Phase), ms(p.BenchCPUPerTurn), stored(p.Phase))
+			if p.NATSInPerTurn > 0 {
+				fmt.Fprintf(w, "store %s, %s: NATS messages per turn, summed over its servers: %.1f in, %.1f out\n",
+					s.Store, p.label, p.NATSInPerTurn, p.NATSOutPerTurn)
+			}
 		}
 		for _, p := range []Phase{s.ServerSeq, s.ServerConc, s.FastUnderSlow} {
 			if p.FirstErr != "" {
