@@ -252,7 +252,7 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, bad := toTurnRequest(req, nil, s.mediaLimits())
+	tr, bad := toTurnRequest(context.Background(), req, nil, s.mediaLimits())
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}

@@ -304,7 +304,7 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		MaxMediaBytes:         s.MaxMediaBytes,
 		MaxRequestMediaBytes:  s.MaxRequestMediaBytes,
 		SendTimeout:           s.SendTimeout,
-		CheckToolSchema:       argcheck.CheckSchema,
+		CheckToolSchemas:      argcheck.CheckSchemas,
 		MaxRunningTurns:       s.MaxRunningTurns,
 		DetachGrace:           cfg.Turn.DetachGrace,
 	}
