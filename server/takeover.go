@@ -362,6 +362,7 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 				return nil, bad[0]
 			}
 			rs.Steering = append(rs.Steering, m)
+			rs.SteerBytes += len(m.Text())
 			if id := p.Steered.GetRequestId(); id != "" {
 				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.GetSeq()})
 			}
