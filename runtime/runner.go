@@ -166,6 +166,8 @@ type options struct {
 	limits    Limits
 	rules     ToolRules
 	schemas   OutputSchemas
+	// mediaHosts are the hosts a media URI may not name.
+	mediaHosts *HostRules
 }
 
 // Option configures a [Runner].
@@ -193,6 +195,11 @@ func WithIDs(f func() string) Option { return func(o *options) { o.newID = f } }
 // WithCompactor sets the strategy that shortens an overflowing conversation
 // (default [KeepEnds] with its defaults).
 func WithCompactor(c Compactor) Option { return func(o *options) { o.compactor = c } }
+
+// WithRefusedMediaHosts refuses a request whose media name by URI a host
+// that h refuses (see [HostRules]): the provider would fetch it. Default:
+// none is refused.
+func WithRefusedMediaHosts(h *HostRules) Option { return func(o *options) { o.mediaHosts = h } }
 
 // WithOutputSchemas sets the compiler of output schemas, which the runner
 // needs to take requests with an output schema (default none: such a
@@ -354,6 +361,14 @@ func (r *Runner) Validate(req *TurnRequest) error {
 			if msg := mediaProblem(m, ref.media); msg != "" {
 				errs = append(errs, &FieldError{Field: ref.field, Description: msg})
 			}
+		}
+	}
+	for _, ref := range requestMedia(req.Messages) {
+		if ref.media.URI == "" {
+			continue
+		}
+		if msg := r.opts.mediaHosts.Refused(ref.media.URI); msg != "" {
+			errs = append(errs, &FieldError{Field: ref.field + ".uri", Description: msg})
 		}
 	}
 	for i, t := range req.ClientTools {
