@@ -295,6 +295,21 @@ type Server struct {
 	// MaxRequestMediaBytes bounds the media of one request, all parts
 	// together (default 16 MiB; at least 1 KiB).
 	MaxRequestMediaBytes int `yaml:"max_request_media_bytes"`
+	// RefusedMediaHosts lists the hosts and networks a request's media
+	// URIs may not name: the provider fetches a URI, from its network or,
+	// for a model server run by the operator, from the operator's, so a
+	// client could make it reach what the client cannot. Each entry is
+	// loopback (127.0.0.0/8, ::1, localhost and its subdomains), private
+	// (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10,
+	// fc00::/7), link_local (169.254.0.0/16, where clouds serve instance
+	// metadata, and fe80::/10), unspecified (0.0.0.0/8, ::), a network
+	// (10.1.0.0/16), an IP address, a host name (matched exactly) or
+	// *.DOMAIN (its subdomains). Nothing is resolved: a host name is
+	// matched by name, so list internal domains by name; an IP address in
+	// any form a URL parser reads (127.1, 2130706433, an IPv4-mapped, NAT64
+	// or 6to4 IPv6 address) by network. Default: loopback, private,
+	// link_local and unspecified; [] refuses none.
+	RefusedMediaHosts []string `yaml:"refused_media_hosts"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
 	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
 	// one event; with the turn store on, at most 8323072, what one store
@@ -343,6 +358,7 @@ func defaultServer() Server {
 		MaxEventBytes:         server.DefaultMaxEventBytes,
 		MaxMediaBytes:         server.DefaultMaxMediaBytes,
 		MaxRequestMediaBytes:  server.DefaultMaxRequestMediaBytes,
+		RefusedMediaHosts:     runtime.DefaultRefusedMediaHosts(),
 		SendTimeout:           server.DefaultSendTimeout,
 		MaxRunningTurns:       1024,
 	}

@@ -130,8 +130,9 @@ server: {drain_delay: 0}
 		MaxHeaderBytes:  32 << 10,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
 		MaxMediaBytes: 5 << 20, MaxRequestMediaBytes: 16 << 20,
+		RefusedMediaHosts: []string{"loopback", "private", "link_local", "unspecified"},
 	}
-	if c.Server != want || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
+	if !reflect.DeepEqual(c.Server, want) || c.Log != (Log{Format: "text", Level: "info"}) || c.Listen != DefaultListen || c.DefaultModel != "m" {
 		t.Errorf("defaults: server %+v, log %+v, listen %q, default_model %q", c.Server, c.Log, c.Listen, c.DefaultModel)
 	}
 	if !reflect.DeepEqual(c.Telemetry, Telemetry{}) || c.Ops != (Ops{Metrics: true}) {

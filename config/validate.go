@@ -249,6 +249,11 @@ func (c *Config) checkServer(v *checker) {
 		c.checkStoreRecord(v, storeRecordBytes, fmt.Sprintf("with the turn store on (store.mode %s)", c.Store.Mode), "or set store.mode off")
 	}
 	atLeast("max_request_media_bytes", s.MaxRequestMediaBytes, 1024)
+	if _, problems := runtime.ParseHostRules(s.RefusedMediaHosts); len(problems) > 0 {
+		for _, p := range problems {
+			v.at("server.refused_media_hosts"+p.Field, "%s", p.Message)
+		}
+	}
 	switch {
 	case s.MaxMediaBytes < 1024:
 		v.at("server.max_media_bytes", "must be at least 1024")

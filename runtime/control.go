@@ -56,6 +56,9 @@ var (
 	// ErrSteerQueueFull means the turn holds [Limits.MaxSteerMessages]
 	// steering messages not yet committed.
 	ErrSteerQueueFull = errors.New("runtime: the turn holds the most queued steering messages")
+	// ErrSteerBudget means the message would take the text of the turn's
+	// steering messages past [Limits.MaxSteerBytes].
+	ErrSteerBudget = errors.New("runtime: the turn's steering messages would hold more text than turn.max_steer_bytes")
 )
 
 // Decision is a person's decision on a tool call that waits for approval.
@@ -92,6 +95,9 @@ type Controls struct {
 	out *emitter
 	ctx context.Context // the turn's: a stopped turn emits nothing more
 	max int
+	// maxBytes bounds the text of the turn's steering messages; steered
+	// is what they hold so far.
+	maxBytes, steered int
 	// started and ended bound the turn's life: before and after it, the
 	// controls refuse.
 	started, ended bool
@@ -115,13 +121,14 @@ func NewControls() *Controls {
 	return &Controls{waiting: map[string]string{}, decided: map[string]Decided{}, steerSeq: map[string]uint64{}, wake: make(chan struct{})}
 }
 
-// attach binds c to the turn whose events out emits, under ctx, and
-// restores what a resumed turn's log holds.
-func (c *Controls) attach(ctx context.Context, out *emitter, maxSteer int, rs *Resume) {
+// attach binds c to the turn whose events out emits, under ctx and
+// limits, and restores what a resumed turn's log holds.
+func (c *Controls) attach(ctx context.Context, out *emitter, limits Limits, rs *Resume) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.out, c.ctx, c.max, c.started = out, ctx, maxSteer, true
+	c.out, c.ctx, c.max, c.maxBytes, c.started = out, ctx, limits.MaxSteerMessages, limits.MaxSteerBytes, true
 	if rs != nil {
+		c.steered = rs.SteerBytes
 		for id, d := range rs.Decided {
 			c.decided[id] = d
 		}
@@ -204,7 +211,9 @@ func (c *Controls) Steer(m llm.Message) (uint64, error) {
 // [Limits.MaxSteerMessages] Steered events, also those a resumed turn's
 // log holds), it queues nothing and returns that message's seq with
 // duplicate true, even after the turn ended. An empty requestID names
-// nothing: the message is always queued.
+// nothing: the message is always queued. A message that would take the
+// text of the turn's steering messages past [Limits.MaxSteerBytes] fails
+// with [ErrSteerBudget].
 func (c *Controls) SteerOnce(requestID string, m llm.Message) (seq uint64, duplicate bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -219,10 +228,15 @@ func (c *Controls) SteerOnce(requestID string, m llm.Message) (seq uint64, dupli
 	case len(c.queue) >= c.max:
 		return 0, false, fmt.Errorf("%w (%d, turn.max_steer_messages)", ErrSteerQueueFull, c.max)
 	}
+	size := len(m.Text())
+	if left := c.maxBytes - c.steered; size > left {
+		return 0, false, fmt.Errorf("%w (%d bytes): the message holds %d bytes of text, and %d are left", ErrSteerBudget, c.maxBytes, size, max(left, 0))
+	}
 	seq = c.out.emit(c.ctx, &Steered{Message: m, RequestID: requestID})
 	if seq == 0 {
 		return 0, false, ErrTurnEnded
 	}
+	c.steered += size
 	c.queue = append(c.queue, m)
 	c.remember(requestID, seq)
 	c.signal()

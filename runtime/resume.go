@@ -91,6 +91,10 @@ type Resume struct {
 	// stored that have one: a message sent again with one of them is
 	// not taken twice ([Controls.SteerOnce]).
 	SteerIDs []SteerID
+	// SteerBytes is the text of every steering message stored (Steered
+	// events), committed or not: it counts against
+	// [Limits.MaxSteerBytes].
+	SteerBytes int
 }
 
 // SteerID is the request id of a stored Steered event, and its seq.

@@ -176,6 +176,8 @@ type options struct {
 	limits    Limits
 	rules     ToolRules
 	schemas   OutputSchemas
+	// mediaHosts are the hosts a media URI may not name.
+	mediaHosts *HostRules
 }
 
 // Option configures a [Runner].
@@ -203,6 +205,11 @@ func WithIDs(f func() string) Option { return func(o *options) { o.newID = f } }
 // WithCompactor sets the strategy that shortens an overflowing conversation
 // (default [KeepEnds] with its defaults).
 func WithCompactor(c Compactor) Option { return func(o *options) { o.compactor = c } }
+
+// WithRefusedMediaHosts refuses a request whose media name by URI a host
+// that h refuses (see [HostRules]): the provider would fetch it. Default:
+// none is refused.
+func WithRefusedMediaHosts(h *HostRules) Option { return func(o *options) { o.mediaHosts = h } }
 
 // WithOutputSchemas sets the compiler of output schemas, which the runner
 // needs to take requests with an output schema (default none: such a
@@ -384,6 +391,14 @@ func (r *Runner) Validate(req *TurnRequest) error {
 					errs = append(errs, err)
 				}
 			}
+		}
+	}
+	for _, ref := range requestMedia(req.Messages) {
+		if ref.media.URI == "" {
+			continue
+		}
+		if msg := r.opts.mediaHosts.Refused(ref.media.URI); msg != "" {
+			errs = append(errs, &FieldError{Field: ref.field + ".uri", Description: msg})
 		}
 	}
 	for i, t := range req.ClientTools {

@@ -163,7 +163,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		}
 		t.firstSeq, t.requested = max(rs.NextSeq, 1), rs.Requested
 	}
-	t.ctl.attach(tctx, &t.out, r.opts.limits.MaxSteerMessages, req.Resume)
+	t.ctl.attach(tctx, &t.out, r.opts.limits, req.Resume)
 	return t, tctx, cancel
 }
 

@@ -77,6 +77,10 @@ func controlError(err error, callID string) controlReply {
 		return controlReply{Code: codes.FailedPrecondition, Message: "the turn has ended"}
 	case errors.Is(err, runtime.ErrSteerQueueFull):
 		return controlReply{Code: codes.ResourceExhausted, Message: "the turn holds the most queued steering messages the server allows (turn.max_steer_messages); wait until it takes them"}
+	case errors.Is(err, runtime.ErrSteerBudget):
+		// The runtime's error gives the bound, the message's size and
+		// what is left, no text of the message.
+		return controlReply{Code: codes.ResourceExhausted, Message: strings.TrimPrefix(err.Error(), "runtime: ") + "; start a new turn to say more"}
 	case errors.Is(err, runtime.ErrTurnNotStarted):
 		return controlReply{Code: codes.Unavailable, Message: "the turn is starting; retry"}
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,9 +49,9 @@ func (v *violations) add(field, format string, args ...any) {
 
 // toTurnRequest validates req and converts it for the runtime. It reports
 // every problem it finds, each naming its field; the request is converted
-// only when there is none. checkSchema, when not nil, checks each client
-// tool's input schema (JSON); media bounds the request's media.
-func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) error, media mediaLimits) (*runtime.TurnRequest, violations) {
+// only when there is none. checkSchemas, when not nil, checks the client
+// tools' input schemas (JSON) under ctx; media bounds the request's media.
+func toTurnRequest(ctx context.Context, req *turnstilev1.RunTurnRequest, checkSchemas schemaCheck, media mediaLimits) (*runtime.TurnRequest, violations) {
 	var bad violations
 	if len(req.GetTurnId()) > maxTurnIDLen || !utf8.ValidString(req.GetTurnId()) {
 		bad.add("turn_id", "must be valid UTF-8 of at most %d bytes", maxTurnIDLen)
@@ -82,7 +83,7 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) err
 		}
 		checkConversation(&bad, tr.Messages)
 	}
-	tr.ClientTools = toTools(&bad, req.GetTools(), checkSchema)
+	tr.ClientTools = toTools(ctx, &bad, req.GetTools(), checkSchemas)
 	if g := req.GetGeneration(); g != nil {
 		if g.MaxOutputTokens != nil {
 			if g.GetMaxOutputTokens() < 1 {
@@ -125,12 +126,19 @@ func toTurnRequest(req *turnstilev1.RunTurnRequest, checkSchema func([]byte) err
 	return tr, nil
 }
 
+// schemaCheck checks the input schemas of a request's tools: one error per
+// schema, nil for each that passes (see [Options.CheckToolSchemas]).
+type schemaCheck func(ctx context.Context, schemas [][]byte) []error
+
 // toTools converts the client's tool declarations.
-func toTools(bad *violations, tools []*turnstilev1.ToolDefinition, checkSchema func([]byte) error) []llm.ToolSpec {
+func toTools(ctx context.Context, bad *violations, tools []*turnstilev1.ToolDefinition, checkSchemas schemaCheck) []llm.ToolSpec {
 	if len(tools) > maxTools {
 		bad.add("tools", "at most %d tools are allowed, got %d", maxTools, len(tools))
 		return nil
 	}
+	// The schemas first, compiled together: their bounds hold for the
+	// request. problems[i] is what is wrong with tools[i]'s.
+	problems, encoded := toolSchemas(ctx, tools, checkSchemas)
 	var specs []llm.ToolSpec
 	seen := map[string]bool{}
 	for i, t := range tools {
@@ -145,40 +153,56 @@ func toTools(bad *violations, tools []*turnstilev1.ToolDefinition, checkSchema f
 		if len(t.GetDescription()) > maxToolDescription {
 			bad.add(field+".description", "must be at most %d bytes", maxToolDescription)
 		}
-		spec := llm.ToolSpec{Name: t.GetName(), Description: t.GetDescription()}
-		if s := t.GetInputSchema(); s != nil {
-			b, err := protojson.Marshal(s)
-			switch {
-			case err != nil:
-				// NaN and infinities have no JSON form.
-				bad.add(field+".input_schema", "cannot be encoded as JSON: %s", clip(err.Error(), 200))
-			case len(b) > maxToolSchemaBytes:
-				bad.add(field+".input_schema", "must be at most %d bytes as JSON", maxToolSchemaBytes)
-			default:
-				if msg := schemaProblem(s, b, checkSchema); msg != "" {
-					bad.add(field+".input_schema", "%s", msg)
-				}
-				spec.Schema = json.RawMessage(b)
-			}
+		if problems[i] != "" {
+			bad.add(field+".input_schema", "%s", problems[i])
 		}
-		specs = append(specs, spec)
+		specs = append(specs, llm.ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Schema: encoded[i]})
 	}
 	return specs
 }
 
-// schemaProblem says what is wrong with a tool's input schema, "" when
-// nothing is: tool arguments are a JSON object, so a type must say so.
-func schemaProblem(s *structpb.Struct, b []byte, checkSchema func([]byte) error) string {
-	if v, ok := s.GetFields()["type"]; ok && v.GetStringValue() != "object" {
-		return `must describe a JSON object: its "type" must be "object"`
+// toolSchemas encodes the input schema of each of tools as JSON and checks
+// them all at once with checkSchemas, when not nil, under ctx. It returns
+// what is wrong with each tool's schema ("" when nothing is, or it has
+// none) and the JSON of each that can be encoded and sent.
+func toolSchemas(ctx context.Context, tools []*turnstilev1.ToolDefinition, checkSchemas schemaCheck) ([]string, []json.RawMessage) {
+	problems, encoded := make([]string, len(tools)), make([]json.RawMessage, len(tools))
+	var schemas [][]byte
+	var of []int
+	for i, t := range tools {
+		s := t.GetInputSchema()
+		if s == nil {
+			continue
+		}
+		b, err := protojson.Marshal(s)
+		switch {
+		case err != nil:
+			// NaN and infinities have no JSON form.
+			problems[i] = "cannot be encoded as JSON: " + clip(err.Error(), 200)
+		case len(b) > maxToolSchemaBytes:
+			problems[i] = fmt.Sprintf("must be at most %d bytes as JSON", maxToolSchemaBytes)
+		case !describesObject(s):
+			problems[i] = `must describe a JSON object: its "type" must be "object"`
+		default:
+			schemas, of = append(schemas, b), append(of, i)
+			encoded[i] = b
+		}
 	}
-	if checkSchema == nil {
-		return ""
+	if checkSchemas != nil && len(schemas) > 0 {
+		for j, err := range checkSchemas(ctx, schemas) {
+			if err != nil {
+				problems[of[j]] = clip(err.Error(), 300)
+			}
+		}
 	}
-	if err := checkSchema(b); err != nil {
-		return "is not a valid JSON Schema: " + clip(err.Error(), 300)
-	}
-	return ""
+	return problems, encoded
+}
+
+// describesObject reports whether a tool's input schema may describe its
+// arguments, a JSON object: a type, when set, must say so.
+func describesObject(s *structpb.Struct) bool {
+	v, ok := s.GetFields()["type"]
+	return !ok || v.GetStringValue() == "object"
 }
 
 func toMessage(bad *violations, media *mediaLimits, field string, m *turnstilev1.Message) llm.Message {

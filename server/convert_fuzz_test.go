@@ -54,7 +54,7 @@ func FuzzToTurnRequest(f *testing.F) {
 		if proto.Unmarshal(b, &req) != nil {
 			return
 		}
-		tr, bad := toTurnRequest(&req, argcheck.CheckSchema, mediaLimits{})
+		tr, bad := toTurnRequest(t.Context(), &req, argcheck.CheckSchemas, mediaLimits{})
 		if len(bad) > 0 {
 			for _, v := range bad {
 				if v.Field == "" || v.Description == "" {
@@ -84,7 +84,7 @@ func FuzzRequestPath(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	opts := &Options{CheckToolSchema: argcheck.CheckSchema}
+	opts := &Options{CheckToolSchemas: argcheck.CheckSchemas}
 	opts.setDefaults()
 	s := newService(r, opts)
 	k := &key{Key: Key{Name: "k", TokenSHA256: sha256.Sum256([]byte("t")), Models: []string{"b"}}}
@@ -103,7 +103,7 @@ func FuzzRequestPath(f *testing.F) {
 			return
 		}
 		for _, key := range []*key{nil, k} {
-			tr, st := s.request(&req, key)
+			tr, st := s.request(t.Context(), &req, key)
 			if st != nil {
 				if code := st.Code(); code != codes.InvalidArgument && code != codes.PermissionDenied || len(st.Message()) > 4096 {
 					t.Fatalf("refusal %v (%d bytes)", code, len(st.Message()))

@@ -256,6 +256,10 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 			// Refused for room: the store says so from now on.
 			return st.Err()
 		}
+		if ctx.Err() != nil {
+			// The client left or ran out of time: the store is not at fault.
+			return status.FromContextError(ctx.Err()).Err()
+		}
 		s.logger.Error("turn store unreachable: run not created", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		return storeUnreachable().Err()
 	}

@@ -56,3 +56,30 @@ func TestResumeFromCut(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeFromSteering: a run taken over counts the text of every
+// steering message its log holds, committed or not, against
+// turn.max_steer_bytes.
+func TestResumeFromSteering(t *testing.T) {
+	steered := func(texts ...string) *turnstilev1.AgentEvent {
+		m := &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER}
+		for _, s := range texts {
+			m.Parts = append(m.Parts, &turnstilev1.Part{Kind: &turnstilev1.Part_Text{Text: s}})
+		}
+		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: m}}}
+	}
+	completed := &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_MessageCompleted{MessageCompleted: &turnstilev1.MessageCompleted{
+		Message: &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "use staging"}}}},
+	}}}
+	evs := []*turnstilev1.AgentEvent{steered("use staging"), completed, steered("and ", "hurry")}
+	for i, e := range evs {
+		e.Seq = uint64(i + 1)
+	}
+	rs, err := resumeFrom(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.SteerBytes != len("use staging")+len("and hurry") || len(rs.Steering) != 1 {
+		t.Errorf("steer bytes %d, %d queued; want %d, 1", rs.SteerBytes, len(rs.Steering), len("use staging")+len("and hurry"))
+	}
+}

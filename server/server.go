@@ -119,10 +119,13 @@ type Options struct {
 	// SendTimeout cancels a turn whose client accepted no event for this
 	// long (default 30s).
 	SendTimeout time.Duration
-	// CheckToolSchema, when not nil, checks the JSON Schema of each tool a
-	// client declares; an error rejects the request with INVALID_ARGUMENT
-	// naming the tool's input_schema (default: schemas are not compiled).
-	CheckToolSchema func(schema []byte) error
+	// CheckToolSchemas, when not nil, checks the JSON Schemas of the tools
+	// a request declares, all at once, and returns one error per schema,
+	// nil for each that passes; an error rejects the request with
+	// INVALID_ARGUMENT naming the tool's input_schema (default: schemas
+	// are not compiled). ctx is the request's: the check stops once the
+	// client has left.
+	CheckToolSchemas func(ctx context.Context, schemas [][]byte) []error
 
 	// Store keeps the log of every turn, which makes turns durable:
 	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn,

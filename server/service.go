@@ -112,7 +112,12 @@ const maxCauseBytes = 4096
 // RunTurn implements [turnstilev1.AgentServiceServer].
 func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
 	k := keyFrom(stream.Context())
-	tr, st := s.request(req, k)
+	tr, st := s.request(stream.Context(), req, k)
+	if err := stream.Context().Err(); err != nil {
+		// The client left, or its deadline passed, while the request was
+		// checked: no turn starts for it.
+		return status.FromContextError(err).Err()
+	}
 	if st != nil {
 		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
 		return st.Err()
@@ -183,9 +188,9 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 }
 
 // request validates req for key k (nil without auth) and converts it, or
-// returns the status that refuses it.
-func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
-	tr, bad := toTurnRequest(req, s.opts.CheckToolSchema, s.mediaLimits())
+// returns the status that refuses it; ctx is the call's.
+func (s *service) request(ctx context.Context, req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
+	tr, bad := toTurnRequest(ctx, req, s.opts.CheckToolSchemas, s.mediaLimits())
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -74,9 +75,14 @@ func toSteering(bad *violations, m *turnstilev1.Message, limit int) steerSignal 
 	}
 	for i, p := range m.GetParts() {
 		t, ok := p.GetKind().(*turnstilev1.Part_Text)
-		if !ok {
+		switch {
+		case !ok:
 			bad.add(fmt.Sprintf("message.parts[%d]", i), "a steering message holds text parts only")
 			continue
+		case strings.TrimSpace(t.Text) == "":
+			// It would reach the model as an empty text block, which
+			// providers refuse.
+			bad.add(fmt.Sprintf("message.parts[%d].text", i), "must hold text other than white space")
 		}
 		sig.Texts = append(sig.Texts, t.Text)
 	}

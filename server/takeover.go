@@ -252,7 +252,7 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, bad := toTurnRequest(req, nil, s.mediaLimits())
+	tr, bad := toTurnRequest(context.Background(), req, nil, s.mediaLimits())
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}
@@ -362,6 +362,7 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 				return nil, bad[0]
 			}
 			rs.Steering = append(rs.Steering, m)
+			rs.SteerBytes += len(m.Text())
 			if id := p.Steered.GetRequestId(); id != "" {
 				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.GetSeq()})
 			}

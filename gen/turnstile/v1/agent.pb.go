@@ -1318,7 +1318,8 @@ type SteerTurnRequest struct {
 	// The attempt to steer; 0 means the latest attempt the store holds.
 	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The message: role ROLE_USER (or unset, which means user) and text
-	// parts only, within the server's request limits. Required.
+	// parts only, each holding text other than white space, within the
+	// server's request limits. Required.
 	Message *Message `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// The client's id for this message, at most 128 bytes of valid UTF-8;
 	// empty means none. A SteerTurn of the same attempt with a request_id
