@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc/codes"
@@ -17,6 +16,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // Signals that carry a payload: the signal's name, then a JSON body.
@@ -24,9 +24,6 @@ const (
 	signalApprove = "approve:"
 	signalSteer   = "steer:"
 )
-
-// maxReasonBytes bounds an ApproveToolCall's reason.
-const maxReasonBytes = 4096
 
 // approveSignal is an ApproveToolCall routed to the replica that owns the
 // run.
@@ -72,7 +69,7 @@ func (r *run) controlFailure(err error, callID string) controlReply {
 func controlError(err error, callID string) controlReply {
 	switch {
 	case errors.Is(err, runtime.ErrNotAwaiting):
-		return controlReply{Code: codes.NotFound, Message: fmt.Sprintf("the turn asked for no approval of call %q", clip(callID, maxEchoBytes))}
+		return controlReply{Code: codes.NotFound, Message: fmt.Sprintf("the turn asked for no approval of call %q", wire.Clip(callID, wire.MaxEchoBytes))}
 	case errors.Is(err, runtime.ErrTurnEnded):
 		return controlReply{Code: codes.FailedPrecondition, Message: "the turn has ended"}
 	case errors.Is(err, runtime.ErrSteerQueueFull):
@@ -156,22 +153,11 @@ const signalTimeout = 30 * time.Second
 
 // ApproveToolCall implements [turnstilev1.AgentServiceServer].
 func (s *service) ApproveToolCall(ctx context.Context, req *turnstilev1.ApproveToolCallRequest) (*turnstilev1.ApproveToolCallResponse, error) {
-	var bad violations
-	checkTurnID(&bad, req.GetTurnId())
-	switch {
-	case req.GetCallId() == "":
-		bad.add("call_id", "required")
-	case len(req.GetCallId()) > maxCallIDLen:
-		bad.add("call_id", "must be at most %d bytes", maxCallIDLen)
-	}
-	if len(req.GetReason()) > maxReasonBytes || !utf8.ValidString(req.GetReason()) {
-		bad.add("reason", "must be valid UTF-8 of at most %d bytes", maxReasonBytes)
-	}
-	if len(bad) > 0 {
+	if bad := wire.Approval(req); len(bad) > 0 {
 		return nil, invalidArgument(bad).Err()
 	}
 	sig := approveSignal{CallID: req.GetCallId(), Approved: req.GetApproved(), Reason: req.GetReason(), DecidedBy: keyFrom(ctx).name()}
-	logging.AddFields(ctx, logging.Fields{"call_id", clip(sig.CallID, maxEchoBytes), "approved", sig.Approved})
+	logging.AddFields(ctx, logging.Fields{"call_id", wire.Clip(sig.CallID, wire.MaxEchoBytes), "approved", sig.Approved})
 	if s.store == nil {
 		ctl, attempt := s.localControls(ctx, req.GetTurnId(), req.GetAttempt())
 		if ctl == nil {
@@ -269,17 +255,6 @@ func (s *service) storedDecision(ctx context.Context, k runKey, callID string) (
 		}
 	}
 	return nil, asked
-}
-
-// checkTurnID adds what is wrong with a turn id that names a running
-// turn.
-func checkTurnID(bad *violations, id string) {
-	switch {
-	case id == "":
-		bad.add("turn_id", "required")
-	case len(id) > maxTurnIDLen || !utf8.ValidString(id):
-		bad.add("turn_id", "must be valid UTF-8 of at most %d bytes", maxTurnIDLen)
-	}
 }
 
 // notHere is the status of ApproveToolCall and SteerTurn on a server that

@@ -16,6 +16,9 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // Key is a client key: a name for logs, the SHA-256 digest of its bearer
@@ -129,9 +132,9 @@ func modelFor(k *key, requested, defaultModel string, known []string) (string, *
 				mine = append(mine, m)
 			}
 		}
-		return "", invalidArgument(violations{{Field: "model",
-			Description: fmt.Sprintf("unknown model %s; this client key may use: %s", quote(alias), strings.Join(mine, ", "))}})
+		return "", invalidArgument([]*runtime.FieldError{{Field: "model",
+			Description: fmt.Sprintf("unknown model %s; this client key may use: %s", wire.Quote(alias), strings.Join(mine, ", "))}})
 	}
-	return "", permissionDenied(fmt.Sprintf("client key %q may not use model %s", k.Name, quote(alias)),
+	return "", permissionDenied(fmt.Sprintf("client key %q may not use model %s", k.Name, wire.Quote(alias)),
 		map[string]string{"model": alias, "client": k.Name})
 }

@@ -14,6 +14,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // cancelReply is an owner's reply to a cancel signal.
@@ -111,9 +112,7 @@ func (s *service) CancelTurn(ctx context.Context, req *turnstilev1.CancelTurnReq
 // running elsewhere cannot be reached: FAILED_PRECONDITION, as before
 // (closing its stream cancels it).
 func (s *service) cancelHere(ctx context.Context, req *turnstilev1.CancelTurnRequest) (*turnstilev1.CancelTurnResponse, error) {
-	var bad violations
-	checkTurnID(&bad, req.GetTurnId())
-	if len(bad) > 0 {
+	if bad := wire.TurnID(req.GetTurnId()); len(bad) > 0 {
 		return nil, invalidArgument(bad).Err()
 	}
 	s.mu.Lock()

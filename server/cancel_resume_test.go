@@ -10,6 +10,7 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // TestResumeFromACancelledLog: resumeFrom reads the log of a cancelled
@@ -37,7 +38,7 @@ func TestResumeFromACancelledLog(t *testing.T) {
 	var log []*turnstilev1.AgentEvent
 	req := &runtime.TurnRequest{TurnID: "t1", Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("go")}}}}
 	_, _ = r.Run(ctx, req, runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
-		out, err := fromEvent(ev)
+		out, err := wire.AgentEvent(ev)
 		log = append(log, out)
 		return err
 	}))
@@ -64,7 +65,7 @@ func TestResumeFromACancelledLog(t *testing.T) {
 			resumed.Resume = rs
 			var names []string
 			_, err = r.Run(t.Context(), &resumed, runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
-				out, err := fromEvent(ev)
+				out, err := wire.AgentEvent(ev)
 				if err == nil {
 					names = append(names, payloadName(out))
 				}

@@ -25,6 +25,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // TurnStore is the durable log of runs that the service needs; package
@@ -328,7 +329,7 @@ func (s *service) attemptFollows(ctx context.Context, k runKey) *status.Status {
 		if errors.Is(err, fs.ErrNotExist) {
 			return invalidArgument([]*runtime.FieldError{{Field: "attempt", Description: fmt.Sprintf(
 				"attempt %d of turn %q cannot run: its attempt %d was never run (or is older than the log's retention); attempts are numbered from 1, each after the one before",
-				k.attempt, clip(k.turnID, maxEchoBytes), k.attempt-1)}})
+				k.attempt, wire.Clip(k.turnID, wire.MaxEchoBytes), k.attempt-1)}})
 		}
 	}
 	if err != nil {
@@ -440,7 +441,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 			return errHandedOff
 		}
 		r.charge.event(ev)
-		out, err := fromEvent(ev)
+		out, err := wire.AgentEvent(ev)
 		if err != nil {
 			return err
 		}
@@ -452,7 +453,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 			return err
 		}
 		if responseSize(len(b)) > s.opts.MaxEventBytes {
-			if err := fitEvent(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
+			if err := wire.Fit(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
 				// The turn fails with err as its cause (INTERNAL, the
 				// message names the limit); its error event takes this
 				// one's seq.
@@ -496,7 +497,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		// The runtime could not emit its terminal error (the sink had
 		// failed): store it in the place of the event that did not fit, so
 		// live clients and replays end alike.
-		if out, err := fromEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
+		if out, err := wire.AgentEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
 			out.Attempt = k.attempt
 			if err := appendEvent(fctx, out); err != nil {
 				s.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)

@@ -14,6 +14,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // eventStatus returns the status a stream ends with after its terminal
@@ -23,27 +24,7 @@ func eventStatus(ev *turnstilev1.AgentEvent) *status.Status {
 	if e == nil {
 		return status.New(codes.OK, "")
 	}
-	te := &runtime.TurnError{Kind: kindOf(e.GetCode()), Message: e.GetMessage(), Retryable: e.Retryable, Model: e.GetModel()}
-	if ra := e.GetRetryAfter(); ra != nil {
-		te.RetryAfter = ra.AsDuration()
-	}
-	return turnStatus(te)
-}
-
-// kinds maps the wire's error codes back to the runtime's kinds.
-var kinds = func() map[turnstilev1.ErrorCode]llm.Kind {
-	m := map[turnstilev1.ErrorCode]llm.Kind{}
-	for _, k := range llm.Kinds() {
-		m[errorCode(k)] = k
-	}
-	return m
-}()
-
-func kindOf(c turnstilev1.ErrorCode) llm.Kind {
-	if k, ok := kinds[c]; ok {
-		return k
-	}
-	return llm.KindInternal
+	return turnStatus(wire.TurnError(e))
 }
 
 // The ErrorInfo metadata key "cause" tells apart the UNAVAILABLE statuses

@@ -9,11 +9,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // pacer hands a stream's messages to its Send, one at a time, on a
@@ -178,13 +178,13 @@ func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
 		return o.failed
 	}
 	o.turnID = ev.TurnID
-	resp, err := toResponse(ev)
+	resp, err := wire.Response(ev)
 	if err != nil {
 		o.failed = err
 		return err
 	}
 	resp.Event.Attempt = o.attempt
-	if err := o.fit(resp); err != nil {
+	if err := wire.Fit(resp, o.maxBytes); err != nil {
 		o.tooLarge = true
 		o.failed = err
 		o.cancel(err)
@@ -195,42 +195,6 @@ func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
 	}
 	o.sent = ev.Seq
 	return nil
-}
-
-// errEventTooLarge is the failure of a turn one of whose events could not
-// be made to fit the event size limit.
-var errEventTooLarge = errors.New("server: event larger than max_event_bytes")
-
-// fit makes resp fit the event size limit, or fails. A turn_completed that
-// is too large drops its messages, which the client has from the
-// message_completed events, and says so; any other event that is too
-// large ends the turn.
-func (o *outbox) fit(resp *turnstilev1.RunTurnResponse) error { return fitEvent(resp, o.maxBytes) }
-
-// fitEvent makes resp fit maxBytes, or fails, as [outbox.fit] says.
-func fitEvent(resp *turnstilev1.RunTurnResponse, maxBytes int) error {
-	size := proto.Size(resp)
-	if size <= maxBytes {
-		return nil
-	}
-	if tc := resp.GetEvent().GetTurnCompleted(); tc != nil {
-		tc.Messages, tc.MessagesOmitted = nil, true
-		if size = proto.Size(resp); size <= maxBytes {
-			return nil
-		}
-	}
-	if c := resp.GetEvent().GetCompaction(); c != nil {
-		c.Replacement, c.ReplacementOmitted = nil, true
-		if size = proto.Size(resp); size <= maxBytes {
-			return nil
-		}
-	}
-	what := fmt.Sprintf("%T", resp.GetEvent().GetPayload())
-	return &llm.Error{
-		Kind:    llm.KindInternal,
-		Message: fmt.Sprintf("an event of the turn was larger than the server sends (%d bytes, at most %d: server.max_event_bytes); the turn was ended", size, maxBytes),
-		Err:     fmt.Errorf("%w: %s of %d bytes", errEventTooLarge, what, size),
-	}
 }
 
 // hand starts the Send of resp once the previous event was sent.
@@ -265,7 +229,7 @@ func (o *outbox) failure(err error) error {
 func (o *outbox) finish(te *runtime.TurnError) error {
 	stalled := o.p.stalled
 	if o.tooLarge && te != nil && !stalled {
-		resp, err := toResponse(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
+		resp, err := wire.Response(runtime.Event{Seq: o.sent + 1, Time: time.Now(), TurnID: o.turnID, Payload: te})
 		if err == nil {
 			o.failed = nil
 			if o.hand(resp) == nil {

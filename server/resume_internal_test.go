@@ -1,9 +1,14 @@
 package server
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // TestResumeFromCut: what resumeFrom keeps of the output of the model call
@@ -52,6 +57,53 @@ func TestResumeFromCut(t *testing.T) {
 			}
 			if cut != tt.wantCut || rs.DiscardFromSeq != tt.wantDiscard {
 				t.Errorf("cut %q from seq %d, want %q from %d", cut, rs.DiscardFromSeq, tt.wantCut, tt.wantDiscard)
+			}
+		})
+	}
+}
+
+// TestCompactionEditFromTheLog: a stored compaction whose replacement fit
+// its event reads back as the same edit; one whose replacement was left
+// out (larger than max_event_bytes) as the edit that ends the replay.
+func TestCompactionEditFromTheLog(t *testing.T) {
+	const maxBytes = 4 << 10
+	for _, tc := range []struct {
+		name    string
+		content string
+		omitted bool
+	}{
+		{name: "fits", content: "short"},
+		{name: "too large", content: strings.Repeat("x", maxBytes), omitted: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			repl := []llm.Message{
+				{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("[2 earlier messages were omitted]")}},
+				{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "c1", Name: "read", Content: tc.content}}}},
+			}
+			ev := &runtime.Compaction{Strategy: "keep_ends", BeforeCall: true, ReplacedFrom: 1, ReplacedCount: 3, Replacement: repl, EstimatedTokens: 900}
+			resp, err := wire.Response(runtime.Event{Seq: 4, Time: time.Now(), TurnID: "t", Payload: ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := wire.Fit(resp, maxBytes); err != nil {
+				t.Fatalf("Fit: %v", err)
+			}
+			back, err := wire.RuntimeEvent(resp.GetEvent())
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := editOf(back.Payload.(*runtime.Compaction), 2)
+			want := runtime.ConversationEdit{Committed: 2, From: 1, Count: 3, Replacement: repl}
+			if tc.omitted {
+				want = runtime.ConversationEdit{Committed: 2, From: -1, Count: 3}
+			}
+			if e.From != want.From || e.Count != want.Count || e.Committed != want.Committed || len(e.Replacement) != len(want.Replacement) {
+				t.Errorf("edit %+v, want %+v", e, want)
+			}
+			for i := range e.Replacement {
+				if e.Replacement[i].Text() != want.Replacement[i].Text() || len(e.Replacement[i].Parts) != len(want.Replacement[i].Parts) {
+					t.Errorf("replacement[%d] = %+v", i, e.Replacement[i])
+				}
 			}
 		})
 	}

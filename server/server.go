@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // Options tune a [Server]. Zero fields take the defaults given.
@@ -160,6 +161,12 @@ const (
 	DefaultMaxRequestBytes    = 4 << 20
 	DefaultMaxEventBytes      = 2 << 20
 	DefaultSendTimeout        = 30 * time.Second
+	// DefaultMaxMediaBytes bounds one media part: Anthropic's limit for
+	// an image (5 MB), below OpenAI's and Gemini's.
+	DefaultMaxMediaBytes = wire.DefaultMaxMediaBytes
+	// DefaultMaxRequestMediaBytes bounds the media of one request, all
+	// parts together.
+	DefaultMaxRequestMediaBytes = wire.DefaultMaxRequestMediaBytes
 )
 
 // flowWindow is the HTTP/2 flow-control window the server grants each

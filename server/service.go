@@ -19,6 +19,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // AttemptHeader is the request metadata key in which a client numbers its
@@ -126,7 +127,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	fields := logging.Fields{"turn_id", tr.TurnID}
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if a := md.Get(AttemptHeader); len(a) > 0 {
-			fields = append(fields, "client_attempt", clip(a[0], maxEchoBytes))
+			fields = append(fields, "client_attempt", wire.Clip(a[0], wire.MaxEchoBytes))
 		}
 	}
 	logging.AddFields(stream.Context(), fields)
@@ -173,7 +174,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		fields := logging.Fields{"error_code", te.Kind.String()}
 		if te.Cause != nil {
 			// The root cause, for operators only: it never reaches the client.
-			fields = append(fields, "cause", clip(te.Cause.Error(), maxCauseBytes))
+			fields = append(fields, "cause", wire.Clip(te.Cause.Error(), maxCauseBytes))
 		}
 		logging.AddFields(stream.Context(), fields)
 		return turnStatus(te).Err()
@@ -185,7 +186,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 // request validates req for key k (nil without auth) and converts it, or
 // returns the status that refuses it.
 func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
-	tr, bad := toTurnRequest(req, s.opts.CheckToolSchema, s.mediaLimits())
+	tr, bad := wire.TurnRequest(req, s.checks())
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad)
 	}
@@ -318,4 +319,9 @@ func (s *service) cancelAll() int {
 		t.cancel(cause)
 	}
 	return len(s.active)
+}
+
+// checks returns the server's checks of a request's content.
+func (s *service) checks() wire.Checks {
+	return wire.Checks{Schema: s.opts.CheckToolSchema, MaxMediaBytes: s.opts.MaxMediaBytes, MaxRequestMediaBytes: s.opts.MaxRequestMediaBytes}
 }

@@ -15,6 +15,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of every turnstile error.
@@ -50,7 +51,7 @@ func grpcCode(k llm.Kind) codes.Code {
 // the error e: the code for its class, ErrorInfo always, RetryInfo when it
 // is retryable.
 func turnStatus(e *runtime.TurnError) *status.Status {
-	st := status.New(grpcCode(e.Kind), clip(e.Message, maxMessageBytes))
+	st := status.New(grpcCode(e.Kind), wire.Clip(e.Message, wire.MaxMessageBytes))
 	info := errorInfo(e.Kind.String(), nil)
 	if e.Model != "" {
 		info.Metadata["model"] = e.Model

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc/codes"
@@ -13,6 +11,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // steerSignal is a SteerTurn routed to the replica that owns the run: the
@@ -21,9 +20,6 @@ type steerSignal struct {
 	Texts     []string `json:"texts"`
 	RequestID string   `json:"request_id,omitempty"`
 }
-
-// maxSteerRequestIDLen bounds a SteerTurn's request_id.
-const maxSteerRequestIDLen = 128
 
 // message returns the user message the signal carries.
 func (m steerSignal) message() llm.Message {
@@ -48,60 +44,13 @@ func steer(ctx context.Context, ctl *runtime.Controls, r *run, sig steerSignal) 
 	return controlReply{Seq: seq, Duplicate: dup}
 }
 
-// maxSteerBytes bounds the text of a steering message: it travels in a
-// signal to the turn's owner (a core NATS message, 1 MiB by default) and
-// is stored twice (steered, message_completed), each within the events'
-// bound.
-const maxSteerBytes = 256 << 10
-
-// toSteering validates a SteerTurn's message: a user message (the role
-// may be left unset) of text parts, of at most limit bytes of text.
-func toSteering(bad *violations, m *turnstilev1.Message, limit int) steerSignal {
-	var sig steerSignal
-	if m == nil {
-		bad.add("message", "required")
-		return sig
-	}
-	if r := m.GetRole(); r != turnstilev1.Role_ROLE_USER && r != turnstilev1.Role_ROLE_UNSPECIFIED {
-		bad.add("message.role", "must be ROLE_USER (or unset)")
-	}
-	switch n := len(m.GetParts()); {
-	case n == 0:
-		bad.add("message.parts", "at least one part is required")
-	case n > maxPartsPerMessage:
-		bad.add("message.parts", "at most %d parts are allowed, got %d", maxPartsPerMessage, n)
-		return sig
-	}
-	for i, p := range m.GetParts() {
-		t, ok := p.GetKind().(*turnstilev1.Part_Text)
-		if !ok {
-			bad.add(fmt.Sprintf("message.parts[%d]", i), "a steering message holds text parts only")
-			continue
-		}
-		sig.Texts = append(sig.Texts, t.Text)
-	}
-	size := 0
-	for _, t := range sig.Texts {
-		size += len(t)
-	}
-	if size > limit {
-		bad.add("message.parts", "a steering message holds at most %d bytes of text, got %d", limit, size)
-	}
-	return sig
-}
-
 // SteerTurn implements [turnstilev1.AgentServiceServer].
 func (s *service) SteerTurn(ctx context.Context, req *turnstilev1.SteerTurnRequest) (*turnstilev1.SteerTurnResponse, error) {
-	var bad violations
-	checkTurnID(&bad, req.GetTurnId())
-	sig := toSteering(&bad, req.GetMessage(), min(maxSteerBytes, s.opts.MaxEventBytes/2))
-	if id := req.GetRequestId(); len(id) > maxSteerRequestIDLen || !utf8.ValidString(id) {
-		bad.add("request_id", "must be valid UTF-8 of at most %d bytes", maxSteerRequestIDLen)
-	}
+	texts, bad := wire.Steering(req, s.opts.MaxEventBytes)
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad).Err()
 	}
-	sig.RequestID = req.GetRequestId()
+	sig := steerSignal{Texts: texts, RequestID: req.GetRequestId()}
 	if sig.RequestID != "" {
 		logging.AddFields(ctx, logging.Fields{"request_id", sig.RequestID})
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // takeOvers takes over, until ctx is done, every run whose owner died:
@@ -197,7 +197,7 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnErr
 	}
 	seq := uint64(len(raw)) + 1
 	if !ended {
-		ev, err := fromEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.turnID, Payload: te})
+		ev, err := wire.AgentEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.turnID, Payload: te})
 		if err == nil {
 			ev.Attempt = k.attempt
 			var b []byte
@@ -252,7 +252,7 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, bad := toTurnRequest(req, nil, s.mediaLimits())
+	tr, bad := wire.TurnRequest(req, wire.Checks{MaxMediaBytes: s.opts.MaxMediaBytes, MaxRequestMediaBytes: s.opts.MaxRequestMediaBytes})
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}
@@ -284,7 +284,8 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 }
 
 // resumeFrom reads what a run's events say of its state; nil when its
-// last event is terminal.
+// last event is terminal. Each event is read back into the runtime's form
+// (wire.RuntimeEvent) up to the first terminal one.
 func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 	rs := &runtime.Resume{NextSeq: uint64(len(events)) + 1}
 	var lastStop llm.StopReason
@@ -292,56 +293,50 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 	// nothing else was.
 	var cut string
 	var textOnly bool
-	for _, ev := range events {
-		switch p := ev.GetPayload().(type) {
-		case *turnstilev1.AgentEvent_TurnCompleted, *turnstilev1.AgentEvent_Error:
+	for _, stored := range events {
+		if terminal(stored) {
 			return nil, nil
-		case *turnstilev1.AgentEvent_TurnStarted:
-			rs.Model = p.TurnStarted.GetModel()
-		case *turnstilev1.AgentEvent_LlmCallStarted:
+		}
+		ev, err := wire.RuntimeEvent(stored)
+		if err != nil {
+			return nil, err
+		}
+		switch p := ev.Payload.(type) {
+		case *runtime.TurnStarted:
+			rs.Model = p.Model
+		case *runtime.LLMCallStarted:
 			rs.Counters.ModelCalls++
-			rs.Model = p.LlmCallStarted.GetModel()
-		case *turnstilev1.AgentEvent_TextDelta:
+			rs.Model = p.Model
+		case *runtime.TextDelta:
 			if rs.DiscardFromSeq == 0 {
-				rs.DiscardFromSeq, cut, textOnly = ev.GetSeq(), "", true
+				rs.DiscardFromSeq, cut, textOnly = ev.Seq, "", true
 			}
-			cut += p.TextDelta.GetText()
-		case *turnstilev1.AgentEvent_ThinkingDelta, *turnstilev1.AgentEvent_ToolCallDelta:
+			cut += p.Text
+		case *runtime.ThinkingDelta, *runtime.ToolCallDelta:
 			if rs.DiscardFromSeq == 0 {
-				rs.DiscardFromSeq = ev.GetSeq()
+				rs.DiscardFromSeq = ev.Seq
 			}
 			textOnly = false
-		case *turnstilev1.AgentEvent_LlmCallFinished:
-			lastStop = llm.StopReason(p.LlmCallFinished.GetStopReason())
-		case *turnstilev1.AgentEvent_Retry:
+		case *runtime.LLMCallFinished:
+			lastStop = p.Stop
+		case *runtime.Retry:
 			rs.Counters.Retries++
-			if p.Retry.GetDiscardPartial() {
+			if p.DiscardPartial {
 				rs.DiscardFromSeq = 0
 			}
-		case *turnstilev1.AgentEvent_Fallback:
+		case *runtime.Fallback:
 			rs.Counters.Fallbacks++
-			rs.Model = p.Fallback.GetToModel()
-			if p.Fallback.GetDiscardPartial() {
+			rs.Model = p.To
+			if p.DiscardPartial {
 				rs.DiscardFromSeq = 0
 			}
-		case *turnstilev1.AgentEvent_Compaction:
+		case *runtime.Compaction:
 			rs.Counters.Compactions++
-			e, err := toEdit(p.Compaction, len(rs.Committed))
-			if err != nil {
-				return nil, err
-			}
-			rs.Edits = append(rs.Edits, e)
-		case *turnstilev1.AgentEvent_Usage:
-			u := p.Usage
-			rs.Usage = toUsage(u)
-		case *turnstilev1.AgentEvent_MessageCompleted:
-			var bad violations
-			// The server made these messages: their media were bounded then.
-			unbounded := mediaLimits{perPart: math.MaxInt, perRequest: math.MaxInt}
-			m := toMessage(&bad, &unbounded, "message_completed", p.MessageCompleted.GetMessage())
-			if len(bad) > 0 {
-				return nil, bad[0]
-			}
+			rs.Edits = append(rs.Edits, editOf(p, len(rs.Committed)))
+		case *runtime.UsageUpdated:
+			rs.Usage = p.Total
+		case *runtime.MessageCompleted:
+			m := p.Message
 			rs.Committed = append(rs.Committed, m)
 			rs.DiscardFromSeq = 0
 			if m.Role == llm.RoleAssistant {
@@ -354,49 +349,41 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 				rs.Steering = rs.Steering[1:]
 				rs.Counters.Steered++
 			}
-		case *turnstilev1.AgentEvent_Steered:
-			var bad violations
-			unbounded := mediaLimits{perPart: math.MaxInt, perRequest: math.MaxInt}
-			m := toMessage(&bad, &unbounded, "steered", p.Steered.GetMessage())
-			if len(bad) > 0 {
-				return nil, bad[0]
+		case *runtime.Steered:
+			rs.Steering = append(rs.Steering, p.Message)
+			if id := p.RequestID; id != "" {
+				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.Seq})
 			}
-			rs.Steering = append(rs.Steering, m)
-			if id := p.Steered.GetRequestId(); id != "" {
-				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.GetSeq()})
-			}
-		case *turnstilev1.AgentEvent_ToolApprovalRequested:
+		case *runtime.ToolApprovalRequested:
 			// A request a takeover emitted again counts once.
-			if id := p.ToolApprovalRequested.GetCallId(); !rs.Requested[id] {
+			if id := p.CallID; !rs.Requested[id] {
 				rs.Counters.ApprovalsRequested++
 				if rs.Requested != nil {
 					rs.Requested[id] = true
 				}
 			}
-		case *turnstilev1.AgentEvent_ToolApprovalDecided:
-			d := p.ToolApprovalDecided
-			if !d.GetApproved() {
+		case *runtime.ToolApprovalDecided:
+			if !p.Approved {
 				rs.Counters.ApprovalsDenied++
 			}
 			if rs.Decided != nil {
-				rs.Decided[d.GetCallId()] = runtime.Decided{
-					Decision: runtime.Decision{Approved: d.GetApproved(), Reason: d.GetReason(), DecidedBy: d.GetDecidedBy()},
-					TimedOut: d.GetTimedOut(), Seq: ev.GetSeq(), At: ev.GetTime().AsTime(),
+				rs.Decided[p.CallID] = runtime.Decided{
+					Decision: runtime.Decision{Approved: p.Approved, Reason: p.Reason, DecidedBy: p.DecidedBy},
+					TimedOut: p.TimedOut, Seq: ev.Seq, At: ev.Time,
 				}
 			}
-		case *turnstilev1.AgentEvent_ToolStarted:
+		case *runtime.ToolStarted:
 			if rs.ToolsStarted != nil {
-				rs.ToolsStarted[p.ToolStarted.GetCallId()] = true
+				rs.ToolsStarted[p.CallID] = true
 			}
-		case *turnstilev1.AgentEvent_ToolFinished:
-			f := p.ToolFinished
+		case *runtime.ToolFinished:
 			rs.Counters.ToolCalls++
-			if f.GetIsError() {
+			if p.IsError {
 				rs.Counters.ToolErrors++
 			}
 			if rs.ToolResults != nil {
-				rs.ToolResults[f.GetCallId()] = llm.ToolResult{CallID: f.GetCallId(), Name: f.GetName(), Content: f.GetContent(), IsError: f.GetIsError()}
-				delete(rs.ToolsStarted, f.GetCallId())
+				rs.ToolResults[p.CallID] = llm.ToolResult{CallID: p.CallID, Name: p.Name, Content: p.Content, IsError: p.IsError}
+				delete(rs.ToolsStarted, p.CallID)
 			}
 		}
 	}
@@ -404,4 +391,18 @@ func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
 		rs.Cut = []llm.Part{llm.TextPart(cut)}
 	}
 	return rs, nil
+}
+
+// editOf is the edit of a stored compaction, made once committed messages
+// had been committed. One whose replacement was left out cannot be
+// replayed: its edit (From -1) ends the replay, as a client stops
+// applying the turn's compactions there.
+func editOf(c *runtime.Compaction, committed int) runtime.ConversationEdit {
+	e := runtime.ConversationEdit{Committed: committed, From: c.ReplacedFrom, Count: c.ReplacedCount}
+	if c.ReplacementOmitted {
+		e.From = -1
+		return e
+	}
+	e.Replacement = c.Replacement
+	return e
 }

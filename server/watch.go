@@ -16,6 +16,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // follow streams the run k after afterSeq to send, from this replica's
@@ -168,8 +169,8 @@ func (s *service) resolve(ctx context.Context, turnID string, attempt uint32) (r
 	if turnID == "" {
 		return runKey{}, invalidArgument([]*runtime.FieldError{{Field: "turn_id", Description: "required"}})
 	}
-	if len(turnID) > maxTurnIDLen {
-		return runKey{}, invalidArgument([]*runtime.FieldError{{Field: "turn_id", Description: fmt.Sprintf("must be valid UTF-8 of at most %d bytes", maxTurnIDLen)}})
+	if len(turnID) > wire.MaxTurnIDLen {
+		return runKey{}, invalidArgument([]*runtime.FieldError{{Field: "turn_id", Description: fmt.Sprintf("must be valid UTF-8 of at most %d bytes", wire.MaxTurnIDLen)}})
 	}
 	// The caller's turn ids are its key's: another key's do not exist
 	// for it.

@@ -24,7 +24,8 @@ var floors = []struct {
 	{"providers/", []string{"llm", "providers/internal/"}, "an adapter: its SDK and the vocabulary, no other adapter"},
 	{"tools/", []string{"llm", "tools/"}, "server-side tools"},
 	{"gen/", nil, "generated code"},
-	{"server", []string{"gen/", "llm", "policy", "runtime"}, "the gRPC face of the runtime; never names a provider or a tool"},
+	{"server", []string{"gen/", "llm", "policy", "runtime", "server/"}, "the gRPC face of the runtime and of the packages under it; never names a provider or a tool"},
+	{"server/wire", []string{"gen/", "llm", "runtime"}, "the contract <-> runtime conversion, both ways, and the validation that belongs to the wire; no gRPC, no store"},
 	{"store", []string{"llm"}, "the turn log on NATS JetStream: bytes, leases, control signals; no wire form"},
 	{"client", []string{"gen/"}, "the Go client: the contract over gRPC and nothing of the server"},
 	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server", "store"}, "the file's shape; no wire"},
@@ -47,6 +48,10 @@ var external = map[string][]string{
 	"llm":     {"google.golang.org/", "github.com/"},
 	"policy":  {"google.golang.org/", "github.com/"},
 	"runtime": {"google.golang.org/", "github.com/"},
+	// The conversion knows the contract's messages, not where they are
+	// kept (the generated code brings gRPC's stubs, so gRPC cannot be
+	// listed here; the table above keeps the server out).
+	"server/wire": {"github.com/nats-io/"},
 	// The client imports no OpenTelemetry: a program that traces adds
 	// otelgrpc's stats handler itself (client's package doc).
 	"client": {mod + "runtime", mod + "server", mod + "providers", mod + "config", mod + "tools", "go.opentelemetry.io/"},

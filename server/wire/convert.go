@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"encoding/json"
@@ -406,10 +406,11 @@ func optDuration(d time.Duration) *durationpb.Duration {
 	return durationpb.New(d)
 }
 
-// errUnmapped is the failure of an event whose payload has no wire form:
-// a bug, caught by the tests that hold the runtime's payloads and the
-// proto's oneof to this mapping.
-var errUnmapped = errors.New("server: event payload has no wire mapping")
+// ErrUnmapped is the failure of an event whose payload has no wire form,
+// or of a wire event whose payload has no runtime form: a bug, caught by
+// the tests that hold the runtime's payloads and the proto's oneof to this
+// mapping.
+var ErrUnmapped = errors.New("server: event payload has no wire mapping")
 
 // fromEvent converts a runtime event for the wire. A payload it does not
 // know is an error, never an event without a payload.
@@ -539,9 +540,10 @@ func setPayload(out *turnstilev1.AgentEvent, p runtime.Payload) error {
 		for _, m := range e.Messages {
 			tc.Messages = append(tc.Messages, fromMessage(m))
 		}
+		tc.MessagesOmitted = e.MessagesOmitted
 		out.Payload = &turnstilev1.AgentEvent_TurnCompleted{TurnCompleted: tc}
 	default:
-		return fmt.Errorf("%w: %T", errUnmapped, p)
+		return fmt.Errorf("%w: %T", ErrUnmapped, p)
 	}
 	return nil
 }

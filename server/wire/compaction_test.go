@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"strings"
@@ -14,7 +14,7 @@ import (
 
 // TestCompactionReplacementFitsTheEvent: a replacement larger than
 // max_event_bytes is left out (replacement_omitted), and the event goes
-// out; one that fits is sent whole and reads back as the same edit.
+// out; one that fits is sent whole; both read back as they were sent.
 func TestCompactionReplacementFitsTheEvent(t *testing.T) {
 	const maxBytes = 4 << 10
 	cases := []struct {
@@ -32,12 +32,12 @@ func TestCompactionReplacementFitsTheEvent(t *testing.T) {
 				{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: "c1", Name: "read", Content: tc.content}}}},
 			}
 			ev := &runtime.Compaction{Strategy: "keep_ends", BeforeCall: true, ReplacedFrom: 1, ReplacedCount: 3, Replacement: repl, EstimatedTokens: 900}
-			resp, err := toResponse(runtime.Event{Seq: 4, Time: time.Now(), TurnID: "t", Payload: ev})
+			resp, err := Response(runtime.Event{Seq: 4, Time: time.Now(), TurnID: "t", Payload: ev})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := fitEvent(resp, maxBytes); err != nil {
-				t.Fatalf("fitEvent: %v", err)
+			if err := Fit(resp, maxBytes); err != nil {
+				t.Fatalf("Fit: %v", err)
 			}
 			c := resp.GetEvent().GetCompaction()
 			if size := proto.Size(resp); size > maxBytes {
@@ -49,20 +49,24 @@ func TestCompactionReplacementFitsTheEvent(t *testing.T) {
 			if c.GetTrigger() != turnstilev1.CompactionTrigger_COMPACTION_TRIGGER_NEAR_WINDOW || c.GetReplacedFrom() != 1 || c.GetReplacedCount() != 3 || c.GetEstimatedTokens() != 900 {
 				t.Errorf("compaction %v", c)
 			}
-			e, err := toEdit(c, 2)
+			back, err := RuntimeEvent(resp.GetEvent())
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := runtime.ConversationEdit{Committed: 2, From: 1, Count: 3, Replacement: repl}
+			rc, ok := back.Payload.(*runtime.Compaction)
+			if !ok || rc.ReplacementOmitted != tc.omitted || rc.ReplacedFrom != 1 || rc.ReplacedCount != 3 || !rc.BeforeCall || rc.EstimatedTokens != 900 {
+				t.Fatalf("read back as %+v", back.Payload)
+			}
+			want := repl
 			if tc.omitted {
-				want = runtime.ConversationEdit{Committed: 2, From: -1, Count: 3}
+				want = nil
 			}
-			if e.From != want.From || e.Count != want.Count || e.Committed != want.Committed || len(e.Replacement) != len(want.Replacement) {
-				t.Errorf("edit %+v, want %+v", e, want)
+			if len(rc.Replacement) != len(want) {
+				t.Fatalf("replacement of %d messages read back, want %d", len(rc.Replacement), len(want))
 			}
-			for i := range e.Replacement {
-				if e.Replacement[i].Text() != want.Replacement[i].Text() || len(e.Replacement[i].Parts) != len(want.Replacement[i].Parts) {
-					t.Errorf("replacement[%d] = %+v", i, e.Replacement[i])
+			for i := range rc.Replacement {
+				if rc.Replacement[i].Text() != want[i].Text() || len(rc.Replacement[i].Parts) != len(want[i].Parts) {
+					t.Errorf("replacement[%d] = %+v", i, rc.Replacement[i])
 				}
 			}
 		})

@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"go/ast"
@@ -48,7 +48,7 @@ var samplePayloads = map[string]runtime.Payload{
 // types with an isPayload method, read from the package's source.
 func runtimePayloadTypes(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("../runtime/*.go")
+	files, err := filepath.Glob("../../runtime/*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func runtimePayloadTypes(t *testing.T) []string {
 	}
 	slices.Sort(names)
 	if len(names) == 0 {
-		t.Fatal("found no payload types in ../runtime")
+		t.Fatal("found no payload types in ../../runtime")
 	}
 	return names
 }

@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"fmt"
@@ -18,6 +18,7 @@ func fromCompaction(e *runtime.Compaction) *turnstilev1.Compaction {
 		ReplacedFrom: uint32(e.ReplacedFrom), ReplacedCount: uint32(e.ReplacedCount),
 		Trigger:      turnstilev1.CompactionTrigger_COMPACTION_TRIGGER_OVERFLOW,
 		SummaryError: e.SummaryError, EstimatedTokens: uint64(e.EstimatedTokens),
+		ReplacementOmitted: e.ReplacementOmitted,
 	}
 	if e.BeforeCall {
 		c.Trigger = turnstilev1.CompactionTrigger_COMPACTION_TRIGGER_NEAR_WINDOW
@@ -31,25 +32,25 @@ func fromCompaction(e *runtime.Compaction) *turnstilev1.Compaction {
 	return c
 }
 
-// toEdit reads a stored Compaction event for a resumed turn, made once
-// committed messages had been committed. One whose replacement was left
-// out cannot be replayed: its edit (From -1) ends the replay, as a client
-// stops applying the turn's compactions there.
-func toEdit(c *turnstilev1.Compaction, committed int) (runtime.ConversationEdit, error) {
-	e := runtime.ConversationEdit{Committed: committed, From: int(c.GetReplacedFrom()), Count: int(c.GetReplacedCount())}
-	if c.GetReplacementOmitted() {
-		e.From = -1
-		return e, nil
+// toCompaction is fromCompaction's inverse, for a compaction read back
+// from a turn's log. The log's replacement was checked when it was made;
+// its media are bounded by the request's.
+func toCompaction(c *turnstilev1.Compaction) (*runtime.Compaction, error) {
+	e := &runtime.Compaction{
+		Strategy: c.GetStrategy(), MessagesBefore: int(c.GetMessagesBefore()), MessagesAfter: int(c.GetMessagesAfter()),
+		BytesBefore: int(c.GetBytesBefore()), BytesAfter: int(c.GetBytesAfter()),
+		BeforeCall:   c.GetTrigger() == turnstilev1.CompactionTrigger_COMPACTION_TRIGGER_NEAR_WINDOW,
+		ReplacedFrom: int(c.GetReplacedFrom()), ReplacedCount: int(c.GetReplacedCount()),
+		SummaryError: c.GetSummaryError(), EstimatedTokens: int(c.GetEstimatedTokens()),
+		ReplacementOmitted: c.GetReplacementOmitted(),
 	}
 	var bad violations
-	// The log's replacement was checked when it was made; its media are
-	// bounded by the request's.
 	unbounded := mediaLimits{perPart: math.MaxInt, perRequest: math.MaxInt}
 	for i, m := range c.GetReplacement() {
 		e.Replacement = append(e.Replacement, toMessage(&bad, &unbounded, fmt.Sprintf("compaction.replacement[%d]", i), m))
 	}
 	if len(bad) > 0 {
-		return e, bad[0]
+		return nil, bad[0]
 	}
 	return e, nil
 }

@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"fmt"
@@ -137,9 +137,4 @@ func toResultMedia(bad *violations, lim *mediaLimits, field string, ms []*turnst
 		out = append(out, toMedia(bad, lim, fmt.Sprintf("%s[%d]", field, i), m))
 	}
 	return out
-}
-
-// mediaLimits returns the server's bounds of a request's media.
-func (s *service) mediaLimits() mediaLimits {
-	return mediaLimits{perPart: s.opts.MaxMediaBytes, perRequest: s.opts.MaxRequestMediaBytes}
 }
