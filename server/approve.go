@@ -16,6 +16,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -156,7 +157,7 @@ func (s *service) ApproveToolCall(ctx context.Context, req *turnstilev1.ApproveT
 	if bad := wire.Approval(req); len(bad) > 0 {
 		return nil, invalidArgument(bad).Err()
 	}
-	sig := approveSignal{CallID: req.GetCallId(), Approved: req.GetApproved(), Reason: req.GetReason(), DecidedBy: keyFrom(ctx).name()}
+	sig := approveSignal{CallID: req.GetCallId(), Approved: req.GetApproved(), Reason: req.GetReason(), DecidedBy: admission.FromContext(ctx).KeyName()}
 	logging.AddFields(ctx, logging.Fields{"call_id", wire.Clip(sig.CallID, wire.MaxEchoBytes), "approved", sig.Approved})
 	if s.store == nil {
 		ctl, attempt := s.localControls(ctx, req.GetTurnId(), req.GetAttempt())
@@ -279,7 +280,7 @@ func (s *service) localControls(ctx context.Context, turnID string, attempt uint
 // replica without a store, its latest attempt when attempt is 0; nil when
 // it runs elsewhere or has ended. The caller holds s.mu.
 func (s *service) localTurn(ctx context.Context, turnID string, attempt uint32) *activeTurn {
-	client := keyFrom(ctx).name()
+	client := admission.FromContext(ctx).KeyName()
 	var best *activeTurn
 	for t := range s.active {
 		if t.ctl == nil || t.key.client != client || t.key.turnID != turnID {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -22,9 +23,11 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -246,9 +249,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	}
 	r := newRun(k, hash, cancel)
 	tr.Controls = r.ctl
-	if key := keyFrom(ctx); key != nil {
-		r.charge = &usageCharger{k: key.limiter}
-	}
+	r.charge = admission.FromContext(ctx).Charger()
 	created, existing, err := s.store.Create(ctx, k.id(), k.attempt, rec, func(sig string) []byte { return s.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
@@ -268,7 +269,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		s.unadmit()
 		// This call follows a turn another call runs: it holds no turn
 		// slot, as a WatchTurn holds none.
-		slotsFrom(ctx).callEnded()
+		admission.SlotsFrom(ctx).CallEnded()
 		var prev runRecord
 		if err := json.Unmarshal(existing, &prev); err != nil || string(prev.Hash) != string(hash) || prev.Client != tr.Client {
 			return turnIDReused(k).Err()
@@ -280,13 +281,13 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	}
 	// Counted to its key; refuseStore checked the room (concurrent
 	// turns of the key may pass it together).
-	_ = r.charge.store(len(rec))
+	_ = r.charge.Store(len(rec))
 	s.mu.Lock()
 	s.runs[k] = r
 	s.mu.Unlock()
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
-	s.own(rctx, r, tr, slotsFrom(ctx).keep())
+	s.own(rctx, r, tr, admission.SlotsFrom(ctx).Keep())
 	// This RPC's stream is fed by the run's publish itself (pushRun), not
 	// by a watcher woken for each event.
 	// An event whose wire form the window holds is sent as that form.
@@ -353,7 +354,7 @@ func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, rele
 // ownRun is own, on the goroutine that runs the turn.
 func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
 	// Its slots are free before CancelTurn, which waits for ended, returns.
-	defer r.charge.release()
+	defer r.charge.Release()
 	defer close(r.ended)
 	defer s.unadmit()
 	defer release()
@@ -440,7 +441,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 			// (a cancelled tool's result, the cancellation).
 			return errHandedOff
 		}
-		r.charge.event(ev)
+		r.charge.Event(ev)
 		out, err := wire.AgentEvent(ev)
 		if err != nil {
 			return err
@@ -466,7 +467,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 				return err
 			}
 		}
-		if err := r.charge.store(len(b)); err != nil {
+		if err := r.charge.Store(len(b)); err != nil {
 			// Over its key's stored_bytes: the same, QUOTA_EXHAUSTED.
 			tooLarge = ev.Seq
 			r.cancel(err)
@@ -485,7 +486,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		// The turn's use, counted too when its terminal error never
 		// reached the sink (a failed sink, or a hand-off: the next owner
 		// charges from the totals stored, which a cut call is not in).
-		r.charge.ended(te)
+		r.charge.Ended(te)
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -564,3 +565,47 @@ func (b busySink) Busy() bool { return b.busy() }
 
 // OnIdle implements [runtime.IdleSink].
 func (b busySink) OnIdle(f func()) { b.onIdle(f) }
+
+// ReasonStoreFull is the ErrorInfo reason of a RunTurn refused because the
+// turn store cannot take a new turn (full of running turns, or its disk
+// is): RESOURCE_EXHAUSTED with RetryInfo, before any event.
+const ReasonStoreFull = "STORE_FULL"
+
+// storeFullRetry is the wait advised to a turn refused for a full store.
+const storeFullRetry = 5 * time.Second
+
+// storeRoom is the part of a TurnStore that says whether it can take a new
+// run now, without I/O: nil, or why not (package store's Store has it).
+type storeRoom interface {
+	Room() error
+}
+
+// refuseStore returns the status of a turn the store cannot take now (the
+// store is full), or whose request of n bytes would take its key over its
+// stored_bytes; nil when it may start, or when the store holds the run k
+// already: the call attaches to it, which stores nothing.
+func (s *service) refuseStore(ctx context.Context, k runKey, n int) *status.Status {
+	st := s.storeFull()
+	if st == nil {
+		key := admission.FromContext(ctx)
+		if err := key.StoredRefusal(n); err != nil {
+			st = refusalStatus(err, key.KeyName())
+		}
+	}
+	if st != nil {
+		if _, err := s.store.Record(ctx, k.id(), k.attempt); err == nil {
+			return nil
+		}
+	}
+	return st
+}
+
+// storeFull returns STORE_FULL while the store says it has no room.
+func (s *service) storeFull() *status.Status {
+	room, ok := s.store.(storeRoom)
+	if !ok || room.Room() == nil {
+		return nil
+	}
+	st := status.New(codes.ResourceExhausted, "the turn store is full: it takes no new turn until running turns end or space returns; retry later, running turns go on")
+	return withDetails(st, errorInfo(ReasonStoreFull, nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
+}

@@ -14,6 +14,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 )
 
 // Bounds of the window of a run's latest acknowledged events that the
@@ -76,7 +77,7 @@ type run struct {
 	stopped  bool // CancelTurn stopped it
 	// charge spends the tokens the run uses from its client key's limits;
 	// nil without keys.
-	charge *usageCharger
+	charge *admission.Charger
 	// handedOff is set when this replica, shutting down, gives the run to
 	// another: nothing more of it is stored here.
 	handedOff atomic.Bool

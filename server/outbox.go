@@ -13,6 +13,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -141,7 +142,7 @@ type outbox struct {
 	cancel   context.CancelCauseFunc // the turn's
 	timeout  time.Duration
 	maxBytes int
-	usage    *usageCharger
+	usage    *admission.Charger
 	attempt  uint32 // the run's, set on every event
 
 	turnID string
@@ -157,7 +158,7 @@ var _ runtime.IdleSink = (*outbox)(nil)
 // newOutbox returns the outbox of a turn streamed to stream; start runs
 // each Send on a goroutine (see [workers]).
 func newOutbox(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse], cancel context.CancelCauseFunc,
-	timeout time.Duration, maxBytes int, usage *usageCharger, start func(func())) *outbox {
+	timeout time.Duration, maxBytes int, usage *admission.Charger, start func(func())) *outbox {
 	return &outbox{
 		p:      newPacer(stream.Send, timeout, start),
 		cancel: cancel, timeout: timeout, maxBytes: maxBytes, usage: usage,
@@ -173,7 +174,7 @@ func (o *outbox) OnIdle(f func()) { o.p.idle = f }
 // Emit implements [runtime.Sink].
 func (o *outbox) Emit(_ context.Context, ev runtime.Event) error {
 	// Charged whether or not the client is still there to receive it.
-	o.usage.event(ev)
+	o.usage.Event(ev)
 	if o.failed != nil {
 		return o.failed
 	}

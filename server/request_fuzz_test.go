@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/sha256"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
@@ -13,6 +14,7 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/tools/argcheck"
 )
 
@@ -34,7 +36,7 @@ func FuzzRequestPath(f *testing.F) {
 	opts := &Options{CheckToolSchema: argcheck.CheckSchema}
 	opts.setDefaults()
 	s := newService(r, opts)
-	k := &key{Key: Key{Name: "k", TokenSHA256: sha256.Sum256([]byte("t")), Models: []string{"b"}}}
+	k := admission.NewKeys([]Key{{Name: "k", TokenSHA256: sha256.Sum256([]byte("t")), Models: []string{"b"}}}, time.Now).Find("t")
 	c := newCodec(DefaultMaxRequestBytes)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req turnstilev1.RunTurnRequest
@@ -49,7 +51,7 @@ func FuzzRequestPath(f *testing.F) {
 			}
 			return
 		}
-		for _, key := range []*key{nil, k} {
+		for _, key := range []*admission.Client{nil, k} {
 			tr, st := s.request(&req, key)
 			if st != nil {
 				if code := st.Code(); code != codes.InvalidArgument && code != codes.PermissionDenied || len(st.Message()) > 4096 {
@@ -57,8 +59,8 @@ func FuzzRequestPath(f *testing.F) {
 				}
 				continue
 			}
-			if len(tr.Messages) == 0 || !key.mayUse(tr.Model) && tr.Model != "" {
-				t.Fatalf("accepted %+v for key %v", tr, key.name())
+			if len(tr.Messages) == 0 || !key.MayUse(tr.Model) && tr.Model != "" {
+				t.Fatalf("accepted %+v for key %v", tr, key.KeyName())
 			}
 			if key != nil && tr.Client != "k" {
 				t.Fatalf("client %q", tr.Client)

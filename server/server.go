@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -252,11 +253,11 @@ func New(runner turnRunner, opts Options) *Server {
 	// limits apply to the key found; recovery is innermost.
 	unary := []grpc.UnaryServerInterceptor{logging.UnaryServerInterceptor(logFn, logOpts...)}
 	stream := []grpc.StreamServerInterceptor{logging.StreamServerInterceptor(logFn, logOpts...), decodeErrors(opts.MaxRequestBytes)}
-	if a := s.service.auth; a != nil {
-		u, s := a.requireKey()
+	if keys := s.service.keys; keys != nil {
+		u, s := requireKey(keys)
 		unary, stream = append(unary, u), append(stream, s)
 	}
-	stream = append(stream, admission(s.service.gate), recovery.StreamServerInterceptor(onPanic))
+	stream = append(stream, admit(s.service.gate), recovery.StreamServerInterceptor(onPanic))
 	unary = append(unary, recovery.UnaryServerInterceptor(onPanic))
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
@@ -443,4 +444,34 @@ func wait(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// StoreRoom tells the server whether its turn store can take new turns:
+// full is nil when it can, else why not. While it cannot, the health of
+// the AgentService is NOT_SERVING (the server's own, "", stays SERVING:
+// watches and cancels work); a draining server ignores it. Package store's
+// Store.OnRoom calls it.
+func (s *Server) StoreRoom(full error) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if full != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, st)
+}
+
+// Key is a client key (see [Options].Keys).
+type Key = admission.Key
+
+// KeyLimits bound what one client key may use (see [admission.KeyLimits]).
+type KeyLimits = admission.KeyLimits
+
+// LimitSharer keeps the counters the replicas of a deployment share (see
+// [admission.LimitSharer]); package store implements it.
+type LimitSharer = admission.LimitSharer
+
+// ShareLimits shares the client keys' limits with the other replicas
+// through sh until ctx is done (see [admission.Keys.Share]); replica names
+// this replica among them. Without keys it returns at once.
+func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string, interval time.Duration) error {
+	return s.service.keys.Share(ctx, sh, replica, interval)
 }

@@ -19,6 +19,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -65,8 +66,8 @@ type service struct {
 	// holds the client keys and their limiters, nil without keys. A turn
 	// that outlives its call, or that this replica takes over, holds its
 	// slots in both until it ends.
-	gate *turnGate
-	auth *authenticator
+	gate *admission.Gate
+	keys *admission.Keys
 }
 
 type activeTurn struct {
@@ -90,10 +91,10 @@ func newService(r turnRunner, opts *Options) *service {
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
 		senders: newWorkers(streamWorkers), owners: newWorkers(streamWorkers),
-		gate: &turnGate{max: opts.MaxConcurrentTurns},
+		gate: admission.NewGate(opts.MaxConcurrentTurns),
 	}
 	if len(opts.Keys) > 0 {
-		s.auth = newAuthenticator(opts.Keys, time.Now)
+		s.keys = admission.NewKeys(opts.Keys, time.Now)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTakeovers = cancel
@@ -112,7 +113,7 @@ const maxCauseBytes = 4096
 
 // RunTurn implements [turnstilev1.AgentServiceServer].
 func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
-	k := keyFrom(stream.Context())
+	k := admission.FromContext(stream.Context())
 	tr, st := s.request(req, k)
 	if st != nil {
 		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
@@ -142,10 +143,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	}
 	defer s.untrack(t)
 
-	var usage *usageCharger
-	if k != nil {
-		usage = &usageCharger{k: k.limiter}
-	}
+	usage := k.Charger()
 	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage, s.senders.run)
 	out.attempt = attemptOf(stream.Context(), req)
 	// The turn's outcome and root cause are in its own log line.
@@ -154,7 +152,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	if errors.As(err, &te) {
 		// The turn's use, counted too when its last events never reached
 		// the outbox (the client left, and the runtime stopped emitting).
-		usage.ended(te)
+		usage.Ended(te)
 	}
 	stall := out.finish(te)
 	t.lastSeq = out.sent
@@ -185,16 +183,17 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 
 // request validates req for key k (nil without auth) and converts it, or
 // returns the status that refuses it.
-func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
+func (s *service) request(req *turnstilev1.RunTurnRequest, k *admission.Client) (*runtime.TurnRequest, *status.Status) {
 	tr, bad := wire.TurnRequest(req, s.checks())
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad)
 	}
-	alias, st := modelFor(k, tr.Model, s.runner.DefaultModel(), s.runner.Models())
-	if st != nil {
-		return nil, st
+	alias, err := admission.ModelFor(k, tr.Model, s.runner.DefaultModel(), s.runner.Models())
+	var me *admission.ModelError
+	if errors.As(err, &me) {
+		return nil, modelStatus(me)
 	}
-	tr.Model, tr.Client, tr.Budget = alias, k.name(), k.budgetHook()
+	tr.Model, tr.Client, tr.Budget = alias, k.KeyName(), k.BudgetHook()
 	if err := s.runner.Validate(tr); err != nil {
 		if fes := fieldErrors(err); len(fes) > 0 {
 			return nil, invalidArgument(fes)

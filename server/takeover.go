@@ -27,7 +27,7 @@ func (s *service) takeOvers(ctx context.Context) {
 		s.turns.Add(1)
 		go func() {
 			defer s.turns.Done()
-			s.takeOver(ctx, storedKey(id, attempt, s.auth != nil))
+			s.takeOver(ctx, storedKey(id, attempt, s.keys != nil))
 		}()
 	})
 	if err != nil {
@@ -45,15 +45,15 @@ func (s *service) takeOvers(ctx context.Context) {
 // even when the key is at its limit here, and the key's new turns wait
 // until it is back under.
 func (s *service) takeOver(ctx context.Context, k runKey) bool {
-	leave, full := s.gate.enter()
+	leave, full := s.gate.Enter()
 	if full == nil && s.admit() != nil {
 		leave()
-		full = &refusal{msg: "draining or at server.max_running_turns"}
+		full = errors.New("draining or at server.max_running_turns")
 	}
 	if full != nil {
 		// Another replica takes it; if none may, the first watcher of the
 		// run adopts it (adopt).
-		s.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.turnID, "attempt", k.attempt, "reason", full.msg)
+		s.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.turnID, "attempt", k.attempt, "reason", full.Error())
 		return false
 	}
 	rctx, cancel := context.WithCancelCause(context.Background())
@@ -83,14 +83,13 @@ func (s *service) takeOver(ctx context.Context, k runKey) bool {
 	r.hash = first.Hash
 	tr.Controls = r.ctl
 	release := leave
-	if key := s.keyNamed(first.Client); key != nil {
-		endKey := key.limiter.hold()
-		tr.Budget = key.budgetHook()
+	if key := s.keys.Named(first.Client); key != nil {
+		endKey := key.Hold()
+		tr.Budget = key.BudgetHook()
 		release = func() { leave(); endKey() }
 		// The tokens used before the takeover were charged where they were
 		// used.
-		u := tr.Resume.Usage
-		r.charge = &usageCharger{k: key.limiter, last: u.Tokens(), lastCost: u.Cost.Nanos}
+		r.charge = key.ResumedCharger(tr.Resume.Usage)
 	}
 	if !first.Deadline.IsZero() {
 		var cancelDL context.CancelFunc
@@ -219,20 +218,6 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnErr
 	s.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.turnID, "attempt", k.attempt,
 		"last_seq", seq, "error_code", te.Kind.String(), "reason", why)
 	return seq, true
-}
-
-// keyNamed returns the client key of that name, nil when there is none
-// (no keys, or a key no longer configured).
-func (s *service) keyNamed(name string) *key {
-	if s.auth == nil || name == "" {
-		return nil
-	}
-	for _, k := range s.auth.keys {
-		if k.Name == name {
-			return k
-		}
-	}
-	return nil
 }
 
 // maxTakeovers bounds the takeovers of one run: a run claimed more often

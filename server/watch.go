@@ -16,6 +16,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -174,7 +175,7 @@ func (s *service) resolve(ctx context.Context, turnID string, attempt uint32) (r
 	}
 	// The caller's turn ids are its key's: another key's do not exist
 	// for it.
-	k := runKey{client: keyFrom(ctx).name(), turnID: turnID, attempt: attempt}
+	k := runKey{client: admission.FromContext(ctx).KeyName(), turnID: turnID, attempt: attempt}
 	var err error
 	if k.attempt == 0 {
 		k.attempt, err = s.store.LatestAttempt(ctx, k.id())

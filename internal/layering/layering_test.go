@@ -26,6 +26,7 @@ var floors = []struct {
 	{"gen/", nil, "generated code"},
 	{"server", []string{"gen/", "llm", "policy", "runtime", "server/"}, "the gRPC face of the runtime and of the packages under it; never names a provider or a tool"},
 	{"server/wire", []string{"gen/", "llm", "runtime"}, "the contract <-> runtime conversion, both ways, and the validation that belongs to the wire; no gRPC, no store"},
+	{"server/admission", []string{"llm", "policy", "runtime"}, "client keys, limits, budgets and their sharing across replicas; refusals are errors, no gRPC, no wire"},
 	{"store", []string{"llm"}, "the turn log on NATS JetStream: bytes, leases, control signals; no wire form"},
 	{"client", []string{"gen/"}, "the Go client: the contract over gRPC and nothing of the server"},
 	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server", "store"}, "the file's shape; no wire"},
@@ -52,6 +53,8 @@ var external = map[string][]string{
 	// kept (the generated code brings gRPC's stubs, so gRPC cannot be
 	// listed here; the table above keeps the server out).
 	"server/wire": {"github.com/nats-io/"},
+	// Admission decides and charges; the gRPC face says it on the wire.
+	"server/admission": {"google.golang.org/", "github.com/"},
 	// The client imports no OpenTelemetry: a program that traces adds
 	// otelgrpc's stats handler itself (client's package doc).
 	"client": {mod + "runtime", mod + "server", mod + "providers", mod + "config", mod + "tools", "go.opentelemetry.io/"},

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"fmt"
@@ -48,15 +48,15 @@ func (w *budgetWindow) roll(now time.Time) {
 
 // exhausted returns the refusal of a key whose window w has no money left
 // at now, nil while it has.
-func (w *budgetWindow) exhausted(key string, now time.Time) *refusal {
+func (w *budgetWindow) exhausted(key string, now time.Time) *Refusal {
 	w.roll(now)
 	if w.spent < w.max {
 		return nil
 	}
 	wait := ceilSecond(windowEnd(w.period, w.start).Sub(now))
-	return &refusal{
-		reason: reasonBudgetExhausted, limit: w.limit, retryAfter: wait,
-		msg: fmt.Sprintf("client key %q spent its budget for this %s (%s: %s, spent %s); it resets at %s, in %s",
+	return &Refusal{
+		Reason: reasonBudgetExhausted, Limit: w.limit, RetryAfter: wait,
+		Message: fmt.Sprintf("client key %q spent its budget for this %s (%s: %s, spent %s); it resets at %s, in %s",
 			key, w.period, w.limit, llm.FormatMoney(w.max), llm.FormatMoney(w.spent), windowEnd(w.period, w.start).Format(time.RFC3339), wait),
 	}
 }
@@ -76,7 +76,7 @@ func newBudgets(l KeyLimits, now time.Time) []*budgetWindow {
 
 // budgetRefusal returns why the key may not start a turn (or make another
 // model call) now: a budget it spent. k.mu must be held.
-func (k *keyLimiter) budgetRefusal(now time.Time) *refusal {
+func (k *keyLimiter) budgetRefusal(now time.Time) *Refusal {
 	for _, w := range k.budgets {
 		if r := w.exhausted(k.name, now); r != nil {
 			return r
@@ -115,12 +115,12 @@ func (k *keyLimiter) budgetLeft() error {
 	if r == nil {
 		return nil
 	}
-	return &llm.Error{Kind: llm.KindBudgetExhausted, Message: r.msg + "; the turn ended after the model call that crossed it"}
+	return &llm.Error{Kind: llm.KindBudgetExhausted, Message: r.Message + "; the turn ended after the model call that crossed it"}
 }
 
-// budgetHook returns the runtime's Budget check for a turn of the key, nil
-// when the key has no budget.
-func (k *key) budgetHook() func() error {
+// BudgetHook returns the runtime's Budget check for a turn of the key
+// (runtime.TurnRequest.Budget), nil when the key has no budget.
+func (k *Client) BudgetHook() func() error {
 	if k == nil || k.limiter == nil || len(k.limiter.budgets) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ func TestBudgetWindows(t *testing.T) {
 	day, month := llm.Money(10), llm.Money(15)
 	now := time.Date(2026, 2, 27, 23, 59, 30, 0, time.UTC)
 	k := newKeyLimiter("team", KeyLimits{CostPerDay: &day, CostPerMonth: &month}, func() time.Time { return now })
-	admit := func() *refusal {
+	admit := func() *Refusal {
 		t.Helper()
 		end, r := k.admit()
 		if end != nil {
@@ -24,11 +24,11 @@ func TestBudgetWindows(t *testing.T) {
 		return r
 	}
 	if r := admit(); r != nil {
-		t.Fatalf("a fresh key refused: %v", r.msg)
+		t.Fatalf("a fresh key refused: %v", r.Message)
 	}
 	k.spend(10)
 	r := admit()
-	if r == nil || r.reason != "BUDGET_EXHAUSTED" || r.limit != "cost_per_day" || r.retryAfter != 30*time.Second {
+	if r == nil || r.Reason != "BUDGET_EXHAUSTED" || r.Limit != "cost_per_day" || r.RetryAfter != 30*time.Second {
 		t.Fatalf("after the day's budget: %+v", r)
 	}
 	var e *llm.Error
@@ -37,13 +37,13 @@ func TestBudgetWindows(t *testing.T) {
 	}
 	now = now.Add(31 * time.Second) // 2026-02-28 00:00:01, a new day of the same month
 	if r := admit(); r != nil {
-		t.Fatalf("the next day: %v", r.msg)
+		t.Fatalf("the next day: %v", r.Message)
 	}
 	k.spend(5)
 	r = admit()
 	// Both are spent now (5 of 10 today, 15 of 15 this month): the month
 	// says when.
-	if r == nil || r.limit != "cost_per_month" || r.retryAfter != 24*time.Hour-time.Second {
+	if r == nil || r.Limit != "cost_per_month" || r.RetryAfter != 24*time.Hour-time.Second {
 		t.Fatalf("after the month's budget: %+v", r)
 	}
 	now = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -6,16 +6,8 @@ import (
 	"sync"
 	"time"
 
-	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"golang.org/x/time/rate"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 )
@@ -87,26 +79,22 @@ func deref[T any](p *T) T {
 // turns running at once: when one ends is not known in advance.
 const busyRetry = time.Second
 
-// refusal is why a turn may not start: the message, the limit's name, and
-// the advised wait (zero when waiting never helps).
-type refusal struct {
-	msg        string
-	limit      string
-	retryAfter time.Duration
-	reason     string // the ErrorInfo reason; empty: LIMIT_EXCEEDED
+// Refusal is why a turn may not start, or a limit it reached: an error
+// whose message says so to the client.
+type Refusal struct {
+	// Message says what was reached, and when to retry if waiting helps.
+	Message string
+	// Limit names the limit (concurrent_turns, cost_per_day, ...).
+	Limit string
+	// RetryAfter is the advised wait; zero when waiting never helps.
+	RetryAfter time.Duration
+	// Reason is the reason to report, BUDGET_EXHAUSTED for a budget
+	// spent; empty for any other limit (LIMIT_EXCEEDED).
+	Reason string
 }
 
-func (r *refusal) status(client string) *status.Status {
-	md := map[string]string{"limit": r.limit}
-	if client != "" {
-		md["client"] = client
-	}
-	reason := r.reason
-	if reason == "" {
-		reason = reasonLimitExceeded
-	}
-	return refused(reason, r.msg, r.retryAfter, md)
-}
+// Error implements error.
+func (r *Refusal) Error() string { return r.Message }
 
 // keyLimiter keeps one key's limits.
 type keyLimiter struct {
@@ -150,16 +138,16 @@ func bucket(n int64, period time.Duration, now time.Time) *rate.Limiter {
 
 // admit starts a turn of the key, or says why it may not start. The
 // returned function ends the turn.
-func (k *keyLimiter) admit() (func(), *refusal) {
+func (k *keyLimiter) admit() (func(), *Refusal) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.now()
 	l := k.limits
 	if running := k.running + k.share.othersRunning(now); l.ConcurrentTurns != nil && running >= *l.ConcurrentTurns {
-		r := &refusal{limit: "concurrent_turns", retryAfter: busyRetry,
-			msg: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, running)}
+		r := &Refusal{Limit: "concurrent_turns", RetryAfter: busyRetry,
+			Message: fmt.Sprintf("client key %q already runs %d turns, its limit; retry when one has ended", k.name, running)}
 		if *l.ConcurrentTurns == 0 {
-			r.msg, r.retryAfter = fmt.Sprintf("client key %q may run no turns (concurrent_turns: 0)", k.name), 0
+			r.Message, r.RetryAfter = fmt.Sprintf("client key %q may run no turns (concurrent_turns: 0)", k.name), 0
 		}
 		return nil, r
 	}
@@ -168,11 +156,11 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 			continue
 		}
 		if tokens := lim.TokensAt(now); tokens < 1 {
-			r := &refusal{limit: "tokens_per_" + k.periodOf[lim],
-				msg: fmt.Sprintf("client key %q used its tokens per %s (%d)", k.name, k.periodOf[lim], lim.Burst())}
+			r := &Refusal{Limit: "tokens_per_" + k.periodOf[lim],
+				Message: fmt.Sprintf("client key %q used its tokens per %s (%d)", k.name, k.periodOf[lim], lim.Burst())}
 			if lim.Limit() > 0 {
-				r.retryAfter = ceilSecond(time.Duration((1 - tokens) / float64(lim.Limit()) * float64(time.Second)))
-				r.msg += fmt.Sprintf("; retry in %s", r.retryAfter)
+				r.RetryAfter = ceilSecond(time.Duration((1 - tokens) / float64(lim.Limit()) * float64(time.Second)))
+				r.Message += fmt.Sprintf("; retry in %s", r.RetryAfter)
 			}
 			return nil, r
 		}
@@ -183,13 +171,13 @@ func (k *keyLimiter) admit() (func(), *refusal) {
 	if k.turns != nil {
 		res := k.turns.ReserveN(now, 1)
 		if !res.OK() {
-			return nil, &refusal{limit: "turns_per_minute", msg: fmt.Sprintf("client key %q may start no turns (turns_per_minute: 0)", k.name)}
+			return nil, &Refusal{Limit: "turns_per_minute", Message: fmt.Sprintf("client key %q may start no turns (turns_per_minute: 0)", k.name)}
 		}
 		if d := res.DelayFrom(now); d > 0 {
 			res.CancelAt(now)
 			d = ceilSecond(d)
-			return nil, &refusal{limit: "turns_per_minute", retryAfter: d,
-				msg: fmt.Sprintf("client key %q started its %d turns per minute; retry in %s", k.name, k.turns.Burst(), d)}
+			return nil, &Refusal{Limit: "turns_per_minute", RetryAfter: d,
+				Message: fmt.Sprintf("client key %q started its %d turns per minute; retry in %s", k.name, k.turns.Burst(), d)}
 		}
 		if c := k.share.counter("turns"); c != nil {
 			c.add(now, 1, "")
@@ -228,19 +216,25 @@ func ceilSecond(d time.Duration) time.Duration {
 	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
 }
 
-// turnGate bounds the turns the server runs at once.
-type turnGate struct {
+// Gate bounds the turns the server runs at once
+// (server.max_concurrent_turns).
+type Gate struct {
 	mu      sync.Mutex
 	max     int
 	running int
 }
 
-func (g *turnGate) enter() (func(), *refusal) {
+// NewGate returns the gate of max turns at once.
+func NewGate(max int) *Gate { return &Gate{max: max} }
+
+// Enter starts a turn, or fails with the *Refusal that says the server
+// runs max turns. The returned function ends the turn (once).
+func (g *Gate) Enter() (func(), error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.running >= g.max {
-		return nil, &refusal{limit: "max_concurrent_turns", retryAfter: busyRetry,
-			msg: fmt.Sprintf("the server runs %d turns, its limit (server.max_concurrent_turns); retry shortly or on another replica", g.running)}
+		return nil, &Refusal{Limit: "max_concurrent_turns", RetryAfter: busyRetry,
+			Message: fmt.Sprintf("the server runs %d turns, its limit (server.max_concurrent_turns); retry shortly or on another replica", g.running)}
 	}
 	g.running++
 	var once sync.Once
@@ -253,53 +247,45 @@ func (g *turnGate) enter() (func(), *refusal) {
 	}, nil
 }
 
-// admission is the stream interceptor that starts RunTurn calls only
-// within the server's bound on turns and the caller's key limits; a turn
-// refused gets RESOURCE_EXHAUSTED with ErrorInfo LIMIT_EXCEEDED (and
-// RetryInfo when waiting helps) before its request is read. The slots it
-// takes are the call's, freed when it returns, unless the handler keeps
-// them for a turn that outlives the call (slotsFrom).
-func admission(gate *turnGate) grpc.StreamServerInterceptor {
-	runTurn := "/" + turnstilev1.AgentService_ServiceDesc.ServiceName + "/RunTurn"
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if info.FullMethod != runTurn {
-			return handler(srv, ss)
-		}
-		k := keyFrom(ss.Context())
-		leave, r := gate.enter()
-		if r != nil {
-			return r.status(k.name()).Err()
-		}
-		held := &slots{free: []func(){leave}}
-		defer held.callEnded()
-		if k != nil {
-			end, r := k.limiter.admit()
-			if r != nil {
-				return r.status(k.Name).Err()
-			}
-			held.free = append(held.free, end)
-		}
-		w := middleware.WrapServerStream(ss)
-		w.WrappedContext = context.WithValue(ss.Context(), slotsContext{}, held)
-		return handler(srv, w)
+// Admit starts a turn of the key, or fails with the *Refusal that says
+// which of its limits or budgets it reached. The returned function ends
+// the turn (once). A nil key admits every turn.
+func (k *Client) Admit() (func(), error) {
+	if k == nil {
+		return func() {}, nil
 	}
+	end, r := k.limiter.admit()
+	if r != nil {
+		return nil, r
+	}
+	return end, nil
 }
 
-// slots are the server's and the key's turn slots a RunTurn call was
+// Slots are the server's and the key's turn slots a RunTurn call was
 // admitted with. The call frees them when it ends, unless a turn that
 // outlives it (a durable turn) kept them: then the turn frees them when it
 // ends, so a client that disconnects does not free its key's slot while
 // its turn still runs.
-type slots struct {
+type Slots struct {
 	mu   sync.Mutex
 	free []func()
 	kept bool
 }
 
-// keep hands the slots to a turn that outlives the call: the returned
+// NewSlots returns the slots that free frees, in order.
+func NewSlots(free ...func()) *Slots { return &Slots{free: free} }
+
+// Add adds a slot that free frees.
+func (h *Slots) Add(free func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.free = append(h.free, free)
+}
+
+// Keep hands the slots to a turn that outlives the call: the returned
 // function frees them (once). On nil slots (a call that was not
 // admitted, as in tests of the service alone) it returns a no-op.
-func (h *slots) keep() (release func()) {
+func (h *Slots) Keep() (release func()) {
 	if h == nil {
 		return func() {}
 	}
@@ -310,8 +296,8 @@ func (h *slots) keep() (release func()) {
 	return func() { once.Do(h.release) }
 }
 
-// callEnded frees the slots when the call ends, unless a turn kept them.
-func (h *slots) callEnded() {
+// CallEnded frees the slots when the call ends, unless a turn kept them.
+func (h *Slots) CallEnded() {
 	if h == nil {
 		return
 	}
@@ -324,25 +310,39 @@ func (h *slots) callEnded() {
 	}
 }
 
-func (h *slots) release() {
+func (h *Slots) release() {
 	for _, f := range h.free {
 		f()
 	}
 }
 
-// slotsContext is the context key of a RunTurn call's *slots.
+// slotsContext is the context key of a RunTurn call's *Slots.
 type slotsContext struct{}
 
-func slotsFrom(ctx context.Context) *slots {
-	h, _ := ctx.Value(slotsContext{}).(*slots)
+// WithSlots returns ctx carrying the call's slots.
+func WithSlots(ctx context.Context, h *Slots) context.Context {
+	return context.WithValue(ctx, slotsContext{}, h)
+}
+
+// SlotsFrom returns the call's slots; nil when it was not admitted.
+func SlotsFrom(ctx context.Context) *Slots {
+	h, _ := ctx.Value(slotsContext{}).(*Slots)
 	return h
 }
 
-// hold counts a turn of the key that is already running and must go on
+// Hold counts a turn of the key that is already running and must go on
 // whatever the key's limits say now: a turn taken over from a replica that
 // went away, admitted there. While it runs the key's count may exceed
 // concurrent_turns, and its new turns wait until it is back under. The
-// returned function ends the turn.
+// returned function ends the turn. A nil key holds nothing.
+func (k *Client) Hold() func() {
+	if k == nil {
+		return func() {}
+	}
+	return k.limiter.hold()
+}
+
+// hold is [Client.Hold].
 func (k *keyLimiter) hold() func() {
 	k.mu.Lock()
 	k.running++
@@ -357,9 +357,10 @@ func (k *keyLimiter) hold() func() {
 	}
 }
 
-// usageCharger charges a turn's tokens to its key as the running totals
-// arrive, and the bytes the turn stores to the key's stored_bytes.
-type usageCharger struct {
+// Charger charges a turn's tokens and cost to its key as the running
+// totals arrive, and the bytes the turn stores to the key's stored_bytes.
+// A nil *Charger (no keys) charges nothing.
+type Charger struct {
 	k        *keyLimiter
 	last     int64
 	lastCost int64 // the nanos of the turn's cost charged so far
@@ -370,13 +371,32 @@ type usageCharger struct {
 	est, estCost int64
 }
 
-// event charges what ev tells of the turn's use so far: the running totals
+// Charger returns the charger of a new turn of the key; nil for a nil
+// key.
+func (k *Client) Charger() *Charger {
+	if k == nil {
+		return nil
+	}
+	return &Charger{k: k.limiter}
+}
+
+// ResumedCharger returns the charger of a turn of the key taken over from
+// a replica that went away, whose use so far, u (its running totals), was
+// charged where it was used; nil for a nil key.
+func (k *Client) ResumedCharger(u llm.Usage) *Charger {
+	if k == nil {
+		return nil
+	}
+	return &Charger{k: k.limiter, last: u.Tokens(), lastCost: u.Cost.Nanos}
+}
+
+// Event charges what ev tells of the turn's use so far: the running totals
 // of a UsageUpdated, the estimate of a call cut with no usage reported in
 // its LLMCallFinished, or the whole turn's of its TurnError, which counts a
 // call the turn's end cut short (a client that cancels each turn mid-call
 // pays for what the provider reported of it, or for the estimate of its
 // prompt when the provider reported nothing).
-func (c *usageCharger) event(ev runtime.Event) {
+func (c *Charger) Event(ev runtime.Event) {
 	if c == nil || c.k == nil {
 		return
 	}
@@ -389,20 +409,20 @@ func (c *usageCharger) event(ev runtime.Event) {
 			c.estimated(c.estimates)
 		}
 	case *runtime.TurnError:
-		c.ended(p)
+		c.Ended(p)
 	}
 }
 
-// ended charges the whole use of a turn that ended with te: what its
+// Ended charges the whole use of a turn that ended with te: what its
 // providers reported and the estimates of its calls cut with none.
-func (c *usageCharger) ended(te *runtime.TurnError) {
+func (c *Charger) Ended(te *runtime.TurnError) {
 	c.total(te.Usage)
 	c.estimated(te.Estimated)
 }
 
 // estimated charges the turn's running total u of the estimates of its
 // calls cut with no usage reported: what it adds to those charged before.
-func (c *usageCharger) estimated(u llm.Usage) {
+func (c *Charger) estimated(u llm.Usage) {
 	if c == nil || c.k == nil {
 		return
 	}
@@ -415,7 +435,7 @@ func (c *usageCharger) estimated(u llm.Usage) {
 
 // total charges the turn's running totals u: what they add to those
 // charged before.
-func (c *usageCharger) total(u llm.Usage) {
+func (c *Charger) total(u llm.Usage) {
 	if c == nil || c.k == nil {
 		return
 	}
@@ -426,9 +446,10 @@ func (c *usageCharger) total(u llm.Usage) {
 	c.lastCost = max(c.lastCost, u.Cost.Nanos)
 }
 
-// store counts n more bytes the turn stores; it fails, counting none,
-// when they would take the key's running turns over its stored_bytes.
-func (c *usageCharger) store(n int) error {
+// Store counts n more bytes the turn stores; it fails with an *llm.Error
+// of [llm.KindQuotaExhausted], counting none, when they would take the
+// key's running turns over its stored_bytes.
+func (c *Charger) Store(n int) error {
 	if c == nil || c.k == nil {
 		return nil
 	}
@@ -447,9 +468,9 @@ func (c *usageCharger) store(n int) error {
 	return nil
 }
 
-// release gives back the bytes the turn stored: it ended, and the store
+// Release gives back the bytes the turn stored: it ended, and the store
 // may remove them when it needs room.
-func (c *usageCharger) release() {
+func (c *Charger) Release() {
 	if c == nil || c.k == nil {
 		return
 	}
@@ -459,86 +480,32 @@ func (c *usageCharger) release() {
 	c.stored = 0
 }
 
-// storedRefusal says why a turn whose request is n bytes may not start
-// under the key's stored_bytes: its running turns hold too much.
-func (k *keyLimiter) storedRefusal(n int) *refusal {
+// StoredRefusal returns the *Refusal of a turn whose request is n bytes,
+// which may not start under the key's stored_bytes: its running turns hold
+// too much; nil when it may (always for a nil key).
+func (k *Client) StoredRefusal(n int) error {
+	if k == nil {
+		return nil
+	}
+	if r := k.limiter.storedRefusal(n); r != nil {
+		return r
+	}
+	return nil
+}
+
+// storedRefusal is [Client.StoredRefusal].
+func (k *keyLimiter) storedRefusal(n int) *Refusal {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	lim := k.limits.StoredBytes
 	if lim == nil || k.stored+int64(n) <= *lim {
 		return nil
 	}
-	r := &refusal{limit: "stored_bytes", retryAfter: busyRetry,
-		msg: fmt.Sprintf("the turns client key %q runs hold %d bytes in the turn store; with this request's %d the key would be over its limit (stored_bytes: %d); retry when one has ended", k.name, k.stored, n, *lim)}
+	r := &Refusal{Limit: "stored_bytes", RetryAfter: busyRetry,
+		Message: fmt.Sprintf("the turns client key %q runs hold %d bytes in the turn store; with this request's %d the key would be over its limit (stored_bytes: %d); retry when one has ended", k.name, k.stored, n, *lim)}
 	if int64(n) > *lim {
-		r.retryAfter = 0
-		r.msg = fmt.Sprintf("the request (%d bytes) is larger than client key %q may hold in the turn store (stored_bytes: %d)", n, k.name, *lim)
+		r.RetryAfter = 0
+		r.Message = fmt.Sprintf("the request (%d bytes) is larger than client key %q may hold in the turn store (stored_bytes: %d)", n, k.name, *lim)
 	}
 	return r
-}
-
-// ReasonStoreFull is the ErrorInfo reason of a RunTurn refused because the
-// turn store cannot take a new turn (full of running turns, or its disk
-// is): RESOURCE_EXHAUSTED with RetryInfo, before any event.
-const ReasonStoreFull = "STORE_FULL"
-
-// storeFullRetry is the wait advised to a turn refused for a full store.
-const storeFullRetry = 5 * time.Second
-
-// storeRoom is the part of a TurnStore that says whether it can take a new
-// run now, without I/O: nil, or why not (package store's Store has it).
-type storeRoom interface {
-	Room() error
-}
-
-// refuseStore returns the status of a turn the store cannot take now (the
-// store is full), or whose request of n bytes would take its key over its
-// stored_bytes; nil when it may start, or when the store holds the run k
-// already: the call attaches to it, which stores nothing.
-func (s *service) refuseStore(ctx context.Context, k runKey, n int) *status.Status {
-	st := s.storeFull()
-	if st == nil {
-		if key := keyFrom(ctx); key != nil {
-			if r := key.limiter.storedRefusal(n); r != nil {
-				st = r.status(key.Name)
-			}
-		}
-	}
-	if st != nil {
-		if _, err := s.store.Record(ctx, k.id(), k.attempt); err == nil {
-			return nil
-		}
-	}
-	return st
-}
-
-// storeFull returns STORE_FULL while the store says it has no room.
-func (s *service) storeFull() *status.Status {
-	room, ok := s.store.(storeRoom)
-	if !ok || room.Room() == nil {
-		return nil
-	}
-	st := status.New(codes.ResourceExhausted, "the turn store is full: it takes no new turn until running turns end or space returns; retry later, running turns go on")
-	return withDetails(st, errorInfo(ReasonStoreFull, nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
-}
-
-// StoreRoom tells the server whether its turn store can take new turns:
-// full is nil when it can, else why not. While it cannot, the health of
-// the AgentService is NOT_SERVING (the server's own, "", stays SERVING:
-// watches and cancels work); a draining server ignores it. Package store's
-// Store.OnRoom calls it.
-func (s *Server) StoreRoom(full error) {
-	st := healthpb.HealthCheckResponse_SERVING
-	if full != nil {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, st)
-}
-
-// keyContext is the context key of the caller's *key.
-type keyContext struct{}
-
-func keyFrom(ctx context.Context) *key {
-	k, _ := ctx.Value(keyContext{}).(*key)
-	return k
 }

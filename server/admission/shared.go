@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // (package store keeps them in a NATS key-value bucket): a total counted
 // in a window (a UTC day "2006-01-02" or month "2006-01", or "" for all
 // time), when it was last written, and a revision that grows with every
-// change. The server keeps its keys' limits in them (Server.ShareLimits).
+// change. The server keeps its keys' limits in them ([Keys.Share]).
 type LimitSharer interface {
 	// LoadCounter returns the counter name; revision 0 when none is stored.
 	LoadCounter(ctx context.Context, name string) (window string, total int64, at time.Time, revision uint64, err error)
@@ -240,7 +240,7 @@ func (s *keyShare) counter(limit string) *sharedCounter {
 	return nil
 }
 
-// ShareLimits shares the client keys' limits with the other replicas
+// Share shares the client keys' limits with the other replicas
 // through sh until ctx is done: turns_per_minute, tokens_per_minute and
 // tokens_per_day, cost_per_day and cost_per_month, and concurrent_turns.
 // Each replica admits and counts turns at once from what it knows, as
@@ -253,8 +253,7 @@ func (s *keyShare) counter(limit string) *sharedCounter {
 // share's round trips and the watch's delay (up to an interval far from
 // the limits), which is how far the replicas together can go over a
 // limit (docs/security.md). replica names this replica among them.
-func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string, interval time.Duration) error {
-	a := s.service.auth
+func (a *Keys) Share(ctx context.Context, sh LimitSharer, replica string, interval time.Duration) error {
 	if a == nil {
 		return nil
 	}
