@@ -28,6 +28,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/guard"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -311,7 +312,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		// The turn ran here and its outcome reached the client: the turn's
 		// own line says it all, and this RPC's goes to DEBUG, as without a
 		// store. A stream that ended otherwise keeps its line.
-		logging.AddFields(ctx, logging.Fields{turnRanField, true})
+		logging.AddFields(ctx, logging.Fields{guard.RanField, true})
 	}
 	return st.Err()
 }

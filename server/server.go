@@ -33,6 +33,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/guard"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -190,7 +191,7 @@ var bufferPool = func() mem.BufferPool {
 // Server is a gRPC server for AgentService with health and reflection.
 type Server struct {
 	grpc    *grpc.Server
-	guard   *guard
+	guard   *guard.Guard
 	health  *health.Server
 	service *service
 	opts    Options
@@ -237,9 +238,10 @@ func (o *Options) setDefaults() {
 func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
-	g := newGuard(&opts)
+	g := guard.New(guard.Options{Logger: opts.Logger, MaxConnectionsPerPeer: opts.MaxConnectionsPerPeer,
+		MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider})
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		g.logRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
+		g.LogRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
 	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in RPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -290,12 +292,12 @@ func New(runner turnRunner, opts Options) *Server {
 		// server's instructions per turn under callgrind.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
-	// Every connection, TLS or not, through the guard (conns.go).
+	// Every connection, TLS or not, through the guard (package guard).
 	creds := insecure.NewCredentials()
 	if opts.TLS != nil {
 		creds = credentials.NewTLS(opts.TLS)
 	}
-	sopts = append(sopts, grpc.Creds(guardCreds{TransportCredentials: creds, g: g}))
+	sopts = append(sopts, grpc.Creds(g.Credentials(creds)))
 	sopts = append(sopts, opts.GRPCOptions...)
 
 	s.grpc, s.health, s.guard = grpc.NewServer(sopts...), health.NewServer(), g
@@ -327,7 +329,7 @@ func rpcLevel(lvl slog.Level, fields []any) slog.Level {
 			if s, _ := fields[i+1].(string); s == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(s, "grpc.reflection.") {
 				return slog.LevelDebug
 			}
-		case turnRanField:
+		case guard.RanField:
 			return slog.LevelDebug
 		}
 	}
@@ -352,7 +354,7 @@ func (s *Server) Ready(ctx context.Context) bool {
 // MaxConnections at once and MaxConnectionsPerPeer from one address. It
 // returns nil after a shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	lis = &peerListener{Listener: netutil.LimitListener(lis, s.opts.MaxConnections), g: s.guard}
+	lis = s.guard.Listener(netutil.LimitListener(lis, s.opts.MaxConnections))
 	if err := s.grpc.Serve(lis); err != nil && err != grpc.ErrServerStopped {
 		return fmt.Errorf("server: %w", err)
 	}

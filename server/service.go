@@ -20,16 +20,13 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/guard"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // AttemptHeader is the request metadata key in which a client numbers its
 // attempts at one turn id, so logs tie them together.
 const AttemptHeader = "turnstile-attempt"
-
-// turnRanField marks the log line of a RunTurn that ran a turn: the turn
-// ends with a line of its own, so the RPC's goes to DEBUG.
-const turnRanField = "turn_ran"
 
 // turnRunner is what the service needs from the runtime.
 type turnRunner interface {
@@ -163,7 +160,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		// above DEBUG, says what the client got.
 		err, te = stall, &runtime.TurnError{Kind: llm.KindDeadlineExceeded, Message: llm.AsError(stall).Message}
 	} else {
-		logging.AddFields(stream.Context(), logging.Fields{turnRanField, true})
+		logging.AddFields(stream.Context(), logging.Fields{guard.RanField, true})
 	}
 	switch {
 	case err == nil:

@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"context"
@@ -54,9 +54,28 @@ const (
 	metricUnserved = "turnstile.server.rpcs.unserved"
 )
 
-// guard keeps the per-peer connection counts, the instruments and the
+// Options configure a [Guard].
+type Options struct {
+	// Logger receives the lines of refusals and of RPCs, sampled per peer.
+	Logger *slog.Logger
+	// MaxConnectionsPerPeer bounds the connections open at once from one
+	// IP address.
+	MaxConnectionsPerPeer int
+	// MaxHeaderBytes is the bound gRPC holds a request's header to,
+	// named in the line that says it refused one.
+	MaxHeaderBytes int
+	// MeterProvider records the refusals and the RPCs that did no work.
+	MeterProvider metric.MeterProvider
+}
+
+// RanField is the log field that marks the line of an RPC that ran a
+// turn: such an RPC did work, whatever its status, so its line is not
+// sampled nor counted as unserved.
+const RanField = "turn_ran"
+
+// Guard keeps the per-peer connection counts, the instruments and the
 // sampled log of everything refused below the RPC layer.
-type guard struct {
+type Guard struct {
 	logger  *slog.Logger
 	perPeer int
 	headers int
@@ -72,7 +91,8 @@ type guard struct {
 	peers map[string]int
 }
 
-func newGuard(opts *Options) *guard {
+// New returns the guard of a server.
+func New(opts Options) *Guard {
 	mp := opts.MeterProvider
 	m := mp.Meter("github.com/turnstile-dev/turnstile/server")
 	// Instrument errors (a bad name) are a broken build: the no-op
@@ -81,7 +101,7 @@ func newGuard(opts *Options) *guard {
 		metric.WithDescription("Connections and streams refused below the RPC layer, by reason: per_peer_limit, handshake_timeout, rapid_reset, header_too_large."))
 	unserved, _ := m.Int64Counter(metricUnserved, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs that ended before any work (cancelled by the client, unauthenticated, refused by a limit), by status code."))
-	return &guard{
+	return &Guard{
 		logger:      opts.Logger,
 		perPeer:     opts.MaxConnectionsPerPeer,
 		headers:     opts.MaxHeaderBytes,
@@ -94,14 +114,14 @@ func newGuard(opts *Options) *guard {
 }
 
 // refused counts one refusal for reason.
-func (g *guard) refused(reason string) {
+func (g *Guard) refused(reason string) {
 	g.refusals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
 }
 
 // logSampled writes msg about a connection of peer at level unless peer
 // has had its share of such lines (see [sampler]); the line says how many were left out since
 // the last one.
-func (g *guard) logSampled(level slog.Level, peer, msg string, attrs ...any) {
+func (g *Guard) logSampled(level slog.Level, peer, msg string, attrs ...any) {
 	if !g.logger.Enabled(context.Background(), level) {
 		return
 	}
@@ -119,7 +139,7 @@ func (g *guard) logSampled(level slog.Level, peer, msg string, attrs ...any) {
 
 // admit takes a connection slot of host, or reports that host holds
 // perPeer already.
-func (g *guard) admit(host string) bool {
+func (g *Guard) admit(host string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.peers[host] >= g.perPeer {
@@ -130,7 +150,7 @@ func (g *guard) admit(host string) bool {
 }
 
 // release gives back a connection slot of host.
-func (g *guard) release(host string) {
+func (g *Guard) release(host string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.peers[host]--; g.peers[host] <= 0 {
@@ -155,7 +175,7 @@ func hostOf(a net.Addr) string {
 // slot of MaxConnections.
 type peerListener struct {
 	net.Listener
-	g *guard
+	g *Guard
 }
 
 func (l *peerListener) Accept() (net.Conn, error) {
@@ -183,7 +203,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 // when closed, and counts a handshake that handshake_timeout cut.
 type peerConn struct {
 	net.Conn
-	g         *guard
+	g         *Guard
 	host      string
 	uncounted bool // not counted against its address (not TCP)
 	// established is set once the client's HTTP/2 preface has been read.
@@ -214,7 +234,7 @@ func (c *peerConn) Close() error {
 // that every connection gRPC serves is an [h2Conn].
 type guardCreds struct {
 	credentials.TransportCredentials
-	g *guard
+	g *Guard
 }
 
 func (c guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -318,7 +338,7 @@ var errTooManyResets = errors.New("server: the client reset too many streams")
 // watches the frames both ways (see the top of this file).
 type h2Conn struct {
 	net.Conn
-	g    *guard
+	g    *Guard
 	pc   *peerConn
 	host string
 
@@ -342,7 +362,7 @@ type h2Conn struct {
 	closed       bool
 }
 
-func newH2Conn(conn net.Conn, g *guard, pc *peerConn) *h2Conn {
+func newH2Conn(conn net.Conn, g *Guard, pc *peerConn) *h2Conn {
 	c := &h2Conn{Conn: conn, g: g, pc: pc, tokens: resetBurst}
 	c.host = hostOf(conn.RemoteAddr())
 	c.in.skip = clientPreface
@@ -552,10 +572,10 @@ var unservedCodes = func() map[string]codes.Code {
 	return m
 }()
 
-// logRPC writes an RPC's line (fields as the logging interceptor gives
+// LogRPC writes an RPC's line (fields as the logging interceptor gives
 // them) at level; that of an RPC that ended before any work is counted,
 // and written only within its peer's share of lines.
-func (g *guard) logRPC(ctx context.Context, level slog.Level, msg string, fields []any) {
+func (g *Guard) LogRPC(ctx context.Context, level slog.Level, msg string, fields []any) {
 	var code, addr string
 	ran := false
 	for i := 0; i+1 < len(fields); i += 2 {
@@ -564,7 +584,7 @@ func (g *guard) logRPC(ctx context.Context, level slog.Level, msg string, fields
 			code, _ = fields[i+1].(string)
 		case "peer.address":
 			addr, _ = fields[i+1].(string)
-		case turnRanField:
+		case RanField:
 			ran = true
 		}
 	}
@@ -585,4 +605,16 @@ func (g *guard) logRPC(ctx context.Context, level slog.Level, msg string, fields
 		}
 	}
 	g.logger.Log(ctx, level, msg, fields...)
+}
+
+// Listener returns lis guarded: a connection from an address that holds
+// MaxConnectionsPerPeer already is closed at once, counted and logged.
+func (g *Guard) Listener(lis net.Listener) net.Listener { return &peerListener{Listener: lis, g: g} }
+
+// Credentials returns creds (TLS, or none) with every connection they
+// hand gRPC watched: its handshake's timeout counted, its HTTP/2 frames'
+// headers read both ways (a header gRPC refused for its size, a client
+// that only opens and resets streams).
+func (g *Guard) Credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
+	return guardCreds{TransportCredentials: creds, g: g}
 }
