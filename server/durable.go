@@ -262,9 +262,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 		s.logger.Error("turn store unreachable: run not created", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 		return storeUnreachable().Err()
 	}
-	wrap := func(ev *turnstilev1.AgentEvent) *turnstilev1.RunTurnResponse {
-		return &turnstilev1.RunTurnResponse{Event: ev}
-	}
+	send := runItems(stream)
 	if !created {
 		cancel(nil)
 		s.unadmit()
@@ -276,9 +274,7 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 			return turnIDReused(k).Err()
 		}
 		logging.AddFields(ctx, logging.Fields{"attached", true})
-		return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
-			return s.follow(ctx, k, 0, send)
-		}).Err()
+		return s.streamRun(ctx, k, nil, 0, send).Err()
 	}
 	// Counted to its key; refuseStore checked the room (concurrent
 	// turns of the key may pass it together).
@@ -289,22 +285,9 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
 	s.own(rctx, r, tr, admission.SlotsFrom(ctx).Keep())
-	// This RPC's stream is fed by the run's publish itself (pushRun), not
-	// by a watcher woken for each event.
-	// An event whose wire form the window holds is sent as that form.
-	st := s.pushRun(ctx, r, func(ev *turnstilev1.AgentEvent, wire []byte) error {
-		if wire == nil {
-			return stream.Send(wrap(ev))
-		}
-		// The response and its encoded form in one allocation.
-		e := &struct {
-			resp turnstilev1.RunTurnResponse
-			enc  encodedResponse
-		}{}
-		e.resp.Event = ev
-		e.enc.Message, e.enc.event = &e.resp, wire
-		return stream.SendMsg(&e.enc)
-	})
+	// This RPC's stream is fed from the run's window by the run's publish
+	// itself, not by a watcher woken for each event.
+	st := s.streamRun(ctx, k, r, 0, send)
 	r.mu.Lock()
 	delivered := r.done && st == r.final
 	r.mu.Unlock()
@@ -344,12 +327,12 @@ func (s *service) attemptFollows(ctx context.Context, k runKey) *status.Status {
 // own runs r's turn on this replica to its end: every event goes to the
 // log and, once acknowledged, to the run's watchers; release frees the
 // turn's slots (the server's and its client key's) once it has ended. It
-// runs on one of the owners' goroutines (see [workers]), whose stack a turn
+// runs on one of the owners' goroutines (see [delivery.Workers]), whose stack a turn
 // has grown already: a fresh goroutine per run copied its stack at each
 // doubling (about 3% of a durable turn's instructions under callgrind,
 // BENCHMARKS.md). Its caller only hands it over.
 func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
-	s.owners.run(func() { s.ownRun(ctx, r, tr, release) })
+	s.owners.Run(func() { s.ownRun(ctx, r, tr, release) })
 }
 
 // ownRun is own, on the goroutine that runs the turn.
@@ -609,4 +592,39 @@ func (s *service) storeFull() *status.Status {
 	}
 	st := status.New(codes.ResourceExhausted, "the turn store is full: it takes no new turn until running turns end or space returns; retry later, running turns go on")
 	return withDetails(st, errorInfo(ReasonStoreFull, nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
+}
+
+// runItems returns the function that sends a run's events on a RunTurn
+// stream: an event whose wire form is known (as stored) is sent as that
+// form, without a second encoding (codec.go's encodedResponse).
+func runItems(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) func(item) error {
+	return func(it item) error {
+		if it.wire == nil {
+			return stream.Send(&turnstilev1.RunTurnResponse{Event: it.ev})
+		}
+		// The response and its encoded form in one allocation.
+		e := &struct {
+			resp turnstilev1.RunTurnResponse
+			enc  encodedResponse
+		}{}
+		e.resp.Event = it.ev
+		e.enc.Message, e.enc.event = &e.resp, it.wire
+		return stream.SendMsg(&e.enc)
+	}
+}
+
+// watchItems is runItems for a WatchTurn stream.
+func watchItems(stream grpc.ServerStreamingServer[turnstilev1.WatchTurnResponse]) func(item) error {
+	return func(it item) error {
+		if it.wire == nil {
+			return stream.Send(&turnstilev1.WatchTurnResponse{Event: it.ev})
+		}
+		e := &struct {
+			resp turnstilev1.WatchTurnResponse
+			enc  encodedResponse
+		}{}
+		e.resp.Event = it.ev
+		e.enc.Message, e.enc.event = &e.resp, it.wire
+		return stream.SendMsg(&e.enc)
+	}
 }

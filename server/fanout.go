@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/delivery"
 )
 
 // Bounds of the window of a run's latest acknowledged events that the
@@ -66,9 +69,10 @@ type run struct {
 	// no channel.
 	wake      chan struct{}
 	wakeTaken bool
-	// push, when set, is the stream of the RPC that created the run, fed
-	// by publish itself (see pusher).
-	push *pusher
+	// streams are the streams that follow the run here, fed from its
+	// window by their own workers: publish kicks them (see
+	// [delivery.Stream]).
+	streams []*delivery.Stream[item]
 	// watchers counts the streams following the run here; seen is when
 	// the last one left or a watcher elsewhere last said it watches.
 	watchers int
@@ -102,11 +106,40 @@ func (r *run) publishWire(ev *turnstilev1.AgentEvent, wire []byte, size int) {
 		return
 	}
 	r.add(ev, wire, size)
-	if p := r.push; p != nil && !p.sending {
-		p.drainIfBehind()
+	for _, out := range r.streams {
+		out.Kick()
 	}
 	r.wakeUp()
 }
+
+// item is an event of a run as a stream sends it: decoded, and its wire
+// form as stored, which the stream sends without encoding it again (nil
+// when not known: the events of a run taken over, read back into its
+// window).
+type item struct {
+	ev   *turnstilev1.AgentEvent
+	wire []byte
+}
+
+// Next implements [delivery.Feed]: the window's events after seq after.
+func (r *run) Next(after uint64, buf []item) ([]item, delivery.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := r.first()
+	if after+1 < first {
+		return buf, delivery.Behind
+	}
+	for i := int(after + 1 - first); i < len(r.window); i++ {
+		buf = append(buf, item{r.window[i], r.wires[i]})
+	}
+	if r.done {
+		return buf, delivery.Over
+	}
+	return buf, delivery.Open
+}
+
+// Seq implements [delivery.Feed].
+func (r *run) Seq(it item) uint64 { return it.ev.GetSeq() }
 
 // wakeChan returns the channel closed at the run's next change; r.mu is
 // held.
@@ -181,116 +214,138 @@ func (r *run) finish(st *status.Status) {
 	}
 	r.done, r.final = true, st
 	r.wakeUp()
-	if r.push != nil {
-		r.push.kickHandler()
+	for _, out := range r.streams {
+		out.Kick()
 	}
 }
 
-// watchRun sends the events of r, a run this replica owns, after afterSeq
-// to send as they are acknowledged, and returns the status the stream
-// ends with. Events in r's window come from memory; older ones from the
-// log, until the watcher is back within the window.
-func (s *service) watchRun(ctx context.Context, r *run, afterSeq uint64, send func(*turnstilev1.AgentEvent) error) *status.Status {
-	r.attach()
-	defer r.leave(s.grace)
-	next := afterSeq // the seq of the last event sent
-	var evs []*turnstilev1.AgentEvent
+// watchRun streams r, a run this replica owns, to out from the event
+// after afterSeq, and returns the status the stream ends with. out is fed
+// from r's window by its own workers (publish kicks it); the handler is
+// woken only when the stream ends or falls behind the window, when it
+// sends what it missed from the log until the stream is back within it.
+func (s *service) watchRun(ctx context.Context, r *run, afterSeq uint64, out *delivery.Stream[item]) *status.Status {
+	r.attach(out)
+	defer r.leave(out, s.grace)
+	out.Follow(r, afterSeq)
 	for {
-		r.mu.Lock()
-		behind := next+1 < r.first()
-		evs = evs[:0]
-		if !behind && next < r.last {
-			evs = append(evs, r.window[next+1-r.first():]...)
-		}
-		done, final := r.done, r.final
-		var wake chan struct{}
-		if len(evs) == 0 && !done && !behind {
-			wake = r.wakeChan()
-		}
-		r.mu.Unlock()
-		if behind {
-			var st *status.Status
-			if next, st = s.fromLog(ctx, r, next, send); st != nil {
+		err := out.Wait(ctx)
+		switch {
+		case err == nil:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.final
+		case errors.Is(err, delivery.ErrBehind):
+			if st := s.fromLog(ctx, r, out); st != nil {
 				return st
 			}
-			continue
-		}
-		for i, ev := range evs {
-			evs[i] = nil
-			if err := send(ev); err != nil {
-				return status.Convert(err)
-			}
-			next = ev.GetSeq()
-		}
-		switch {
-		case len(evs) > 0:
-			continue
-		case done:
-			return final
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err())
+			out.Resume()
+		default:
+			return s.sendStatus(err)
 		}
 	}
 }
 
-// fromLog sends the events of r after next from the log until the
-// watcher is back within r's window, and returns the seq of the last
-// event it sent; or the status the stream ends with, when it does.
-func (s *service) fromLog(ctx context.Context, r *run, next uint64, send func(*turnstilev1.AgentEvent) error) (uint64, *status.Status) {
+// sendStatus is the status of a stream that ended with err: stalled, its
+// client gone, or its Send failed.
+func (s *service) sendStatus(err error) *status.Status {
+	if errors.Is(err, delivery.ErrStalled) {
+		return streamStalled(s.opts.SendTimeout)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err)
+	}
+	return status.Convert(err)
+}
+
+// fromLog sends the events of r after the last one out sent from the log
+// until out is back within r's window (nil), or the status the stream
+// ends with, when it does.
+func (s *service) fromLog(ctx context.Context, r *run, out *delivery.Stream[item]) *status.Status {
 	k := r.key
+	next := out.Sent()
 	s.logger.Debug("a watcher fell behind the turn's window: served from the log", "turn_id", k.turnID, "attempt", k.attempt, "after_seq", next)
 	for b, err := range s.store.Events(ctx, k.id(), k.attempt, next) {
 		if err != nil {
 			if ctx.Err() != nil {
-				return next, status.FromContextError(ctx.Err())
+				return status.FromContextError(ctx.Err())
 			}
 			s.logger.Warn("turn store: watch ended", "turn_id", k.turnID, "attempt", k.attempt, "after_seq", next, "error", err)
-			return next, storeUnreachable()
+			return storeUnreachable()
 		}
 		ev := &turnstilev1.AgentEvent{}
 		if err := proto.Unmarshal(b, ev); err != nil {
 			s.logger.Error("turn store: undecodable event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-			return next, status.New(codes.Internal, "internal error")
+			return status.New(codes.Internal, "internal error")
 		}
 		if ev.GetSeq() != next+1 {
 			s.logger.Error("turn store: an event out of order in the log", "turn_id", k.turnID, "attempt", k.attempt, "seq", ev.GetSeq(), "want", next+1)
-			return next, status.New(codes.Internal, "internal error")
+			return status.New(codes.Internal, "internal error")
 		}
-		if err := send(ev); err != nil {
-			return next, status.Convert(err)
+		if err := out.Put(item{ev, b}); err != nil {
+			return s.sendStatus(err)
 		}
 		next = ev.GetSeq()
-		if ev.GetError() != nil || ev.GetTurnCompleted() != nil {
-			return next, eventStatus(ev)
+		if terminal(ev) {
+			return eventStatus(ev)
 		}
 		r.mu.Lock()
 		back := next+1 >= r.first()
 		r.mu.Unlock()
 		if back {
-			return next, nil
+			return nil
 		}
 	}
-	return next, status.FromContextError(ctx.Err())
+	return status.FromContextError(ctx.Err())
 }
 
-func (r *run) attach() {
+// streamRun streams run k after afterSeq to send, as watchRun and
+// follow do, through one [delivery.Stream] under the send timeout:
+// r, when not nil, is the run, which this replica owns (the stream of the
+// RPC that created it). A client that accepts no event for the send
+// timeout has its stream closed with streamStalled, also while no new
+// event comes (the stream's context ends then); the turn goes on. It
+// returns once the last event was sent, or the stream stalled.
+func (s *service) streamRun(ctx context.Context, k runKey, r *run, afterSeq uint64, send func(item) error) *status.Status {
+	fctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	out := delivery.New(send, s.opts.SendTimeout, s.senders.Run, func() { stop(delivery.ErrStalled) })
+	var st *status.Status
+	if r != nil {
+		st = s.watchRun(fctx, r, afterSeq, out)
+	} else {
+		st = s.follow(fctx, k, afterSeq, out)
+	}
+	err := out.Flush()
+	switch {
+	case errors.Is(err, delivery.ErrStalled), ctx.Err() == nil && errors.Is(context.Cause(fctx), delivery.ErrStalled):
+		// The stream's outcome was not delivered.
+		st = streamStalled(s.opts.SendTimeout)
+	case err != nil && st.Code() == codes.OK:
+		st = status.Convert(err)
+	}
+	out.Close()
+	return st
+}
+
+// attach counts out as a watcher of r, which feeds it from now on.
+func (r *run) attach(out *delivery.Stream[item]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.streams = append(r.streams, out)
 	r.watchers++
 	if r.detach != nil {
 		r.detach.Stop()
 	}
 }
 
-// leave counts a watcher out; when none is left, the run is cancelled
-// after grace unless a watcher comes back or one elsewhere says it
-// watches.
-func (r *run) leave(grace time.Duration) {
+// leave stops feeding out and counts its watcher out; when none is left,
+// the run is cancelled after grace unless a watcher comes back or one
+// elsewhere says it watches.
+func (r *run) leave(out *delivery.Stream[item], grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.streams = slices.DeleteFunc(r.streams, func(o *delivery.Stream[item]) bool { return o == out })
 	r.watchers--
 	r.seen = time.Now()
 	if r.watchers == 0 && !r.done {
@@ -341,225 +396,4 @@ func (r *run) lastSeq() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.last
-}
-
-// pusher feeds the stream of the RPC that created a run (the common case:
-// its only watcher) straight from [run.publish], without waking the RPC's
-// handler for each event. When the store acknowledges an event and no Send
-// of the stream is under way, publish starts one on a worker (see
-// [workers]): drain sends the window's events after the last one sent, in
-// order, each once, and goes on with those published meanwhile (a batch
-// per worker, not a hand-off per event) until it has sent the last one.
-// The handler waits for the run's end, the stream's failure or the
-// client, not for each event. One drain runs at a time (sending, under
-// r.mu), so the stream's Sends stay one at a time and in seq order.
-//
-// The bounds are [paced]'s: a Send under way for the send timeout closes
-// the stream with [streamStalled] (the watchdog, one timer for the
-// stream's life, not one per Send), and a stream that falls behind the
-// window is handed back to its handler, which serves it from the log as
-// [service.watchRun] does. The run never waits for the stream: publish
-// only starts a drain.
-type pusher struct {
-	r       *run
-	send    func(ev *turnstilev1.AgentEvent, wire []byte) error
-	start   func(func())
-	drainFn func() // p.drain, made once
-	kick    chan struct{}
-	buf     []*turnstilev1.AgentEvent // the drain's batch
-	wbuf    [][]byte                  // and their wire forms
-
-	// Under r.mu.
-	next    uint64 // the seq of the last event sent (or in its Send, while sending)
-	sending bool   // a drain is under way
-	behind  bool   // the drain found the window past next: the handler reads the log
-	err     error  // the Send's failure, which ends the stream
-
-	stop    atomic.Bool // the handler left: no more Sends
-	stalled atomic.Bool // a Send was under way for the send timeout
-
-	// The watchdog: since is when the Send under way began (nanoseconds
-	// after base, 0 between Sends); dog fires at most once per timeout
-	// while none is, and at the timeout of the one under way.
-	base    time.Time
-	since   atomic.Int64
-	timeout time.Duration
-	dog     *time.Timer
-}
-
-// kickHandler tells the handler to look at the stream's state again.
-func (p *pusher) kickHandler() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// drainIfBehind starts a drain when events after next wait and none is
-// under way; r.mu is held.
-func (p *pusher) drainIfBehind() {
-	if p.sending || p.behind || p.err != nil || p.stop.Load() || p.next >= p.r.last {
-		return
-	}
-	p.sending = true
-	p.start(p.drainFn)
-}
-
-// drain sends the window's events after next until none is left, on a
-// worker; see [pusher].
-func (p *pusher) drain() {
-	r := p.r
-	for {
-		r.mu.Lock()
-		switch {
-		case p.stop.Load():
-			p.sending = false
-			r.mu.Unlock()
-			p.kickHandler()
-			return
-		case p.next+1 < r.first():
-			p.behind, p.sending = true, false
-			r.mu.Unlock()
-			p.kickHandler()
-			return
-		case p.next >= r.last:
-			p.sending = false
-			done := r.done
-			r.mu.Unlock()
-			if done {
-				p.kickHandler()
-			}
-			return
-		}
-		from := p.next + 1 - r.first()
-		p.buf = append(p.buf[:0], r.window[from:]...)
-		p.wbuf = append(p.wbuf[:0], r.wires[from:]...)
-		r.mu.Unlock()
-		for i, ev := range p.buf {
-			wire := p.wbuf[i]
-			p.buf[i], p.wbuf[i] = nil, nil
-			if p.stop.Load() {
-				clear(p.buf[i:])
-				clear(p.wbuf[i:])
-				break
-			}
-			p.since.Store(int64(time.Since(p.base)) | 1)
-			err := p.send(ev, wire)
-			p.since.Store(0)
-			if err != nil {
-				clear(p.buf[i:])
-				clear(p.wbuf[i:])
-				r.mu.Lock()
-				p.err, p.sending = err, false
-				r.mu.Unlock()
-				p.kickHandler()
-				return
-			}
-			r.mu.Lock()
-			p.next = ev.GetSeq()
-			r.mu.Unlock()
-		}
-	}
-}
-
-// watch is the watchdog's timer function: it closes the stream whose Send
-// has been under way for the timeout, and is set again for when the Send
-// under way (or the next) would reach it.
-func (p *pusher) watch() {
-	if p.stop.Load() {
-		return
-	}
-	since := p.since.Load()
-	if since == 0 {
-		p.dog.Reset(p.timeout)
-		return
-	}
-	if d := time.Since(p.base) - time.Duration(since); d < p.timeout {
-		p.dog.Reset(p.timeout - d)
-		return
-	}
-	p.stalled.Store(true)
-	p.kickHandler()
-}
-
-// pushRun streams r, a run this replica created for this RPC, to send from
-// its first event through a [pusher], and returns the status the stream
-// ends with; send is given each event and its wire form as stored, when
-// the window has it. A stream that falls behind the window goes on as
-// [paced] streams, from the log.
-func (s *service) pushRun(ctx context.Context, r *run, send func(ev *turnstilev1.AgentEvent, wire []byte) error) *status.Status {
-	timeout := s.opts.SendTimeout
-	p := &pusher{r: r, send: send, start: s.senders.run, kick: make(chan struct{}, 1), base: time.Now(), timeout: timeout}
-	p.drainFn = p.drain
-	p.dog = time.AfterFunc(timeout, p.watch)
-	r.attach()
-	defer r.leave(s.grace)
-	r.mu.Lock()
-	r.push = p
-	p.drainIfBehind()
-	r.mu.Unlock()
-	// The run may have ended before: the handler looks once in any case.
-	p.kickHandler()
-	// leave ends the fast path: no drain starts after it; it waits for the
-	// one under way unless its Send is stuck, which ends with the handler.
-	leave := func() {
-		p.stop.Store(true)
-		p.dog.Stop()
-		r.mu.Lock()
-		r.push = nil
-		sending := p.sending
-		r.mu.Unlock()
-		for sending && !p.stalled.Load() {
-			t := time.NewTimer(timeout)
-			select {
-			case <-p.kick:
-			case <-t.C:
-				// The watchdog is stopped: a Send stuck this long ends with
-				// the handler.
-				p.stalled.Store(true)
-			}
-			t.Stop()
-			r.mu.Lock()
-			sending = p.sending
-			r.mu.Unlock()
-		}
-	}
-	for {
-		select {
-		case <-p.kick:
-		case <-ctx.Done():
-		}
-		if p.stalled.Load() {
-			leave()
-			return streamStalled(timeout)
-		}
-		r.mu.Lock()
-		err, behind, next := p.err, p.behind, p.next
-		over := r.done && !p.sending && p.next >= r.last
-		final := r.final
-		if r.done && !over {
-			p.drainIfBehind()
-		}
-		r.mu.Unlock()
-		switch {
-		case err != nil:
-			leave()
-			return status.Convert(err)
-		case ctx.Err() != nil:
-			leave()
-			if p.stalled.Load() {
-				return streamStalled(timeout)
-			}
-			return status.FromContextError(ctx.Err())
-		case behind:
-			leave()
-			return paced(ctx, s, func(ev *turnstilev1.AgentEvent) error { return send(ev, nil) }, func(ev *turnstilev1.AgentEvent) *turnstilev1.AgentEvent { return ev },
-				func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
-					return s.watchRun(ctx, r, next, send)
-				})
-		case over:
-			leave()
-			return final
-		}
-	}
 }

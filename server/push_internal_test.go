@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/server/delivery"
 )
 
 // recorder is a stream's Send that records the seqs it is given and
@@ -28,7 +29,8 @@ type recorder struct {
 	calls atomic.Int32
 }
 
-func (c *recorder) send(ev *turnstilev1.AgentEvent, _ []byte) error {
+func (c *recorder) send(it item) error {
+	ev := it.ev
 	if c.in.Add(1) != 1 {
 		c.t.Errorf("two Sends of one stream under way at seq %d", ev.GetSeq())
 	}
@@ -55,7 +57,7 @@ func inOrder(t *testing.T, what string, seqs []uint64, n int) {
 }
 
 // TestPushedStreamOnceInOrder: the stream of the RPC that created a run,
-// fed by publish itself (pushRun), gets every event once, in order, with
+// fed by publish itself (streamRun), gets every event once, in order, with
 // one Send at a time, while events are published from another goroutine,
 // before and after it attaches, and while a second watcher attaches
 // mid-run and follows it as before; both end with the run's status, and
@@ -72,9 +74,9 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 		{"events before the stream", true, 17},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &service{opts: &Options{SendTimeout: time.Minute}, senders: newWorkers(4), grace: time.Hour,
+			s := &service{opts: &Options{SendTimeout: time.Minute}, senders: delivery.NewWorkers(4), grace: time.Hour,
 				logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			defer s.senders.close()
+			defer s.senders.Close()
 			r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
 			publish := func(i int) {
 				r.publish(&turnstilev1.AgentEvent{Seq: uint64(i), Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "x"}}}, 8)
@@ -85,10 +87,10 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			creator := &recorder{t: t, slow: tc.slow}
 			var wg sync.WaitGroup
 			var creatorSt, watcherSt *status.Status
-			wg.Go(func() { creatorSt = s.pushRun(t.Context(), r, creator.send) })
+			wg.Go(func() { creatorSt = s.streamRun(t.Context(), r.key, r, 0, creator.send) })
 			for {
 				r.mu.Lock()
-				on := r.push != nil
+				on := len(r.streams) > 0
 				r.mu.Unlock()
 				if on {
 					break
@@ -99,7 +101,7 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			for i := tc.before + 1; i <= n; i++ {
 				if i == n/2 {
 					wg.Go(func() {
-						watcherSt = s.watchRun(t.Context(), r, 0, func(ev *turnstilev1.AgentEvent) error { return watcher.send(ev, nil) })
+						watcherSt = s.streamRun(t.Context(), r.key, r, 0, watcher.send)
 					})
 				}
 				publish(i)
@@ -117,8 +119,8 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if r.push != nil || r.watchers != 0 {
-				t.Errorf("after the streams: push %v, %d watchers", r.push, r.watchers)
+			if len(r.streams) != 0 || r.watchers != 0 {
+				t.Errorf("after the streams: %d streams, %d watchers", len(r.streams), r.watchers)
 			}
 		})
 	}
@@ -128,9 +130,9 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 // its error at once, with no Send after it, and the client's going away
 // ends it with the context's status; the run goes on.
 func TestPushedStreamFails(t *testing.T) {
-	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: newWorkers(4), grace: time.Hour,
+	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: delivery.NewWorkers(4), grace: time.Hour,
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	defer s.senders.close()
+	defer s.senders.Close()
 	ev := func(i int) *turnstilev1.AgentEvent { return &turnstilev1.AgentEvent{Seq: uint64(i)} }
 
 	r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
@@ -138,7 +140,7 @@ func TestPushedStreamFails(t *testing.T) {
 	failed := status.Error(codes.Unavailable, "the connection is gone")
 	done := make(chan *status.Status)
 	go func() {
-		done <- s.pushRun(context.Background(), r, func(*turnstilev1.AgentEvent, []byte) error {
+		done <- s.streamRun(context.Background(), r.key, r, 0, func(item) error {
 			if sends.Add(1) == 3 {
 				return failed
 			}
@@ -158,7 +160,7 @@ func TestPushedStreamFails(t *testing.T) {
 
 	r = newRun(runKey{turnID: "t", attempt: 2}, nil, func(error) {})
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- s.pushRun(ctx, r, func(*turnstilev1.AgentEvent, []byte) error { return nil }) }()
+	go func() { done <- s.streamRun(ctx, r.key, r, 0, func(item) error { return nil }) }()
 	r.publish(ev(1), 8)
 	cancel()
 	if st := <-done; st.Code() != codes.Canceled {
@@ -167,8 +169,8 @@ func TestPushedStreamFails(t *testing.T) {
 	r.publish(ev(2), 8)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.push != nil || r.last != 2 || r.done {
-		t.Errorf("after the stream: push %v, last %d, done %v", r.push, r.last, r.done)
+	if len(r.streams) != 0 || r.last != 2 || r.done {
+		t.Errorf("after the stream: %d streams, last %d, done %v", len(r.streams), r.last, r.done)
 	}
 }
 
@@ -215,9 +217,9 @@ func TestEncodedResponse(t *testing.T) {
 // (with events, or with none: its store failed at once) ends the stream
 // with the run's status after its events, at once.
 func TestPushedStreamOfARunOver(t *testing.T) {
-	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: newWorkers(4), grace: time.Hour,
+	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: delivery.NewWorkers(4), grace: time.Hour,
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	defer s.senders.close()
+	defer s.senders.Close()
 	for _, n := range []int{0, 3} {
 		r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
 		for i := 1; i <= n; i++ {
@@ -227,7 +229,7 @@ func TestPushedStreamOfARunOver(t *testing.T) {
 		r.finish(final)
 		c := &recorder{t: t}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		st := s.pushRun(ctx, r, c.send)
+		st := s.streamRun(ctx, r.key, r, 0, c.send)
 		cancel()
 		if st != final {
 			t.Errorf("%d events: status %v, want the run's %v", n, st, final)

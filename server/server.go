@@ -301,7 +301,7 @@ func New(runner turnRunner, opts Options) *Server {
 	sopts = append(sopts, opts.GRPCOptions...)
 
 	s.grpc, s.health, s.guard = grpc.NewServer(sopts...), health.NewServer(), g
-	s.service.senders.start(streamWorkers)
+	s.service.senders.Start(streamWorkers)
 	// Every service through reg: a unary method's malformed request
 	// reaches the interceptors (codec.go).
 	reg := registrar{Server: s.grpc, maxRequestBytes: opts.MaxRequestBytes}
@@ -371,8 +371,8 @@ func (s *Server) Serve(lis net.Listener) error {
 // the grace early. Shutdown returns when every RPC and owned turn has
 // ended (after at most five more seconds, the server is stopped hard).
 func (s *Server) Shutdown(ctx context.Context) {
-	defer s.service.senders.close()
-	defer s.service.owners.close()
+	defer s.service.senders.Close()
+	defer s.service.owners.Close()
 	log := s.opts.Logger
 	s.health.Shutdown()
 	log.Info("draining", "drain_delay", s.opts.DrainDelay, "grace", s.opts.ShutdownGrace)
@@ -427,12 +427,12 @@ func (s *Server) Stop() {
 	s.grpc.Stop()
 	s.service.cancelAll()
 	s.service.wait(context.Background())
-	s.service.senders.close()
-	s.service.owners.close()
+	s.service.senders.Close()
+	s.service.owners.Close()
 }
 
 // streamWorkers is how many goroutines run RPC handlers and how many
-// goroutines wait to run the streams' Sends (see [workers]): when more run at
+// goroutines wait to run the streams' Sends (see [delivery.Workers]): when more run at
 // once, the others get goroutines of their own.
 const streamWorkers = 64
 

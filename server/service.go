@@ -20,6 +20,7 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/delivery"
 	"github.com/turnstile-dev/turnstile/server/guard"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
@@ -58,7 +59,7 @@ type service struct {
 	turns    sync.WaitGroup // the runs this replica owns, until they end
 
 	// senders run the outboxes' senders; owners the runs owned here.
-	senders, owners *workers
+	senders, owners *delivery.Workers
 	// gate bounds the turns running at once (max_concurrent_turns); auth
 	// holds the client keys and their limiters, nil without keys. A turn
 	// that outlives its call, or that this replica takes over, holds its
@@ -87,7 +88,7 @@ func newService(r turnRunner, opts *Options) *service {
 	s := &service{
 		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
 		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
-		senders: newWorkers(streamWorkers), owners: newWorkers(streamWorkers),
+		senders: delivery.NewWorkers(streamWorkers), owners: delivery.NewWorkers(streamWorkers),
 		gate: admission.NewGate(opts.MaxConcurrentTurns),
 	}
 	if len(opts.Keys) > 0 {
@@ -141,8 +142,8 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	defer s.untrack(t)
 
 	usage := k.Charger()
-	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage, s.senders.run)
-	out.attempt = attemptOf(stream.Context(), req)
+	out := delivery.NewOutbox(stream.Send, cancel, delivery.Config{SendTimeout: s.opts.SendTimeout, Start: s.senders.Run},
+		s.opts.MaxEventBytes, usage, attemptOf(stream.Context(), req))
 	// The turn's outcome and root cause are in its own log line.
 	_, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
@@ -151,8 +152,8 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		// the outbox (the client left, and the runtime stopped emitting).
 		usage.Ended(te)
 	}
-	stall := out.finish(te)
-	t.lastSeq = out.sent
+	stall := out.Finish(te)
+	t.lastSeq = out.Sent()
 	close(t.ended)
 	if stall != nil {
 		// The outcome was never delivered: the client stopped reading. The

@@ -17,20 +17,21 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/delivery"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
-// follow streams the run k after afterSeq to send, from this replica's
+// follow streams the run k after afterSeq to out, from this replica's
 // fan-out when it owns the run, else from the log, and returns the status
 // the stream ends with.
-func (s *service) follow(ctx context.Context, k runKey, afterSeq uint64, send func(*turnstilev1.AgentEvent) error) *status.Status {
+func (s *service) follow(ctx context.Context, k runKey, afterSeq uint64, out *delivery.Stream[item]) *status.Status {
 	s.mu.Lock()
 	r := s.runs[k]
 	s.mu.Unlock()
 	if r != nil {
-		return s.watchRun(ctx, r, afterSeq, send)
+		return s.watchRun(ctx, r, afterSeq, out)
 	}
-	return s.followLog(ctx, k, afterSeq, send)
+	return s.followLog(ctx, k, afterSeq, out)
 }
 
 // adoptRounds bounds how many times one watch finds its run orphaned and
@@ -41,9 +42,9 @@ const adoptRounds = 3
 // with no live owner and no terminal event is adopted by this replica
 // (taken over, or closed with a stored error event), then followed on, so
 // that every watch ends.
-func (s *service) followLog(ctx context.Context, k runKey, afterSeq uint64, send func(*turnstilev1.AgentEvent) error) *status.Status {
+func (s *service) followLog(ctx context.Context, k runKey, afterSeq uint64, out *delivery.Stream[item]) *status.Status {
 	for round := 0; ; round++ {
-		st, last, orphan := s.readLog(ctx, k, afterSeq, send)
+		st, last, orphan := s.readLog(ctx, k, afterSeq, out)
 		if !orphan {
 			return st
 		}
@@ -60,16 +61,16 @@ func (s *service) followLog(ctx context.Context, k runKey, afterSeq uint64, send
 		s.mu.Unlock()
 		if r != nil {
 			// Taken over here.
-			return s.watchRun(ctx, r, afterSeq, send)
+			return s.watchRun(ctx, r, afterSeq, out)
 		}
 	}
 }
 
-// readLog streams the run k after afterSeq from the log, and returns the
+// readLog streams the run k after afterSeq from the log to out, and returns the
 // status the stream ends with, the seq of the last event the client holds,
 // and whether the run turned out to have no live owner and no terminal
 // event (then the status is nil).
-func (s *service) readLog(ctx context.Context, k runKey, afterSeq uint64, send func(*turnstilev1.AgentEvent) error) (*status.Status, uint64, bool) {
+func (s *service) readLog(ctx context.Context, k runKey, afterSeq uint64, out *delivery.Stream[item]) (*status.Status, uint64, bool) {
 	if afterSeq > 0 {
 		// A finished run ends here when the client holds its last event,
 		// or asks for events past it, which will never come.
@@ -106,8 +107,8 @@ func (s *service) readLog(ctx context.Context, k runKey, afterSeq uint64, send f
 			return status.New(codes.Internal, "internal error"), seq, false
 		}
 		if ev.GetSeq() > afterSeq {
-			if err := send(ev); err != nil {
-				return status.Convert(err), seq, false
+			if err := out.Put(item{ev, b}); err != nil {
+				return s.sendStatus(err), seq, false
 			}
 		}
 		seq = max(seq, ev.GetSeq())
@@ -152,12 +153,7 @@ func (s *service) WatchTurn(req *turnstilev1.WatchTurnRequest, stream grpc.Serve
 		return st.Err()
 	}
 	logging.AddFields(ctx, logging.Fields{"turn_id", k.turnID, "attempt", k.attempt, "after_seq", req.GetAfterSeq()})
-	wrap := func(ev *turnstilev1.AgentEvent) *turnstilev1.WatchTurnResponse {
-		return &turnstilev1.WatchTurnResponse{Event: ev}
-	}
-	return paced(ctx, s, stream.Send, wrap, func(ctx context.Context, send func(*turnstilev1.AgentEvent) error) *status.Status {
-		return s.follow(ctx, k, req.GetAfterSeq(), send)
-	}).Err()
+	return s.streamRun(ctx, k, nil, req.GetAfterSeq(), watchItems(stream)).Err()
 }
 
 // resolve checks a turn id and attempt named by WatchTurn or CancelTurn,

@@ -26,6 +26,7 @@ var floors = []struct {
 	{"gen/", nil, "generated code"},
 	{"server", []string{"gen/", "llm", "policy", "runtime", "server/"}, "the gRPC face of the runtime and of the packages under it; never names a provider or a tool"},
 	{"server/wire", []string{"gen/", "llm", "runtime"}, "the contract <-> runtime conversion, both ways, and the validation that belongs to the wire; no gRPC, no store"},
+	{"server/delivery", []string{"gen/", "llm", "runtime", "server/wire"}, "one way to send a turn's events to a stream, one stall watchdog; no store, no keys"},
 	{"server/guard", nil, "the connection guard below gRPC and the RPCs' sampled log lines; nothing of the module"},
 	{"server/admission", []string{"llm", "policy", "runtime"}, "client keys, limits, budgets and their sharing across replicas; refusals are errors, no gRPC, no wire"},
 	{"store", []string{"llm"}, "the turn log on NATS JetStream: bytes, leases, control signals; no wire form"},

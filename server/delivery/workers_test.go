@@ -1,4 +1,4 @@
-package server
+package delivery
 
 import (
 	"sync"
@@ -7,12 +7,12 @@ import (
 
 // TestWorkers checks that every function runs, all at once when they
 // block, before and after close, with workers started ahead or not;
-// goleak (TestMain) checks that close ends the waiting workers.
+// goleak (TestMain) checks that Close ends the waiting workers.
 func TestWorkers(t *testing.T) {
 	t.Parallel()
 	for _, maxIdle := range []int32{0, 2, 64} {
-		w := newWorkers(maxIdle)
-		w.start(int(maxIdle))
+		w := NewWorkers(maxIdle)
+		w.Start(int(maxIdle))
 		for round := range 3 {
 			const n = 10
 			var started, done sync.WaitGroup
@@ -20,7 +20,7 @@ func TestWorkers(t *testing.T) {
 			done.Add(n)
 			release := make(chan struct{})
 			for range n {
-				w.run(func() {
+				w.Run(func() {
 					defer done.Done()
 					started.Done()
 					<-release
@@ -32,8 +32,8 @@ func TestWorkers(t *testing.T) {
 			close(release)
 			done.Wait()
 			if round == 1 {
-				w.close()
-				w.close() // twice is fine
+				w.Close()
+				w.Close() // twice is fine
 			}
 		}
 	}

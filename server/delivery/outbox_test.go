@@ -1,4 +1,4 @@
-package server
+package delivery
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func TestOutboxFinishStalls(t *testing.T) {
 	defer close(stream.release)
 	var cause error
 	cancel := func(err error) { cause = err }
-	o := newOutbox(stream, cancel, 100*time.Millisecond, DefaultMaxEventBytes, nil, func(f func()) { go f() })
+	o := NewOutbox(stream.Send, cancel, Config{SendTimeout: 100 * time.Millisecond, Start: func(f func()) { go f() }}, 2<<20, (*nopCharger)(nil), 1)
 	ev := func(seq uint64, p runtime.Payload) runtime.Event {
 		return runtime.Event{Seq: seq, Time: time.Now(), TurnID: "t", Payload: p}
 	}
@@ -56,7 +56,7 @@ func TestOutboxFinishStalls(t *testing.T) {
 		t.Error("the outbox is not busy with a Send under way")
 	}
 	start := time.Now()
-	err := o.finish(nil)
+	err := o.Finish(nil)
 	var le *llm.Error
 	if !errors.As(err, &le) || le.Kind != llm.KindDeadlineExceeded || !errors.Is(cause, err) {
 		t.Fatalf("finish = %v, cancel cause %v", err, cause)
@@ -69,24 +69,24 @@ func TestOutboxFinishStalls(t *testing.T) {
 	}
 }
 
-// TestPacerHoldsNoGoroutineBetweenSends: a stream waiting for its next
+// TestStreamHoldsNoGoroutineBetweenSends: a stream waiting for its next
 // event (a slow turn, held open for minutes) holds no goroutine for its
 // sends: each Send runs on a goroutine start gives it, which is the
 // stream's only until the Send returns; the messages are sent one at a
 // time, in order.
-func TestPacerHoldsNoGoroutineBetweenSends(t *testing.T) {
+func TestStreamHoldsNoGoroutineBetweenSends(t *testing.T) {
 	var sent []int
 	var ended []chan struct{}
-	p := newPacer(func(m int) error { sent = append(sent, m); return nil }, time.Second, func(f func()) {
+	p := New(func(m int) error { sent = append(sent, m); return nil }, time.Second, func(f func()) {
 		done := make(chan struct{})
 		ended = append(ended, done)
 		go func() { defer close(done); f() }()
-	})
+	}, nil)
 	for m := range 3 {
-		if err := p.hand(m); err != nil {
+		if err := p.Put(m); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.wait(); err != nil {
+		if err := p.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		// Sent and acknowledged: the goroutine of its Send ends.
@@ -96,8 +96,13 @@ func TestPacerHoldsNoGoroutineBetweenSends(t *testing.T) {
 			t.Fatalf("message %d: the goroutine that sent it still runs", m)
 		}
 	}
-	p.close()
+	p.Close()
 	if len(ended) != 3 || !slices.Equal(sent, []int{0, 1, 2}) {
 		t.Errorf("%d Sends started, sent %v; want 3 and [0 1 2]", len(ended), sent)
 	}
 }
+
+// nopCharger charges nothing.
+type nopCharger struct{}
+
+func (*nopCharger) Event(runtime.Event) {}
