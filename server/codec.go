@@ -253,7 +253,7 @@ func malformedRequest(err error) *status.Status {
 
 // marshal returns e's wire form: field 1, its event, as bytes.
 func (e *encodedResponse) marshal() mem.BufferSlice {
-	size := responseSize(len(e.event))
+	size := wire.ResponseSize(len(e.event))
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		b := make([]byte, 0, size)
 		return mem.BufferSlice{mem.SliceBuffer(protowire.AppendBytes(protowire.AppendTag(b, 1, protowire.BytesType), e.event))}

@@ -33,6 +33,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/durable"
 	"github.com/turnstile-dev/turnstile/server/guard"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
@@ -371,8 +372,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // the grace early. Shutdown returns when every RPC and owned turn has
 // ended (after at most five more seconds, the server is stopped hard).
 func (s *Server) Shutdown(ctx context.Context) {
-	defer s.service.senders.Close()
-	defer s.service.owners.Close()
+	defer s.service.close()
 	log := s.opts.Logger
 	s.health.Shutdown()
 	log.Info("draining", "drain_delay", s.opts.DrainDelay, "grace", s.opts.ShutdownGrace)
@@ -427,8 +427,7 @@ func (s *Server) Stop() {
 	s.grpc.Stop()
 	s.service.cancelAll()
 	s.service.wait(context.Background())
-	s.service.senders.Close()
-	s.service.owners.Close()
+	s.service.close()
 }
 
 // streamWorkers is how many goroutines run RPC handlers and how many
@@ -477,3 +476,7 @@ type LimitSharer = admission.LimitSharer
 func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string, interval time.Duration) error {
 	return s.service.keys.Share(ctx, sh, replica, interval)
 }
+
+// TurnStore is the durable log of runs the server needs (see
+// [durable.TurnStore]); package store implements it.
+type TurnStore = durable.TurnStore

@@ -177,14 +177,3 @@ func modelStatus(e *admission.ModelError) *status.Status {
 	return permissionDenied(fmt.Sprintf("client key %q may not use model %s", e.Client, wire.Quote(e.Model)),
 		map[string]string{"model": e.Model, "client": e.Client})
 }
-
-// streamStalled is the status of a stream of a durable turn whose client
-// accepted no event for timeout: the stream is closed, and the turn goes
-// on without it (its detach grace applies) and can be watched again.
-func streamStalled(timeout time.Duration) *status.Status {
-	return turnStatus(&runtime.TurnError{
-		Kind: llm.KindDeadlineExceeded,
-		Message: fmt.Sprintf("the client accepted no event for %s (server.send_timeout); the stream was closed and the turn goes on: "+
-			"watch it again from the last seq received", timeout),
-	})
-}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -43,4 +44,11 @@ func Fit(resp *turnstilev1.RunTurnResponse, maxBytes int) error {
 		Message: fmt.Sprintf("an event of the turn was larger than the server sends (%d bytes, at most %d: server.max_event_bytes); the turn was ended", size, maxBytes),
 		Err:     fmt.Errorf("%w: %s of %d bytes", ErrEventTooLarge, what, size),
 	}
+}
+
+// ResponseSize is the wire size of a RunTurnResponse (or a
+// WatchTurnResponse) holding an event of n bytes on the wire: its field's
+// tag, length and bytes.
+func ResponseSize(n int) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(n)
 }

@@ -1,19 +1,15 @@
-package server
+package durable
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/server/delivery"
@@ -29,8 +25,8 @@ type recorder struct {
 	calls atomic.Int32
 }
 
-func (c *recorder) send(it item) error {
-	ev := it.ev
+func (c *recorder) send(it Item) error {
+	ev := it.Event
 	if c.in.Add(1) != 1 {
 		c.t.Errorf("two Sends of one stream under way at seq %d", ev.GetSeq())
 	}
@@ -74,10 +70,8 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 		{"events before the stream", true, 17},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &service{opts: &Options{SendTimeout: time.Minute}, senders: delivery.NewWorkers(4), grace: time.Hour,
-				logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			defer s.senders.Close()
-			r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
+			s := testRuns(t)
+			r := newRun(Key{TurnID: "t", Attempt: 1}, nil, func(error) {})
 			publish := func(i int) {
 				r.publish(&turnstilev1.AgentEvent{Seq: uint64(i), Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "x"}}}, 8)
 			}
@@ -86,8 +80,9 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			}
 			creator := &recorder{t: t, slow: tc.slow}
 			var wg sync.WaitGroup
-			var creatorSt, watcherSt *status.Status
-			wg.Go(func() { creatorSt = s.streamRun(t.Context(), r.key, r, 0, creator.send) })
+			var creatorErr, watcherErr error
+			var creatorFinal bool
+			wg.Go(func() { creatorFinal, creatorErr = s.stream(t.Context(), r.key, r, 0, creator.send) })
 			for {
 				r.mu.Lock()
 				on := len(r.streams) > 0
@@ -101,7 +96,7 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			for i := tc.before + 1; i <= n; i++ {
 				if i == n/2 {
 					wg.Go(func() {
-						watcherSt = s.streamRun(t.Context(), r.key, r, 0, watcher.send)
+						_, watcherErr = s.stream(t.Context(), r.key, r, 0, watcher.send)
 					})
 				}
 				publish(i)
@@ -109,13 +104,12 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 					time.Sleep(50 * time.Microsecond)
 				}
 			}
-			final := status.New(codes.OK, "")
-			r.finish(final)
+			r.finish(nil) // the turn completed
 			wg.Wait()
 			inOrder(t, "the creating stream", creator.seqs, n)
 			inOrder(t, "the watcher attached mid-run", watcher.seqs, n)
-			if creatorSt != final || watcherSt != final {
-				t.Errorf("statuses %v and %v, want the run's %v", creatorSt, watcherSt, final)
+			if creatorErr != nil || watcherErr != nil || !creatorFinal {
+				t.Errorf("ends %v and %v (final %v), want the run's: completed", creatorErr, watcherErr, creatorFinal)
 			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -130,41 +124,43 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 // its error at once, with no Send after it, and the client's going away
 // ends it with the context's status; the run goes on.
 func TestPushedStreamFails(t *testing.T) {
-	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: delivery.NewWorkers(4), grace: time.Hour,
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	defer s.senders.Close()
+	s := testRuns(t)
 	ev := func(i int) *turnstilev1.AgentEvent { return &turnstilev1.AgentEvent{Seq: uint64(i)} }
 
-	r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
+	r := newRun(Key{TurnID: "t", Attempt: 1}, nil, func(error) {})
 	var sends atomic.Int32
-	failed := status.Error(codes.Unavailable, "the connection is gone")
-	done := make(chan *status.Status)
+	failed := errors.New("the connection is gone")
+	done := make(chan error)
 	go func() {
-		done <- s.streamRun(context.Background(), r.key, r, 0, func(item) error {
+		_, err := s.stream(context.Background(), r.key, r, 0, func(Item) error {
 			if sends.Add(1) == 3 {
 				return failed
 			}
 			return nil
 		})
+		done <- err
 	}()
 	for i := 1; i <= 10; i++ {
 		r.publish(ev(i), 8)
 	}
-	if st := <-done; st.Code() != codes.Unavailable {
-		t.Errorf("status %v, want the Send's", st)
+	if err := <-done; !errors.Is(err, failed) {
+		t.Errorf("ended with %v, want the Send's failure", err)
 	}
 	r.publish(ev(11), 8)
 	if n := sends.Load(); n != 3 {
 		t.Errorf("%d Sends, want 3: none after the failure", n)
 	}
 
-	r = newRun(runKey{turnID: "t", attempt: 2}, nil, func(error) {})
+	r = newRun(Key{TurnID: "t", Attempt: 2}, nil, func(error) {})
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- s.streamRun(ctx, r.key, r, 0, func(item) error { return nil }) }()
+	go func() {
+		_, err := s.stream(ctx, r.key, r, 0, func(Item) error { return nil })
+		done <- err
+	}()
 	r.publish(ev(1), 8)
 	cancel()
-	if st := <-done; st.Code() != codes.Canceled {
-		t.Errorf("status %v, want CANCELED", st)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("ended with %v, want the context's cancellation", err)
 	}
 	r.publish(ev(2), 8)
 	r.mu.Lock()
@@ -174,66 +170,33 @@ func TestPushedStreamFails(t *testing.T) {
 	}
 }
 
-// TestEncodedResponse: a response sent as its event's stored wire form
-// decodes as the response encoded by gRPC's codec would, small (its own
-// buffer) and large (a pooled one), for both streaming responses.
-func TestEncodedResponse(t *testing.T) {
-	c := newCodec(1 << 20)
-	for _, size := range []int{0, 10, 1 << 10, 100 << 10} {
-		ev := &turnstilev1.AgentEvent{Seq: 7, Attempt: 2, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: strings.Repeat("é", size/2)}}}
-		wire, err := marshalEvent(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, resp := range []interface {
-			proto.Message
-			GetEvent() *turnstilev1.AgentEvent
-		}{&turnstilev1.RunTurnResponse{Event: ev}, &turnstilev1.WatchTurnResponse{Event: ev}} {
-			got, err := c.Marshal(&encodedResponse{Message: resp, event: wire})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := c.Marshal(resp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Len() != want.Len() || got.Len() != proto.Size(resp) {
-				t.Errorf("%T of a %d-byte event: %d bytes, want %d", resp, len(wire), got.Len(), want.Len())
-			}
-			dec := resp.ProtoReflect().New().Interface()
-			if err := proto.Unmarshal(got.Materialize(), dec); err != nil {
-				t.Fatal(err)
-			}
-			if !proto.Equal(dec, resp) {
-				t.Errorf("%T of a %d-byte event decodes as %v", resp, len(wire), dec)
-			}
-			got.Free()
-			want.Free()
-		}
-	}
-}
-
 // TestPushedStreamOfARunOver: a run that ended before its stream attached
 // (with events, or with none: its store failed at once) ends the stream
-// with the run's status after its events, at once.
+// with the run's end after its events, at once.
 func TestPushedStreamOfARunOver(t *testing.T) {
-	s := &service{opts: &Options{SendTimeout: time.Minute}, senders: delivery.NewWorkers(4), grace: time.Hour,
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	defer s.senders.Close()
+	s := testRuns(t)
 	for _, n := range []int{0, 3} {
-		r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
+		r := newRun(Key{TurnID: "t", Attempt: 1}, nil, func(error) {})
 		for i := 1; i <= n; i++ {
 			r.publish(&turnstilev1.AgentEvent{Seq: uint64(i)}, 8)
 		}
-		final := status.New(codes.Unavailable, "the turn store is unreachable")
-		r.finish(final)
+		r.finish(ErrStoreUnreachable)
 		c := &recorder{t: t}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		st := s.streamRun(ctx, r.key, r, 0, c.send)
+		final, err := s.stream(ctx, r.key, r, 0, c.send)
 		cancel()
-		if st != final {
-			t.Errorf("%d events: status %v, want the run's %v", n, st, final)
+		if err != ErrStoreUnreachable || !final {
+			t.Errorf("%d events: ended with %v (final %v), want the run's %v", n, err, final, ErrStoreUnreachable)
 		}
 		inOrder(t, "the stream", c.seqs, n)
 	}
+}
+
+// testRuns returns Runs enough to stream runs made by the test: a send
+// timeout of a minute, a detach grace of an hour.
+func testRuns(t *testing.T) *Runs {
+	w := delivery.NewWorkers(4)
+	t.Cleanup(w.Close)
+	return &Runs{streams: delivery.Config{SendTimeout: time.Minute, Start: w.Run}, grace: time.Hour,
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }

@@ -1,11 +1,10 @@
-package server
+package durable
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"iter"
 	"strconv"
@@ -13,28 +12,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
-	"github.com/turnstile-dev/turnstile/server/guard"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
-// TurnStore is the durable log of runs that the service needs; package
-// store implements it over NATS JetStream. A run is one attempt of one
-// turn. The store holds bytes: the service stores each run's record
+// TurnStore is the durable log of runs that [Runs] needs; package store
+// implements it over NATS JetStream. A run is one attempt of one
+// turn. The store holds bytes: Runs stores each run's record
 // (its request) and each event in its wire form, so what a watcher
 // replays is what live clients were sent.
 type TurnStore interface {
@@ -89,37 +79,33 @@ const (
 	signalLost = "lost"
 )
 
-// ReasonTurnIDReused is the ErrorInfo reason of a RunTurn that reuses a
-// turn id and attempt for a different request.
-const ReasonTurnIDReused = "TURN_ID_REUSED"
-
-// runKey names a run: one attempt of one turn of one client key.
-type runKey struct {
-	// client is the name of the client key whose turn it is; "" without
+// Key names a run: one attempt of one turn of one client key.
+type Key struct {
+	// Client is the name of the client key whose turn it is; "" without
 	// keys.
-	client string
-	// turnID is the turn's id as the client sent it (or as the server
+	Client string
+	// TurnID is the turn's id as the client sent it (or as the server
 	// made it): the one on its events, log lines and messages.
-	turnID  string
-	attempt uint32
+	TurnID  string
+	Attempt uint32
 }
 
 // id is the run's turn id in the store: the client's id in its key's
 // namespace, an unambiguous encoding of (key name, turn id), so that one
 // key's ids never meet another's. Without keys it is the client's id.
-func (k runKey) id() string {
-	if k.client == "" {
-		return k.turnID
+func (k Key) id() string {
+	if k.Client == "" {
+		return k.TurnID
 	}
-	return strconv.Itoa(len(k.client)) + ":" + k.client + ":" + k.turnID
+	return strconv.Itoa(len(k.Client)) + ":" + k.Client + ":" + k.TurnID
 }
 
 // storedKey returns the key of the run the store names (id, attempt);
 // keyed says the server has client keys, whose ids are all namespaced. An
 // id that does not parse (a run stored before ids were namespaced) is
 // taken as it is.
-func storedKey(id string, attempt uint32, keyed bool) runKey {
-	k := runKey{turnID: id, attempt: attempt}
+func storedKey(id string, attempt uint32, keyed bool) Key {
+	k := Key{TurnID: id, Attempt: attempt}
 	if !keyed {
 		return k
 	}
@@ -128,7 +114,7 @@ func storedKey(id string, attempt uint32, keyed bool) runKey {
 	if !ok || err != nil || size <= 0 || size >= len(rest) || rest[size] != ':' || strconv.Itoa(size) != n {
 		return k
 	}
-	k.client, k.turnID = rest[:size], rest[size+1:]
+	k.Client, k.TurnID = rest[:size], rest[size+1:]
 	return k
 }
 
@@ -192,51 +178,61 @@ func requestField(name protoreflect.Name) protowire.Number {
 	return (*turnstilev1.RunTurnRequest)(nil).ProtoReflect().Descriptor().Fields().ByName(name).Number()
 }
 
-// attemptOf returns the request's attempt: its field, else the metadata
-// an older client sends, else 1.
-func attemptOf(ctx context.Context, req *turnstilev1.RunTurnRequest) uint32 {
-	if a := req.GetAttempt(); a > 0 {
-		return a
-	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(AttemptHeader); len(v) > 0 {
-			if n, err := strconv.ParseUint(v[0], 10, 32); err == nil && n > 0 {
-				return uint32(n)
-			}
-		}
-	}
-	return 1
+// Request is a RunTurn with a turn store, validated: the request as the
+// client sent it, and as the runtime runs it.
+type Request struct {
+	// Key names the run: the caller's key, the turn id (made by the
+	// server when the client sent none) and the attempt.
+	Key Key
+	// Wire is the request as the client sent it: the run's record keeps
+	// it, and its hash tells a repeat from a different request.
+	Wire *turnstilev1.RunTurnRequest
+	// Turn is the request converted and checked (wire.TurnRequest,
+	// admission.ModelFor, the runner's Validate).
+	Turn *runtime.TurnRequest
 }
 
-// runDurable serves RunTurn with a turn store: it creates the run or
-// attaches to the one the store holds, and streams it from its log.
-func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
-	ctx := stream.Context()
-	k := runKey{client: tr.Client, turnID: req.GetTurnId(), attempt: attemptOf(ctx, req)}
-	if k.turnID == "" {
-		k.turnID = uuid.NewString()
+// Outcome says how a RunTurn with a store went besides its error.
+type Outcome struct {
+	// Attached: the run existed (the same request, repeated), and the call
+	// followed it from its log rather than running it.
+	Attached bool
+	// Delivered: the turn ran here and its outcome reached the client.
+	Delivered bool
+}
+
+// Run serves RunTurn with a turn store: it creates the run req names or
+// attaches to the one the store holds, and streams it to send, an event
+// and its wire form as stored at a time, until its end. ctx is the call's:
+// its values (the caller's key and turn slots, its trace, its log fields)
+// and its deadline, which is the turn's own, go with the run, which
+// outlives it. The error is the stream's end: nil when the turn completed
+// and its last event was sent; the turn's *runtime.TurnError; one of this
+// package's errors; a *runtime.FieldError (an attempt that cannot run); an
+// *admission.Refusal (the key's stored_bytes); the context's or the Send's
+// error.
+func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Outcome, error) {
+	k, tr := req.Key, req.Turn
+	tr.TurnID = k.TurnID
+	if err := rs.attemptFollows(ctx, k); err != nil {
+		return Outcome{}, err
 	}
-	tr.TurnID = k.turnID
-	logging.AddFields(ctx, logging.Fields{"turn_id", k.turnID, "attempt", k.attempt})
-	if st := s.attemptFollows(ctx, k); st != nil {
-		return st.Err()
-	}
-	hash, wire, err := requestContent(req)
+	hash, wireForm, err := requestContent(req.Wire)
 	if err != nil {
-		return status.Error(codes.Internal, "internal error")
+		return Outcome{}, ErrCorrupt
 	}
-	record := runRecord{Hash: hash, Request: wire, Started: time.Now().UTC(), Model: tr.Model, Client: tr.Client}
+	record := runRecord{Hash: hash, Request: wireForm, Started: time.Now().UTC(), Model: tr.Model, Client: tr.Client}
 	if dl, ok := ctx.Deadline(); ok {
 		record.Deadline = dl.UTC()
 	}
 	rec, _ := json.Marshal(record)
 
-	// The store's room, and the key's (limits.go).
-	if st := s.refuseStore(ctx, k, len(rec)); st != nil {
-		return st.Err()
+	// The store's room, and the key's.
+	if err := rs.refuseStore(ctx, k, len(rec)); err != nil {
+		return Outcome{}, err
 	}
-	if st := s.admit(); st != nil {
-		return st.Err()
+	if err := rs.admit(); err != nil {
+		return Outcome{}, err
 	}
 	// The turn outlives the stream: a disconnect is not a cancel. It keeps
 	// the call's values (its trace, its log fields, its client key) and
@@ -251,75 +247,63 @@ func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRe
 	r := newRun(k, hash, cancel)
 	tr.Controls = r.ctl
 	r.charge = admission.FromContext(ctx).Charger()
-	created, existing, err := s.store.Create(ctx, k.id(), k.attempt, rec, func(sig string) []byte { return s.onSignal(r, sig) })
+	created, existing, err := rs.store.Create(ctx, k.id(), k.Attempt, rec, func(sig string) []byte { return rs.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
-		s.unadmit()
-		if st := s.storeFull(); st != nil {
+		rs.unadmit()
+		if rs.storeFull() {
 			// Refused for room: the store says so from now on.
-			return st.Err()
+			return Outcome{}, ErrStoreFull
 		}
-		s.logger.Error("turn store unreachable: run not created", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return storeUnreachable().Err()
+		rs.logger.Error("turn store unreachable: run not created", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		return Outcome{}, ErrStoreUnreachable
 	}
-	send := runItems(stream)
 	if !created {
 		cancel(nil)
-		s.unadmit()
+		rs.unadmit()
 		// This call follows a turn another call runs: it holds no turn
 		// slot, as a WatchTurn holds none.
 		admission.SlotsFrom(ctx).CallEnded()
 		var prev runRecord
 		if err := json.Unmarshal(existing, &prev); err != nil || string(prev.Hash) != string(hash) || prev.Client != tr.Client {
-			return turnIDReused(k).Err()
+			return Outcome{}, &ReusedError{TurnID: k.TurnID, Attempt: k.Attempt}
 		}
-		logging.AddFields(ctx, logging.Fields{"attached", true})
-		return s.streamRun(ctx, k, nil, 0, send).Err()
+		_, err := rs.stream(ctx, k, nil, 0, send)
+		return Outcome{Attached: true}, err
 	}
 	// Counted to its key; refuseStore checked the room (concurrent
 	// turns of the key may pass it together).
 	_ = r.charge.Store(len(rec))
-	s.mu.Lock()
-	s.runs[k] = r
-	s.mu.Unlock()
+	rs.mu.Lock()
+	rs.runs[k] = r
+	rs.mu.Unlock()
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
-	s.own(rctx, r, tr, admission.SlotsFrom(ctx).Keep())
+	rs.own(rctx, r, tr, admission.SlotsFrom(ctx).Keep())
 	// This RPC's stream is fed from the run's window by the run's publish
 	// itself, not by a watcher woken for each event.
-	st := s.streamRun(ctx, k, r, 0, send)
-	r.mu.Lock()
-	delivered := r.done && st == r.final
-	r.mu.Unlock()
-	if delivered {
-		// The turn ran here and its outcome reached the client: the turn's
-		// own line says it all, and this RPC's goes to DEBUG, as without a
-		// store. A stream that ended otherwise keeps its line.
-		logging.AddFields(ctx, logging.Fields{guard.RanField, true})
-	}
-	return st.Err()
+	final, err := rs.stream(ctx, k, r, 0, send)
+	return Outcome{Delivered: final}, err
 }
 
 // attemptFollows checks the attempt of a RunTurn: attempt n of a turn may
 // run only when attempt n-1 of it is stored in the caller's namespace (1
-// always), or when n itself is (a repeat of it). Anything else is
-// INVALID_ARGUMENT naming the attempt field.
-func (s *service) attemptFollows(ctx context.Context, k runKey) *status.Status {
-	if k.attempt <= 1 {
+// always), or when n itself is (a repeat of it). Anything else is a
+// *runtime.FieldError naming the attempt field.
+func (rs *Runs) attemptFollows(ctx context.Context, k Key) error {
+	if k.Attempt <= 1 {
 		return nil
 	}
-	_, err := s.store.Record(ctx, k.id(), k.attempt-1)
+	_, err := rs.store.Record(ctx, k.id(), k.Attempt-1)
 	if errors.Is(err, fs.ErrNotExist) {
-		_, err = s.store.Record(ctx, k.id(), k.attempt)
+		_, err = rs.store.Record(ctx, k.id(), k.Attempt)
 		if errors.Is(err, fs.ErrNotExist) {
-			return invalidArgument([]*runtime.FieldError{{Field: "attempt", Description: fmt.Sprintf(
-				"attempt %d of turn %q cannot run: its attempt %d was never run (or is older than the log's retention); attempts are numbered from 1, each after the one before",
-				k.attempt, wire.Clip(k.turnID, wire.MaxEchoBytes), k.attempt-1)}})
+			return attemptError(k)
 		}
 	}
 	if err != nil {
-		s.logger.Warn("turn store unreachable: attempt not checked", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return storeUnreachable()
+		rs.logger.Warn("turn store unreachable: attempt not checked", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		return ErrStoreUnreachable
 	}
 	return nil
 }
@@ -331,24 +315,27 @@ func (s *service) attemptFollows(ctx context.Context, k runKey) *status.Status {
 // has grown already: a fresh goroutine per run copied its stack at each
 // doubling (about 3% of a durable turn's instructions under callgrind,
 // BENCHMARKS.md). Its caller only hands it over.
-func (s *service) own(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
-	s.owners.Run(func() { s.ownRun(ctx, r, tr, release) })
+func (rs *Runs) own(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
+	rs.owners.Run(func() { rs.ownRun(ctx, r, tr, release) })
 }
 
 // ownRun is own, on the goroutine that runs the turn.
-func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
+func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, release func()) {
 	// Its slots are free before CancelTurn, which waits for ended, returns.
 	defer r.charge.Release()
 	defer close(r.ended)
-	defer s.unadmit()
+	defer rs.unadmit()
 	defer release()
 	defer r.cancel(nil)
 	k := r.key
-	t := &activeTurn{cancel: r.cancel}
-	s.mu.Lock()
-	s.active[t] = struct{}{}
-	s.mu.Unlock()
-	defer s.untrack(t)
+	rs.mu.Lock()
+	rs.owning[r] = struct{}{}
+	rs.mu.Unlock()
+	defer func() {
+		rs.mu.Lock()
+		delete(rs.owning, r)
+		rs.mu.Unlock()
+	}()
 
 	var terminal *turnstilev1.AgentEvent
 	// tooLarge is the seq of an event too large to store or send: the run
@@ -400,7 +387,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		// stopped: it emits nothing more of its work then, but what a
 		// cancel commits and its terminal event must not be lost to the
 		// cancel racing them.
-		err := s.store.Append(context.WithoutCancel(ctx), k.id(), k.attempt, b, func(err error) {
+		err := rs.store.Append(context.WithoutCancel(ctx), k.id(), k.Attempt, b, func(err error) {
 			if err == nil {
 				r.publishWire(out, b, len(b))
 			}
@@ -430,15 +417,15 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		if err != nil {
 			return err
 		}
-		out.Attempt = k.attempt
+		out.Attempt = k.Attempt
 		// The event is encoded once: its size, as sent and as stored, is
 		// that of its wire form.
 		b, err := marshalEvent(out)
 		if err != nil {
 			return err
 		}
-		if responseSize(len(b)) > s.opts.MaxEventBytes {
-			if err := wire.Fit(&turnstilev1.RunTurnResponse{Event: out}, s.opts.MaxEventBytes); err != nil {
+		if wire.ResponseSize(len(b)) > rs.maxEventBytes {
+			if err := wire.Fit(&turnstilev1.RunTurnResponse{Event: out}, rs.maxEventBytes); err != nil {
 				// The turn fails with err as its cause (INTERNAL, the
 				// message names the limit); its error event takes this
 				// one's seq.
@@ -464,7 +451,7 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 		defer ackMu.Unlock()
 		return unacked > 0
 	}, onIdle: func(f func()) { idle = f }}
-	_, runErr := s.runner.Run(ctx, tr, sink)
+	_, runErr := rs.runner.Run(ctx, tr, sink)
 	var te *runtime.TurnError
 	if errors.As(runErr, &te) {
 		// The turn's use, counted too when its terminal error never
@@ -475,57 +462,52 @@ func (s *service) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, r
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if r.handedOff.Load() && terminal == nil {
-		s.handOver(fctx, r)
+		rs.handOver(fctx, r)
 		return
 	}
 	if te != nil && tooLarge != 0 && terminal == nil {
 		// The runtime could not emit its terminal error (the sink had
 		// failed): store it in the place of the event that did not fit, so
 		// live clients and replays end alike.
-		if out, err := wire.AgentEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.turnID, Payload: te}); err == nil {
-			out.Attempt = k.attempt
+		if out, err := wire.AgentEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.TurnID, Payload: te}); err == nil {
+			out.Attempt = k.Attempt
 			if err := appendEvent(fctx, out); err != nil {
-				s.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+				rs.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 			}
 		}
 	}
-	err := s.store.Finish(fctx, k.id(), k.attempt)
+	err := rs.store.Finish(fctx, k.id(), k.Attempt)
 	switch {
 	case takenOver(err):
 		// Another replica claimed the run (this one was thought dead): it
 		// goes on there, from the log, and stores its last event.
-		s.logger.Warn("turn taken over by another server: this replica lost its lease and stops it here", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		r.finish(lostLease())
-	case err != nil && s.storeFull() != nil:
-		s.logger.Error("turn store full: the turn's last events did not fit; it ends without them", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		r.finish(turnNotStored())
+		rs.logger.Warn("turn taken over by another server: this replica lost its lease and stops it here", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		r.finish(ErrTakenOver)
+	case err != nil && rs.storeFull():
+		rs.logger.Error("turn store full: the turn's last events did not fit; it ends without them", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		r.finish(ErrNotStored)
 	case err != nil:
-		s.logger.Error("turn store unreachable: the turn ends without its last events", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		r.finish(storeUnreachable())
+		rs.logger.Error("turn store unreachable: the turn ends without its last events", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		r.finish(ErrStoreUnreachable)
 	case terminal == nil:
 		// The runtime could not emit its last event (its sink failed).
-		s.logger.Error("turn ended without a terminal event", "turn_id", k.turnID, "attempt", k.attempt, "error", runErr)
-		r.finish(turnNotStored())
+		rs.logger.Error("turn ended without a terminal event", "turn_id", k.TurnID, "attempt", k.Attempt, "error", runErr)
+		r.finish(ErrNotStored)
 	default:
-		r.finish(eventStatus(terminal))
+		r.finish(outcome(terminal))
 	}
-	s.mu.Lock()
-	if s.runs[k] == r {
+	rs.mu.Lock()
+	if rs.runs[k] == r {
 		// Not a run of the same key this replica took over since.
-		delete(s.runs, k)
+		delete(rs.runs, k)
 	}
-	s.mu.Unlock()
+	rs.mu.Unlock()
 }
 
 // marshalEvent returns ev's wire form as the log stores it.
+// marshalEvent returns ev's wire form as the log stores it.
 func marshalEvent(ev *turnstilev1.AgentEvent) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(ev)
-}
-
-// responseSize is the wire size of a RunTurnResponse holding an event of
-// n bytes on the wire: its field's tag, length and bytes.
-func responseSize(n int) int {
-	return protowire.SizeTag(1) + protowire.SizeBytes(n)
 }
 
 // maxUnackedBytes bounds what a run owned here has on its way to the
@@ -550,81 +532,34 @@ func (b busySink) Busy() bool { return b.busy() }
 // OnIdle implements [runtime.IdleSink].
 func (b busySink) OnIdle(f func()) { b.onIdle(f) }
 
-// ReasonStoreFull is the ErrorInfo reason of a RunTurn refused because the
-// turn store cannot take a new turn (full of running turns, or its disk
-// is): RESOURCE_EXHAUSTED with RetryInfo, before any event.
-const ReasonStoreFull = "STORE_FULL"
-
-// storeFullRetry is the wait advised to a turn refused for a full store.
-const storeFullRetry = 5 * time.Second
-
 // storeRoom is the part of a TurnStore that says whether it can take a new
 // run now, without I/O: nil, or why not (package store's Store has it).
 type storeRoom interface {
 	Room() error
 }
 
-// refuseStore returns the status of a turn the store cannot take now (the
-// store is full), or whose request of n bytes would take its key over its
-// stored_bytes; nil when it may start, or when the store holds the run k
-// already: the call attaches to it, which stores nothing.
-func (s *service) refuseStore(ctx context.Context, k runKey, n int) *status.Status {
-	st := s.storeFull()
-	if st == nil {
-		key := admission.FromContext(ctx)
-		if err := key.StoredRefusal(n); err != nil {
-			st = refusalStatus(err, key.KeyName())
-		}
+// refuseStore returns ErrStoreFull for a turn the store cannot take now
+// (the store is full), or the *admission.Refusal of one whose request of n
+// bytes would take its key over its stored_bytes; nil when it may start,
+// or when the store holds the run k already: the call attaches to it,
+// which stores nothing.
+func (rs *Runs) refuseStore(ctx context.Context, k Key, n int) error {
+	var err error
+	if rs.storeFull() {
+		err = ErrStoreFull
+	} else {
+		err = admission.FromContext(ctx).StoredRefusal(n)
 	}
-	if st != nil {
-		if _, err := s.store.Record(ctx, k.id(), k.attempt); err == nil {
+	if err != nil {
+		if _, rerr := rs.store.Record(ctx, k.id(), k.Attempt); rerr == nil {
 			return nil
 		}
 	}
-	return st
+	return err
 }
 
-// storeFull returns STORE_FULL while the store says it has no room.
-func (s *service) storeFull() *status.Status {
-	room, ok := s.store.(storeRoom)
-	if !ok || room.Room() == nil {
-		return nil
-	}
-	st := status.New(codes.ResourceExhausted, "the turn store is full: it takes no new turn until running turns end or space returns; retry later, running turns go on")
-	return withDetails(st, errorInfo(ReasonStoreFull, nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
-}
-
-// runItems returns the function that sends a run's events on a RunTurn
-// stream: an event whose wire form is known (as stored) is sent as that
-// form, without a second encoding (codec.go's encodedResponse).
-func runItems(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) func(item) error {
-	return func(it item) error {
-		if it.wire == nil {
-			return stream.Send(&turnstilev1.RunTurnResponse{Event: it.ev})
-		}
-		// The response and its encoded form in one allocation.
-		e := &struct {
-			resp turnstilev1.RunTurnResponse
-			enc  encodedResponse
-		}{}
-		e.resp.Event = it.ev
-		e.enc.Message, e.enc.event = &e.resp, it.wire
-		return stream.SendMsg(&e.enc)
-	}
-}
-
-// watchItems is runItems for a WatchTurn stream.
-func watchItems(stream grpc.ServerStreamingServer[turnstilev1.WatchTurnResponse]) func(item) error {
-	return func(it item) error {
-		if it.wire == nil {
-			return stream.Send(&turnstilev1.WatchTurnResponse{Event: it.ev})
-		}
-		e := &struct {
-			resp turnstilev1.WatchTurnResponse
-			enc  encodedResponse
-		}{}
-		e.resp.Event = it.ev
-		e.enc.Message, e.enc.event = &e.resp, it.wire
-		return stream.SendMsg(&e.enc)
-	}
+// storeFull reports whether the store says it has no room.
+func (rs *Runs) storeFull() bool {
+	room, ok := rs.store.(storeRoom)
+	return ok && room.Room() != nil
 }

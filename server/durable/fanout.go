@@ -1,4 +1,4 @@
-package server
+package durable
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -46,7 +44,7 @@ const (
 // run is a run this replica owns: the window of its latest acknowledged
 // events, fanned out to the clients watching it here.
 type run struct {
-	key    runKey
+	key    Key
 	hash   []byte
 	cancel context.CancelCauseFunc
 	ended  chan struct{} // closed once the run is over and its log flushed
@@ -63,7 +61,7 @@ type run struct {
 	windowSize int    // the sum of sizes
 	last       uint64 // the seq of the last acknowledged event
 	done       bool
-	final      *status.Status // how watchers end, once done
+	final      error // how watchers end, once done: nil when the turn completed
 	// wake is closed and replaced when something changes, once a waiter
 	// took it (wakeTaken; see wakeChan): an event no one waits for costs
 	// no channel.
@@ -72,7 +70,7 @@ type run struct {
 	// streams are the streams that follow the run here, fed from its
 	// window by their own workers: publish kicks them (see
 	// [delivery.Stream]).
-	streams []*delivery.Stream[item]
+	streams []*delivery.Stream[Item]
 	// watchers counts the streams following the run here; seen is when
 	// the last one left or a watcher elsewhere last said it watches.
 	watchers int
@@ -89,7 +87,7 @@ type run struct {
 	ctl *runtime.Controls
 }
 
-func newRun(k runKey, hash []byte, cancel context.CancelCauseFunc) *run {
+func newRun(k Key, hash []byte, cancel context.CancelCauseFunc) *run {
 	return &run{key: k, hash: hash, cancel: cancel, ended: make(chan struct{}), wake: make(chan struct{}), ctl: runtime.NewControls()}
 }
 
@@ -112,17 +110,17 @@ func (r *run) publishWire(ev *turnstilev1.AgentEvent, wire []byte, size int) {
 	r.wakeUp()
 }
 
-// item is an event of a run as a stream sends it: decoded, and its wire
-// form as stored, which the stream sends without encoding it again (nil
-// when not known: the events of a run taken over, read back into its
-// window).
-type item struct {
-	ev   *turnstilev1.AgentEvent
-	wire []byte
+// Item is an event of a run as a stream sends it: decoded, and its wire
+// form as stored, which the stream sends without encoding it again.
+type Item struct {
+	Event *turnstilev1.AgentEvent
+	// Wire is the event's wire form as stored; nil when not known (the
+	// events of a run taken over, read back into its window).
+	Wire []byte
 }
 
 // Next implements [delivery.Feed]: the window's events after seq after.
-func (r *run) Next(after uint64, buf []item) ([]item, delivery.State) {
+func (r *run) Next(after uint64, buf []Item) ([]Item, delivery.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first := r.first()
@@ -130,7 +128,7 @@ func (r *run) Next(after uint64, buf []item) ([]item, delivery.State) {
 		return buf, delivery.Behind
 	}
 	for i := int(after + 1 - first); i < len(r.window); i++ {
-		buf = append(buf, item{r.window[i], r.wires[i]})
+		buf = append(buf, Item{r.window[i], r.wires[i]})
 	}
 	if r.done {
 		return buf, delivery.Over
@@ -139,7 +137,7 @@ func (r *run) Next(after uint64, buf []item) ([]item, delivery.State) {
 }
 
 // Seq implements [delivery.Feed].
-func (r *run) Seq(it item) uint64 { return it.ev.GetSeq() }
+func (r *run) Seq(it Item) uint64 { return it.Event.GetSeq() }
 
 // wakeChan returns the channel closed at the run's next change; r.mu is
 // held.
@@ -202,8 +200,9 @@ func (r *run) fill(events []*turnstilev1.AgentEvent) {
 // is empty); r.mu is held.
 func (r *run) first() uint64 { return r.last + 1 - uint64(len(r.window)) }
 
-// finish ends the run for its watchers with st.
-func (r *run) finish(st *status.Status) {
+// finish ends the run for its watchers with err (nil: the turn
+// completed).
+func (r *run) finish(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.detach != nil {
@@ -212,7 +211,7 @@ func (r *run) finish(st *status.Status) {
 	if r.done {
 		return
 	}
-	r.done, r.final = true, st
+	r.done, r.final = true, err
 	r.wakeUp()
 	for _, out := range r.streams {
 		out.Kick()
@@ -220,13 +219,15 @@ func (r *run) finish(st *status.Status) {
 }
 
 // watchRun streams r, a run this replica owns, to out from the event
-// after afterSeq, and returns the status the stream ends with. out is fed
-// from r's window by its own workers (publish kicks it); the handler is
-// woken only when the stream ends or falls behind the window, when it
-// sends what it missed from the log until the stream is back within it.
-func (s *service) watchRun(ctx context.Context, r *run, afterSeq uint64, out *delivery.Stream[item]) *status.Status {
+// after afterSeq, and returns the error the stream ends with (nil: the
+// turn completed and its last event was sent); final says the stream
+// ended with the run, having sent its last event. out is fed from r's
+// window by its own workers (publish kicks it); the handler is woken only
+// when the stream ends or falls behind the window, when it sends what it
+// missed from the log until the stream is back within it.
+func (rs *Runs) watchRun(ctx context.Context, r *run, afterSeq uint64, out *delivery.Stream[Item]) (final bool, err error) {
 	r.attach(out)
-	defer r.leave(out, s.grace)
+	defer r.leave(out, rs.grace)
 	out.Follow(r, afterSeq)
 	for {
 		err := out.Wait(ctx)
@@ -234,102 +235,90 @@ func (s *service) watchRun(ctx context.Context, r *run, afterSeq uint64, out *de
 		case err == nil:
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			return r.final
+			return true, r.final
 		case errors.Is(err, delivery.ErrBehind):
-			if st := s.fromLog(ctx, r, out); st != nil {
-				return st
+			if done, err := rs.fromLog(ctx, r, out); done {
+				return false, err
 			}
 			out.Resume()
 		default:
-			return s.sendStatus(err)
+			return false, err
 		}
 	}
-}
-
-// sendStatus is the status of a stream that ended with err: stalled, its
-// client gone, or its Send failed.
-func (s *service) sendStatus(err error) *status.Status {
-	if errors.Is(err, delivery.ErrStalled) {
-		return streamStalled(s.opts.SendTimeout)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err)
-	}
-	return status.Convert(err)
 }
 
 // fromLog sends the events of r after the last one out sent from the log
-// until out is back within r's window (nil), or the status the stream
-// ends with, when it does.
-func (s *service) fromLog(ctx context.Context, r *run, out *delivery.Stream[item]) *status.Status {
+// until out is back within r's window; done says the stream ended
+// instead, with err.
+func (rs *Runs) fromLog(ctx context.Context, r *run, out *delivery.Stream[Item]) (done bool, err error) {
 	k := r.key
 	next := out.Sent()
-	s.logger.Debug("a watcher fell behind the turn's window: served from the log", "turn_id", k.turnID, "attempt", k.attempt, "after_seq", next)
-	for b, err := range s.store.Events(ctx, k.id(), k.attempt, next) {
+	rs.logger.Debug("a watcher fell behind the turn's window: served from the log", "turn_id", k.TurnID, "attempt", k.Attempt, "after_seq", next)
+	for b, err := range rs.store.Events(ctx, k.id(), k.Attempt, next) {
 		if err != nil {
 			if ctx.Err() != nil {
-				return status.FromContextError(ctx.Err())
+				return true, ctx.Err()
 			}
-			s.logger.Warn("turn store: watch ended", "turn_id", k.turnID, "attempt", k.attempt, "after_seq", next, "error", err)
-			return storeUnreachable()
+			rs.logger.Warn("turn store: watch ended", "turn_id", k.TurnID, "attempt", k.Attempt, "after_seq", next, "error", err)
+			return true, ErrStoreUnreachable
 		}
 		ev := &turnstilev1.AgentEvent{}
 		if err := proto.Unmarshal(b, ev); err != nil {
-			s.logger.Error("turn store: undecodable event", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-			return status.New(codes.Internal, "internal error")
+			rs.logger.Error("turn store: undecodable event", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+			return true, ErrCorrupt
 		}
 		if ev.GetSeq() != next+1 {
-			s.logger.Error("turn store: an event out of order in the log", "turn_id", k.turnID, "attempt", k.attempt, "seq", ev.GetSeq(), "want", next+1)
-			return status.New(codes.Internal, "internal error")
+			rs.logger.Error("turn store: an event out of order in the log", "turn_id", k.TurnID, "attempt", k.Attempt, "seq", ev.GetSeq(), "want", next+1)
+			return true, ErrCorrupt
 		}
-		if err := out.Put(item{ev, b}); err != nil {
-			return s.sendStatus(err)
+		if err := out.Put(Item{Event: ev, Wire: b}); err != nil {
+			return true, err
 		}
 		next = ev.GetSeq()
 		if terminal(ev) {
-			return eventStatus(ev)
+			return true, outcome(ev)
 		}
 		r.mu.Lock()
 		back := next+1 >= r.first()
 		r.mu.Unlock()
 		if back {
-			return nil
+			return false, nil
 		}
 	}
-	return status.FromContextError(ctx.Err())
+	return true, ctx.Err()
 }
 
-// streamRun streams run k after afterSeq to send, as watchRun and
-// follow do, through one [delivery.Stream] under the send timeout:
-// r, when not nil, is the run, which this replica owns (the stream of the
-// RPC that created it). A client that accepts no event for the send
-// timeout has its stream closed with streamStalled, also while no new
-// event comes (the stream's context ends then); the turn goes on. It
-// returns once the last event was sent, or the stream stalled.
-func (s *service) streamRun(ctx context.Context, k runKey, r *run, afterSeq uint64, send func(item) error) *status.Status {
+// stream streams run k after afterSeq to send, as watchRun and follow
+// do, through one [delivery.Stream] under the send timeout: r, when not
+// nil, is the run, which this replica owns (the stream of the RPC that
+// created it). A client that accepts no event for the send timeout has its
+// stream closed with delivery.ErrStalled, also while no new event comes
+// (the stream's context ends then); the turn goes on. It returns once the
+// last event was sent, or the stream stalled; final says the stream ended
+// with the run it watched here.
+func (rs *Runs) stream(ctx context.Context, k Key, r *run, afterSeq uint64, send func(Item) error) (final bool, err error) {
 	fctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	out := delivery.New(send, s.opts.SendTimeout, s.senders.Run, func() { stop(delivery.ErrStalled) })
-	var st *status.Status
+	out := delivery.New(send, rs.streams.SendTimeout, rs.streams.Start, func() { stop(delivery.ErrStalled) })
 	if r != nil {
-		st = s.watchRun(fctx, r, afterSeq, out)
+		final, err = rs.watchRun(fctx, r, afterSeq, out)
 	} else {
-		st = s.follow(fctx, k, afterSeq, out)
+		err = rs.follow(fctx, k, afterSeq, out)
 	}
-	err := out.Flush()
+	ferr := out.Flush()
 	switch {
-	case errors.Is(err, delivery.ErrStalled), ctx.Err() == nil && errors.Is(context.Cause(fctx), delivery.ErrStalled):
+	case errors.Is(ferr, delivery.ErrStalled), ctx.Err() == nil && errors.Is(context.Cause(fctx), delivery.ErrStalled):
 		// The stream's outcome was not delivered.
-		st = streamStalled(s.opts.SendTimeout)
-	case err != nil && st.Code() == codes.OK:
-		st = status.Convert(err)
+		final, err = false, delivery.ErrStalled
+	case ferr != nil && err == nil:
+		final, err = false, ferr
 	}
 	out.Close()
-	return st
+	return final, err
 }
 
 // attach counts out as a watcher of r, which feeds it from now on.
-func (r *run) attach(out *delivery.Stream[item]) {
+func (r *run) attach(out *delivery.Stream[Item]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.streams = append(r.streams, out)
@@ -342,10 +331,10 @@ func (r *run) attach(out *delivery.Stream[item]) {
 // leave stops feeding out and counts its watcher out; when none is left,
 // the run is cancelled after grace unless a watcher comes back or one
 // elsewhere says it watches.
-func (r *run) leave(out *delivery.Stream[item], grace time.Duration) {
+func (r *run) leave(out *delivery.Stream[Item], grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.streams = slices.DeleteFunc(r.streams, func(o *delivery.Stream[item]) bool { return o == out })
+	r.streams = slices.DeleteFunc(r.streams, func(o *delivery.Stream[Item]) bool { return o == out })
 	r.watchers--
 	r.seen = time.Now()
 	if r.watchers == 0 && !r.done {

@@ -1,4 +1,4 @@
-package server
+package durable
 
 import (
 	"strings"
@@ -23,7 +23,7 @@ func TestRunWindowBounds(t *testing.T) {
 		{"events larger than the window: the newest stays", 5, 2 * windowBytes, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRun(runKey{turnID: "t", attempt: 1}, nil, func(error) {})
+			r := newRun(Key{TurnID: "t", Attempt: 1}, nil, func(error) {})
 			for i := range tc.events {
 				ev := &turnstilev1.AgentEvent{Seq: uint64(i + 1), Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: strings.Repeat("x", tc.size)}}}
 				r.publish(ev, tc.size+16)

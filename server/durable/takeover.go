@@ -1,4 +1,4 @@
-package server
+package durable
 
 import (
 	"context"
@@ -8,9 +8,6 @@ import (
 	"io/fs"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/proto"
 
@@ -22,16 +19,16 @@ import (
 
 // takeOvers takes over, until ctx is done, every run whose owner died:
 // another replica's, or this one's before a restart.
-func (s *service) takeOvers(ctx context.Context) {
-	err := s.store.WatchExpired(ctx, func(id string, attempt uint32) {
-		s.turns.Add(1)
+func (rs *Runs) takeOvers(ctx context.Context) {
+	err := rs.store.WatchExpired(ctx, func(id string, attempt uint32) {
+		rs.turns.Add(1)
 		go func() {
-			defer s.turns.Done()
-			s.takeOver(ctx, storedKey(id, attempt, s.keys != nil))
+			defer rs.turns.Done()
+			rs.takeOver(ctx, storedKey(id, attempt, rs.keys != nil))
 		}()
 	})
 	if err != nil {
-		s.logger.Error("turn store: cannot watch for runs to take over", "error", err)
+		rs.logger.Error("turn store: cannot watch for runs to take over", "error", err)
 	}
 }
 
@@ -44,38 +41,38 @@ func (s *service) takeOvers(ctx context.Context) {
 // it was admitted within the key's limits where it started, so it goes on
 // even when the key is at its limit here, and the key's new turns wait
 // until it is back under.
-func (s *service) takeOver(ctx context.Context, k runKey) bool {
-	leave, full := s.gate.Enter()
-	if full == nil && s.admit() != nil {
+func (rs *Runs) takeOver(ctx context.Context, k Key) bool {
+	leave, full := rs.gate.Enter()
+	if full == nil && rs.admit() != nil {
 		leave()
 		full = errors.New("draining or at server.max_running_turns")
 	}
 	if full != nil {
 		// Another replica takes it; if none may, the first watcher of the
 		// run adopts it (adopt).
-		s.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.turnID, "attempt", k.attempt, "reason", full.Error())
+		rs.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.TurnID, "attempt", k.Attempt, "reason", full.Error())
 		return false
 	}
 	rctx, cancel := context.WithCancelCause(context.Background())
 	r := newRun(k, nil, cancel)
-	rec, raw, claims, err := s.store.Claim(ctx, k.id(), k.attempt, func(sig string) []byte { return s.onSignal(r, sig) })
+	rec, raw, claims, err := rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte { return rs.onSignal(r, sig) })
 	if err != nil {
 		cancel(nil)
 		leave()
-		s.unadmit()
-		s.logger.Debug("turn store: run not taken over", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		rs.unadmit()
+		rs.logger.Debug("turn store: run not taken over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return true
 	}
-	tr, events, err := s.resumeRequest(k, rec, raw, claims)
+	tr, events, err := rs.resumeRequest(k, rec, raw, claims)
 	if err != nil || tr == nil {
 		// Finished after all, or unreadable: give it up as it is.
 		if err != nil {
-			s.logger.Error("turn store: cannot take the run over", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			rs.logger.Error("turn store: cannot take the run over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		}
-		_ = s.store.Finish(ctx, k.id(), k.attempt)
+		_ = rs.store.Finish(ctx, k.id(), k.Attempt)
 		cancel(nil)
 		leave()
-		s.unadmit()
+		rs.unadmit()
 		return true
 	}
 	var first runRecord
@@ -83,7 +80,7 @@ func (s *service) takeOver(ctx context.Context, k runKey) bool {
 	r.hash = first.Hash
 	tr.Controls = r.ctl
 	release := leave
-	if key := s.keys.Named(first.Client); key != nil {
+	if key := rs.keys.Named(first.Client); key != nil {
 		endKey := key.Hold()
 		tr.Budget = key.BudgetHook()
 		release = func() { leave(); endKey() }
@@ -98,16 +95,16 @@ func (s *service) takeOver(ctx context.Context, k runKey) bool {
 		r.cancel = func(cause error) { stop(cause); cancelDL() }
 	}
 	r.fill(events)
-	s.logger.Info("taking over a turn whose server went away", "turn_id", k.turnID, "attempt", k.attempt, "takeover", claims,
+	rs.logger.Info("taking over a turn whose server went away", "turn_id", k.TurnID, "attempt", k.Attempt, "takeover", claims,
 		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "continued", len(tr.Resume.Cut) > 0,
 		"committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
-	s.mu.Lock()
-	s.runs[k] = r
-	s.mu.Unlock()
+	rs.mu.Lock()
+	rs.runs[k] = r
+	rs.mu.Unlock()
 	// Its clients re-attach, here or elsewhere; without any, the detach
 	// grace ends it.
-	r.touched(s.grace)
-	s.own(rctx, r, tr, release)
+	r.touched(rs.grace)
+	rs.own(rctx, r, tr, release)
 	return true
 }
 
@@ -125,23 +122,23 @@ const staleOrphan = 10 * time.Minute
 // does; one whose last event is older than staleOrphan, or past its
 // deadline, or that this replica may not run, is closed with a stored
 // error event. Of the replicas that try, one claims the run. adopt returns
-// nil when the run can be followed again, else the status to end with.
-func (s *service) adopt(ctx context.Context, k runKey) *status.Status {
-	rec, err := s.store.Record(ctx, k.id(), k.attempt)
+// nil when the run can be followed again, else the error to end with.
+func (rs *Runs) adopt(ctx context.Context, k Key) error {
+	rec, err := rs.store.Record(ctx, k.id(), k.Attempt)
 	if errors.Is(err, fs.ErrNotExist) {
-		return status.New(codes.NotFound, "no such turn in the log: never run, or older than its retention")
+		return ErrNotFound
 	}
 	if err != nil {
-		s.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return storeUnreachable()
+		rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		return ErrStoreUnreachable
 	}
 	var first runRecord
 	_ = json.Unmarshal(rec, &first)
 	lastAt := first.Started
-	last, err := s.lastEvent(ctx, k)
+	last, err := rs.lastEvent(ctx, k)
 	if err != nil {
-		s.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
-		return storeUnreachable()
+		rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		return ErrStoreUnreachable
 	}
 	if last != nil {
 		if terminal(last) {
@@ -155,13 +152,13 @@ func (s *service) adopt(ctx context.Context, k runKey) *status.Status {
 		why = "its deadline passed"
 	case time.Since(lastAt) > staleOrphan:
 		why = fmt.Sprintf("it stored nothing for over %s", staleOrphan)
-	case s.takeOver(ctx, k):
+	case rs.takeOver(ctx, k):
 		return nil
 	default:
 		why = "this server runs as many turns as it may"
 	}
 	yes := true
-	s.closeOrphan(ctx, k, &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
+	rs.closeOrphan(ctx, k, &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
 		Message: fmt.Sprintf("the server running the turn went away and the turn was not resumed (%s); run its next attempt", why)}, why)
 	return nil
 }
@@ -173,11 +170,11 @@ func (s *service) adopt(ctx context.Context, k runKey) *status.Status {
 // log ends with a terminal event is given up as it is: a run has exactly
 // one terminal event. It returns the seq of the event it stored, and
 // whether it stored one.
-func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnError, why string) (uint64, bool) {
+func (rs *Runs) closeOrphan(ctx context.Context, k Key, te *runtime.TurnError, why string) (uint64, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var lastSeq atomic.Uint64
-	_, raw, _, err := s.store.Claim(ctx, k.id(), k.attempt, func(sig string) []byte {
+	_, raw, _, err := rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
 		if sig != signalCancel {
 			return nil
 		}
@@ -185,7 +182,7 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnErr
 		return b
 	})
 	if err != nil {
-		s.logger.Debug("turn store: orphaned run not claimed", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		rs.logger.Debug("turn store: orphaned run not claimed", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return 0, false
 	}
 	lastSeq.Store(uint64(len(raw)))
@@ -196,26 +193,26 @@ func (s *service) closeOrphan(ctx context.Context, k runKey, te *runtime.TurnErr
 	}
 	seq := uint64(len(raw)) + 1
 	if !ended {
-		ev, err := wire.AgentEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.turnID, Payload: te})
+		ev, err := wire.AgentEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.TurnID, Payload: te})
 		if err == nil {
-			ev.Attempt = k.attempt
+			ev.Attempt = k.Attempt
 			var b []byte
 			if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(ev); err == nil {
-				err = s.store.Append(ctx, k.id(), k.attempt, b, func(error) {})
+				err = rs.store.Append(ctx, k.id(), k.Attempt, b, func(error) {})
 			}
 		}
 		if err != nil {
-			s.logger.Error("turn store: cannot close an orphaned run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			rs.logger.Error("turn store: cannot close an orphaned run", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		}
 	}
-	if err := s.store.Finish(ctx, k.id(), k.attempt); err != nil {
-		s.logger.Error("turn store unreachable: orphaned run not closed", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+	if err := rs.store.Finish(ctx, k.id(), k.Attempt); err != nil {
+		rs.logger.Error("turn store unreachable: orphaned run not closed", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return 0, false
 	}
 	if ended {
 		return 0, false
 	}
-	s.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.turnID, "attempt", k.attempt,
+	rs.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.TurnID, "attempt", k.Attempt,
 		"last_seq", seq, "error_code", te.Kind.String(), "reason", why)
 	return seq, true
 }
@@ -228,7 +225,7 @@ const maxTakeovers = 3
 // resumeRequest rebuilds the runtime request of a run taken over from its
 // first record and its stored events; nil when the run already ended.
 // claims counts the run's takeovers, this one's included.
-func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
+func (rs *Runs) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
 	var first runRecord
 	if err := json.Unmarshal(rec, &first); err != nil {
 		return nil, nil, fmt.Errorf("run record: %w", err)
@@ -237,11 +234,11 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, bad := wire.TurnRequest(req, wire.Checks{MaxMediaBytes: s.opts.MaxMediaBytes, MaxRequestMediaBytes: s.opts.MaxRequestMediaBytes})
+	tr, bad := wire.TurnRequest(req, wire.Checks{MaxMediaBytes: rs.checks.MaxMediaBytes, MaxRequestMediaBytes: rs.checks.MaxRequestMediaBytes})
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}
-	tr.TurnID, tr.Client = k.turnID, first.Client
+	tr.TurnID, tr.Client = k.TurnID, first.Client
 	if first.Model != "" {
 		tr.Model = first.Model
 	}
@@ -256,15 +253,15 @@ func (s *service) resumeRequest(k runKey, rec []byte, raw [][]byte, claims int) 
 		}
 		events[i] = ev
 	}
-	rs, err := resumeFrom(events)
-	if err != nil || rs == nil {
+	res, err := resumeFrom(events)
+	if err != nil || res == nil {
 		return nil, nil, err
 	}
 	if claims > maxTakeovers {
-		rs.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
+		res.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
 			"the turn was taken over %d times (at most %d): the servers running it kept going away; run it again", claims, maxTakeovers)}
 	}
-	tr.Resume = rs
+	tr.Resume = res
 	return tr, events, nil
 }
 
