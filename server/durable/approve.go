@@ -136,9 +136,9 @@ func DecideHere(ctx context.Context, ctl *runtime.Controls, a Approval) (Decided
 	return Decided{Applied: reply.Applied, Approved: reply.Approved, Seq: reply.Seq}, reply.err()
 }
 
-// onPayloadSignal answers an approve or steer signal sent to run r, which
+// answerPayload answers an approve or steer signal sent to run r, which
 // this replica owns; ok is false for another signal.
-func (rs *Runs) onPayloadSignal(r *run, sig string) (reply []byte, ok bool) {
+func (sg signals) answerPayload(r *run, sig string) (reply []byte, ok bool) {
 	var out controlReply
 	switch {
 	case strings.HasPrefix(sig, signalApprove):
@@ -177,14 +177,14 @@ const signalTimeout = 30 * time.Second
 // ErrCorrupt.
 func (rs *Runs) Approve(ctx context.Context, k Key, a Approval) (Decided, error) {
 	body, _ := json.Marshal(a)
-	reply, err := rs.control(ctx, k, signalApprove+string(body), func(r *run) controlReply { return decide(ctx, r.ctl, r, a) })
+	reply, err := rs.signals.control(ctx, k, signalApprove+string(body), func(r *run) controlReply { return decide(ctx, r.ctl, r, a) })
 	if err != nil {
 		return Decided{}, err
 	}
 	if reply.Code == ControlEnded {
 		// The run ended: a decision it stored stands; a call it never
 		// asked about is not found.
-		switch d, asked := rs.storedDecision(ctx, k, a.CallID); {
+		switch d, asked := rs.signals.storedDecision(ctx, k, a.CallID); {
 		case d != nil:
 			reply = controlReply{Approved: d.GetToolApprovalDecided().GetApproved(), Seq: d.GetSeq()}
 		case !asked:
@@ -198,19 +198,17 @@ func (rs *Runs) Approve(ctx context.Context, k Key, a Approval) (Decided, error)
 // (here), else by the store's signal to its owner. A run no replica owns
 // is read from the log: FAILED_PRECONDITION when it ended, UNAVAILABLE
 // while it waits to be taken over.
-func (rs *Runs) control(ctx context.Context, k Key, sig string, here func(*run) controlReply) (controlReply, error) {
-	rs.mu.Lock()
-	r := rs.runs[k]
-	rs.mu.Unlock()
+func (sg signals) control(ctx context.Context, k Key, sig string, here func(*run) controlReply) (controlReply, error) {
+	r := sg.rs.owned.get(k)
 	if r != nil {
 		return here(r), nil
 	}
-	b, err := rs.store.Signal(ctx, k.id(), k.Attempt, sig)
+	b, err := sg.rs.store.Signal(ctx, k.id(), k.Attempt, sig)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		last, err := rs.lastEvent(ctx, k)
+		last, err := sg.rs.lastEvent(ctx, k)
 		if err != nil {
-			rs.logger.Warn("turn store unreachable: run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+			sg.rs.logger.Warn("turn store unreachable: run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 			return controlReply{}, ErrStoreUnreachable
 		}
 		if last != nil && terminal(last) {
@@ -218,7 +216,7 @@ func (rs *Runs) control(ctx context.Context, k Key, sig string, here func(*run) 
 		}
 		return controlReply{Code: ControlRetry, Message: "the server running the turn went away and another takes it over; retry"}, nil
 	case err != nil:
-		rs.logger.Warn("turn store unreachable: signal not sent", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		sg.rs.logger.Warn("turn store unreachable: signal not sent", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return controlReply{}, ErrStoreUnreachable
 	}
 	var reply controlReply
@@ -231,14 +229,14 @@ func (rs *Runs) control(ctx context.Context, k Key, sig string, here func(*run) 
 // storedDecision returns the tool_approval_decided event of call callID
 // that run k's log holds, nil when there is none, and whether the run
 // asked for approval of the call (true when the log cannot be read).
-func (rs *Runs) storedDecision(ctx context.Context, k Key, callID string) (decided *turnstilev1.AgentEvent, asked bool) {
-	last, err := rs.lastEvent(ctx, k)
+func (sg signals) storedDecision(ctx context.Context, k Key, callID string) (decided *turnstilev1.AgentEvent, asked bool) {
+	last, err := sg.rs.lastEvent(ctx, k)
 	if err != nil || last == nil {
 		return nil, true
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for b, err := range rs.store.Events(ctx, k.id(), k.Attempt, 0) {
+	for b, err := range sg.rs.store.Events(ctx, k.id(), k.Attempt, 0) {
 		ev := &turnstilev1.AgentEvent{}
 		if err != nil || proto.Unmarshal(b, ev) != nil {
 			return nil, true

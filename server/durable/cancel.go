@@ -32,9 +32,14 @@ func (r *run) stop(ctx context.Context) cancelReply {
 	return cancelReply{Cancelled: cancelled, LastSeq: r.lastSeq()}
 }
 
-// onSignal answers a signal sent to a run this replica owns.
-func (rs *Runs) onSignal(r *run, sig string) []byte {
-	if reply, ok := rs.onPayloadSignal(r, sig); ok {
+// signals carry CancelTurn, ApproveToolCall and SteerTurn to the replica
+// that owns a run (the store's Signal, to the replica its last owner
+// record names), and answer those sent to the runs owned here.
+type signals struct{ rs *Runs }
+
+// answer answers a signal sent to a run this replica owns.
+func (sg signals) answer(r *run, sig string) []byte {
+	if reply, ok := sg.answerPayload(r, sig); ok {
 		return reply
 	}
 	switch sig {
@@ -44,9 +49,9 @@ func (rs *Runs) onSignal(r *run, sig string) []byte {
 		b, _ := json.Marshal(r.stop(ctx))
 		return b
 	case signalWatch:
-		r.touched(rs.grace)
+		r.touched(sg.rs.grace)
 	case signalLost:
-		rs.logger.Warn("another server took the turn over: stopping it here", "turn_id", r.key.TurnID, "attempt", r.key.Attempt)
+		sg.rs.logger.Warn("another server took the turn over: stopping it here", "turn_id", r.key.TurnID, "attempt", r.key.Attempt)
 		r.cancel(&llm.Error{Kind: llm.KindUnavailable, Message: "another server took the turn over"})
 	}
 	return nil
@@ -67,9 +72,7 @@ type Cancelled struct {
 // ErrStoreUnreachable, or ErrCorrupt when the owner's reply does not
 // read.
 func (rs *Runs) Cancel(ctx context.Context, k Key) (Cancelled, error) {
-	rs.mu.Lock()
-	r := rs.runs[k]
-	rs.mu.Unlock()
+	r := rs.owned.get(k)
 	var reply cancelReply
 	if r != nil {
 		reply = r.stop(ctx)
@@ -87,7 +90,7 @@ func (rs *Runs) Cancel(ctx context.Context, k Key) (Cancelled, error) {
 			reply.LastSeq = last.GetSeq()
 			if last == nil || !terminal(last) {
 				cancelled := &runtime.TurnError{Kind: llm.KindCancelled, Message: "the turn was cancelled by CancelTurn"}
-				if seq, ok := rs.closeOrphan(ctx, k, cancelled, "cancelled by CancelTurn"); ok {
+				if seq, ok := rs.takeovers.closeOrphan(ctx, k, cancelled, "cancelled by CancelTurn"); ok {
 					reply.Cancelled, reply.LastSeq = true, seq
 				}
 			}

@@ -231,7 +231,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	if err := rs.refuseStore(ctx, k, len(rec)); err != nil {
 		return Outcome{}, err
 	}
-	if err := rs.admit(); err != nil {
+	if err := rs.owned.admit(); err != nil {
 		return Outcome{}, err
 	}
 	// The turn outlives the stream: a disconnect is not a cancel. It keeps
@@ -247,10 +247,10 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	r := newRun(k, hash, cancel)
 	tr.Controls = r.ctl
 	r.charge = admission.FromContext(ctx).Charger()
-	created, existing, err := rs.store.Create(ctx, k.id(), k.Attempt, rec, func(sig string) []byte { return rs.onSignal(r, sig) })
+	created, existing, err := rs.store.Create(ctx, k.id(), k.Attempt, rec, func(sig string) []byte { return rs.signals.answer(r, sig) })
 	if err != nil {
 		cancel(nil)
-		rs.unadmit()
+		rs.owned.unadmit()
 		if rs.storeFull() {
 			// Refused for room: the store says so from now on.
 			return Outcome{}, ErrStoreFull
@@ -260,7 +260,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	}
 	if !created {
 		cancel(nil)
-		rs.unadmit()
+		rs.owned.unadmit()
 		// This call follows a turn another call runs: it holds no turn
 		// slot, as a WatchTurn holds none.
 		admission.SlotsFrom(ctx).CallEnded()
@@ -274,9 +274,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	// Counted to its key; refuseStore checked the room (concurrent
 	// turns of the key may pass it together).
 	_ = r.charge.Store(len(rec))
-	rs.mu.Lock()
-	rs.runs[k] = r
-	rs.mu.Unlock()
+	rs.owned.put(k, r)
 	// The turn holds the call's turn slots (the server's and its key's)
 	// until it ends, not until its client goes.
 	rs.own(rctx, r, tr, admission.SlotsFrom(ctx).Keep())
@@ -324,18 +322,11 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	// Its slots are free before CancelTurn, which waits for ended, returns.
 	defer r.charge.Release()
 	defer close(r.ended)
-	defer rs.unadmit()
+	defer rs.owned.unadmit()
 	defer release()
 	defer r.cancel(nil)
 	k := r.key
-	rs.mu.Lock()
-	rs.owning[r] = struct{}{}
-	rs.mu.Unlock()
-	defer func() {
-		rs.mu.Lock()
-		delete(rs.owning, r)
-		rs.mu.Unlock()
-	}()
+	defer rs.owned.runs(r)()
 
 	var terminal *turnstilev1.AgentEvent
 	// tooLarge is the seq of an event too large to store or send: the run
@@ -496,12 +487,8 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	default:
 		r.finish(outcome(terminal))
 	}
-	rs.mu.Lock()
-	if rs.runs[k] == r {
-		// Not a run of the same key this replica took over since.
-		delete(rs.runs, k)
-	}
-	rs.mu.Unlock()
+	// Not a run of the same key this replica took over since.
+	rs.owned.drop(k, r)
 }
 
 // marshalEvent returns ev's wire form as the log stores it.

@@ -12,15 +12,7 @@ var errHandedOff = &llm.Error{Kind: llm.KindUnavailable, Message: "the server is
 // HandOff gives every run this replica owns to the other replicas: each
 // stops at once, storing nothing more, and is released once its stored
 // events are acknowledged (handOver). It returns how many there were.
-func (rs *Runs) HandOff() int {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, r := range rs.runs {
-		r.handedOff.Store(true)
-		r.cancel(errHandedOff)
-	}
-	return len(rs.runs)
-}
+func (rs *Runs) HandOff() int { return rs.owned.handOffAll() }
 
 // handOver ends a run handed off by this replica: its lease is released
 // for another replica to take it over now, and the clients watching it
@@ -33,7 +25,5 @@ func (rs *Runs) handOver(ctx context.Context, r *run) {
 		rs.logger.Info("turn handed over to another server", "turn_id", k.TurnID, "attempt", k.Attempt, "last_seq", r.lastSeq())
 	}
 	r.finish(ErrHandedOff)
-	rs.mu.Lock()
-	delete(rs.runs, k)
-	rs.mu.Unlock()
+	rs.owned.drop(k, r)
 }

@@ -62,7 +62,6 @@ type Runs struct {
 	gate          *admission.Gate
 	streams       delivery.Config
 	grace         time.Duration
-	maxRuns       int
 	maxEventBytes int
 	checks        wire.Checks
 	// owners run the turns owned here (see [Runs.own]).
@@ -70,12 +69,11 @@ type Runs struct {
 	// stopTakeovers ends the watch for runs to take over.
 	stopTakeovers context.CancelFunc
 
-	mu       sync.Mutex
-	draining bool
-	runs     map[Key]*run      // the runs this replica owns, by key
-	owning   map[*run]struct{} // the runs whose turn runs here, until it ends
-	owned    int               // runs admitted and not ended
-	turns    sync.WaitGroup    // the runs this replica owns, until they end
+	// owned are the runs owned here; takeovers take runs over, signals
+	// carry and answer the control signals.
+	owned     *owned
+	takeovers takeovers
+	signals   signals
 }
 
 // New returns the runs of cfg, and starts taking over the runs of
@@ -83,16 +81,18 @@ type Runs struct {
 func New(cfg Config) *Runs {
 	rs := &Runs{
 		store: cfg.Store, runner: cfg.Runner, logger: cfg.Logger, keys: cfg.Keys, gate: cfg.Gate, streams: cfg.Streams,
-		grace: cfg.DetachGrace, maxRuns: cfg.MaxRunning, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks,
+		grace: cfg.DetachGrace, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks,
 		owners: delivery.NewWorkers(ownerWorkers),
-		runs:   map[Key]*run{}, owning: map[*run]struct{}{},
+		owned:  newOwned(cfg.MaxRunning),
 	}
+	rs.takeovers = takeovers{rs}
+	rs.signals = signals{rs}
 	ctx, cancel := context.WithCancel(context.Background())
 	rs.stopTakeovers = cancel
-	rs.turns.Add(1)
+	rs.owned.turns.Add(1)
 	go func() {
-		defer rs.turns.Done()
-		rs.takeOvers(ctx)
+		defer rs.owned.turns.Done()
+		rs.takeovers.watch(ctx)
 	}()
 	return rs
 }
@@ -101,38 +101,108 @@ func New(cfg Config) *Runs {
 // owned here (see [delivery.Workers]).
 const ownerWorkers = 64
 
+// Wait waits until every run this replica owns has ended, or ctx is done.
+func (rs *Runs) Wait(ctx context.Context) { rs.owned.wait(ctx) }
+
+// Drain makes new runs fail with ErrDraining, and stops taking over the
+// runs of replicas that died.
+func (rs *Runs) Drain() {
+	rs.owned.drain()
+	rs.stopTakeovers()
+}
+
+// CancelAll ends the turn of every run owned here with cause, and returns
+// how many there were.
+func (rs *Runs) CancelAll(cause error) int { return rs.owned.cancelAll(cause) }
+
+// Close ends the waiting workers of the runs' turns.
+func (rs *Runs) Close() { rs.owners.Close() }
+
+// owned are the runs this replica owns: by key, those whose turn runs
+// here, and their count within server.max_running_turns.
+type owned struct {
+	mu       sync.Mutex
+	draining bool
+	byKey    map[Key]*run      // the runs this replica owns, by key
+	running  map[*run]struct{} // the runs whose turn runs here, until it ends
+	count    int               // runs admitted and not ended
+	max      int
+	turns    sync.WaitGroup // the runs this replica owns, until they end
+}
+
+func newOwned(max int) *owned {
+	return &owned{byKey: map[Key]*run{}, running: map[*run]struct{}{}, max: max}
+}
+
 // admit counts a run this replica is about to own. It refuses with
 // ErrDraining while the server drains, and a *BusyError while it owns as
 // many runs as it may: a run outlives its stream, so streams alone do not
 // bound them.
-func (rs *Runs) admit() error {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
+func (o *owned) admit() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	switch {
-	case rs.draining:
+	case o.draining:
 		return ErrDraining
-	case rs.owned >= rs.maxRuns:
-		return &BusyError{Max: rs.maxRuns}
+	case o.count >= o.max:
+		return &BusyError{Max: o.max}
 	}
-	rs.owned++
-	rs.turns.Add(1)
+	o.count++
+	o.turns.Add(1)
 	return nil
 }
 
 // unadmit counts out a run admit counted, once it ended or was not
 // created.
-func (rs *Runs) unadmit() {
-	rs.mu.Lock()
-	rs.owned--
-	rs.mu.Unlock()
-	rs.turns.Done()
+func (o *owned) unadmit() {
+	o.mu.Lock()
+	o.count--
+	o.mu.Unlock()
+	o.turns.Done()
 }
 
-// Wait waits until every run this replica owns has ended, or ctx is done.
-func (rs *Runs) Wait(ctx context.Context) {
+// get returns the run k this replica owns; nil when it owns none.
+func (o *owned) get(k Key) *run {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byKey[k]
+}
+
+// put records r as the run k this replica owns.
+func (o *owned) put(k Key, r *run) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.byKey[k] = r
+}
+
+// drop forgets r, the run k, unless the key names another run since (one
+// this replica took over).
+func (o *owned) drop(k Key, r *run) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byKey[k] == r {
+		delete(o.byKey, k)
+	}
+}
+
+// runs counts r's turn as running here until the returned function is
+// called.
+func (o *owned) runs(r *run) (ended func()) {
+	o.mu.Lock()
+	o.running[r] = struct{}{}
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		delete(o.running, r)
+		o.mu.Unlock()
+	}
+}
+
+// wait waits until every run this replica owns has ended, or ctx is done.
+func (o *owned) wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
-		rs.turns.Wait()
+		o.turns.Wait()
 		close(done)
 	}()
 	select {
@@ -141,25 +211,32 @@ func (rs *Runs) Wait(ctx context.Context) {
 	}
 }
 
-// Drain makes new runs fail with ErrDraining, and stops taking over the
-// runs of replicas that died.
-func (rs *Runs) Drain() {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.draining = true
-	rs.stopTakeovers()
+// drain makes admit refuse new runs.
+func (o *owned) drain() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.draining = true
 }
 
-// CancelAll ends the turn of every run owned here with cause, and returns
-// how many there were.
-func (rs *Runs) CancelAll(cause error) int {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for r := range rs.owning {
+// cancelAll ends the turn of every run running here with cause, and
+// returns how many there were.
+func (o *owned) cancelAll(cause error) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for r := range o.running {
 		r.cancel(cause)
 	}
-	return len(rs.owning)
+	return len(o.running)
 }
 
-// Close ends the waiting workers of the runs' turns.
-func (rs *Runs) Close() { rs.owners.Close() }
+// handOffAll marks every run owned here handed off and stops it, and
+// returns how many there were.
+func (o *owned) handOffAll() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range o.byKey {
+		r.handedOff.Store(true)
+		r.cancel(errHandedOff)
+	}
+	return len(o.byKey)
+}

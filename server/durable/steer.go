@@ -65,13 +65,13 @@ func SteerHere(ctx context.Context, ctl *runtime.Controls, m Steering) (Steered,
 // *ControlError, ErrStoreUnreachable or ErrCorrupt.
 func (rs *Runs) Steer(ctx context.Context, k Key, m Steering) (Steered, error) {
 	body, _ := json.Marshal(m)
-	reply, err := rs.control(ctx, k, signalSteer+string(body), func(r *run) controlReply { return steer(ctx, r.ctl, r, m) })
+	reply, err := rs.signals.control(ctx, k, signalSteer+string(body), func(r *run) controlReply { return steer(ctx, r.ctl, r, m) })
 	if err != nil {
 		return Steered{}, err
 	}
 	if reply.Code == ControlEnded && m.RequestID != "" {
 		// The run ended: a message it took with this id was taken once.
-		if seq := rs.storedSteer(ctx, k, m.RequestID); seq != 0 {
+		if seq := rs.signals.storedSteer(ctx, k, m.RequestID); seq != 0 {
 			reply = controlReply{Seq: seq, Duplicate: true}
 		}
 	}
@@ -80,14 +80,14 @@ func (rs *Runs) Steer(ctx context.Context, k Key, m Steering) (Steered, error) {
 
 // storedSteer returns the seq of the steered event of request id that
 // run k's log holds; 0 when there is none or the log cannot be read.
-func (rs *Runs) storedSteer(ctx context.Context, k Key, id string) uint64 {
-	last, err := rs.lastEvent(ctx, k)
+func (sg signals) storedSteer(ctx context.Context, k Key, id string) uint64 {
+	last, err := sg.rs.lastEvent(ctx, k)
 	if err != nil || last == nil {
 		return 0
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for b, err := range rs.store.Events(ctx, k.id(), k.Attempt, 0) {
+	for b, err := range sg.rs.store.Events(ctx, k.id(), k.Attempt, 0) {
 		ev := &turnstilev1.AgentEvent{}
 		if err != nil || proto.Unmarshal(b, ev) != nil {
 			return 0

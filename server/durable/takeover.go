@@ -17,18 +17,23 @@ import (
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
-// takeOvers takes over, until ctx is done, every run whose owner died:
+// takeovers take over the runs of replicas that died, as their lease
+// expires, and end the orphanhood of runs a watch finds without a live
+// owner: taken over here, or closed with a stored error event.
+type takeovers struct{ rs *Runs }
+
+// watch takes over, until ctx is done, every run whose owner died:
 // another replica's, or this one's before a restart.
-func (rs *Runs) takeOvers(ctx context.Context) {
-	err := rs.store.WatchExpired(ctx, func(id string, attempt uint32) {
-		rs.turns.Add(1)
+func (to takeovers) watch(ctx context.Context) {
+	err := to.rs.store.WatchExpired(ctx, func(id string, attempt uint32) {
+		to.rs.owned.turns.Add(1)
 		go func() {
-			defer rs.turns.Done()
-			rs.takeOver(ctx, storedKey(id, attempt, rs.keys != nil))
+			defer to.rs.owned.turns.Done()
+			to.takeOver(ctx, storedKey(id, attempt, to.rs.keys != nil))
 		}()
 	})
 	if err != nil {
-		rs.logger.Error("turn store: cannot watch for runs to take over", "error", err)
+		to.rs.logger.Error("turn store: cannot watch for runs to take over", "error", err)
 	}
 }
 
@@ -41,38 +46,38 @@ func (rs *Runs) takeOvers(ctx context.Context) {
 // it was admitted within the key's limits where it started, so it goes on
 // even when the key is at its limit here, and the key's new turns wait
 // until it is back under.
-func (rs *Runs) takeOver(ctx context.Context, k Key) bool {
-	leave, full := rs.gate.Enter()
-	if full == nil && rs.admit() != nil {
+func (to takeovers) takeOver(ctx context.Context, k Key) bool {
+	leave, full := to.rs.gate.Enter()
+	if full == nil && to.rs.owned.admit() != nil {
 		leave()
 		full = errors.New("draining or at server.max_running_turns")
 	}
 	if full != nil {
 		// Another replica takes it; if none may, the first watcher of the
 		// run adopts it (adopt).
-		rs.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.TurnID, "attempt", k.Attempt, "reason", full.Error())
+		to.rs.logger.Warn("turn not taken over: this server runs no more turns", "turn_id", k.TurnID, "attempt", k.Attempt, "reason", full.Error())
 		return false
 	}
 	rctx, cancel := context.WithCancelCause(context.Background())
 	r := newRun(k, nil, cancel)
-	rec, raw, claims, err := rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte { return rs.onSignal(r, sig) })
+	rec, raw, claims, err := to.rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte { return to.rs.signals.answer(r, sig) })
 	if err != nil {
 		cancel(nil)
 		leave()
-		rs.unadmit()
-		rs.logger.Debug("turn store: run not taken over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		to.rs.owned.unadmit()
+		to.rs.logger.Debug("turn store: run not taken over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return true
 	}
-	tr, events, err := rs.resumeRequest(k, rec, raw, claims)
+	tr, events, err := to.resumeRequest(k, rec, raw, claims)
 	if err != nil || tr == nil {
 		// Finished after all, or unreadable: give it up as it is.
 		if err != nil {
-			rs.logger.Error("turn store: cannot take the run over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+			to.rs.logger.Error("turn store: cannot take the run over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		}
-		_ = rs.store.Finish(ctx, k.id(), k.Attempt)
+		_ = to.rs.store.Finish(ctx, k.id(), k.Attempt)
 		cancel(nil)
 		leave()
-		rs.unadmit()
+		to.rs.owned.unadmit()
 		return true
 	}
 	var first runRecord
@@ -80,7 +85,7 @@ func (rs *Runs) takeOver(ctx context.Context, k Key) bool {
 	r.hash = first.Hash
 	tr.Controls = r.ctl
 	release := leave
-	if key := rs.keys.Named(first.Client); key != nil {
+	if key := to.rs.keys.Named(first.Client); key != nil {
 		endKey := key.Hold()
 		tr.Budget = key.BudgetHook()
 		release = func() { leave(); endKey() }
@@ -95,16 +100,14 @@ func (rs *Runs) takeOver(ctx context.Context, k Key) bool {
 		r.cancel = func(cause error) { stop(cause); cancelDL() }
 	}
 	r.fill(events)
-	rs.logger.Info("taking over a turn whose server went away", "turn_id", k.TurnID, "attempt", k.Attempt, "takeover", claims,
+	to.rs.logger.Info("taking over a turn whose server went away", "turn_id", k.TurnID, "attempt", k.Attempt, "takeover", claims,
 		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "continued", len(tr.Resume.Cut) > 0,
 		"committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
-	rs.mu.Lock()
-	rs.runs[k] = r
-	rs.mu.Unlock()
+	to.rs.owned.put(k, r)
 	// Its clients re-attach, here or elsewhere; without any, the detach
 	// grace ends it.
-	r.touched(rs.grace)
-	rs.own(rctx, r, tr, release)
+	r.touched(to.rs.grace)
+	to.rs.own(rctx, r, tr, release)
 	return true
 }
 
@@ -123,21 +126,21 @@ const staleOrphan = 10 * time.Minute
 // deadline, or that this replica may not run, is closed with a stored
 // error event. Of the replicas that try, one claims the run. adopt returns
 // nil when the run can be followed again, else the error to end with.
-func (rs *Runs) adopt(ctx context.Context, k Key) error {
-	rec, err := rs.store.Record(ctx, k.id(), k.Attempt)
+func (to takeovers) adopt(ctx context.Context, k Key) error {
+	rec, err := to.rs.store.Record(ctx, k.id(), k.Attempt)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ErrNotFound
 	}
 	if err != nil {
-		rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		to.rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return ErrStoreUnreachable
 	}
 	var first runRecord
 	_ = json.Unmarshal(rec, &first)
 	lastAt := first.Started
-	last, err := rs.lastEvent(ctx, k)
+	last, err := to.rs.lastEvent(ctx, k)
 	if err != nil {
-		rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		to.rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return ErrStoreUnreachable
 	}
 	if last != nil {
@@ -152,13 +155,13 @@ func (rs *Runs) adopt(ctx context.Context, k Key) error {
 		why = "its deadline passed"
 	case time.Since(lastAt) > staleOrphan:
 		why = fmt.Sprintf("it stored nothing for over %s", staleOrphan)
-	case rs.takeOver(ctx, k):
+	case to.takeOver(ctx, k):
 		return nil
 	default:
 		why = "this server runs as many turns as it may"
 	}
 	yes := true
-	rs.closeOrphan(ctx, k, &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
+	to.closeOrphan(ctx, k, &runtime.TurnError{Kind: llm.KindUnavailable, Retryable: &yes,
 		Message: fmt.Sprintf("the server running the turn went away and the turn was not resumed (%s); run its next attempt", why)}, why)
 	return nil
 }
@@ -170,11 +173,11 @@ func (rs *Runs) adopt(ctx context.Context, k Key) error {
 // log ends with a terminal event is given up as it is: a run has exactly
 // one terminal event. It returns the seq of the event it stored, and
 // whether it stored one.
-func (rs *Runs) closeOrphan(ctx context.Context, k Key, te *runtime.TurnError, why string) (uint64, bool) {
+func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnError, why string) (uint64, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var lastSeq atomic.Uint64
-	_, raw, _, err := rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
+	_, raw, _, err := to.rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
 		if sig != signalCancel {
 			return nil
 		}
@@ -182,7 +185,7 @@ func (rs *Runs) closeOrphan(ctx context.Context, k Key, te *runtime.TurnError, w
 		return b
 	})
 	if err != nil {
-		rs.logger.Debug("turn store: orphaned run not claimed", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		to.rs.logger.Debug("turn store: orphaned run not claimed", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return 0, false
 	}
 	lastSeq.Store(uint64(len(raw)))
@@ -198,21 +201,21 @@ func (rs *Runs) closeOrphan(ctx context.Context, k Key, te *runtime.TurnError, w
 			ev.Attempt = k.Attempt
 			var b []byte
 			if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(ev); err == nil {
-				err = rs.store.Append(ctx, k.id(), k.Attempt, b, func(error) {})
+				err = to.rs.store.Append(ctx, k.id(), k.Attempt, b, func(error) {})
 			}
 		}
 		if err != nil {
-			rs.logger.Error("turn store: cannot close an orphaned run", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+			to.rs.logger.Error("turn store: cannot close an orphaned run", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		}
 	}
-	if err := rs.store.Finish(ctx, k.id(), k.Attempt); err != nil {
-		rs.logger.Error("turn store unreachable: orphaned run not closed", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+	if err := to.rs.store.Finish(ctx, k.id(), k.Attempt); err != nil {
+		to.rs.logger.Error("turn store unreachable: orphaned run not closed", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return 0, false
 	}
 	if ended {
 		return 0, false
 	}
-	rs.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.TurnID, "attempt", k.Attempt,
+	to.rs.logger.Warn("closed a turn whose server went away, with an error event", "turn_id", k.TurnID, "attempt", k.Attempt,
 		"last_seq", seq, "error_code", te.Kind.String(), "reason", why)
 	return seq, true
 }
@@ -225,7 +228,7 @@ const maxTakeovers = 3
 // resumeRequest rebuilds the runtime request of a run taken over from its
 // first record and its stored events; nil when the run already ended.
 // claims counts the run's takeovers, this one's included.
-func (rs *Runs) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
+func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
 	var first runRecord
 	if err := json.Unmarshal(rec, &first); err != nil {
 		return nil, nil, fmt.Errorf("run record: %w", err)
@@ -234,7 +237,7 @@ func (rs *Runs) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*run
 	if err := proto.Unmarshal(first.Request, req); err != nil {
 		return nil, nil, fmt.Errorf("run request: %w", err)
 	}
-	tr, bad := wire.TurnRequest(req, wire.Checks{MaxMediaBytes: rs.checks.MaxMediaBytes, MaxRequestMediaBytes: rs.checks.MaxRequestMediaBytes})
+	tr, bad := wire.TurnRequest(req, wire.Checks{MaxMediaBytes: to.rs.checks.MaxMediaBytes, MaxRequestMediaBytes: to.rs.checks.MaxRequestMediaBytes})
 	if len(bad) > 0 {
 		return nil, nil, fmt.Errorf("run request: %v", bad[0])
 	}

@@ -18,9 +18,7 @@ import (
 // fan-out when it owns the run, else from the log, and returns the error
 // the stream ends with.
 func (rs *Runs) follow(ctx context.Context, k Key, afterSeq uint64, out *delivery.Stream[Item]) error {
-	rs.mu.Lock()
-	r := rs.runs[k]
-	rs.mu.Unlock()
+	r := rs.owned.get(k)
 	if r != nil {
 		_, err := rs.watchRun(ctx, r, afterSeq, out)
 		return err
@@ -46,13 +44,11 @@ func (rs *Runs) followLog(ctx context.Context, k Key, afterSeq uint64, out *deli
 			rs.logger.Error("turn store: the run is still without an owner after adopting it", "turn_id", k.TurnID, "attempt", k.Attempt, "after_seq", last)
 			return ErrStoreUnreachable
 		}
-		if err := rs.adopt(ctx, k); err != nil {
+		if err := rs.takeovers.adopt(ctx, k); err != nil {
 			return err
 		}
 		afterSeq = last
-		rs.mu.Lock()
-		r := rs.runs[k]
-		rs.mu.Unlock()
+		r := rs.owned.get(k)
 		if r != nil {
 			// Taken over here.
 			_, err := rs.watchRun(ctx, r, afterSeq, out)
