@@ -53,7 +53,7 @@ func inOrder(t *testing.T, what string, seqs []uint64, n int) {
 }
 
 // TestPushedStreamOnceInOrder: the stream of the RPC that created a run,
-// fed by publish itself (streamRun), gets every event once, in order, with
+// fed by publish itself (stream), gets every event once, in order, with
 // one Send at a time, while events are published from another goroutine,
 // before and after it attaches, and while a second watcher attaches
 // mid-run and follows it as before; both end with the run's status, and
