@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of every turnstile error.
@@ -50,7 +53,7 @@ func grpcCode(k llm.Kind) codes.Code {
 // the error e: the code for its class, ErrorInfo always, RetryInfo when it
 // is retryable.
 func turnStatus(e *runtime.TurnError) *status.Status {
-	st := status.New(grpcCode(e.Kind), clip(e.Message, maxMessageBytes))
+	st := status.New(grpcCode(e.Kind), wire.Clip(e.Message, wire.MaxMessageBytes))
 	info := errorInfo(e.Kind.String(), nil)
 	if e.Model != "" {
 		info.Metadata["model"] = e.Model
@@ -139,4 +142,38 @@ func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Sta
 		return s
 	}
 	return st
+}
+
+// refusalStatus returns the status of a turn refused by admission: err is
+// an *admission.Refusal (any other error is INTERNAL), client the caller's
+// key name ("" without keys). RESOURCE_EXHAUSTED, with ErrorInfo
+// LIMIT_EXCEEDED or BUDGET_EXHAUSTED naming the limit (and the key), and
+// RetryInfo when waiting helps.
+func refusalStatus(err error, client string) *status.Status {
+	var r *admission.Refusal
+	if !errors.As(err, &r) {
+		return status.New(codes.Internal, "internal error")
+	}
+	md := map[string]string{"limit": r.Limit}
+	if client != "" {
+		md["client"] = client
+	}
+	reason := r.Reason
+	if reason == "" {
+		reason = reasonLimitExceeded
+	}
+	return refused(reason, r.Message, r.RetryAfter, md)
+}
+
+// modelStatus returns the status of a request whose model its key may
+// not use (PERMISSION_DENIED), or that the server does not know
+// (INVALID_ARGUMENT naming the model field, with the models the key may
+// use).
+func modelStatus(e *admission.ModelError) *status.Status {
+	if !e.Known {
+		return invalidArgument([]*runtime.FieldError{{Field: "model",
+			Description: fmt.Sprintf("unknown model %s; this client key may use: %s", wire.Quote(e.Model), strings.Join(e.Allowed, ", "))}})
+	}
+	return permissionDenied(fmt.Sprintf("client key %q may not use model %s", e.Client, wire.Quote(e.Model)),
+		map[string]string{"model": e.Model, "client": e.Client})
 }

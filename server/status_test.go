@@ -11,6 +11,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 func TestKindMapping(t *testing.T) {
@@ -44,7 +45,7 @@ func TestKindMapping(t *testing.T) {
 				t.Errorf("grpcCode(%v) = %v, want %v", tt.kind, got, tt.code)
 			}
 			// Every kind has its own wire code, named alike.
-			if got := errorCode(tt.kind).String(); got != "ERROR_CODE_"+tt.kind.String() {
+			if got := wire.ErrorCode(tt.kind).String(); got != "ERROR_CODE_"+tt.kind.String() {
 				t.Errorf("errorCode(%v) = %v", tt.kind, got)
 			}
 		})
