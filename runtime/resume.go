@@ -12,6 +12,7 @@ import (
 // Resume is what a turn's log holds of a turn whose runner went away
 // before its last event (its process died): set as [TurnRequest.Resume],
 // another runner continues the turn from there instead of starting it.
+// [ResumeFrom] rebuilds it from the turn's events.
 //
 // The resumed turn emits no TurnStarted and numbers its events from
 // NextSeq. It commits nothing twice: the conversation is the request's
