@@ -291,6 +291,47 @@ func TestResumeFromSteering(t *testing.T) {
 	}
 }
 
+// TestResumeFromApprovalsAndSteering: what ResumeFrom rebuilds of the
+// approvals and steering messages a turn's events hold: the decisions
+// stored, the requests made (counted once, however often a resumed turn
+// emitted them), and the steering messages not yet committed, in order.
+func TestResumeFromApprovalsAndSteering(t *testing.T) {
+	user := func(s string) llm.Message { return llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(s)}} }
+	committed := func(m llm.Message) runtime.Payload { return &runtime.MessageCompleted{Message: m} }
+	calls := llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{
+		{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "c1", Name: "deploy", Arguments: "{}"}},
+		{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: "c2", Name: "deploy", Arguments: "{}"}},
+	}}
+	requested := func(id string) runtime.Payload { return &runtime.ToolApprovalRequested{CallID: id, Name: "deploy"} }
+	denied := &runtime.ToolApprovalDecided{CallID: "c1", Name: "deploy", Reason: "no", DecidedBy: "alice"}
+	steered := func(s string) runtime.Payload { return &runtime.Steered{Message: user(s)} }
+	rs, err := runtime.ResumeFrom(events(
+		&runtime.TurnStarted{Model: "sim"},
+		steered("first"),
+		committed(user("first")),
+		committed(calls),
+		requested("c1"), requested("c2"), denied, steered("second"),
+		requested("c2"), // emitted again by a runner that resumed the turn
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rs.Counters
+	if c.ApprovalsRequested != 2 || c.ApprovalsDenied != 1 || c.Steered != 1 {
+		t.Errorf("counters %+v, want 2 requested, 1 denied, 1 steered", c)
+	}
+	d, ok := rs.Decided["c1"]
+	if !ok || d.Approved || d.Reason != "no" || d.DecidedBy != "alice" || d.Seq != 7 || len(rs.Decided) != 1 {
+		t.Errorf("decided %+v", rs.Decided)
+	}
+	if !rs.Requested["c1"] || !rs.Requested["c2"] {
+		t.Errorf("requested %v", rs.Requested)
+	}
+	if len(rs.Steering) != 1 || rs.Steering[0].Text() != "second" {
+		t.Errorf("steering %v, want [second]", rs.Steering)
+	}
+}
+
 // TestResumeFromRefuses: events out of order, and an event that ends the
 // turn before the last, are errors; a turn whose last event ends it has
 // nothing to resume.

@@ -226,8 +226,9 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 const maxTakeovers = 3
 
 // resumeRequest rebuilds the runtime request of a run taken over from its
-// first record and its stored events; nil when the run already ended.
-// claims counts the run's takeovers, this one's included.
+// first record and its stored events, which the runtime folds into the
+// state the turn goes on from (runtime.ResumeFrom); nil when the run
+// already ended. claims counts the run's takeovers, this one's included.
 func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
 	var first runRecord
 	if err := json.Unmarshal(rec, &first); err != nil {
@@ -251,12 +252,16 @@ func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (
 		if err := proto.Unmarshal(b, ev); err != nil {
 			return nil, nil, fmt.Errorf("event %d: %w", i+1, err)
 		}
-		if ev.GetSeq() != uint64(i+1) {
-			return nil, nil, fmt.Errorf("event %d has seq %d", i+1, ev.GetSeq())
-		}
 		events[i] = ev
 	}
-	res, err := resumeFrom(events)
+	if n := len(events); n > 0 && terminal(events[n-1]) {
+		return nil, nil, nil // it ended after all
+	}
+	evs, err := runtimeEvents(events)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := runtime.ResumeFrom(evs)
 	if err != nil || res == nil {
 		return nil, nil, err
 	}
@@ -268,127 +273,17 @@ func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (
 	return tr, events, nil
 }
 
-// resumeFrom reads what a run's events say of its state; nil when its
-// last event is terminal. Each event is read back into the runtime's form
-// (wire.RuntimeEvent) up to the first terminal one.
-func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
-	rs := &runtime.Resume{NextSeq: uint64(len(events)) + 1}
-	var lastStop llm.StopReason
-	// cut is the text streamed from rs.DiscardFromSeq on; textOnly says
-	// nothing else was.
-	var cut string
-	var textOnly bool
-	for _, stored := range events {
-		if terminal(stored) {
-			return nil, nil
-		}
+// runtimeEvents reads a run's stored events back into the runtime's form
+// (wire.RuntimeEvent), for the runtime to rebuild the turn from
+// (runtime.ResumeFrom).
+func runtimeEvents(events []*turnstilev1.AgentEvent) ([]runtime.Event, error) {
+	out := make([]runtime.Event, len(events))
+	for i, stored := range events {
 		ev, err := wire.RuntimeEvent(stored)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("event %d: %w", i+1, err)
 		}
-		switch p := ev.Payload.(type) {
-		case *runtime.TurnStarted:
-			rs.Model = p.Model
-		case *runtime.LLMCallStarted:
-			rs.Counters.ModelCalls++
-			rs.Model = p.Model
-		case *runtime.TextDelta:
-			if rs.DiscardFromSeq == 0 {
-				rs.DiscardFromSeq, cut, textOnly = ev.Seq, "", true
-			}
-			cut += p.Text
-		case *runtime.ThinkingDelta, *runtime.ToolCallDelta:
-			if rs.DiscardFromSeq == 0 {
-				rs.DiscardFromSeq = ev.Seq
-			}
-			textOnly = false
-		case *runtime.LLMCallFinished:
-			lastStop = p.Stop
-		case *runtime.Retry:
-			rs.Counters.Retries++
-			if p.DiscardPartial {
-				rs.DiscardFromSeq = 0
-			}
-		case *runtime.Fallback:
-			rs.Counters.Fallbacks++
-			rs.Model = p.To
-			if p.DiscardPartial {
-				rs.DiscardFromSeq = 0
-			}
-		case *runtime.Compaction:
-			rs.Counters.Compactions++
-			rs.Edits = append(rs.Edits, editOf(p, len(rs.Committed)))
-		case *runtime.UsageUpdated:
-			rs.Usage = p.Total
-		case *runtime.MessageCompleted:
-			m := p.Message
-			rs.Committed = append(rs.Committed, m)
-			rs.DiscardFromSeq = 0
-			if m.Role == llm.RoleAssistant {
-				rs.LastStop = lastStop
-				rs.ToolResults, rs.ToolsStarted = map[string]llm.ToolResult{}, map[string]bool{}
-				rs.Decided, rs.Requested = map[string]runtime.Decided{}, map[string]bool{}
-			}
-			if m.Role == llm.RoleUser && len(rs.Steering) > 0 {
-				// A steering message committed: the oldest queued.
-				rs.Steering = rs.Steering[1:]
-				rs.Counters.Steered++
-			}
-		case *runtime.Steered:
-			rs.Steering = append(rs.Steering, p.Message)
-			rs.SteerBytes += len(p.Message.Text())
-			if id := p.RequestID; id != "" {
-				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.Seq})
-			}
-		case *runtime.ToolApprovalRequested:
-			// A request a takeover emitted again counts once.
-			if id := p.CallID; !rs.Requested[id] {
-				rs.Counters.ApprovalsRequested++
-				if rs.Requested != nil {
-					rs.Requested[id] = true
-				}
-			}
-		case *runtime.ToolApprovalDecided:
-			if !p.Approved {
-				rs.Counters.ApprovalsDenied++
-			}
-			if rs.Decided != nil {
-				rs.Decided[p.CallID] = runtime.Decided{
-					Decision: runtime.Decision{Approved: p.Approved, Reason: p.Reason, DecidedBy: p.DecidedBy},
-					TimedOut: p.TimedOut, Seq: ev.Seq, At: ev.Time,
-				}
-			}
-		case *runtime.ToolStarted:
-			if rs.ToolsStarted != nil {
-				rs.ToolsStarted[p.CallID] = true
-			}
-		case *runtime.ToolFinished:
-			rs.Counters.ToolCalls++
-			if p.IsError {
-				rs.Counters.ToolErrors++
-			}
-			if rs.ToolResults != nil {
-				rs.ToolResults[p.CallID] = llm.ToolResult{CallID: p.CallID, Name: p.Name, Content: p.Content, IsError: p.IsError}
-				delete(rs.ToolsStarted, p.CallID)
-			}
-		}
+		out[i] = ev
 	}
-	if rs.DiscardFromSeq != 0 && textOnly && cut != "" {
-		rs.Cut = []llm.Part{llm.TextPart(cut)}
-	}
-	return rs, nil
-}
-
-// editOf is the edit of a stored compaction, made once committed messages
-// had been committed. One whose replacement was left out cannot be
-// replayed: its edit (From -1) ends the replay, as a client stops
-// applying the turn's compactions there.
-func editOf(c *runtime.Compaction, committed int) runtime.ConversationEdit {
-	e := runtime.ConversationEdit{Committed: committed, From: c.ReplacedFrom, Count: c.ReplacedCount}
-	if c.ReplacementOmitted {
-		e.From = -1
-		return e
-	}
-	e.Replacement = c.Replacement
-	return e
+	return out, nil
 }
