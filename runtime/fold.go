@@ -13,8 +13,9 @@ import (
 // An event out of order, or of a payload the fold does not know, is an
 // error.
 //
-// The fold decides about every payload of this package: a test holds its
-// switch to the payloads there are.
+// The fold decides about every payload of this package (a test holds its
+// switches to the payloads there are): what it restores of the turn, in
+// add, and whether it moves the turn on, in [Advances].
 func ResumeFrom(events []Event) (*Resume, error) {
 	f := fold{rs: &Resume{}}
 	for i, ev := range events {
@@ -147,6 +148,30 @@ func (f *fold) add(ev Event) error {
 		return fmt.Errorf("runtime: event %d: the fold does not know the payload %T", ev.Seq, p)
 	}
 	return nil
+}
+
+// Advances reports whether an event of payload p is work its turn did,
+// rather than work begun or asked for: the model's output (a text,
+// reasoning or tool call delta), a committed message, a tool's result, a
+// compaction, or the turn's end. A runner that stored none of those before
+// it went away did none of the turn's work: a runner resuming the turn
+// makes its other events again (a call or a tool started, a retry) or
+// keeps them as they are (what others asked of the turn: an approval
+// decided, a steering message). A durable layer bounds by it the
+// takeovers of a turn whose runners keep going away before doing any
+// work, which the turn itself may be the cause of.
+func Advances(p Payload) bool {
+	switch p.(type) {
+	case *TextDelta, *ThinkingDelta, *ToolCallDelta, *MessageCompleted, *ToolFinished, *Compaction:
+		return true
+	case *TurnStarted, *LLMCallStarted, *LLMCallFinished, *UsageUpdated, *Retry, *Fallback, *Hedge,
+		*ToolStarted, *ToolProgress, *ToolApprovalRequested, *ToolApprovalDecided, *Steered:
+		return false
+	case *TurnCompleted, *TurnError:
+		// The turn's end: there is no runner after it.
+		return true
+	}
+	return false
 }
 
 // editOf is the edit of a compaction made once committed messages had

@@ -96,7 +96,8 @@ func (p *bySteps) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Ch
 // and ends as the whole turn did, with the same messages, reason and
 // counts of tools, fallbacks and the like; it runs the tool once unless
 // its result was stored, and says of a cut call's output what its model's
-// on_stream_cut says (dropped, or kept and continued).
+// on_stream_cut says (dropped, or kept and continued), as
+// Runner.ContinuesCut says beforehand.
 func TestResumeFromEveryPrefix(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -152,6 +153,7 @@ func TestResumeFromEveryPrefix(t *testing.T) {
 				r, lookup := setup()
 				req := userTurn("what is the answer?")
 				req.Resume = rs
+				continues := r.ContinuesCut(req)
 				rec := &recorder{}
 				res, err := r.Run(t.Context(), req, rec)
 				evs := rec.events
@@ -212,14 +214,17 @@ func TestResumeFromEveryPrefix(t *testing.T) {
 					t.Fatalf("resumed after %d events: the output from seq %d is cut, ResumeFrom says %d; first event %s", n, open, rs.DiscardFromSeq, describe(evs[0]))
 				}
 				if open == 0 {
+					if continues {
+						t.Errorf("resumed after %d events: ContinuesCut says a reply is continued, and none was cut", n)
+					}
 					continue
 				}
 				if !ok {
 					t.Fatalf("resumed after %d events within a call's output: first %s, want a retry", n, describe(evs[0]))
 				}
 				keep := tt.cut == runtime.StreamCutContinue && textOnly
-				if retry.DiscardPartial == keep || (!keep && retry.DiscardFromSeq != open) {
-					t.Errorf("resumed after %d events: %+v, want the output from seq %d kept %v", n, retry, open, keep)
+				if retry.DiscardPartial == keep || (!keep && retry.DiscardFromSeq != open) || continues != keep {
+					t.Errorf("resumed after %d events: %+v (ContinuesCut %v), want the output from seq %d kept %v", n, retry, continues, open, keep)
 				}
 				if cut := partsText(rs.Cut); textOnly && cut != text || !textOnly && cut != "" {
 					t.Errorf("resumed after %d events: ResumeFrom's cut %q, want %q", n, cut, text)
@@ -413,11 +418,11 @@ func TestResumeFromACancelledLog(t *testing.T) {
 	}
 }
 
-// TestFoldDecidesEveryPayload: the fold's switch (fold.add, in fold.go)
-// names every payload type of the package (every type with an isPayload
-// method), so a payload added without deciding what a resumed turn makes
-// of it fails here, not in production, where the fold refuses a payload
-// it does not know.
+// TestFoldDecidesEveryPayload: the fold's switches (fold.add and
+// Advances, in fold.go) name every payload type of the package (every type
+// with an isPayload method), so a payload added without deciding what a
+// resumed turn makes of it, and whether it is progress, fails here, not in
+// production, where the fold refuses a payload it does not know.
 func TestFoldDecidesEveryPayload(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -445,13 +450,16 @@ func TestFoldDecidesEveryPayload(t *testing.T) {
 			if fn.Name.Name == "add" && fn.Recv != nil && typeName(fn.Recv.List[0].Type) == "fold" {
 				cases["fold.add"] = switchCases(fn.Body)
 			}
+			if fn.Name.Name == "Advances" && fn.Recv == nil {
+				cases["Advances"] = switchCases(fn.Body)
+			}
 		}
 	}
 	slices.Sort(payloads)
 	if len(payloads) < 20 {
 		t.Fatalf("found %d payload types: %v", len(payloads), payloads)
 	}
-	for _, name := range []string{"fold.add"} {
+	for _, name := range []string{"fold.add", "Advances"} {
 		got := slices.Sorted(slices.Values(cases[name]))
 		if diff := gocmp.Diff(payloads, got); diff != "" {
 			t.Errorf("%s's switch does not name every payload type (-payloads +cases):\n%s", name, diff)

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -118,7 +119,7 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 			Message:        "the server running the turn went away during the model call; the call is made again",
 			DiscardPartial: true, DiscardFromSeq: rs.DiscardFromSeq,
 		}
-		if m.OnStreamCut == StreamCutContinue && continuable(rs.Cut) {
+		if continuesCut(m, rs) {
 			// Kept: the first step continues it (see step's keptFrom).
 			t.cut, t.cutFrom = slices.Clone(rs.Cut), rs.DiscardFromSeq
 			retry.Message = "the server running the turn went away during the model call; the reply is continued from where it stopped"
@@ -155,6 +156,28 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		return nil, false, nil
 	}
 	return t.afterReply(ctx, last, rs.LastStop)
+}
+
+// ContinuesCut reports whether the turn req resumes continues the reply
+// its previous runner was streaming when it went away, rather than
+// dropping it and making the call again: req.Resume holds the text that
+// call streamed ([Resume].Cut), and the model the turn goes on with
+// continues cut streams (on_stream_cut: continue).
+func (r *Runner) ContinuesCut(req *TurnRequest) bool {
+	rs := req.Resume
+	alias := cmp.Or(req.Model, r.defaultModel)
+	if rs == nil || r.models[alias] == nil {
+		return false
+	}
+	c := newChain(r, alias, req)
+	c.resumeAt(rs.Model)
+	return continuesCut(c.current(), rs)
+}
+
+// continuesCut reports whether a turn resumed from rs on m continues the
+// reply its previous runner was streaming.
+func continuesCut(m *Model, rs *Resume) bool {
+	return rs.DiscardFromSeq > 0 && m.OnStreamCut == StreamCutContinue && continuable(rs.Cut)
 }
 
 // toolResults returns the tool results of m.
