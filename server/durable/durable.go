@@ -412,7 +412,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		if err != nil {
 			return err
 		}
-		out.Attempt = k.Attempt
+		out.Attempt, out.Takeover = k.Attempt, r.takeover
 		// The event is encoded once: its size, as sent and as stored, is
 		// that of its wire form.
 		b, err := marshalEvent(out)
@@ -465,7 +465,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		// failed): store it in the place of the event that did not fit, so
 		// live clients and replays end alike.
 		if out, err := wire.AgentEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.TurnID, Payload: te}); err == nil {
-			out.Attempt = k.Attempt
+			out.Attempt, out.Takeover = k.Attempt, r.takeover
 			if err := appendEvent(fctx, out); err != nil {
 				rs.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 			}
@@ -495,7 +495,6 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	rs.owned.drop(k, r)
 }
 
-// marshalEvent returns ev's wire form as the log stores it.
 // marshalEvent returns ev's wire form as the log stores it.
 func marshalEvent(ev *turnstilev1.AgentEvent) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(ev)

@@ -68,7 +68,8 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 		to.rs.logger.Debug("turn store: run not taken over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return true
 	}
-	tr, events, err := to.resumeRequest(k, rec, raw, claims)
+	r.takeover = uint32(claims)
+	tr, events, fruitless, err := to.resumeRequest(k, rec, raw, claims)
 	if err != nil || tr == nil {
 		// Finished after all, or unreadable: give it up as it is.
 		if err != nil {
@@ -101,8 +102,8 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 	}
 	r.fill(events)
 	to.rs.logger.Info("taking over a turn whose server went away", "turn_id", k.TurnID, "attempt", k.Attempt, "takeover", claims,
-		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "continued", len(tr.Resume.Cut) > 0,
-		"committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
+		"without_progress", fruitless, "last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq,
+		"continued", to.rs.runner.ContinuesCut(tr), "committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
 	to.rs.owned.put(k, r)
 	// Its clients re-attach, here or elsewhere; without any, the detach
 	// grace ends it.
@@ -177,7 +178,7 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var lastSeq atomic.Uint64
-	_, raw, _, err := to.rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
+	_, raw, claims, err := to.rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
 		if sig != signalCancel {
 			return nil
 		}
@@ -198,7 +199,7 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 	if !ended {
 		ev, err := wire.AgentEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.TurnID, Payload: te})
 		if err == nil {
-			ev.Attempt = k.Attempt
+			ev.Attempt, ev.Takeover = k.Attempt, uint32(claims)
 			var b []byte
 			if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(ev); err == nil {
 				err = to.rs.store.Append(ctx, k.id(), k.Attempt, b, func(error) {})
@@ -220,27 +221,33 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 	return seq, true
 }
 
-// maxTakeovers bounds the takeovers of one run: a run claimed more often
-// than that (its owners keep going away, or the turn itself brings them
-// down) ends with a retryable UNAVAILABLE error instead of looping.
-const maxTakeovers = 3
+// maxFruitless bounds the takeovers of one run that made no progress:
+// a run whose owners went away that many times before storing any of the
+// turn's work (runtime.Advances: the model's output, a committed message,
+// a tool's result) since they took it over (they keep going away, or the
+// turn itself brings them down) ends at its next takeover with a
+// retryable UNAVAILABLE error instead of looping. Takeovers that made
+// progress do not count: a long turn whose owners keep being killed goes
+// on, within its own bounds (turn.max_model_calls, its deadline).
+const maxFruitless = 3
 
 // resumeRequest rebuilds the runtime request of a run taken over from its
 // first record and its stored events, which the runtime folds into the
 // state the turn goes on from (runtime.ResumeFrom); nil when the run
-// already ended. claims counts the run's takeovers, this one's included.
-func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
+// already ended. claims counts the run's takeovers, this one's included;
+// fruitless those before it that made no progress.
+func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, int, error) {
 	var first runRecord
 	if err := json.Unmarshal(rec, &first); err != nil {
-		return nil, nil, fmt.Errorf("run record: %w", err)
+		return nil, nil, 0, fmt.Errorf("run record: %w", err)
 	}
 	req := &turnstilev1.RunTurnRequest{}
 	if err := proto.Unmarshal(first.Request, req); err != nil {
-		return nil, nil, fmt.Errorf("run request: %w", err)
+		return nil, nil, 0, fmt.Errorf("run request: %w", err)
 	}
 	tr, bad := wire.TurnRequest(context.Background(), req, wire.Checks{MaxMediaBytes: to.rs.checks.MaxMediaBytes, MaxRequestMediaBytes: to.rs.checks.MaxRequestMediaBytes})
 	if len(bad) > 0 {
-		return nil, nil, fmt.Errorf("run request: %v", bad[0])
+		return nil, nil, 0, fmt.Errorf("run request: %v", bad[0])
 	}
 	tr.TurnID, tr.Client = k.TurnID, first.Client
 	if first.Model != "" {
@@ -250,27 +257,51 @@ func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (
 	for i, b := range raw {
 		ev := &turnstilev1.AgentEvent{}
 		if err := proto.Unmarshal(b, ev); err != nil {
-			return nil, nil, fmt.Errorf("event %d: %w", i+1, err)
+			return nil, nil, 0, fmt.Errorf("event %d: %w", i+1, err)
 		}
 		events[i] = ev
 	}
 	if n := len(events); n > 0 && terminal(events[n-1]) {
-		return nil, nil, nil // it ended after all
+		return nil, nil, 0, nil // it ended after all
 	}
 	evs, err := runtimeEvents(events)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	res, err := runtime.ResumeFrom(evs)
 	if err != nil || res == nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	if claims > maxTakeovers {
+	fruitless := fruitlessTakeovers(events, evs, claims)
+	if fruitless >= maxFruitless {
 		res.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
-			"the turn was taken over %d times (at most %d): the servers running it kept going away; run it again", claims, maxTakeovers)}
+			"the turn was taken over %d times, %d of them without progress (at most %d): the servers running it kept going away; run it again",
+			claims, fruitless, maxFruitless)}
 	}
 	tr.Resume = res
-	return tr, events, nil
+	return tr, events, fruitless, nil
+}
+
+// fruitlessTakeovers counts the takeovers of a run, before the one claims
+// counts (this one's included), whose owner stored none of the turn's work
+// (runtime.Advances) before it went away: each stored event names the
+// takeover that stored it, and events its runtime form. A takeover by a
+// replica of the version before, whose events name none, counts as one
+// that made no progress.
+func fruitlessTakeovers(stored []*turnstilev1.AgentEvent, events []runtime.Event, claims int) int {
+	progressed := map[uint32]bool{}
+	for i, ev := range stored {
+		if runtime.Advances(events[i].Payload) {
+			progressed[ev.GetTakeover()] = true
+		}
+	}
+	n := 0
+	for t := 1; t < claims; t++ {
+		if !progressed[uint32(t)] {
+			n++
+		}
+	}
+	return n
 }
 
 // runtimeEvents reads a run's stored events back into the runtime's form
