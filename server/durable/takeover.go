@@ -69,7 +69,8 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 		return true
 	}
 	r.takeover = uint32(claims)
-	tr, events, fruitless, err := to.resumeRequest(k, rec, raw, claims)
+	res, err := to.resumption(k, rec, raw, claims)
+	first, tr, events := res.first, res.turn, res.events
 	if err != nil || tr == nil {
 		// Finished after all, or unreadable: give it up as it is.
 		if err != nil {
@@ -81,8 +82,6 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 		to.rs.owned.unadmit()
 		return true
 	}
-	var first runRecord
-	_ = json.Unmarshal(rec, &first)
 	r.hash = first.Hash
 	tr.Controls = r.ctl
 	release := leave
@@ -102,7 +101,7 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 	}
 	r.fill(events)
 	to.rs.logger.Info("taking over a turn whose server went away", "turn_id", k.TurnID, "attempt", k.Attempt, "takeover", claims,
-		"without_progress", fruitless, "last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq,
+		"without_progress", res.fruitless, "last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq,
 		"continued", to.rs.runner.ContinuesCut(tr), "committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
 	to.rs.owned.put(k, r)
 	// Its clients re-attach, here or elsewhere; without any, the detach
@@ -136,8 +135,9 @@ func (to takeovers) adopt(ctx context.Context, k Key) error {
 		to.rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return ErrStoreUnreachable
 	}
-	var first runRecord
-	_ = json.Unmarshal(rec, &first)
+	// A record that cannot be read is zero here: its last event's time
+	// decides, and takeOver gives it up.
+	first, _ := readRecord(rec)
 	lastAt := first.Started
 	last, err := to.rs.lastEvent(ctx, k)
 	if err != nil {
@@ -231,23 +231,36 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 // on, within its own bounds (turn.max_model_calls, its deadline).
 const maxFruitless = 3
 
-// resumeRequest rebuilds the runtime request of a run taken over from its
-// first record and its stored events, which the runtime folds into the
-// state the turn goes on from (runtime.ResumeFrom); nil when the run
-// already ended. claims counts the run's takeovers, this one's included;
-// fruitless those before it that made no progress.
-func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, int, error) {
-	var first runRecord
-	if err := json.Unmarshal(rec, &first); err != nil {
-		return nil, nil, 0, fmt.Errorf("run record: %w", err)
+// resumption is what a takeover resumes a run from.
+type resumption struct {
+	// first is the run's first record.
+	first runRecord
+	// turn is the runtime request, its Resume set; nil when the run
+	// already ended.
+	turn *runtime.TurnRequest
+	// events are the run's stored events.
+	events []*turnstilev1.AgentEvent
+	// fruitless counts the takeovers before this one that made no
+	// progress.
+	fruitless int
+}
+
+// resumption rebuilds what a takeover of run k resumes it from: its first
+// record, rec, and its stored events, raw, which the runtime folds into
+// the state the turn goes on from (runtime.ResumeFrom). claims counts the
+// run's takeovers, this one's included.
+func (to takeovers) resumption(k Key, rec []byte, raw [][]byte, claims int) (resumption, error) {
+	first, err := readRecord(rec)
+	if err != nil {
+		return resumption{}, err
 	}
 	req := &turnstilev1.RunTurnRequest{}
 	if err := proto.Unmarshal(first.Request, req); err != nil {
-		return nil, nil, 0, fmt.Errorf("run request: %w", err)
+		return resumption{}, fmt.Errorf("run request: %w", err)
 	}
 	tr, bad := wire.TurnRequest(context.Background(), req, wire.Checks{MaxMediaBytes: to.rs.checks.MaxMediaBytes, MaxRequestMediaBytes: to.rs.checks.MaxRequestMediaBytes})
 	if len(bad) > 0 {
-		return nil, nil, 0, fmt.Errorf("run request: %v", bad[0])
+		return resumption{}, fmt.Errorf("run request: %v", bad[0])
 	}
 	tr.TurnID, tr.Client = k.TurnID, first.Client
 	if first.Model != "" {
@@ -257,29 +270,29 @@ func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (
 	for i, b := range raw {
 		ev := &turnstilev1.AgentEvent{}
 		if err := proto.Unmarshal(b, ev); err != nil {
-			return nil, nil, 0, fmt.Errorf("event %d: %w", i+1, err)
+			return resumption{}, fmt.Errorf("event %d: %w", i+1, err)
 		}
 		events[i] = ev
 	}
 	if n := len(events); n > 0 && terminal(events[n-1]) {
-		return nil, nil, 0, nil // it ended after all
+		return resumption{first: first}, nil // it ended after all
 	}
 	evs, err := runtimeEvents(events)
 	if err != nil {
-		return nil, nil, 0, err
+		return resumption{}, err
 	}
-	res, err := runtime.ResumeFrom(evs)
-	if err != nil || res == nil {
-		return nil, nil, 0, err
+	rs, err := runtime.ResumeFrom(evs)
+	if err != nil || rs == nil {
+		return resumption{first: first}, err
 	}
 	fruitless := fruitlessTakeovers(events, evs, claims)
 	if fruitless >= maxFruitless {
-		res.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
+		rs.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
 			"the turn was taken over %d times, %d of them without progress (at most %d): the servers running it kept going away; run it again",
 			claims, fruitless, maxFruitless)}
 	}
-	tr.Resume = res
-	return tr, events, fruitless, nil
+	tr.Resume = rs
+	return resumption{first: first, turn: tr, events: events, fruitless: fruitless}, nil
 }
 
 // fruitlessTakeovers counts the takeovers of a run, before the one claims
