@@ -148,7 +148,7 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		// of a running tool.
 		t.closeCancelled(ctx)
 		return nil, true, t.fail(ctx, errCancelledBefore)
-	case last.Role == llm.RoleTool && t.endedByTool(toolResults(last)) && t.ctl.finish():
+	case last.Role == llm.RoleTool && t.tools.endedByTool(toolResults(last)) && t.ctl.finish():
 		// A tool that ends the turn succeeded.
 		res, err := t.complete(ctx, EndToolEndedTurn)
 		return res, true, err
@@ -219,14 +219,14 @@ func cancelledResult(parts []llm.Part) bool {
 // stored result of each call that has one (nil for the others), or the
 // failure that ends the turn when a tool with side effects was started and
 // its outcome is unknown. It applies once, to the first tools run.
-func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
-	rs := t.resumed
-	t.resumed = nil
+func (tc *toolCalls) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
+	rs := tc.resumed
+	tc.resumed = nil
 	if rs == nil {
 		return nil, nil
 	}
 	// Started before a steering message could come: not skipped for it.
-	t.restarted = rs.ToolsStarted
+	tc.restarted = rs.ToolsStarted
 	known := make([]*llm.ToolResult, len(calls))
 	var unknown []string
 	for i, c := range calls {
@@ -237,7 +237,7 @@ func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
 		if !rs.ToolsStarted[c.ID] {
 			continue
 		}
-		if tool, ok := t.r.tools[c.Name]; ok {
+		if tool, ok := tc.t.r.tools[c.Name]; ok {
 			if spec := tool.Spec(); spec.ReadOnly || spec.Idempotent {
 				continue // safe to run again
 			}
