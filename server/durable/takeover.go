@@ -224,7 +224,7 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 // maxFruitless bounds the takeovers of one run that made no progress:
 // a run whose owners went away that many times before storing any of the
 // turn's work (runtime.Advances: the model's output, a committed message,
-// a tool's result) since they took it over (they keep going away, or the
+// a tool's result, a compaction) since they took it over (they keep going away, or the
 // turn itself brings them down) ends at its next takeover with a
 // retryable UNAVAILABLE error instead of looping. Takeovers that made
 // progress do not count: a long turn whose owners keep being killed goes
