@@ -285,7 +285,7 @@ type Server struct {
 	// least 1 KiB, at most 16 MiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB;
-	// with the turn store on, at most 6242304, what one store record
+	// with the turn store on, at most 8323072, what one store record
 	// holds of a request).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxMediaBytes bounds one media part of a request, its data or URI

@@ -52,7 +52,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			return llm.Message{}, 0, err
 		}
 		number++
-		res := t.attempt(ctx, m, number, ticket)
+		res := t.calls.attempt(ctx, m, number, ticket)
 		ticket = nil
 		if err := t.stopped(ctx); err != nil {
 			out := res.partial

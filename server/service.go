@@ -34,6 +34,7 @@ type turnRunner interface {
 	Run(ctx context.Context, req *runtime.TurnRequest, sink runtime.Sink) (*runtime.TurnCompleted, error)
 	Models() []string
 	DefaultModel() string
+	ContinuesCut(req *runtime.TurnRequest) bool
 }
 
 // service implements turnstile.v1.AgentService over a runner: it checks
