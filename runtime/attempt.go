@@ -123,7 +123,7 @@ func (t *turn) close(ctx context.Context, c *call) {
 	t.noteInput(c)
 	end := AttemptEnd{
 		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, ResponseID: res.responseID, Err: res.err, Streamed: res.streamed, Lost: c.lost,
-		Duration: res.duration, TimeToFirstChunk: res.ttfc,
+		Duration: res.duration, TimeToFirstChunk: res.ttfc, Estimated: res.estimated,
 	}
 	if res.err == nil {
 		end.Message = res.msg
@@ -166,8 +166,9 @@ func (t *turn) close(ctx context.Context, c *call) {
 // deadline or the watchdog (a first-token or idle timeout) while its
 // request may have been sent. It is an estimate of the prompt's input
 // tokens, made as for compaction (see [turn.estimateTokens]) from the
-// request as sent, and, for a completed call, of the reply's output
-// tokens (a quarter of its bytes), priced at c's model's prices; the
+// request as sent, and of the reply's output tokens (a quarter of the
+// bytes of the reply, or, for a call cut short, of what it streamed
+// before), priced at c's model's prices; the
 // turn's running estimates (t.estimated) add it. A call the provider
 // refused before answering (an HTTP error, a connection refused) is not
 // charged: its provider read nothing. The estimate is for whoever pays (a
@@ -191,6 +192,10 @@ func (t *turn) estimate(c *call) {
 	u := llm.Usage{InputTokens: int64(t.seen.estimate(c.req.System, c.req.Messages, c.req.Tools))}
 	if res.err == nil {
 		u.OutputTokens = int64(ConversationSize([]llm.Message{res.msg}) / bytesPerToken)
+	} else {
+		// What the reply streamed before it was cut: the provider
+		// generated it, and bills it.
+		u.OutputTokens = int64(ConversationSize([]llm.Message{{Role: llm.RoleAssistant, Parts: res.partial}}) / bytesPerToken)
 	}
 	if u.InputTokens <= 0 && u.OutputTokens <= 0 {
 		return
