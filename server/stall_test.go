@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
-	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
 )
@@ -47,8 +45,8 @@ func (f flood) Stream(ctx context.Context, _ *llm.Request) iter.Seq2[llm.Chunk, 
 // over 10 connections whose clients never read, each turn streaming more
 // than the client's window and gRPC's queue hold, are each closed
 // DEADLINE_EXCEEDED by send_timeout while their turns still run: the
-// stall watchdog of every stream fires, however many there are. Their
-// turns go on detached and complete once the model answers.
+// stall watchdog of every stream fires, however many there are (that the
+// turns go on detached is TestDurableSendTimeout's).
 func TestManyNeverReadingStreams(t *testing.T) {
 	const conns, perConn = 10, 20
 	var (
@@ -98,8 +96,4 @@ func TestManyNeverReadingStreams(t *testing.T) {
 	}
 	mu.Unlock()
 	close(f.release)
-	evs, st := wiretest.Watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "silent-0-0"})
-	if st.Code() != codes.OK || evs[len(evs)-1].GetTurnCompleted() == nil {
-		t.Errorf("a detached turn: %v after %s", st, wiretest.Names(evs))
-	}
 }
