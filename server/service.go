@@ -109,16 +109,21 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	// limits and budgets until the call reports its use: the turn does not
 	// start when they do not cover it. The call's slots drop the hold when
 	// it ends, or the turn's when a durable turn keeps them.
-	usage := k.Charger()
-	if err := usage.Reserve(s.runner.FirstCall(tr)); err != nil {
-		st := refusalStatus(err, k.KeyName())
-		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
-		return st.Err()
+	// Without keys a turn holds nothing: nothing to estimate, drop or
+	// carry.
+	usage, ctx := k.Charger(), stream.Context()
+	if usage != nil {
+		if err := usage.Reserve(s.runner.FirstCall(tr)); err != nil {
+			st := refusalStatus(err, k.KeyName())
+			logging.AddFields(ctx, logging.Fields{"error_code", codeReasonOf(st)})
+			return st.Err()
+		}
+		admission.SlotsFrom(ctx).Add(usage.Unreserve)
+		ctx = admission.WithCharger(ctx, usage)
 	}
-	admission.SlotsFrom(stream.Context()).Add(usage.Unreserve)
 	tr.Budget = usage.BudgetHook()
 	if s.runs != nil {
-		return s.runDurable(admission.WithCharger(stream.Context(), usage), req, tr, stream)
+		return s.runDurable(ctx, req, tr, stream)
 	}
 	if tr.TurnID == "" {
 		tr.TurnID = uuid.NewString()
