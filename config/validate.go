@@ -229,6 +229,9 @@ func (c *Config) checkServer(v *checker) {
 	if s.MaxConnectionsPerPeer < 1 || s.MaxConnectionsPerPeer > max(s.MaxConnections, 1) {
 		v.at("server.max_connections_per_peer", "must be at least 1 and at most server.max_connections (%d)", s.MaxConnections)
 	}
+	if s.MaxHandshakes < 1 || s.MaxHandshakes > max(s.MaxConnections, 1) {
+		v.at("server.max_handshakes", "must be at least 1 and at most server.max_connections (%d)", s.MaxConnections)
+	}
 	positive("max_connection_idle", s.MaxConnectionIdle)
 	if s.MaxConnectionAge < 0 {
 		v.at("server.max_connection_age", "must not be negative (0 means never)")

@@ -139,7 +139,7 @@ func (mc *modelCalls) close(ctx context.Context, c *call) {
 	mc.noteInput(c)
 	end := AttemptEnd{
 		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, ResponseID: res.responseID, Err: res.err, Streamed: res.streamed, Lost: c.lost,
-		Duration: res.duration, TimeToFirstChunk: res.ttfc,
+		Duration: res.duration, TimeToFirstChunk: res.ttfc, Estimated: res.estimated,
 	}
 	if res.err == nil {
 		end.Message = res.msg
@@ -182,9 +182,10 @@ func (mc *modelCalls) close(ctx context.Context, c *call) {
 // deadline or the watchdog (a first-token or idle timeout) while its
 // request may have been sent. It is an estimate of the prompt's input
 // tokens, made as for compaction (see [modelCalls.estimateTokens]) from the
-// request as sent, and, for a completed call, of the reply's output
-// tokens (a quarter of its bytes), priced at c's model's prices; the
-// turn's running estimates (mc.t.estimated) add it. A call the provider
+// request as sent, and of the reply's output tokens (a quarter of the
+// bytes of the reply, or, for a call cut short, of what it streamed
+// before), priced at c's model's prices; the turn's running estimates
+// (mc.t.estimated) add it. A call the provider
 // refused before answering (an HTTP error, a connection refused) is not
 // charged: its provider read nothing. The estimate is for whoever pays (a
 // client key's limits and budgets), never added to the usage the turn
@@ -207,6 +208,10 @@ func (mc *modelCalls) estimate(c *call) {
 	u := llm.Usage{InputTokens: int64(mc.seen.estimate(c.req.System, c.req.Messages, c.req.Tools))}
 	if res.err == nil {
 		u.OutputTokens = int64(ConversationSize([]llm.Message{res.msg}) / bytesPerToken)
+	} else {
+		// What the reply streamed before it was cut: the provider
+		// generated it, and bills it.
+		u.OutputTokens = int64(ConversationSize([]llm.Message{{Role: llm.RoleAssistant, Parts: res.partial}}) / bytesPerToken)
 	}
 	if u.InputTokens <= 0 && u.OutputTokens <= 0 {
 		return
@@ -332,7 +337,10 @@ func (mc *modelCalls) classify(ctx context.Context, m *Model, err error, streame
 	var e *llm.Error
 	switch {
 	case mc.t.stopped(ctx) != nil:
-		e = llm.AsError(mc.t.stopped(ctx))
+		// A copy: the cause may be one error that stops many turns at
+		// once (a shutdown's), and the model is set on it below.
+		c := *llm.AsError(mc.t.stopped(ctx))
+		e = &c
 	case wd.fired() != "":
 		e = &llm.Error{Kind: llm.KindTimeout, Message: wd.fired(), Err: err}
 	case err == nil && streamed:

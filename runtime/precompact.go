@@ -18,6 +18,9 @@ const bytesPerToken = 4
 type promptSeen struct {
 	tokens int
 	msgs   int
+	// read and write are the cache read and cache write tokens among
+	// tokens.
+	read, write int
 }
 
 // noteInput keeps the prompt size a successful call reported: input,
@@ -28,7 +31,8 @@ func (mc *modelCalls) noteInput(c *call) {
 	if c.res.err != nil || c.lost || u.InputTokens+u.CacheReadTokens+u.CacheWriteTokens <= 0 {
 		return
 	}
-	mc.seen = promptSeen{tokens: int(u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens), msgs: min(len(c.req.Messages), len(mc.t.conv))}
+	mc.seen = promptSeen{tokens: int(u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens), msgs: min(len(c.req.Messages), len(mc.t.conv)),
+		read: int(u.CacheReadTokens), write: int(u.CacheWriteTokens)}
 }
 
 // estimateTokens estimates the prompt of a call to m now: the size the

@@ -182,7 +182,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	}
 	r := newRun(k, hash, cancel)
 	tr.Controls = r.ctl
-	r.charge = admission.FromContext(ctx).Charger()
+	r.charge = admission.ChargerFrom(ctx)
 	created, existing, err := rs.store.Create(ctx, k.id(), k.Attempt, rec, func(sig string) []byte { return rs.signals.answer(r, sig) })
 	if err != nil {
 		cancel(nil)

@@ -87,11 +87,11 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 	release := leave
 	if key := to.rs.keys.Named(first.Client); key != nil {
 		endKey := key.Hold()
-		tr.Budget = key.BudgetHook()
 		release = func() { leave(); endKey() }
 		// The tokens used before the takeover were charged where they were
 		// used.
 		r.charge = key.ResumedCharger(tr.Resume.Usage)
+		tr.Budget = r.charge.BudgetHook()
 	}
 	if !first.Deadline.IsZero() {
 		var cancelDL context.CancelFunc
