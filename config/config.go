@@ -268,6 +268,14 @@ type Server struct {
 	// max_connections when that is smaller; at least 1, at most
 	// max_connections).
 	MaxConnectionsPerPeer int `yaml:"max_connections_per_peer"`
+	// MaxHandshakes bounds the connections whose TLS and HTTP/2
+	// handshakes are under way at once, from every address together; one
+	// beyond it closes the oldest handshake of the address with the most
+	// under way, so silent connections from many addresses cannot hold
+	// the slots of max_connections (default 256, or a quarter of
+	// max_connections when that is smaller; at least 1, at most
+	// max_connections).
+	MaxHandshakes int `yaml:"max_handshakes"`
 	// MaxConnectionIdle closes a connection without RPCs for this long
 	// (default 5m; positive).
 	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
@@ -285,7 +293,7 @@ type Server struct {
 	// least 1 KiB, at most 16 MiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB;
-	// with the turn store on, at most 6242304, what one store record
+	// with the turn store on, at most 8323072, what one store record
 	// holds of a request).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxMediaBytes bounds one media part of a request, its data or URI
@@ -295,6 +303,21 @@ type Server struct {
 	// MaxRequestMediaBytes bounds the media of one request, all parts
 	// together (default 16 MiB; at least 1 KiB).
 	MaxRequestMediaBytes int `yaml:"max_request_media_bytes"`
+	// RefusedMediaHosts lists the hosts and networks a request's media
+	// URIs may not name: the provider fetches a URI, from its network or,
+	// for a model server run by the operator, from the operator's, so a
+	// client could make it reach what the client cannot. Each entry is
+	// loopback (127.0.0.0/8, ::1, localhost and its subdomains), private
+	// (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10,
+	// fc00::/7), link_local (169.254.0.0/16, where clouds serve instance
+	// metadata, and fe80::/10), unspecified (0.0.0.0/8, ::), a network
+	// (10.1.0.0/16), an IP address, a host name (matched exactly) or
+	// *.DOMAIN (its subdomains). Nothing is resolved: a host name is
+	// matched by name, so list internal domains by name; an IP address in
+	// any form a URL parser reads (127.1, 2130706433, an IPv4-mapped, NAT64
+	// or 6to4 IPv6 address) by network. Default: loopback, private,
+	// link_local and unspecified; [] refuses none.
+	RefusedMediaHosts []string `yaml:"refused_media_hosts"`
 	// MaxEventBytes bounds every event sent (default 2 MiB; at least
 	// turn.max_tool_result_bytes + 64 KiB, so a step's tool results fit
 	// one event; with the turn store on, at most 8323072, what one store
@@ -336,6 +359,7 @@ func defaultServer() Server {
 		MaxConcurrentTurns:    server.DefaultMaxConcurrentTurns,
 		MaxConnections:        server.DefaultMaxConnections,
 		MaxConnectionsPerPeer: server.DefaultMaxConnsPerPeer,
+		MaxHandshakes:         server.DefaultMaxHandshakes,
 		MaxHeaderBytes:        server.DefaultMaxHeaderBytes,
 		MaxConnectionIdle:     server.DefaultMaxConnectionIdle,
 		HandshakeTimeout:      server.DefaultHandshakeTimeout,
@@ -343,6 +367,7 @@ func defaultServer() Server {
 		MaxEventBytes:         server.DefaultMaxEventBytes,
 		MaxMediaBytes:         server.DefaultMaxMediaBytes,
 		MaxRequestMediaBytes:  server.DefaultMaxRequestMediaBytes,
+		RefusedMediaHosts:     runtime.DefaultRefusedMediaHosts(),
 		SendTimeout:           server.DefaultSendTimeout,
 		MaxRunningTurns:       1024,
 	}
@@ -488,6 +513,10 @@ func Parse(name string, b []byte) (*Config, error) {
 	// Left out, the per-address cap follows a smaller max_connections.
 	if _, set := c.lines["server.max_connections_per_peer"]; !set && c.Server.MaxConnections > 0 {
 		c.Server.MaxConnectionsPerPeer = min(c.Server.MaxConnectionsPerPeer, c.Server.MaxConnections)
+	}
+	// So does the bound on handshakes, to a quarter of it.
+	if _, set := c.lines["server.max_handshakes"]; !set && c.Server.MaxConnections > 0 {
+		c.Server.MaxHandshakes = min(c.Server.MaxHandshakes, max(1, c.Server.MaxConnections/4))
 	}
 	// A key that could not be decoded is reported once, by what was wrong
 	// with it, not again by the checks of the value it left behind.

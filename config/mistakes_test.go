@@ -176,6 +176,36 @@ config.yaml:5: models.a.input[3]: "image" appears twice
 config.yaml:6: models.b.input: must include text: every turn has a prompt
 config.yaml:10: server.max_media_bytes: must be at most server.max_request_media_bytes (8000000)`,
 	}, {
+		name: "refused media hosts",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+server:
+  refused_media_hosts:
+    - loopback
+    - 10.0.0.0/33
+    - "*.internal"
+    - https://metadata.example
+`,
+		want: `config.yaml:9: server.refused_media_hosts[1]: "10.0.0.0/33" is not loopback, private, link_local, unspecified, a network, an IP address, a host name or *.DOMAIN
+config.yaml:11: server.refused_media_hosts[3]: "https://metadata.example" is not loopback, private, link_local, unspecified, a network, an IP address, a host name or *.DOMAIN`,
+	}, {
+		name: "refused media hosts: none",
+		yaml: `
+providers:
+  sim: {type: simulator}
+models:
+  a: {provider: sim, model: m}
+server: {refused_media_hosts: []}
+`,
+		check: func(t *testing.T, c *Config) {
+			if h := c.Server.RefusedMediaHosts; h == nil || len(h) != 0 {
+				t.Errorf("refused_media_hosts %q, want set and empty", h)
+			}
+		},
+	}, {
 		name: "model input",
 		yaml: `
 providers:

@@ -228,3 +228,76 @@ func TestSteerOnce(t *testing.T) {
 	seqs = map[string]uint64{"b": 4, "c": 5}
 	steerAll([]want{{id: "b", dup: true}, {id: "c", dup: true}, {id: "a", fail: runtime.ErrTurnEnded}})
 }
+
+// TestSteerBudget: the steering messages a turn takes hold at most
+// Limits.MaxSteerBytes of text together, over the turn's life (a resumed
+// turn counts what its log holds): one more is refused with
+// ErrSteerBudget, and the model is sent no more steering text than that.
+func TestSteerBudget(t *testing.T) {
+	type steer struct {
+		text    string
+		refused bool
+	}
+	tests := []struct {
+		name    string
+		max     int
+		resumed int // the steering text a resumed turn's log holds
+		steers  []steer
+	}{
+		{name: "up to the bound", max: 10, steers: []steer{{text: "12345"}, {text: "123456", refused: true}, {text: "12345"}, {text: "x", refused: true}}},
+		{name: "none taken", max: 0, steers: []steer{{text: "x", refused: true}}},
+		{name: "resumed", max: 10, resumed: 8, steers: []steer{{text: "123", refused: true}, {text: "12"}, {text: "1", refused: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			tool := fake.NewTool("wait", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
+				<-release
+				return llm.ToolOutput{Content: "waited"}, nil
+			})
+			p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "wait", `{}`)}, fake.Reply{Chunks: fake.Text("ok")})
+			r := newRunner(t, []*runtime.Model{model("a", p)}, []llm.Tool{tool}, withLimits(func(l *runtime.Limits) { l.MaxSteerBytes = tt.max }))
+			req := userTurn("hi")
+			req.Controls = runtime.NewControls()
+			if tt.resumed > 0 {
+				req.Resume = &runtime.Resume{NextSeq: 2, SteerBytes: tt.resumed}
+			}
+			var taken []string
+			sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+				if _, ok := ev.Payload.(*runtime.ToolStarted); ok {
+					go func() {
+						defer close(release)
+						for _, s := range tt.steers {
+							_, err := req.Controls.Steer(llm.Message{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart(s.text)}})
+							switch {
+							case s.refused && !errors.Is(err, runtime.ErrSteerBudget):
+								t.Errorf("Steer(%q) = %v, want ErrSteerBudget", s.text, err)
+							case !s.refused && err != nil:
+								t.Errorf("Steer(%q) = %v", s.text, err)
+							case !s.refused:
+								taken = append(taken, s.text)
+							}
+						}
+					}()
+				}
+				return nil
+			})
+			if _, err := r.Run(t.Context(), req, sink); err != nil {
+				t.Fatal(err)
+			}
+			// The last call carries the steering messages taken, and no
+			// other.
+			var sent []string
+			reqs := p.Requests()
+			for _, m := range reqs[len(reqs)-1].Messages {
+				if m.Role == llm.RoleUser && m.Text() != "hi" {
+					sent = append(sent, m.Text())
+				}
+			}
+			if strings.Join(sent, ",") != strings.Join(taken, ",") || len(strings.Join(sent, ""))+tt.resumed > tt.max {
+				t.Errorf("the model was sent steering %q, taken %q (bound %d, %d before)", sent, taken, tt.max, tt.resumed)
+			}
+		})
+	}
+}

@@ -295,6 +295,11 @@ type Compaction struct {
 	ReplacedFrom  int
 	ReplacedCount int
 	Replacement   []llm.Message
+	// ReplacementOmitted reports that Replacement was left out of the
+	// event as sent and stored (too large for one event): set only on a
+	// compaction read back from a turn's log, whose edit cannot be
+	// replayed. The runtime never sets it.
+	ReplacementOmitted bool
 	// SummaryError, when not empty, says why the summarize strategy fell
 	// back to keep_ends (Strategy is then keep_ends).
 	SummaryError string
@@ -353,8 +358,13 @@ type TurnCompleted struct {
 	Reason EndReason
 	// Messages are the messages the turn added, to append to the conversation.
 	Messages []llm.Message
-	Usage    llm.Usage
-	Counters Counters
+	// MessagesOmitted reports that Messages were left out of the event as
+	// sent and stored (too large for one event; the message_completed
+	// events hold them): set only on an event read back from a turn's
+	// log. The runtime never sets it.
+	MessagesOmitted bool
+	Usage           llm.Usage
+	Counters        Counters
 }
 
 // Counters count what happened in a turn.

@@ -45,18 +45,25 @@ type Limits struct {
 	// RESOURCE_EXHAUSTED. It also bounds the request ids a turn
 	// remembers: those of its last steered events. At least 1.
 	MaxSteerMessages int `yaml:"max_steer_messages"`
+	// MaxSteerBytes bounds the text of the steering messages (SteerTurn)
+	// one turn takes, all of them together over the turn's life, resumed
+	// runs included: each is sent to the model again on every later call,
+	// so what they add to the conversation is bounded like a request. A
+	// message that would pass it is refused with RESOURCE_EXHAUSTED. 0
+	// takes no steering message.
+	MaxSteerBytes int `yaml:"max_steer_bytes"`
 }
 
 // DefaultLimits returns the built-in limits: 16 model calls, 3
 // continuations, 4 tool calls at once, 60s per tool call, a tool disabled
 // after 3 consecutive failures, 10 minutes per turn, 1 MiB of tool
-// results per step, 10 minutes of waiting for an approval and 16 queued
-// steering messages.
+// results per step, 10 minutes of waiting for an approval, 16 queued
+// steering messages and 1 MiB of steering text per turn.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxModelCalls: 16, MaxContinuations: 3, ToolConcurrency: 4, ToolTimeout: 60 * time.Second, ToolFailures: 3,
 		MaxDuration: 10 * time.Minute, MaxToolResultBytes: 1 << 20,
-		ApprovalTimeout: 10 * time.Minute, MaxSteerMessages: 16,
+		ApprovalTimeout: 10 * time.Minute, MaxSteerMessages: 16, MaxSteerBytes: 1 << 20,
 	}
 }
 
@@ -97,6 +104,9 @@ func (l Limits) Problems() []llm.Problem {
 	}
 	if l.MaxSteerMessages < 1 {
 		bad("max_steer_messages", "must be at least 1")
+	}
+	if l.MaxSteerBytes < 0 {
+		bad("max_steer_bytes", "must not be negative (0 takes no steering message)")
 	}
 	return out
 }

@@ -138,10 +138,14 @@ type TurnRequest struct {
 	// turn controls nobody reaches (its approvals time out).
 	Controls *Controls
 	// Budget, when set, is asked before each model call whether the turn
-	// may make it: a non-nil error (of [llm.KindBudgetExhausted]) ends the
-	// turn with it instead. The call under way when a budget is crossed
-	// finishes; the next one is not made.
-	Budget func() error
+	// may make it, with what the call may use at most (its bound): a
+	// non-nil error (of [llm.KindBudgetExhausted]) ends the turn with it
+	// instead. It may hold that bound against the caller's limits until
+	// the call's usage is reported (the call's LLMCallFinished and
+	// UsageUpdated events, or the turn's end), and wait, until ctx is
+	// done, for what other turns hold; the call under way when a budget is
+	// crossed finishes, and the next one is not made.
+	Budget func(ctx context.Context, next CallBound) error
 }
 
 // Runner runs turns. It is safe for concurrent use; its cooldowns and retry
@@ -176,6 +180,8 @@ type options struct {
 	limits    Limits
 	rules     ToolRules
 	schemas   OutputSchemas
+	// mediaHosts are the hosts a media URI may not name.
+	mediaHosts *HostRules
 }
 
 // Option configures a [Runner].
@@ -203,6 +209,11 @@ func WithIDs(f func() string) Option { return func(o *options) { o.newID = f } }
 // WithCompactor sets the strategy that shortens an overflowing conversation
 // (default [KeepEnds] with its defaults).
 func WithCompactor(c Compactor) Option { return func(o *options) { o.compactor = c } }
+
+// WithRefusedMediaHosts refuses a request whose media name by URI a host
+// that h refuses (see [HostRules]): the provider would fetch it. Default:
+// none is refused.
+func WithRefusedMediaHosts(h *HostRules) Option { return func(o *options) { o.mediaHosts = h } }
 
 // WithOutputSchemas sets the compiler of output schemas, which the runner
 // needs to take requests with an output schema (default none: such a
@@ -384,6 +395,14 @@ func (r *Runner) Validate(req *TurnRequest) error {
 					errs = append(errs, err)
 				}
 			}
+		}
+	}
+	for _, ref := range requestMedia(req.Messages) {
+		if ref.media.URI == "" {
+			continue
+		}
+		if msg := r.opts.mediaHosts.Refused(ref.media.URI); msg != "" {
+			errs = append(errs, &FieldError{Field: ref.field + ".uri", Description: msg})
 		}
 	}
 	for i, t := range req.ClientTools {

@@ -37,7 +37,7 @@ func violations(st interface{ Details() []any }) []string {
 func TestModelLimitsOnTheWire(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})
 	p.Caps = llm.Capabilities{MaxStopSequences: new(4), MaxTemperature: new(1.0), TemperatureOrTopP: true}
-	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	hot, topP, over, nan := 1.5, 0.9, 1.2, math.NaN()
 	tests := []struct {
 		name string
@@ -75,7 +75,7 @@ func TestModelLimitsOnTheWire(t *testing.T) {
 // asked.
 func TestTopPReachesTheProvider(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})
-	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	topP := 0.25
 	req := &turnstilev1.RunTurnRequest{Messages: wiretest.UserText("hi"), Generation: &turnstilev1.GenerationOptions{TopP: &topP}}
 	if _, st := wiretest.Collect(t, t.Context(), ts.client, req, nil); st.Code() != codes.OK {
@@ -92,7 +92,7 @@ func TestTopPReachesTheProvider(t *testing.T) {
 func TestThinkingSignerRoundTrip(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: append([]llm.Chunk{{Kind: llm.ChunkThinking, Text: "hm", Signature: "EqQB"}}, fake.Text("ok")...)})
 	p.Caps.Signer = "anthropic"
-	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	evs, st := wiretest.Collect(t, t.Context(), ts.client, &turnstilev1.RunTurnRequest{Messages: wiretest.UserText("hi")}, nil)
 	if st.Code() != codes.OK {
 		t.Fatalf("status %v", st)

@@ -16,6 +16,7 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // grpc-go turns any failure of the codec's Unmarshal into INTERNAL ("failed
@@ -135,7 +136,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	if fe := countItems(buf.ReadOnlyData()); fe != nil {
+	if fe := wire.CountItems(buf.ReadOnlyData()); fe != nil {
 		t.err = fe
 		return nil
 	}
@@ -240,19 +241,19 @@ func decodingHandler(h grpc.MethodHandler, maxRequestBytes int) grpc.MethodHandl
 func malformedRequest(err error) *status.Status {
 	var fe *runtime.FieldError
 	if errors.As(err, &fe) {
-		return invalidArgument(violations{fe})
+		return invalidArgument([]*runtime.FieldError{fe})
 	}
 	msg := "the request is not a valid protobuf message"
 	if strings.Contains(strings.ToLower(err.Error()), "utf-8") {
 		msg = "the request holds a string that is not valid UTF-8"
 	}
-	return withDetails(status.New(codes.InvalidArgument, msg+": "+clip(err.Error(), 200)),
+	return withDetails(status.New(codes.InvalidArgument, msg+": "+wire.Clip(err.Error(), 200)),
 		errorInfo(reasonInvalidRequest, map[string]string{"cause": "decode"}))
 }
 
 // marshal returns e's wire form: field 1, its event, as bytes.
 func (e *encodedResponse) marshal() mem.BufferSlice {
-	size := responseSize(len(e.event))
+	size := wire.ResponseSize(len(e.event))
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		b := make([]byte, 0, size)
 		return mem.BufferSlice{mem.SliceBuffer(protowire.AppendBytes(protowire.AppendTag(b, 1, protowire.BytesType), e.event))}

@@ -40,7 +40,7 @@ func budget(n int32) *int32 { return &n }
 // TestGenerationOptionsValidation: every problem of the generation
 // options and metadata is named in one BadRequest, before any event.
 func TestGenerationOptionsValidation(t *testing.T) {
-	ts := start(t, schemaRunner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, schemaRunner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	hi := wiretest.UserText("hi")
 	tests := []struct {
 		name   string
@@ -167,7 +167,7 @@ func manyLabels(n int) map[string]string {
 // provider is asked, the metadata's end_user included.
 func TestGenerationOptionsReachTheProvider(t *testing.T) {
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text(`{"city":"Oslo"}`)})
-	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	req := &turnstilev1.RunTurnRequest{
 		Messages: wiretest.UserText("where?"),
 		Tools:    []*turnstilev1.ToolDefinition{{Name: "ask"}},
@@ -205,7 +205,7 @@ func TestGenerationOptionsReachTheProvider(t *testing.T) {
 func TestOutputInvalidOnTheWire(t *testing.T) {
 	bad := fake.Reply{Chunks: fake.Text(`{"city":7}`)}
 	p := fake.NewProvider(bad, bad, bad)
-	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	req := &turnstilev1.RunTurnRequest{
 		Messages: wiretest.UserText("where?"),
 		Generation: &turnstilev1.GenerationOptions{OutputSchema: &turnstilev1.OutputSchema{Schema: structOf(t, map[string]any{

@@ -50,7 +50,7 @@ func structOf(t *testing.T, m map[string]any) *structpb.Struct {
 // it has, each naming its field, in one BadRequest, before any event.
 func TestRequestValidation(t *testing.T) {
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")}), fake.NewTool("lookup", nil)),
-		server.Options{CheckToolSchema: argcheck.CheckSchema})
+		server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	nan, inf := math.NaN(), math.Inf(1)
 	withNumber := func(v float64) *structpb.Struct {
 		return &structpb.Struct{Fields: map[string]*structpb.Value{"type": structpb.NewStringValue("object"), "minimum": structpb.NewNumberValue(v)}}
@@ -173,7 +173,7 @@ func TestRequestValidation(t *testing.T) {
 // as providers require are accepted: results spread over several tool
 // messages, and client and server calls in one message.
 func TestValidConversationsPass(t *testing.T) {
-	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{CheckToolSchema: argcheck.CheckSchema})
+	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	req := &turnstilev1.RunTurnRequest{
 		Messages: []*turnstilev1.Message{
 			msg(user, text("hi")), msg(assistant, text("let me look"), call("c1"), call("c2")), msg(tool, result("c1")), msg(tool, result("c2")),

@@ -32,6 +32,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/durable"
+	"github.com/turnstile-dev/turnstile/server/guard"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // Options tune a [Server]. Zero fields take the defaults given.
@@ -90,6 +94,15 @@ type Options struct {
 	// behind a proxy or load balancer that does not keep client
 	// addresses, raise it to MaxConnections).
 	MaxConnectionsPerPeer int
+	// MaxHandshakes bounds the connections whose TLS and HTTP/2 handshakes
+	// are under way at once, from every address together: one beyond it
+	// closes the oldest handshake of the address with the most under way
+	// (counted: metric turnstile.server.refusals, reason
+	// handshake_limit), so silent connections from many addresses hold at
+	// most this many of the MaxConnections slots, and a client that
+	// completes its handshake in milliseconds gets through (default 256,
+	// or a quarter of MaxConnections when that is smaller).
+	MaxHandshakes int
 	// HandshakeTimeout closes a connection that has not completed its TLS
 	// and HTTP/2 handshake in this time (default 10s). Each one closed is
 	// counted (metric turnstile.server.refusals, reason
@@ -119,10 +132,13 @@ type Options struct {
 	// SendTimeout cancels a turn whose client accepted no event for this
 	// long (default 30s).
 	SendTimeout time.Duration
-	// CheckToolSchema, when not nil, checks the JSON Schema of each tool a
-	// client declares; an error rejects the request with INVALID_ARGUMENT
-	// naming the tool's input_schema (default: schemas are not compiled).
-	CheckToolSchema func(schema []byte) error
+	// CheckToolSchemas, when not nil, checks the JSON Schemas of the tools
+	// a request declares, all at once, and returns one error per schema,
+	// nil for each that passes; an error rejects the request with
+	// INVALID_ARGUMENT naming the tool's input_schema (default: schemas
+	// are not compiled). ctx is the request's: the check stops once the
+	// client has left.
+	CheckToolSchemas func(ctx context.Context, schemas [][]byte) []error
 
 	// Store keeps the log of every turn, which makes turns durable:
 	// RunTurn becomes idempotent per (turn_id, attempt), and WatchTurn,
@@ -163,10 +179,17 @@ const (
 	DefaultMaxConnectionIdle  = 5 * time.Minute
 	DefaultHandshakeTimeout   = 10 * time.Second
 	DefaultMaxConnsPerPeer    = 64
+	DefaultMaxHandshakes      = 256
 	DefaultMaxHeaderBytes     = 32 << 10
 	DefaultMaxRequestBytes    = 4 << 20
 	DefaultMaxEventBytes      = 2 << 20
 	DefaultSendTimeout        = 30 * time.Second
+	// DefaultMaxMediaBytes bounds one media part: Anthropic's limit for
+	// an image (5 MB), below OpenAI's and Gemini's.
+	DefaultMaxMediaBytes = wire.DefaultMaxMediaBytes
+	// DefaultMaxRequestMediaBytes bounds the media of one request, all
+	// parts together.
+	DefaultMaxRequestMediaBytes = wire.DefaultMaxRequestMediaBytes
 )
 
 // flowWindow is the HTTP/2 flow-control window the server grants each
@@ -189,7 +212,7 @@ var bufferPool = func() mem.BufferPool {
 // Server is a gRPC server for AgentService with health and reflection.
 type Server struct {
 	grpc    *grpc.Server
-	guard   *guard
+	guard   *guard.Guard
 	health  *health.Server
 	service *service
 	opts    Options
@@ -217,6 +240,7 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxConcurrentTurns, DefaultMaxConcurrentTurns)
 	defInt(&o.MaxConnections, DefaultMaxConnections)
 	defInt(&o.MaxConnectionsPerPeer, min(DefaultMaxConnsPerPeer, o.MaxConnections))
+	defInt(&o.MaxHandshakes, min(DefaultMaxHandshakes, max(1, o.MaxConnections/4)))
 	defInt(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	if o.MeterProvider == nil {
 		o.MeterProvider = metricnoop.NewMeterProvider()
@@ -236,9 +260,10 @@ func (o *Options) setDefaults() {
 func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
-	g := newGuard(&opts)
+	g := guard.New(guard.Options{Logger: opts.Logger, MaxConnectionsPerPeer: opts.MaxConnectionsPerPeer,
+		MaxHandshakes: opts.MaxHandshakes, MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider})
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		g.logRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
+		g.LogRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
 	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in RPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -252,11 +277,11 @@ func New(runner turnRunner, opts Options) *Server {
 	// limits apply to the key found; recovery is innermost.
 	unary := []grpc.UnaryServerInterceptor{logging.UnaryServerInterceptor(logFn, logOpts...)}
 	stream := []grpc.StreamServerInterceptor{logging.StreamServerInterceptor(logFn, logOpts...), decodeErrors(opts.MaxRequestBytes)}
-	if a := s.service.auth; a != nil {
-		u, s := a.requireKey()
+	if keys := s.service.keys; keys != nil {
+		u, s := requireKey(keys)
 		unary, stream = append(unary, u), append(stream, s)
 	}
-	stream = append(stream, admission(s.service.gate), recovery.StreamServerInterceptor(onPanic))
+	stream = append(stream, admit(s.service.gate), recovery.StreamServerInterceptor(onPanic))
 	unary = append(unary, recovery.UnaryServerInterceptor(onPanic))
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
@@ -289,16 +314,16 @@ func New(runner turnRunner, opts Options) *Server {
 		// server's instructions per turn under callgrind.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
-	// Every connection, TLS or not, through the guard (conns.go).
+	// Every connection, TLS or not, through the guard (package guard).
 	creds := insecure.NewCredentials()
 	if opts.TLS != nil {
 		creds = credentials.NewTLS(opts.TLS)
 	}
-	sopts = append(sopts, grpc.Creds(guardCreds{TransportCredentials: creds, g: g}))
+	sopts = append(sopts, grpc.Creds(g.Credentials(creds)))
 	sopts = append(sopts, opts.GRPCOptions...)
 
 	s.grpc, s.health, s.guard = grpc.NewServer(sopts...), health.NewServer(), g
-	s.service.senders.start(streamWorkers)
+	s.service.senders.Start(streamWorkers)
 	// Every service through reg: a unary method's malformed request
 	// reaches the interceptors (codec.go).
 	reg := registrar{Server: s.grpc, maxRequestBytes: opts.MaxRequestBytes}
@@ -326,7 +351,7 @@ func rpcLevel(lvl slog.Level, fields []any) slog.Level {
 			if s, _ := fields[i+1].(string); s == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(s, "grpc.reflection.") {
 				return slog.LevelDebug
 			}
-		case turnRanField:
+		case guard.RanField:
 			return slog.LevelDebug
 		}
 	}
@@ -351,7 +376,7 @@ func (s *Server) Ready(ctx context.Context) bool {
 // MaxConnections at once and MaxConnectionsPerPeer from one address. It
 // returns nil after a shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	lis = &peerListener{Listener: netutil.LimitListener(lis, s.opts.MaxConnections), g: s.guard}
+	lis = s.guard.Listener(netutil.LimitListener(lis, s.opts.MaxConnections))
 	if err := s.grpc.Serve(lis); err != nil && err != grpc.ErrServerStopped {
 		return fmt.Errorf("server: %w", err)
 	}
@@ -368,8 +393,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // the grace early. Shutdown returns when every RPC and owned turn has
 // ended (after at most five more seconds, the server is stopped hard).
 func (s *Server) Shutdown(ctx context.Context) {
-	defer s.service.senders.close()
-	defer s.service.owners.close()
+	defer s.service.close()
 	log := s.opts.Logger
 	s.health.Shutdown()
 	log.Info("draining", "drain_delay", s.opts.DrainDelay, "grace", s.opts.ShutdownGrace)
@@ -424,12 +448,11 @@ func (s *Server) Stop() {
 	s.grpc.Stop()
 	s.service.cancelAll()
 	s.service.wait(context.Background())
-	s.service.senders.close()
-	s.service.owners.close()
+	s.service.close()
 }
 
 // streamWorkers is how many goroutines run RPC handlers and how many
-// goroutines wait to run the streams' Sends (see [workers]): when more run at
+// goroutines wait to run the streams' Sends (see [delivery.Workers]): when more run at
 // once, the others get goroutines of their own.
 const streamWorkers = 64
 
@@ -444,3 +467,37 @@ func wait(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
+
+// StoreRoom tells the server whether its turn store can take new turns:
+// full is nil when it can, else why not. While it cannot, the health of
+// the AgentService is NOT_SERVING (the server's own, "", stays SERVING:
+// watches and cancels work); a draining server ignores it. Package store's
+// Store.OnRoom calls it.
+func (s *Server) StoreRoom(full error) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if full != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, st)
+}
+
+// Key is a client key (see [Options].Keys).
+type Key = admission.Key
+
+// KeyLimits bound what one client key may use (see [admission.KeyLimits]).
+type KeyLimits = admission.KeyLimits
+
+// LimitSharer keeps the counters the replicas of a deployment share (see
+// [admission.LimitSharer]); package store implements it.
+type LimitSharer = admission.LimitSharer
+
+// ShareLimits shares the client keys' limits with the other replicas
+// through sh until ctx is done (see [admission.Keys.Share]); replica names
+// this replica among them. Without keys it returns at once.
+func (s *Server) ShareLimits(ctx context.Context, sh LimitSharer, replica string, interval time.Duration) error {
+	return s.service.keys.Share(ctx, sh, replica, interval)
+}
+
+// TurnStore is the durable log of runs the server needs (see
+// [durable.TurnStore]); package store implements it.
+type TurnStore = durable.TurnStore

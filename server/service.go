@@ -3,9 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,91 +17,77 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/delivery"
+	"github.com/turnstile-dev/turnstile/server/durable"
+	"github.com/turnstile-dev/turnstile/server/guard"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // AttemptHeader is the request metadata key in which a client numbers its
 // attempts at one turn id, so logs tie them together.
 const AttemptHeader = "turnstile-attempt"
 
-// turnRanField marks the log line of a RunTurn that ran a turn: the turn
-// ends with a line of its own, so the RPC's goes to DEBUG.
-const turnRanField = "turn_ran"
-
 // turnRunner is what the service needs from the runtime.
 type turnRunner interface {
 	Validate(req *runtime.TurnRequest) error
+	FirstCall(req *runtime.TurnRequest) runtime.CallBound
 	Run(ctx context.Context, req *runtime.TurnRequest, sink runtime.Sink) (*runtime.TurnCompleted, error)
 	Models() []string
 	DefaultModel() string
+	ContinuesCut(req *runtime.TurnRequest) bool
 }
 
-// service implements turnstile.v1.AgentService over a runner. It maps
-// requests and events between the wire and the runtime, and nothing else.
+// service implements turnstile.v1.AgentService over a runner: it checks
+// and converts requests (package wire), and hands each call to the part
+// that serves it: a turn without a store runs here, on the handler's
+// goroutine, into its delivery.Outbox; with a store, durable.Runs creates,
+// attaches, streams and signals runs. It maps what they return to statuses
+// (status.go, durable_status.go), and nothing else.
 type service struct {
 	turnstilev1.UnimplementedAgentServiceServer
 	runner turnRunner
 	logger *slog.Logger
 	opts   *Options
 
-	store TurnStore // nil: no log, turns live in the stream that runs them
-	grace time.Duration
-	// stopTakeovers ends the watch for runs to take over.
-	stopTakeovers context.CancelFunc
-
-	mu       sync.Mutex
-	draining bool
-	active   map[*activeTurn]struct{}
-	runs     map[runKey]*run // the runs this replica owns
-	owned    int             // runs admitted and not ended
-	maxRuns  int
-	turns    sync.WaitGroup // the runs this replica owns, until they end
-
-	// senders run the outboxes' senders; owners the runs owned here.
-	senders, owners *workers
-	// gate bounds the turns running at once (max_concurrent_turns); auth
+	// runs are the durable runs; nil without a store, when turns live in
+	// the stream that runs them, tracked in local.
+	runs  *durable.Runs
+	local *localTurns
+	// senders run the streams' Sends.
+	senders *delivery.Workers
+	// gate bounds the turns running at once (max_concurrent_turns); keys
 	// holds the client keys and their limiters, nil without keys. A turn
 	// that outlives its call, or that this replica takes over, holds its
 	// slots in both until it ends.
-	gate *turnGate
-	auth *authenticator
-}
-
-type activeTurn struct {
-	cancel context.CancelCauseFunc
-	// key and ctl reach a turn that runs without a store (approve.go,
-	// cancel.go); ctl is nil for a durable run's.
-	key runKey
-	ctl *runtime.Controls
-	// ended is closed once a turn without a store has sent its last
-	// event, whose seq lastSeq then is; stopped is set, under the
-	// service's mu, by the CancelTurn that stopped it.
-	ended   chan struct{}
-	lastSeq uint64
-	stopped bool
+	gate *admission.Gate
+	keys *admission.Keys
 }
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
 
 func newService(r turnRunner, opts *Options) *service {
 	s := &service{
-		runner: r, logger: opts.Logger, opts: opts, active: map[*activeTurn]struct{}{},
-		store: opts.Store, grace: opts.DetachGrace, maxRuns: opts.MaxRunningTurns, runs: map[runKey]*run{},
-		senders: newWorkers(streamWorkers), owners: newWorkers(streamWorkers),
-		gate: &turnGate{max: opts.MaxConcurrentTurns},
+		runner: r, logger: opts.Logger, opts: opts, local: newLocalTurns(),
+		senders: delivery.NewWorkers(streamWorkers),
+		gate:    admission.NewGate(opts.MaxConcurrentTurns),
 	}
 	if len(opts.Keys) > 0 {
-		s.auth = newAuthenticator(opts.Keys, time.Now)
+		s.keys = admission.NewKeys(opts.Keys, time.Now)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopTakeovers = cancel
-	if s.store != nil {
-		s.turns.Add(1)
-		go func() {
-			defer s.turns.Done()
-			s.takeOvers(ctx)
-		}()
+	if opts.Store != nil {
+		s.runs = durable.New(durable.Config{
+			Store: opts.Store, Runner: r, Logger: opts.Logger, Keys: s.keys, Gate: s.gate,
+			Streams: s.streams(), DetachGrace: opts.DetachGrace, Pace: opts.StorePace, MaxRunning: opts.MaxRunningTurns,
+			MaxEventBytes: opts.MaxEventBytes, Checks: s.checks(),
+		})
 	}
 	return s
+}
+
+// streams is what every stream of the server shares.
+func (s *service) streams() delivery.Config {
+	return delivery.Config{SendTimeout: s.opts.SendTimeout, Start: s.senders.Run}
 }
 
 // maxCauseBytes bounds the root cause of a failure on a log line.
@@ -111,14 +95,36 @@ const maxCauseBytes = 4096
 
 // RunTurn implements [turnstilev1.AgentServiceServer].
 func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
-	k := keyFrom(stream.Context())
-	tr, st := s.request(req, k)
+	k := admission.FromContext(stream.Context())
+	tr, st := s.request(stream.Context(), req, k)
+	if err := stream.Context().Err(); err != nil {
+		// The client left, or its deadline passed, while the request was
+		// checked: no turn starts for it.
+		return status.FromContextError(err).Err()
+	}
 	if st != nil {
 		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
 		return st.Err()
 	}
-	if s.store != nil {
-		return s.runDurable(req, tr, stream)
+	// What its first model call may use, held against its key's token
+	// limits and budgets until the call reports its use: the turn does not
+	// start when they do not cover it. The call's slots drop the hold when
+	// it ends, or the turn's when a durable turn keeps them.
+	// Without keys a turn holds nothing: nothing to estimate, drop or
+	// carry.
+	usage, ctx := k.Charger(), stream.Context()
+	if usage != nil {
+		if err := usage.Reserve(s.runner.FirstCall(tr)); err != nil {
+			st := refusalStatus(err, k.KeyName())
+			logging.AddFields(ctx, logging.Fields{"error_code", codeReasonOf(st)})
+			return st.Err()
+		}
+		admission.SlotsFrom(ctx).Add(usage.Unreserve)
+		ctx = admission.WithCharger(ctx, usage)
+	}
+	tr.Budget = usage.BudgetHook()
+	if s.runs != nil {
+		return s.runDurable(ctx, req, tr, stream)
 	}
 	if tr.TurnID == "" {
 		tr.TurnID = uuid.NewString()
@@ -126,7 +132,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	fields := logging.Fields{"turn_id", tr.TurnID}
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if a := md.Get(AttemptHeader); len(a) > 0 {
-			fields = append(fields, "client_attempt", clip(a[0], maxEchoBytes))
+			fields = append(fields, "client_attempt", wire.Clip(a[0], wire.MaxEchoBytes))
 		}
 	}
 	logging.AddFields(stream.Context(), fields)
@@ -134,29 +140,24 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	tr.Controls = runtime.NewControls()
-	t := &activeTurn{cancel: cancel, key: runKey{client: tr.Client, turnID: tr.TurnID, attempt: attemptOf(stream.Context(), req)}, ctl: tr.Controls,
-		ended: make(chan struct{})}
-	if !s.track(t) {
+	attempt := attemptOf(stream.Context(), req)
+	t := &localTurn{cancel: cancel, client: tr.Client, turnID: tr.TurnID, attempt: attempt, ctl: tr.Controls, ended: make(chan struct{})}
+	if !s.local.track(t) {
 		return turnStatus(drainError()).Err()
 	}
-	defer s.untrack(t)
+	defer s.local.untrack(t)
 
-	var usage *usageCharger
-	if k != nil {
-		usage = &usageCharger{k: k.limiter}
-	}
-	out := newOutbox(stream, cancel, s.opts.SendTimeout, s.opts.MaxEventBytes, usage, s.senders.run)
-	out.attempt = attemptOf(stream.Context(), req)
+	out := delivery.NewOutbox(stream.Send, cancel, s.streams(), s.opts.MaxEventBytes, usage, attempt)
 	// The turn's outcome and root cause are in its own log line.
 	_, err := s.runner.Run(ctx, tr, out)
 	var te *runtime.TurnError
 	if errors.As(err, &te) {
 		// The turn's use, counted too when its last events never reached
 		// the outbox (the client left, and the runtime stopped emitting).
-		usage.ended(te)
+		usage.Ended(te)
 	}
-	stall := out.finish(te)
-	t.lastSeq = out.sent
+	stall := out.Finish(te)
+	t.lastSeq = out.Sent()
 	close(t.ended)
 	if stall != nil {
 		// The outcome was never delivered: the client stopped reading. The
@@ -164,7 +165,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		// above DEBUG, says what the client got.
 		err, te = stall, &runtime.TurnError{Kind: llm.KindDeadlineExceeded, Message: llm.AsError(stall).Message}
 	} else {
-		logging.AddFields(stream.Context(), logging.Fields{turnRanField, true})
+		logging.AddFields(stream.Context(), logging.Fields{guard.RanField, true})
 	}
 	switch {
 	case err == nil:
@@ -173,7 +174,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		fields := logging.Fields{"error_code", te.Kind.String()}
 		if te.Cause != nil {
 			// The root cause, for operators only: it never reaches the client.
-			fields = append(fields, "cause", clip(te.Cause.Error(), maxCauseBytes))
+			fields = append(fields, "cause", wire.Clip(te.Cause.Error(), maxCauseBytes))
 		}
 		logging.AddFields(stream.Context(), fields)
 		return turnStatus(te).Err()
@@ -183,17 +184,18 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 }
 
 // request validates req for key k (nil without auth) and converts it, or
-// returns the status that refuses it.
-func (s *service) request(req *turnstilev1.RunTurnRequest, k *key) (*runtime.TurnRequest, *status.Status) {
-	tr, bad := toTurnRequest(req, s.opts.CheckToolSchema, s.mediaLimits())
+// returns the status that refuses it; ctx is the call's.
+func (s *service) request(ctx context.Context, req *turnstilev1.RunTurnRequest, k *admission.Client) (*runtime.TurnRequest, *status.Status) {
+	tr, bad := wire.TurnRequest(ctx, req, s.checks())
 	if len(bad) > 0 {
 		return nil, invalidArgument(bad)
 	}
-	alias, st := modelFor(k, tr.Model, s.runner.DefaultModel(), s.runner.Models())
-	if st != nil {
-		return nil, st
+	alias, err := admission.ModelFor(k, tr.Model, s.runner.DefaultModel(), s.runner.Models())
+	var me *admission.ModelError
+	if errors.As(err, &me) {
+		return nil, modelStatus(me)
 	}
-	tr.Model, tr.Client, tr.Budget = alias, k.name(), k.budgetHook()
+	tr.Model, tr.Client = alias, k.KeyName()
 	if err := s.runner.Validate(tr); err != nil {
 		if fes := fieldErrors(err); len(fes) > 0 {
 			return nil, invalidArgument(fes)
@@ -238,84 +240,54 @@ func drainError() *runtime.TurnError {
 	}
 }
 
-func (s *service) track(t *activeTurn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.draining {
-		return false
-	}
-	s.active[t] = struct{}{}
-	return true
-}
-
-// admit counts a run this replica is about to own, unless the server is
-// draining.
-// admit counts a run this replica is about to own. It refuses with the
-// status to answer while the server drains or owns as many runs as it
-// may: a run outlives its stream, so streams alone do not bound them.
-func (s *service) admit() *status.Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.draining:
-		return turnStatus(drainError())
-	case s.owned >= s.maxRuns:
-		yes := true
-		return turnStatus(&runtime.TurnError{
-			Kind: llm.KindUnavailable, Retryable: &yes, RetryAfter: time.Second,
-			Message: fmt.Sprintf("this server runs as many turns as it may (%d, server.max_running_turns); retry, another replica may take it", s.maxRuns),
-		})
-	}
-	s.owned++
-	s.turns.Add(1)
-	return nil
-}
-
-// unadmit counts out a run admit counted, once it ended or was not
-// created.
-func (s *service) unadmit() {
-	s.mu.Lock()
-	s.owned--
-	s.mu.Unlock()
-	s.turns.Done()
-}
-
-// wait waits until every run this replica owns has ended, or ctx is done.
-func (s *service) wait(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		s.turns.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
-
-func (s *service) untrack(t *activeTurn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.active, t)
-}
-
 // drain makes new turns fail with UNAVAILABLE, and stops taking over
 // the runs of replicas that died.
 func (s *service) drain() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.draining = true
-	s.stopTakeovers()
+	s.local.drain()
+	if s.runs != nil {
+		s.runs.Drain()
+	}
 }
+
+// errShuttingDown ends the turns still running when the server stops.
+var errShuttingDown = &llm.Error{Kind: llm.KindUnavailable, Message: "the server is shutting down; retry the turn"}
 
 // cancelAll ends every running turn with a retryable UNAVAILABLE error,
 // and returns how many there were.
 func (s *service) cancelAll() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cause := &llm.Error{Kind: llm.KindUnavailable, Message: "the server is shutting down; retry the turn"}
-	for t := range s.active {
-		t.cancel(cause)
+	n := s.local.cancelAll(errShuttingDown)
+	if s.runs != nil {
+		n += s.runs.CancelAll(errShuttingDown)
 	}
-	return len(s.active)
+	return n
+}
+
+// handOff gives the durable runs this replica owns to the others (see
+// durable.Runs.HandOff), and returns how many there were; 0 without a
+// store.
+func (s *service) handOff() int {
+	if s.runs == nil {
+		return 0
+	}
+	return s.runs.HandOff()
+}
+
+// wait waits until every run this replica owns has ended, or ctx is done.
+func (s *service) wait(ctx context.Context) {
+	if s.runs != nil {
+		s.runs.Wait(ctx)
+	}
+}
+
+// close ends the waiting workers.
+func (s *service) close() {
+	s.senders.Close()
+	if s.runs != nil {
+		s.runs.Close()
+	}
+}
+
+// checks returns the server's checks of a request's content.
+func (s *service) checks() wire.Checks {
+	return wire.Checks{Schemas: s.opts.CheckToolSchemas, MaxMediaBytes: s.opts.MaxMediaBytes, MaxRequestMediaBytes: s.opts.MaxRequestMediaBytes}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of every turnstile error.
@@ -50,8 +53,8 @@ func grpcCode(k llm.Kind) codes.Code {
 // the error e: the code for its class, ErrorInfo always, RetryInfo when it
 // is retryable.
 func turnStatus(e *runtime.TurnError) *status.Status {
-	st := status.New(grpcCode(e.Kind), clip(e.Message, maxMessageBytes))
-	info := errorInfo(e.Kind.String(), nil)
+	st := status.New(grpcCode(e.Kind), wire.Clip(e.Message, wire.MaxMessageBytes))
+	info := errorInfo(codeReason(wire.ErrorCode(e.Kind)), nil)
 	if e.Model != "" {
 		info.Metadata["model"] = e.Model
 	}
@@ -62,26 +65,30 @@ func turnStatus(e *runtime.TurnError) *status.Status {
 	return withDetails(st, details...)
 }
 
-// Reasons of the statuses the server gives before a turn starts; each is an
-// ErrorCode's name without its prefix.
+// Reasons of the statuses the server gives before a turn starts.
 var (
-	reasonInvalidRequest   = llm.KindInvalidRequest.String()
+	reasonInvalidRequest   = codeReason(turnstilev1.ErrorCode_ERROR_CODE_INVALID_REQUEST)
 	reasonUnauthenticated  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_UNAUTHENTICATED)
 	reasonPermissionDenied = codeReason(turnstilev1.ErrorCode_ERROR_CODE_PERMISSION_DENIED)
 	reasonLimitExceeded    = codeReason(turnstilev1.ErrorCode_ERROR_CODE_LIMIT_EXCEEDED)
 	reasonRequestTooLarge  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_REQUEST_TOO_LARGE)
 )
 
-func codeReason(c turnstilev1.ErrorCode) string {
-	return strings.TrimPrefix(c.String(), "ERROR_CODE_")
+// A reason is an ErrorCode's name without its prefix: clients map a status
+// to its code by name (docs/contract.md), so every reason the server sends
+// is made by codeReason from a code, never written by hand.
+type reason string
+
+func codeReason(c turnstilev1.ErrorCode) reason {
+	return reason(strings.TrimPrefix(c.String(), "ERROR_CODE_"))
 }
 
-// errorInfo returns the ErrorInfo of reason in turnstile's domain.
-func errorInfo(reason string, metadata map[string]string) *errdetails.ErrorInfo {
+// errorInfo returns the ErrorInfo of r in turnstile's domain.
+func errorInfo(r reason, metadata map[string]string) *errdetails.ErrorInfo {
 	if metadata == nil {
 		metadata = map[string]string{}
 	}
-	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: metadata}
+	return &errdetails.ErrorInfo{Reason: string(r), Domain: ErrorDomain, Metadata: metadata}
 }
 
 // invalidArgument returns the status for a request that fails validation:
@@ -118,8 +125,8 @@ func limitExceeded(msg string, retryAfter time.Duration, metadata map[string]str
 
 // refused returns the status RESOURCE_EXHAUSTED of a turn refused for
 // reason (a budget spent, say), with RetryInfo when waiting helps.
-func refused(reason, msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
-	details := []protoadapt.MessageV1{errorInfo(reason, metadata)}
+func refused(r reason, msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
+	details := []protoadapt.MessageV1{errorInfo(r, metadata)}
 	if retryAfter > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 	}
@@ -139,4 +146,40 @@ func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Sta
 		return s
 	}
 	return st
+}
+
+// refusalStatus returns the status of a turn refused by admission: err is
+// an *admission.Refusal (any other error is INTERNAL), client the caller's
+// key name ("" without keys). RESOURCE_EXHAUSTED, with ErrorInfo
+// LIMIT_EXCEEDED or BUDGET_EXHAUSTED naming the limit (and the key), and
+// RetryInfo when waiting helps.
+func refusalStatus(err error, client string) *status.Status {
+	var r *admission.Refusal
+	if !errors.As(err, &r) {
+		return status.New(codes.Internal, "internal error")
+	}
+	md := map[string]string{"limit": r.Limit}
+	if client != "" {
+		md["client"] = client
+	}
+	rs := reasonLimitExceeded
+	if r.Reason != "" {
+		// admission's BUDGET_EXHAUSTED, llm.KindBudgetExhausted's name,
+		// which TestKindMapping holds to be an ErrorCode's.
+		rs = reason(r.Reason)
+	}
+	return refused(rs, r.Message, r.RetryAfter, md)
+}
+
+// modelStatus returns the status of a request whose model its key may
+// not use (PERMISSION_DENIED), or that the server does not know
+// (INVALID_ARGUMENT naming the model field, with the models the key may
+// use).
+func modelStatus(e *admission.ModelError) *status.Status {
+	if !e.Known {
+		return invalidArgument([]*runtime.FieldError{{Field: "model",
+			Description: fmt.Sprintf("unknown model %s; this client key may use: %s", wire.Quote(e.Model), strings.Join(e.Allowed, ", "))}})
+	}
+	return permissionDenied(fmt.Sprintf("client key %q may not use model %s", e.Client, wire.Quote(e.Model)),
+		map[string]string{"model": e.Model, "client": e.Client})
 }

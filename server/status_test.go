@@ -11,6 +11,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
 func TestKindMapping(t *testing.T) {
@@ -44,15 +45,15 @@ func TestKindMapping(t *testing.T) {
 				t.Errorf("grpcCode(%v) = %v, want %v", tt.kind, got, tt.code)
 			}
 			// Every kind has its own wire code, named alike.
-			if got := errorCode(tt.kind).String(); got != "ERROR_CODE_"+tt.kind.String() {
+			if got := wire.ErrorCode(tt.kind).String(); got != "ERROR_CODE_"+tt.kind.String() {
 				t.Errorf("errorCode(%v) = %v", tt.kind, got)
 			}
 		})
 	}
 	// The codes of refusals before a turn starts are the server's own.
-	refusals := []string{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded, reasonRequestTooLarge}
+	refusals := []reason{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded, reasonRequestTooLarge, reason(ReasonStoreFull), reason(ReasonTurnIDReused)}
 	for _, r := range refusals {
-		if _, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+r]; !ok {
+		if _, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+string(r)]; !ok {
 			t.Errorf("reason %s is no error code", r)
 		}
 	}

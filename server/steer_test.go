@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
@@ -198,5 +199,82 @@ func TestSteerRequestIDBounds(t *testing.T) {
 	}
 	if n := strings.Count(wiretest.Names(evs), "Steered"); n != 1 {
 		t.Errorf("%d steered events, want 1: %s", n, wiretest.Names(evs))
+	}
+}
+
+// TestSteeringEmptyText: a steering message's text parts must hold text
+// other than white space (providers refuse an empty text block), each
+// named.
+func TestSteeringEmptyText(t *testing.T) {
+	ts := start(t, runner(t, fake.NewProvider()), server.Options{})
+	msg := func(texts ...string) *turnstilev1.Message {
+		m := &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER}
+		for _, s := range texts {
+			m.Parts = append(m.Parts, &turnstilev1.Part{Kind: &turnstilev1.Part_Text{Text: s}})
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		msg    *turnstilev1.Message
+		fields []string
+	}{
+		{"empty", msg(""), []string{"message.parts[0].text"}},
+		{"white space", msg(" \n\t"), []string{"message.parts[0].text"}},
+		{"one of two", msg("use staging", ""), []string{"message.parts[1].text"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: tc.msg})
+			wantFields(t, err, tc.fields...)
+		})
+	}
+}
+
+// TestSteeringByteBound: the red team's 128 steering messages of 256 KiB
+// into one turn (issue 38) grew its conversation to 32 MB. The messages a
+// turn takes hold at most turn.max_steer_bytes of text (1 MiB by
+// default): the fifth of 256 KiB is refused with RESOURCE_EXHAUSTED, and
+// the model is sent the four taken.
+func TestSteeringByteBound(t *testing.T) {
+	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("ok"))
+	o := newOpsMCP(t)
+	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: memStore(t)})
+	stream, err := ts.client.RunTurn(t.Context(), hello())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, stream, untilPayload("ToolStarted"))
+	for i := range 5 {
+		text := strings.Repeat(string(rune('a'+i)), 256<<10)
+		_, err := ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: wiretest.UserText(text)[0]})
+		st := status.Convert(err)
+		switch {
+		case i < 4 && err != nil:
+			t.Errorf("SteerTurn %d: %v", i, st)
+		case i == 4 && (st.Code() != codes.ResourceExhausted ||
+			st.Message() != "the turn's steering messages would hold more text than turn.max_steer_bytes (1048576 bytes): the message holds 262144 bytes of text, and 0 are left; start a new turn to say more"):
+			t.Errorf("SteerTurn past the bound: %v", st)
+		}
+	}
+	close(o.release)
+	more, st := rest(stream)
+	evs = append(evs, more...)
+	if st.Code() != codes.OK {
+		t.Fatalf("status %v after %s", st, wiretest.Names(evs))
+	}
+	if n := strings.Count(wiretest.Names(evs), "Steered"); n != 4 {
+		t.Errorf("%d steered events, want 4", n)
+	}
+	steering := 0
+	calls := u.calls()
+	for _, m := range calls[len(calls)-1].Messages {
+		// A steering message's content is a JSON string: its text and two
+		// quotes.
+		if s := contentText(m.Content); m.Role == "user" && len(s) >= 256<<10 {
+			steering += len(s) - len(`""`)
+		}
+	}
+	if steering != 1<<20 {
+		t.Errorf("the last model call holds %d bytes of steering, want %d", steering, 1<<20)
 	}
 }

@@ -124,7 +124,8 @@ mcp_servers:
 // serve builds it, takes an image to its provider's native form on a fake
 // upstream, and what its provider type cannot take (audio on OpenAI's
 // gpt-4.1-mini and on Anthropic, a PDF by URI on OpenAI) is refused with
-// INVALID_ARGUMENT naming the part and the model, before any call.
+// INVALID_ARGUMENT naming the part and the model, before any call; so is a
+// URI naming a refused host, whatever the model.
 func TestMediaThroughAdapters(t *testing.T) {
 	native := map[string]string{
 		"openai": `{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}`,
@@ -167,6 +168,13 @@ func TestMediaThroughAdapters(t *testing.T) {
 				if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "messages[0].parts[1].media") || !strings.Contains(st.Message(), `model "m"`) {
 					t.Errorf("%v: status %v", p.GetMedia().GetMimeType(), st)
 				}
+			}
+			// server.refused_media_hosts' default: the provider would
+			// fetch the cloud's metadata.
+			st := send(uriMedia("image/png", "https://169.254.169.254/latest/meta-data/"))
+			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "messages[0].parts[1].media.uri") ||
+				!strings.Contains(st.Message(), "(refused: link_local)") {
+				t.Errorf("a metadata URI: status %v", st)
 			}
 			if n := len(up.requests()); n != 1 {
 				t.Errorf("the upstream got %d requests, want 1: refusals call nothing", n)

@@ -295,6 +295,7 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		MaxConcurrentTurns:    s.MaxConcurrentTurns,
 		MaxConnections:        s.MaxConnections,
 		MaxConnectionsPerPeer: s.MaxConnectionsPerPeer,
+		MaxHandshakes:         s.MaxHandshakes,
 		MaxHeaderBytes:        s.MaxHeaderBytes,
 		MaxConnectionIdle:     s.MaxConnectionIdle,
 		MaxConnectionAge:      s.MaxConnectionAge,
@@ -305,7 +306,7 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		MaxMediaBytes:         s.MaxMediaBytes,
 		MaxRequestMediaBytes:  s.MaxRequestMediaBytes,
 		SendTimeout:           s.SendTimeout,
-		CheckToolSchema:       argcheck.CheckSchema,
+		CheckToolSchemas:      argcheck.CheckSchemas,
 		MaxRunningTurns:       s.MaxRunningTurns,
 		DetachGrace:           cfg.Turn.DetachGrace,
 	}
@@ -387,9 +388,11 @@ func buildRunner(ctx context.Context, cfg *config.Config, logger *slog.Logger, o
 	if err != nil {
 		return nil, nil, err
 	}
+	// Checked with the configuration: the entries parse.
+	hosts, _ := runtime.ParseHostRules(cfg.Server.RefusedMediaHosts)
 	opts = append([]runtime.Option{
 		runtime.WithLogger(logger), runtime.WithLimits(cfg.Turn.Limits), runtime.WithToolRules(rules),
-		runtime.WithOutputSchemas(argcheck.OutputSchemas{}),
+		runtime.WithOutputSchemas(argcheck.OutputSchemas{}), runtime.WithRefusedMediaHosts(hosts),
 	}, opts...)
 	r, err := runtime.New(models, cfg.DefaultModel, tools, opts...)
 	if err != nil {

@@ -24,7 +24,12 @@ var floors = []struct {
 	{"providers/", []string{"llm", "providers/internal/"}, "an adapter: its SDK and the vocabulary, no other adapter"},
 	{"tools/", []string{"llm", "tools/"}, "server-side tools"},
 	{"gen/", nil, "generated code"},
-	{"server", []string{"gen/", "llm", "policy", "runtime"}, "the gRPC face of the runtime; never names a provider or a tool"},
+	{"server", []string{"gen/", "llm", "policy", "runtime", "server/"}, "the gRPC face of the runtime and of the packages under it; never names a provider or a tool"},
+	{"server/wire", []string{"gen/", "llm", "runtime"}, "the contract <-> runtime conversion, both ways, and the validation that belongs to the wire; no gRPC, no store"},
+	{"server/durable", []string{"gen/", "llm", "policy", "runtime", "server/wire", "server/delivery", "server/admission"}, "durable runs: create, attach, own, watch, takeover, hand-off, signals; Go errors, no gRPC, no store (its TurnStore interface)"},
+	{"server/delivery", []string{"gen/", "llm", "runtime", "server/wire"}, "one way to send a turn's events to a stream, one stall watchdog; no store, no keys"},
+	{"server/guard", nil, "the connection guard below gRPC and the RPCs' sampled log lines; nothing of the module"},
+	{"server/admission", []string{"llm", "policy", "runtime"}, "client keys, limits, budgets and their sharing across replicas; refusals are errors, no gRPC, no wire"},
 	{"store", []string{"llm"}, "the turn log on NATS JetStream: bytes, leases, control signals; no wire form"},
 	{"client", []string{"gen/"}, "the Go client: the contract over gRPC and nothing of the server"},
 	{"config", []string{"llm", "policy", "runtime", "providers/registry", "server", "store"}, "the file's shape; no wire"},
@@ -48,6 +53,14 @@ var external = map[string][]string{
 	"llm":     {"google.golang.org/", "github.com/"},
 	"policy":  {"google.golang.org/", "github.com/"},
 	"runtime": {"google.golang.org/", "github.com/"},
+	// The conversion knows the contract's messages, not where they are
+	// kept (the generated code brings gRPC's stubs, so gRPC cannot be
+	// listed here; the table above keeps the server out).
+	"server/wire": {"github.com/nats-io/"},
+	// Durable runs know the store by their own interface only.
+	"server/durable": {"github.com/grpc-ecosystem/", "github.com/nats-io/"},
+	// Admission decides and charges; the gRPC face says it on the wire.
+	"server/admission": {"google.golang.org/", "github.com/"},
 	// The client imports no OpenTelemetry: a program that traces adds
 	// otelgrpc's stats handler itself (client's package doc).
 	"client": {mod + "runtime", mod + "server", mod + "providers", mod + "config", mod + "tools", "go.opentelemetry.io/"},
@@ -132,4 +145,32 @@ func allowedOwn(pkg, dep string) bool {
 		}
 	}
 	return false
+}
+
+// direct lists, for the packages under the gRPC face, the paths they must
+// not import themselves: gRPC (its statuses, codes, streams, metadata)
+// is the face's alone, which maps their errors to statuses. (The
+// generated code they stand on imports gRPC for its stubs, so the check
+// is of their own imports.)
+var direct = map[string][]string{
+	"server/wire":      {"google.golang.org/grpc", "github.com/grpc-ecosystem/"},
+	"server/admission": {"google.golang.org/grpc", "github.com/grpc-ecosystem/"},
+	"server/delivery":  {"google.golang.org/grpc", "github.com/grpc-ecosystem/"},
+	"server/durable":   {"google.golang.org/grpc", "github.com/grpc-ecosystem/"},
+}
+
+// TestNoGRPCUnderTheFace fails when a package under the gRPC face imports
+// gRPC itself.
+func TestNoGRPCUnderTheFace(t *testing.T) {
+	for _, line := range goList(t, `{{.ImportPath}} {{join .Imports " "}}`) {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, bad := range direct[pkg] {
+			for _, imp := range fields[1:] {
+				if imp == bad || strings.HasPrefix(imp, bad+"/") || strings.HasSuffix(bad, "/") && strings.HasPrefix(imp, bad) {
+					t.Errorf("%s imports %s: gRPC is the face's (server)", pkg, imp)
+				}
+			}
+		}
+	}
 }

@@ -8,6 +8,15 @@
 // (by their "$schema"; 2020-12 when absent). References to other documents
 // are never fetched: a schema whose "$ref" leaves the document is rejected at
 // [Wrap] time.
+//
+// What a schema may cost is bounded: its JSON is held to [MaxDepth],
+// [MaxNodes] and [MaxRefs] before the library compiles it, the compiled
+// schema to [MaxBranches], and a value whose check would take more than
+// [MaxSteps] is refused before it is checked. The library compiles at a
+// cost that grows with the cube of a schema's depth, and checks a value
+// against every path through anyOf, oneOf and $ref, keeping the error of
+// each: without the bounds, a 1.7 KB schema made one check of the reply
+// "7" cost 2^21 paths and the process its memory.
 package argcheck
 
 import (
@@ -37,39 +46,106 @@ var printer = message.NewPrinter(language.English)
 // Wrap returns a tool that behaves like t but first checks each call's
 // arguments against t.Spec().Schema (an empty schema means
 // {"type":"object"}). Arguments that are not one JSON object, or that the
-// schema rejects, produce a [llm.ToolOutput] with IsError set and a
-// message naming each failing property; t is not called. Wrap compiles the
-// schema once and fails if it is not a valid JSON Schema.
+// schema rejects, or that cost more than [MaxSteps] to check, produce a
+// [llm.ToolOutput] with IsError set and a message naming each failing
+// property; t is not called. Wrap compiles the schema once and fails if
+// it is not a valid JSON Schema or is past this package's bounds
+// ([MaxDepth], [MaxNodes], [MaxRefs], [MaxBranches]).
 //
 // The returned tool is safe for concurrent use if t is.
 func Wrap(t llm.Tool) (llm.Tool, error) {
 	spec := t.Spec()
-	sch, err := compile(spec.Schema)
+	sch, err := compile(spec.Schema, inputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("argcheck: tool %q: %w", spec.Name, err)
 	}
 	return &checked{tool: t, name: spec.Name, schema: sch}, nil
 }
 
-// CheckSchema reports whether schema is a JSON Schema that [Wrap] accepts
-// for a tool's arguments, under the same rules (drafts, no references
-// outside the document); an empty schema is valid. The error says what is
-// wrong without quoting the schema.
-func CheckSchema(schema []byte) error {
-	_, err := compile(schema)
-	return err
+// CheckSchemas checks the input schemas of one request's tools: each must
+// be a JSON Schema that [Wrap] accepts for a tool's arguments, under the
+// same rules (drafts, no references outside the document, the bounds;
+// empty is valid), and together they may hold at most [MaxRequestNodes]
+// JSON objects, arrays and booleans. It returns one error per schema, nil
+// for each that passes; an error says what is wrong without quoting the
+// schema, and is a *[LimitError] for a schema past a bound, which is found
+// before the schema is compiled. Once ctx is done, the schemas not checked
+// yet get its error: no compile outlives the request by more than the one
+// under way.
+func CheckSchemas(ctx context.Context, schemas [][]byte) []error {
+	errs := make([]error, len(schemas))
+	total := 0
+	for i, schema := range schemas {
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		p, err := parse(schema, inputSchema)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if total += p.nodes; total > MaxRequestNodes {
+			errs[i] = fmt.Errorf("%s too complex: %w", inputSchema, &LimitError{
+				What: "JSON objects, arrays and booleans in the input schemas of one request's tools together", Max: MaxRequestNodes,
+			})
+			continue
+		}
+		_, errs[i] = p.compile(inputSchema)
+	}
+	return errs
 }
 
-// compile compiles a tool's input schema; empty means {"type":"object"}.
-func compile(schema []byte) (*jsonschema.Schema, error) {
+// What a schema is, in errors.
+const (
+	inputSchema  = "input schema"
+	outputSchema = "output schema"
+)
+
+// compiled is a schema ready to check values against.
+type compiled struct {
+	schema *jsonschema.Schema
+	plan   *plan
+}
+
+// compile compiles a schema; what names it in errors.
+func compile(schema []byte, what string) (*compiled, error) {
+	p, err := parse(schema, what)
+	if err != nil {
+		return nil, err
+	}
+	return p.compile(what)
+}
+
+// parsed is a schema's JSON, decoded and within MaxDepth, MaxNodes and
+// MaxRefs.
+type parsed struct {
+	doc   any
+	nodes int
+}
+
+// parse decodes a schema and checks it against the bounds that come
+// before the library's work, whose cost they bound; what names it in
+// errors. Empty means {"type":"object"}.
+func parse(schema []byte, what string) (parsed, error) {
 	raw := bytes.TrimSpace(schema)
 	if len(raw) == 0 {
 		raw = []byte(`{"type":"object"}`)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("input schema is not JSON: %w", err)
+		return parsed{}, fmt.Errorf("%s is not JSON: %w", what, err)
 	}
+	nodes, err := measure(doc)
+	if err != nil {
+		return parsed{}, fmt.Errorf("%s too complex: %w", what, err)
+	}
+	return parsed{doc: doc, nodes: nodes}, nil
+}
+
+// compile compiles p and plans the checks against it; what names it in
+// errors.
+func (p parsed) compile(what string) (*compiled, error) {
 	c := jsonschema.NewCompiler()
 	// An empty loader map refuses every URL: a tool's schema comes from a
 	// possibly untrusted server or client and must not make us read files
@@ -77,21 +153,39 @@ func compile(schema []byte) (*jsonschema.Schema, error) {
 	// resolve.
 	c.UseLoader(jsonschema.SchemeURLLoader{})
 	c.DefaultDraft(jsonschema.Draft2020)
-	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, err
+	if err := c.AddResource(schemaURL, p.doc); err != nil {
+		return nil, fmt.Errorf("invalid %s: %w", what, err)
 	}
 	sch, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, fmt.Errorf("invalid input schema: %w", err)
+		return nil, fmt.Errorf("invalid %s: %w", what, err)
 	}
-	return sch, nil
+	pl, err := newPlan(sch)
+	var limit *LimitError
+	switch {
+	case errors.As(err, &limit):
+		return nil, fmt.Errorf("%s too complex: %w", what, err)
+	case err != nil:
+		return nil, fmt.Errorf("invalid %s: %w", what, err)
+	}
+	return &compiled{schema: sch, plan: pl}, nil
+}
+
+// validate checks inst: nil when the schema accepts it, a
+// *jsonschema.ValidationError when it does not, and a *[LimitError] when
+// checking it would take more than [MaxSteps], counted before the check.
+func (c *compiled) validate(inst any) error {
+	if _, ok := c.plan.cost(inst, MaxSteps); !ok {
+		return &LimitError{What: "steps of checking (evaluations of a subschema against a part of the value)", Max: MaxSteps}
+	}
+	return c.schema.Validate(inst)
 }
 
 // checked is a tool whose arguments are validated before it runs.
 type checked struct {
 	tool   llm.Tool
 	name   string
-	schema *jsonschema.Schema
+	schema *compiled
 }
 
 // Spec returns the wrapped tool's spec unchanged.
@@ -127,9 +221,13 @@ func (c *checked) check(args string) string {
 	if _, ok := inst.(map[string]any); !ok {
 		return fmt.Sprintf("Invalid arguments for tool %q: they must be a JSON object, not %s.", c.name, jsonKind(inst))
 	}
-	err = c.schema.Validate(inst)
+	err = c.schema.validate(inst)
 	if err == nil {
 		return ""
+	}
+	var limit *LimitError
+	if errors.As(err, &limit) {
+		return fmt.Sprintf("Invalid arguments for tool %q: they are too costly to check against its input schema (%v). Send simpler arguments.", c.name, err)
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {

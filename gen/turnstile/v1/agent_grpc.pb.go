@@ -149,12 +149,15 @@ type AgentServiceClient interface {
 	// turn_completed.messages), so the client's conversation holds it.
 	//
 	// Errors: INVALID_ARGUMENT naming the field (turn_id missing; a message
-	// that is not a user message of text parts, or over the request limits);
-	// NOT_FOUND when the store holds no such run; FAILED_PRECONDITION when
-	// the run has ended (its terminal event is stored), or the server keeps
-	// no turn log and the turn does not run on this replica;
-	// RESOURCE_EXHAUSTED when the turn already holds the most queued messages
-	// the server allows.
+	// that is not a user message of text parts, a text part empty or only
+	// white space, or over the request limits); NOT_FOUND when the store
+	// holds no such run; FAILED_PRECONDITION when the run has ended (its
+	// terminal event is stored), or the server keeps no turn log and the
+	// turn does not run on this replica; RESOURCE_EXHAUSTED when the turn
+	// already holds the most queued messages the server allows, or when the
+	// message would take the text of the steering messages the turn has
+	// taken past what the server allows one turn (turn.max_steer_bytes):
+	// waiting does not help then, a new turn does.
 	//
 	// Retries: the call can fail with UNAVAILABLE (the turn's server went
 	// away and another takes it over, or the message was not stored) or
@@ -365,12 +368,15 @@ type AgentServiceServer interface {
 	// turn_completed.messages), so the client's conversation holds it.
 	//
 	// Errors: INVALID_ARGUMENT naming the field (turn_id missing; a message
-	// that is not a user message of text parts, or over the request limits);
-	// NOT_FOUND when the store holds no such run; FAILED_PRECONDITION when
-	// the run has ended (its terminal event is stored), or the server keeps
-	// no turn log and the turn does not run on this replica;
-	// RESOURCE_EXHAUSTED when the turn already holds the most queued messages
-	// the server allows.
+	// that is not a user message of text parts, a text part empty or only
+	// white space, or over the request limits); NOT_FOUND when the store
+	// holds no such run; FAILED_PRECONDITION when the run has ended (its
+	// terminal event is stored), or the server keeps no turn log and the
+	// turn does not run on this replica; RESOURCE_EXHAUSTED when the turn
+	// already holds the most queued messages the server allows, or when the
+	// message would take the text of the steering messages the turn has
+	// taken past what the server allows one turn (turn.max_steer_bytes):
+	// waiting does not help then, a new turn does.
 	//
 	// Retries: the call can fail with UNAVAILABLE (the turn's server went
 	// away and another takes it over, or the message was not stored) or

@@ -1,0 +1,49 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+)
+
+// TestEncodedResponse: a response sent as its event's stored wire form
+// decodes as the response encoded by gRPC's codec would, small (its own
+// buffer) and large (a pooled one), for both streaming responses.
+func TestEncodedResponse(t *testing.T) {
+	c := newCodec(1 << 20)
+	for _, size := range []int{0, 10, 1 << 10, 100 << 10} {
+		ev := &turnstilev1.AgentEvent{Seq: 7, Attempt: 2, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: strings.Repeat("é", size/2)}}}
+		wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, resp := range []interface {
+			proto.Message
+			GetEvent() *turnstilev1.AgentEvent
+		}{&turnstilev1.RunTurnResponse{Event: ev}, &turnstilev1.WatchTurnResponse{Event: ev}} {
+			got, err := c.Marshal(&encodedResponse{Message: resp, event: wire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := c.Marshal(resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Len() != want.Len() || got.Len() != proto.Size(resp) {
+				t.Errorf("%T of a %d-byte event: %d bytes, want %d", resp, len(wire), got.Len(), want.Len())
+			}
+			dec := resp.ProtoReflect().New().Interface()
+			if err := proto.Unmarshal(got.Materialize(), dec); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(dec, resp) {
+				t.Errorf("%T of a %d-byte event decodes as %v", resp, len(wire), dec)
+			}
+			got.Free()
+			want.Free()
+		}
+	}
+}

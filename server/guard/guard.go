@@ -1,0 +1,603 @@
+package guard
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/credentials"
+)
+
+// What this file guards against, below gRPC: one address holding every
+// connection slot (a per-peer cap, in peerListener), connections silent
+// through their handshake (at most MaxHandshakes at once: beyond, the
+// oldest handshake of the address with the most is closed, so silent
+// connections from many addresses cannot hold every slot either; counted
+// when handshake_timeout closes them),
+// request headers over max_header_bytes (gRPC refuses the stream or
+// closes the connection; counted and logged here), and connections that
+// only open and reset streams (the HTTP/2 rapid-reset pattern: gRPC-Go
+// bounds the handlers running per connection, but a client that resets
+// each stream at once still costs a handler and a log line per stream;
+// such a connection is sent GOAWAY ENHANCE_YOUR_CALM and closed).
+//
+// The HTTP/2 frames are watched, not parsed: h2Conn reads the 9-byte
+// header of every frame passing through the connection, in both
+// directions, and skips the payloads.
+
+// Rapid-reset bound: a connection may have its client reset
+// resetBurst streams at once, and resetRate a second after that.
+// A client cancelling its own turns stays far below; one that opens
+// and resets streams in a loop reaches it in milliseconds.
+const (
+	resetBurst = 200
+	resetRate  = 10
+)
+
+// Reasons of the refusals metric.
+const (
+	reasonPerPeer          = "per_peer_limit"
+	reasonHandshakeLimit   = "handshake_limit"
+	reasonHandshakeTimeout = "handshake_timeout"
+	reasonRapidReset       = "rapid_reset"
+	reasonHeaderTooLarge   = "header_too_large"
+)
+
+// Metric names of the connection guard and the RPC log.
+const (
+	metricRefusals = "turnstile.server.refusals"
+	metricUnserved = "turnstile.server.rpcs.unserved"
+)
+
+// Options configure a [Guard].
+type Options struct {
+	// Logger receives the lines of refusals and of RPCs, sampled per peer.
+	Logger *slog.Logger
+	// MaxConnectionsPerPeer bounds the connections open at once from one
+	// IP address.
+	MaxConnectionsPerPeer int
+	// MaxHandshakes bounds the connections whose TLS and HTTP/2
+	// handshakes are under way at once, from every address together; 0
+	// is no bound. A connection beyond it closes the oldest handshake of
+	// the address with the most under way.
+	MaxHandshakes int
+	// MaxHeaderBytes is the bound gRPC holds a request's header to,
+	// named in the line that says it refused one.
+	MaxHeaderBytes int
+	// MeterProvider records the refusals and the RPCs that did no work.
+	MeterProvider metric.MeterProvider
+}
+
+// RanField is the log field that marks the line of an RPC that ran a
+// turn: such an RPC did work, whatever its status, so its line is not
+// sampled nor counted as unserved.
+const RanField = "turn_ran"
+
+// Guard keeps the per-peer connection counts, the instruments and the
+// sampled log of everything refused below the RPC layer.
+type Guard struct {
+	logger  *slog.Logger
+	perPeer int
+	headers int
+	// sampler shares the lines of RPCs that did no work among peers;
+	// connSampler those about connections, apart, so a flood of the
+	// first cannot hide the line that a connection was closed.
+	sampler     *sampler
+	connSampler *sampler
+	refusals    metric.Int64Counter
+	unserved    metric.Int64Counter
+
+	mu    sync.Mutex
+	peers map[string]int
+	// shaking are the connections whose handshake is under way, by
+	// address, oldest first; shakes counts them. Under mu.
+	maxShakes int
+	shaking   map[string][]*peerConn
+	shakes    int
+}
+
+// New returns the guard of a server.
+func New(opts Options) *Guard {
+	mp := opts.MeterProvider
+	m := mp.Meter("github.com/turnstile-dev/turnstile/server")
+	// Instrument errors (a bad name) are a broken build: the no-op
+	// instrument returned keeps the server serving.
+	refusals, _ := m.Int64Counter(metricRefusals, metric.WithUnit("{event}"),
+		metric.WithDescription("Connections and streams refused below the RPC layer, by reason: per_peer_limit, handshake_limit, handshake_timeout, rapid_reset, header_too_large."))
+	unserved, _ := m.Int64Counter(metricUnserved, metric.WithUnit("{call}"),
+		metric.WithDescription("RPCs that ended before any work (cancelled by the client, unauthenticated, refused by a limit), by status code."))
+	return &Guard{
+		logger:      opts.Logger,
+		perPeer:     opts.MaxConnectionsPerPeer,
+		headers:     opts.MaxHeaderBytes,
+		sampler:     newSampler(),
+		connSampler: newSampler(),
+		refusals:    refusals,
+		unserved:    unserved,
+		peers:       map[string]int{},
+		maxShakes:   opts.MaxHandshakes,
+		shaking:     map[string][]*peerConn{},
+	}
+}
+
+// refused counts one refusal for reason.
+func (g *Guard) refused(reason string) {
+	g.refusals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+// logSampled writes msg about a connection of peer at level unless peer
+// has had its share of such lines (see [sampler]); the line says how many were left out since
+// the last one.
+func (g *Guard) logSampled(level slog.Level, peer, msg string, attrs ...any) {
+	if !g.logger.Enabled(context.Background(), level) {
+		return
+	}
+	if level > slog.LevelDebug {
+		ok, suppressed := g.connSampler.allow(peer, time.Now())
+		if !ok {
+			return
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "suppressed", suppressed)
+		}
+	}
+	g.logger.Log(context.Background(), level, msg, append([]any{"peer", peer}, attrs...)...)
+}
+
+// admit takes a connection slot of host, or reports that host holds
+// perPeer already.
+func (g *Guard) admit(host string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.peers[host] >= g.perPeer {
+		return false
+	}
+	g.peers[host]++
+	return true
+}
+
+// release gives back a connection slot of host.
+func (g *Guard) release(host string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.peers[host]--; g.peers[host] <= 0 {
+		delete(g.peers, host)
+	}
+}
+
+// shake counts c's handshake as under way; beyond maxShakes it closes the
+// oldest handshake of the address with the most under way (c's own, when
+// that is c's address), which a client completing its handshake holds
+// for milliseconds and a silent connection until handshake_timeout.
+func (g *Guard) shake(c *peerConn) {
+	if g.maxShakes <= 0 {
+		return
+	}
+	var victim *peerConn
+	g.mu.Lock()
+	if g.shakes >= g.maxShakes {
+		var most []*peerConn
+		for _, cs := range g.shaking {
+			if len(cs) > len(most) || len(cs) == len(most) && cs[0].accepted.Before(most[0].accepted) {
+				most = cs
+			}
+		}
+		victim = most[0]
+		g.unshakeLocked(victim)
+	}
+	c.shaking = true
+	g.shaking[c.host] = append(g.shaking[c.host], c)
+	g.shakes++
+	g.mu.Unlock()
+	if victim != nil {
+		victim.evicted.Store(true)
+		_ = victim.Close()
+		g.refused(reasonHandshakeLimit)
+		g.logSampled(slog.LevelWarn, victim.host, "connection closed: server.max_handshakes handshakes were under way, the most from this address", "limit", g.maxShakes)
+	}
+}
+
+// shaken counts c's handshake as over: done, or its connection closed.
+func (g *Guard) shaken(c *peerConn) {
+	if g.maxShakes <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unshakeLocked(c)
+}
+
+// unshakeLocked removes c from the handshakes under way, if it is one.
+// g.mu is held.
+func (g *Guard) unshakeLocked(c *peerConn) {
+	if !c.shaking {
+		return
+	}
+	c.shaking = false
+	cs := g.shaking[c.host]
+	for i, o := range cs {
+		if o == c {
+			cs = append(cs[:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(g.shaking, c.host)
+	} else {
+		g.shaking[c.host] = cs
+	}
+	g.shakes--
+}
+
+// hostOf is the address a peer's connections are counted under: its IP.
+func hostOf(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// peerListener closes at once a connection from an address that holds
+// MaxConnectionsPerPeer already, so that one address cannot take every
+// slot of MaxConnections.
+type peerListener struct {
+	net.Listener
+	g *Guard
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host := hostOf(c.RemoteAddr())
+		if _, ip := c.RemoteAddr().(*net.TCPAddr); !ip {
+			// A Unix socket's peers have no address to count by.
+			return &peerConn{Conn: c, g: l.g, host: host, uncounted: true}, nil
+		}
+		if !l.g.admit(host) {
+			c.Close()
+			l.g.refused(reasonPerPeer)
+			l.g.logSampled(slog.LevelWarn, host, "connection refused: the address holds server.max_connections_per_peer connections", "limit", l.g.perPeer)
+			continue
+		}
+		pc := &peerConn{Conn: c, g: l.g, host: host, accepted: time.Now()}
+		l.g.shake(pc)
+		return pc, nil
+	}
+}
+
+// peerConn is an accepted connection: it gives its address's slot back
+// when closed, and counts a handshake that handshake_timeout cut.
+type peerConn struct {
+	net.Conn
+	g         *Guard
+	host      string
+	uncounted bool // not counted against its address (not TCP)
+	// established is set once the client's HTTP/2 preface has been read.
+	established atomic.Bool
+	timedOut    atomic.Bool
+	closed      atomic.Bool
+	// accepted is when the connection was accepted; shaking says its
+	// handshake is counted as under way (under the guard's mu); evicted
+	// that the guard closed it for a newer one (max_handshakes).
+	accepted time.Time
+	shaking  bool
+	evicted  atomic.Bool
+}
+
+func (c *peerConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	// gRPC sets a deadline of handshake_timeout on the connection until
+	// its TLS and HTTP/2 handshakes are done, and none after.
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.established.Load() && !c.evicted.Load() && !c.timedOut.Swap(true) {
+		c.g.refused(reasonHandshakeTimeout)
+		c.g.logger.Debug("connection closed: no handshake within server.handshake_timeout", "peer", c.host)
+	}
+	return n, err
+}
+
+func (c *peerConn) Close() error {
+	if !c.closed.Swap(true) && !c.uncounted {
+		c.g.shaken(c)
+		c.g.release(c.host)
+	}
+	return c.Conn.Close()
+}
+
+// handshaken records that the client's HTTP/2 preface and first frame
+// came: the connection's handshake is over.
+func (c *peerConn) handshaken() {
+	if !c.established.Swap(true) && !c.uncounted {
+		c.g.shaken(c)
+	}
+}
+
+// guardCreds wraps the server's transport credentials (TLS, or none) so
+// that every connection gRPC serves is an [h2Conn].
+type guardCreds struct {
+	credentials.TransportCredentials
+	g *Guard
+}
+
+func (c guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc, _ := raw.(*peerConn)
+	return newH2Conn(conn, c.g, pc), info, nil
+}
+
+func (c guardCreds) Clone() credentials.TransportCredentials {
+	return guardCreds{TransportCredentials: c.TransportCredentials.Clone(), g: c.g}
+}
+
+// HTTP/2 frame types and flags this file looks at (RFC 9113).
+const (
+	frameHeaders      = 0x1
+	frameRSTStream    = 0x3
+	frameGoAway       = 0x7
+	frameContinuation = 0x9
+	flagEndHeaders    = 0x4
+
+	codeFrameSize       = 0x6
+	codeEnhanceYourCalm = 0xb
+
+	// clientPreface is the length of "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".
+	clientPreface = 24
+)
+
+// frameScanner follows the frames of one direction of an HTTP/2
+// connection: it calls onFrame with each frame's header (and, for a
+// RST_STREAM, its error code) and skips payloads.
+type frameScanner struct {
+	hdr  [9]byte
+	have int // bytes of hdr read
+	skip int // bytes of payload (or preface) left to pass over
+	// rst collects a RST_STREAM's error code.
+	rst     [4]byte
+	rstHave int
+	inRST   bool
+	rstHdr  frameHeader
+	onFrame func(h frameHeader, code uint32)
+}
+
+// frameHeader is the header of one frame.
+type frameHeader struct {
+	length int
+	typ    byte
+	flags  byte
+	stream uint32
+}
+
+// feed passes p through the scanner.
+func (s *frameScanner) feed(p []byte) {
+	for len(p) > 0 {
+		switch {
+		case s.inRST:
+			n := copy(s.rst[s.rstHave:], p)
+			s.rstHave += n
+			p = p[n:]
+			if s.rstHave == 4 {
+				s.inRST = false
+				s.onFrame(s.rstHdr, binary.BigEndian.Uint32(s.rst[:]))
+			}
+		case s.skip > 0:
+			n := min(s.skip, len(p))
+			s.skip -= n
+			p = p[n:]
+		default:
+			n := copy(s.hdr[s.have:], p)
+			s.have += n
+			p = p[n:]
+			if s.have < 9 {
+				continue
+			}
+			s.have = 0
+			h := frameHeader{
+				length: int(s.hdr[0])<<16 | int(s.hdr[1])<<8 | int(s.hdr[2]),
+				typ:    s.hdr[3],
+				flags:  s.hdr[4],
+				stream: binary.BigEndian.Uint32(s.hdr[5:]) & 0x7fffffff,
+			}
+			if h.typ == frameRSTStream && h.length == 4 {
+				s.inRST, s.rstHave, s.rstHdr = true, 0, h
+				continue
+			}
+			s.skip = h.length
+			s.onFrame(h, 0)
+		}
+	}
+}
+
+// atBoundary reports whether the bytes so far end with a whole frame.
+func (s *frameScanner) atBoundary() bool { return s.have == 0 && s.skip == 0 && !s.inRST }
+
+// errTooManyResets ends a connection whose client only resets streams.
+var errTooManyResets = errors.New("server: the client reset too many streams")
+
+// h2Conn is a connection gRPC serves, after its TLS handshake: it
+// watches the frames both ways (see the top of this file).
+type h2Conn struct {
+	net.Conn
+	g    *Guard
+	pc   *peerConn
+	host string
+
+	// The read side, touched only by gRPC's reader goroutine.
+	in         frameScanner
+	seen       bool          // a frame was read
+	inBlock    atomic.Bool   // a header block is open (no END_HEADERS yet)
+	lastStream atomic.Uint32 // the GOAWAY's last stream
+	streams    int
+	resets     int
+	tokens     float64
+	refilled   time.Time
+	tripped    atomic.Bool
+	readFailed atomic.Bool
+
+	// The write side, under wmu: gRPC's writer, and the GOAWAY.
+	wmu          sync.Mutex
+	out          frameScanner
+	goAwayDue    atomic.Bool // a GOAWAY waits for the end of the frame being written
+	headerLogged bool
+	closed       bool
+}
+
+func newH2Conn(conn net.Conn, g *Guard, pc *peerConn) *h2Conn {
+	c := &h2Conn{Conn: conn, g: g, pc: pc, tokens: resetBurst}
+	c.host = hostOf(conn.RemoteAddr())
+	c.in.skip = clientPreface
+	c.in.onFrame = c.inFrame
+	c.out.onFrame = c.outFrame
+	return c
+}
+
+func (c *h2Conn) Read(p []byte) (int, error) {
+	if c.tripped.Load() {
+		return 0, errTooManyResets
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.in.feed(p[:n])
+	}
+	if err != nil {
+		c.readFailed.Store(true)
+	}
+	return n, err
+}
+
+// inFrame sees each frame the client sends.
+func (c *h2Conn) inFrame(h frameHeader, _ uint32) {
+	if !c.seen {
+		// The preface and a first frame: the handshake is done.
+		c.seen = true
+		if c.pc != nil {
+			c.pc.handshaken()
+		}
+	}
+	switch h.typ {
+	case frameHeaders:
+		if h.stream > c.lastStream.Load() {
+			c.lastStream.Store(h.stream)
+			c.streams++
+		}
+		c.inBlock.Store(h.flags&flagEndHeaders == 0)
+	case frameContinuation:
+		c.inBlock.Store(h.flags&flagEndHeaders == 0)
+	case frameRSTStream:
+		c.resets++
+		now := time.Now()
+		if !c.refilled.IsZero() {
+			c.tokens = min(resetBurst, c.tokens+now.Sub(c.refilled).Seconds()*resetRate)
+		}
+		c.refilled = now
+		if c.tokens >= 1 {
+			c.tokens--
+			return
+		}
+		if !c.tripped.Swap(true) {
+			c.g.refused(reasonRapidReset)
+			c.g.logSampled(slog.LevelWarn, c.host, "connection closed with GOAWAY: its client opens and resets streams faster than the server allows",
+				"streams", c.streams, "resets", c.resets)
+			c.goAwayDue.Store(true)
+			// A write under way (gRPC's writer blocked on a client that
+			// does not read) sends it when it ends.
+			if c.wmu.TryLock() {
+				c.flushGoAway()
+				c.wmu.Unlock()
+			}
+		}
+	}
+}
+
+// outFrame sees each frame the server writes.
+func (c *h2Conn) outFrame(h frameHeader, code uint32) {
+	// gRPC-Go answers a header list over MaxHeaderListSize with
+	// RST_STREAM FRAME_SIZE_ERROR, and with nothing else.
+	if h.typ == frameRSTStream && code == codeFrameSize {
+		c.headerRefused()
+	}
+}
+
+// headerRefused counts a stream or connection refused for its header's
+// size, logging it once per connection. Call with wmu held.
+func (c *h2Conn) headerRefused() {
+	c.g.refused(reasonHeaderTooLarge)
+	if !c.headerLogged {
+		c.headerLogged = true
+		c.g.logSampled(slog.LevelWarn, c.host, "request refused: its header is larger than server.max_header_bytes (logged once per connection)",
+			"limit", c.g.headers)
+	}
+}
+
+func (c *h2Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, err := c.Conn.Write(p)
+	c.out.feed(p[:n])
+	c.flushGoAway()
+	return n, err
+}
+
+// flushGoAway writes the GOAWAY that waits, if the bytes written so far
+// end with a whole frame, and closes the connection. Call with wmu held.
+func (c *h2Conn) flushGoAway() {
+	if !c.goAwayDue.Load() || !c.out.atBoundary() || c.closed {
+		return
+	}
+	c.goAwayDue.Store(false)
+	const debug = "too_many_resets"
+	f := make([]byte, 9+8+len(debug))
+	n := 8 + len(debug)
+	f[0], f[1], f[2], f[3] = byte(n>>16), byte(n>>8), byte(n), frameGoAway
+	binary.BigEndian.PutUint32(f[9:], c.lastStream.Load())
+	binary.BigEndian.PutUint32(f[13:], codeEnhanceYourCalm)
+	copy(f[17:], debug)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Conn.Write(f)
+	c.closed = true
+	_ = c.Conn.Close()
+}
+
+func (c *h2Conn) Close() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	// gRPC closes a connection whose header block does not decode: one
+	// header longer than max_header_bytes ends there, mid-block.
+	if c.inBlock.Swap(false) && !c.readFailed.Load() && !c.tripped.Load() {
+		c.headerRefused()
+	}
+	c.flushGoAway()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.Conn.Close()
+}
+
+// Listener returns lis guarded: a connection from an address that holds
+// MaxConnectionsPerPeer already is closed at once, counted and logged.
+func (g *Guard) Listener(lis net.Listener) net.Listener { return &peerListener{Listener: lis, g: g} }
+
+// Credentials returns creds (TLS, or none) with every connection they
+// hand gRPC watched: its handshake's timeout counted, its HTTP/2 frames'
+// headers read both ways (a header gRPC refused for its size, a client
+// that only opens and resets streams).
+func (g *Guard) Credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
+	return guardCreds{TransportCredentials: creds, g: g}
+}
