@@ -479,7 +479,11 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		rs.logger.Warn("turn taken over by another server: this replica lost its lease and stops it here", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		r.finish(ErrTakenOver)
 	case err != nil && rs.storeFull():
-		rs.logger.Error("turn store full: the turn's last events did not fit; it ends without them", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		// Its clients are told to watch it again; the log gets its end
+		// once it has room (StoreRoom), or when a watch adopts it: it is
+		// never taken over and finished later.
+		rs.logger.Error("turn store full: the turn's last events did not fit; it ends without them, its STORE_FULL error stored once there is room", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		rs.owed.add(k, storeFullError())
 		r.finish(ErrNotStored)
 	case err != nil:
 		rs.logger.Error("turn store unreachable: the turn ends without its last events", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
