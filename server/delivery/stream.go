@@ -90,6 +90,8 @@ type Stream[M any] struct {
 	sending atomic.Bool
 	stalled atomic.Bool
 	stopped atomic.Bool // closed: the watchdog is off
+	// sentSeq is sent, read without the lock (Sent).
+	sentSeq atomic.Uint64
 	// The watchdog: since is when the Send under way began (nanoseconds
 	// after base, 0 between Sends).
 	base  time.Time
@@ -138,6 +140,7 @@ func (s *Stream[M]) Busy() bool { return s.sending.Load() }
 func (s *Stream[M]) Follow(feed Feed[M], after uint64) {
 	s.mu.Lock()
 	s.feed, s.sent, s.state = feed, after, Open
+	s.sentSeq.Store(after)
 	s.mu.Unlock()
 	s.Kick()
 }
@@ -155,12 +158,8 @@ func (s *Stream[M]) Resume() {
 }
 
 // Sent returns the seq of the last message sent (0 before any, and
-// without a feed).
-func (s *Stream[M]) Sent() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sent
-}
+// without a feed). It takes no lock.
+func (s *Stream[M]) Sent() uint64 { return s.sentSeq.Load() }
 
 // Kick tells the stream its feed holds more: a Send starts on a worker
 // unless one is under way, which then goes on with them. It never blocks
@@ -352,6 +351,7 @@ func (s *Stream[M]) sendOne(m M) error {
 	s.mu.Lock()
 	if s.feed != nil {
 		s.sent = s.feed.Seq(m)
+		s.sentSeq.Store(s.sent)
 	}
 	s.mu.Unlock()
 	return nil
