@@ -331,6 +331,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	defer r.cancel(nil)
 	k := r.key
 	defer rs.owned.runs(r)()
+	runCtx := ctx // the run's own: cancelled with it
 
 	var terminal *turnstilev1.AgentEvent
 	// tooLarge is the seq of an event too large to store or send: the run
@@ -401,6 +402,10 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		return appendWire(ctx, out, b)
 	}
 	emit := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+		// While nobody reads the run, wait for a client, as a turn without
+		// a store waits for its Send (unread.go); on the run's context, not
+		// the sink's, which outlives a cancel to store the last events.
+		r.awaitReader(runCtx, rs.grace)
 		if r.handedOff.Load() {
 			// As if this replica had died here: the next owner goes on
 			// from what is stored, and stores nothing this one would
@@ -499,7 +504,6 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	rs.owned.drop(k, r)
 }
 
-// marshalEvent returns ev's wire form as the log stores it.
 // marshalEvent returns ev's wire form as the log stores it.
 func marshalEvent(ev *turnstilev1.AgentEvent) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(ev)
