@@ -46,6 +46,10 @@ type CapabilitiesConfig struct {
 	// in a request that offers tools; false asks for the schema another
 	// way then (Gemini: a respond function).
 	SchemaWithTools *bool `yaml:"schema_with_tools"`
+	// SignedCalls, when true, says the model refuses a function call of
+	// the current turn without a thought signature (Gemini 3): a call
+	// another model made is sent with the API's placeholder signature.
+	SignedCalls *bool `yaml:"signed_calls"`
 	// MaxStopSequences is the most stop sequences the model takes (0:
 	// none); a request with more is refused.
 	MaxStopSequences *int `yaml:"max_stop_sequences"`
@@ -92,6 +96,9 @@ func (c *CapabilitiesConfig) apply(caps llm.Capabilities) llm.Capabilities {
 	if c.SchemaWithTools != nil {
 		caps.SchemaWithTools = *c.SchemaWithTools
 	}
+	if c.SignedCalls != nil {
+		caps.SignedCalls = *c.SignedCalls
+	}
 	if c.MaxStopSequences != nil {
 		caps.MaxStopSequences = c.MaxStopSequences
 	}
@@ -133,9 +140,9 @@ func (m *Model) capabilities() llm.Capabilities {
 // sampling returns the temperature and top_p of a call to m with caps:
 // the request's, else m's default top_p, which a request's temperature
 // displaces on a model that takes one of the two.
-func (t *turn) sampling(m *Model, caps llm.Capabilities) (temperature, topP *float64) {
-	temperature, topP = t.req.Temperature, cmp.Or(t.req.TopP, m.TopP)
-	if t.req.TopP == nil && temperature != nil && caps.TemperatureOrTopP {
+func (mc *modelCalls) sampling(m *Model, caps llm.Capabilities) (temperature, topP *float64) {
+	temperature, topP = mc.t.req.Temperature, cmp.Or(mc.t.req.TopP, m.TopP)
+	if mc.t.req.TopP == nil && temperature != nil && caps.TemperatureOrTopP {
 		topP = nil
 	}
 	return temperature, topP

@@ -195,7 +195,10 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 				}
 				k := keyed("limited", "tok-limited-0123")
 				k.Limits = tt.limits
-				k.Limits.ConcurrentTurns = &one
+				// Each call holds its prompt alone, and the second turn's
+				// prompt is three bytes, none of a token: only what the
+				// first turn was charged stands in the second's way.
+				k.Limits.ConcurrentTurns, k.Limits.ReserveOutputTokens = &one, n(0)
 				opts := server.Options{Keys: []server.Key{k}}
 				if durable {
 					opts.Store = memStore(t)
@@ -217,7 +220,10 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 				)
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					evs, st = wiretest.Collect(t, cctx, ts.client, bigPrompt("turn-2"), nil)
+					second := hello()
+					second.TurnId = "turn-2"
+					second.Messages[0].Parts[0].Kind = &turnstilev1.Part_Text{Text: "hi?"}
+					evs, st = wiretest.Collect(t, cctx, ts.client, second, nil)
 					cancel()
 					if limitOf(st) != "concurrent_turns" || time.Now().After(deadline) {
 						break

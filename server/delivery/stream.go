@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,7 +124,10 @@ func New[M any](send func(M) error, timeout time.Duration, start func(func()), o
 	s := &Stream[M]{send: send, start: start, timeout: timeout, onStall: onStall, wake: make(chan struct{}, 1), base: time.Now()}
 	s.cond.L = &s.mu
 	s.drainFn = s.drain
-	s.dog = time.AfterFunc(timeout, s.watch)
+	// Armed once s.dog is set: a timer that fires at once (a short
+	// timeout on a busy machine) finds it in watch.
+	s.dog = time.AfterFunc(time.Duration(math.MaxInt64), s.watch)
+	s.dog.Reset(timeout)
 	return s
 }
 
