@@ -1,12 +1,15 @@
 package main
 
-// The limit scenario (issue 37): the server, with the turn store on, runs
+// The limit scenario (issue 37): the server, in each -store mode, runs
 // under a memory limit, its data segment bounded by prlimit --data (what
-// it maps writable: its heap, whether resident or not) and GOMEMLIMIT at
-// 90% of it, as `serve` sets it from a container's limit. One client key,
-// silent, opens -streams RunTurn calls whose clients never read (its
-// concurrent_turns lets every one of them run); meanwhile another key,
-// good, runs -good-turns turns one at a time and reads each to its end.
+// it maps writable: its heap, whether resident or not; stricter than a
+// cgroup's limit, which counts what is resident) and GOMEMLIMIT at 90% of
+// it, as `serve` sets it from a container's limit; -limit-data=false
+// keeps GOMEMLIMIT alone, to read the peak RSS a cgroup would meet. One client key,
+// silent, opens -streams RunTurn calls whose clients read their first
+// event and nothing more (at most -silent-turns of them run: the key's
+// concurrent_turns); meanwhile another key, good, runs -good-turns turns
+// one at a time and reads each to its end.
 // The probe prints whether the server stayed up, how the good key's turns
 // ended and how long they took, and the server's peak RSS.
 
@@ -39,19 +42,28 @@ func digest(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// probeLimit runs the limit scenario: n silent streams of replies of
-// words words held for hold, good turns of the good key meanwhile, the
-// server's memory bounded by limit bytes.
-func probeLimit(bin, extra string, n, words int, hold time.Duration, window int, limit int64, good int) {
-	p := probe{bin: bin, store: true,
-		wrap: []string{"prlimit", "--data=" + strconv.FormatInt(limit, 10), "--"},
-		env:  []string{"GOMEMLIMIT=" + strconv.FormatInt(limit*9/10, 10)},
-		extra: fmt.Sprintf(`auth:
+// limit runs the limit scenario in p's store mode: n silent streams of
+// replies of words words held for hold (at most silentTurns of them
+// running), good turns of the good key meanwhile, the server's memory
+// bounded by limit bytes.
+func (p probe) limit(n, words int, hold time.Duration, window int, limit int64, data bool, good, silentTurns int) {
+	if silentTurns <= 0 {
+		silentTurns = n
+	}
+	if data {
+		p.wrap = []string{"prlimit", "--data=" + strconv.FormatInt(limit, 10), "--"}
+	}
+	p.env = append(slices.Clip(p.env), "GOMEMLIMIT="+strconv.FormatInt(limit*9/10, 10))
+	p.extra = fmt.Sprintf(`auth:
   keys:
     - {name: silent, token_sha256: %s, limits: {concurrent_turns: %d}}
     - {name: good, token_sha256: %s}
-%s`, digest(silentToken), n, digest(goodToken), extra)}
-	name := fmt.Sprintf("limit %d MiB, %d silent streams", limit>>20, n)
+%s`, digest(silentToken), silentTurns, digest(goodToken), p.extra)
+	how := "data segment and GOMEMLIMIT"
+	if !data {
+		how = "GOMEMLIMIT alone"
+	}
+	name := p.label(fmt.Sprintf("limit %d MiB (%s), %d silent streams", limit>>20, how, n))
 	s := p.start(words)
 	defer s.stop()
 	rss0, _ := s.mem()
@@ -77,7 +89,9 @@ func probeLimit(bin, extra string, n, words int, hold time.Duration, window int,
 				req := request(fmt.Sprintf("silent %d", j))
 				stream, err := client.RunTurn(silent, req)
 				if err == nil {
-					_, err = stream.Header()
+					// Its first event, or the status of a turn refused
+					// (a refusal has no header of its own).
+					_, err = stream.Recv()
 				}
 				mu.Lock()
 				defer mu.Unlock()

@@ -15,7 +15,8 @@
 //     seq 0) and counts the turns whose log has no terminal event.
 //     -streams takes a list (300,1000): each count runs in each -store
 //     mode, and a table of the peaks, store on against off, ends the run;
-//   - limit: the server under a memory limit (limit.go);
+//   - limit: the server under a memory limit, for each -streams count and
+//     -store mode (limit.go);
 //   - silent: -silent TCP connections that never send a byte;
 //   - big: -big concurrent requests of -big-bytes each;
 //   - resets, unauth, header, peer, burst: see edges.go.
@@ -79,6 +80,8 @@ func main() {
 	stores := flag.String("store", "off,on", "comma-separated turn store `modes` each scenario runs with: off, or on (embedded, files in a temporary directory)")
 	memLimit := flag.Int64("mem-limit", 1<<30, "the limit scenario's memory `bytes`: the server's data segment (prlimit --data) and GOMEMLIMIT at 90% of it")
 	goodTurns := flag.Int("good-turns", 20, "the limit scenario's turns of the key that reads, one at a time")
+	limitData := flag.Bool("limit-data", true, "the limit scenario bounds the server's data segment (prlimit --data); false: GOMEMLIMIT alone, to read the peak RSS a container's limit would meet")
+	silentTurns := flag.Int("silent-turns", 400, "the limit scenario's concurrent_turns of the key that never reads (0: every stream)")
 	flag.Parse()
 	counts, err := parseCounts(*streams)
 	check(err)
@@ -113,9 +116,6 @@ func main() {
 		case "burst":
 			probeBurst(*bin, *extra, *burst, *burstBytes)
 			continue
-		case "limit":
-			probeLimit(*bin, *extra, counts[len(counts)-1], *words, *settle, *window, *memLimit, *goodTurns)
-			continue
 		}
 		for mode := range strings.SplitSeq(*stores, ",") {
 			if mode != "on" && mode != "off" {
@@ -129,6 +129,10 @@ func main() {
 			case "streams":
 				for _, n := range counts {
 					peaks = append(peaks, p.streams(n, *perConn, *words, *settle, *window))
+				}
+			case "limit":
+				for _, n := range counts {
+					p.limit(n, *words, *settle, *window, *memLimit, *limitData, *goodTurns, *silentTurns)
 				}
 			case "silent":
 				p.silent(*silent, *silentWait)
