@@ -278,7 +278,7 @@ func replicasSharing(t *testing.T, n int, k server.Key, p llm.Provider, interval
 		ts := start(t, pricedRunner(t, p, fake.NewProvider()), server.Options{Store: st, Keys: []server.Key{k}})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- ts.srv.ShareLimits(ctx, st, st.ReplicaID(), interval) }()
+		go func() { done <- ts.srv.ShareLimits(ctx, st.Shared(), st.ReplicaID(), interval) }()
 		t.Cleanup(func() {
 			cancel()
 			if err := <-done; err != nil {

@@ -35,7 +35,7 @@ func replicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provider) []*
 		ts := start(t, pricedRunner(t, p(i), fake.NewProvider()), server.Options{Store: st, Keys: []server.Key{k}, DetachGrace: 100 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- ts.srv.ShareLimits(ctx, st, st.ReplicaID(), 20*time.Millisecond) }()
+		go func() { done <- ts.srv.ShareLimits(ctx, st.Shared(), st.ReplicaID(), 20*time.Millisecond) }()
 		t.Cleanup(func() {
 			cancel()
 			if err := <-done; err != nil {
