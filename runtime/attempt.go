@@ -316,7 +316,10 @@ func (t *turn) classify(ctx context.Context, m *Model, err error, streamed bool,
 	var e *llm.Error
 	switch {
 	case t.stopped(ctx) != nil:
-		e = llm.AsError(t.stopped(ctx))
+		// A copy: the cause may be one error that stops many turns at
+		// once (a server's shutdown), which this turn must not write to.
+		c := *llm.AsError(t.stopped(ctx))
+		e = &c
 	case wd.fired() != "":
 		e = &llm.Error{Kind: llm.KindTimeout, Message: wd.fired(), Err: err}
 	case err == nil && streamed:
