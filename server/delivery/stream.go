@@ -121,7 +121,10 @@ func New[M any](send func(M) error, timeout time.Duration, start func(func()), o
 	s := &Stream[M]{send: send, start: start, timeout: timeout, onStall: onStall, wake: make(chan struct{}, 1), base: time.Now()}
 	s.cond.L = &s.mu
 	s.drainFn = s.drain
+	// Under s.mu: the watchdog may fire before AfterFunc has returned.
+	s.mu.Lock()
 	s.dog = time.AfterFunc(timeout, s.watch)
+	s.mu.Unlock()
 	return s
 }
 
@@ -381,13 +384,16 @@ func (s *Stream[M]) watch() {
 	if s.stopped.Load() || s.stalled.Load() {
 		return
 	}
+	s.mu.Lock()
+	dog := s.dog
+	s.mu.Unlock()
 	since := s.since.Load()
 	if since == 0 {
-		s.dog.Reset(s.timeout)
+		dog.Reset(s.timeout)
 		return
 	}
 	if d := time.Since(s.base) - time.Duration(since); d < s.timeout {
-		s.dog.Reset(s.timeout - d)
+		dog.Reset(s.timeout - d)
 		return
 	}
 	// onStall first: whoever sees the stream stalled sees it called.
