@@ -88,18 +88,6 @@ func TestSendTimeout(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition never held")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // bigTool answers every call with n bytes.
 func bigTool(name string, n int) llm.Tool {
 	return fake.NewTool(name, func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {

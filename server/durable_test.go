@@ -22,42 +22,10 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
-	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
-
-// memStore opens an embedded store that keeps everything in memory.
-func memStore(t testing.TB) *store.Store {
-	t.Helper()
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.LeaseTTL = "", 500*time.Millisecond
-	s, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
-// natsServer starts a NATS server with JetStream on a loopback port, as a
-// cluster of replicas would share, and returns its URL.
-func natsServer(t testing.TB) string { return natstest.Start(t) }
-
-// clusterStore opens a store on the NATS server at url, as one replica.
-func clusterStore(t testing.TB, url string) *store.Store {
-	t.Helper()
-	cfg := store.DefaultConfig()
-	cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, url, 500*time.Millisecond
-	s, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
 
 // watch collects the events of a WatchTurn and its final status.
 func watch(t testing.TB, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.WatchTurnRequest) ([]*turnstilev1.AgentEvent, *status.Status) {

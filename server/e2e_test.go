@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,17 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -33,47 +28,6 @@ import (
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/telemetry"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded NATS server's workers end just after Shutdown returns.
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-	)
-}
-
-// testServer is a real server on a loopback port with a client connection.
-type testServer struct {
-	srv    *server.Server
-	conn   *grpc.ClientConn
-	client turnstilev1.AgentServiceClient
-	addr   string
-}
-
-func start(t testing.TB, r *runtime.Runner, opts server.Options) *testServer {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(r, opts)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(lis); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		<-done
-	})
-	return &testServer{srv: srv, conn: conn, client: turnstilev1.NewAgentServiceClient(conn), addr: lis.Addr().String()}
-}
 
 func runner(t *testing.T, p llm.Provider, tools ...llm.Tool) *runtime.Runner {
 	t.Helper()
@@ -491,27 +445,4 @@ func TestRPCLogLevels(t *testing.T) {
 	if !maps.Equal(want, got) {
 		t.Errorf("levels of the RPC lines = %v, want %v", got, want)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// newLogger returns a text logger at debug level writing to w.
-func newLogger(w *syncBuffer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -60,17 +60,6 @@ func turnOn(t *testing.T, ts *testServer, token string) *status.Status {
 	return st
 }
 
-// eventually polls f until it reports true, for at most 5s.
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !f(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // refusedFor reports whether st refuses a turn by reason and limit.
 func refusedFor(st *status.Status, reason, limit string) bool {
 	if st.Code() != codes.ResourceExhausted || reasonOf(st) != reason {
