@@ -48,6 +48,7 @@ func hello() *turnstilev1.RunTurnRequest {
 }
 
 func TestTurnsOverGRPC(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		replies []fake.Reply
@@ -110,6 +111,7 @@ func TestTurnsOverGRPC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			ts := start(t, runner(t, fake.NewProvider(tt.replies...), tt.tools...), server.Options{})
 			evs, st := wiretest.Collect(t, t.Context(), ts.client, tt.req(), nil)
 			if got := wiretest.Names(evs); got != tt.want {
@@ -162,6 +164,7 @@ func assertStatusMatchesEvent(t *testing.T, st *status.Status, e *turnstilev1.Er
 }
 
 func TestInvalidRequests(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
 	user := func(parts ...*turnstilev1.Part) *turnstilev1.Message {
 		return &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER, Parts: parts}
@@ -212,6 +215,7 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 func TestClientCancelMidStream(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "streaming"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -235,10 +239,14 @@ func TestClientCancelMidStream(t *testing.T) {
 	}
 }
 
+// TestDeadline: a turn still running at its client's deadline ends
+// DEADLINE_EXCEEDED. The deadline is the test's wait: long enough for the
+// turn's first delta on a loaded machine.
 func TestDeadline(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "slow"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{})
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	evs, st := wiretest.Collect(t, ctx, ts.client, hello(), nil)
 	if st.Code() != codes.DeadlineExceeded {
@@ -256,6 +264,7 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestHealthAndReflection(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
 	h, err := healthpb.NewHealthClient(ts.conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "turnstile.v1.AgentService"})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -283,6 +292,7 @@ func TestHealthAndReflection(t *testing.T) {
 }
 
 func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "long answer"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{ShutdownGrace: 50 * time.Millisecond, DrainDelay: 300 * time.Millisecond})
 	health := healthpb.NewHealthClient(ts.conn)
@@ -300,23 +310,25 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 		})
 	}()
 	<-started
+	// While draining, health says NOT_SERVING: its Watch tells the change.
+	wctx, unwatch := context.WithCancel(t.Context())
+	defer unwatch()
+	w, err := health.Watch(wctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := w.Recv(); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before the shutdown: %v %v", h, err)
+	}
 	shut := make(chan struct{})
 	go func() {
 		defer close(shut)
 		ts.srv.Shutdown(context.Background())
 	}()
-	// While draining, health says NOT_SERVING.
-	deadline := time.Now().Add(time.Second)
-	for {
-		h, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
-		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health never turned NOT_SERVING: %v %v", h, err)
-		}
-		time.Sleep(time.Millisecond)
+	if h, err := w.Recv(); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health while draining: %v %v", h, err)
 	}
+	unwatch() // the graceful stop waits for every RPC to end
 	<-done
 	<-shut
 	if st.Code() != codes.Unavailable {
@@ -333,6 +345,7 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 }
 
 func TestNoSecretInErrors(t *testing.T) {
+	t.Parallel()
 	const key = "sk-secret-123"
 	p := fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindAuth, Message: "invalid api key", Err: errors.New("Authorization: Bearer " + key)}})
 	ts := start(t, runner(t, p), server.Options{})
@@ -353,6 +366,7 @@ func TestNoSecretInErrors(t *testing.T) {
 // the turn's one line above DEBUG holds the root cause, and the RPC's own
 // line is at DEBUG.
 func TestInternalFailureLogsItsCause(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cause := errors.New(`Post "api.example.com/v1/chat/completions": unsupported protocol scheme ""`)
@@ -370,10 +384,7 @@ func TestInternalFailureLogsItsCause(t *testing.T) {
 		t.Errorf("the error event leaks the cause: %q", got)
 	}
 	// The interceptor logs after the handler returned.
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "finished call") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.awaitLine(t, "finished call")
 	var above []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var m map[string]any
@@ -397,6 +408,7 @@ func TestInternalFailureLogsItsCause(t *testing.T) {
 // RunTurn refused before its turn started is; health checks and
 // reflection are not.
 func TestRPCLogLevels(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})), server.Options{Logger: logger})
@@ -427,10 +439,7 @@ func TestRPCLogLevels(t *testing.T) {
 		"grpc.reflection.v1.ServerReflection": "DEBUG",
 		"turnstile.v1.AgentService":           "INFO",
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for strings.Count(logs.String(), "finished call") < len(want) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.await(t, "the line of each RPC", func(logs string) bool { return strings.Count(logs, "finished call") >= len(want) })
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var m map[string]any
