@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
@@ -16,8 +17,6 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
-	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
 
 // recorded is a provider that records each call's request and answers
@@ -62,6 +61,7 @@ func cutRunner(t *testing.T, p llm.Provider, cut runtime.StreamCut) *runtime.Run
 // the stored text followed by the continuation. With restart, the text is
 // discarded and the call made again from the start, as before.
 func TestTakeoverContinuesCutReply(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		cut         runtime.StreamCut
 		second      string // the second call's reply
@@ -80,18 +80,15 @@ func TestTakeoverContinuesCutReply(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(string(tt.cut), func(t *testing.T) {
+			t.Parallel()
 			p := &recorded{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 				if n == 1 {
 					return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
 				}
 				return chunks(ctx, false, fake.Text(tt.second)...)
 			}}
-			url := natsServer(t)
-			sa, sb := clusterStore(t, url), clusterStore(t, url)
-			opts := func(s *store.Store) server.Options { return server.Options{Store: s, DetachGrace: 5 * time.Second} }
-			rp := &replicaPair{
-				a: start(t, cutRunner(t, p, tt.cut), opts(sa)), b: start(t, cutRunner(t, p, tt.cut), opts(sb)), storeA: sa,
-			}
+			rs := startReplicas(t, 2, func(int) *runtime.Runner { return cutRunner(t, p, tt.cut) }, detachAfter(5*time.Second))
+			rp := &replicaPair{a: rs[0], b: rs[1], storeA: rs[0].store}
 			head, cut := rp.runUntil(t, textSoFar("Hello "))
 			rp.kill(cut)
 			all, st := resumeOnB(t, rp, head)
@@ -139,25 +136,20 @@ func TestTakeoverContinuesCutReply(t *testing.T) {
 // ends it at once with a retryable UNAVAILABLE error instead of calling
 // the model again.
 func TestTakeoverBounded(t *testing.T) {
-	url := natsServer(t)
-	type replica struct {
-		srv   *testServer
-		store *store.Store
-	}
-	calls := make(chan *replica, 16) // the replica of each model call
+	t.Parallel()
+	type replica = testServer
 	var replicas []*replica
-	for range 5 {
-		r := &replica{store: clusterStore(t, url)}
+	calls := make(chan *replica, 16) // the replica of each model call
+	replicas = startReplicas(t, 5, func(i int) *runtime.Runner {
 		p := &recorded{script: func(ctx context.Context, _ int) iter.Seq2[llm.Chunk, error] {
-			calls <- r
+			calls <- replicas[i]
 			return chunks(ctx, true, textChunk("more "))
 		}}
-		r.srv = start(t, cutRunner(t, p, runtime.StreamCutRestart), server.Options{Store: r.store, DetachGrace: 30 * time.Second})
-		replicas = append(replicas, r)
-	}
+		return cutRunner(t, p, runtime.StreamCutRestart)
+	}, detachAfter(30*time.Second))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	stream, err := replicas[0].srv.client.RunTurn(ctx, hello())
+	stream, err := replicas[0].client.RunTurn(ctx, hello())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,23 +180,26 @@ func TestTakeoverBounded(t *testing.T) {
 				live = r
 			}
 		}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			wctx, wcancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			evs, _ := watch(t, wctx, live.srv.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
-			wcancel()
-			texts := 0
-			for _, ev := range evs {
-				if ev.GetTextDelta() != nil {
+		// A watch that ends before (the run has no owner yet) is made
+		// again.
+		eventually(t, fmt.Sprintf("the log holds the text of %d replies", n), func() bool {
+			wctx, wcancel := context.WithTimeout(t.Context(), waitBound)
+			defer wcancel()
+			w, err := live.client.WatchTurn(wctx, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for texts := 0; texts < n; {
+				r, err := w.Recv()
+				if err != nil {
+					return false
+				}
+				if r.GetEvent().GetTextDelta() != nil {
 					texts++
 				}
 			}
-			if texts == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the log holds %d replies' text, want %d: %s", texts, n, wiretest.Names(evs))
-			}
-		}
+			return true
+		})
 	}
 	o := first
 	for i := range 4 {
@@ -223,22 +218,22 @@ func TestTakeoverBounded(t *testing.T) {
 			live = r
 		}
 	}
+	// The watch follows the turn to its end once the last replica took
+	// it over, and is made again while the run has no owner.
 	var evs []*turnstilev1.AgentEvent
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		wctx, wcancel := context.WithTimeout(t.Context(), 2*time.Second)
-		var st interface{ Code() codes.Code }
-		evs, st = watch(t, wctx, live.srv.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
-		wcancel()
-		if len(evs) > 0 && evs[len(evs)-1].GetError() != nil {
-			if st.Code() != codes.Unavailable {
-				t.Errorf("watch status %v, want UNAVAILABLE", st)
-			}
-			break
+	eventually(t, "the turn ends", func() bool {
+		wctx, wcancel := context.WithTimeout(t.Context(), waitBound)
+		defer wcancel()
+		var st *status.Status
+		evs, st = watch(t, wctx, live.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+		if len(evs) == 0 || evs[len(evs)-1].GetError() == nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn did not end: %s", wiretest.Names(evs))
+		if st.Code() != codes.Unavailable {
+			t.Errorf("watch status %v, want UNAVAILABLE", st)
 		}
-	}
+		return true
+	})
 	want := "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta Retry LlmCallStarted TextDelta Retry LlmCallStarted TextDelta Error"
 	if got := wiretest.Names(evs); got != want {
 		t.Fatalf("events:\n got %s\nwant %s", got, want)
