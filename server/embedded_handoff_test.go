@@ -15,7 +15,6 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
 
 // TestEmbeddedHandOffInProcess: with the embedded store, whose turns are
@@ -26,6 +25,7 @@ import (
 // gets the rest of the turn, the interrupted call's output discarded,
 // equal to the log, long before a lease TTL.
 func TestEmbeddedHandOffInProcess(t *testing.T) {
+	t.Parallel()
 	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n == 1 {
 			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
@@ -33,13 +33,7 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 		return chunks(ctx, false, fake.Text("Hello world")...)
 	}}
 	const leaseTTL = 10 * time.Second
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.LeaseTTL = t.TempDir(), leaseTTL
-	st, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := openStore(t, inDir(t.TempDir()), withLeaseTTL(leaseTTL))
 	const grace = 300 * time.Millisecond
 	a := start(t, runner(t, p), server.Options{Store: st, ShutdownGrace: grace})
 	b := start(t, runner(t, p), server.Options{Store: st})
