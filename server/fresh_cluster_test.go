@@ -27,6 +27,7 @@ import (
 // three come up with the log replicated three times, and each serves a
 // durable turn that the others replay.
 func TestFreshClusterStart(t *testing.T) {
+	t.Parallel()
 	urls, startNATS := natstest.ClusterLater(t, 3)
 	cfg := store.DefaultConfig()
 	cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, strings.Join(urls, ","), time.Second
