@@ -174,3 +174,22 @@ func TestReattachAndCancelDefaults(t *testing.T) {
 		t.Errorf("with WithMaxReattaches(3): cap %v %d, timeout %v", o.capReattaches, o.maxReattaches, o.reattachFor)
 	}
 }
+
+// TestEveryReasonHasItsCode walks the ErrorCode enum: the server's
+// ErrorInfo reason for each code is the code's name without its prefix
+// (server.codeReason), and the client reads each back as that code, so a
+// code added to the contract is never read as INTERNAL.
+func TestEveryReasonHasItsCode(t *testing.T) {
+	for v, name := range turnstilev1.ErrorCode_name {
+		code := turnstilev1.ErrorCode(v)
+		if code == turnstilev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+			continue
+		}
+		reason := name[len("ERROR_CODE_"):]
+		f := fromStatus(statusErr(codes.ResourceExhausted, &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}))
+		var te *TurnError
+		if !errors.As(f.err, &te) || te.Code != code {
+			t.Errorf("reason %s read as %v, want %v", reason, te.Code, code)
+		}
+	}
+}

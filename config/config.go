@@ -268,6 +268,14 @@ type Server struct {
 	// max_connections when that is smaller; at least 1, at most
 	// max_connections).
 	MaxConnectionsPerPeer int `yaml:"max_connections_per_peer"`
+	// MaxHandshakes bounds the connections whose TLS and HTTP/2
+	// handshakes are under way at once, from every address together; one
+	// beyond it closes the oldest handshake of the address with the most
+	// under way, so silent connections from many addresses cannot hold
+	// the slots of max_connections (default 256, or a quarter of
+	// max_connections when that is smaller; at least 1, at most
+	// max_connections).
+	MaxHandshakes int `yaml:"max_handshakes"`
 	// MaxConnectionIdle closes a connection without RPCs for this long
 	// (default 5m; positive).
 	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
@@ -285,7 +293,7 @@ type Server struct {
 	// least 1 KiB, at most 16 MiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxRequestBytes bounds a request (default 4 MiB; at least 1 KiB;
-	// with the turn store on, at most 6242304, what one store record
+	// with the turn store on, at most 8323072, what one store record
 	// holds of a request).
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxMediaBytes bounds one media part of a request, its data or URI
@@ -351,6 +359,7 @@ func defaultServer() Server {
 		MaxConcurrentTurns:    server.DefaultMaxConcurrentTurns,
 		MaxConnections:        server.DefaultMaxConnections,
 		MaxConnectionsPerPeer: server.DefaultMaxConnsPerPeer,
+		MaxHandshakes:         server.DefaultMaxHandshakes,
 		MaxHeaderBytes:        server.DefaultMaxHeaderBytes,
 		MaxConnectionIdle:     server.DefaultMaxConnectionIdle,
 		HandshakeTimeout:      server.DefaultHandshakeTimeout,
@@ -503,6 +512,10 @@ func Parse(name string, b []byte) (*Config, error) {
 	// Left out, the per-address cap follows a smaller max_connections.
 	if _, set := c.lines["server.max_connections_per_peer"]; !set && c.Server.MaxConnections > 0 {
 		c.Server.MaxConnectionsPerPeer = min(c.Server.MaxConnectionsPerPeer, c.Server.MaxConnections)
+	}
+	// So does the bound on handshakes, to a quarter of it.
+	if _, set := c.lines["server.max_handshakes"]; !set && c.Server.MaxConnections > 0 {
+		c.Server.MaxHandshakes = min(c.Server.MaxHandshakes, max(1, c.Server.MaxConnections/4))
 	}
 	// A key that could not be decoded is reported once, by what was wrong
 	// with it, not again by the checks of the value it left behind.

@@ -126,7 +126,7 @@ server: {drain_delay: 0}
 	want := Server{
 		ShutdownGrace: 15 * time.Second, DrainDelay: 5 * time.Second, MaxConnectionAge: 30 * time.Minute,
 		KeepaliveTime: 30 * time.Second, MaxConcurrentStreams: 256, Reflection: true,
-		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionsPerPeer: 64, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
+		MaxConcurrentTurns: 512, MaxConnections: 1024, MaxConnectionsPerPeer: 64, MaxHandshakes: 256, MaxConnectionIdle: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 		MaxHeaderBytes:  32 << 10,
 		MaxRequestBytes: 4 << 20, MaxEventBytes: 2 << 20, SendTimeout: 30 * time.Second, MaxRunningTurns: 1024,
 		MaxMediaBytes: 5 << 20, MaxRequestMediaBytes: 16 << 20,

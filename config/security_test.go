@@ -165,19 +165,21 @@ func TestDeployConfig(t *testing.T) {
 }
 
 // TestConnectionAndHeaderBounds: max_connections_per_peer follows a
-// smaller max_connections when left out, and is checked against it when
-// set; max_header_bytes has a floor and a ceiling; every problem at once.
+// smaller max_connections when left out, and max_handshakes a quarter of
+// it; both are checked against it when set; max_header_bytes has a floor
+// and a ceiling; every problem at once.
 func TestConnectionAndHeaderBounds(t *testing.T) {
 	const models = "providers: {sim: {type: simulator}}\nmodels: {m: {provider: sim, model: x}}\n"
 	c, err := Parse("config.yaml", []byte(models+"server: {max_connections: 10}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Server.MaxConnectionsPerPeer != 10 || c.Server.MaxHeaderBytes != 32<<10 {
-		t.Errorf("per peer %d, header bytes %d; want 10 and 32768", c.Server.MaxConnectionsPerPeer, c.Server.MaxHeaderBytes)
+	if c.Server.MaxConnectionsPerPeer != 10 || c.Server.MaxHandshakes != 2 || c.Server.MaxHeaderBytes != 32<<10 {
+		t.Errorf("per peer %d, handshakes %d, header bytes %d; want 10, 2 and 32768", c.Server.MaxConnectionsPerPeer, c.Server.MaxHandshakes, c.Server.MaxHeaderBytes)
 	}
-	_, err = Parse("config.yaml", []byte(models+"server: {max_connections: 10, max_connections_per_peer: 11, max_header_bytes: 100}\n"))
-	for _, want := range []string{"server.max_connections_per_peer: must be at least 1 and at most server.max_connections (10)", "server.max_header_bytes: must be at least 1024"} {
+	_, err = Parse("config.yaml", []byte(models+"server: {max_connections: 10, max_connections_per_peer: 11, max_handshakes: 11, max_header_bytes: 100}\n"))
+	for _, want := range []string{"server.max_connections_per_peer: must be at least 1 and at most server.max_connections (10)",
+		"server.max_handshakes: must be at least 1 and at most server.max_connections (10)", "server.max_header_bytes: must be at least 1024"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}

@@ -148,16 +148,17 @@ const minEventMargin = 64 << 10
 // server takes with a store on. The embedded server takes records of at
 // most storeRecordBytes (store.go's maxPayload; a NATS cluster's servers
 // need a max_payload of at least that, docs/durable-turns.md). A turn's
-// request is stored in one record, in protobuf's wire form as base64 in
-// JSON beside a few small fields; an event, in one frame with a header.
-// recordMargin is the room left for those fields, headers and framing.
+// request is stored in one record, in its protobuf wire form as it is,
+// beside a few small fields (server/durable's record.go); an event, in
+// one frame with a header. recordMargin is the room left for those
+// fields, headers and framing.
 const (
 	storeRecordBytes = 8 << 20
 	recordMargin     = 64 << 10
 	// MaxStoredRequestBytes is the most server.max_request_bytes may be
-	// with a store on: its base64 form and the record's other fields fit
-	// one record.
-	MaxStoredRequestBytes = (storeRecordBytes - recordMargin) / 4 * 3
+	// with a store on: the request and the record's other fields fit one
+	// record.
+	MaxStoredRequestBytes = storeRecordBytes - recordMargin
 	// MaxStoredEventBytes is the most server.max_event_bytes may be with
 	// a store on.
 	MaxStoredEventBytes = storeRecordBytes - recordMargin
@@ -169,7 +170,7 @@ const (
 func (c *Config) checkStoreRecord(v *checker, record int, when, fix string) {
 	s := c.Server
 	if n := StoredRequestBytes(record); s.MaxRequestBytes > n {
-		v.at("server.max_request_bytes", "must be at most %d %s: a turn's request is stored whole in one record of at most %d bytes, as base64; %s",
+		v.at("server.max_request_bytes", "must be at most %d %s: a turn's request is stored whole in one record of at most %d bytes; %s",
 			n, when, record, fix)
 	}
 	if n := StoredEventBytes(record); s.MaxEventBytes > n {
@@ -180,7 +181,7 @@ func (c *Config) checkStoreRecord(v *checker, record int, when, fix string) {
 
 // StoredRequestBytes is the largest server.max_request_bytes a turn store
 // whose records hold at most record bytes can keep.
-func StoredRequestBytes(record int) int { return (record - recordMargin) / 4 * 3 }
+func StoredRequestBytes(record int) int { return record - recordMargin }
 
 // StoredEventBytes is the largest server.max_event_bytes a turn store
 // whose records hold at most record bytes can keep.
@@ -227,6 +228,9 @@ func (c *Config) checkServer(v *checker) {
 	atLeast("max_connections", s.MaxConnections, 1)
 	if s.MaxConnectionsPerPeer < 1 || s.MaxConnectionsPerPeer > max(s.MaxConnections, 1) {
 		v.at("server.max_connections_per_peer", "must be at least 1 and at most server.max_connections (%d)", s.MaxConnections)
+	}
+	if s.MaxHandshakes < 1 || s.MaxHandshakes > max(s.MaxConnections, 1) {
+		v.at("server.max_handshakes", "must be at least 1 and at most server.max_connections (%d)", s.MaxConnections)
 	}
 	positive("max_connection_idle", s.MaxConnectionIdle)
 	if s.MaxConnectionAge < 0 {

@@ -11,8 +11,8 @@ import (
 // with the store off, or at the bounds, it is not.
 func TestRequestsTheStoreCannotHold(t *testing.T) {
 	const models = "providers: {sim: {type: simulator}}\nmodels: {m: {provider: sim, model: x}}\n"
-	request := "config.yaml:3: server.max_request_bytes: must be at most 6242304 with the turn store on (store.mode %s): " +
-		"a turn's request is stored whole in one record of at most 8388608 bytes, as base64; or set store.mode off"
+	request := "config.yaml:3: server.max_request_bytes: must be at most 8323072 with the turn store on (store.mode %s): " +
+		"a turn's request is stored whole in one record of at most 8388608 bytes; or set store.mode off"
 	event := "config.yaml:3: server.max_event_bytes: must be at most 8323072 with the turn store on (store.mode %s): " +
 		"each event is stored in one record of at most 8388608 bytes; or set store.mode off"
 	tests := []struct {
@@ -20,9 +20,9 @@ func TestRequestsTheStoreCannotHold(t *testing.T) {
 	}{
 		{"both over, embedded by default", models + "server: {max_request_bytes: 16777216, max_event_bytes: 8323073}\n",
 			fmt.Sprintf(event, "embedded") + "\n" + fmt.Sprintf(request, "embedded")},
-		{"a request over, on nats", models + "server: {max_request_bytes: 6242305}\nstore: {mode: nats, nats: {url: \"nats://127.0.0.1:4222\"}}\n",
+		{"a request over, on nats", models + "server: {max_request_bytes: 8323073}\nstore: {mode: nats, nats: {url: \"nats://127.0.0.1:4222\"}}\n",
 			fmt.Sprintf(request, "nats")},
-		{"at the bounds", models + "server: {max_request_bytes: 6242304, max_event_bytes: 8323072}\n", ""},
+		{"at the bounds", models + "server: {max_request_bytes: 8323072, max_event_bytes: 8323072}\n", ""},
 		{"store off", models + "server: {max_request_bytes: 16777216, max_event_bytes: 16777216}\nstore: {mode: off}\n", ""},
 	}
 	for _, tt := range tests {
@@ -32,7 +32,7 @@ func TestRequestsTheStoreCannotHold(t *testing.T) {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Parse: %v", err)
 			case tt.want == "":
-				if c.Server.MaxRequestBytes < 6242304 {
+				if c.Server.MaxRequestBytes < 8323072 {
 					t.Errorf("max_request_bytes %d", c.Server.MaxRequestBytes)
 				}
 			case err == nil || err.Error() != tt.want:
@@ -40,7 +40,7 @@ func TestRequestsTheStoreCannotHold(t *testing.T) {
 			}
 		})
 	}
-	if MaxStoredRequestBytes != 6242304 || MaxStoredEventBytes != 8323072 {
-		t.Errorf("bounds %d and %d, documented as 6242304 and 8323072", MaxStoredRequestBytes, MaxStoredEventBytes)
+	if MaxStoredRequestBytes != 8323072 || MaxStoredEventBytes != 8323072 {
+		t.Errorf("bounds %d and %d, documented as 8323072 and 8323072", MaxStoredRequestBytes, MaxStoredEventBytes)
 	}
 }

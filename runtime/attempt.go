@@ -12,6 +12,22 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 )
 
+// modelCalls makes a turn's model calls: it builds each call's request
+// (the conversation, the tools, the options the model takes, the prompt
+// cache's marks, what continues a cut reply), streams the provider's
+// chunks into events under a watchdog, races a hedged call against a slow
+// one, and charges each call's usage. It holds what only the calls touch:
+// the prompt size the provider last reported and the prompt cache key.
+type modelCalls struct {
+	t *turn
+	// seen is the prompt size the provider last reported, for the
+	// estimate that decides a compaction before a call.
+	seen promptSeen
+	// cacheKey is the prompt cache key of calls to cacheKeyOf.
+	cacheKey   string
+	cacheKeyOf *Model
+}
+
 // attemptResult is the outcome of one attempt at a model call.
 type attemptResult struct {
 	// model and number are the model whose call the result is and its
@@ -23,7 +39,7 @@ type attemptResult struct {
 	stop   llm.StopReason
 	usage  llm.Usage
 	// estimated is what a call cut after it was sent, of which the
-	// provider reported no usage, is charged instead: see [turn.estimate].
+	// provider reported no usage, is charged instead: see [modelCalls.estimate].
 	estimated llm.Usage
 	// err is the classified failure, nil on success.
 	err *llm.Error
@@ -69,80 +85,80 @@ type call struct {
 // attempt makes attempt number on m: one model call, its output streamed
 // as events between LLMCallStarted and LLMCallFinished, its usage counted,
 // and ticket (nil for a first attempt) settled by its outcome. A model
-// with a hedge may race a second call against it (see [turn.race]); the
+// with a hedge may race a second call against it (see [modelCalls.race]); the
 // result is then the call that answered first. When the turn stops
 // meanwhile, nothing follows the call's output.
-func (t *turn) attempt(ctx context.Context, m *Model, number int, ticket *policy.Ticket) attemptResult {
-	c := t.open(ctx, m, number, ticket, AttemptInfo{})
+func (mc *modelCalls) attempt(ctx context.Context, m *Model, number int, ticket *policy.Ticket) attemptResult {
+	c := mc.open(ctx, m, number, ticket, AttemptInfo{})
 	if m.Hedge != nil {
-		if delay, ok := t.hedgeDelay(m); ok {
-			return t.race(ctx, c, delay)
+		if delay, ok := mc.hedgeDelay(m); ok {
+			return mc.race(ctx, c, delay)
 		}
 	}
 	actx, cancel := context.WithCancelCause(c.actx)
 	c.cancel = cancel
 	c.wd = newWatchdog(m.FirstTokenTimeout, m.IdleTimeout, cancel)
-	t.stream(ctx, c, m.Provider.Stream(actx, c.req), true)
-	t.close(ctx, c)
+	mc.stream(ctx, c, m.Provider.Stream(actx, c.req), true)
+	mc.close(ctx, c)
 	return c.res
 }
 
 // open counts a call of m, builds its request and emits LLMCallStarted.
 // info carries what the caller knows beyond the call itself (a hedge's
 // origin).
-func (t *turn) open(ctx context.Context, m *Model, number int, ticket *policy.Ticket, info AttemptInfo) *call {
-	t.counters.ModelCalls++
-	req, seam := t.request(m)
-	info.TurnID, info.Model, info.Provider, info.ProviderModel = t.info.TurnID, m.Alias, m.ProviderName, m.ID
+func (mc *modelCalls) open(ctx context.Context, m *Model, number int, ticket *policy.Ticket, info AttemptInfo) *call {
+	mc.t.counters.ModelCalls++
+	req, seam := mc.request(m)
+	info.TurnID, info.Model, info.Provider, info.ProviderModel = mc.t.info.TurnID, m.Alias, m.ProviderName, m.ID
 	info.Deployment = m.Deployment
-	info.Attempt, info.Call, info.Step, info.Request = number, t.counters.ModelCalls, t.steps, req
-	info.Continues = len(t.reply)+len(t.cut) > 0
-	t.out.emit(ctx, &LLMCallStarted{
+	info.Attempt, info.Call, info.Step, info.Request = number, mc.t.counters.ModelCalls, mc.t.steps, req
+	info.Continues = len(mc.t.reply)+len(mc.t.cut) > 0
+	mc.t.out.emit(ctx, &LLMCallStarted{
 		Model: m.Alias, Provider: m.ProviderName, ProviderModel: m.ID, Deployment: m.Deployment,
-		Attempt: number, Call: t.counters.ModelCalls,
+		Attempt: number, Call: mc.t.counters.ModelCalls,
 	})
 	m.started()
 	c := &call{m: m, req: req, info: info, ticket: ticket, seam: seam, start: time.Now()}
 	c.res.model, c.res.number = m, number
-	c.actx = t.obs.AttemptStart(ctx, info)
+	c.actx = mc.t.obs.AttemptStart(ctx, info)
 	return c
 }
 
 // close ends a call: its usage is counted, its budget ticket settled, the
 // observer told, and LLMCallFinished emitted unless the turn has stopped.
-func (t *turn) close(ctx context.Context, c *call) {
+func (mc *modelCalls) close(ctx context.Context, c *call) {
 	c.cancel(nil)
 	c.wd.stop()
 	c.m.ended()
 	res := &c.res
 	res.duration = time.Since(c.start)
-	t.estimate(c)
+	mc.estimate(c)
 	res.usage.Cost = llm.CostOf(c.m.Price, res.usage)
-	t.usage = t.usage.Add(res.usage)
-	t.recordLatency(c)
-	t.noteInput(c)
+	mc.t.usage = mc.t.usage.Add(res.usage)
+	mc.recordLatency(c)
+	mc.noteInput(c)
 	end := AttemptEnd{
 		Usage: res.usage, Stop: res.stop, ResponseModel: res.served, ResponseID: res.responseID, Err: res.err, Streamed: res.streamed, Lost: c.lost,
-		Duration: res.duration, TimeToFirstChunk: res.ttfc,
+		Duration: res.duration, TimeToFirstChunk: res.ttfc, Estimated: res.estimated,
 	}
 	if res.err == nil {
 		end.Message = res.msg
 	}
-	t.obs.AttemptEnd(c.actx, c.info, end)
+	mc.t.obs.AttemptEnd(c.actx, c.info, end)
 
 	switch {
-	case c.lost, t.stopped(ctx) != nil, res.err != nil && callersKind(res.err.Kind):
+	case c.lost, mc.t.stopped(ctx) != nil, res.err != nil && callersKind(res.err.Kind):
 		// Says nothing of the model.
 		c.ticket.Cancel()
 	case c.ticket != nil:
 		c.ticket.Settle(res.err == nil)
 	case res.err != nil:
-		t.r.health.Failure(c.m.healthKey(), res.err.Kind)
+		mc.t.r.health.Failure(c.m.healthKey(), res.err.Kind)
 	}
-	if err := t.stopped(ctx); err != nil {
+	if err := mc.t.stopped(ctx); err != nil {
 		// Nothing more of the call is emitted once the turn stopped: only
 		// what ends the turn (see [turn.fail]).
-		t.countAttempt(c.m, llm.AsError(err))
+		mc.t.countAttempt(c.m, llm.AsError(err))
 		return
 	}
 	fin := &LLMCallFinished{
@@ -152,11 +168,11 @@ func (t *turn) close(ctx context.Context, c *call) {
 	if e := res.err; e != nil {
 		fin.Err = &TurnError{Kind: e.Kind, Message: e.Message, RetryAfter: e.RetryAfter, Model: c.m.Alias}
 	}
-	t.out.emit(ctx, fin)
+	mc.t.out.emit(ctx, fin)
 	if !res.usage.IsZero() {
-		t.out.emit(ctx, &UsageUpdated{Total: t.usage})
+		mc.t.out.emit(ctx, &UsageUpdated{Total: mc.t.usage})
 	}
-	t.countAttempt(c.m, res.err)
+	mc.t.countAttempt(c.m, res.err)
 }
 
 // estimate sets what c is charged when its provider reported no usage of
@@ -165,15 +181,16 @@ func (t *turn) close(ctx context.Context, c *call) {
 // reply began (a chunk came), or was cut by a cancel, the caller's
 // deadline or the watchdog (a first-token or idle timeout) while its
 // request may have been sent. It is an estimate of the prompt's input
-// tokens, made as for compaction (see [turn.estimateTokens]) from the
-// request as sent, and, for a completed call, of the reply's output
-// tokens (a quarter of its bytes), priced at c's model's prices; the
-// turn's running estimates (t.estimated) add it. A call the provider
+// tokens, made as for compaction (see [modelCalls.estimateTokens]) from the
+// request as sent, and of the reply's output tokens (a quarter of the
+// bytes of the reply, or, for a call cut short, of what it streamed
+// before), priced at c's model's prices; the turn's running estimates
+// (mc.t.estimated) add it. A call the provider
 // refused before answering (an HTTP error, a connection refused) is not
 // charged: its provider read nothing. The estimate is for whoever pays (a
 // client key's limits and budgets), never added to the usage the turn
 // reports.
-func (t *turn) estimate(c *call) {
+func (mc *modelCalls) estimate(c *call) {
 	res := &c.res
 	if !res.usage.IsZero() {
 		return
@@ -188,47 +205,51 @@ func (t *turn) estimate(c *call) {
 			return
 		}
 	}
-	u := llm.Usage{InputTokens: int64(t.seen.estimate(c.req.System, c.req.Messages, c.req.Tools))}
+	u := llm.Usage{InputTokens: int64(mc.seen.estimate(c.req.System, c.req.Messages, c.req.Tools))}
 	if res.err == nil {
 		u.OutputTokens = int64(ConversationSize([]llm.Message{res.msg}) / bytesPerToken)
+	} else {
+		// What the reply streamed before it was cut: the provider
+		// generated it, and bills it.
+		u.OutputTokens = int64(ConversationSize([]llm.Message{{Role: llm.RoleAssistant, Parts: res.partial}}) / bytesPerToken)
 	}
 	if u.InputTokens <= 0 && u.OutputTokens <= 0 {
 		return
 	}
 	u.Cost = llm.CostOf(c.m.Price, u)
 	res.estimated = u
-	t.estimated = t.estimated.Add(u)
+	mc.t.estimated = mc.t.estimated.Add(u)
 }
 
 // request builds the provider request of a call to m: the conversation,
 // then, while a reply cut short is being continued, what continues it on
 // m's provider. It returns the whitespace the call's text must not repeat.
-func (t *turn) request(m *Model) (*llm.Request, string) {
+func (mc *modelCalls) request(m *Model) (*llm.Request, string) {
 	caps := m.capabilities()
 	req := &llm.Request{
-		TurnID:          t.info.TurnID,
+		TurnID:          mc.t.info.TurnID,
 		Model:           m.ID,
-		System:          t.req.System,
-		Messages:        signaturesFor(caps.Signer, mediaFor(m, t.conv)),
-		Tools:           t.toolSpecs(m),
+		System:          mc.t.req.System,
+		Messages:        signaturesFor(caps.Signer, mediaFor(m, mc.t.conv)),
+		Tools:           mc.t.tools.toolSpecs(m),
 		MaxOutputTokens: m.MaxOutputTokens,
-		StopSequences:   t.req.StopSequences,
-		OutputSchema:    t.req.OutputSchema,
-		Reasoning:       t.reasoning(m),
-		EndUser:         t.req.Metadata[MetadataEndUser],
+		StopSequences:   mc.t.req.StopSequences,
+		OutputSchema:    mc.t.req.OutputSchema,
+		Reasoning:       mc.reasoning(m),
+		EndUser:         mc.t.req.Metadata[MetadataEndUser],
 		Capabilities:    &caps,
 	}
-	req.Temperature, req.TopP = t.sampling(m, caps)
-	t.cacheRequest(m, req)
-	req.ToolChoice = t.toolChoice(m, req.Tools)
-	if t.req.MaxOutputTokens > 0 {
-		req.MaxOutputTokens = t.req.MaxOutputTokens
+	req.Temperature, req.TopP = mc.sampling(m, caps)
+	mc.cacheRequest(m, req)
+	req.ToolChoice = mc.toolChoice(m, req.Tools)
+	if mc.t.req.MaxOutputTokens > 0 {
+		req.MaxOutputTokens = mc.t.req.MaxOutputTokens
 	}
-	if len(t.correction) > 0 {
-		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], t.correction...)
+	if len(mc.t.correction) > 0 {
+		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], mc.t.correction...)
 	}
 	var seam string
-	if reply := mergeParts(t.reply, t.cut); len(reply) > 0 {
+	if reply := mergeParts(mc.t.reply, mc.t.cut); len(reply) > 0 {
 		var tail []llm.Message
 		tail, seam = continuation(caps, reply)
 		req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], tail...)
@@ -243,28 +264,28 @@ func callersKind(k llm.Kind) bool {
 }
 
 // firstChunk records that c's first chunk arrived at ttfc into the call.
-func (t *turn) firstChunk(c *call, ttfc time.Duration) {
+func (mc *modelCalls) firstChunk(c *call, ttfc time.Duration) {
 	c.res.ttfc = max(ttfc, 1)
 	c.ticket.Answered()
-	t.obs.AttemptFirstChunk(c.actx, c.info, c.res.ttfc)
+	mc.t.obs.AttemptFirstChunk(c.actx, c.info, c.res.ttfc)
 }
 
 // stream reads c's chunks from src and emits its output. With inline, src
 // is the provider's own stream, read here: this loop times the first chunk
 // and feeds the watchdog. The turn's own context, ctx, decides whether a
 // failure is the caller's.
-func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, error], inline bool) {
+func (mc *modelCalls) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, error], inline bool) {
 	res := &c.res
-	b := assembler{seam: c.seam, signer: c.req.Capabilities.Signer, newID: t.r.opts.newID, taken: t.callIDTaken}
+	b := assembler{seam: c.seam, signer: c.req.Capabilities.Signer, newID: mc.t.r.opts.newID, taken: mc.t.callIDTaken}
 	stopped := false
 	for ch, err := range src {
 		if err != nil {
-			res.err = t.classify(ctx, c.m, err, b.streamed, c.wd)
+			res.err = mc.classify(ctx, c.m, err, b.streamed, c.wd)
 			break
 		}
 		if inline {
 			if res.ttfc == 0 {
-				t.firstChunk(c, time.Since(c.start))
+				mc.firstChunk(c, time.Since(c.start))
 			}
 			if c.answeredAt == 0 && answers(ch) {
 				c.answeredAt = max(time.Since(c.start), 1)
@@ -283,25 +304,25 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 		if p == nil {
 			continue
 		}
-		seq := t.out.emit(ctx, p)
+		seq := mc.t.out.emit(ctx, p)
 		if seq == 0 {
 			break // the sink failed: the turn is ending
 		}
 		if !b.streamed {
 			b.streamed, res.firstSeq = true, seq
-			if t.firstOutput == 0 {
-				t.firstOutput = max(time.Since(t.info.Start), 1)
+			if mc.t.firstOutput == 0 {
+				mc.t.firstOutput = max(time.Since(mc.t.info.Start), 1)
 			}
 		}
 	}
 	res.streamed = b.streamed
 	if res.err == nil && !stopped {
-		res.err = t.classify(ctx, c.m, nil, b.streamed, c.wd)
+		res.err = mc.classify(ctx, c.m, nil, b.streamed, c.wd)
 	}
 	switch {
 	case res.err == nil:
 		res.msg = b.message(res.stop)
-	case t.stopped(ctx) != nil:
+	case mc.t.stopped(ctx) != nil:
 		// What a stopped turn keeps of its reply (see [turn.closeCancelled]).
 		res.partial = b.interrupted()
 	case b.streamed:
@@ -312,13 +333,13 @@ func (t *turn) stream(ctx context.Context, c *call, src iter.Seq2[llm.Chunk, err
 // classify turns a failed or unfinished stream into a classified error.
 // The turn's context is judged first: whatever the provider said, a
 // stopped turn is stopped.
-func (t *turn) classify(ctx context.Context, m *Model, err error, streamed bool, wd *watchdog) *llm.Error {
+func (mc *modelCalls) classify(ctx context.Context, m *Model, err error, streamed bool, wd *watchdog) *llm.Error {
 	var e *llm.Error
 	switch {
-	case t.stopped(ctx) != nil:
+	case mc.t.stopped(ctx) != nil:
 		// A copy: the cause may be one error that stops many turns at
-		// once (a server's shutdown), which this turn must not write to.
-		c := *llm.AsError(t.stopped(ctx))
+		// once (a server's shutdown), and the model is set on it below.
+		c := *llm.AsError(mc.t.stopped(ctx))
 		e = &c
 	case wd.fired() != "":
 		e = &llm.Error{Kind: llm.KindTimeout, Message: wd.fired(), Err: err}

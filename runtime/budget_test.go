@@ -1,6 +1,8 @@
 package runtime_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/turnstile-dev/turnstile/internal/fake"
@@ -35,7 +37,7 @@ func TestBudgetAskedBeforeEachCall(t *testing.T) {
 			r := newRunner(t, []*runtime.Model{model("m", p)}, []llm.Tool{fake.NewTool("lookup", nil)})
 			req := userTurn("hi")
 			left := tt.left
-			req.Budget = func() error {
+			req.Budget = func(context.Context, runtime.CallBound) error {
 				if left == 0 {
 					return spent
 				}
@@ -53,6 +55,55 @@ func TestBudgetAskedBeforeEachCall(t *testing.T) {
 				t.Errorf("%d calls, want %d", p.Calls(), tt.left)
 			}
 		})
+	}
+}
+
+// TestBudgetAskedWithEachCallsBound: each call's check carries its bound:
+// its prompt estimated as compaction does (a quarter of the request's
+// bytes before any report, then the reported prompt plus a quarter of the
+// bytes since), the request's output limit over the model's, and the price
+// of the model it goes to; FirstCall, before the turn, gives the first
+// call's bound at the highest prices of the model's deployments.
+func TestBudgetAskedWithEachCallsBound(t *testing.T) {
+	price := &llm.Price{Currency: "USD", Input: 2_000_000_000, Output: 10_000_000_000}
+	dearer := &llm.Price{Currency: "USD", Input: 3_000_000_000, Output: 8_000_000_000}
+	// The first call reports 10 input tokens and calls lookup, whose
+	// result ("looked up", 9 bytes) and the call (6 + 2 bytes) follow.
+	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "lookup", `{}`)}, fake.Reply{Chunks: fake.Text("done")})
+	m := model("m", p)
+	m.MaxOutputTokens, m.Price = 500, price
+	m.Deployments = []runtime.Deployment{{Name: "a", Provider: p, ID: "m-a", Weight: 1000, Price: price}, {Name: "b", Provider: p, ID: "m-b", Weight: 1, Price: dearer}}
+	r := newRunner(t, []*runtime.Model{m}, []llm.Tool{fake.NewTool("lookup", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
+		return llm.ToolOutput{Content: "looked up"}, nil
+	})})
+	req := userTurn(strings.Repeat("x", 400))
+	req.MaxOutputTokens = 50
+	first := r.FirstCall(req)
+	tools := len("lookup") + len("test tool lookup") + len(`{"type":"object"}`)
+	want := runtime.CallBound{InputTokens: int64(400+tools) / 4, MaxOutputTokens: 50, Price: &llm.Price{Currency: "USD", Input: 3_000_000_000, Output: 10_000_000_000}}
+	if first.InputTokens != want.InputTokens || first.MaxOutputTokens != 50 || *first.Price != *want.Price {
+		t.Errorf("FirstCall = %+v %+v, want %+v %+v", first, first.Price, want, want.Price)
+	}
+	var asked []runtime.CallBound
+	req.Budget = func(_ context.Context, b runtime.CallBound) error {
+		asked = append(asked, b)
+		return nil
+	}
+	if _, _, terr := run(t, t.Context(), r, req); terr != nil {
+		t.Fatal(terr)
+	}
+	if len(asked) != 2 {
+		t.Fatalf("asked %d times, want 2", len(asked))
+	}
+	if asked[0].InputTokens != first.InputTokens || asked[0].MaxOutputTokens != 50 || *asked[0].Price != *price {
+		t.Errorf("first call's bound %+v", asked[0])
+	}
+	// The provider reported 10 input tokens for the first call.
+	if asked[1].InputTokens <= 10 || asked[1].InputTokens >= first.InputTokens || asked[1].MaxOutputTokens != 50 {
+		t.Errorf("second call's bound %+v: want the reported 10 tokens and the bytes since", asked[1])
+	}
+	if c := asked[0].Cost(50); c.Nanos != (asked[0].InputTokens*2_000+50*10_000) || !c.Priced {
+		t.Errorf("the bound's cost %+v", c)
 	}
 }
 

@@ -133,9 +133,9 @@ func (m *Model) capabilities() llm.Capabilities {
 // sampling returns the temperature and top_p of a call to m with caps:
 // the request's, else m's default top_p, which a request's temperature
 // displaces on a model that takes one of the two.
-func (t *turn) sampling(m *Model, caps llm.Capabilities) (temperature, topP *float64) {
-	temperature, topP = t.req.Temperature, cmp.Or(t.req.TopP, m.TopP)
-	if t.req.TopP == nil && temperature != nil && caps.TemperatureOrTopP {
+func (mc *modelCalls) sampling(m *Model, caps llm.Capabilities) (temperature, topP *float64) {
+	temperature, topP = mc.t.req.Temperature, cmp.Or(mc.t.req.TopP, m.TopP)
+	if mc.t.req.TopP == nil && temperature != nil && caps.TemperatureOrTopP {
 		topP = nil
 	}
 	return temperature, topP

@@ -377,56 +377,56 @@ func (c *Controls) await(ctx context.Context, calls []llm.ToolCall, deadline tim
 // result), emitting a ToolApprovalRequested for each undecided one, and
 // waits for them together. It returns the decisions by call id; a call
 // left without one (a steering message ended the wait) is skipped.
-func (t *turn) approve(ctx context.Context, m *Model, calls []llm.ToolCall, known []*llm.ToolResult) (map[string]Decided, error) {
+func (tc *toolCalls) approve(ctx context.Context, m *Model, calls []llm.ToolCall, known []*llm.ToolResult) (map[string]Decided, error) {
 	var need []llm.ToolCall
 	for i, c := range calls {
-		if i < len(known) && known[i] != nil || !t.r.approval[c.Name] || !allowed(m, c.Name) || !jsonObject(c.Arguments) {
+		if i < len(known) && known[i] != nil || !tc.t.r.approval[c.Name] || !allowed(m, c.Name) || !jsonObject(c.Arguments) {
 			continue
 		}
-		if _, ok := t.r.tools[c.Name]; ok {
+		if _, ok := tc.t.r.tools[c.Name]; ok {
 			need = append(need, c)
 		}
 	}
 	if len(need) == 0 {
 		return nil, nil
 	}
-	timeout := t.r.opts.limits.ApprovalTimeout
+	timeout := tc.t.r.opts.limits.ApprovalTimeout
 	asked := time.Now()
 	deadline := asked.Add(timeout)
 	for _, c := range need {
-		if t.ctl.isDecided(c.ID) {
+		if tc.t.ctl.isDecided(c.ID) {
 			continue // decided under the previous runner
 		}
-		ev := &ToolApprovalRequested{CallID: c.ID, Name: c.Name, Arguments: c.Arguments, Deadline: t.r.opts.now().Add(timeout)}
-		if p, ok := t.r.tools[c.Name].(Previewer); ok {
+		ev := &ToolApprovalRequested{CallID: c.ID, Name: c.Name, Arguments: c.Arguments, Deadline: tc.t.r.opts.now().Add(timeout)}
+		if p, ok := tc.t.r.tools[c.Name].(Previewer); ok {
 			ev.Preview = p.Preview(c.Arguments)
 		}
-		if !t.requested[c.ID] {
-			t.counters.ApprovalsRequested++
+		if !tc.t.requested[c.ID] {
+			tc.t.counters.ApprovalsRequested++
 		}
-		t.ctl.request(c, func() { t.out.emit(ctx, ev) })
+		tc.t.ctl.request(c, func() { tc.t.out.emit(ctx, ev) })
 	}
-	if err := t.stopped(ctx); err != nil {
+	if err := tc.t.stopped(ctx); err != nil {
 		return nil, err
 	}
 	reason := fmt.Sprintf("nobody decided within the approval timeout (%s, turn.approval_timeout)", timeout)
-	decided, err := t.ctl.await(ctx, need, deadline, reason)
+	decided, err := tc.t.ctl.await(ctx, need, deadline, reason)
 	if err != nil {
-		if err := t.stopped(ctx); err != nil {
+		if err := tc.t.stopped(ctx); err != nil {
 			return nil, err
 		}
 		return nil, &llm.Error{Kind: llm.KindCancelled, Message: "the turn stopped while waiting for approval"}
 	}
 	for _, c := range need {
 		d, ok := decided[c.ID]
-		if !ok || d.Seq < t.firstSeq {
+		if !ok || d.Seq < tc.t.firstSeq {
 			continue // skipped, or decided under the previous runner
 		}
 		if !d.Approved {
-			t.counters.ApprovalsDenied++
+			tc.t.counters.ApprovalsDenied++
 		}
-		t.obs.Approval(ctx, ApprovalInfo{
-			TurnID: t.info.TurnID, CallID: c.ID, Name: c.Name, Approved: d.Approved, TimedOut: d.TimedOut,
+		tc.t.obs.Approval(ctx, ApprovalInfo{
+			TurnID: tc.t.info.TurnID, CallID: c.ID, Name: c.Name, Approved: d.Approved, TimedOut: d.TimedOut,
 			DecidedBy: d.DecidedBy, Waited: max(d.At.Sub(asked), 0),
 		})
 	}
@@ -459,8 +459,8 @@ func (t *turn) commitSteering(ctx context.Context, msgs []llm.Message) {
 
 // endedByTool reports whether results hold the success of a tool that
 // ends the turn.
-func (t *turn) endedByTool(results []llm.ToolResult) bool {
-	return slices.ContainsFunc(results, func(r llm.ToolResult) bool { return !r.IsError && t.r.endsTurn[r.Name] })
+func (tc *toolCalls) endedByTool(results []llm.ToolResult) bool {
+	return slices.ContainsFunc(results, func(r llm.ToolResult) bool { return !r.IsError && tc.t.r.endsTurn[r.Name] })
 }
 
 // isCancelNote reports whether m is the user message a cancel commits

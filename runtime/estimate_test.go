@@ -13,7 +13,7 @@ import (
 
 // TestCutCallEstimate: a call that ends with no usage reported after its
 // reply began, or cut by the watchdog or the caller's deadline, carries an
-// estimate of its prompt (and a completed one of its reply too) (4000 bytes: 1000 tokens, 0.003 USD at 3 USD a
+// estimate of its prompt and of what it streamed of its reply (4000 bytes: 1000 tokens, 0.003 USD at 3 USD a
 // million input tokens) in LLMCallFinished.Estimated and the turn's
 // TurnError.Estimated, never in the usage the turn reports; a call that
 // reported usage, or that the provider refused before answering, has none.
@@ -42,6 +42,10 @@ func TestCutCallEstimate(t *testing.T) {
 		// 8 bytes (2 tokens at 15 USD a million: 0.00003 USD).
 		{name: "completed with no usage reported", replies: []fake.Reply{{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "Hello, w"}, {Kind: llm.ChunkStop, Stop: llm.StopEndTurn}}}},
 			calls: []llm.Usage{{InputTokens: 1000, OutputTokens: 2, Cost: llm.Cost{Currency: "USD", Nanos: 3_030_000, Priced: true}}}},
+		// What streamed before the cut, 40 bytes: 10 output tokens at 15
+		// USD a million, 0.00015 USD.
+		{name: "stream error after 40 bytes of reply", replies: []fake.Reply{{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: strings.Repeat("w", 40)}}, Err: providerErr(llm.KindServerError, 0)}, ok},
+			calls: []llm.Usage{{InputTokens: 1000, OutputTokens: 10, Cost: llm.Cost{Currency: "USD", Nanos: 3_150_000, Priced: true}}, {}}},
 		{name: "refused before answering", replies: []fake.Reply{{Err: providerErr(llm.KindInvalidRequest, 0)}}, calls: []llm.Usage{{}}, fails: true},
 		{name: "caller's deadline", replies: []fake.Reply{{Chunks: text, Hang: true}}, deadline: 200 * time.Millisecond, estimated: est, fails: true},
 	}

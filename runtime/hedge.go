@@ -97,13 +97,13 @@ func answers(c llm.Chunk) bool {
 }
 
 // race runs primary, a call of a model with a hedge, and, when no output has
-// come after delay, a hedged call of the same request (see [turn.hedge]).
+// come after delay, a hedged call of the same request (see [modelCalls.hedge]).
 // The first call to answer wins: the other is cancelled (its usage counted,
 // its LLMCallFinished emitted before any output) and only the winner's
 // output is streamed, so deltas of the two never interleave. A call that
 // fails before answering is closed and the other goes on alone; when both
 // fail, the result is the primary's failure, for the step to decide on.
-func (t *turn) race(ctx context.Context, primary *call, delay time.Duration) attemptResult {
+func (mc *modelCalls) race(ctx context.Context, primary *call, delay time.Duration) attemptResult {
 	p := spawn(primary)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
@@ -119,19 +119,19 @@ func (t *turn) race(ctx context.Context, primary *call, delay time.Duration) att
 		case it, open = <-hItems:
 			r = h
 		case <-timer.C:
-			if h = t.hedge(ctx, primary, delay); h != nil {
+			if h = mc.hedge(ctx, primary, delay); h != nil {
 				hItems = h.items
 			}
 			continue
 		}
 		if open && it.err == nil && r.c.res.ttfc == 0 {
-			t.firstChunk(r.c, it.at)
+			mc.firstChunk(r.c, it.at)
 		}
 		switch {
 		case open && it.err == nil && answers(it.c):
 			r.buf = append(r.buf, it.c)
 			r.c.answeredAt = max(it.at, 1)
-			return t.win(ctx, r, p, h)
+			return mc.win(ctx, r, p, h)
 		case open && it.err == nil:
 			r.buf = append(r.buf, it.c)
 			if it.c.Kind == llm.ChunkUsage {
@@ -140,10 +140,10 @@ func (t *turn) race(ctx context.Context, primary *call, delay time.Duration) att
 			continue
 		}
 		// r failed before it answered: an error, or the end of its stream.
-		r.c.res.err = t.classify(ctx, r.c.m, it.err, false, r.c.wd)
+		r.c.res.err = mc.classify(ctx, r.c.m, it.err, false, r.c.wd)
 		r.drain(nil)
 		r.failed = true
-		t.close(ctx, r.c)
+		mc.close(ctx, r.c)
 		if other := pair(r, p, h); other == nil || other.failed {
 			res := p.c.res
 			if h != nil && h.c.m == p.c.m {
@@ -170,7 +170,7 @@ func pair(r, p, h *racer) *racer {
 
 // win streams the winner r of the race between p and h: it cancels and
 // closes the other call, then streams r's output and closes r.
-func (t *turn) win(ctx context.Context, r, p, h *racer) attemptResult {
+func (mc *modelCalls) win(ctx context.Context, r, p, h *racer) attemptResult {
 	if other := pair(r, p, h); other != nil && !other.failed {
 		other.drain(errHedgeLost)
 		other.c.lost = true
@@ -178,11 +178,11 @@ func (t *turn) win(ctx context.Context, r, p, h *racer) attemptResult {
 			Kind: llm.KindCancelled, Model: other.c.m.Alias, Provider: other.c.m.ProviderName,
 			Message: "cancelled: the hedged call to " + r.c.m.Alias + " answered first",
 		}
-		t.close(ctx, other.c)
+		mc.close(ctx, other.c)
 	}
-	t.stream(ctx, r.c, r.rest(), false)
+	mc.stream(ctx, r.c, r.rest(), false)
 	r.drain(context.Canceled) // the stream ended, or the turn stopped reading it
-	t.close(ctx, r.c)
+	mc.close(ctx, r.c)
 	res := r.c.res
 	if r == h && p.c.m == h.c.m {
 		res.number = h.c.info.Attempt
@@ -194,49 +194,49 @@ func (t *turn) win(ctx context.Context, r, p, h *racer) attemptResult {
 // target is cooling down, the target's retry budget has no token, or the
 // turn has no model call left. It emits Hedge and the call's
 // LLMCallStarted, and returns the racing call, nil when none started.
-func (t *turn) hedge(ctx context.Context, primary *call, delay time.Duration) *racer {
+func (mc *modelCalls) hedge(ctx context.Context, primary *call, delay time.Duration) *racer {
 	m := primary.m
 	target, number := m, primary.info.Attempt+1
 	switch m.Hedge.target() {
 	case HedgeNext:
-		i := t.chain.next()
+		i := mc.t.chain.next()
 		if i < 0 {
 			return nil
 		}
-		target, number = t.r.routers[t.chain.models[i].Alias].healthiest(t.r.health, nil), 1
+		target, number = mc.t.r.routers[mc.t.chain.models[i].Alias].healthiest(mc.t.r.health, nil), 1
 	case HedgeDeployment:
-		target = t.r.routers[m.Alias].healthiest(t.r.health, func(d *Model) bool { return d == m })
+		target = mc.t.r.routers[m.Alias].healthiest(mc.t.r.health, func(d *Model) bool { return d == m })
 	}
-	if target == nil || t.stopped(ctx) != nil || t.counters.ModelCalls >= t.maxCalls || !t.r.health.Healthy(target.healthKey()) {
+	if target == nil || mc.t.stopped(ctx) != nil || mc.t.counters.ModelCalls >= mc.t.maxCalls || !mc.t.r.health.Healthy(target.healthKey()) {
 		return nil
 	}
-	ticket, ok := t.r.health.Reserve(target.healthKey())
+	ticket, ok := mc.t.r.health.Reserve(target.healthKey())
 	if !ok {
 		return nil
 	}
-	t.counters.Hedges++
-	t.out.emit(ctx, &Hedge{From: m.Alias, To: target.Alias, After: delay, ToDeployment: target.Deployment})
-	c := t.open(ctx, target, number, ticket, AttemptInfo{HedgeFrom: m.Alias, HedgeAfter: delay})
+	mc.t.counters.Hedges++
+	mc.t.out.emit(ctx, &Hedge{From: m.Alias, To: target.Alias, After: delay, ToDeployment: target.Deployment})
+	c := mc.open(ctx, target, number, ticket, AttemptInfo{HedgeFrom: m.Alias, HedgeAfter: delay})
 	return spawn(c)
 }
 
 // hedgeDelay returns how long a call of m may go without output before it
 // is hedged, and false when it must not be (a quantile delay with too few
 // samples yet).
-func (t *turn) hedgeDelay(m *Model) (time.Duration, bool) {
+func (mc *modelCalls) hedgeDelay(m *Model) (time.Duration, bool) {
 	d := m.Hedge.After
 	if d.quantile == 0 {
 		return d.fixed, true
 	}
-	return t.r.latencies[m.healthKey()].quantile(d.quantile)
+	return mc.t.r.latencies[m.healthKey()].quantile(d.quantile)
 }
 
 // recordLatency adds the time c took to answer (its first output) to its
 // model's samples, when the model hedges at a quantile. A call cancelled by
 // its hedge counts as the time it ran: its answer would have come later
 // still.
-func (t *turn) recordLatency(c *call) {
-	l := t.r.latencies[c.m.healthKey()]
+func (mc *modelCalls) recordLatency(c *call) {
+	l := mc.t.r.latencies[c.m.healthKey()]
 	switch {
 	case l == nil:
 	case c.answeredAt > 0:

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"strings"
-	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
 )
@@ -56,22 +55,7 @@ func (t *turn) closeCancelled(ctx context.Context) {
 	t.reply, t.interrupted = nil, nil
 	note := InterruptedNote
 	if calls := t.unanswered(); len(calls) > 0 {
-		t.mu.Lock()
-		answered, started := t.answered, t.started
-		t.answered, t.started = nil, nil
-		t.mu.Unlock()
-		results := make([]llm.ToolResult, len(calls))
-		for i, c := range calls {
-			if r, ok := answered[c.ID]; ok {
-				results[i] = r
-				continue
-			}
-			results[i] = llm.ToolResult{CallID: c.ID, Name: c.Name, Content: CancelledToolResult, IsError: true}
-			if at, ok := started[c.ID]; ok {
-				t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: CancelledToolResult, IsError: true, Duration: time.Since(at)})
-			}
-		}
-		t.shareResultBudget(results)
+		results := t.tools.cancelled(ctx, calls)
 		msg := llm.Message{Role: llm.RoleTool, Parts: make([]llm.Part, len(results))}
 		for i := range results {
 			msg.Parts[i] = llm.Part{Kind: llm.PartToolResult, ToolResult: &results[i]}

@@ -112,8 +112,8 @@ const minResultText = 1024
 // kept). A dropped media leaves a note in its result's content (its type
 // and size, never its bytes). So the message committing the results, and
 // its event, stay within the bound however large a tool's image.
-func (t *turn) fitResultMedia(results []llm.ToolResult) {
-	budget := t.r.opts.limits.MaxToolResultBytes - minResultText
+func (tc *toolCalls) fitResultMedia(results []llm.ToolResult) {
+	budget := tc.t.r.opts.limits.MaxToolResultBytes - minResultText
 	over := mediaBytes(results) - budget
 	if over <= 0 {
 		return
@@ -142,8 +142,8 @@ func (t *turn) fitResultMedia(results []llm.ToolResult) {
 				kept = append(kept, m)
 				continue
 			}
-			t.r.opts.logger.Warn("tool result media dropped to fit the step's budget", "turn_id", t.info.TurnID, "tool", r.Name,
-				"call_id", r.CallID, "mime_type", m.MIMEType, "bytes", m.Size(), "max_tool_result_bytes", t.r.opts.limits.MaxToolResultBytes)
+			tc.t.r.opts.logger.Warn("tool result media dropped to fit the step's budget", "turn_id", tc.t.info.TurnID, "tool", r.Name,
+				"call_id", r.CallID, "mime_type", m.MIMEType, "bytes", m.Size(), "max_tool_result_bytes", tc.t.r.opts.limits.MaxToolResultBytes)
 			r.Content += mediaDroppedNote(m)
 		}
 		r.Media = kept

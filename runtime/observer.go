@@ -117,6 +117,10 @@ type AttemptInfo struct {
 type AttemptEnd struct {
 	// Usage is the call's usage; failed calls may cost tokens too.
 	Usage llm.Usage
+	// Estimated is what the call is charged when its provider reported no
+	// usage of it although it read its prompt, or may have (see
+	// [LLMCallFinished].Estimated); zero otherwise, and always with Usage.
+	Estimated llm.Usage
 	// Stop is why the reply ended, when the call succeeded.
 	Stop llm.StopReason
 	// ResponseModel is the id of the model that served the reply, as the

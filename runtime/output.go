@@ -73,17 +73,17 @@ func clipText(s string, n int) string {
 
 // reasoning returns the reasoning asked of a call to m: the request's, else
 // the model's default.
-func (t *turn) reasoning(m *Model) *llm.Reasoning {
-	if t.req.Reasoning != nil {
-		return t.req.Reasoning
+func (mc *modelCalls) reasoning(m *Model) *llm.Reasoning {
+	if mc.t.req.Reasoning != nil {
+		return mc.t.req.Reasoning
 	}
 	return m.Reasoning
 }
 
 // toolChoice returns the tool choice of a call to m: the request's, but
 // not a tool m is not offered.
-func (t *turn) toolChoice(m *Model, tools []llm.ToolSpec) *llm.ToolChoice {
-	c := t.req.ToolChoice
+func (mc *modelCalls) toolChoice(m *Model, tools []llm.ToolSpec) *llm.ToolChoice {
+	c := mc.t.req.ToolChoice
 	if c != nil && c.Mode == llm.ToolChoiceTool &&
 		!slices.ContainsFunc(tools, func(s llm.ToolSpec) bool { return s.Name == c.Name }) {
 		return nil
@@ -92,7 +92,7 @@ func (t *turn) toolChoice(m *Model, tools []llm.ToolSpec) *llm.ToolChoice {
 }
 
 // checkOutput validates a reply that ends the turn, msg with stop (and
-// the start of it being continued, t.reply), against the request's output
+// the start of it being continued, mc.t.reply), against the request's output
 // schema. It returns nil when there is no schema, when the reply calls
 // tools (the schema is the final answer's), when it does not end the turn
 // with an answer (cut by the output limit: it is continued, or ends the

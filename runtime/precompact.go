@@ -18,17 +18,21 @@ const bytesPerToken = 4
 type promptSeen struct {
 	tokens int
 	msgs   int
+	// read and write are the cache read and cache write tokens among
+	// tokens.
+	read, write int
 }
 
 // noteInput keeps the prompt size a successful call reported: input,
 // cache read and cache write tokens together, which every adapter
 // reports apart.
-func (t *turn) noteInput(c *call) {
+func (mc *modelCalls) noteInput(c *call) {
 	u := c.res.usage
 	if c.res.err != nil || c.lost || u.InputTokens+u.CacheReadTokens+u.CacheWriteTokens <= 0 {
 		return
 	}
-	t.seen = promptSeen{tokens: int(u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens), msgs: min(len(c.req.Messages), len(t.conv))}
+	mc.seen = promptSeen{tokens: int(u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens), msgs: min(len(c.req.Messages), len(mc.t.conv)),
+		read: int(u.CacheReadTokens), write: int(u.CacheWriteTokens)}
 }
 
 // estimateTokens estimates the prompt of a call to m now: the size the
@@ -36,12 +40,12 @@ func (t *turn) noteInput(c *call) {
 // committed since, or, before any report (or after a compaction), a
 // quarter of the bytes of the system prompt, the tool definitions and the
 // conversation.
-func (t *turn) estimateTokens(m *Model) int {
-	return t.seen.estimate(t.req.System, t.conv, t.toolSpecs(m))
+func (mc *modelCalls) estimateTokens(m *Model) int {
+	return mc.seen.estimate(mc.t.req.System, mc.t.conv, mc.t.tools.toolSpecs(m))
 }
 
 // estimate estimates a prompt of system, msgs and tools from the size a
-// provider last reported, seen (zero when none): see [turn.estimateTokens].
+// provider last reported, seen (zero when none): see [modelCalls.estimateTokens].
 func (seen promptSeen) estimate(system string, msgs []llm.Message, tools []llm.ToolSpec) int {
 	if seen.tokens > 0 && seen.msgs <= len(msgs) {
 		return seen.tokens + ConversationSize(msgs[seen.msgs:])/bytesPerToken
@@ -62,7 +66,7 @@ func (t *turn) compactBefore(ctx context.Context, m *Model) error {
 	if cc == nil || m.ContextWindow <= 0 {
 		return nil
 	}
-	est := t.estimateTokens(m)
+	est := t.calls.estimateTokens(m)
 	if float64(est) < cc.at()*float64(m.ContextWindow) {
 		return nil
 	}
@@ -123,7 +127,7 @@ func (t *turn) compactWith(ctx context.Context, c Compactor, m *Model, est, numb
 		return false, nil
 	}
 	t.conv = after
-	t.seen = promptSeen{}
+	t.calls.seen = promptSeen{}
 	t.counters.Compactions++
 	ev := &Compaction{
 		Strategy: c.Name(), MessagesBefore: len(before), MessagesAfter: len(after),
@@ -166,28 +170,28 @@ func replacement(before, after []llm.Message) (from, count int, repl []llm.Messa
 // stable prefix's marks and a key of the conversation, a digest of the
 // model, the system prompt and the first message, so that one
 // conversation's calls (and turns) share a cache, and no text is sent.
-func (t *turn) cacheRequest(m *Model, req *llm.Request) {
+func (mc *modelCalls) cacheRequest(m *Model, req *llm.Request) {
 	if m.PromptCache == PromptCacheOff {
 		return
 	}
 	req.CachePrompt = true
-	if t.cacheKeyOf == m {
-		req.PromptCacheKey = t.cacheKey
+	if mc.cacheKeyOf == m {
+		req.PromptCacheKey = mc.cacheKey
 		return
 	}
 	h := sha256.New()
-	for _, s := range []string{m.ProviderName, m.ID, t.req.System} {
+	for _, s := range []string{m.ProviderName, m.ID, mc.t.req.System} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	if len(t.conv) > 0 {
-		for _, p := range t.conv[0].Parts {
+	if len(mc.t.conv) > 0 {
+		for _, p := range mc.t.conv[0].Parts {
 			h.Write([]byte(p.Text))
 			h.Write([]byte{0})
 		}
 	}
-	t.cacheKey, t.cacheKeyOf = "ts-"+hex.EncodeToString(h.Sum(nil)[:12]), m
-	req.PromptCacheKey = t.cacheKey
+	mc.cacheKey, mc.cacheKeyOf = "ts-"+hex.EncodeToString(h.Sum(nil)[:12]), m
+	req.PromptCacheKey = mc.cacheKey
 }
 
 // ConversationEdit is a compaction a turn made, for a turn resumed from

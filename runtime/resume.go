@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 // Resume is what a turn's log holds of a turn whose runner went away
 // before its last event (its process died): set as [TurnRequest.Resume],
 // another runner continues the turn from there instead of starting it.
+// [ResumeFrom] rebuilds it from the turn's events.
 //
 // The resumed turn emits no TurnStarted and numbers its events from
 // NextSeq. It commits nothing twice: the conversation is the request's
@@ -117,7 +119,7 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 			Message:        "the server running the turn went away during the model call; the call is made again",
 			DiscardPartial: true, DiscardFromSeq: rs.DiscardFromSeq,
 		}
-		if m.OnStreamCut == StreamCutContinue && continuable(rs.Cut) {
+		if continuesCut(m, rs) {
 			// Kept: the first step continues it (see step's keptFrom).
 			t.cut, t.cutFrom = slices.Clone(rs.Cut), rs.DiscardFromSeq
 			retry.Message = "the server running the turn went away during the model call; the reply is continued from where it stopped"
@@ -146,7 +148,7 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		// of a running tool.
 		t.closeCancelled(ctx)
 		return nil, true, t.fail(ctx, errCancelledBefore)
-	case last.Role == llm.RoleTool && t.endedByTool(toolResults(last)) && t.ctl.finish():
+	case last.Role == llm.RoleTool && t.tools.endedByTool(toolResults(last)) && t.ctl.finish():
 		// A tool that ends the turn succeeded.
 		res, err := t.complete(ctx, EndToolEndedTurn)
 		return res, true, err
@@ -154,6 +156,28 @@ func (t *turn) resume(ctx context.Context, rs *Resume) (res *TurnCompleted, done
 		return nil, false, nil
 	}
 	return t.afterReply(ctx, last, rs.LastStop)
+}
+
+// ContinuesCut reports whether the turn req resumes continues the reply
+// its previous runner was streaming when it went away, rather than
+// dropping it and making the call again: req.Resume holds the text that
+// call streamed ([Resume].Cut), and the model the turn goes on with
+// continues cut streams (on_stream_cut: continue).
+func (r *Runner) ContinuesCut(req *TurnRequest) bool {
+	rs := req.Resume
+	alias := cmp.Or(req.Model, r.defaultModel)
+	if rs == nil || r.models[alias] == nil {
+		return false
+	}
+	c := newChain(r, alias, req)
+	c.resumeAt(rs.Model)
+	return continuesCut(c.current(), rs)
+}
+
+// continuesCut reports whether a turn resumed from rs on m continues the
+// reply its previous runner was streaming.
+func continuesCut(m *Model, rs *Resume) bool {
+	return rs.DiscardFromSeq > 0 && m.OnStreamCut == StreamCutContinue && continuable(rs.Cut)
 }
 
 // toolResults returns the tool results of m.
@@ -195,14 +219,14 @@ func cancelledResult(parts []llm.Part) bool {
 // stored result of each call that has one (nil for the others), or the
 // failure that ends the turn when a tool with side effects was started and
 // its outcome is unknown. It applies once, to the first tools run.
-func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
-	rs := t.resumed
-	t.resumed = nil
+func (tc *toolCalls) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
+	rs := tc.resumed
+	tc.resumed = nil
 	if rs == nil {
 		return nil, nil
 	}
 	// Started before a steering message could come: not skipped for it.
-	t.restarted = rs.ToolsStarted
+	tc.restarted = rs.ToolsStarted
 	known := make([]*llm.ToolResult, len(calls))
 	var unknown []string
 	for i, c := range calls {
@@ -213,7 +237,7 @@ func (t *turn) resumedResults(calls []llm.ToolCall) ([]*llm.ToolResult, error) {
 		if !rs.ToolsStarted[c.ID] {
 			continue
 		}
-		if tool, ok := t.r.tools[c.Name]; ok {
+		if tool, ok := tc.t.r.tools[c.Name]; ok {
 			if spec := tool.Spec(); spec.ReadOnly || spec.Idempotent {
 				continue // safe to run again
 			}

@@ -138,10 +138,14 @@ type TurnRequest struct {
 	// turn controls nobody reaches (its approvals time out).
 	Controls *Controls
 	// Budget, when set, is asked before each model call whether the turn
-	// may make it: a non-nil error (of [llm.KindBudgetExhausted]) ends the
-	// turn with it instead. The call under way when a budget is crossed
-	// finishes; the next one is not made.
-	Budget func() error
+	// may make it, with what the call may use at most (its bound): a
+	// non-nil error (of [llm.KindBudgetExhausted]) ends the turn with it
+	// instead. It may hold that bound against the caller's limits until
+	// the call's usage is reported (the call's LLMCallFinished and
+	// UsageUpdated events, or the turn's end), and wait, until ctx is
+	// done, for what other turns hold; the call under way when a budget is
+	// crossed finishes, and the next one is not made.
+	Budget func(ctx context.Context, next CallBound) error
 }
 
 // Runner runs turns. It is safe for concurrent use; its cooldowns and retry

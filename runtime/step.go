@@ -43,7 +43,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			return llm.Message{}, 0, err
 		}
 		m := t.chain.current()
-		if err := t.budget(); err != nil {
+		if err := t.budget(ctx, m); err != nil {
 			ticket.Cancel()
 			return llm.Message{}, 0, err
 		}
@@ -52,7 +52,7 @@ func (t *turn) step(ctx context.Context) (llm.Message, llm.StopReason, error) {
 			return llm.Message{}, 0, err
 		}
 		number++
-		res := t.attempt(ctx, m, number, ticket)
+		res := t.calls.attempt(ctx, m, number, ticket)
 		ticket = nil
 		if err := t.stopped(ctx); err != nil {
 			out := res.partial
@@ -293,11 +293,18 @@ func (t *turn) compact(ctx context.Context, m *Model, number int) (bool, error) 
 	return t.compactWith(ctx, t.r.opts.compactor, m, 0, number)
 }
 
-// budget returns why the turn may make no more model calls (its client
-// key spent its budget), nil while it may.
-func (t *turn) budget() error {
+// budget returns why the turn may not make its next model call, to m
+// (its client key spent its budget, or what is left of it does not cover
+// the call's bound), nil while it may.
+func (t *turn) budget(ctx context.Context, m *Model) error {
 	if t.req.Budget == nil {
 		return nil
 	}
-	return t.req.Budget()
+	if err := t.req.Budget(ctx, t.bound(m)); err != nil {
+		if stop := t.stopped(ctx); stop != nil {
+			return stop // stopped while it waited
+		}
+		return err
+	}
+	return nil
 }

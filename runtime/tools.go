@@ -13,6 +13,33 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 )
 
+// toolCalls runs a turn's server-side tool calls: the calls of a
+// committed reply, in parallel and bounded, after their approval, each
+// under its timeout and its tool's breaker, and their results fitted to
+// the step's budget. It holds what the calls touch, guarded by mu as they
+// run in parallel, and what a resumed turn's previous runner left of them.
+type toolCalls struct {
+	t *turn
+	// resumed holds what the previous runner of a resumed turn left of
+	// the tool calls it was running; nil once they are dealt with.
+	resumed *Resume
+	// restarted holds the calls of a resumed turn's tools that its
+	// previous runner had started: a steering message does not skip them.
+	restarted map[string]bool
+
+	mu sync.Mutex // guards what parallel tool calls touch below
+	// unsafeRunning counts the tools with side effects started since the
+	// last commit: replaying the step could run them twice.
+	unsafeRunning int
+	// breaker counts each tool's consecutive failures in this turn.
+	breaker map[string]int
+	// answered holds, by call id, the results of the running step's tool
+	// calls whose ToolFinished was emitted; started holds when the others
+	// whose ToolStarted was emitted began. A cancel answers the rest.
+	answered map[string]llm.ToolResult
+	started  map[string]time.Time
+}
+
 // toolPanic is a panic recovered in a tool call; it ends the turn.
 type toolPanic struct {
 	tool  string
@@ -26,9 +53,9 @@ func (p *toolPanic) Error() string { return fmt.Sprintf("tool %q panicked: %v", 
 // message in parallel and commits their results. It reports done=false when
 // calls remain that the client must run, and ended when a tool that ends
 // the turn succeeded.
-func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done, ended bool, err error) {
+func (tc *toolCalls) runTools(ctx context.Context, calls []llm.ToolCall) (done, ended bool, err error) {
 	client := map[string]bool{}
-	for _, s := range t.req.ClientTools {
+	for _, s := range tc.t.req.ClientTools {
 		client[s.Name] = true
 	}
 	var server []llm.ToolCall
@@ -43,40 +70,40 @@ func (t *turn) runTools(ctx context.Context, calls []llm.ToolCall) (done, ended 
 	if len(server) == 0 {
 		return pending == 0, false, nil
 	}
-	known, err := t.resumedResults(server)
+	known, err := tc.resumedResults(server)
 	if err != nil {
 		return false, false, err
 	}
-	results, err := t.execute(ctx, t.chain.current(), server, known)
+	results, err := tc.execute(ctx, tc.t.chain.current(), server, known)
 	if err != nil {
 		return false, false, err
 	}
-	t.shareResultBudget(results)
+	tc.shareResultBudget(results)
 	msg := llm.Message{Role: llm.RoleTool, Parts: make([]llm.Part, len(results))}
 	for i := range results {
 		msg.Parts[i] = llm.Part{Kind: llm.PartToolResult, ToolResult: &results[i]}
 	}
-	t.mu.Lock()
-	t.unsafeRunning = 0
-	t.answered, t.started = nil, nil
-	t.mu.Unlock()
-	t.commit(ctx, msg)
-	return pending == 0, t.endedByTool(results), nil
+	tc.mu.Lock()
+	tc.unsafeRunning = 0
+	tc.answered, tc.started = nil, nil
+	tc.mu.Unlock()
+	tc.t.commit(ctx, msg)
+	return pending == 0, tc.endedByTool(results), nil
 }
 
 // execute runs calls with bounded parallelism and returns their results in
 // call order; a call with a known result (a resumed turn's, stored before)
 // is not run. It fails only when the turn must end: it stopped
 // (cancelled, or its sink failed) or a tool panicked.
-func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, known []*llm.ToolResult) ([]llm.ToolResult, error) {
-	limits := t.r.opts.limits
+func (tc *toolCalls) execute(ctx context.Context, m *Model, calls []llm.ToolCall, known []*llm.ToolResult) ([]llm.ToolResult, error) {
+	limits := tc.t.r.opts.limits
 	results := make([]llm.ToolResult, len(calls))
 	sem := make(chan struct{}, limits.ToolConcurrency)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var panicked *toolPanic
-	defer func() { t.restarted = nil }()
-	decided, err := t.approve(ctx, m, calls, known)
+	defer func() { tc.restarted = nil }()
+	decided, err := tc.approve(ctx, m, calls, known)
 	if err != nil {
 		return nil, err
 	}
@@ -86,48 +113,48 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 	for i, c := range calls {
 		if i < len(known) && known[i] != nil {
 			results[i] = *known[i]
-			t.answer(*known[i])
+			tc.answer(*known[i])
 			continue
 		}
-		tool, ok := t.r.tools[c.Name]
+		tool, ok := tc.t.r.tools[c.Name]
 		d, asked := decided[c.ID]
 		switch {
-		case t.ctl.steering() && !t.restarted[c.ID]:
-			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+		case tc.t.ctl.steering() && !tc.restarted[c.ID]:
+			results[i], notRun[i] = tc.refuse(ctx, c, SkippedToolResult), true
 			continue
 		case asked && !d.Approved:
-			results[i], notRun[i] = t.refuse(ctx, c, deniedResult(d)), true
+			results[i], notRun[i] = tc.refuse(ctx, c, deniedResult(d)), true
 			continue
-		case !asked && ok && t.r.approval[c.Name] && allowed(m, c.Name) && jsonObject(c.Arguments):
+		case !asked && ok && tc.t.r.approval[c.Name] && allowed(m, c.Name) && jsonObject(c.Arguments):
 			// Its wait ended without a decision: a steering message came.
-			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+			results[i], notRun[i] = tc.refuse(ctx, c, SkippedToolResult), true
 			continue
 		case !ok || !allowed(m, c.Name):
-			results[i] = t.refuse(ctx, c, fmt.Sprintf("unknown tool %q; available tools: %s", c.Name, strings.Join(t.toolNames(m), ", ")))
+			results[i] = tc.refuse(ctx, c, fmt.Sprintf("unknown tool %q; available tools: %s", c.Name, strings.Join(tc.toolNames(m), ", ")))
 			continue
 		case !jsonObject(c.Arguments):
-			results[i] = t.refuse(ctx, c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
+			results[i] = tc.refuse(ctx, c, fmt.Sprintf("the arguments of tool %q are not a valid JSON object; call it again with a JSON object", c.Name))
 			continue
-		case t.breakerCount(c.Name) >= limits.ToolFailures:
-			results[i] = t.refuse(ctx, c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, limits.ToolFailures))
+		case tc.breakerCount(c.Name) >= limits.ToolFailures:
+			results[i] = tc.refuse(ctx, c, fmt.Sprintf("tool %q is disabled for the rest of this turn after %d consecutive failures", c.Name, limits.ToolFailures))
 			continue
 		}
 		if ctx.Err() != nil {
 			// Stopped: no tool starts (the select below may pick either).
-			t.awaitTools(ctx, &wg)
-			return nil, t.stopped(ctx)
+			tc.awaitTools(ctx, &wg)
+			return nil, tc.t.stopped(ctx)
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			t.awaitTools(ctx, &wg)
-			return nil, t.stopped(ctx)
+			tc.awaitTools(ctx, &wg)
+			return nil, tc.t.stopped(ctx)
 		}
-		if t.ctl.steering() && !t.restarted[c.ID] {
+		if tc.t.ctl.steering() && !tc.restarted[c.ID] {
 			// The user redirected the turn while the call waited for its
 			// turn to run.
 			<-sem
-			results[i], notRun[i] = t.refuse(ctx, c, SkippedToolResult), true
+			results[i], notRun[i] = tc.refuse(ctx, c, SkippedToolResult), true
 			continue
 		}
 		wg.Add(1)
@@ -141,29 +168,29 @@ func (t *turn) execute(ctx context.Context, m *Model, calls []llm.ToolCall, know
 					mu.Unlock()
 				}
 			}()
-			results[i] = t.callTool(ctx, tool, c)
+			results[i] = tc.callTool(ctx, tool, c)
 		}()
 	}
-	if !t.awaitTools(ctx, &wg) {
-		return nil, t.stopped(ctx)
+	if !tc.awaitTools(ctx, &wg) {
+		return nil, tc.t.stopped(ctx)
 	}
 	if panicked != nil {
-		t.r.opts.logger.Error("tool panicked", "turn_id", t.info.TurnID, "tool", panicked.tool, "panic", fmt.Sprint(panicked.value), "stack", string(panicked.stack))
+		tc.t.r.opts.logger.Error("tool panicked", "turn_id", tc.t.info.TurnID, "tool", panicked.tool, "panic", fmt.Sprint(panicked.value), "stack", string(panicked.stack))
 		return nil, &llm.Error{Kind: llm.KindInternal, Message: fmt.Sprintf("internal error: tool %q crashed", panicked.tool), Err: panicked}
 	}
-	if err := t.stopped(ctx); err != nil {
+	if err := tc.t.stopped(ctx); err != nil {
 		return nil, err
 	}
 	for i, res := range results {
 		if i < len(known) && known[i] != nil {
 			continue // counted by the runner that ran it
 		}
-		t.counters.ToolCalls++
+		tc.t.counters.ToolCalls++
 		if res.IsError {
-			t.counters.ToolErrors++
+			tc.t.counters.ToolErrors++
 		}
 		if !notRun[i] {
-			t.breakerRecord(res.Name, res.IsError)
+			tc.breakerRecord(res.Name, res.IsError)
 		}
 	}
 	return results, nil
@@ -184,7 +211,7 @@ const ToolStopGrace = 500 * time.Millisecond
 // awaitTools waits until the tool calls wg counts have returned, or, once
 // the turn has stopped, ToolStopGrace more; it reports whether they all
 // returned.
-func (t *turn) awaitTools(ctx context.Context, wg *sync.WaitGroup) bool {
+func (tc *toolCalls) awaitTools(ctx context.Context, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -201,23 +228,23 @@ func (t *turn) awaitTools(ctx context.Context, wg *sync.WaitGroup) bool {
 	case <-done:
 		return true
 	case <-timer.C:
-		t.r.opts.logger.Warn("a tool did not return after the turn stopped; its result is dropped",
-			"turn_id", t.info.TurnID, "grace", ToolStopGrace)
+		tc.t.r.opts.logger.Warn("a tool did not return after the turn stopped; its result is dropped",
+			"turn_id", tc.t.info.TurnID, "grace", ToolStopGrace)
 		return false
 	}
 }
 
 // shareResultBudget cuts the results of one step so that together they fit
 // the turn's MaxToolResultBytes, as the message that commits them must.
-func (t *turn) shareResultBudget(results []llm.ToolResult) {
-	t.fitResultMedia(results)
+func (tc *toolCalls) shareResultBudget(results []llm.ToolResult) {
+	tc.fitResultMedia(results)
 	contents := make([]string, len(results))
 	for i, r := range results {
 		contents[i] = r.Content
 	}
-	max := t.r.opts.limits.MaxToolResultBytes - mediaBytes(results)
+	max := tc.t.r.opts.limits.MaxToolResultBytes - mediaBytes(results)
 	for _, i := range shareBudget(contents, max) {
-		t.r.opts.logger.Warn("tool result truncated to share the step's budget", "turn_id", t.info.TurnID, "tool", results[i].Name,
+		tc.t.r.opts.logger.Warn("tool result truncated to share the step's budget", "turn_id", tc.t.info.TurnID, "tool", results[i].Name,
 			"call_id", results[i].CallID, "bytes", len(results[i].Content), "max_tool_result_bytes", max, "results", len(results))
 		results[i].Content = contents[i]
 	}
@@ -225,48 +252,48 @@ func (t *turn) shareResultBudget(results []llm.ToolResult) {
 
 // refuse returns an error result for a call that is not run, and emits its
 // ToolFinished event.
-func (t *turn) refuse(ctx context.Context, c llm.ToolCall, msg string) llm.ToolResult {
+func (tc *toolCalls) refuse(ctx context.Context, c llm.ToolCall, msg string) llm.ToolResult {
 	res := llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}
-	if t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}) != 0 {
-		t.answer(res)
+	if tc.t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}) != 0 {
+		tc.answer(res)
 	}
 	return res
 }
 
 // answer records the result of one of the running step's tool calls,
 // which a cancel keeps.
-func (t *turn) answer(res llm.ToolResult) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.answered == nil {
-		t.answered = map[string]llm.ToolResult{}
+func (tc *toolCalls) answer(res llm.ToolResult) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.answered == nil {
+		tc.answered = map[string]llm.ToolResult{}
 	}
-	t.answered[res.CallID] = res
-	delete(t.started, res.CallID)
+	tc.answered[res.CallID] = res
+	delete(tc.started, res.CallID)
 }
 
 // callTool runs one tool call with its timeout, emitting its events.
-func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.ToolResult {
+func (tc *toolCalls) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.ToolResult {
 	spec := tool.Spec()
 	if !spec.Idempotent && !spec.ReadOnly {
-		t.mu.Lock()
-		t.unsafeRunning++
-		t.mu.Unlock()
+		tc.mu.Lock()
+		tc.unsafeRunning++
+		tc.mu.Unlock()
 	}
-	info := ToolInfo{TurnID: t.info.TurnID, CallID: c.ID, Name: c.Name, Arguments: c.Arguments, ReadOnly: spec.ReadOnly, Idempotent: spec.Idempotent}
-	if t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments}) != 0 {
-		t.mu.Lock()
-		if t.started == nil {
-			t.started = map[string]time.Time{}
+	info := ToolInfo{TurnID: tc.t.info.TurnID, CallID: c.ID, Name: c.Name, Arguments: c.Arguments, ReadOnly: spec.ReadOnly, Idempotent: spec.Idempotent}
+	if tc.t.out.emit(ctx, &ToolStarted{CallID: c.ID, Name: c.Name, Arguments: c.Arguments}) != 0 {
+		tc.mu.Lock()
+		if tc.started == nil {
+			tc.started = map[string]time.Time{}
 		}
-		t.started[c.ID] = time.Now()
-		t.mu.Unlock()
+		tc.started[c.ID] = time.Now()
+		tc.mu.Unlock()
 	}
-	timeout := t.r.opts.limits.ToolTimeout
+	timeout := tc.t.r.opts.limits.ToolTimeout
 	if tt, ok := tool.(interface{ Timeout() time.Duration }); ok && tt.Timeout() > 0 {
 		timeout = tt.Timeout()
 	}
-	octx := t.obs.ToolStart(ctx, info)
+	octx := tc.t.obs.ToolStart(ctx, info)
 	tctx, cancel := context.WithTimeout(octx, timeout)
 	defer cancel()
 	start := time.Now()
@@ -276,7 +303,7 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 		live.Lock()
 		defer live.Unlock()
 		if !finished {
-			t.out.emit(ctx, &ToolProgress{CallID: c.ID, Name: c.Name, ToolProgress: p})
+			tc.t.out.emit(ctx, &ToolProgress{CallID: c.ID, Name: c.Name, ToolProgress: p})
 		}
 	})
 	live.Lock()
@@ -294,34 +321,67 @@ func (t *turn) callTool(ctx context.Context, tool llm.Tool, c llm.ToolCall) llm.
 	if err != nil {
 		res.Media = nil
 	}
-	if content, cut := truncated(res.Content, t.r.opts.limits.MaxToolResultBytes); cut {
-		t.r.opts.logger.Warn("tool result truncated", "turn_id", t.info.TurnID, "tool", c.Name, "call_id", c.ID,
-			"bytes", len(res.Content), "max_tool_result_bytes", t.r.opts.limits.MaxToolResultBytes)
+	if content, cut := truncated(res.Content, tc.t.r.opts.limits.MaxToolResultBytes); cut {
+		tc.t.r.opts.logger.Warn("tool result truncated", "turn_id", tc.t.info.TurnID, "tool", c.Name, "call_id", c.ID,
+			"bytes", len(res.Content), "max_tool_result_bytes", tc.t.r.opts.limits.MaxToolResultBytes)
 		res.Content = content
 	}
-	t.obs.ToolEnd(octx, info, ToolEnd{Content: res.Content, IsError: res.IsError, Duration: dur})
+	tc.t.obs.ToolEnd(octx, info, ToolEnd{Content: res.Content, IsError: res.IsError, Duration: dur})
 	if ctx.Err() != nil {
 		return res // the turn is ending; nothing more is emitted
 	}
-	if t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur}) != 0 {
-		t.answer(res)
+	if tc.t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: res.Content, IsError: res.IsError, Duration: dur}) != 0 {
+		tc.answer(res)
 	}
 	return res
 }
 
+// cancelled returns the results of calls, the calls without results of
+// the reply a cancelled turn closes (see [turn.closeCancelled]): the
+// result a call had finished with, else [CancelledToolResult] (an error),
+// with its ToolFinished for a call that was running; fitted together to
+// the step's budget.
+func (tc *toolCalls) cancelled(ctx context.Context, calls []llm.ToolCall) []llm.ToolResult {
+	tc.mu.Lock()
+	answered, started := tc.answered, tc.started
+	tc.answered, tc.started = nil, nil
+	tc.mu.Unlock()
+	results := make([]llm.ToolResult, len(calls))
+	for i, c := range calls {
+		if r, ok := answered[c.ID]; ok {
+			results[i] = r
+			continue
+		}
+		results[i] = llm.ToolResult{CallID: c.ID, Name: c.Name, Content: CancelledToolResult, IsError: true}
+		if at, ok := started[c.ID]; ok {
+			tc.t.out.emit(ctx, &ToolFinished{CallID: c.ID, Name: c.Name, Content: CancelledToolResult, IsError: true, Duration: time.Since(at)})
+		}
+	}
+	tc.shareResultBudget(results)
+	return results
+}
+
+// unsafe reports whether a tool with side effects was started since the
+// last commit: replaying the step could run it twice.
+func (tc *toolCalls) unsafe() bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.unsafeRunning > 0
+}
+
 // toolSpecs lists the tools offered to model m: its allowed server tools,
 // then the client's.
-func (t *turn) toolSpecs(m *Model) []llm.ToolSpec {
-	if m.Tools == nil && len(t.req.ClientTools) == 0 {
-		return t.r.toolSpecs
+func (tc *toolCalls) toolSpecs(m *Model) []llm.ToolSpec {
+	if m.Tools == nil && len(tc.t.req.ClientTools) == 0 {
+		return tc.t.r.toolSpecs
 	}
 	var specs []llm.ToolSpec
-	for _, s := range t.r.toolSpecs {
+	for _, s := range tc.t.r.toolSpecs {
 		if allowed(m, s.Name) {
 			specs = append(specs, s)
 		}
 	}
-	return append(specs, t.req.ClientTools...)
+	return append(specs, tc.t.req.ClientTools...)
 }
 
 // allowed reports whether model m may call server-side tool name.
@@ -329,14 +389,14 @@ func allowed(m *Model, name string) bool {
 	return m.Tools == nil || slices.Contains(m.Tools, name)
 }
 
-func (t *turn) toolNames(m *Model) []string {
+func (tc *toolCalls) toolNames(m *Model) []string {
 	var names []string
-	for name := range t.r.tools {
+	for name := range tc.t.r.tools {
 		if allowed(m, name) {
 			names = append(names, name)
 		}
 	}
-	for _, s := range t.req.ClientTools {
+	for _, s := range tc.t.req.ClientTools {
 		names = append(names, s.Name)
 	}
 	slices.Sort(names)
@@ -347,21 +407,21 @@ func (t *turn) toolNames(m *Model) []string {
 }
 
 // breakerCount returns the consecutive failures of tool name in this turn.
-func (t *turn) breakerCount(name string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.breaker[name]
+func (tc *toolCalls) breakerCount(name string) int {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.breaker[name]
 }
 
-func (t *turn) breakerRecord(name string, failed bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.breaker == nil {
-		t.breaker = map[string]int{}
+func (tc *toolCalls) breakerRecord(name string, failed bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.breaker == nil {
+		tc.breaker = map[string]int{}
 	}
 	if failed {
-		t.breaker[name]++
+		tc.breaker[name]++
 	} else {
-		t.breaker[name] = 0
+		tc.breaker[name] = 0
 	}
 }

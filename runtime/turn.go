@@ -6,18 +6,22 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 )
 
-// turn is the state of one running turn. Its methods are spread over the
-// files of its pieces: turn.go (the loop: steps, tools, the outcome),
-// step.go (one assistant message: attempts and the policy's decisions),
-// attempt.go (one model call), chain.go (which model next) and tools.go
-// (server-side tool calls).
+// turn is the state of one running turn, and its loop: steps, the
+// policy's decisions, the outcome, what a cancel commits and what a
+// resumed turn finishes first. Its pieces are types of their own, each
+// holding what it alone touches: the model calls (calls, a [modelCalls]:
+// attempt.go, hedge.go, and what a request is made of), the server-side
+// tool calls (tools, a [toolCalls]: tools.go and their approval), the
+// model chain (chain, chain.go) and the events (out, emit.go). Its own
+// methods are in turn.go (the loop and the outcome), step.go (one
+// assistant message: attempts and the policy's decisions), resume.go,
+// interrupt.go, output.go, precompact.go and control.go's steering.
 type turn struct {
 	r     *Runner
 	req   *TurnRequest
@@ -49,14 +53,11 @@ type turn struct {
 	cutFrom uint64
 	usage   llm.Usage
 	// estimated is what the turn's calls cut with no usage reported are
-	// charged besides usage (see [turn.estimate]).
+	// charged besides usage (see [modelCalls.estimate]).
 	estimated llm.Usage
 	counters  Counters
 	attempts  []ModelAttempts
 	steps     int
-	// resumed holds what the previous runner of a resumed turn left of
-	// the tool calls it was running; nil once they are dealt with.
-	resumed *Resume
 	// servedBy is the alias whose reply was last committed.
 	servedBy string
 	// ctl is how the turn's owner reaches it (approvals, steering);
@@ -65,9 +66,6 @@ type turn struct {
 	ctl       *Controls
 	firstSeq  uint64
 	requested map[string]bool
-	// restarted holds the calls of a resumed turn's tools that its
-	// previous runner had started: a steering message does not skip them.
-	restarted map[string]bool
 	// firstOutput is when the turn's first output event was emitted,
 	// measured from its start; waited sums its backoff waits.
 	firstOutput time.Duration
@@ -85,24 +83,10 @@ type turn struct {
 	stepFrom  uint64
 	replyFrom uint64
 
-	mu sync.Mutex // guards what parallel tool calls touch below
-	// unsafeRunning counts the tools with side effects started since the
-	// last commit: replaying the step could run them twice.
-	unsafeRunning int
-	// breaker counts each tool's consecutive failures in this turn.
-	breaker map[string]int
-	// answered holds, by call id, the results of the running step's tool
-	// calls whose ToolFinished was emitted; started holds when the others
-	// whose ToolStarted was emitted began. A cancel answers the rest.
-	answered map[string]llm.ToolResult
-	started  map[string]time.Time
-
-	// seen is the prompt size the provider last reported, for the
-	// estimate that decides a compaction before a call.
-	seen promptSeen
-	// cacheKey is the prompt cache key of calls to cacheKeyOf.
-	cacheKey   string
-	cacheKeyOf *Model
+	// calls makes the turn's model calls; tools runs its server-side
+	// tool calls.
+	calls modelCalls
+	tools toolCalls
 }
 
 // newTurn prepares a turn of req and returns it with the turn's context,
@@ -142,6 +126,7 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		maxCalls: r.opts.limits.MaxModelCalls,
 		conv:     slices.Clone(req.Messages),
 	}
+	t.calls.t, t.tools.t = t, t
 	if req.MaxModelCalls > 0 {
 		t.maxCalls = req.MaxModelCalls
 	}
@@ -156,10 +141,10 @@ func newTurn(ctx context.Context, r *Runner, req *TurnRequest, sink Sink) (*turn
 		t.added = slices.Clone(rs.Committed)
 		t.usage, t.counters = rs.Usage, rs.Counters
 		t.out.seq = max(rs.NextSeq, 1) - 1
-		t.resumed = rs
+		t.tools.resumed = rs
 		if len(rs.ToolResults) > 0 {
 			// A cancel before the tools run keeps the stored results.
-			t.answered = maps.Clone(rs.ToolResults)
+			t.tools.answered = maps.Clone(rs.ToolResults)
 		}
 		t.firstSeq, t.requested = max(rs.NextSeq, 1), rs.Requested
 	}
@@ -232,7 +217,7 @@ func (t *turn) run(ctx context.Context) (*TurnCompleted, error) {
 // committed; one committed cut ends the turn.)
 func (t *turn) afterReply(ctx context.Context, msg llm.Message, stop llm.StopReason) (res *TurnCompleted, done bool, err error) {
 	if calls := msg.ToolCalls(); len(calls) > 0 {
-		all, ended, err := t.runTools(ctx, calls)
+		all, ended, err := t.tools.runTools(ctx, calls)
 		if err != nil {
 			return nil, true, t.fail(ctx, err)
 		}
@@ -358,10 +343,7 @@ func (t *turn) fail(ctx context.Context, err error) *TurnError {
 // toTurnError builds the terminal error for e, with the advice the policy
 // gives the client, and retryAfter as the least delay it advises.
 func (t *turn) toTurnError(e *llm.Error, retryAfter time.Duration) *TurnError {
-	t.mu.Lock()
-	unsafe := t.unsafeRunning > 0
-	t.mu.Unlock()
-	advice := policy.Advise(e.Kind, unsafe)
+	advice := policy.Advise(e.Kind, t.tools.unsafe())
 	te := &TurnError{Kind: advice.Kind, Message: e.Message, Model: e.Model, Attempts: slices.Clone(t.attempts), Retryable: &advice.Retryable}
 	if te.Message == "" {
 		te.Message = e.Kind.String()

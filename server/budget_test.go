@@ -208,7 +208,11 @@ func TestBudgetRefusesBeforeTheTurn(t *testing.T) {
 	t.Parallel()
 	p := fake.NewProvider(costReply(true), costReply(false), costReply(false))
 	k := keyed("spender", "tok-spender-0123")
-	k.Limits.CostPerDay = money("0.03")
+	// Its calls hold their prompts alone (the second's, 0.013512 USD at
+	// the first's split of cached tokens, fits what is left, 0.01625): a
+	// call may cross the budget by its reply.
+	var zero int64
+	k.Limits.CostPerDay, k.Limits.ReserveOutputTokens = money("0.035"), &zero
 	ts := start(t, pricedRunner(t, p, fake.NewProvider()), server.Options{Keys: []server.Key{k, keyed("other", "tok-other-0123")}, Clock: atNoon})
 	ctx := bearer(t.Context(), "tok-spender-0123")
 	// 0.01875 then 0.0375: crossed by the last call, which ends the turn.
@@ -242,7 +246,12 @@ func TestBudgetCrossedMidTurn(t *testing.T) {
 			t.Parallel()
 			p := fake.NewProvider(costReply(true), costReply(true), costReply(false))
 			k := keyed("spender", "tok-spender-0123")
-			k.Limits.CostPerDay = money("0.03")
+			// Its calls hold their prompts alone (the second's, 0.013512
+			// USD, fits what is left, 0.01625): a call may cross the
+			// budget by its reply (TestBudgetHolds: with the replies held,
+			// none does).
+			var zero int64
+			k.Limits.CostPerDay, k.Limits.ReserveOutputTokens = money("0.035"), &zero
 			opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
 			if durable {
 				opts.Store = memStore(t)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/admission"
@@ -20,13 +21,14 @@ import (
 )
 
 // ReasonTurnIDReused is the ErrorInfo reason of a RunTurn that reuses a
-// turn id and attempt for a different request.
-const ReasonTurnIDReused = "TURN_ID_REUSED"
+// turn id and attempt for a different request (ERROR_CODE_TURN_ID_REUSED).
+var ReasonTurnIDReused = string(codeReason(turnstilev1.ErrorCode_ERROR_CODE_TURN_ID_REUSED))
 
 // ReasonStoreFull is the ErrorInfo reason of a RunTurn refused because the
 // turn store cannot take a new turn (full of running turns, or its disk
-// is): RESOURCE_EXHAUSTED with RetryInfo, before any event.
-const ReasonStoreFull = "STORE_FULL"
+// is): RESOURCE_EXHAUSTED with RetryInfo, before any event
+// (ERROR_CODE_STORE_FULL).
+var ReasonStoreFull = string(codeReason(turnstilev1.ErrorCode_ERROR_CODE_STORE_FULL))
 
 // storeFullRetry is the wait advised to a turn refused for a full store.
 const storeFullRetry = 5 * time.Second
@@ -60,7 +62,7 @@ func (s *service) durableStatus(ctx context.Context, err error) *status.Status {
 		return handedOffStatus()
 	case errors.Is(err, durable.ErrStoreFull):
 		return withDetails(status.New(codes.ResourceExhausted, durable.ErrStoreFull.Error()),
-			errorInfo(ReasonStoreFull, nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
+			errorInfo(reason(ReasonStoreFull), nil), &errdetails.RetryInfo{RetryDelay: durationpb.New(storeFullRetry)})
 	case errors.Is(err, durable.ErrDraining):
 		return turnStatus(drainError())
 	case errors.Is(err, durable.ErrNotFound):
@@ -130,7 +132,7 @@ func lostLease() *status.Status {
 // naming cause, and RetryInfo.
 func watchAgain(msg, cause string) *status.Status {
 	return withDetails(status.New(codes.Unavailable, msg),
-		errorInfo(llm.KindUnavailable.String(), map[string]string{"cause": cause}),
+		errorInfo(codeReason(turnstilev1.ErrorCode_ERROR_CODE_UNAVAILABLE), map[string]string{"cause": cause}),
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(100 * time.Millisecond)})
 }
 
@@ -160,7 +162,7 @@ func turnNotStored() *status.Status {
 // attempt for a different request.
 func turnIDReused(e *durable.ReusedError) *status.Status {
 	st := status.New(codes.AlreadyExists, e.Error())
-	return withDetails(st, &errdetails.ErrorInfo{Reason: ReasonTurnIDReused, Domain: ErrorDomain, Metadata: map[string]string{"attempt": strconv.FormatUint(uint64(e.Attempt), 10)}})
+	return withDetails(st, errorInfo(reason(ReasonTurnIDReused), map[string]string{"attempt": strconv.FormatUint(uint64(e.Attempt), 10)}))
 }
 
 // handedOffStatus ends the streams of a run this replica handed off:

@@ -195,7 +195,10 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 				}
 				k := keyed("limited", "tok-limited-0123")
 				k.Limits = tt.limits
-				k.Limits.ConcurrentTurns = &one
+				// Each call holds its prompt alone, and the second turn's
+				// prompt is three bytes, none of a token: only what the
+				// first turn was charged stands in the second's way.
+				k.Limits.ConcurrentTurns, k.Limits.ReserveOutputTokens = &one, n(0)
 				opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
 				if durable {
 					opts.Store = memStore(t)
@@ -215,10 +218,13 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 					evs []*turnstilev1.AgentEvent
 					st  *status.Status
 				)
+				second := hello()
+				second.TurnId = "turn-2"
+				second.Messages[0].Parts[0].Kind = &turnstilev1.Part_Text{Text: "hi?"}
 				eventually(t, "the first turn ends and frees its key's slot", func() bool {
 					cctx, cancel := context.WithTimeout(ctx, waitBound)
 					defer cancel()
-					evs, st = wiretest.Collect(t, cctx, ts.client, bigPrompt("turn-2"), nil)
+					evs, st = wiretest.Collect(t, cctx, ts.client, second, nil)
 					return limitOf(st) != "concurrent_turns"
 				})
 				if tt.refused == "" {

@@ -38,8 +38,8 @@ func attemptOf(ctx context.Context, req *turnstilev1.RunTurnRequest) uint32 {
 
 // runDurable serves RunTurn with a turn store (durable.Runs.Run): it
 // creates the run or attaches to the one the store holds, and streams it.
-func (s *service) runDurable(req *turnstilev1.RunTurnRequest, tr *runtime.TurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
-	ctx := stream.Context()
+// ctx is the call's, carrying the turn's charger.
+func (s *service) runDurable(ctx context.Context, req *turnstilev1.RunTurnRequest, tr *runtime.TurnRequest, stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) error {
 	k := durable.Key{Client: tr.Client, TurnID: req.GetTurnId(), Attempt: attemptOf(ctx, req)}
 	if k.TurnID == "" {
 		k.TurnID = uuid.NewString()

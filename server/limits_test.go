@@ -105,7 +105,7 @@ func TestServerTurnCap(t *testing.T) {
 func TestKeyLimits(t *testing.T) {
 	t.Parallel()
 	one, two, none := 1, 2, 0
-	var twenty int64 = 20
+	var twenty, zero int64 = 20, 0
 	tests := []struct {
 		name   string
 		limits server.KeyLimits
@@ -119,9 +119,15 @@ func TestKeyLimits(t *testing.T) {
 		{name: "concurrent turns", limits: server.KeyLimits{ConcurrentTurns: &one}, hold: true, limit: "concurrent_turns", retry: true},
 		{name: "turns per minute", limits: server.KeyLimits{TurnsPerMinute: &two}, ok: 2, limit: "turns_per_minute", retry: true},
 		{name: "suspended key", limits: server.KeyLimits{TurnsPerMinute: &none}, limit: "turns_per_minute"},
-		// Each turn uses 15 tokens: the second goes into debt.
-		{name: "tokens per minute", limits: server.KeyLimits{TokensPerMinute: &twenty}, ok: 2, limit: "tokens_per_minute", retry: true},
-		{name: "tokens per day", limits: server.KeyLimits{TokensPerDay: &twenty}, ok: 2, limit: "tokens_per_day", retry: true},
+		// Each turn uses 15 tokens. Its call holds the whole bucket (its
+		// prompt and 4096 output tokens, more than 20): the second waits
+		// for the bucket to refill.
+		{name: "tokens per minute", limits: server.KeyLimits{TokensPerMinute: &twenty}, ok: 1, limit: "tokens_per_minute", retry: true},
+		{name: "tokens per day", limits: server.KeyLimits{TokensPerDay: &twenty}, ok: 1, limit: "tokens_per_day", retry: true},
+		// Holding its prompt alone (1 token), the second starts and goes
+		// into debt.
+		{name: "tokens per minute, prompt held", limits: server.KeyLimits{TokensPerMinute: &twenty, ReserveOutputTokens: &zero}, ok: 2, limit: "tokens_per_minute", retry: true},
+		{name: "tokens per day, prompt held", limits: server.KeyLimits{TokensPerDay: &twenty, ReserveOutputTokens: &zero}, ok: 2, limit: "tokens_per_day", retry: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 // documentation. .ci/run rebuilds it and fails when it differs; a test
 // holds it to the generated code.
 //
-//go:generate go tool -modfile=../buildtools/go.mod buf build .. --as-file-descriptor-set --path ../proto/turnstile -o contract.binpb
+//go:generate go tool -modfile=../buildtools/go.mod buf build .. --as-file-descriptor-set --path ../proto/turnstile/v1 -o contract.binpb
 //go:embed contract.binpb
 var contract []byte
 

@@ -94,6 +94,15 @@ type Options struct {
 	// behind a proxy or load balancer that does not keep client
 	// addresses, raise it to MaxConnections).
 	MaxConnectionsPerPeer int
+	// MaxHandshakes bounds the connections whose TLS and HTTP/2 handshakes
+	// are under way at once, from every address together: one beyond it
+	// closes the oldest handshake of the address with the most under way
+	// (counted: metric turnstile.server.refusals, reason
+	// handshake_limit), so silent connections from many addresses hold at
+	// most this many of the MaxConnections slots, and a client that
+	// completes its handshake in milliseconds gets through (default 256,
+	// or a quarter of MaxConnections when that is smaller).
+	MaxHandshakes int
 	// HandshakeTimeout closes a connection that has not completed its TLS
 	// and HTTP/2 handshake in this time (default 10s). Each one closed is
 	// counted (metric turnstile.server.refusals, reason
@@ -170,6 +179,7 @@ const (
 	DefaultMaxConnectionIdle  = 5 * time.Minute
 	DefaultHandshakeTimeout   = 10 * time.Second
 	DefaultMaxConnsPerPeer    = 64
+	DefaultMaxHandshakes      = 256
 	DefaultMaxHeaderBytes     = 32 << 10
 	DefaultMaxRequestBytes    = 4 << 20
 	DefaultMaxEventBytes      = 2 << 20
@@ -230,6 +240,7 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxConcurrentTurns, DefaultMaxConcurrentTurns)
 	defInt(&o.MaxConnections, DefaultMaxConnections)
 	defInt(&o.MaxConnectionsPerPeer, min(DefaultMaxConnsPerPeer, o.MaxConnections))
+	defInt(&o.MaxHandshakes, min(DefaultMaxHandshakes, max(1, o.MaxConnections/4)))
 	defInt(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	if o.MeterProvider == nil {
 		o.MeterProvider = metricnoop.NewMeterProvider()
@@ -253,7 +264,8 @@ func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
 	g := guard.New(guard.Options{Logger: opts.Logger, MaxConnectionsPerPeer: opts.MaxConnectionsPerPeer,
-		MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider, Now: opts.Clock})
+		MaxHandshakes: opts.MaxHandshakes, MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider,
+		Now: opts.Clock})
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		g.LogRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
 	})

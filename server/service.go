@@ -30,9 +30,11 @@ const AttemptHeader = "turnstile-attempt"
 // turnRunner is what the service needs from the runtime.
 type turnRunner interface {
 	Validate(req *runtime.TurnRequest) error
+	FirstCall(req *runtime.TurnRequest) runtime.CallBound
 	Run(ctx context.Context, req *runtime.TurnRequest, sink runtime.Sink) (*runtime.TurnCompleted, error)
 	Models() []string
 	DefaultModel() string
+	ContinuesCut(req *runtime.TurnRequest) bool
 }
 
 // service implements turnstile.v1.AgentService over a runner: it checks
@@ -103,8 +105,25 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 		logging.AddFields(stream.Context(), logging.Fields{"error_code", codeReasonOf(st)})
 		return st.Err()
 	}
+	// What its first model call may use, held against its key's token
+	// limits and budgets until the call reports its use: the turn does not
+	// start when they do not cover it. The call's slots drop the hold when
+	// it ends, or the turn's when a durable turn keeps them.
+	// Without keys a turn holds nothing: nothing to estimate, drop or
+	// carry.
+	usage, ctx := k.Charger(), stream.Context()
+	if usage != nil {
+		if err := usage.Reserve(s.runner.FirstCall(tr)); err != nil {
+			st := refusalStatus(err, k.KeyName())
+			logging.AddFields(ctx, logging.Fields{"error_code", codeReasonOf(st)})
+			return st.Err()
+		}
+		admission.SlotsFrom(ctx).Add(usage.Unreserve)
+		ctx = admission.WithCharger(ctx, usage)
+	}
+	tr.Budget = usage.BudgetHook()
 	if s.runs != nil {
-		return s.runDurable(req, tr, stream)
+		return s.runDurable(ctx, req, tr, stream)
 	}
 	if tr.TurnID == "" {
 		tr.TurnID = uuid.NewString()
@@ -127,7 +146,6 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	}
 	defer s.local.untrack(t)
 
-	usage := k.Charger()
 	out := delivery.NewOutbox(stream.Send, cancel, s.streams(), s.opts.MaxEventBytes, usage, attempt)
 	// The turn's outcome and root cause are in its own log line.
 	_, err := s.runner.Run(ctx, tr, out)
@@ -176,7 +194,7 @@ func (s *service) request(ctx context.Context, req *turnstilev1.RunTurnRequest, 
 	if errors.As(err, &me) {
 		return nil, modelStatus(me)
 	}
-	tr.Model, tr.Client, tr.Budget = alias, k.KeyName(), k.BudgetHook()
+	tr.Model, tr.Client = alias, k.KeyName()
 	if err := s.runner.Validate(tr); err != nil {
 		if fes := fieldErrors(err); len(fes) > 0 {
 			return nil, invalidArgument(fes)

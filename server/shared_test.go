@@ -152,6 +152,9 @@ func TestSharedLimits(t *testing.T) {
 	t.Parallel()
 	six, one := 6, 1
 	tokens := 6 * pricedUsage.Tokens() // each turn uses pricedUsage
+	// A turn's call holds its prompt alone: these count what the turns
+	// used (TestSharedHolds counts what they hold).
+	var zero int64
 	tests := []struct {
 		name   string
 		limits server.KeyLimits
@@ -161,9 +164,9 @@ func TestSharedLimits(t *testing.T) {
 		used   int64 // what they use together, in the limit's unit
 	}{
 		// Each turn costs 0.01875: the eighth crosses 0.15.
-		{name: "cost per day", limits: server.KeyLimits{CostPerDay: money("0.15")}, reason: "BUDGET_EXHAUSTED", limit: "cost_per_day", turns: 8, used: 8 * 18_750_000},
+		{name: "cost per day", limits: server.KeyLimits{CostPerDay: money("0.15"), ReserveOutputTokens: &zero}, reason: "BUDGET_EXHAUSTED", limit: "cost_per_day", turns: 8, used: 8 * 18_750_000},
 		{name: "turns per minute", limits: server.KeyLimits{TurnsPerMinute: &six}, reason: "LIMIT_EXCEEDED", limit: "turns_per_minute", turns: 6, used: 6},
-		{name: "tokens per day", limits: server.KeyLimits{TokensPerDay: &tokens}, reason: "LIMIT_EXCEEDED", limit: "tokens_per_day", turns: 6, used: tokens},
+		{name: "tokens per day", limits: server.KeyLimits{TokensPerDay: &tokens, ReserveOutputTokens: &zero}, reason: "LIMIT_EXCEEDED", limit: "tokens_per_day", turns: 6, used: tokens},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -54,7 +54,7 @@ func grpcCode(k llm.Kind) codes.Code {
 // is retryable.
 func turnStatus(e *runtime.TurnError) *status.Status {
 	st := status.New(grpcCode(e.Kind), wire.Clip(e.Message, wire.MaxMessageBytes))
-	info := errorInfo(e.Kind.String(), nil)
+	info := errorInfo(codeReason(wire.ErrorCode(e.Kind)), nil)
 	if e.Model != "" {
 		info.Metadata["model"] = e.Model
 	}
@@ -65,26 +65,30 @@ func turnStatus(e *runtime.TurnError) *status.Status {
 	return withDetails(st, details...)
 }
 
-// Reasons of the statuses the server gives before a turn starts; each is an
-// ErrorCode's name without its prefix.
+// Reasons of the statuses the server gives before a turn starts.
 var (
-	reasonInvalidRequest   = llm.KindInvalidRequest.String()
+	reasonInvalidRequest   = codeReason(turnstilev1.ErrorCode_ERROR_CODE_INVALID_REQUEST)
 	reasonUnauthenticated  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_UNAUTHENTICATED)
 	reasonPermissionDenied = codeReason(turnstilev1.ErrorCode_ERROR_CODE_PERMISSION_DENIED)
 	reasonLimitExceeded    = codeReason(turnstilev1.ErrorCode_ERROR_CODE_LIMIT_EXCEEDED)
 	reasonRequestTooLarge  = codeReason(turnstilev1.ErrorCode_ERROR_CODE_REQUEST_TOO_LARGE)
 )
 
-func codeReason(c turnstilev1.ErrorCode) string {
-	return strings.TrimPrefix(c.String(), "ERROR_CODE_")
+// A reason is an ErrorCode's name without its prefix: clients map a status
+// to its code by name (docs/contract.md), so every reason the server sends
+// is made by codeReason from a code, never written by hand.
+type reason string
+
+func codeReason(c turnstilev1.ErrorCode) reason {
+	return reason(strings.TrimPrefix(c.String(), "ERROR_CODE_"))
 }
 
-// errorInfo returns the ErrorInfo of reason in turnstile's domain.
-func errorInfo(reason string, metadata map[string]string) *errdetails.ErrorInfo {
+// errorInfo returns the ErrorInfo of r in turnstile's domain.
+func errorInfo(r reason, metadata map[string]string) *errdetails.ErrorInfo {
 	if metadata == nil {
 		metadata = map[string]string{}
 	}
-	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: metadata}
+	return &errdetails.ErrorInfo{Reason: string(r), Domain: ErrorDomain, Metadata: metadata}
 }
 
 // invalidArgument returns the status for a request that fails validation:
@@ -121,8 +125,8 @@ func limitExceeded(msg string, retryAfter time.Duration, metadata map[string]str
 
 // refused returns the status RESOURCE_EXHAUSTED of a turn refused for
 // reason (a budget spent, say), with RetryInfo when waiting helps.
-func refused(reason, msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
-	details := []protoadapt.MessageV1{errorInfo(reason, metadata)}
+func refused(r reason, msg string, retryAfter time.Duration, metadata map[string]string) *status.Status {
+	details := []protoadapt.MessageV1{errorInfo(r, metadata)}
 	if retryAfter > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 	}
@@ -158,11 +162,13 @@ func refusalStatus(err error, client string) *status.Status {
 	if client != "" {
 		md["client"] = client
 	}
-	reason := r.Reason
-	if reason == "" {
-		reason = reasonLimitExceeded
+	rs := reasonLimitExceeded
+	if r.Reason != "" {
+		// admission's BUDGET_EXHAUSTED, llm.KindBudgetExhausted's name,
+		// which TestKindMapping holds to be an ErrorCode's.
+		rs = reason(r.Reason)
 	}
-	return refused(reason, r.Message, r.RetryAfter, md)
+	return refused(rs, r.Message, r.RetryAfter, md)
 }
 
 // modelStatus returns the status of a request whose model its key may

@@ -52,9 +52,9 @@ func TestKindMapping(t *testing.T) {
 		})
 	}
 	// The codes of refusals before a turn starts are the server's own.
-	refusals := []string{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded, reasonRequestTooLarge}
+	refusals := []reason{reasonUnauthenticated, reasonPermissionDenied, reasonLimitExceeded, reasonRequestTooLarge, reason(ReasonStoreFull), reason(ReasonTurnIDReused)}
 	for _, r := range refusals {
-		if _, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+r]; !ok {
+		if _, ok := turnstilev1.ErrorCode_value["ERROR_CODE_"+string(r)]; !ok {
 			t.Errorf("reason %s is no error code", r)
 		}
 	}

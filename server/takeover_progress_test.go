@@ -2,14 +2,12 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
@@ -128,123 +126,5 @@ func TestTakeoverContinuesCutReply(t *testing.T) {
 			log, _ := watch(t, t.Context(), rp.b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
 			sameEvents(t, "log", log, all)
 		})
-	}
-}
-
-// TestTakeoverBounded: a turn whose owners keep dying mid-reply is taken
-// over three times, each continuing it; the fourth replica that claims it
-// ends it at once with a retryable UNAVAILABLE error instead of calling
-// the model again.
-func TestTakeoverBounded(t *testing.T) {
-	t.Parallel()
-	type replica = testServer
-	var replicas []*replica
-	calls := make(chan *replica, 16) // the replica of each model call
-	replicas = startReplicas(t, 5, func(i int) *runtime.Runner {
-		p := &recorded{script: func(ctx context.Context, _ int) iter.Seq2[llm.Chunk, error] {
-			calls <- replicas[i]
-			return chunks(ctx, true, textChunk("more "))
-		}}
-		return cutRunner(t, p, runtime.StreamCutRestart)
-	}, detachAfter(30*time.Second))
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	stream, err := replicas[0].client.RunTurn(ctx, hello())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// owner waits for the next model call and returns its replica.
-	owner := func() *replica {
-		t.Helper()
-		select {
-		case r := <-calls:
-			return r
-		case <-time.After(20 * time.Second):
-			t.Fatal("no model call")
-			return nil
-		}
-	}
-	first := owner()
-	if _, err := stream.Recv(); err != nil { // the turn is under way
-		t.Fatal(err)
-	}
-	cancel()
-	// stored waits until the log holds the reply's text of n model calls:
-	// their owner dies only then.
-	dead := map[*replica]bool{}
-	stored := func(n int) {
-		t.Helper()
-		var live *replica
-		for _, r := range replicas {
-			if !dead[r] {
-				live = r
-			}
-		}
-		// A watch that ends before (the run has no owner yet) is made
-		// again.
-		eventually(t, fmt.Sprintf("the log holds the text of %d replies", n), func() bool {
-			wctx, wcancel := context.WithTimeout(t.Context(), waitBound)
-			defer wcancel()
-			w, err := live.client.WatchTurn(wctx, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for texts := 0; texts < n; {
-				r, err := w.Recv()
-				if err != nil {
-					return false
-				}
-				if r.GetEvent().GetTextDelta() != nil {
-					texts++
-				}
-			}
-			return true
-		})
-	}
-	o := first
-	for i := range 4 {
-		stored(i + 1)
-		dead[o] = true
-		o.store.Close()
-		if i < 3 {
-			if o = owner(); dead[o] {
-				t.Fatal("a dead replica called the model")
-			}
-		}
-	}
-	var live *replica
-	for _, r := range replicas {
-		if !dead[r] {
-			live = r
-		}
-	}
-	// The watch follows the turn to its end once the last replica took
-	// it over, and is made again while the run has no owner.
-	var evs []*turnstilev1.AgentEvent
-	eventually(t, "the turn ends", func() bool {
-		wctx, wcancel := context.WithTimeout(t.Context(), waitBound)
-		defer wcancel()
-		var st *status.Status
-		evs, st = watch(t, wctx, live.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
-		if len(evs) == 0 || evs[len(evs)-1].GetError() == nil {
-			return false
-		}
-		if st.Code() != codes.Unavailable {
-			t.Errorf("watch status %v, want UNAVAILABLE", st)
-		}
-		return true
-	})
-	want := "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta Retry LlmCallStarted TextDelta Retry LlmCallStarted TextDelta Error"
-	if got := wiretest.Names(evs); got != want {
-		t.Fatalf("events:\n got %s\nwant %s", got, want)
-	}
-	e := evs[len(evs)-1].GetError()
-	if e.GetCode() != turnstilev1.ErrorCode_ERROR_CODE_UNAVAILABLE || !e.GetRetryable() || e.GetMessage() != fmt.Sprintf("the turn was taken over %d times (at most %d): the servers running it kept going away; run it again", 4, 3) {
-		t.Errorf("error event = %v", e)
-	}
-	select {
-	case <-calls:
-		t.Error("a model call after the fourth takeover")
-	default:
 	}
 }

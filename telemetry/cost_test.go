@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -105,4 +106,44 @@ func sameAmount(got, want string) bool {
 	g, err1 := strconv.ParseFloat(got, 64)
 	w, err2 := strconv.ParseFloat(want, 64)
 	return err1 == nil && err2 == nil && math.Abs(g-w) < 1e-15
+}
+
+// TestCostOfACutCall: a call cut short with no usage reported costs the
+// estimate its client key is charged, in the cost counter too, marked
+// turnstile.cost.estimated; the call that then answers costs what it
+// reported, unmarked.
+func TestCostOfACutCall(t *testing.T) {
+	price := &llm.Price{Currency: "USD", Input: 3_000_000_000, Output: 15_000_000_000}
+	p := newPipeline(t)
+	// 400 bytes of prompt (100 tokens), then 40 bytes of reply (10 tokens)
+	// before the stream fails: 100×3 + 10×15 = 450 per million.
+	cut := fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: strings.Repeat("w", 40)}}, Err: providerErr(llm.KindServerError)}
+	prov := fake.NewProvider(cut, fake.Reply{Chunks: fake.Text("done")})
+	r, err := runtime.New([]*runtime.Model{{Alias: "m", ProviderName: "oai", Provider: prov, ID: "m-id", Retry: fastRetry(), Price: price}},
+		"m", nil, runtime.WithObserver(observer(t, p, telemetry.ObserverOptions{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := userTurn(strings.Repeat("x", 400))
+	req.Client = "team-a"
+	if _, err := r.Run(t.Context(), req, runtime.SinkFunc(func(context.Context, runtime.Event) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	m := p.metrics(t)["turnstile.cost"]
+	pts := m.Data.(metricdata.Sum[float64]).DataPoints
+	base := []attribute.KeyValue{attribute.String("turnstile.model", "m"), attribute.String("turnstile.provider", "oai"), attribute.String("turnstile.deployment", "oai"),
+		attribute.String("turnstile.cost.currency", "USD"), attribute.String("turnstile.client", "team-a")}
+	estimated := attribute.NewSet(append(base, attribute.Bool("turnstile.cost.estimated", true))...)
+	reported := attribute.NewSet(base...)
+	// The answer reports 10 input and 5 output tokens: 105 per million.
+	want := map[attribute.Distinct]float64{estimated.Equivalent(): 0.00045, reported.Equivalent(): 0.000105}
+	if len(pts) != len(want) {
+		t.Fatalf("cost points %v, want %d", pts, len(want))
+	}
+	for _, pt := range pts {
+		w, ok := want[pt.Attributes.Equivalent()]
+		if !ok || math.Abs(pt.Value-w) > 1e-15 {
+			t.Errorf("cost point %v %v", pt.Attributes.ToSlice(), pt.Value)
+		}
+	}
 }

@@ -113,6 +113,9 @@ const (
 	keyCost         = attribute.Key("turnstile.cost")
 	keyCostCurrency = attribute.Key("turnstile.cost.currency")
 	keyCostPartial  = attribute.Key("turnstile.cost.partial")
+	// keyCostEstimated marks the cost of a call cut with no usage
+	// reported: its estimate, charged to its client key.
+	keyCostEstimated = attribute.Key("turnstile.cost.estimated")
 	// keyCompactionTrigger is what made a compaction: near_window (before
 	// a call) or overflow (after the provider refused the conversation);
 	// keyCompactionStrategy the strategy that compacted (keep_ends,

@@ -434,21 +434,31 @@ func (o *Observer) AttemptEnd(ctx context.Context, a runtime.AttemptInfo, end ru
 	if end.TimeToFirstChunk > 0 {
 		o.m.timeToFirstChunk.Record(ctx, end.TimeToFirstChunk.Seconds(), set)
 	}
+	// A call cut with no usage reported costs its estimate, as its client
+	// key is charged: marked as such.
+	o.callCost(ctx, a, end.Estimated.Cost, keyCostEstimated.Bool(true))
 	if end.Usage.IsZero() {
 		return
 	}
-	if c := end.Usage.Cost; c.Priced {
-		costSet := []attribute.KeyValue{keyModel.String(a.Model), keyProvider.String(a.Provider), keyDeployment.String(a.Deployment), keyCostCurrency.String(c.Currency)}
-		if client, ok := ctx.Value(clientKey{}).(string); ok {
-			costSet = append(costSet, keyClient.String(client))
-		}
-		o.m.cost.Add(ctx, units(c.Nanos), metric.WithAttributes(costSet...))
-	}
+	o.callCost(ctx, a, end.Usage.Cost)
 	// The conventions' token metric has no error.type.
 	attrs = append(attrs[:common], keyTokenType.String("input"))
 	o.m.tokenUsage.Record(ctx, inputTokens(end.Usage), metric.WithAttributes(attrs...))
 	attrs[common] = keyTokenType.String("output")
 	o.m.tokenUsage.Record(ctx, end.Usage.OutputTokens, metric.WithAttributes(attrs...))
+}
+
+// callCost adds the cost c of the model call a, when priced, to the cost
+// counter, with the attributes extra besides the call's.
+func (o *Observer) callCost(ctx context.Context, a runtime.AttemptInfo, c llm.Cost, extra ...attribute.KeyValue) {
+	if !c.Priced {
+		return
+	}
+	set := append([]attribute.KeyValue{keyModel.String(a.Model), keyProvider.String(a.Provider), keyDeployment.String(a.Deployment), keyCostCurrency.String(c.Currency)}, extra...)
+	if client, ok := ctx.Value(clientKey{}).(string); ok {
+		set = append(set, keyClient.String(client))
+	}
+	o.m.cost.Add(ctx, units(c.Nanos), metric.WithAttributes(set...))
 }
 
 // finishReason is gen_ai.response.finish_reasons' value for why a reply

@@ -38,8 +38,8 @@ func requestOf(t *testing.T, size int) *turnstilev1.RunTurnRequest {
 // TestRequestTheStoreCannotHold: a request larger than one record of the
 // turn store is refused when the configuration is read, not when a turn
 // starts. Before, `server.max_request_bytes: 16777216` with the store on
-// served, and a 10 MiB request (anything over about 6 MiB: the record
-// holds it as base64) got UNAVAILABLE "the turn log is unreachable" with
+// served, and a 10 MiB request (anything over what one record holds) got
+// UNAVAILABLE "the turn log is unreachable" with
 // RetryInfo (cause store_unreachable), and an ERROR log line "turn store
 // unreachable". Now `turnstile serve` refuses that configuration, naming
 // the key; at the bound the largest request goes through the store, and
@@ -65,8 +65,8 @@ store: %s
 		}
 		var stderr bytes.Buffer
 		code := serve([]string{"--config", path, "--listen", "127.0.0.1:0"}, &stderr)
-		want := path + ":6: server.max_request_bytes: must be at most 6242304 with the turn store on (store.mode embedded): " +
-			"a turn's request is stored whole in one record of at most 8388608 bytes, as base64; or set store.mode off\n"
+		want := path + ":6: server.max_request_bytes: must be at most 8323072 with the turn store on (store.mode embedded): " +
+			"a turn's request is stored whole in one record of at most 8388608 bytes; or set store.mode off\n"
 		if code != exitPermanent || stderr.String() != want {
 			t.Errorf("serve => %d, stderr:\n%s\nwant %d, stderr:\n%s", code, stderr.String(), exitPermanent, want)
 		}
@@ -86,8 +86,8 @@ store: %s
 		// default max_event_bytes, 4 MiB, is over it too).
 		want := path + ":6: server.max_event_bytes: must be at most 983040 with the NATS servers of store.nats, which take records of at most 1048576 bytes (their max_payload): " +
 			"each event is stored in one record of at most 1048576 bytes; or raise max_payload on the NATS servers\n" +
-			path + ":6: server.max_request_bytes: must be at most 737280 with the NATS servers of store.nats, which take records of at most 1048576 bytes (their max_payload): " +
-			"a turn's request is stored whole in one record of at most 1048576 bytes, as base64; or raise max_payload on the NATS servers\n"
+			path + ":6: server.max_request_bytes: must be at most 983040 with the NATS servers of store.nats, which take records of at most 1048576 bytes (their max_payload): " +
+			"a turn's request is stored whole in one record of at most 1048576 bytes; or raise max_payload on the NATS servers\n"
 		if code != exitPermanent || !strings.HasSuffix(stderr.String(), want) {
 			t.Errorf("serve => %d, stderr:\n%s\nwant %d, stderr ending:\n%s", code, stderr.String(), exitPermanent, want)
 		}

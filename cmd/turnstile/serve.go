@@ -294,6 +294,7 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		MaxConcurrentTurns:    s.MaxConcurrentTurns,
 		MaxConnections:        s.MaxConnections,
 		MaxConnectionsPerPeer: s.MaxConnectionsPerPeer,
+		MaxHandshakes:         s.MaxHandshakes,
 		MaxHeaderBytes:        s.MaxHeaderBytes,
 		MaxConnectionIdle:     s.MaxConnectionIdle,
 		MaxConnectionAge:      s.MaxConnectionAge,

@@ -101,28 +101,3 @@ func (k *keyLimiter) spend(nanos int64) {
 		}
 	}
 }
-
-// budgetLeft returns nil while the key's budgets have money left, and
-// otherwise the BUDGET_EXHAUSTED error that ends a running turn before its
-// next model call: runtime.TurnRequest.Budget.
-func (k *keyLimiter) budgetLeft() error {
-	if len(k.budgets) == 0 {
-		return nil
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	r := k.budgetRefusal(k.now())
-	if r == nil {
-		return nil
-	}
-	return &llm.Error{Kind: llm.KindBudgetExhausted, Message: r.Message + "; the turn ended after the model call that crossed it"}
-}
-
-// BudgetHook returns the runtime's Budget check for a turn of the key
-// (runtime.TurnRequest.Budget), nil when the key has no budget.
-func (k *Client) BudgetHook() func() error {
-	if k == nil || k.limiter == nil || len(k.limiter.budgets) == 0 {
-		return nil
-	}
-	return k.limiter.budgetLeft
-}

@@ -1,11 +1,13 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 )
 
 // TestBudgetWindows: a key's budgets are spent per UTC day and calendar
@@ -32,7 +34,7 @@ func TestBudgetWindows(t *testing.T) {
 		t.Fatalf("after the day's budget: %+v", r)
 	}
 	var e *llm.Error
-	if err := k.budgetLeft(); !errors.As(err, &e) || e.Kind != llm.KindBudgetExhausted {
+	if err := (&Charger{k: k}).Budget(context.Background(), runtime.CallBound{}); !errors.As(err, &e) || e.Kind != llm.KindBudgetExhausted {
 		t.Errorf("a running turn's check: %v", err)
 	}
 	now = now.Add(31 * time.Second) // 2026-02-28 00:00:01, a new day of the same month
@@ -47,7 +49,7 @@ func TestBudgetWindows(t *testing.T) {
 		t.Fatalf("after the month's budget: %+v", r)
 	}
 	now = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	if r := admit(); r != nil || k.budgetLeft() != nil {
+	if r := admit(); r != nil || (&Charger{k: k}).Budget(context.Background(), runtime.CallBound{}) != nil {
 		t.Fatalf("a new month: %+v", r)
 	}
 }

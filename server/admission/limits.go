@@ -27,9 +27,12 @@ type KeyLimits struct {
 	// TokensPerMinute and TokensPerDay bound the tokens (input, output and
 	// cached, of every model call, failed ones included) the key's turns
 	// use, as buckets refilled evenly over the period. A turn starts only
-	// while both buckets hold tokens; what it uses is taken as it is
-	// reported, so a bucket may go into debt by what running turns use, and
-	// new turns wait until it is paid back.
+	// when both buckets hold what its first model call may use (its
+	// prompt and output: see reserve_output_tokens; the whole bucket at
+	// most) beyond what the key's running turns hold for theirs; what it
+	// uses is taken as it is reported, so a bucket may go into debt by
+	// what running turns use beyond their calls' holds, and new turns wait
+	// until it is paid back.
 	TokensPerMinute *int64 `yaml:"tokens_per_minute"`
 	TokensPerDay    *int64 `yaml:"tokens_per_day"`
 	// StoredBytes bounds the bytes the key's running turns hold in the
@@ -42,11 +45,24 @@ type KeyLimits struct {
 	StoredBytes *int64 `yaml:"stored_bytes"`
 	// CostPerDay and CostPerMonth are the key's budgets, in
 	// pricing.currency: what its turns may cost per UTC day and per UTC
-	// calendar month. A turn starts only while both have money left, and
-	// one that crosses a budget ends after the call that crossed it with
+	// calendar month. A turn starts only when both cover what its first
+	// model call may cost (its prompt and output at the model's prices:
+	// see reserve_output_tokens; the whole budget at most) beyond what the
+	// key's running turns hold for theirs, and a running turn makes a call
+	// only when they cover what it may cost, else it ends with
 	// BUDGET_EXHAUSTED. The key may use only models with a price.
 	CostPerDay   *llm.Money `yaml:"cost_per_day"`
 	CostPerMonth *llm.Money `yaml:"cost_per_month"`
+	// ReserveOutputTokens is the output a model call of the key's turns
+	// holds of its token limits and budgets until it reports what it used:
+	// a turn starts only when they cover its first call's hold (its
+	// prompt, estimated, and this output, at the model's prices) beyond
+	// what its running turns hold, and a running turn's call is made only
+	// when its budgets still cover it. Unset: the call's output limit (the
+	// request's max_output_tokens, else the model's), or 4096 when neither
+	// is set. 0 holds the prompt alone, and lets running turns go over
+	// by their replies. Only with a token limit or a budget.
+	ReserveOutputTokens *int64 `yaml:"reserve_output_tokens"`
 }
 
 // Problems lists every limit that is out of range; none when l is valid.
@@ -64,6 +80,9 @@ func (l KeyLimits) Problems() []llm.Problem {
 	neg("stored_bytes", l.StoredBytes != nil, deref(l.StoredBytes))
 	neg("cost_per_day", l.CostPerDay != nil, int64(deref(l.CostPerDay)))
 	neg("cost_per_month", l.CostPerMonth != nil, int64(deref(l.CostPerMonth)))
+	if l.ReserveOutputTokens != nil && *l.ReserveOutputTokens < 0 {
+		out = append(out, llm.Problem{Field: "reserve_output_tokens", Message: "must not be negative (0 holds the prompt alone)"})
+	}
 	return out
 }
 
@@ -110,6 +129,11 @@ type keyLimiter struct {
 	periodOf map[*rate.Limiter]string
 	budgets  []*budgetWindow // cost_per_day, cost_per_month (budget.go)
 	share    *keyShare       // nil: the limits are this replica's alone (shared.go)
+	// held is what the key's running turns here hold of its limits for
+	// their next model calls (reserve.go); dropped, when not nil, is
+	// closed when a hold drops, for the turns that wait for one.
+	held    hold
+	dropped chan struct{}
 }
 
 func newKeyLimiter(name string, l KeyLimits, now func() time.Time) *keyLimiter {
@@ -275,8 +299,12 @@ type Slots struct {
 // NewSlots returns the slots that free frees, in order.
 func NewSlots(free ...func()) *Slots { return &Slots{free: free} }
 
-// Add adds a slot that free frees.
+// Add adds a slot that free frees; on nil slots (a call that was not
+// admitted) it does nothing.
 func (h *Slots) Add(free func()) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.free = append(h.free, free)
@@ -358,8 +386,9 @@ func (k *keyLimiter) hold() func() {
 }
 
 // Charger charges a turn's tokens and cost to its key as the running
-// totals arrive, and the bytes the turn stores to the key's stored_bytes.
-// A nil *Charger (no keys) charges nothing.
+// totals arrive, and the bytes the turn stores to the key's stored_bytes;
+// it holds what the turn's next model call may use (reserve.go) until the
+// call's usage is charged. A nil *Charger (no keys) charges nothing.
 type Charger struct {
 	k        *keyLimiter
 	last     int64
@@ -369,6 +398,11 @@ type Charger struct {
 	// LLMCallFinished; est and estCost are what of them was charged.
 	estimates    llm.Usage
 	est, estCost int64
+	// held is what the turn holds for its next call; settling says its
+	// call finished and the usage that settles the hold comes next. Both
+	// are guarded by the key's mutex.
+	held     hold
+	settling bool
 }
 
 // Charger returns the charger of a new turn of the key; nil for a nil
@@ -403,21 +437,45 @@ func (c *Charger) Event(ev runtime.Event) {
 	switch p := ev.Payload.(type) {
 	case *runtime.UsageUpdated:
 		c.total(p.Total)
+		c.settled(false)
 	case *runtime.LLMCallFinished:
 		if !p.Estimated.IsZero() {
 			c.estimates = c.estimates.Add(p.Estimated)
 			c.estimated(c.estimates)
 		}
+		// The call's hold goes once its use is charged: now, or with the
+		// running totals that follow a call that reported usage.
+		c.settled(!p.Usage.IsZero())
 	case *runtime.TurnError:
 		c.Ended(p)
 	}
 }
 
+// settled drops the turn's hold once its call's use is charged; pending
+// says the usage that charges it comes next (UsageUpdated).
+func (c *Charger) settled(pending bool) {
+	if c == nil || c.k == nil || !c.k.holds() {
+		return
+	}
+	k := c.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case pending:
+		c.settling = true
+	case c.settling || c.held != (hold{}):
+		c.settling = false
+		k.setHold(k.now(), c, hold{})
+	}
+}
+
 // Ended charges the whole use of a turn that ended with te: what its
-// providers reported and the estimates of its calls cut with none.
+// providers reported and the estimates of its calls cut with none; the
+// turn holds nothing more.
 func (c *Charger) Ended(te *runtime.TurnError) {
 	c.total(te.Usage)
 	c.estimated(te.Estimated)
+	c.Unreserve()
 }
 
 // estimated charges the turn's running total u of the estimates of its
@@ -468,8 +526,8 @@ func (c *Charger) Store(n int) error {
 	return nil
 }
 
-// Release gives back the bytes the turn stored: it ended, and the store
-// may remove them when it needs room.
+// Release gives back the bytes the turn stored, and what it held for a
+// model call: it ended, and the store may remove them when it needs room.
 func (c *Charger) Release() {
 	if c == nil || c.k == nil {
 		return
@@ -478,6 +536,7 @@ func (c *Charger) Release() {
 	c.k.stored -= c.stored
 	c.k.mu.Unlock()
 	c.stored = 0
+	c.Unreserve()
 }
 
 // StoredRefusal returns the *Refusal of a turn whose request is n bytes,

@@ -142,6 +142,24 @@ type keyShare struct {
 	others   map[string]replicaRunning
 	lastPut  int64
 	lastBeat time.Time
+	// heldTokens and heldCost name this replica's gauges of what the
+	// key's running turns here hold for their model calls (reserve.go);
+	// "" for a limit the key does not have. othersHeld are the other
+	// replicas', by replica; lastHeld what this one last put, and when.
+	// kick is the share loop's. Guarded by the keyLimiter's mutex.
+	heldTokens, heldCost string
+	othersHeldBy         map[string]replicaHeld
+	lastHeld             hold
+	lastHeldBeat         time.Time
+	// sh is where this replica puts its gauges.
+	sh LimitSharer
+}
+
+// replicaHeld is what another replica's running turns of a key hold, as
+// it last said, and when.
+type replicaHeld struct {
+	hold
+	tokensAt, costAt time.Time
 }
 
 type replicaRunning struct {
@@ -164,6 +182,53 @@ func (s *keyShare) othersRunning(now time.Time) int {
 		n += r.n
 	}
 	return int(n)
+}
+
+// othersHeld returns what the other replicas' running turns of the key
+// hold for their model calls. k.mu is held.
+func (s *keyShare) othersHeld(now time.Time) hold {
+	if s == nil {
+		return hold{}
+	}
+	var h hold
+	for replica, r := range s.othersHeldBy {
+		fresh := false
+		if now.Sub(r.tokensAt) < runningStale {
+			h.tokens += r.tokens
+			fresh = true
+		}
+		if now.Sub(r.costAt) < runningStale {
+			h.nanos += r.nanos
+			fresh = true
+		}
+		if !fresh {
+			delete(s.othersHeldBy, replica) // stopped: its gauges expired
+		}
+	}
+	return h
+}
+
+// heldChanged says what the key's running turns here hold changed: once
+// the key has used and holds half a limit or more, as this replica knows,
+// it is shared at once (a publish that does not wait), not at the next
+// tick. k.mu is held.
+func (s *keyShare) heldChanged(now time.Time, k *keyLimiter) {
+	if s == nil || s.heldTokens == "" && s.heldCost == "" {
+		return
+	}
+	held := k.held
+	o := s.othersHeld(now)
+	held.tokens, held.nanos = held.tokens+o.tokens, held.nanos+o.nanos
+	near := false
+	for _, w := range k.budgets {
+		near = near || w.spent+held.nanos >= w.max/2
+	}
+	for _, lim := range []*rate.Limiter{k.tokMin, k.tokDay} {
+		near = near || lim != nil && lim.TokensAt(now)-float64(held.tokens) <= float64(lim.Burst())/2
+	}
+	if near {
+		k.putHeld(now)
+	}
 }
 
 func dayWindow(t time.Time) string   { return t.UTC().Format("2006-01-02") }
@@ -221,11 +286,22 @@ func newKeyShare(k *keyLimiter, replica string, kick chan struct{}) *keyShare {
 	if k.limits.ConcurrentTurns != nil {
 		s.running = &sharedCounter{name: base + "running" + nameSep + replica}
 	}
+	if k.tokMin != nil || k.tokDay != nil {
+		s.heldTokens = base + heldPrefix + "tokens" + nameSep + replica
+	}
+	if len(k.budgets) > 0 {
+		s.heldCost = base + heldPrefix + "cost" + nameSep + replica
+	}
 	if len(s.counters) == 0 && s.running == nil {
 		return nil
 	}
+	s.othersHeldBy = map[string]replicaHeld{}
 	return s
 }
+
+// heldPrefix starts the part of a gauge's name, after the key's, that says
+// it is what a replica's turns of the key hold.
+const heldPrefix = "held" + nameSep
 
 // counter returns the key's shared counter of limit, nil when not shared.
 func (s *keyShare) counter(limit string) *sharedCounter {
@@ -269,6 +345,7 @@ func (a *Keys) Share(ctx context.Context, sh LimitSharer, replica string, interv
 		if ks == nil {
 			continue
 		}
+		ks.sh = sh
 		for _, c := range ks.counters {
 			if err := k.baseline(ctx, sh, c); err != nil {
 				return fmt.Errorf("server: load shared limits: %w", err)
@@ -300,6 +377,26 @@ func (a *Keys) Share(ctx context.Context, sh LimitSharer, replica string, interv
 				e.c.io.Unlock()
 				return
 			}
+			if key, rest, ok := strings.Cut(name, nameSep+heldPrefix); ok {
+				kind, from, _ := strings.Cut(rest, nameSep)
+				if from == replica {
+					return
+				}
+				for _, k := range keys {
+					if k.name == key {
+						k.mu.Lock()
+						r := k.share.othersHeldBy[from]
+						if kind == "tokens" {
+							r.tokens, r.tokensAt = total, at
+						} else {
+							r.nanos, r.costAt = total, at
+						}
+						k.share.othersHeldBy[from] = r
+						k.mu.Unlock()
+					}
+				}
+				return
+			}
 			key, rest, ok := strings.Cut(name, nameSep+"running"+nameSep)
 			if !ok || rest == replica {
 				return
@@ -319,6 +416,7 @@ func (a *Keys) Share(ctx context.Context, sh LimitSharer, replica string, interv
 				k.shareCounter(ctx, sh, c)
 			}
 			k.shareRunning(sh)
+			k.shareHeld()
 		}
 	}
 	tick := time.NewTicker(interval)
@@ -416,4 +514,38 @@ func (k *keyLimiter) shareRunning(sh LimitSharer) {
 	}
 	sh.PutGauge(s.running.name, n, runningStale)
 	s.lastPut, s.lastBeat = n, now
+}
+
+// shareHeld tells the other replicas what the key's running turns here
+// hold for their model calls: when it changed, and every runningBeat while
+// it is not nothing, each time for runningStale, so that a replica that
+// stops is forgotten.
+func (k *keyLimiter) shareHeld() {
+	s := k.share
+	if s.heldTokens == "" && s.heldCost == "" {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, now := k.held, k.now()
+	if h == s.lastHeld && (h == (hold{}) || now.Sub(s.lastHeldBeat) < runningBeat) {
+		return
+	}
+	k.putHeld(now)
+}
+
+// putHeld puts this replica's gauges of what the key's running turns here
+// hold. k.mu is held.
+func (k *keyLimiter) putHeld(now time.Time) {
+	s := k.share
+	if s.sh == nil {
+		return
+	}
+	if s.heldTokens != "" {
+		s.sh.PutGauge(s.heldTokens, k.held.tokens, runningStale)
+	}
+	if s.heldCost != "" {
+		s.sh.PutGauge(s.heldCost, k.held.nanos, runningStale)
+	}
+	s.lastHeld, s.lastHeldBeat = k.held, now
 }

@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,10 +122,10 @@ func New[M any](send func(M) error, timeout time.Duration, start func(func()), o
 	s := &Stream[M]{send: send, start: start, timeout: timeout, onStall: onStall, wake: make(chan struct{}, 1), base: time.Now()}
 	s.cond.L = &s.mu
 	s.drainFn = s.drain
-	// Under s.mu: the watchdog may fire before AfterFunc has returned.
-	s.mu.Lock()
-	s.dog = time.AfterFunc(timeout, s.watch)
-	s.mu.Unlock()
+	// Armed once s.dog is set: a timer that fires at once (a short
+	// timeout on a busy machine) finds it in watch.
+	s.dog = time.AfterFunc(time.Duration(math.MaxInt64), s.watch)
+	s.dog.Reset(timeout)
 	return s
 }
 

@@ -2,8 +2,6 @@ package durable
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"iter"
@@ -12,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -118,66 +114,6 @@ func storedKey(id string, attempt uint32, keyed bool) Key {
 	return k
 }
 
-// runRecord is the first record of a run's log.
-type runRecord struct {
-	// Hash identifies the request's content: every field but turn_id and
-	// attempt.
-	Hash []byte `json:"hash"`
-	// Request is the request as the client sent it, in its wire form.
-	Request []byte `json:"request"`
-	// Started is when the run was created.
-	Started time.Time `json:"started"`
-	// Deadline is the turn's deadline, the first request's; zero is none.
-	Deadline time.Time `json:"deadline,omitzero"`
-	// Model is the alias the turn runs on, as the server resolved it (a
-	// client key may change the default).
-	Model string `json:"model,omitempty"`
-	// Client is the name of the client key that created the run; only
-	// that key may watch, cancel or attach to it. Empty without keys.
-	Client string `json:"client,omitempty"`
-}
-
-// requestContent returns the request's wire form, in protobuf's
-// deterministic encoding, and the hash of its content: every field but
-// turn_id and attempt. The fields of a deterministic encoding come one
-// record each, in field-number order, so the records of the whole
-// request less those two are the encoding of the request without them:
-// the hash is that of a copy with both cleared (requestHashTest), made
-// without copying the request and without a second encoding.
-func requestContent(req *turnstilev1.RunTurnRequest) (hash, wire []byte, err error) {
-	wire, err = proto.MarshalOptions{Deterministic: true}.Marshal(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	h := sha256.New()
-	for b := wire; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, nil, protowire.ParseError(n)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return nil, nil, protowire.ParseError(m)
-		}
-		if num != turnIDField && num != attemptField {
-			h.Write(b[:n+m])
-		}
-		b = b[n+m:]
-	}
-	return h.Sum(nil), wire, nil
-}
-
-// The field numbers of RunTurnRequest that are not its content.
-var (
-	turnIDField  = requestField("turn_id")
-	attemptField = requestField("attempt")
-)
-
-// requestField returns the number of RunTurnRequest's field name.
-func requestField(name protoreflect.Name) protowire.Number {
-	return (*turnstilev1.RunTurnRequest)(nil).ProtoReflect().Descriptor().Fields().ByName(name).Number()
-}
-
 // Request is a RunTurn with a turn store, validated: the request as the
 // client sent it, and as the runtime runs it.
 type Request struct {
@@ -225,7 +161,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	if dl, ok := ctx.Deadline(); ok {
 		record.Deadline = dl.UTC()
 	}
-	rec, _ := json.Marshal(record)
+	rec := record.marshal()
 
 	// The store's room, and the key's.
 	if err := rs.refuseStore(ctx, k, len(rec)); err != nil {
@@ -246,7 +182,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 	}
 	r := newRun(k, hash, cancel)
 	tr.Controls = r.ctl
-	r.charge = admission.FromContext(ctx).Charger()
+	r.charge = admission.ChargerFrom(ctx)
 	created, existing, err := rs.store.Create(ctx, k.id(), k.Attempt, rec, func(sig string) []byte { return rs.signals.answer(r, sig) })
 	if err != nil {
 		cancel(nil)
@@ -268,8 +204,7 @@ func (rs *Runs) Run(ctx context.Context, req Request, send func(Item) error) (Ou
 		// This call follows a turn another call runs: it holds no turn
 		// slot, as a WatchTurn holds none.
 		admission.SlotsFrom(ctx).CallEnded()
-		var prev runRecord
-		if err := json.Unmarshal(existing, &prev); err != nil || string(prev.Hash) != string(hash) || prev.Client != tr.Client {
+		if prev, err := readRecord(existing); err != nil || string(prev.Hash) != string(hash) || prev.Client != tr.Client {
 			return Outcome{}, &ReusedError{TurnID: k.TurnID, Attempt: k.Attempt}
 		}
 		_, err := rs.stream(ctx, k, nil, 0, send)
@@ -412,7 +347,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		if err != nil {
 			return err
 		}
-		out.Attempt = k.Attempt
+		out.Attempt, out.Takeover = k.Attempt, r.takeover
 		// The event is encoded once: its size, as sent and as stored, is
 		// that of its wire form.
 		b, err := marshalEvent(out)
@@ -465,7 +400,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		// failed): store it in the place of the event that did not fit, so
 		// live clients and replays end alike.
 		if out, err := wire.AgentEvent(runtime.Event{Seq: tooLarge, Time: time.Now(), TurnID: k.TurnID, Payload: te}); err == nil {
-			out.Attempt = k.Attempt
+			out.Attempt, out.Takeover = k.Attempt, r.takeover
 			if err := appendEvent(fctx, out); err != nil {
 				rs.logger.Error("turn store: cannot append the turn's last event", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 			}
@@ -495,7 +430,6 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	rs.owned.drop(k, r)
 }
 
-// marshalEvent returns ev's wire form as the log stores it.
 // marshalEvent returns ev's wire form as the log stores it.
 func marshalEvent(ev *turnstilev1.AgentEvent) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(ev)

@@ -83,6 +83,11 @@ type run struct {
 	// handedOff is set when this replica, shutting down, gives the run to
 	// another: nothing more of it is stored here.
 	handedOff atomic.Bool
+	// takeover is the run's takeover that this replica owns it by: 0 for
+	// the replica that created it. Every event it stores carries it
+	// (AgentEvent.takeover), so the next takeover tells one that made
+	// progress from one that did not (see fruitless).
+	takeover uint32
 	// ctl reaches the turn (approvals, steering; approve.go).
 	ctl *runtime.Controls
 }

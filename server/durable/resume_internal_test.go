@@ -1,97 +1,25 @@
 package durable
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
+	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
-// TestResumeFromCut: what resumeFrom keeps of the output of the model call
-// a dead owner left: the text streamed since the last commit (through
-// retries that kept it), which a model with on_stream_cut: continue goes
-// on from; nothing when reasoning or a tool call was streamed, or the
-// output was discarded or committed.
-func TestResumeFromCut(t *testing.T) {
-	type ev = *turnstilev1.AgentEvent
-	text := func(s string) ev {
-		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: s}}}
-	}
-	thinking := &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_ThinkingDelta{ThinkingDelta: &turnstilev1.ThinkingDelta{Text: "hmm"}}}
-	call := func() ev {
-		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_LlmCallStarted{LlmCallStarted: &turnstilev1.LlmCallStarted{Model: "sim"}}}
-	}
-	retry := func(discard bool) ev {
-		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_Retry{Retry: &turnstilev1.Retry{DiscardPartial: discard}}}
-	}
-	tests := []struct {
-		name        string
-		events      []ev
-		wantCut     string
-		wantDiscard uint64
-	}{
-		{"text", []ev{call(), text("Hel"), text("lo ")}, "Hello ", 2},
-		{"text kept through a retry", []ev{call(), text("Hel"), retry(false), call(), text("lo ")}, "Hello ", 2},
-		{"text discarded by a retry", []ev{call(), text("Hel"), retry(true), call(), text("Hi ")}, "Hi ", 5},
-		{"reasoning first", []ev{call(), thinking, text("Hello")}, "", 2},
-		{"no output", []ev{call()}, "", 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var evs []*turnstilev1.AgentEvent
-			for i, e := range tt.events {
-				e.Seq = uint64(i + 1)
-				evs = append(evs, e)
-			}
-			rs, err := resumeFrom(evs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var cut string
-			for _, p := range rs.Cut {
-				cut += p.Text
-			}
-			if cut != tt.wantCut || rs.DiscardFromSeq != tt.wantDiscard {
-				t.Errorf("cut %q from seq %d, want %q from %d", cut, rs.DiscardFromSeq, tt.wantCut, tt.wantDiscard)
-			}
-		})
-	}
-}
-
-// TestResumeFromSteering: a run taken over counts the text of every
-// steering message its log holds, committed or not, against
-// turn.max_steer_bytes.
-func TestResumeFromSteering(t *testing.T) {
-	steered := func(texts ...string) *turnstilev1.AgentEvent {
-		m := &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER}
-		for _, s := range texts {
-			m.Parts = append(m.Parts, &turnstilev1.Part{Kind: &turnstilev1.Part_Text{Text: s}})
-		}
-		return &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_Steered{Steered: &turnstilev1.Steered{Message: m}}}
-	}
-	completed := &turnstilev1.AgentEvent{Payload: &turnstilev1.AgentEvent_MessageCompleted{MessageCompleted: &turnstilev1.MessageCompleted{
-		Message: &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: "use staging"}}}},
-	}}}
-	evs := []*turnstilev1.AgentEvent{steered("use staging"), completed, steered("and ", "hurry")}
-	for i, e := range evs {
-		e.Seq = uint64(i + 1)
-	}
-	rs, err := resumeFrom(evs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rs.SteerBytes != len("use staging")+len("and hurry") || len(rs.Steering) != 1 {
-		t.Errorf("steer bytes %d, %d queued; want %d, 1", rs.SteerBytes, len(rs.Steering), len("use staging")+len("and hurry"))
-	}
-}
-
 // TestCompactionEditFromTheLog: a stored compaction whose replacement fit
-// its event reads back as the same edit; one whose replacement was left
-// out (larger than max_event_bytes) as the edit that ends the replay.
+// its event reads back as the same edit of the turn resumed; one whose
+// replacement was left out (larger than max_event_bytes) as the edit that
+// ends the replay.
 func TestCompactionEditFromTheLog(t *testing.T) {
 	const maxBytes = 4 << 10
 	for _, tc := range []struct {
@@ -119,10 +47,15 @@ func TestCompactionEditFromTheLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := editOf(back.Payload.(*runtime.Compaction), 2)
-			want := runtime.ConversationEdit{Committed: 2, From: 1, Count: 3, Replacement: repl}
+			back.Seq = 1
+			rs, err := runtime.ResumeFrom([]runtime.Event{back})
+			if err != nil || len(rs.Edits) != 1 {
+				t.Fatalf("ResumeFrom = %+v, %v", rs, err)
+			}
+			e := rs.Edits[0]
+			want := runtime.ConversationEdit{Committed: 0, From: 1, Count: 3, Replacement: repl}
 			if tc.omitted {
-				want = runtime.ConversationEdit{Committed: 2, From: -1, Count: 3}
+				want = runtime.ConversationEdit{Committed: 0, From: -1, Count: 3}
 			}
 			if e.From != want.From || e.Count != want.Count || e.Committed != want.Committed || len(e.Replacement) != len(want.Replacement) {
 				t.Errorf("edit %+v, want %+v", e, want)
@@ -130,6 +63,76 @@ func TestCompactionEditFromTheLog(t *testing.T) {
 			for i := range e.Replacement {
 				if e.Replacement[i].Text() != want.Replacement[i].Text() || len(e.Replacement[i].Parts) != len(want.Replacement[i].Parts) {
 					t.Errorf("replacement[%d] = %+v", i, e.Replacement[i])
+				}
+			}
+		})
+	}
+}
+
+// TestResumeThroughTheWire: what a takeover hands the runtime (a run's
+// log, each event read back by runtimeEvents) rebuilds the turn as its
+// own events do, at every point the log could end: a turn that calls a
+// tool, and one cancelled while its tool runs, whose log ends with what
+// closes its conversation.
+func TestResumeThroughTheWire(t *testing.T) {
+	tests := []struct {
+		name   string
+		cancel bool
+	}{{"a tool's turn", false}, {"a cancelled turn", true}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			started := make(chan struct{})
+			tool := fake.NewTool("block", func(ctx context.Context, _ llm.ToolCall, progress func(llm.ToolProgress)) (llm.ToolOutput, error) {
+				progress(llm.ToolProgress{Message: "working", Progress: 1, Total: 2})
+				if !tt.cancel {
+					return llm.ToolOutput{Content: "done"}, nil
+				}
+				close(started)
+				<-ctx.Done()
+				return llm.ToolOutput{}, ctx.Err()
+			})
+			p := fake.NewProvider(fake.Reply{Chunks: append([]llm.Chunk{{Kind: llm.ChunkText, Text: "Let me see. "}}, fake.Call("c1", "block", `{}`)...)},
+				fake.Reply{Chunks: fake.Text("It is done.")})
+			r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: p, ID: "fake-1", Retry: policy.DefaultRetry(),
+				// Priced: the wire carries a cost that is (an unknown one is none).
+				Price: &llm.Price{Currency: "USD", Input: 3_000_000_000, Output: 15_000_000_000}}}, "sim", []llm.Tool{tool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancelCause(t.Context())
+			defer cancel(nil)
+			if tt.cancel {
+				go func() {
+					<-started
+					cancel(&llm.Error{Kind: llm.KindCancelled, Message: "the turn was cancelled by CancelTurn"})
+				}()
+			}
+			var own []runtime.Event
+			var log []*turnstilev1.AgentEvent
+			req := &runtime.TurnRequest{TurnID: "t1", Messages: []llm.Message{{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("go")}}}}
+			_, _ = r.Run(ctx, req, runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+				out, err := wire.AgentEvent(ev)
+				own, log = append(own, ev), append(log, out)
+				return err
+			}))
+			if len(log) < 10 {
+				t.Fatalf("the turn emitted %d events", len(log))
+			}
+			for n := range len(log) + 1 {
+				want, err := runtime.ResumeFrom(own[:n])
+				if err != nil {
+					t.Fatalf("ResumeFrom(%d of its own events): %v", n, err)
+				}
+				back, err := runtimeEvents(log[:n])
+				if err != nil {
+					t.Fatalf("runtimeEvents(%d stored events): %v", n, err)
+				}
+				got, err := runtime.ResumeFrom(back)
+				if err != nil {
+					t.Fatalf("ResumeFrom(%d stored events): %v", n, err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("after %d events, from the log (-own events +stored):\n%s", n, diff)
 				}
 			}
 		})

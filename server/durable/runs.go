@@ -15,6 +15,9 @@ import (
 // Runner runs a turn: what Runs needs of the runtime.
 type Runner interface {
 	Run(ctx context.Context, req *runtime.TurnRequest, sink runtime.Sink) (*runtime.TurnCompleted, error)
+	// ContinuesCut reports whether the turn req resumes continues the
+	// reply its previous owner was streaming (runtime.Runner's).
+	ContinuesCut(req *runtime.TurnRequest) bool
 }
 
 // Config is what [Runs] is made of. Every field is required but Keys.

@@ -68,7 +68,9 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 		to.rs.logger.Debug("turn store: run not taken over", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return true
 	}
-	tr, events, err := to.resumeRequest(k, rec, raw, claims)
+	r.takeover = uint32(claims)
+	res, err := to.resumption(k, rec, raw, claims)
+	first, tr, events := res.first, res.turn, res.events
 	if err != nil || tr == nil {
 		// Finished after all, or unreadable: give it up as it is.
 		if err != nil {
@@ -80,18 +82,16 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 		to.rs.owned.unadmit()
 		return true
 	}
-	var first runRecord
-	_ = json.Unmarshal(rec, &first)
 	r.hash = first.Hash
 	tr.Controls = r.ctl
 	release := leave
 	if key := to.rs.keys.Named(first.Client); key != nil {
 		endKey := key.Hold()
-		tr.Budget = key.BudgetHook()
 		release = func() { leave(); endKey() }
 		// The tokens used before the takeover were charged where they were
 		// used.
 		r.charge = key.ResumedCharger(tr.Resume.Usage)
+		tr.Budget = r.charge.BudgetHook()
 	}
 	if !first.Deadline.IsZero() {
 		var cancelDL context.CancelFunc
@@ -101,8 +101,8 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 	}
 	r.fill(events)
 	to.rs.logger.Info("taking over a turn whose server went away", "turn_id", k.TurnID, "attempt", k.Attempt, "takeover", claims,
-		"last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq, "continued", len(tr.Resume.Cut) > 0,
-		"committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
+		"without_progress", res.fruitless, "last_seq", len(events), "discard_from_seq", tr.Resume.DiscardFromSeq,
+		"continued", to.rs.runner.ContinuesCut(tr), "committed", len(tr.Resume.Committed), "abort", tr.Resume.Abort != nil)
 	to.rs.owned.put(k, r)
 	// Its clients re-attach, here or elsewhere; without any, the detach
 	// grace ends it.
@@ -135,8 +135,9 @@ func (to takeovers) adopt(ctx context.Context, k Key) error {
 		to.rs.logger.Warn("turn store unreachable: orphaned run not read", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		return ErrStoreUnreachable
 	}
-	var first runRecord
-	_ = json.Unmarshal(rec, &first)
+	// A record that cannot be read is zero here: its last event's time
+	// decides, and takeOver gives it up.
+	first, _ := readRecord(rec)
 	lastAt := first.Started
 	last, err := to.rs.lastEvent(ctx, k)
 	if err != nil {
@@ -178,7 +179,7 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var lastSeq atomic.Uint64
-	_, raw, _, err := to.rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
+	_, raw, claims, err := to.rs.store.Claim(ctx, k.id(), k.Attempt, func(sig string) []byte {
 		if sig != signalCancel {
 			return nil
 		}
@@ -199,7 +200,7 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 	if !ended {
 		ev, err := wire.AgentEvent(runtime.Event{Seq: seq, Time: time.Now(), TurnID: k.TurnID, Payload: te})
 		if err == nil {
-			ev.Attempt = k.Attempt
+			ev.Attempt, ev.Takeover = k.Attempt, uint32(claims)
 			var b []byte
 			if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(ev); err == nil {
 				err = to.rs.store.Append(ctx, k.id(), k.Attempt, b, func(error) {})
@@ -221,26 +222,46 @@ func (to takeovers) closeOrphan(ctx context.Context, k Key, te *runtime.TurnErro
 	return seq, true
 }
 
-// maxTakeovers bounds the takeovers of one run: a run claimed more often
-// than that (its owners keep going away, or the turn itself brings them
-// down) ends with a retryable UNAVAILABLE error instead of looping.
-const maxTakeovers = 3
+// maxFruitless bounds the takeovers of one run that made no progress:
+// a run whose owners went away that many times before storing any of the
+// turn's work (runtime.Advances: the model's output, a committed message,
+// a tool's result, a compaction) since they took it over (they keep going away, or the
+// turn itself brings them down) ends at its next takeover with a
+// retryable UNAVAILABLE error instead of looping. Takeovers that made
+// progress do not count: a long turn whose owners keep being killed goes
+// on, within its own bounds (turn.max_model_calls, its deadline).
+const maxFruitless = 3
 
-// resumeRequest rebuilds the runtime request of a run taken over from its
-// first record and its stored events; nil when the run already ended.
-// claims counts the run's takeovers, this one's included.
-func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (*runtime.TurnRequest, []*turnstilev1.AgentEvent, error) {
-	var first runRecord
-	if err := json.Unmarshal(rec, &first); err != nil {
-		return nil, nil, fmt.Errorf("run record: %w", err)
+// resumption is what a takeover resumes a run from.
+type resumption struct {
+	// first is the run's first record.
+	first runRecord
+	// turn is the runtime request, its Resume set; nil when the run
+	// already ended.
+	turn *runtime.TurnRequest
+	// events are the run's stored events.
+	events []*turnstilev1.AgentEvent
+	// fruitless counts the takeovers before this one that made no
+	// progress.
+	fruitless int
+}
+
+// resumption rebuilds what a takeover of run k resumes it from: its first
+// record, rec, and its stored events, raw, which the runtime folds into
+// the state the turn goes on from (runtime.ResumeFrom). claims counts the
+// run's takeovers, this one's included.
+func (to takeovers) resumption(k Key, rec []byte, raw [][]byte, claims int) (resumption, error) {
+	first, err := readRecord(rec)
+	if err != nil {
+		return resumption{}, err
 	}
 	req := &turnstilev1.RunTurnRequest{}
 	if err := proto.Unmarshal(first.Request, req); err != nil {
-		return nil, nil, fmt.Errorf("run request: %w", err)
+		return resumption{}, fmt.Errorf("run request: %w", err)
 	}
 	tr, bad := wire.TurnRequest(context.Background(), req, wire.Checks{MaxMediaBytes: to.rs.checks.MaxMediaBytes, MaxRequestMediaBytes: to.rs.checks.MaxRequestMediaBytes})
 	if len(bad) > 0 {
-		return nil, nil, fmt.Errorf("run request: %v", bad[0])
+		return resumption{}, fmt.Errorf("run request: %v", bad[0])
 	}
 	tr.TurnID, tr.Client = k.TurnID, first.Client
 	if first.Model != "" {
@@ -250,146 +271,64 @@ func (to takeovers) resumeRequest(k Key, rec []byte, raw [][]byte, claims int) (
 	for i, b := range raw {
 		ev := &turnstilev1.AgentEvent{}
 		if err := proto.Unmarshal(b, ev); err != nil {
-			return nil, nil, fmt.Errorf("event %d: %w", i+1, err)
-		}
-		if ev.GetSeq() != uint64(i+1) {
-			return nil, nil, fmt.Errorf("event %d has seq %d", i+1, ev.GetSeq())
+			return resumption{}, fmt.Errorf("event %d: %w", i+1, err)
 		}
 		events[i] = ev
 	}
-	res, err := resumeFrom(events)
-	if err != nil || res == nil {
-		return nil, nil, err
+	if n := len(events); n > 0 && terminal(events[n-1]) {
+		return resumption{first: first}, nil // it ended after all
 	}
-	if claims > maxTakeovers {
-		res.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
-			"the turn was taken over %d times (at most %d): the servers running it kept going away; run it again", claims, maxTakeovers)}
+	evs, err := runtimeEvents(events)
+	if err != nil {
+		return resumption{}, err
 	}
-	tr.Resume = res
-	return tr, events, nil
+	rs, err := runtime.ResumeFrom(evs)
+	if err != nil || rs == nil {
+		return resumption{first: first}, err
+	}
+	fruitless := fruitlessTakeovers(events, evs, claims)
+	if fruitless >= maxFruitless {
+		rs.Abort = &llm.Error{Kind: llm.KindUnavailable, Message: fmt.Sprintf(
+			"the turn was taken over %d times, %d of them without progress (at most %d): the servers running it kept going away; run it again",
+			claims, fruitless, maxFruitless)}
+	}
+	tr.Resume = rs
+	return resumption{first: first, turn: tr, events: events, fruitless: fruitless}, nil
 }
 
-// resumeFrom reads what a run's events say of its state; nil when its
-// last event is terminal. Each event is read back into the runtime's form
-// (wire.RuntimeEvent) up to the first terminal one.
-func resumeFrom(events []*turnstilev1.AgentEvent) (*runtime.Resume, error) {
-	rs := &runtime.Resume{NextSeq: uint64(len(events)) + 1}
-	var lastStop llm.StopReason
-	// cut is the text streamed from rs.DiscardFromSeq on; textOnly says
-	// nothing else was.
-	var cut string
-	var textOnly bool
-	for _, stored := range events {
-		if terminal(stored) {
-			return nil, nil
+// fruitlessTakeovers counts the takeovers of a run, before the one claims
+// counts (this one's included), whose owner stored none of the turn's work
+// (runtime.Advances) before it went away: each stored event names the
+// takeover that stored it, and events its runtime form. A takeover by a
+// replica of the version before, whose events name none, counts as one
+// that made no progress.
+func fruitlessTakeovers(stored []*turnstilev1.AgentEvent, events []runtime.Event, claims int) int {
+	progressed := map[uint32]bool{}
+	for i, ev := range stored {
+		if runtime.Advances(events[i].Payload) {
+			progressed[ev.GetTakeover()] = true
 		}
+	}
+	n := 0
+	for t := 1; t < claims; t++ {
+		if !progressed[uint32(t)] {
+			n++
+		}
+	}
+	return n
+}
+
+// runtimeEvents reads a run's stored events back into the runtime's form
+// (wire.RuntimeEvent), for the runtime to rebuild the turn from
+// (runtime.ResumeFrom).
+func runtimeEvents(events []*turnstilev1.AgentEvent) ([]runtime.Event, error) {
+	out := make([]runtime.Event, len(events))
+	for i, stored := range events {
 		ev, err := wire.RuntimeEvent(stored)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("event %d: %w", i+1, err)
 		}
-		switch p := ev.Payload.(type) {
-		case *runtime.TurnStarted:
-			rs.Model = p.Model
-		case *runtime.LLMCallStarted:
-			rs.Counters.ModelCalls++
-			rs.Model = p.Model
-		case *runtime.TextDelta:
-			if rs.DiscardFromSeq == 0 {
-				rs.DiscardFromSeq, cut, textOnly = ev.Seq, "", true
-			}
-			cut += p.Text
-		case *runtime.ThinkingDelta, *runtime.ToolCallDelta:
-			if rs.DiscardFromSeq == 0 {
-				rs.DiscardFromSeq = ev.Seq
-			}
-			textOnly = false
-		case *runtime.LLMCallFinished:
-			lastStop = p.Stop
-		case *runtime.Retry:
-			rs.Counters.Retries++
-			if p.DiscardPartial {
-				rs.DiscardFromSeq = 0
-			}
-		case *runtime.Fallback:
-			rs.Counters.Fallbacks++
-			rs.Model = p.To
-			if p.DiscardPartial {
-				rs.DiscardFromSeq = 0
-			}
-		case *runtime.Compaction:
-			rs.Counters.Compactions++
-			rs.Edits = append(rs.Edits, editOf(p, len(rs.Committed)))
-		case *runtime.UsageUpdated:
-			rs.Usage = p.Total
-		case *runtime.MessageCompleted:
-			m := p.Message
-			rs.Committed = append(rs.Committed, m)
-			rs.DiscardFromSeq = 0
-			if m.Role == llm.RoleAssistant {
-				rs.LastStop = lastStop
-				rs.ToolResults, rs.ToolsStarted = map[string]llm.ToolResult{}, map[string]bool{}
-				rs.Decided, rs.Requested = map[string]runtime.Decided{}, map[string]bool{}
-			}
-			if m.Role == llm.RoleUser && len(rs.Steering) > 0 {
-				// A steering message committed: the oldest queued.
-				rs.Steering = rs.Steering[1:]
-				rs.Counters.Steered++
-			}
-		case *runtime.Steered:
-			rs.Steering = append(rs.Steering, p.Message)
-			rs.SteerBytes += len(p.Message.Text())
-			if id := p.RequestID; id != "" {
-				rs.SteerIDs = append(rs.SteerIDs, runtime.SteerID{ID: id, Seq: ev.Seq})
-			}
-		case *runtime.ToolApprovalRequested:
-			// A request a takeover emitted again counts once.
-			if id := p.CallID; !rs.Requested[id] {
-				rs.Counters.ApprovalsRequested++
-				if rs.Requested != nil {
-					rs.Requested[id] = true
-				}
-			}
-		case *runtime.ToolApprovalDecided:
-			if !p.Approved {
-				rs.Counters.ApprovalsDenied++
-			}
-			if rs.Decided != nil {
-				rs.Decided[p.CallID] = runtime.Decided{
-					Decision: runtime.Decision{Approved: p.Approved, Reason: p.Reason, DecidedBy: p.DecidedBy},
-					TimedOut: p.TimedOut, Seq: ev.Seq, At: ev.Time,
-				}
-			}
-		case *runtime.ToolStarted:
-			if rs.ToolsStarted != nil {
-				rs.ToolsStarted[p.CallID] = true
-			}
-		case *runtime.ToolFinished:
-			rs.Counters.ToolCalls++
-			if p.IsError {
-				rs.Counters.ToolErrors++
-			}
-			if rs.ToolResults != nil {
-				rs.ToolResults[p.CallID] = llm.ToolResult{CallID: p.CallID, Name: p.Name, Content: p.Content, IsError: p.IsError}
-				delete(rs.ToolsStarted, p.CallID)
-			}
-		}
+		out[i] = ev
 	}
-	if rs.DiscardFromSeq != 0 && textOnly && cut != "" {
-		rs.Cut = []llm.Part{llm.TextPart(cut)}
-	}
-	return rs, nil
-}
-
-// editOf is the edit of a stored compaction, made once committed messages
-// had been committed. One whose replacement was left out cannot be
-// replayed: its edit (From -1) ends the replay, as a client stops
-// applying the turn's compactions there.
-func editOf(c *runtime.Compaction, committed int) runtime.ConversationEdit {
-	e := runtime.ConversationEdit{Committed: committed, From: c.ReplacedFrom, Count: c.ReplacedCount}
-	if c.ReplacementOmitted {
-		e.From = -1
-		return e
-	}
-	e.Replacement = c.Replacement
-	return e
+	return out, nil
 }

@@ -2,7 +2,6 @@ package durable
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"time"
@@ -176,8 +175,7 @@ func (rs *Runs) Resolve(ctx context.Context, client, turnID string, attempt uint
 		rs.logger.Warn("turn store unreachable: run not looked up", "turn_id", turnID, "error", err)
 		return k, ErrStoreUnreachable
 	}
-	var first runRecord
-	if err := json.Unmarshal(rec, &first); err != nil || first.Client != k.Client {
+	if first, err := readRecord(rec); err != nil || first.Client != k.Client {
 		// Another client key's turn is not this caller's to see.
 		return k, ErrNotFound
 	}

@@ -1,5 +1,7 @@
 // Package guard is the connection guard below gRPC: it admits each
-// connection within a per-peer cap ([Guard.Listener]), counts a
+// connection within a per-peer cap ([Guard.Listener]), keeps at most
+// MaxHandshakes handshakes under way from every peer together (the oldest
+// of the peer with the most is closed for a newer connection), counts a
 // handshake that handshake_timeout cut, and watches the HTTP/2 frames
 // both ways, their headers only ([Guard.Credentials]): a request header
 // gRPC refused for its size is counted and logged, and a connection whose

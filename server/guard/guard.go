@@ -18,7 +18,10 @@ import (
 
 // What this file guards against, below gRPC: one address holding every
 // connection slot (a per-peer cap, in peerListener), connections silent
-// through their handshake (counted when handshake_timeout closes them),
+// through their handshake (at most MaxHandshakes at once: beyond, the
+// oldest handshake of the address with the most is closed, so silent
+// connections from many addresses cannot hold every slot either; counted
+// when handshake_timeout closes them),
 // request headers over max_header_bytes (gRPC refuses the stream or
 // closes the connection; counted and logged here), and connections that
 // only open and reset streams (the HTTP/2 rapid-reset pattern: gRPC-Go
@@ -42,6 +45,7 @@ const (
 // Reasons of the refusals metric.
 const (
 	reasonPerPeer          = "per_peer_limit"
+	reasonHandshakeLimit   = "handshake_limit"
 	reasonHandshakeTimeout = "handshake_timeout"
 	reasonRapidReset       = "rapid_reset"
 	reasonHeaderTooLarge   = "header_too_large"
@@ -60,6 +64,11 @@ type Options struct {
 	// MaxConnectionsPerPeer bounds the connections open at once from one
 	// IP address.
 	MaxConnectionsPerPeer int
+	// MaxHandshakes bounds the connections whose TLS and HTTP/2
+	// handshakes are under way at once, from every address together; 0
+	// is no bound. A connection beyond it closes the oldest handshake of
+	// the address with the most under way.
+	MaxHandshakes int
 	// MaxHeaderBytes is the bound gRPC holds a request's header to,
 	// named in the line that says it refused one.
 	MaxHeaderBytes int
@@ -91,6 +100,11 @@ type Guard struct {
 
 	mu    sync.Mutex
 	peers map[string]int
+	// shaking are the connections whose handshake is under way, by
+	// address, oldest first; shakes counts them. Under mu.
+	maxShakes int
+	shaking   map[string][]*peerConn
+	shakes    int
 }
 
 // New returns the guard of a server.
@@ -100,7 +114,7 @@ func New(opts Options) *Guard {
 	// Instrument errors (a bad name) are a broken build: the no-op
 	// instrument returned keeps the server serving.
 	refusals, _ := m.Int64Counter(metricRefusals, metric.WithUnit("{event}"),
-		metric.WithDescription("Connections and streams refused below the RPC layer, by reason: per_peer_limit, handshake_timeout, rapid_reset, header_too_large."))
+		metric.WithDescription("Connections and streams refused below the RPC layer, by reason: per_peer_limit, handshake_limit, handshake_timeout, rapid_reset, header_too_large."))
 	unserved, _ := m.Int64Counter(metricUnserved, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs that ended before any work (cancelled by the client, unauthenticated, refused by a limit), by status code."))
 	now := opts.Now
@@ -117,6 +131,8 @@ func New(opts Options) *Guard {
 		refusals:    refusals,
 		unserved:    unserved,
 		peers:       map[string]int{},
+		maxShakes:   opts.MaxHandshakes,
+		shaking:     map[string][]*peerConn{},
 	}
 }
 
@@ -165,6 +181,70 @@ func (g *Guard) release(host string) {
 	}
 }
 
+// shake counts c's handshake as under way; beyond maxShakes it closes the
+// oldest handshake of the address with the most under way (c's own, when
+// that is c's address), which a client completing its handshake holds
+// for milliseconds and a silent connection until handshake_timeout.
+func (g *Guard) shake(c *peerConn) {
+	if g.maxShakes <= 0 {
+		return
+	}
+	var victim *peerConn
+	g.mu.Lock()
+	if g.shakes >= g.maxShakes {
+		var most []*peerConn
+		for _, cs := range g.shaking {
+			if len(cs) > len(most) || len(cs) == len(most) && cs[0].accepted.Before(most[0].accepted) {
+				most = cs
+			}
+		}
+		victim = most[0]
+		g.unshakeLocked(victim)
+	}
+	c.shaking = true
+	g.shaking[c.host] = append(g.shaking[c.host], c)
+	g.shakes++
+	g.mu.Unlock()
+	if victim != nil {
+		victim.evicted.Store(true)
+		_ = victim.Close()
+		g.refused(reasonHandshakeLimit)
+		g.logSampled(slog.LevelWarn, victim.host, "connection closed: server.max_handshakes handshakes were under way, the most from this address", "limit", g.maxShakes)
+	}
+}
+
+// shaken counts c's handshake as over: done, or its connection closed.
+func (g *Guard) shaken(c *peerConn) {
+	if g.maxShakes <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unshakeLocked(c)
+}
+
+// unshakeLocked removes c from the handshakes under way, if it is one.
+// g.mu is held.
+func (g *Guard) unshakeLocked(c *peerConn) {
+	if !c.shaking {
+		return
+	}
+	c.shaking = false
+	cs := g.shaking[c.host]
+	for i, o := range cs {
+		if o == c {
+			cs = append(cs[:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(g.shaking, c.host)
+	} else {
+		g.shaking[c.host] = cs
+	}
+	g.shakes--
+}
+
 // hostOf is the address a peer's connections are counted under: its IP.
 func hostOf(a net.Addr) string {
 	if t, ok := a.(*net.TCPAddr); ok {
@@ -202,7 +282,9 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			l.g.logSampled(slog.LevelWarn, host, "connection refused: the address holds server.max_connections_per_peer connections", "limit", l.g.perPeer)
 			continue
 		}
-		return &peerConn{Conn: c, g: l.g, host: host}, nil
+		pc := &peerConn{Conn: c, g: l.g, host: host, accepted: time.Now()}
+		l.g.shake(pc)
+		return pc, nil
 	}
 }
 
@@ -217,13 +299,19 @@ type peerConn struct {
 	established atomic.Bool
 	timedOut    atomic.Bool
 	closed      atomic.Bool
+	// accepted is when the connection was accepted; shaking says its
+	// handshake is counted as under way (under the guard's mu); evicted
+	// that the guard closed it for a newer one (max_handshakes).
+	accepted time.Time
+	shaking  bool
+	evicted  atomic.Bool
 }
 
 func (c *peerConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	// gRPC sets a deadline of handshake_timeout on the connection until
 	// its TLS and HTTP/2 handshakes are done, and none after.
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.established.Load() && !c.timedOut.Swap(true) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.established.Load() && !c.evicted.Load() && !c.timedOut.Swap(true) {
 		c.g.refused(reasonHandshakeTimeout)
 		c.g.logger.Debug("connection closed: no handshake within server.handshake_timeout", "peer", c.host)
 	}
@@ -232,9 +320,18 @@ func (c *peerConn) Read(p []byte) (int, error) {
 
 func (c *peerConn) Close() error {
 	if !c.closed.Swap(true) && !c.uncounted {
+		c.g.shaken(c)
 		c.g.release(c.host)
 	}
 	return c.Conn.Close()
+}
+
+// handshaken records that the client's HTTP/2 preface and first frame
+// came: the connection's handshake is over.
+func (c *peerConn) handshaken() {
+	if !c.established.Swap(true) && !c.uncounted {
+		c.g.shaken(c)
+	}
 }
 
 // guardCreds wraps the server's transport credentials (TLS, or none) so
@@ -398,7 +495,7 @@ func (c *h2Conn) inFrame(h frameHeader, _ uint32) {
 		// The preface and a first frame: the handshake is done.
 		c.seen = true
 		if c.pc != nil {
-			c.pc.established.Store(true)
+			c.pc.handshaken()
 		}
 	}
 	switch h.typ {

@@ -172,6 +172,20 @@ class FromStatusTest(unittest.TestCase):
         self.assertEqual(f.err.code, errors_pb2.ERROR_CODE_UNAVAILABLE)
         self.assertTrue(f.retry and f.transport)
 
+    def test_every_error_codes_reason_reads_as_that_code(self) -> None:
+        # The server's reasons are the codes' names (docs/contract.md): a
+        # code added to the contract must never read as INTERNAL.
+        for name, v in errors_pb2.ErrorCode.items():
+            if v == errors_pb2.ERROR_CODE_UNSPECIFIED:
+                continue
+            reason = name[len("ERROR_CODE_"):]
+            with self.subTest(reason=reason):
+                f = from_status(FakeCall(grpc.StatusCode.RESOURCE_EXHAUSTED, "x", info(reason)))
+                self.assertEqual(f.err.code, v)
+        f = from_status(FakeCall(grpc.StatusCode.RESOURCE_EXHAUSTED, "full", info("STORE_FULL"), retry_in(5)))
+        self.assertEqual(f.err.code, errors_pb2.ERROR_CODE_STORE_FULL)
+        self.assertTrue(f.retry)
+
     def test_invalid_argument_with_retry_info_is_not_retryable(self) -> None:
         f = from_status(FakeCall(grpc.StatusCode.INVALID_ARGUMENT, "bad", retry_in(1)))
         self.assertEqual(f.err.code, errors_pb2.ERROR_CODE_INVALID_REQUEST)

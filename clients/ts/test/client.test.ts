@@ -149,6 +149,16 @@ describe("fromStatus", () => {
     assert.equal(f.retry, true);
     assert.equal(f.transport, true);
   });
+  it("reads every ErrorCode's reason, the code's name, as that code", () => {
+    // The server's reasons are the codes' names (docs/contract.md): a code
+    // added to the contract must never read as INTERNAL.
+    for (const [name, v] of Object.entries(ErrorCode)) {
+      if (typeof v !== "number" || v === ErrorCode.UNSPECIFIED) continue;
+      const f = fromStatus(new ConnectError("x", Code.ResourceExhausted, undefined, [info(name)]));
+      assert.equal(f.err.code, v, `reason ${name}`);
+    }
+    assert.equal(fromStatus(new ConnectError("full", Code.ResourceExhausted, undefined, [info("STORE_FULL"), retryIn(5)])).err.code, ErrorCode.STORE_FULL);
+  });
   it("INVALID_ARGUMENT with RetryInfo is not retryable", () => {
     const f = fromStatus(new ConnectError("bad", Code.InvalidArgument, undefined, [retryIn(1)]));
     assert.equal(f.err.code, ErrorCode.INVALID_REQUEST);

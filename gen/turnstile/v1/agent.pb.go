@@ -1468,6 +1468,11 @@ type AgentEvent struct {
 	// The attempt of the turn the event belongs to, from 1 (see
 	// RunTurnRequest.attempt); seq counts the events of each attempt apart.
 	Attempt uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Which server of the run stored the event, with a turn store: 0 for the
+	// one that started it, n for the one that took it over the nth time,
+	// after the server before went away. The servers read it back to bound
+	// the takeovers of a run that made no progress; a client may ignore it.
+	Takeover uint32 `protobuf:"varint,5,opt,name=takeover,proto3" json:"takeover,omitempty"`
 	// What happened; exactly one is set.
 	//
 	// Types that are valid to be assigned to Payload:
@@ -1551,6 +1556,13 @@ func (x *AgentEvent) GetTurnId() string {
 func (x *AgentEvent) GetAttempt() uint32 {
 	if x != nil {
 		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AgentEvent) GetTakeover() uint32 {
+	if x != nil {
+		return x.Takeover
 	}
 	return 0
 }
@@ -3582,13 +3594,14 @@ const file_turnstile_v1_agent_proto_rawDesc = "" +
 	"\x11SteerTurnResponse\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"\x96\v\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"\xb2\v\n" +
 	"\n" +
 	"AgentEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x17\n" +
 	"\aturn_id\x18\x03 \x01(\tR\x06turnId\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\rR\aattempt\x12>\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x1a\n" +
+	"\btakeover\x18\x05 \x01(\rR\btakeover\x12>\n" +
 	"\fturn_started\x18\n" +
 	" \x01(\v2\x19.turnstile.v1.TurnStartedH\x00R\vturnStarted\x12H\n" +
 	"\x10llm_call_started\x18\v \x01(\v2\x1c.turnstile.v1.LlmCallStartedH\x00R\x0ellmCallStarted\x128\n" +

@@ -99,6 +99,16 @@ const (
 	// finished and the turn ended before the next one, not retryable until
 	// the window resets.
 	ErrorCode_ERROR_CODE_BUDGET_EXHAUSTED ErrorCode = 23
+	// The turn store has no room for a new turn (its store.max_bytes, or the
+	// disk under it, is full of turns it may not remove yet; status
+	// RESOURCE_EXHAUSTED), before the turn started. google.rpc.RetryInfo says
+	// when to try again: room comes back as finished turns expire.
+	ErrorCode_ERROR_CODE_STORE_FULL ErrorCode = 24
+	// The request's turn_id and attempt name a stored run whose request
+	// differs (status ALREADY_EXISTS), before any event. Not retryable with
+	// the same id: send the next attempt number, or a new turn id. The
+	// ErrorInfo metadata key "attempt" is the attempt number.
+	ErrorCode_ERROR_CODE_TURN_ID_REUSED ErrorCode = 25
 )
 
 // Enum value maps for ErrorCode.
@@ -128,6 +138,8 @@ var (
 		21: "ERROR_CODE_REQUEST_TOO_LARGE",
 		22: "ERROR_CODE_OUTPUT_INVALID",
 		23: "ERROR_CODE_BUDGET_EXHAUSTED",
+		24: "ERROR_CODE_STORE_FULL",
+		25: "ERROR_CODE_TURN_ID_REUSED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":        0,
@@ -154,6 +166,8 @@ var (
 		"ERROR_CODE_REQUEST_TOO_LARGE":  21,
 		"ERROR_CODE_OUTPUT_INVALID":     22,
 		"ERROR_CODE_BUDGET_EXHAUSTED":   23,
+		"ERROR_CODE_STORE_FULL":         24,
+		"ERROR_CODE_TURN_ID_REUSED":     25,
 	}
 )
 
@@ -359,7 +373,7 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\rModelAttempts\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x124\n" +
-	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\xd1\x05\n" +
+	"\tlast_code\x18\x03 \x01(\x0e2\x17.turnstile.v1.ErrorCodeR\blastCode*\x8b\x06\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1b\n" +
@@ -385,7 +399,9 @@ const file_turnstile_v1_errors_proto_rawDesc = "" +
 	"\x19ERROR_CODE_LIMIT_EXCEEDED\x10\x14\x12 \n" +
 	"\x1cERROR_CODE_REQUEST_TOO_LARGE\x10\x15\x12\x1d\n" +
 	"\x19ERROR_CODE_OUTPUT_INVALID\x10\x16\x12\x1f\n" +
-	"\x1bERROR_CODE_BUDGET_EXHAUSTED\x10\x17B\x96\x01\n" +
+	"\x1bERROR_CODE_BUDGET_EXHAUSTED\x10\x17\x12\x19\n" +
+	"\x15ERROR_CODE_STORE_FULL\x10\x18\x12\x1d\n" +
+	"\x19ERROR_CODE_TURN_ID_REUSED\x10\x19B\x96\x01\n" +
 	"\x10dev.turnstile.v1B\vErrorsProtoP\x01Z?github.com/turnstile-dev/turnstile/gen/turnstile/v1;turnstilev1\xa2\x02\x03TXX\xaa\x02\fTurnstile.V1\xca\x02\fTurnstile\\V1\xea\x02\rTurnstile::V1b\x06proto3"
 
 var (

@@ -39,7 +39,7 @@ TOOL_CHOICE_MODE_TOOL: ToolChoiceMode
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 
 class AgentEvent(_message.Message):
-    __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "steered", "text_delta", "thinking_delta", "time", "tool_approval_decided", "tool_approval_requested", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
+    __slots__ = ["attempt", "compaction", "error", "fallback", "hedge", "llm_call_finished", "llm_call_started", "message_completed", "retry", "seq", "steered", "takeover", "text_delta", "thinking_delta", "time", "tool_approval_decided", "tool_approval_requested", "tool_call_delta", "tool_finished", "tool_progress", "tool_started", "turn_completed", "turn_id", "turn_started", "usage"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class AgentEvent(_message.Message):
     RETRY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     STEERED_FIELD_NUMBER: _ClassVar[int]
+    TAKEOVER_FIELD_NUMBER: _ClassVar[int]
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     THINKING_DELTA_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +76,7 @@ class AgentEvent(_message.Message):
     retry: Retry
     seq: int
     steered: Steered
+    takeover: int
     text_delta: TextDelta
     thinking_delta: ThinkingDelta
     time: _timestamp_pb2.Timestamp
@@ -88,7 +90,7 @@ class AgentEvent(_message.Message):
     turn_id: str
     turn_started: TurnStarted
     usage: _conversation_pb2.Usage
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ..., tool_approval_requested: _Optional[_Union[ToolApprovalRequested, _Mapping]] = ..., tool_approval_decided: _Optional[_Union[ToolApprovalDecided, _Mapping]] = ..., steered: _Optional[_Union[Steered, _Mapping]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., turn_id: _Optional[str] = ..., attempt: _Optional[int] = ..., takeover: _Optional[int] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., llm_call_started: _Optional[_Union[LlmCallStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDelta, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., llm_call_finished: _Optional[_Union[LlmCallFinished, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., usage: _Optional[_Union[_conversation_pb2.Usage, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., hedge: _Optional[_Union[Hedge, _Mapping]] = ..., tool_approval_requested: _Optional[_Union[ToolApprovalRequested, _Mapping]] = ..., tool_approval_decided: _Optional[_Union[ToolApprovalDecided, _Mapping]] = ..., steered: _Optional[_Union[Steered, _Mapping]] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
     __slots__ = ["approved", "attempt", "call_id", "reason", "turn_id"]
