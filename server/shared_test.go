@@ -19,19 +19,12 @@ import (
 	"github.com/turnstile-dev/turnstile/store"
 )
 
-// replicas starts n servers on one NATS server, each with its own store
-// connection and provider p(i), whose key k's limits they share every
-// 20ms; a turn its client left ends after 100ms.
-func replicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provider) []*testServer {
-	t.Helper()
-	rs, _ := sharingReplicas(t, n, k, p, nil)
-	return rs
-}
-
-// sharingReplicas starts replicas as replicas does, their limits on clock
-// (time.Now when nil), and returns with them the sharer each shares its
-// limits through, which tells what reached it.
-func sharingReplicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provider, clock func() time.Time) ([]*testServer, []*sharer) {
+// sharingReplicas starts n servers on one NATS server, each with its own
+// store connection and provider p(i), their limits on clock (time.Now
+// when nil), which share key k's limits every interval; a turn its client
+// left ends after 100ms. It returns them once each shares its limits,
+// with the sharer each shares them through, which tells what reached it.
+func sharingReplicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provider, clock func() time.Time, interval time.Duration) ([]*testServer, []*sharer) {
 	t.Helper()
 	rs := startReplicas(t, n, func(i int) *runtime.Runner { return pricedRunner(t, p(i), fake.NewProvider()) }, func(int) server.Options {
 		return server.Options{Keys: []server.Key{k}, DetachGrace: 100 * time.Millisecond, Clock: clock}
@@ -42,7 +35,7 @@ func sharingReplicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provid
 		sharers = append(sharers, sh)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- ts.srv.ShareLimits(ctx, sh, ts.store.ReplicaID(), 20*time.Millisecond) }()
+		go func() { done <- ts.srv.ShareLimits(ctx, sh, ts.store.ReplicaID(), interval) }()
 		t.Cleanup(func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -153,7 +146,7 @@ func TestSharedLimits(t *testing.T) {
 	six, one := 6, 1
 	tokens := 6 * pricedUsage.Tokens() // each turn uses pricedUsage
 	// A turn's call holds its prompt alone: these count what the turns
-	// used (TestSharedHolds counts what they hold).
+	// used (TestHoldsAcrossReplicas counts what they hold).
 	var zero int64
 	tests := []struct {
 		name   string
@@ -173,7 +166,7 @@ func TestSharedLimits(t *testing.T) {
 			t.Parallel()
 			k := keyed("busy", "tok-busy-0123456")
 			k.Limits = tt.limits
-			rs, sharers := sharingReplicas(t, 3, k, func(int) llm.Provider { return fake.NewProvider(costReply(false)) }, atNoon)
+			rs, sharers := sharingReplicas(t, 3, k, func(int) llm.Provider { return fake.NewProvider(costReply(false)) }, atNoon, 20*time.Millisecond)
 			for i := range tt.turns {
 				if st := turnOn(t, rs[i%3], "tok-busy-0123456"); st.Code() != codes.OK {
 					t.Fatalf("turn %d on replica %d: %v", i+1, i%3, st)
@@ -208,7 +201,7 @@ func TestSharedLimits(t *testing.T) {
 				return hanging(t)
 			}
 			return fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})
-		}, nil)
+		}, nil, 20*time.Millisecond)
 		// running reports whether the replica knows of count turns of the
 		// key running on the others: the key's only shared counters are
 		// the replicas' counts of its running turns.
