@@ -248,8 +248,8 @@ func TestBudgetCrossedMidTurn(t *testing.T) {
 			k := keyed("spender", "tok-spender-0123")
 			// Its calls hold their prompts alone (the second's, 0.013512
 			// USD, fits what is left, 0.01625): a call may cross the
-			// budget by its reply (TestBudgetHolds: with the replies held,
-			// none does).
+			// budget by its reply (TestBudgetHoldsUnderConcurrency: with
+			// the replies held, none does).
 			var zero int64
 			k.Limits.CostPerDay, k.Limits.ReserveOutputTokens = money("0.035"), &zero
 			opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
