@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -58,15 +56,7 @@ func TestThreeNodeCluster(t *testing.T) {
 	a := start(t, runner(t, p, tool), server.Options{Store: sa})
 	b := start(t, runner(t, p, tool), server.Options{Store: sb})
 
-	nc, err := nats.Connect(all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, all)
 	for _, name := range []string{store.StreamName, "KV_" + store.LeaseBucket, "KV_" + store.CooldownBucket, "KV_" + store.BudgetBucket} {
 		s, err := js.Stream(t.Context(), name)
 		if err != nil {

@@ -10,9 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
-	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
 )
@@ -56,19 +54,5 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 	if wst.Code() != codes.OK {
 		t.Fatalf("watch on b: %v", wst)
 	}
-	if first.Sub(handedOff) >= leaseTTL/2 {
-		t.Errorf("b took the turn over %v after the hand-off: it waited as for an expired lease", first.Sub(handedOff))
-	}
-	all := append(head, rest...)
-	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
-		t.Fatalf("events = %s", got)
-	}
-	if retry := retryIn(all); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
-		t.Errorf("retry = %v, want discard from seq 3", retry)
-	}
-	log, _ := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
-	sameEvents(t, "log", log, all)
-	if p.calls() != 2 {
-		t.Errorf("model calls = %d, want 2", p.calls())
-	}
+	tookOver(t, b, p, append(head, rest...), first.Sub(handedOff), leaseTTL)
 }

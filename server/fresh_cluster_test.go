@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -60,15 +58,7 @@ func TestFreshClusterStart(t *testing.T) {
 		t.Errorf("no wait for the cluster logged:\n%s", logs.String())
 	}
 
-	nc, err := nats.Connect(cfg.NATS.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, cfg.NATS.URL)
 	for _, name := range []string{store.StreamName, "KV_" + store.LeaseBucket, "KV_" + store.CooldownBucket, "KV_" + store.BudgetBucket} {
 		s, err := js.Stream(t.Context(), name)
 		if err != nil {

@@ -30,6 +30,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -229,6 +231,23 @@ func memStore(t testing.TB) *store.Store { return openStore(t) }
 // natsServer starts a NATS server with JetStream on a loopback port, as a
 // cluster of replicas would share, and returns its URL.
 func natsServer(t testing.TB) string { return natstest.Start(t) }
+
+// jetStream connects to the NATS server at urls, as a client that looks
+// at what the stores made there; the connection closes when the test
+// ends.
+func jetStream(t testing.TB, urls string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
 
 // clusterStore opens a store on the NATS server at url, as one replica.
 func clusterStore(t testing.TB, url string) *store.Store { return openStore(t, onNATS(url)) }

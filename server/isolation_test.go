@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -442,15 +440,7 @@ func TestUnavailableSaysWhy(t *testing.T) {
 		head := firstEvents(t, stream, 3)
 		// As if a had paused past its lease and another replica had
 		// claimed it: a finds another's lease at its next renewal.
-		nc, err := nats.Connect(a.nats)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := jetStream(t, a.nats)
 		kv, err := js.KeyValue(t.Context(), store.LeaseBucket)
 		if err != nil {
 			t.Fatal(err)
