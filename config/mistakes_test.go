@@ -404,7 +404,7 @@ models:
     provider: sim
     model: m
     top_p: 0
-    capabilities: {max_stop_sequences: 0, prefill: false, thinking: adaptive}
+    capabilities: {max_stop_sequences: 0, prefill: false, signed_calls: false, thinking: adaptive}
   b: {provider: sim, model: m}
 default_model: a
 `,
@@ -414,7 +414,7 @@ default_model: a
 				t.Errorf("top_p = %v, want 0", a.TopP)
 			}
 			cc := a.Capabilities
-			if cc == nil || cc.MaxStopSequences == nil || *cc.MaxStopSequences != 0 || cc.Prefill == nil || *cc.Prefill || cc.Thinking != "adaptive" ||
+			if cc == nil || cc.MaxStopSequences == nil || *cc.MaxStopSequences != 0 || cc.Prefill == nil || *cc.Prefill || cc.SignedCalls == nil || *cc.SignedCalls || cc.Thinking != "adaptive" ||
 				cc.MaxTemperature != nil || cc.SchemaWithTools != nil || cc.TemperatureOrTopP != nil || cc.Sampling != "" {
 				t.Errorf("capabilities = %+v", cc)
 			}

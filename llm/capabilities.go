@@ -32,6 +32,13 @@ type Capabilities struct {
 	// MaxTemperature is the highest temperature the model takes (from 0);
 	// nil when no limit is known.
 	MaxTemperature *float64
+	// SignedCalls reports that the model refuses a conversation in which a
+	// function call of the current turn (the model steps since the last
+	// user message) carries no thought signature (Gemini 3): a call
+	// without one, made by another model before a fallback or carrying
+	// another API's signature, is sent with the placeholder the API
+	// documents for calls it did not make.
+	SignedCalls bool
 	// Signer names the API whose thinking signatures the model makes and
 	// reads ("anthropic", "gemini"); a model is sent only the signatures of
 	// its own signer ([Part].Signer). Empty: it makes none, and is sent

@@ -46,6 +46,10 @@ type CapabilitiesConfig struct {
 	// in a request that offers tools; false asks for the schema another
 	// way then (Gemini: a respond function).
 	SchemaWithTools *bool `yaml:"schema_with_tools"`
+	// SignedCalls, when true, says the model refuses a function call of
+	// the current turn without a thought signature (Gemini 3): a call
+	// another model made is sent with the API's placeholder signature.
+	SignedCalls *bool `yaml:"signed_calls"`
 	// MaxStopSequences is the most stop sequences the model takes (0:
 	// none); a request with more is refused.
 	MaxStopSequences *int `yaml:"max_stop_sequences"`
@@ -91,6 +95,9 @@ func (c *CapabilitiesConfig) apply(caps llm.Capabilities) llm.Capabilities {
 	}
 	if c.SchemaWithTools != nil {
 		caps.SchemaWithTools = *c.SchemaWithTools
+	}
+	if c.SignedCalls != nil {
+		caps.SignedCalls = *c.SignedCalls
 	}
 	if c.MaxStopSequences != nil {
 		caps.MaxStopSequences = c.MaxStopSequences

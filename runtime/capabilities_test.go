@@ -164,7 +164,7 @@ func TestRequestCarriesCapabilities(t *testing.T) {
 			p.Caps.Signer = "fake"
 			m := model("a", p)
 			m.TopP = &defaultTopP
-			m.Capabilities = &runtime.CapabilitiesConfig{Thinking: "adaptive", Prefill: new(true)}
+			m.Capabilities = &runtime.CapabilitiesConfig{Thinking: "adaptive", Prefill: new(true), SignedCalls: new(true)}
 			r := newRunner(t, []*runtime.Model{m}, nil)
 			req := tt.req
 			req.Messages = userTurn("hi").Messages
@@ -179,7 +179,7 @@ func TestRequestCarriesCapabilities(t *testing.T) {
 				t.Errorf("top_p (-want +got):\n%s", diff)
 			}
 			want := tt.caps
-			want.Signer, want.Thinking, want.Prefill = "fake", llm.ThinkingAdaptive, true
+			want.Signer, want.Thinking, want.Prefill, want.SignedCalls = "fake", llm.ThinkingAdaptive, true, true
 			if diff := cmp.Diff(&want, got.Capabilities); diff != "" {
 				t.Errorf("capabilities (-want +got):\n%s", diff)
 			}

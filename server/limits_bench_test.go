@@ -53,7 +53,7 @@ func BenchmarkLimits(b *testing.B) {
 			if v.shared {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
-				go func() { done <- ts.srv.ShareLimits(ctx, st, st.ReplicaID(), 100*time.Millisecond) }()
+				go func() { done <- ts.srv.ShareLimits(ctx, st.Shared(), st.ReplicaID(), 100*time.Millisecond) }()
 				defer func() { cancel(); <-done }()
 			}
 			ctx := bearer(b.Context(), "tok-bench-0123456")

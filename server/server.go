@@ -492,7 +492,7 @@ type Key = admission.Key
 type KeyLimits = admission.KeyLimits
 
 // LimitSharer keeps the counters the replicas of a deployment share (see
-// [admission.LimitSharer]); package store implements it.
+// [admission.LimitSharer]); package store's Shared implements it.
 type LimitSharer = admission.LimitSharer
 
 // ShareLimits shares the client keys' limits with the other replicas

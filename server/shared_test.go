@@ -31,7 +31,7 @@ func sharingReplicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provid
 	})
 	var sharers []*sharer
 	for _, ts := range rs {
-		sh := &sharer{Store: ts.store, applied: map[string]int64{}, changed: make(chan struct{}), watching: make(chan struct{})}
+		sh := &sharer{Shared: ts.store.Shared(), applied: map[string]int64{}, changed: make(chan struct{}), watching: make(chan struct{})}
 		sharers = append(sharers, sh)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -55,12 +55,13 @@ func sharingReplicas(t *testing.T, n int, k server.Key, p func(i int) llm.Provid
 	return rs, sharers
 }
 
-// sharer is the LimitSharer of one replica, its store, which records each
-// shared counter as the replica's limits have applied it: once they have,
-// the replica knows the counter's total (another replica's use) or,
-// for a replica's count of its running turns, its value.
+// sharer is the LimitSharer of one replica, its store's Shared, which
+// records each shared counter as the replica's limits have applied it:
+// once they have, the replica knows the counter's total (another
+// replica's use) or, for a replica's count of its running turns, its
+// value.
 type sharer struct {
-	*store.Store
+	*store.Shared
 	mu      sync.Mutex
 	applied map[string]int64 // the last total applied, by counter
 	changed chan struct{}    // closed, and replaced, at each
@@ -74,7 +75,7 @@ type sharer struct {
 // fn, the replica's limits, has taken it.
 func (s *sharer) WatchCounters(ctx context.Context, fn func(name, window string, total int64, at time.Time, revision uint64)) error {
 	s.once.Do(func() { close(s.watching) })
-	return s.Store.WatchCounters(ctx, func(name, window string, total int64, at time.Time, revision uint64) {
+	return s.Shared.WatchCounters(ctx, func(name, window string, total int64, at time.Time, revision uint64) {
 		fn(name, window, total, at, revision)
 		s.mu.Lock()
 		defer s.mu.Unlock()

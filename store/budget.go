@@ -23,7 +23,7 @@ func budgetKey(alias string) string { return base64.RawURLEncoding.EncodeToStrin
 // LoadBudget returns the retry budget of alias that the replicas share:
 // what retry outcomes added to it as of at, and the key's revision; 0
 // when none is stored.
-func (s *Store) LoadBudget(ctx context.Context, alias string) (earned float64, at time.Time, revision uint64, err error) {
+func (s *Shared) LoadBudget(ctx context.Context, alias string) (earned float64, at time.Time, revision uint64, err error) {
 	e, err := s.budgets.Get(ctx, budgetKey(alias))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, time.Time{}, 0, nil
@@ -41,7 +41,7 @@ func (s *Store) LoadBudget(ctx context.Context, alias string) (earned float64, a
 // SwapBudget stores the shared retry budget of alias if its key's revision
 // is still revision (0: no key yet), and returns the new revision; swapped
 // is false when another replica changed it first.
-func (s *Store) SwapBudget(ctx context.Context, alias string, earned float64, at time.Time, revision uint64) (newRevision uint64, swapped bool, err error) {
+func (s *Shared) SwapBudget(ctx context.Context, alias string, earned float64, at time.Time, revision uint64) (newRevision uint64, swapped bool, err error) {
 	v, _ := json.Marshal(budget{Earned: earned, At: at.UTC(), Replica: s.id})
 	key := budgetKey(alias)
 	if revision == 0 {
@@ -60,8 +60,8 @@ func (s *Store) SwapBudget(ctx context.Context, alias string, earned float64, at
 
 // WatchBudgets calls fn with every shared retry budget, then with each
 // change, this replica's included, until ctx is done or the store closes.
-func (s *Store) WatchBudgets(ctx context.Context, fn func(alias string, earned float64, at time.Time, revision uint64)) error {
-	return s.watchBucket(ctx, s.budgets, func(e jetstream.KeyValueEntry) {
+func (s *Shared) WatchBudgets(ctx context.Context, fn func(alias string, earned float64, at time.Time, revision uint64)) error {
+	return s.watch.all(ctx, s.budgets, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			return
 		}

@@ -48,7 +48,7 @@ func newBudgetReplicaWith(t *testing.T, url string, maxRetries int, every time.D
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rp.runner.ShareBudgets(ctx, s, every) }()
+	go func() { done <- rp.runner.ShareBudgets(ctx, s.Shared(), every) }()
 	var once sync.Once
 	rp.stop = func() {
 		once.Do(func() {
@@ -155,10 +155,10 @@ func TestSwapBudget(t *testing.T) {
 	a, b := openNATS(t, url), openNATS(t, url)
 	ctx := t.Context()
 	at := time.Date(2026, 11, 23, 16, 0, 0, 0, time.UTC)
-	if _, _, rev, err := a.LoadBudget(ctx, "m"); err != nil || rev != 0 {
+	if _, _, rev, err := a.Shared().LoadBudget(ctx, "m"); err != nil || rev != 0 {
 		t.Fatalf("no budget yet: revision %d, %v", rev, err)
 	}
-	r1, ok, err := a.SwapBudget(ctx, "m", -1, at, 0)
+	r1, ok, err := a.Shared().SwapBudget(ctx, "m", -1, at, 0)
 	if err != nil || !ok || r1 == 0 {
 		t.Fatalf("create: %d %v %v", r1, ok, err)
 	}
@@ -175,14 +175,14 @@ func TestSwapBudget(t *testing.T) {
 	}
 	want := -1.0
 	for _, st := range steps {
-		_, ok, err := st.s.SwapBudget(ctx, "m", st.earned, at, st.revision)
+		_, ok, err := st.s.Shared().SwapBudget(ctx, "m", st.earned, at, st.revision)
 		if err != nil || ok != st.swapped {
 			t.Errorf("%s: swapped %v (%v), want %v", st.name, ok, err, st.swapped)
 		}
 		if ok {
 			want = st.earned
 		}
-		earned, gotAt, _, err := a.LoadBudget(ctx, "m")
+		earned, gotAt, _, err := a.Shared().LoadBudget(ctx, "m")
 		if err != nil || earned != want || !gotAt.Equal(at) {
 			t.Errorf("%s: stored %v at %v (%v), want %v", st.name, earned, gotAt, err, want)
 		}
@@ -213,7 +213,7 @@ func TestBudgetSpendsAddUp(t *testing.T) {
 		wg.Go(r.stop)
 	}
 	wg.Wait()
-	earned, _, rev, err := a.store.LoadBudget(t.Context(), "m")
+	earned, _, rev, err := a.store.Shared().LoadBudget(t.Context(), "m")
 	if err != nil || rev == 0 {
 		t.Fatalf("LoadBudget: revision %d, %v", rev, err)
 	}

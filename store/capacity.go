@@ -225,7 +225,7 @@ func (s *Store) keepOnce(ctx context.Context) {
 	full := s.checkDisk(ctx)
 	info, err := s.stream.Info(ctx)
 	if err != nil {
-		if ctx.Err() == nil && !s.isClosed() {
+		if ctx.Err() == nil && !isClosed(s.closed) {
 			s.logger.Warn("turn store: cannot read the log's size", "error", err)
 		}
 		return

@@ -153,45 +153,45 @@ type inbox struct {
 // out.
 const inboxSize = 4096
 
-// startInbox subscribes the inbox and starts its goroutine; it ends when
-// the store closes.
-func (s *Store) startInbox() error {
-	s.inbox.msgs = make(chan *nats.Msg, inboxSize)
-	s.inbox.prefix = replicaRoot + "." + s.id + "."
-	s.inbox.runs = map[string]*writer{}
-	for _, subj := range []string{s.inbox.prefix + ">", controlRoot + ".>"} {
-		if _, err := s.nc.ChanSubscribe(subj, s.inbox.msgs); err != nil {
+// start subscribes the inbox of the replica on nc and starts its
+// goroutine; it ends when closed is.
+func (in *inbox) start(nc *nats.Conn, replica string, closed <-chan struct{}) error {
+	in.msgs = make(chan *nats.Msg, inboxSize)
+	in.prefix = replicaRoot + "." + replica + "."
+	in.runs = map[string]*writer{}
+	for _, subj := range []string{in.prefix + ">", controlRoot + ".>"} {
+		if _, err := nc.ChanSubscribe(subj, in.msgs); err != nil {
 			return fmt.Errorf("store: control subscription: %w", err)
 		}
 	}
 	// Subscribed before the first run: a Create's signal may come at once.
-	if err := s.nc.Flush(); err != nil {
+	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("store: control subscription: %w", err)
 	}
-	go s.answer()
+	go in.answer(closed)
 	return nil
 }
 
-// answer passes the inbox's messages to their runs until the store
-// closes: a liveness question is answered here, a signal on a goroutine of
+// answer passes the inbox's messages to their runs until closed is
+// closed: a liveness question is answered here, a signal on a goroutine of
 // its own (its handler may take its time: a cancel waits for the run's
 // last event to be stored).
-func (s *Store) answer() {
+func (in *inbox) answer(closed <-chan struct{}) {
 	for {
 		var m *nats.Msg
 		select {
-		case m = <-s.inbox.msgs:
-		case <-s.closed:
+		case m = <-in.msgs:
+		case <-closed:
 			return
 		}
-		run, mine := strings.CutPrefix(m.Subject, s.inbox.prefix)
+		run, mine := strings.CutPrefix(m.Subject, in.prefix)
 		if !mine {
 			run = strings.TrimPrefix(m.Subject, controlRoot+".")
 		}
 		run, alive := strings.CutSuffix(run, ".alive")
-		s.inbox.mu.Lock()
-		w := s.inbox.runs[run]
-		s.inbox.mu.Unlock()
+		in.mu.Lock()
+		w := in.runs[run]
+		in.mu.Unlock()
 		switch {
 		case w == nil && mine:
 			// Not (or no longer) this replica's run: as NATS' "no

@@ -22,7 +22,7 @@ type cooldown struct {
 // failure of class kind, for every replica: the model's key in the
 // cooldown bucket, which expires with the cooldown. It does not wait for
 // the store (a turn calls it); a failure is logged.
-func (s *Store) ShareCooldown(alias string, kind llm.Kind, until time.Time) {
+func (s *Shared) ShareCooldown(alias string, kind llm.Kind, until time.Time) {
 	ttl := time.Until(until)
 	if ttl < time.Second {
 		return // too short to be worth telling; per-message TTLs count in seconds
@@ -36,12 +36,12 @@ func (s *Store) ShareCooldown(alias string, kind llm.Kind, until time.Time) {
 
 // WatchCooldowns calls fn with each cooldown another replica shares, and
 // first with those in force, until ctx is done or the store closes.
-func (s *Store) WatchCooldowns(ctx context.Context, fn func(alias string, kind llm.Kind, until time.Time)) error {
+func (s *Shared) WatchCooldowns(ctx context.Context, fn func(alias string, kind llm.Kind, until time.Time)) error {
 	kinds := map[string]llm.Kind{}
 	for _, k := range llm.Kinds() {
 		kinds[k.String()] = k
 	}
-	return s.watchBucket(ctx, s.cooldowns, func(e jetstream.KeyValueEntry) {
+	return s.watch.all(ctx, s.cooldowns, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			return
 		}

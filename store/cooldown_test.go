@@ -31,7 +31,7 @@ func TestSharedCooldowns(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = s.WatchCooldowns(ctx, func(alias string, k llm.Kind, until time.Time) { ch <- got{alias, k, until, time.Now()} })
+			_ = s.Shared().WatchCooldowns(ctx, func(alias string, k llm.Kind, until time.Time) { ch <- got{alias, k, until, time.Now()} })
 		}()
 		return ch, func() { cancel(); <-done }
 	}
@@ -44,7 +44,7 @@ func TestSharedCooldowns(t *testing.T) {
 	// either way it arrives.
 	until := time.Now().Add(30 * time.Second)
 	shared := time.Now()
-	a.ShareCooldown("fast/model.1", llm.KindRateLimited, until)
+	a.Shared().ShareCooldown("fast/model.1", llm.KindRateLimited, until)
 	select {
 	case g := <-fromB:
 		if g.alias != "fast/model.1" || g.kind != llm.KindRateLimited || !g.until.Equal(until.UTC()) {
@@ -101,10 +101,10 @@ func TestCooldownAcrossRunners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rp.runner.ShareCooldowns(s)
+		rp.runner.ShareCooldowns(s.Shared())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = s.WatchCooldowns(ctx, rp.runner.ApplyCooldown) }()
+		go func() { defer close(done); _ = s.Shared().WatchCooldowns(ctx, rp.runner.ApplyCooldown) }()
 		rp.stop = func() { cancel(); <-done }
 		return rp
 	}

@@ -25,10 +25,10 @@ func TestDeploymentCooldownAcrossRunners(t *testing.T) {
 	}
 	start := func(r *runtime.Runner) func() {
 		s := openNATS(t, url)
-		r.ShareCooldowns(s)
+		r.ShareCooldowns(s.Shared())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = s.WatchCooldowns(ctx, r.ApplyCooldown) }()
+		go func() { defer close(done); _ = s.Shared().WatchCooldowns(ctx, r.ApplyCooldown) }()
 		return func() { cancel(); <-done }
 	}
 	newReplica := func(limited bool) replica {
@@ -117,7 +117,7 @@ func TestDeploymentBudgetAcrossRunners(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- r.ShareBudgets(ctx, s, 10*time.Millisecond) }()
+		go func() { done <- r.ShareBudgets(ctx, s.Shared(), 10*time.Millisecond) }()
 		t.Cleanup(func() {
 			cancel()
 			if err := <-done; err != nil {

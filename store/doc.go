@@ -22,9 +22,10 @@
 // over core NATS, to the replica the run's last owner record names, which
 // takes the signals of all its runs on one subscription.
 //
-// Two more buckets hold what every replica shares of the models' health:
-// cooldowns, each under a key that expires with it, and retry budgets, one
-// key per model changed only by compare-and-swap on its revision.
+// Three more buckets hold what every replica shares ([Shared]): the
+// models' cooldowns, each under a key that expires with it, their retry
+// budgets, one key per model changed only by compare-and-swap on its
+// revision, and the client keys' limits.
 //
 // The package stores bytes: it knows nothing of the wire form of an event,
 // which the server chooses.

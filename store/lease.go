@@ -29,13 +29,13 @@ const SignalLost = "lost"
 // With the embedded store there are no leases: the process holds its
 // runs itself (see [Store.local]), and what it reports are the runs it
 // released, at once, as a released lease is reported (see
-// [Store.watchLocal]).
+// [expiries.watch]).
 func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
 	if s.local {
-		s.watchLocal(ctx, fn)
+		s.expiries.watch(ctx, s.closed, fn)
 		return nil
 	}
-	return s.watchBucket(ctx, s.leases, func(e jetstream.KeyValueEntry) {
+	return s.watch.all(ctx, s.leases, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePurge {
 			return
 		}
@@ -154,8 +154,7 @@ type expiryWatch struct {
 
 // expire reports run k, which this process released, to every
 // WatchExpired (the embedded store).
-func (s *Store) expire(k runKey) {
-	e := &s.expiries
+func (e *expiries) expire(k runKey) {
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -182,11 +181,10 @@ func (e *expiries) prune(now time.Time) {
 	}
 }
 
-// watchLocal is WatchExpired with the embedded store: it calls fn with the
+// watch is WatchExpired with the embedded store: it calls fn with the
 // runs released within markerTTL, then with each one released, until ctx
-// is done or the store closes.
-func (s *Store) watchLocal(ctx context.Context, fn func(turnID string, attempt uint32)) {
-	e := &s.expiries
+// is done or closed (the store's) is.
+func (e *expiries) watch(ctx context.Context, closed <-chan struct{}, fn func(turnID string, attempt uint32)) {
 	w := &expiryWatch{wake: make(chan struct{}, 1)}
 	e.mu.Lock()
 	e.prune(time.Now())
@@ -209,7 +207,7 @@ func (s *Store) watchLocal(ctx context.Context, fn func(turnID string, attempt u
 		w.pending = nil
 		e.mu.Unlock()
 		for _, k := range runs {
-			if ctx.Err() != nil || s.isClosed() {
+			if ctx.Err() != nil || isClosed(closed) {
 				return
 			}
 			fn(k.turnID, k.attempt)
@@ -217,71 +215,9 @@ func (s *Store) watchLocal(ctx context.Context, fn func(turnID string, attempt u
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.closed:
+		case <-closed:
 			return
 		case <-w.wake:
-		}
-	}
-}
-
-// watchBucket calls fn with the latest entry of each of kv's keys, then
-// with each new one, until ctx is done or the store closes. A watch that
-// ends on its own (the client library gives up its consumer, as it may
-// after failed resets in a cluster) is made again, after a pause that
-// grows to rewatchMax, and delivers the latest entries again: fn must take
-// an entry twice. Only a first watch that cannot be made is an error.
-func (s *Store) watchBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("store: watch %s: %w", kv.Bucket(), err)
-	}
-	pause := rewatchMin
-	for {
-		if err == nil && s.follow(ctx, w, fn) {
-			return nil
-		}
-		if err == nil {
-			s.logger.Warn("turn store: a bucket's watch ended; watching it again", "bucket", kv.Bucket())
-		} else {
-			s.logger.Warn("turn store: cannot watch a bucket again", "bucket", kv.Bucket(), "error", err, "retry_in", pause)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.closed:
-			return nil
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, rewatchMax)
-		if w, err = kv.WatchAll(ctx); err == nil {
-			pause = rewatchMin
-		}
-	}
-}
-
-// The pauses before a bucket is watched again (see watchBucket).
-const (
-	rewatchMin = 100 * time.Millisecond
-	rewatchMax = 5 * time.Second
-)
-
-// follow passes w's entries to fn until ctx is done or the store closes
-// (it reports true), or w ends on its own (false). It stops w.
-func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher, fn func(jetstream.KeyValueEntry)) (done bool) {
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return true
-		case <-s.closed:
-			return true
-		case e, ok := <-w.Updates():
-			if !ok {
-				return false
-			}
-			if e != nil {
-				fn(e)
-			}
 		}
 	}
 }

@@ -26,7 +26,7 @@ func counterKey(name string) string { return base64.RawURLEncoding.EncodeToStrin
 // was last written, and its key's revision; revision 0 when none is
 // stored. The counters hold the client keys' limits that every replica
 // shares (package server's limit sharing).
-func (s *Store) LoadCounter(ctx context.Context, name string) (window string, total int64, at time.Time, revision uint64, err error) {
+func (s *Shared) LoadCounter(ctx context.Context, name string) (window string, total int64, at time.Time, revision uint64, err error) {
 	e, err := s.limits.Get(ctx, counterKey(name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", 0, time.Time{}, 0, nil
@@ -45,7 +45,7 @@ func (s *Store) LoadCounter(ctx context.Context, name string) (window string, to
 // its key's revision is still revision (0: no key yet), and returns the
 // new revision; swapped is false, with no error, when another replica
 // changed it first.
-func (s *Store) SwapCounter(ctx context.Context, name, window string, total int64, revision uint64) (newRevision uint64, swapped bool, err error) {
+func (s *Shared) SwapCounter(ctx context.Context, name, window string, total int64, revision uint64) (newRevision uint64, swapped bool, err error) {
 	v, _ := json.Marshal(counter{Window: window, Total: total, At: time.Now().UTC(), Replica: s.id})
 	key := counterKey(name)
 	if revision == 0 {
@@ -65,7 +65,7 @@ func (s *Store) SwapCounter(ctx context.Context, name, window string, total int6
 // PutGauge stores this replica's value of the counter name, which only
 // it writes, for ttl: a replica that stops refreshing it is forgotten
 // once it expires. It does not wait for the store; a failure is logged.
-func (s *Store) PutGauge(name string, value int64, ttl time.Duration) {
+func (s *Shared) PutGauge(name string, value int64, ttl time.Duration) {
 	v, _ := json.Marshal(counter{Total: value, At: time.Now().UTC(), Replica: s.id})
 	subject := "$KV." + LimitBucket + "." + counterKey(name)
 	if _, err := s.js.PublishAsync(subject, v, jetstream.WithMsgTTL(max(ttl, time.Second).Round(time.Second))); err != nil {
@@ -75,8 +75,8 @@ func (s *Store) PutGauge(name string, value int64, ttl time.Duration) {
 
 // WatchCounters calls fn with every shared counter, then with each
 // change, this replica's included, until ctx is done or the store closes.
-func (s *Store) WatchCounters(ctx context.Context, fn func(name, window string, total int64, at time.Time, revision uint64)) error {
-	return s.watchBucket(ctx, s.limits, func(e jetstream.KeyValueEntry) {
+func (s *Shared) WatchCounters(ctx context.Context, fn func(name, window string, total int64, at time.Time, revision uint64)) error {
+	return s.watch.all(ctx, s.limits, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			return
 		}

@@ -24,7 +24,7 @@ func TestCounters(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- b.WatchCounters(wctx, func(name, window string, total int64, at time.Time, _ uint64) {
+		done <- b.Shared().WatchCounters(wctx, func(name, window string, total int64, at time.Time, _ uint64) {
 			if name == "team\x1fcost_per_day" && !at.IsZero() {
 				got <- seen{window, total}
 			}
@@ -38,24 +38,24 @@ func TestCounters(t *testing.T) {
 	}()
 
 	const name = "team\x1fcost_per_day"
-	if w, total, _, rev, err := a.LoadCounter(ctx, name); err != nil || w != "" || total != 0 || rev != 0 {
+	if w, total, _, rev, err := a.Shared().LoadCounter(ctx, name); err != nil || w != "" || total != 0 || rev != 0 {
 		t.Fatalf("an unknown counter: %q %d rev %d, %v", w, total, rev, err)
 	}
-	rev1, ok, err := a.SwapCounter(ctx, name, "2026-11-25", 18_750_000, 0)
+	rev1, ok, err := a.Shared().SwapCounter(ctx, name, "2026-11-25", 18_750_000, 0)
 	if err != nil || !ok {
 		t.Fatalf("create: %v %v", ok, err)
 	}
-	if _, ok, err := b.SwapCounter(ctx, name, "2026-11-25", 1, 0); ok || err != nil {
+	if _, ok, err := b.Shared().SwapCounter(ctx, name, "2026-11-25", 1, 0); ok || err != nil {
 		t.Errorf("a second create: swapped %v, %v; want a lost swap", ok, err)
 	}
-	rev2, ok, err := b.SwapCounter(ctx, name, "2026-11-25", 37_500_000, rev1)
+	rev2, ok, err := b.Shared().SwapCounter(ctx, name, "2026-11-25", 37_500_000, rev1)
 	if err != nil || !ok {
 		t.Fatalf("update: %v %v", ok, err)
 	}
-	if _, ok, err := a.SwapCounter(ctx, name, "2026-11-25", 1, rev1); ok || err != nil {
+	if _, ok, err := a.Shared().SwapCounter(ctx, name, "2026-11-25", 1, rev1); ok || err != nil {
 		t.Errorf("a stale update: swapped %v, %v; want a lost swap", ok, err)
 	}
-	w, total, at, rev, err := a.LoadCounter(ctx, name)
+	w, total, at, rev, err := a.Shared().LoadCounter(ctx, name)
 	if err != nil || w != "2026-11-25" || total != 37_500_000 || rev != rev2 || time.Since(at) > time.Minute {
 		t.Errorf("load: %q %d %v rev %d (want %d), %v", w, total, at, rev, rev2, err)
 	}
@@ -86,7 +86,7 @@ func TestGaugeExpires(t *testing.T) {
 	wctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- b.WatchCounters(wctx, func(n, _ string, total int64, _ time.Time, _ uint64) {
+		done <- b.Shared().WatchCounters(wctx, func(n, _ string, total int64, _ time.Time, _ uint64) {
 			if n == name {
 				seen <- total
 			}
@@ -98,7 +98,7 @@ func TestGaugeExpires(t *testing.T) {
 			t.Errorf("WatchCounters: %v", err)
 		}
 	}()
-	a.PutGauge(name, 3, time.Second)
+	a.Shared().PutGauge(name, 3, time.Second)
 	select {
 	case n := <-seen:
 		if n != 3 {
@@ -108,7 +108,7 @@ func TestGaugeExpires(t *testing.T) {
 		t.Fatal("the watch did not see the gauge")
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		_, total, _, rev, err := b.LoadCounter(t.Context(), name)
+		_, total, _, rev, err := b.Shared().LoadCounter(t.Context(), name)
 		if err != nil {
 			t.Fatal(err)
 		}

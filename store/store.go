@@ -57,20 +57,21 @@ const maxInFlight = 256
 
 // Store is an open turn store. It is safe for concurrent use.
 type Store struct {
-	cfg       Config
-	logger    *slog.Logger
-	id        string // this replica's id, the value of its leases
-	srv       *natsserver.Server
-	tmpDir    string // the embedded memory mode's scratch directory
-	unlock    func() // releases the file store's directory
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	stream    jetstream.Stream
-	leases    jetstream.KeyValue
-	leaseCfg  jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
-	cooldowns jetstream.KeyValue
-	budgets   jetstream.KeyValue
-	limits    jetstream.KeyValue
+	cfg      Config
+	logger   *slog.Logger
+	id       string // this replica's id, the value of its leases
+	srv      *natsserver.Server
+	tmpDir   string // the embedded memory mode's scratch directory
+	unlock   func() // releases the file store's directory
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	leases   jetstream.KeyValue
+	leaseCfg jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
+	// shared holds the other buckets, what the replicas share beside the
+	// log: see shared.go.
+	shared Shared
+	watch  bucketWatch // of the lease bucket, and of shared's
 
 	closed chan struct{} // closed by Close: writers stop
 	// closing is done once closed is: the context of the writers'
@@ -117,6 +118,8 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, claiming: map[runKey]struct{}{}, closed: make(chan struct{})}
+	s.watch = bucketWatch{logger: logger, closed: s.closed}
+	s.shared = Shared{id: s.id, logger: logger, watch: s.watch}
 	s.local = cfg.Mode == ModeEmbedded
 	s.closing, s.cancelClosing = context.WithCancel(context.Background())
 	s.senders.work = make(chan func())
@@ -134,7 +137,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
-	if err := s.startInbox(); err != nil {
+	if err := s.inbox.start(s.nc, s.id, s.closed); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -288,7 +291,7 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s.js = js
+	s.js, s.shared.js = js, js
 	if s.cfg.Mode == ModeEmbedded {
 		s.ownAcks = true
 		if err := s.acks.listen(s.nc); err != nil {
@@ -387,17 +390,17 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 		cfg jetstream.KeyValueConfig
 	}{
 		{&s.leases, s.leaseCfg},
-		{&s.cooldowns, jetstream.KeyValueConfig{
+		{&s.shared.cooldowns, jetstream.KeyValueConfig{
 			Bucket:      CooldownBucket,
 			Description: "turnstile: the models every replica skips for now",
 			// Per-key TTLs need markers on: a cooldown's key expires with it.
 			LimitMarkerTTL: time.Second,
 		}},
-		{&s.budgets, jetstream.KeyValueConfig{
+		{&s.shared.budgets, jetstream.KeyValueConfig{
 			Bucket:      BudgetBucket,
 			Description: "turnstile: the models' retry budgets, shared by every replica",
 		}},
-		{&s.limits, jetstream.KeyValueConfig{
+		{&s.shared.limits, jetstream.KeyValueConfig{
 			Bucket:      LimitBucket,
 			Description: "turnstile: the client keys' limits (turns, tokens, cost, turns running), shared by every replica",
 			// Per-key TTLs need markers on: a replica's count of running
@@ -482,9 +485,10 @@ func (s *Store) Size(ctx context.Context) (bytes, msgs uint64, err error) {
 	return info.State.Bytes, info.State.Msgs, nil
 }
 
-func (s *Store) isClosed() bool {
+// isClosed reports whether closed (a store's: closed by Close) is.
+func isClosed(closed <-chan struct{}) bool {
 	select {
-	case <-s.closed:
+	case <-closed:
 		return true
 	default:
 		return false

@@ -61,7 +61,7 @@ func TestWatchOutlivesItsConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	kv := &endingKV{KeyValue: s.budgets}
+	kv := &endingKV{KeyValue: s.shared.budgets}
 	if _, err := kv.Put(t.Context(), "before", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestWatchOutlivesItsConsumer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.watchBucket(ctx, kv, func(e jetstream.KeyValueEntry) { got <- e.Key() })
+		done <- s.watch.all(ctx, kv, func(e jetstream.KeyValueEntry) { got <- e.Key() })
 	}()
 	next := func() string {
 		select {
@@ -93,7 +93,7 @@ func TestWatchOutlivesItsConsumer(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("watchBucket = %v after its context ended, want nil", err)
+		t.Errorf("the watch = %v after its context ended, want nil", err)
 	}
 	kv.mu.Lock()
 	defer kv.mu.Unlock()

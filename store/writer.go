@@ -119,30 +119,30 @@ type senders struct {
 // maxIdleSenders bounds the senders' goroutines waiting for a run.
 const maxIdleSenders = 64
 
-// goSender runs f, a writer's sender, on a waiting goroutine, or on a
-// new one if none waits.
-func (s *Store) goSender(f func()) {
+// run runs f, a writer's sender, on a waiting goroutine, or on a new one
+// if none waits; the goroutines end when closed is.
+func (sd *senders) run(f func(), closed <-chan struct{}) {
 	select {
-	case s.senders.work <- f:
+	case sd.work <- f:
 	default:
-		go s.senderLoop(f)
+		go sd.loop(f, closed)
 	}
 }
 
-// senderLoop runs f, then the senders it is given while it waits, until
-// the store closes.
-func (s *Store) senderLoop(f func()) {
+// loop runs f, then the senders it is given while it waits, until closed
+// is.
+func (sd *senders) loop(f func(), closed <-chan struct{}) {
 	for {
 		f()
-		if s.senders.idle.Add(1) > maxIdleSenders {
-			s.senders.idle.Add(-1)
+		if sd.idle.Add(1) > maxIdleSenders {
+			sd.idle.Add(-1)
 			return
 		}
 		select {
-		case f = <-s.senders.work:
-			s.senders.idle.Add(-1)
-		case <-s.closed:
-			s.senders.idle.Add(-1)
+		case f = <-sd.work:
+			sd.idle.Add(-1)
+		case <-closed:
+			sd.idle.Add(-1)
 			return
 		}
 	}
@@ -156,7 +156,7 @@ func (s *Store) senderLoop(f func()) {
 func (w *writer) wake() {
 	if !w.sending {
 		w.sending = true
-		w.s.goSender(w.send)
+		w.s.senders.run(w.send, w.s.closed)
 	}
 }
 
@@ -290,7 +290,7 @@ func (w *writer) publish(frame []byte) error {
 		return nil
 	case isWrongLastSeq(err):
 		return fmt.Errorf("%w: %w", ErrLost, err)
-	case w.s.isClosed():
+	case isClosed(w.s.closed):
 		return ErrClosed
 	case roomError(err) != nil:
 		return fmt.Errorf("store: append: %w: %w", roomError(err), err)
@@ -318,7 +318,7 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool) 
 		ack, err := s.publishMsg(tctx, msg)
 		tcancel()
 		s.noteWrite(msg, err)
-		if err == nil || isWrongLastSeq(err) || s.isClosed() || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
+		if err == nil || isWrongLastSeq(err) || isClosed(s.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
 			return ack, err
 		}
 		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
@@ -372,7 +372,7 @@ func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.runs[runKey{turnID, attempt}]
-	if w == nil && s.isClosed() {
+	if w == nil && isClosed(s.closed) {
 		// Closed: its runs were given up with it, not taken over.
 		return nil, ErrClosed
 	}
@@ -480,7 +480,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		// from the map above. A release is reported to WatchExpired at
 		// once, as its purge is.
 		if handOff && !errors.Is(err, ErrLost) {
-			s.expire(w.key)
+			s.expiries.expire(w.key)
 		}
 		return err
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -360,15 +362,16 @@ func TestProviderRefusals(t *testing.T) {
 		refuse:  func(map[string]any) *refusal { return nil },
 		replies: []string{geminiSSE(`{"text":"Par"}`, "OTHER"), geminiSSE(`{"text":"Paris."}`, "STOP")},
 		req:     &turnstilev1.RunTurnRequest{Messages: wiretest.UserText("capital?")},
-		// The failed call's usage came after its finish: none is reported.
-		events:    "TurnStarted LlmCallStarted TextDelta LlmCallFinished Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
+		// The failed call's usage, in the response that finished it, is
+		// reported: Gemini billed it.
+		events:    "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
 		committed: "Paris.",
 	}, {
 		row: "10: Gemini finish TOO_MANY_TOOL_CALLS", typ: "gemini", keyEnv: "TEST_GEMINI_KEY", model: "gemini-2.5-flash",
 		refuse:    func(map[string]any) *refusal { return nil },
 		replies:   []string{geminiSSE(`{"functionCall":{"name":"current_time","args":{}}}`, "TOO_MANY_TOOL_CALLS"), geminiSSE(`{"text":"Noon."}`, "STOP")},
 		req:       &turnstilev1.RunTurnRequest{Messages: wiretest.UserText("time?")},
-		events:    "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
+		events:    "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted",
 		committed: "Noon.",
 	}}
 	for _, tt := range tests {
@@ -480,8 +483,64 @@ func TestGeminiCallIDsAcrossTurns(t *testing.T) {
 // TestSignaturesAcrossProviders: a turn that falls back from Claude to
 // Gemini after Claude signed its thinking sends Gemini none of it, and a
 // conversation moved back to Claude sends Claude none of Gemini's: each
-// API refuses the other's signature (issue 33, row 11).
+// API refuses the other's signature (issue 33, row 11). Gemini 3, which
+// also refuses a call of the current turn that carries no signature, is
+// sent Claude's call with the placeholder Gemini documents.
 func TestSignaturesAcrossProviders(t *testing.T) {
+	for _, model := range []string{"gemini-2.5-flash", "gemini-3-flash-preview"} {
+		t.Run(model, func(t *testing.T) { signaturesAcrossProviders(t, model) })
+	}
+}
+
+// geminiPlaceholder is the bytes of the thought signature Gemini takes for a
+// call it did not make, which its documentation writes as base64url text.
+var geminiPlaceholder, _ = base64.URLEncoding.DecodeString("skip_thought_signature_validator")
+
+// unsignedGemini3Call is what Gemini 3 says of a request whose current turn
+// (the contents since the last user content that answers no call) has a
+// model step whose first function call carries no signature, or a
+// signature neither its own nor the placeholder; "" when there is none.
+func unsignedGemini3Call(b map[string]any, own string) string {
+	contents, _ := b["contents"].([]any)
+	start := 0
+	for i, c := range contents {
+		c, _ := c.(map[string]any)
+		parts, _ := c["parts"].([]any)
+		answers := false
+		for _, p := range parts {
+			_, fr := p.(map[string]any)["functionResponse"]
+			answers = answers || fr
+		}
+		if c["role"] == "user" && !answers {
+			start = i + 1
+		}
+	}
+	for i, c := range contents[start:] {
+		parts, _ := c.(map[string]any)["parts"].([]any)
+		for j, p := range parts {
+			p := p.(map[string]any)
+			if _, call := p["functionCall"]; !call {
+				continue
+			}
+			sig, _ := p["thoughtSignature"].(string)
+			if sig == "" {
+				return fmt.Sprintf("Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:current_time` , position %d. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.", start+i+j+1)
+			}
+			// The field is bytes: either base64 alphabet reads.
+			got, err := base64.StdEncoding.DecodeString(sig)
+			if err != nil {
+				got, err = base64.URLEncoding.DecodeString(sig)
+			}
+			if sig != own && (err != nil || !bytes.Equal(got, geminiPlaceholder)) {
+				return "Corrupted thought signature."
+			}
+			break
+		}
+	}
+	return ""
+}
+
+func signaturesAcrossProviders(t *testing.T, geminiModel string) {
 	t.Setenv("TEST_ANTHROPIC_KEY", "test-key-0123456789")
 	t.Setenv("TEST_GEMINI_KEY", "test-key-0123456789")
 	const claudeSig, geminiSig = "EqQBCgIYAhIMY2xhdWRl", "Z2VtaW5pLXNpZw=="
@@ -502,9 +561,14 @@ func TestSignaturesAcrossProviders(t *testing.T) {
 		var no *refusal
 		walk(b["contents"], func(o map[string]any) {
 			if s, ok := o["thoughtSignature"].(string); ok && s != geminiSig && no == nil {
-				no = geminiRefusal("Corrupted thought signature.")
+				if b, err := base64.StdEncoding.DecodeString(s); err != nil || !bytes.Equal(b, geminiPlaceholder) || !strings.HasPrefix(geminiModel, "gemini-3") {
+					no = geminiRefusal("Corrupted thought signature.")
+				}
 			}
 		})
+		if msg := unsignedGemini3Call(b, geminiSig); no == nil && msg != "" && strings.HasPrefix(geminiModel, "gemini-3") {
+			no = geminiRefusal(msg)
+		}
 		return no
 	}, geminiSSE(`{"text":"It is late.","thoughtSignature":"`+geminiSig+`"}`, "STOP"))
 	w := serveYAML(t, fmt.Sprintf(`
@@ -513,10 +577,10 @@ providers:
   gm: {type: gemini, base_url: %s, api_key_env: TEST_GEMINI_KEY}
 models:
   claude: {provider: an, model: claude-sonnet-4-5, fallbacks: [gemini], retry: {initial_backoff: 1ms, max_backoff: 2ms}}
-  gemini: {provider: gm, model: gemini-2.5-flash, retry: {initial_backoff: 1ms, max_backoff: 2ms}}
+  gemini: {provider: gm, model: %s, retry: {initial_backoff: 1ms, max_backoff: 2ms}}
   claude2: {provider: an, model: claude-sonnet-4-5}
 default_model: claude
-`, claude.URL, gemini.URL))
+`, claude.URL, gemini.URL, geminiModel))
 	reasoning := &turnstilev1.GenerationOptions{Reasoning: &turnstilev1.Reasoning{Effort: turnstilev1.ReasoningEffort_REASONING_EFFORT_LOW}}
 	conv := wiretest.UserText("time?")
 	evs, st := wiretest.Collect(t, t.Context(), w.client, &turnstilev1.RunTurnRequest{Messages: conv, Generation: reasoning}, nil)

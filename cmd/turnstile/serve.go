@@ -32,9 +32,9 @@ import (
 
 var (
 	_ server.TurnStore       = (*store.Store)(nil)
-	_ runtime.CooldownSharer = (*store.Store)(nil)
-	_ runtime.BudgetSharer   = (*store.Store)(nil)
-	_ server.LimitSharer     = (*store.Store)(nil)
+	_ runtime.CooldownSharer = (*store.Shared)(nil)
+	_ runtime.BudgetSharer   = (*store.Shared)(nil)
+	_ server.LimitSharer     = (*store.Shared)(nil)
 )
 
 // limitShareInterval is how often a replica adds what its client keys
@@ -201,7 +201,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		defer func() { _ = unregister() }()
 		// Cooldowns decided here reach every replica, and theirs reach
 		// this one.
-		runner.ShareCooldowns(st)
+		runner.ShareCooldowns(st.Shared())
 		// Until the server has drained its turns, not only until the
 		// signal.
 		wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -210,7 +210,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		defer func() { stopWatch(); <-watched; <-shared }()
 		go func() {
 			defer close(watched)
-			if err := st.WatchCooldowns(wctx, runner.ApplyCooldown); err != nil {
+			if err := st.Shared().WatchCooldowns(wctx, runner.ApplyCooldown); err != nil {
 				logger.Error("shared cooldowns are not watched", "error", err)
 			}
 		}()
@@ -218,7 +218,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		// the other replicas' retries too.
 		go func() {
 			defer close(shared)
-			if err := runner.ShareBudgets(wctx, st, budgetShareInterval); err != nil {
+			if err := runner.ShareBudgets(wctx, st.Shared(), budgetShareInterval); err != nil {
 				logger.Error("retry budgets are not shared", "error", err)
 			}
 		}()
@@ -239,7 +239,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		defer func() { stopLimits(); <-limitsShared }()
 		go func() {
 			defer close(limitsShared)
-			if err := srv.ShareLimits(lctx, st, st.ReplicaID(), limitShareInterval); err != nil {
+			if err := srv.ShareLimits(lctx, st.Shared(), st.ReplicaID(), limitShareInterval); err != nil {
 				logger.Error("client key limits are not shared", "error", err)
 			}
 		}()

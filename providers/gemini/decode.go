@@ -51,6 +51,7 @@ func (d *decoder) Decode(resp *genai.GenerateContentResponse, emit func(llm.Chun
 	if resp.ModelVersion != "" {
 		d.model = resp.ModelVersion
 	}
+	var failed *llm.Error
 	if len(resp.Candidates) > 0 && resp.Candidates[0] != nil {
 		c := resp.Candidates[0]
 		if c.Content != nil {
@@ -68,19 +69,23 @@ func (d *decoder) Decode(resp *genai.GenerateContentResponse, emit func(llm.Chun
 				if msg == "" {
 					msg = why
 				}
-				return false, &llm.Error{
+				failed = &llm.Error{
 					Kind:     kind,
 					Message:  fmt.Sprintf("%s (%s)", msg, c.FinishReason),
 					Provider: d.provider,
 					Err:      fmt.Errorf("finishReason %s", c.FinishReason),
 				}
+			} else {
+				d.stop = stop
 			}
-			d.stop = stop
 		}
 	}
 	if fb := resp.PromptFeedback; fb != nil && fb.BlockReason != "" && fb.BlockReason != genai.BlockedReasonUnspecified {
 		d.finished, d.stop = true, llm.StopRefusal
 	}
+	// The usage of the response comes before its failure: a call that
+	// ended in a failed finish was still billed for what it read and wrote,
+	// and the turn charges what the provider reported, not an estimate.
 	if u := resp.UsageMetadata; u != nil {
 		usage := llm.Usage{
 			InputTokens:     max(int64(u.PromptTokenCount)+int64(u.ToolUsePromptTokenCount)-int64(u.CachedContentTokenCount), 0),
@@ -90,6 +95,9 @@ func (d *decoder) Decode(resp *genai.GenerateContentResponse, emit func(llm.Chun
 		if !emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: usage}) {
 			return false, nil
 		}
+	}
+	if failed != nil {
+		return false, failed
 	}
 	return true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/turnstile-dev/turnstile/llm"
 	"google.golang.org/genai"
@@ -85,7 +86,42 @@ func buildRequest(req *llm.Request) ([]*genai.Content, *genai.GenerateContentCon
 		}
 		contents = append(contents, c)
 	}
+	if capabilitiesOf(req).SignedCalls {
+		signCalls(contents)
+	}
 	return contents, config, ans, nil
+}
+
+// unsignedCall is the thought signature Gemini documents for a function
+// call it did not make (a conversation begun with another model, or one
+// whose signatures were lost): the API skips its check of that call. The
+// field is bytes, read from base64, and the placeholder is given as its
+// base64 text; these are its bytes.
+var unsignedCall, _ = base64.URLEncoding.DecodeString("skip_thought_signature_validator")
+
+// signCalls gives the first function call of each model step of the
+// current turn — the steps after the last user content that answers no
+// function call — the placeholder signature when it has none: Gemini 3
+// refuses such a call (400 "Function call is missing a
+// thought_signature"). A call made by another model before a fallback has
+// none, and neither has one whose signature was another API's (dropped in
+// content). Later calls of a step carry none, as Gemini's own parallel
+// calls do; earlier turns are not checked.
+func signCalls(contents []*genai.Content) {
+	start := 0
+	for i, c := range contents {
+		if c.Role == genai.RoleUser && !slices.ContainsFunc(c.Parts, func(p *genai.Part) bool { return p.FunctionResponse != nil }) {
+			start = i + 1
+		}
+	}
+	for _, c := range contents[start:] {
+		if c.Role != genai.RoleModel {
+			continue
+		}
+		if i := slices.IndexFunc(c.Parts, func(p *genai.Part) bool { return p.FunctionCall != nil }); i >= 0 && c.Parts[i].ThoughtSignature == nil {
+			c.Parts[i].ThoughtSignature = unsignedCall
+		}
+	}
 }
 
 // callNames maps the id of every tool call of msgs to its tool's name: a

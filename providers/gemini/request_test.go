@@ -3,6 +3,7 @@ package gemini
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -140,4 +141,145 @@ func FuzzDecode(f *testing.F) {
 		}
 		end()
 	})
+}
+
+// gemini3 answers as Gemini 3 does: a request in which the first function
+// call of a model step of the current turn (the steps since the last user
+// content that answers no call) carries no thoughtSignature is refused
+// with the API's 400; any other gets body.
+func gemini3(t *testing.T, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Contents []struct {
+				Role  string                       `json:"role"`
+				Parts []map[string]json.RawMessage `json:"parts"`
+			} `json:"contents"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(b, &req); err != nil {
+			t.Errorf("body: %v", err)
+		}
+		start := 0
+		for i, c := range req.Contents {
+			answers := false
+			for _, p := range c.Parts {
+				_, fr := p["functionResponse"]
+				answers = answers || fr
+			}
+			if c.Role == "user" && !answers {
+				start = i + 1
+			}
+		}
+		for i, c := range req.Contents[start:] {
+			for j, p := range c.Parts {
+				if _, call := p["functionCall"]; !call {
+					continue
+				}
+				if _, signed := p["thoughtSignature"]; !signed {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusBadRequest)
+					fmt.Fprintf(w, `{"error": {"code": 400, "message": "Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `+"`default_api:get_weather`"+` , position %d. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.", "status": "INVALID_ARGUMENT"}}`, start+i+j+1)
+					return
+				}
+				break // a step's later calls carry none
+			}
+		}
+		providertest.WriteSSE(w, body)
+	}
+}
+
+// TestForeignCallsSignedForGemini3: a conversation whose current turn began
+// on another model (a fallback from Claude) reaches Gemini 3 with the
+// placeholder signature on the first call of each of that turn's steps,
+// none on a step's later calls or on an earlier turn's, and Gemini's own
+// signature kept; Gemini 3 takes it where it refused the calls unsigned.
+// Gemini 2.5, which checks no signature, is sent none.
+func TestForeignCallsSignedForGemini3(t *testing.T) {
+	t.Parallel()
+	const placeholder = `"thoughtSignature": "skip/thought/signature/validator"`
+	call := func(id, city string) llm.Part {
+		return llm.Part{Kind: llm.PartToolCall, ToolCall: &llm.ToolCall{ID: id, Name: "get_weather", Arguments: `{"city":"` + city + `"}`}}
+	}
+	result := func(id string) llm.Part {
+		return llm.Part{Kind: llm.PartToolResult, ToolResult: &llm.ToolResult{CallID: id, Name: "get_weather", Content: "18C"}}
+	}
+	msgs := []llm.Message{
+		// An earlier turn, its call made by Claude: not checked.
+		{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("weather in Oslo?")}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{call("toolu_00", "Oslo")}},
+		{Role: llm.RoleTool, Parts: []llm.Part{result("toolu_00")}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{llm.TextPart("9C.")}},
+		// The current turn: two parallel calls by Claude, with Claude's
+		// signature (dropped), then one by Gemini with its own.
+		{Role: llm.RoleUser, Parts: []llm.Part{llm.TextPart("and Paris, Rome, Tokyo?")}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{
+			{Kind: llm.PartThinking, Text: "Claude's reasoning", Signature: "ErUBCkYIBRgC+/not=base64!", Signer: "anthropic"},
+			call("toolu_01", "Paris"), call("toolu_02", "Rome"),
+		}},
+		{Role: llm.RoleTool, Parts: []llm.Part{result("toolu_01"), result("toolu_02")}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{
+			{Kind: llm.PartThinking, Signature: "Z2VtaW5p", Signer: "gemini"},
+			call("call_3", "Tokyo"),
+		}},
+		{Role: llm.RoleTool, Parts: []llm.Part{result("call_3")}},
+	}
+	body := providertest.Fixture(t, "gemini_ok.sse")
+	for _, tt := range []struct {
+		model string
+		want  string
+	}{
+		{"gemini-3-pro-preview", `[
+			{"role": "user", "parts": [{"text": "weather in Oslo?"}]},
+			{"role": "model", "parts": [{"functionCall": {"id": "toolu_00", "name": "get_weather", "args": {"city": "Oslo"}}}]},
+			{"role": "user", "parts": [{"functionResponse": {"id": "toolu_00", "name": "get_weather", "response": {"output": "18C"}}}]},
+			{"role": "model", "parts": [{"text": "9C."}]},
+			{"role": "user", "parts": [{"text": "and Paris, Rome, Tokyo?"}]},
+			{"role": "model", "parts": [
+				{"functionCall": {"id": "toolu_01", "name": "get_weather", "args": {"city": "Paris"}}, ` + placeholder + `},
+				{"functionCall": {"id": "toolu_02", "name": "get_weather", "args": {"city": "Rome"}}}
+			]},
+			{"role": "user", "parts": [
+				{"functionResponse": {"id": "toolu_01", "name": "get_weather", "response": {"output": "18C"}}},
+				{"functionResponse": {"id": "toolu_02", "name": "get_weather", "response": {"output": "18C"}}}
+			]},
+			{"role": "model", "parts": [{"functionCall": {"id": "call_3", "name": "get_weather", "args": {"city": "Tokyo"}}, "thoughtSignature": "Z2VtaW5p"}]},
+			{"role": "user", "parts": [{"functionResponse": {"id": "call_3", "name": "get_weather", "response": {"output": "18C"}}}]}
+		]`},
+		{"gemini-2.5-flash", `[
+			{"role": "user", "parts": [{"text": "weather in Oslo?"}]},
+			{"role": "model", "parts": [{"functionCall": {"id": "toolu_00", "name": "get_weather", "args": {"city": "Oslo"}}}]},
+			{"role": "user", "parts": [{"functionResponse": {"id": "toolu_00", "name": "get_weather", "response": {"output": "18C"}}}]},
+			{"role": "model", "parts": [{"text": "9C."}]},
+			{"role": "user", "parts": [{"text": "and Paris, Rome, Tokyo?"}]},
+			{"role": "model", "parts": [
+				{"functionCall": {"id": "toolu_01", "name": "get_weather", "args": {"city": "Paris"}}},
+				{"functionCall": {"id": "toolu_02", "name": "get_weather", "args": {"city": "Rome"}}}
+			]},
+			{"role": "user", "parts": [
+				{"functionResponse": {"id": "toolu_01", "name": "get_weather", "response": {"output": "18C"}}},
+				{"functionResponse": {"id": "toolu_02", "name": "get_weather", "response": {"output": "18C"}}}
+			]},
+			{"role": "model", "parts": [{"functionCall": {"id": "call_3", "name": "get_weather", "args": {"city": "Tokyo"}}, "thoughtSignature": "Z2VtaW5p"}]},
+			{"role": "user", "parts": [{"functionResponse": {"id": "call_3", "name": "get_weather", "response": {"output": "18C"}}}]}
+		]`},
+	} {
+		t.Run(tt.model, func(t *testing.T) {
+			t.Parallel()
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { providertest.WriteSSE(w, body) })
+			if tt.model == "gemini-3-pro-preview" {
+				h = gemini3(t, body)
+			}
+			f := providertest.NewServer(t, h)
+			if _, err := providertest.Collect(t, t.Context(), provider(t, f), &llm.Request{Model: tt.model, Messages: msgs}); err != nil {
+				t.Fatalf("the turn's call failed: %v", err)
+			}
+			var got struct {
+				Contents json.RawMessage `json:"contents"`
+			}
+			if err := json.Unmarshal(f.Bodies()[0], &got); err != nil {
+				t.Fatal(err)
+			}
+			providertest.EqualJSON(t, got.Contents, tt.want)
+		})
+	}
 }

@@ -113,6 +113,15 @@ func TestStreamShapes(t *testing.T) {
 			WantErr: llm.KindServerError,
 		},
 		{
+			// The response that ends in a failed finish carries the call's
+			// usage: it is reported before the failure, so the turn charges
+			// what the provider billed rather than an estimate.
+			Name:    "a failed finish reports its usage first",
+			Body:    data(`{"candidates":[{"content":{"parts":[{"text":"Half"}],"role":"model"},"finishReason":"OTHER","index":0}],` + usage + `}`),
+			Want:    []llm.Chunk{{Kind: llm.ChunkText, Text: "Half"}, usageChunk},
+			WantErr: llm.KindServerError,
+		},
+		{
 			Name:    "finish LANGUAGE is an invalid request",
 			Body:    data(`{"candidates":[{"finishReason":"LANGUAGE","index":0}]}`),
 			WantErr: llm.KindInvalidRequest,

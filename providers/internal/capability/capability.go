@@ -139,7 +139,9 @@ var Table = []Row{
 	gemini("gemini-1.5", llm.Capabilities{Thinking: llm.ThinkingNone}),
 	gemini("gemini-2.0", llm.Capabilities{Thinking: llm.ThinkingNone}),
 	gemini("gemini-2.5", llm.Capabilities{Thinking: llm.ThinkingBudget}),
-	gemini("gemini-3", llm.Capabilities{Thinking: llm.ThinkingBudget, SchemaWithTools: true}),
+	// Gemini 3 refuses a function call of the current turn without a
+	// thought signature.
+	gemini("gemini-3", llm.Capabilities{Thinking: llm.ThinkingBudget, SchemaWithTools: true, SignedCalls: true}),
 
 	// The OpenAI adapter also serves compatible servers (vLLM, Ollama,
 	// ...), whose models the table does not know: its default row knows

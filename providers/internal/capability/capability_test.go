@@ -19,6 +19,7 @@ type want struct {
 	oneSampler bool
 	prefill    bool
 	schemaWith bool
+	signed     bool
 	maxStop    string // "" no limit known, else the number
 	maxTemp    string
 	signer     string
@@ -64,7 +65,7 @@ func TestTable(t *testing.T) {
 		{Gemini, "gemini-1.5-pro", want{family: "gemini-1.5", thinking: llm.ThinkingNone, maxStop: "5", maxTemp: "2", signer: Gemini, audio: true}},
 		{Gemini, "gemini-2.0-flash", want{family: "gemini-2.0", thinking: llm.ThinkingNone, maxStop: "5", maxTemp: "2", signer: Gemini, audio: true}},
 		{Gemini, "models/gemini-2.5-flash", want{family: "gemini-2.5", thinking: llm.ThinkingBudget, maxStop: "5", maxTemp: "2", signer: Gemini, audio: true}},
-		{Gemini, "gemini-3-pro-preview", want{family: "gemini-3", thinking: llm.ThinkingBudget, schemaWith: true, maxStop: "5", maxTemp: "2", signer: Gemini, audio: true}},
+		{Gemini, "gemini-3-pro-preview", want{family: "gemini-3", thinking: llm.ThinkingBudget, schemaWith: true, signed: true, maxStop: "5", maxTemp: "2", signer: Gemini, audio: true}},
 
 		// OpenAI and the servers that speak its API.
 		{OpenAI, "qwen3:8b", want{family: ""}},
@@ -85,7 +86,7 @@ func TestTable(t *testing.T) {
 			r := Lookup(tc.provider, tc.model)
 			got := want{
 				family: r.Family, thinking: r.Thinking, sampling: r.Sampling, oneSampler: r.TemperatureOrTopP,
-				prefill: r.Prefill, schemaWith: r.SchemaWithTools, maxStop: text(r.MaxStopSequences), maxTemp: text(r.MaxTemperature),
+				prefill: r.Prefill, schemaWith: r.SchemaWithTools, signed: r.SignedCalls, maxStop: text(r.MaxStopSequences), maxTemp: text(r.MaxTemperature),
 				signer: r.Signer, audio: slices.Contains(r.Inputs, llm.ModalityAudio),
 			}
 			if got != tc.want {

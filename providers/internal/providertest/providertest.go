@@ -10,6 +10,7 @@
 package providertest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,6 +54,7 @@ func NewServer(tb testing.TB, h http.HandlerFunc) *Server {
 		s.bodies = append(s.bodies, b)
 		s.headers = append(s.headers, r.Header.Clone())
 		s.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b)) // the handler may read it too
 		h(w, r)
 	}))
 	tb.Cleanup(s.Close)
