@@ -354,11 +354,12 @@ func TestPerPeerCap(t *testing.T) {
 	var logs syncBuffer
 	m := newMeter()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
-		server.Options{Logger: newLogger(&logs), MeterProvider: m, MaxConnections: 100, MaxConnectionsPerPeer: 20, HandshakeTimeout: time.Minute})
+		server.Options{Logger: newLogger(&logs), MeterProvider: m, MaxConnections: 100, MaxConnectionsPerPeer: 20, HandshakeTimeout: time.Minute,
+			Clock: atNoon})
 	silent := dialSilent(t, ts.addr, 150)
 	perPeer := attribute.String("reason", "per_peer_limit")
 	waitFor(t, func() bool { return m.sum(t, "turnstile.server.refusals", perPeer) == 130 })
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
 	defer cancel()
 	if _, st := wiretest.Collect(t, ctx, ts.client, hello(), nil); st.Code() != codes.OK {
 		t.Fatalf("a client from another address, while one address holds its share: %v", st)
