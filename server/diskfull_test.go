@@ -114,19 +114,16 @@ type flowing struct {
 //
 // It needs root to mount the tmpfs, and is skipped otherwise.
 func TestDiskFillsUnderRunningTurns(t *testing.T) {
+	t.Parallel()
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.MaxBytes, cfg.Reserve, cfg.LeaseTTL = filepath.Join(mnt, "js"), 24<<20, 16<<20, 500*time.Millisecond
 	logs := &syncBuffer{}
-	st, err := store.Open(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := openStore(t, inDir(filepath.Join(mnt, "js")), withLeaseTTL(500*time.Millisecond),
+		withConfig(func(c *store.Config) { c.MaxBytes, c.Reserve = 24<<20, 16<<20 }),
+		withLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	defer func() {
 		if t.Failed() || testing.Verbose() {
 			t.Logf("store log:\n%s", logs.String())
@@ -246,19 +243,16 @@ func TestDiskFillsUnderRunningTurns(t *testing.T) {
 // turn is not taken over and finished. It needs root to mount the tmpfs,
 // and is skipped otherwise.
 func TestDiskFullWithoutReserve(t *testing.T) {
+	t.Parallel()
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.MaxBytes, cfg.Reserve, cfg.LeaseTTL = filepath.Join(mnt, "js"), 24<<20, 0, 500*time.Millisecond
 	logs := &syncBuffer{}
-	st, err := store.Open(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := openStore(t, inDir(filepath.Join(mnt, "js")), withLeaseTTL(500*time.Millisecond),
+		withConfig(func(c *store.Config) { c.MaxBytes, c.Reserve = 24<<20, 0 }),
+		withLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	defer func() {
 		if t.Failed() || testing.Verbose() {
 			t.Logf("store log:\n%s", logs.String())

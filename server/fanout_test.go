@@ -83,6 +83,7 @@ func stingyClient(t *testing.T, ts *testServer) turnstilev1.AgentServiceClient {
 // watcher gets every event once, in order, equal to the log, and the
 // turn's status.
 func TestWatcherBehindTheWindow(t *testing.T) {
+	t.Parallel()
 	const chunks, size = 256, 4 << 10 // 1 MiB of text: many windows
 	for _, tc := range []struct {
 		name string
@@ -171,6 +172,7 @@ func TestWatcherBehindTheWindow(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var logs syncBuffer
 			g := newGated(chunks, size)
 			ts := start(t, runner(t, g), server.Options{Store: memStore(t), Logger: newLogger(&logs)})
@@ -216,6 +218,7 @@ func drainStream[R interface {
 // to its end, or the detach grace ends it), and what the client read is a
 // gap-free prefix of the log.
 func TestDurableSendTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string
@@ -294,12 +297,20 @@ func TestDurableSendTimeout(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var logs syncBuffer
 			g := newGated(256, 4<<10)
 			if tc.idle {
 				g = newGated(2, 512<<10)
 			}
-			ts := start(t, runner(t, g), server.Options{Store: memStore(t), SendTimeout: timeout, DetachGrace: 500 * time.Millisecond, Logger: newLogger(&logs)})
+			// A turn released goes on for as long as it takes; one left to
+			// the detach grace ends half a second after its stream stalled,
+			// which may be before the model has streamed it all.
+			grace := time.Minute
+			if !tc.release {
+				grace = 500 * time.Millisecond
+			}
+			ts := start(t, runner(t, g), server.Options{Store: memStore(t), SendTimeout: timeout, DetachGrace: grace, Logger: newLogger(&logs)})
 			recv := tc.stall(t, ts, g)
 			waitFor(t, func() bool { return strings.Contains(logs.String(), "grpc.code=DeadlineExceeded") })
 			if tc.release {
@@ -322,15 +333,31 @@ func TestDurableSendTimeout(t *testing.T) {
 			if info := errorInfoOf(st); info.GetReason() != "DEADLINE_EXCEEDED" {
 				t.Errorf("ErrorInfo %v", info)
 			}
+			// The server's send_timeout holds for a watch too: one a loaded
+			// machine cut short is made again from its last event, as a
+			// client does.
 			var log []*turnstilev1.AgentEvent
+			readLog := func() {
+				for len(log) == 0 || log[len(log)-1].GetError() == nil && log[len(log)-1].GetTurnCompleted() == nil {
+					var after uint64
+					if len(log) > 0 {
+						after = log[len(log)-1].GetSeq()
+					}
+					more, wst := watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1", AfterSeq: after})
+					if len(more) == 0 && wst.Code() != codes.DeadlineExceeded {
+						t.Fatalf("watching the log after seq %d: %v", after, wst)
+					}
+					log = append(log, more...)
+				}
+			}
 			if tc.release {
 				// A client watches it again: it goes on to its end.
-				log, _ = watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+				readLog()
 				<-g.stopped
 			} else {
 				// Nobody does: the detach grace ends it.
 				<-g.stopped
-				log, _ = watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+				readLog()
 			}
 			if names := wiretest.Names(log); !strings.HasSuffix(names, " "+tc.want) {
 				t.Errorf("the turn's events: %s, want them to end with %s", names, tc.want)
@@ -352,6 +379,7 @@ func TestDurableSendTimeout(t *testing.T) {
 // RunTurn each get every event once, in order, equal to the log, and the
 // turn's status.
 func TestWatcherBesideThePushedStream(t *testing.T) {
+	t.Parallel()
 	const chunks, size = 64, 64
 	g := newGated(chunks, size)
 	ts := start(t, runner(t, g), server.Options{Store: memStore(t)})

@@ -160,6 +160,13 @@ type Options struct {
 	// RPC layer and RPCs that ended before any work (default: none).
 	MeterProvider metric.MeterProvider
 
+	// Clock is the clock of the client keys' limits and budgets (their
+	// buckets, UTC days and months), of the sampling of the log lines of
+	// refused connections and RPCs, and of the deadlines of the orphaned
+	// turns the server adopts (default time.Now). Tests set it to hold
+	// time still or to move past a deadline.
+	Clock func() time.Time
+
 	// GRPCOptions are appended to the server's options (stats handlers,
 	// more interceptors).
 	GRPCOptions []grpc.ServerOption
@@ -244,6 +251,9 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxRequestMediaBytes, DefaultMaxRequestMediaBytes)
 	defInt(&o.MaxRunningTurns, 1024)
 	def(&o.DetachGrace, 30*time.Second)
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = 256
 	}
@@ -254,7 +264,8 @@ func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
 	g := guard.New(guard.Options{Logger: opts.Logger, MaxConnectionsPerPeer: opts.MaxConnectionsPerPeer,
-		MaxHandshakes: opts.MaxHandshakes, MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider})
+		MaxHandshakes: opts.MaxHandshakes, MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider,
+		Now: opts.Clock})
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		g.LogRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
 	})

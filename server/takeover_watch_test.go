@@ -27,6 +27,7 @@ import (
 // test's deadline holds it to with room for a slow machine
 // (docs/durable-turns.md, "What a client sees in each failure").
 func TestWatchDuringTakeover(t *testing.T) {
+	t.Parallel()
 	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n == 1 {
 			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
@@ -38,8 +39,8 @@ func TestWatchDuringTakeover(t *testing.T) {
 	rp.kill(cut)
 	killed := time.Now()
 
-	// At once, before the lease (500ms) expires: one call, which must end
-	// well within a minute.
+	// At once, before the lease (the harness's, a second) expires: one
+	// call, which must end well within a minute.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	w, err := rp.b.client.WatchTurn(ctx, &turnstilev1.WatchTurnRequest{TurnId: "turn-1", Attempt: 1, AfterSeq: head[len(head)-1].GetSeq()})

@@ -84,6 +84,7 @@ func (f *firehose) held(d time.Duration) bool {
 // gets every event once, in order, equal to the log, which stored each
 // before it was sent, and the turn completes.
 func TestUnreadRunWaitsForReader(t *testing.T) {
+	t.Parallel()
 	// The turn's hold on a reader that reads nothing: gRPC's windows
 	// (the client's 64 KiB, the server stream's 64 KiB write quota), the
 	// run's window (64 KiB) and the batch its stream took, in 1 KiB
@@ -116,6 +117,7 @@ func TestUnreadRunWaitsForReader(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFirehose()
 			ts := start(t, runner(t, f), server.Options{Store: memStore(t)})
 			stream, err := stingyClient(t, ts).RunTurn(t.Context(), hello())
@@ -176,6 +178,7 @@ func drainAsync(drain func() ([]*turnstilev1.AgentEvent, *status.Status)) func()
 // that close its conversation and error CANCELLED, and the model's call
 // is closed.
 func TestStalledRunWaitsThenDetaches(t *testing.T) {
+	t.Parallel()
 	f := newFirehose()
 	const sendTimeout, grace = 300 * time.Millisecond, 2 * time.Second
 	ts := start(t, runner(t, f), server.Options{Store: memStore(t), SendTimeout: sendTimeout, DetachGrace: grace})

@@ -385,13 +385,16 @@ func (s *Stream[M]) watch() {
 	if s.stopped.Load() || s.stalled.Load() {
 		return
 	}
+	s.mu.Lock()
+	dog := s.dog
+	s.mu.Unlock()
 	since := s.since.Load()
 	if since == 0 {
-		s.dog.Reset(s.timeout)
+		dog.Reset(s.timeout)
 		return
 	}
 	if d := time.Since(s.base) - time.Duration(since); d < s.timeout {
-		s.dog.Reset(s.timeout - d)
+		dog.Reset(s.timeout - d)
 		return
 	}
 	// onStall first: whoever sees the stream stalled sees it called.

@@ -160,10 +160,11 @@ func (to takeovers) adopt(ctx context.Context, k Key) error {
 		return nil
 	}
 	var why string
+	now := to.rs.now()
 	switch {
-	case !first.Deadline.IsZero() && time.Now().After(first.Deadline):
+	case !first.Deadline.IsZero() && now.After(first.Deadline):
 		why = "its deadline passed"
-	case time.Since(lastAt) > staleOrphan:
+	case now.Sub(lastAt) > staleOrphan:
 		why = fmt.Sprintf("it stored nothing for over %s", staleOrphan)
 	case to.takeOver(ctx, k):
 		return nil
