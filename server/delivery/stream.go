@@ -139,6 +139,10 @@ func (s *Stream[M]) OnIdle(f func()) { s.idle = f }
 // Busy reports whether a Send is under way or a message waits for one.
 func (s *Stream[M]) Busy() bool { return s.sending.Load() }
 
+// Stalled reports whether the watchdog closed the stream: its client
+// accepted no message for the send timeout.
+func (s *Stream[M]) Stalled() bool { return s.stalled.Load() }
+
 // Follow makes the stream send from feed, from the message after the one
 // of seq after on, and starts a Send if one is ready.
 func (s *Stream[M]) Follow(feed Feed[M], after uint64) {

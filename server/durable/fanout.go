@@ -241,7 +241,7 @@ func (r *run) finish(err error) {
 func (rs *Runs) watchRun(ctx context.Context, r *run, afterSeq uint64, out *delivery.Stream[Item]) (final bool, err error) {
 	r.attach(out)
 	defer func() {
-		r.leave(out, rs.grace, errors.Is(err, delivery.ErrStalled) || errors.Is(context.Cause(ctx), delivery.ErrStalled))
+		r.leave(out, rs.grace, out.Stalled() || errors.Is(err, delivery.ErrStalled) || errors.Is(context.Cause(ctx), delivery.ErrStalled))
 	}()
 	out.Follow(r, afterSeq)
 	for {
