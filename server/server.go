@@ -475,7 +475,11 @@ func wait(ctx context.Context, d time.Duration) {
 // StoreRoom tells the server whether its turn store can take new turns:
 // full is nil when it can, else why not. While it cannot, the health of
 // the AgentService is NOT_SERVING (the server's own, "", stays SERVING:
-// watches and cancels work); a draining server ignores it. Package store's
+// watches and cancels work); a draining server ignores it. When full says
+// the turns running must end too (the disk under the embedded store filled
+// past its reserve), the durable turns running here end with a stored
+// STORE_FULL error; when room returns, the turns whose last event did not
+// fit get it stored (see [durable.Runs.StoreRoom]). Package store's
 // Store.OnRoom calls it.
 func (s *Server) StoreRoom(full error) {
 	st := healthpb.HealthCheckResponse_SERVING
@@ -483,6 +487,9 @@ func (s *Server) StoreRoom(full error) {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, st)
+	if s.service.runs != nil {
+		s.service.runs.StoreRoom(full)
+	}
 }
 
 // Key is a client key (see [Options].Keys).

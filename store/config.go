@@ -45,6 +45,13 @@ type Config struct {
 	// MaxBytes bounds the log's size; the oldest runs are dropped first
 	// (default 1 GiB; -1 is no bound).
 	MaxBytes int64 `yaml:"max_bytes"`
+	// Reserve is the room, in bytes, the embedded file store holds back on
+	// the disk of dir for the turns running when that disk fills: a file
+	// it releases then, so that they go on while new turns are refused; its
+	// last quarter is kept for their last events (default 64 MiB; 0 holds
+	// none back: a full disk ends the running turns at once, their last
+	// events stored once space returns).
+	Reserve int64 `yaml:"reserve"`
 	// Replicas is the replication factor of the log and the leases; 0
 	// picks 3 when the cluster has three servers or more, else 1.
 	Replicas int `yaml:"replicas"`
@@ -77,9 +84,13 @@ type NATS struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
-		MaxBytes: 1 << 30, LeaseTTL: 2 * time.Second,
+		MaxBytes: 1 << 30, Reserve: DefaultReserve, LeaseTTL: 2 * time.Second,
 	}
 }
+
+// DefaultReserve is the room the embedded file store holds back for running
+// turns unless store.reserve says otherwise: see [Config].Reserve.
+const DefaultReserve = 64 << 20
 
 // DefaultDirText is [DefaultDir] as the documentation writes it: the
 // directory it returns depends on the user and the environment.
@@ -147,6 +158,9 @@ func (c Config) Problems() []llm.Problem {
 	}
 	if c.MaxBytes == 0 || c.MaxBytes < -1 {
 		bad("max_bytes", "must be positive, or -1 for no bound")
+	}
+	if c.Reserve < 0 {
+		bad("reserve", "must be 0 (none) or a positive number of bytes")
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		bad("replicas", "must be between 0 (automatic) and 5")

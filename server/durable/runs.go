@@ -81,6 +81,9 @@ type Runs struct {
 	owned     *owned
 	takeovers takeovers
 	signals   signals
+	// owed are the runs whose terminal error did not fit in the store
+	// (full.go).
+	owed owed
 }
 
 // New returns the runs of cfg, and starts taking over the runs of

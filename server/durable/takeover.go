@@ -150,6 +150,15 @@ func (to takeovers) adopt(ctx context.Context, k Key) error {
 		}
 		lastAt = last.GetTime().AsTime()
 	}
+	if te := to.rs.owed.take(k); te != nil {
+		// It ended here for want of room in the store, its clients told:
+		// its end is stored, never a takeover.
+		if _, ok := to.closeOrphan(ctx, k, te, "its last event did not fit in the turn store"); !ok {
+			to.rs.owed.add(k, te)
+			return ErrStoreUnreachable
+		}
+		return nil
+	}
 	var why string
 	now := to.rs.now()
 	switch {
