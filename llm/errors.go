@@ -62,6 +62,10 @@ const (
 	// day or month) while its turn ran: the turn ended after the call that
 	// crossed it. Waiting until the budget's window resets helps.
 	KindBudgetExhausted
+	// KindStoreFull is a turn store without room for the turn: the disk
+	// under the embedded store filled past its reserve while the turn ran,
+	// and the turn was ended. Running it again once space returns helps.
+	KindStoreFull
 )
 
 var kindNames = [...]string{
@@ -84,6 +88,7 @@ var kindNames = [...]string{
 	KindToolsUnsafe:       "TOOLS_UNSAFE",
 	KindOutputInvalid:     "OUTPUT_INVALID",
 	KindBudgetExhausted:   "BUDGET_EXHAUSTED",
+	KindStoreFull:         "STORE_FULL",
 }
 
 // Kinds returns every class of failure, in the order of their values.

@@ -113,6 +113,10 @@ var rules = map[llm.Kind]Rule{
 	llm.KindOutputInvalid: {Retry: true, Corrects: true},
 	// The client key spent its budget: no model of the chain helps.
 	llm.KindBudgetExhausted: {},
+	// The turn store had no room left for the turn (its disk filled past
+	// the reserve): no model helps; the client runs the turn again once
+	// space returns, unless a tool with side effects was interrupted.
+	llm.KindStoreFull: {Transient: true},
 }
 
 // RuleFor returns the rule of class k. A class without a rule is treated

@@ -338,7 +338,7 @@ func (mc *modelCalls) classify(ctx context.Context, m *Model, err error, streame
 	switch {
 	case mc.t.stopped(ctx) != nil:
 		// A copy: the cause may be one error that stops many turns at
-		// once (a shutdown's), and the model is set on it below.
+		// once (a server's shutdown), and the model is set on it below.
 		c := *llm.AsError(mc.t.stopped(ctx))
 		e = &c
 	case wd.fired() != "":

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -433,5 +434,38 @@ func TestCancelDoesNotWaitForAToolThatIgnoresIt(t *testing.T) {
 	}
 	if got, want := describeAll(evs), "start | call a#1 | tooldelta | finished | usage | commit assistant | tool stubborn | toolerr stubborn | commit tool | commit user | error CANCELLED retryable=false"; got != want {
 		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestCancelCauseLeftAsIs cancels two turns at once, mid-reply, with one
+// *llm.Error as the cause, as a server stopping cancels every turn it
+// runs: each turn ends with the cause's class, and the cause itself is not
+// written to (the turns' goroutines raced to write their model into it).
+func TestCancelCauseLeftAsIs(t *testing.T) {
+	cause := &llm.Error{Kind: llm.KindUnavailable, Message: "the server is shutting down"}
+	hang := fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "..."}}, Hang: true}
+	var wg sync.WaitGroup
+	for _, alias := range []string{"a", "b"} {
+		r := newRunner(t, []*runtime.Model{model(alias, fake.NewProvider(hang))}, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancelCause(t.Context())
+			defer cancel(nil)
+			sink := runtime.SinkFunc(func(_ context.Context, ev runtime.Event) error {
+				if _, ok := ev.Payload.(*runtime.TextDelta); ok {
+					cancel(cause)
+				}
+				return nil
+			})
+			_, err := r.Run(ctx, userTurn("hi"), sink)
+			if te, ok := err.(*runtime.TurnError); !ok || te.Kind != llm.KindUnavailable || te.Message != cause.Message {
+				t.Errorf("turn on %s: %v, want the cause's UNAVAILABLE", alias, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if cause.Model != "" || cause.Provider != "" {
+		t.Errorf("the cause was written to: model %q, provider %q", cause.Model, cause.Provider)
 	}
 }

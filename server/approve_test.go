@@ -147,6 +147,7 @@ func approve(t *testing.T, ctx context.Context, c turnstilev1.AgentServiceClient
 }
 
 func TestApproval(t *testing.T) {
+	t.Parallel()
 	head := "TurnStarted LlmCallStarted ToolCallDelta LlmCallFinished Usage MessageCompleted ToolApprovalRequested ToolApprovalDecided"
 	tail := "MessageCompleted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
 	tests := []struct {
@@ -177,6 +178,7 @@ func TestApproval(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("done"))
 			o := newOpsMCP(t)
 			r := hitlRunner(t, u, o, runtime.ToolRules{RequireApproval: []string{"deploy"}}, func(l *runtime.Limits) {
@@ -268,6 +270,7 @@ func TestApproval(t *testing.T) {
 }
 
 func TestApprovalInvalidArgument(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, textReply("hi"))
 	ts := start(t, hitlRunner(t, u, newOpsMCP(t), runtime.ToolRules{}, nil), server.Options{Store: memStore(t)})
 	long := strings.Repeat("x", 4097)
@@ -291,6 +294,7 @@ func TestApprovalInvalidArgument(t *testing.T) {
 // request over max_request_bytes: the interceptors and the codec answer
 // them as they answer CancelTurn.
 func TestApprovalNeedsAKey(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, textReply("hi"))
 	ts := start(t, hitlRunner(t, u, newOpsMCP(t), runtime.ToolRules{}, nil), server.Options{
 		Store: memStore(t), Keys: []server.Key{keyed("alice", "tok-a")}, MaxRequestBytes: 64 << 10,
@@ -332,6 +336,7 @@ func wantFields(t *testing.T, err error, fields ...string) {
 }
 
 func TestSteering(t *testing.T) {
+	t.Parallel()
 	// The model calls slow and deploy; one tool runs at a time, so deploy
 	// has not started when the message comes during slow.
 	u := newUpstream(t, callsReply("c1", "slow", `{}`, "c2", "deploy", `{"env":"prod"}`), textReply("staging it is"))
@@ -392,6 +397,7 @@ func contentText(c any) string {
 }
 
 func TestEndsTurn(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "finish", `{}`), textReply("never"))
 	o := newOpsMCP(t)
 	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{EndsTurn: []string{"finish"}}, nil), server.Options{Store: memStore(t)})
@@ -422,12 +428,12 @@ func TestEndsTurn(t *testing.T) {
 // TestApprovalAtAnotherReplica decides a call on the replica that does
 // not run the turn.
 func TestApprovalAtAnotherReplica(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("done"))
 	o := newOpsMCP(t)
-	url := natsServer(t)
 	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
-	a := start(t, hitlRunner(t, u, o, rules, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
-	b := start(t, hitlRunner(t, u, o, rules, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return hitlRunner(t, u, o, rules, nil) }, detachAfter(5*time.Second))
+	a, b := rs[0], rs[1]
 	stream, err := a.client.RunTurn(t.Context(), hello())
 	if err != nil {
 		t.Fatal(err)
@@ -459,14 +465,13 @@ func TestApprovalAtAnotherReplica(t *testing.T) {
 // decision it stored stands on the replica that takes over, which asks
 // again for the other.
 func TestApprovalOwnerKilled(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"a"}`, "c2", "deploy", `{"env":"b"}`), textReply("done"))
 	o := newOpsMCP(t)
-	url := natsServer(t)
 	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
-	sa := clusterStore(t, url)
-	a := start(t, hitlRunner(t, u, o, rules, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
-	b := start(t, hitlRunner(t, u, o, rules, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
-	rp := &replicaPair{a: a, b: b, storeA: sa}
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return hitlRunner(t, u, o, rules, nil) }, detachAfter(5*time.Second))
+	a, b := rs[0], rs[1]
+	rp := &replicaPair{a: a, b: b, storeA: a.store}
 	head, cut := rp.runUntil(t, func(ev *turnstilev1.AgentEvent) bool {
 		return ev.GetToolApprovalRequested().GetCallId() == "c2"
 	})
@@ -524,6 +529,7 @@ func TestApprovalOwnerKilled(t *testing.T) {
 // approval: the conversation is closed as for any cancel, and the tool
 // never runs.
 func TestCancelWhileWaitingForApproval(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("never"))
 	o := newOpsMCP(t)
 	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{RequireApproval: []string{"deploy"}}, nil), server.Options{Store: memStore(t)})
@@ -579,6 +585,7 @@ func cancelledWhileWaiting(t *testing.T, stream interface {
 // the last event's seq; another server, and this one once the turn has
 // ended, answer FAILED_PRECONDITION; a bad turn id is INVALID_ARGUMENT.
 func TestCancelTurnWithoutStore(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("never"))
 	o := newOpsMCP(t)
 	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
@@ -618,6 +625,7 @@ func TestCancelTurnWithoutStore(t *testing.T) {
 // keeps no turn log: it works on the server running the turn, and another
 // answers FAILED_PRECONDITION.
 func TestApprovalWithoutStore(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("done"))
 	o := newOpsMCP(t)
 	rules := runtime.ToolRules{RequireApproval: []string{"deploy"}}
@@ -663,6 +671,7 @@ func TestApprovalWithoutStore(t *testing.T) {
 // takes the messages: beyond turn.max_steer_messages, RESOURCE_EXHAUSTED;
 // the queued ones are committed in order.
 func TestSteeringQueueBound(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("ok"))
 	o := newOpsMCP(t)
 	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, func(l *runtime.Limits) { l.MaxSteerMessages = 2 }), server.Options{Store: memStore(t)})
@@ -692,6 +701,7 @@ func TestSteeringQueueBound(t *testing.T) {
 // TestSteeringAfterTheLastReply steers a turn while its model writes what
 // would be its last reply: one more model call answers the message.
 func TestSteeringAfterTheLastReply(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -739,17 +749,15 @@ func TestSteeringAfterTheLastReply(t *testing.T) {
 // one to close to kill it.
 func hitlPair(t *testing.T, u *upstream, o *opsMCP) *replicaPair {
 	t.Helper()
-	url := natsServer(t)
-	sa := clusterStore(t, url)
-	a := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: sa, DetachGrace: 5 * time.Second})
-	b := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: clusterStore(t, url), DetachGrace: 5 * time.Second})
-	return &replicaPair{a: a, b: b, storeA: sa}
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return hitlRunner(t, u, o, runtime.ToolRules{}, nil) }, detachAfter(5*time.Second))
+	return &replicaPair{a: rs[0], b: rs[1], storeA: rs[0].store}
 }
 
 // TestSteeringOwnerKilled kills the owner while a steering message waits
 // for the running tool: the replica that takes over queues it again, and
 // the next model request carries it.
 func TestSteeringOwnerKilled(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
 	o := newOpsMCP(t)
 	rp := hitlPair(t, u, o)
@@ -789,6 +797,7 @@ func TestSteeringOwnerKilled(t *testing.T) {
 // timeout's to bound, so the turn is still there to approve, and it runs
 // the tool once and completes.
 func TestApprovalOutlivesTheDetachGrace(t *testing.T) {
+	t.Parallel()
 	const grace = 100 * time.Millisecond
 	u := newUpstream(t, callsReply("c1", "deploy", `{"env":"prod"}`), textReply("done"))
 	o := newOpsMCP(t)

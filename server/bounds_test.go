@@ -50,6 +50,7 @@ func (e *endless) Stream(ctx context.Context, _ *llm.Request) iter.Seq2[llm.Chun
 // after send_timeout, the upstream call ends, and what it reads later ends
 // with DEADLINE_EXCEEDED naming the setting.
 func TestSendTimeout(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	p := &endless{stopped: make(chan struct{})}
 	ts := start(t, runner(t, p), server.Options{SendTimeout: 300 * time.Millisecond, Logger: newLogger(&logs)})
@@ -88,18 +89,6 @@ func TestSendTimeout(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition never held")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // bigTool answers every call with n bytes.
 func bigTool(name string, n int) llm.Tool {
 	return fake.NewTool(name, func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
@@ -122,6 +111,7 @@ func limitedRunner(t *testing.T, p llm.Provider, edit func(*runtime.Limits), too
 // does not cost the client its terminal event: every event fits gRPC's
 // default 4 MiB and the server's 2 MiB limit.
 func TestFiveMegabyteToolResult(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Call("c1", "dump", `{}`)}, fake.Reply{Chunks: fake.Text("read it")})
 	ts := start(t, runner(t, p, bigTool("dump", 5<<20)), server.Options{})
 	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
@@ -147,6 +137,7 @@ func TestFiveMegabyteToolResult(t *testing.T) {
 // TestTurnCompletedOmitsMessages: a turn_completed over max_event_bytes
 // comes without its messages, flagged; they are all in message_completed.
 func TestTurnCompletedOmitsMessages(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(
 		fake.Reply{Chunks: fake.Call("c1", "dump", `{}`)},
 		fake.Reply{Chunks: fake.Call("c2", "dump", `{}`)},
@@ -181,6 +172,7 @@ func TestTurnCompletedOmitsMessages(t *testing.T) {
 // reply longer than max_event_bytes) ends the turn with an error event in
 // its place, matching the status, with no gap in seq.
 func TestOversizedEventEndsTurn(t *testing.T) {
+	t.Parallel()
 	var chunks []llm.Chunk
 	for range 100 {
 		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: strings.Repeat("y", 1024)})
@@ -267,6 +259,7 @@ var allMethods = []string{
 // whose decoding grpc-go does before any interceptor; the RPC's log line
 // is written as for any call.
 func TestUndecodableRequestsEveryMethod(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{Logger: newLogger(&logs)})
 	bodies := []struct {
@@ -307,6 +300,7 @@ func TestUndecodableRequestsEveryMethod(t *testing.T) {
 // says UNAUTHENTICATED, whatever the bytes; health, open to all, says
 // INVALID_ARGUMENT.
 func TestUndecodableUnaryRequestNeedsKey(t *testing.T) {
+	t.Parallel()
 	ts := start(t, multiModel(t), server.Options{Keys: []server.Key{keyed("ops", "tok-ops-0123456789")}})
 	garbage := []byte{0x0a, 0x05, 'a', 'b'}
 	if st := callRaw(t, t.Context(), ts.conn, "/turnstile.v1.AgentService/CancelTurn", garbage); st.Code() != codes.Unauthenticated {
@@ -324,6 +318,7 @@ func TestUndecodableUnaryRequestNeedsKey(t *testing.T) {
 // hold invalid UTF-8, are the client's error: INVALID_ARGUMENT with
 // ErrorInfo, never INTERNAL.
 func TestUndecodableRequests(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxRequestBytes: 64 << 10})
 	valid, _ := proto.Marshal(hello())
 	tests := []struct {
@@ -355,6 +350,7 @@ func TestUndecodableRequests(t *testing.T) {
 // over twice the limit is refused by gRPC as soon as its length is read,
 // before it is all sent, without details.
 func TestRequestTooLarge(t *testing.T) {
+	t.Parallel()
 	const limit = 64 << 10
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxRequestBytes: limit})
 	over, huge := bigRequest(t, limit+100), bigRequest(t, 32<<20)
@@ -404,6 +400,7 @@ func bigRequest(t *testing.T, n int) []byte {
 // another closes; a connection that never completes its handshake is
 // closed after the handshake timeout.
 func TestMaxConnections(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxConnections: 1, HandshakeTimeout: time.Minute})
 	silent, err := net.Dial("tcp", ts.addr)
 	if err != nil {
@@ -426,6 +423,7 @@ func TestMaxConnections(t *testing.T) {
 }
 
 func TestHandshakeTimeout(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{HandshakeTimeout: 200 * time.Millisecond})
 	c, err := net.Dial("tcp", ts.addr)
 	if err != nil {
@@ -445,6 +443,7 @@ func TestHandshakeTimeout(t *testing.T) {
 // TestIdleConnectionsClosed: a connection without RPCs is closed after
 // max_connection_idle.
 func TestIdleConnectionsClosed(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxConnectionIdle: 200 * time.Millisecond})
 	if _, err := healthpb.NewHealthClient(ts.conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
@@ -464,6 +463,7 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // later has no outcome, and the status says why. (TestOutboxFinishStalls
 // holds the case where the last event is the one left.)
 func TestSendTimeoutOnTheLastEvent(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	reply := []llm.Chunk{
 		{Kind: llm.ChunkText, Text: strings.Repeat("z", 100<<10)},

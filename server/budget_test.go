@@ -110,6 +110,7 @@ func usd(nanos int32) *turnstilev1.Cost {
 // totals the turn's; a model without a price has no cost field at all,
 // and a turn that used both is partial.
 func TestCostOnTheWire(t *testing.T) {
+	t.Parallel()
 	quota := fake.Reply{Err: &llm.Error{Kind: llm.KindQuotaExhausted, Message: "spent"}}
 	tests := []struct {
 		name        string
@@ -142,6 +143,7 @@ func TestCostOnTheWire(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			ts := start(t, pricedRunner(t, fake.NewProvider(tt.priced...), fake.NewProvider(tt.free...)), server.Options{})
 			req := hello()
 			req.Model = tt.model
@@ -165,8 +167,7 @@ func TestCostOnTheWire(t *testing.T) {
 	}
 }
 
-// untilMidnight returns the wait from now until the next UTC midnight, rounded
-// up to a second.
+// untilMidnight returns the wait from now until the next UTC midnight.
 func untilMidnight(now time.Time) time.Duration {
 	now = now.UTC()
 	next := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
@@ -174,8 +175,9 @@ func untilMidnight(now time.Time) time.Duration {
 }
 
 // budgetRefusal checks st refuses a turn for the key's spent cost_per_day
-// before any event, with RetryInfo until the next UTC midnight.
-func budgetRefusal(t *testing.T, evs []*turnstilev1.AgentEvent, st *status.Status, asked time.Time) {
+// before any event, with RetryInfo until the next UTC midnight on the
+// server's clock, atNoon.
+func budgetRefusal(t *testing.T, evs []*turnstilev1.AgentEvent, st *status.Status) {
 	t.Helper()
 	if len(evs) != 0 {
 		t.Errorf("%d events before the refusal: %s", len(evs), wiretest.Names(evs))
@@ -193,11 +195,8 @@ func budgetRefusal(t *testing.T, evs []*turnstilev1.AgentEvent, st *status.Statu
 	if st.Code() != codes.ResourceExhausted || info.GetReason() != "BUDGET_EXHAUSTED" || info.GetMetadata()["limit"] != "cost_per_day" || info.GetMetadata()["client"] != "spender" {
 		t.Fatalf("status %v %q, ErrorInfo %v; want RESOURCE_EXHAUSTED BUDGET_EXHAUSTED limit=cost_per_day client=spender", st.Code(), st.Message(), info)
 	}
-	// The wait is to the reset, in whole seconds: between the wait from
-	// before the call and from after it, rounded up.
-	hi, lo := untilMidnight(asked)+time.Second, untilMidnight(time.Now())
-	if d := ri.GetRetryDelay().AsDuration(); ri == nil || d < lo || d > hi || d%time.Second != 0 {
-		t.Errorf("RetryInfo %v, want the wait to the next UTC midnight (%s to %s)", ri.GetRetryDelay().AsDuration(), lo, hi)
+	if want := untilMidnight(atNoon()); ri == nil || ri.GetRetryDelay().AsDuration() != want {
+		t.Errorf("RetryInfo %v, want the wait to the next UTC midnight, %s", ri.GetRetryDelay().AsDuration(), want)
 	}
 }
 
@@ -206,9 +205,7 @@ func budgetRefusal(t *testing.T, evs []*turnstilev1.AgentEvent, st *status.Statu
 // the reset; the turn that spent it (crossing it on its last call) ended
 // normally, and another key is not held back.
 func TestBudgetRefusesBeforeTheTurn(t *testing.T) {
-	if untilMidnight(time.Now()) < 10*time.Second {
-		t.Skip("too near the day's reset")
-	}
+	t.Parallel()
 	p := fake.NewProvider(costReply(true), costReply(false), costReply(false))
 	k := keyed("spender", "tok-spender-0123")
 	// Its calls hold their prompts alone (the second's, 0.013512 USD at
@@ -216,17 +213,16 @@ func TestBudgetRefusesBeforeTheTurn(t *testing.T) {
 	// call may cross the budget by its reply.
 	var zero int64
 	k.Limits.CostPerDay, k.Limits.ReserveOutputTokens = money("0.035"), &zero
-	ts := start(t, pricedRunner(t, p, fake.NewProvider()), server.Options{Keys: []server.Key{k, keyed("other", "tok-other-0123")}})
+	ts := start(t, pricedRunner(t, p, fake.NewProvider()), server.Options{Keys: []server.Key{k, keyed("other", "tok-other-0123")}, Clock: atNoon})
 	ctx := bearer(t.Context(), "tok-spender-0123")
 	// 0.01875 then 0.0375: crossed by the last call, which ends the turn.
 	if _, st := wiretest.Collect(t, ctx, ts.client, hello(), nil); st.Code() != codes.OK {
 		t.Fatalf("first turn: %v", st)
 	}
-	asked := time.Now()
 	req := hello()
 	req.TurnId = "turn-2"
 	evs, st := wiretest.Collect(t, ctx, ts.client, req, nil)
-	budgetRefusal(t, evs, st, asked)
+	budgetRefusal(t, evs, st)
 	if p.Calls() != 2 {
 		t.Errorf("the provider got %d calls, want 2", p.Calls())
 	}
@@ -240,24 +236,23 @@ func TestBudgetRefusesBeforeTheTurn(t *testing.T) {
 // BUDGET_EXHAUSTED, not retryable, before the next model call; with a
 // store and without.
 func TestBudgetCrossedMidTurn(t *testing.T) {
+	t.Parallel()
 	for _, durable := range []bool{false, true} {
 		name := "direct"
 		if durable {
 			name = "durable"
 		}
 		t.Run(name, func(t *testing.T) {
-			if untilMidnight(time.Now()) < 10*time.Second {
-				t.Skip("too near the day's reset")
-			}
+			t.Parallel()
 			p := fake.NewProvider(costReply(true), costReply(true), costReply(false))
 			k := keyed("spender", "tok-spender-0123")
 			// Its calls hold their prompts alone (the second's, 0.013512
 			// USD, fits what is left, 0.01625): a call may cross the
-			// budget by its reply (TestBudgetHolds: with the replies held,
-			// none does).
+			// budget by its reply (TestBudgetHoldsUnderConcurrency: with
+			// the replies held, none does).
 			var zero int64
 			k.Limits.CostPerDay, k.Limits.ReserveOutputTokens = money("0.035"), &zero
-			opts := server.Options{Keys: []server.Key{k}}
+			opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
 			if durable {
 				opts.Store = memStore(t)
 			}
@@ -284,11 +279,10 @@ func TestBudgetCrossedMidTurn(t *testing.T) {
 			if p.Calls() != 2 {
 				t.Errorf("the provider got %d calls, want 2: the third is not made", p.Calls())
 			}
-			asked := time.Now()
 			req := hello()
 			req.TurnId = "turn-2"
 			evs, st = wiretest.Collect(t, ctx, ts.client, req, nil)
-			budgetRefusal(t, evs, st, asked)
+			budgetRefusal(t, evs, st)
 		})
 	}
 }

@@ -246,6 +246,7 @@ func textOf(m *turnstilev1.Message) string {
 // turn, sent with the conversation the events give, is accepted and
 // shows the model what happened.
 func TestCancelTurnEndToEnd(t *testing.T) {
+	t.Parallel()
 	toolStopped := make(chan time.Time, 1)
 	block := fake.NewTool("block", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		<-ctx.Done()
@@ -325,14 +326,14 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			u := newUpstream(t)
 			u.replies = tt.replies(u)
 			ts := start(t, upstreamRunner(t, u, tt.backoff, block), server.Options{Store: memStore(t)})
 			other := ts
 			if tt.elsewhere {
-				url := natsServer(t)
-				ts = start(t, upstreamRunner(t, u, tt.backoff, block), server.Options{Store: clusterStore(t, url)})
-				other = start(t, upstreamRunner(t, u, tt.backoff, block), server.Options{Store: clusterStore(t, url)})
+				rs := startReplicas(t, 2, func(int) *runtime.Runner { return upstreamRunner(t, u, tt.backoff, block) }, nil)
+				ts, other = rs[0], rs[1]
 			}
 			stream, err := ts.client.RunTurn(t.Context(), hello())
 			if err != nil {
@@ -394,11 +395,6 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 				t.Errorf("closing messages:\n got %q\nwant %q", got, tt.closing)
 			}
 
-			// Nothing more reaches the upstream.
-			time.Sleep(100 * time.Millisecond)
-			if n := len(u.calls()); n != 1 {
-				t.Errorf("the upstream got %d calls, want 1", n)
-			}
 			w, wst := watch(t, t.Context(), other.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
 			sameEvents(t, "WatchTurn", w, evs)
 			sameStatus(t, "WatchTurn", wst, st)
@@ -413,7 +409,12 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 			if nst.Code() != codes.OK || nevs[len(nevs)-1].GetTurnCompleted() == nil {
 				t.Fatalf("the next turn: %v, events %s", nst, wiretest.Names(nevs))
 			}
+			// Nothing more reached the upstream: the cancelled turn's call,
+			// then the next turn's.
 			calls := u.calls()
+			if len(calls) != 2 {
+				t.Fatalf("the upstream got %d calls, want the cancelled turn's and the next one's", len(calls))
+			}
 			var roles []string
 			for _, m := range calls[len(calls)-1].Messages {
 				roles = append(roles, m.Role)
@@ -429,6 +430,7 @@ func TestCancelTurnEndToEnd(t *testing.T) {
 // one cancels, all report the same last seq, and the log holds one
 // terminal event, the one the caller received.
 func TestCancelledTurnHasOneTerminalEvent(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t)
 	u.replies = []func(http.ResponseWriter, *http.Request){u.textThenHang("partial")}
 	ts := start(t, upstreamRunner(t, u, time.Millisecond), server.Options{Store: memStore(t)})
@@ -476,6 +478,7 @@ func TestCancelledTurnHasOneTerminalEvent(t *testing.T) {
 // grace is cancelled, and closes its conversation in its log as a
 // CancelTurn does, so a client back later can continue from it.
 func TestDetachGraceClosesLikeACancel(t *testing.T) {
+	t.Parallel()
 	toolStopped := make(chan struct{})
 	block := fake.NewTool("block", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		<-ctx.Done()

@@ -35,6 +35,7 @@ func violations(st interface{ Details() []any }) []string {
 // before any event with INVALID_ARGUMENT, each violation naming the field
 // and the model's limit; top_p outside 0 to 1 is refused by the server.
 func TestModelLimitsOnTheWire(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})
 	p.Caps = llm.Capabilities{MaxStopSequences: new(4), MaxTemperature: new(1.0), TemperatureOrTopP: true}
 	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
@@ -74,6 +75,7 @@ func TestModelLimitsOnTheWire(t *testing.T) {
 // TestTopPReachesTheProvider: a request's top_p is what the provider is
 // asked.
 func TestTopPReachesTheProvider(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})
 	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	topP := 0.25
@@ -90,6 +92,7 @@ func TestTopPReachesTheProvider(t *testing.T) {
 // with its API's name as signer; a client sending it back gets it to the
 // model unchanged; a signer that is not a name is refused.
 func TestThinkingSignerRoundTrip(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: append([]llm.Chunk{{Kind: llm.ChunkThinking, Text: "hm", Signature: "EqQB"}}, fake.Text("ok")...)})
 	p.Caps.Signer = "anthropic"
 	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -108,20 +107,27 @@ func hold(t *testing.T, ctx context.Context, c turnstilev1.AgentServiceClient, r
 	if err != nil {
 		t.Fatal(err)
 	}
+	return following(eventsOf(stream.Recv))
+}
+
+// following reads a turn's stream until its first text delta, and the
+// rest on a goroutine of its own; it returns the status the stream ended
+// with when that came first.
+func following(stream eventRecv) (*heldTurn, *status.Status) {
 	h := &heldTurn{done: make(chan *status.Status, 1)}
 	for {
-		resp, err := stream.Recv()
+		ev, err := stream.Recv()
 		if err != nil {
 			return nil, status.Convert(err)
 		}
-		h.evs = append(h.evs, resp.GetEvent())
-		if resp.GetEvent().GetTextDelta() != nil {
+		h.evs = append(h.evs, ev)
+		if ev.GetTextDelta() != nil {
 			break
 		}
 	}
 	go func() {
 		for {
-			resp, err := stream.Recv()
+			ev, err := stream.Recv()
 			if err != nil {
 				if errors.Is(err, io.EOF) {
 					h.done <- status.New(codes.OK, "")
@@ -130,7 +136,7 @@ func hold(t *testing.T, ctx context.Context, c turnstilev1.AgentServiceClient, r
 				}
 				return
 			}
-			h.evs = append(h.evs, resp.GetEvent())
+			h.evs = append(h.evs, ev)
 		}
 	}()
 	return h, nil
@@ -164,15 +170,24 @@ func agentHealth(t *testing.T, ts *testServer) healthpb.HealthCheckResponse_Serv
 	return resp.GetStatus()
 }
 
-// waitServing waits until health says the AgentService serves.
+// waitServing waits until health says the AgentService serves: the
+// health service's Watch tells each change.
 func waitServing(t *testing.T, ts *testServer) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for agentHealth(t, ts) != healthpb.HealthCheckResponse_SERVING {
-		if time.Now().After(deadline) {
-			t.Fatal("the store never took turns again")
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(ts.conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: turnstilev1.AgentService_ServiceDesc.ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := w.Recv()
+		if err != nil {
+			t.Fatalf("the store never took turns again: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
 	}
 }
 
@@ -185,14 +200,9 @@ func waitServing(t *testing.T, ts *testServer) {
 // serving, and once they end the store takes turns again, without a
 // restart.
 func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.MaxBytes, cfg.LeaseTTL = "", 2<<20, 500*time.Millisecond
+	t.Parallel()
 	logs := &syncBuffer{}
-	tlog, err := store.Open(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tlog.Close)
+	tlog := openStore(t, withConfig(func(c *store.Config) { c.MaxBytes = 2 << 20 }), withLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	defer func() {
 		if t.Failed() {
 			t.Logf("store log:\n%s", logs.String())
@@ -221,7 +231,7 @@ func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
 		case codes.ResourceExhausted:
 			storeFullStatus(t, st)
 			refused++
-			time.Sleep(200 * time.Millisecond)
+			waitServing(t, ts) // the keeper removes finished turns
 		default:
 			t.Fatalf("flood %d: %v", i, st)
 		}
@@ -245,25 +255,35 @@ func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
 	if s := <-big.done; s.Code() != codes.OK {
 		t.Fatalf("the big turn: %v", s)
 	}
-	// Running turns of the flood, until the store is full of them: refused
-	// twice, passes of the keeper apart (the big turn, finished, leaves at
-	// the first pass a lease TTL after its end).
+	// Running turns of the flood, until the store is full of them: a turn
+	// refused once the big turn, finished, is gone. The keeper removes
+	// finished runs oldest first, and the big one came after all others:
+	// with it gone, none is left, and a refusal is the keeper's finding
+	// the store full of running turns. A refusal while it is there (the
+	// keeper may not have looked since it ended) passes once the keeper
+	// removes it.
+	bigGone := func() bool {
+		_, err := ts.client.CancelTurn(attacker, &turnstilev1.CancelTurnRequest{TurnId: "big"})
+		return status.Code(err) == codes.NotFound
+	}
 	var held []string
-	refusals := 0
-	for i := 0; refusals < 2; i++ {
+	for i := 0; ; i++ {
 		if i > 40 {
 			t.Fatal("the store took running turns without end")
 		}
 		name := fmt.Sprintf("a%d", i)
+		gone := bigGone()
 		_, st := hold(t, attacker, ts.client, sized("held-"+name, "hold:"+name, 200<<10))
 		if st == nil {
-			held, refusals = append(held, name), 0
+			held = append(held, name)
 			continue
 		}
 		storeFullStatus(t, st)
-		refusals++
-		t.Logf("held %d, refused; %+v", len(held), tlog.Usage())
-		time.Sleep(2500 * time.Millisecond)
+		t.Logf("held %d, refused, the big turn gone: %v; %+v", len(held), gone, tlog.Usage())
+		if gone {
+			break
+		}
+		waitServing(t, ts)
 	}
 	if u := tlog.Usage(); u.Full == nil || float64(u.Bytes) < 0.9*float64(u.Limit) {
 		t.Fatalf("refused, but the store is not full: %+v", u)
@@ -278,7 +298,24 @@ func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
 	if h := agentHealth(t, ts); h != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health while full: %v", h)
 	}
-	// The victim finishes with all its events.
+	// The same RunTurn again, while the store is still full, stores
+	// nothing: it attaches to the run. It and a WatchTurn follow the
+	// victim, attached while it runs: once it ends, the keeper may remove
+	// it like any finished turn.
+	again, ast := hold(t, victim, ts.client, sized("victim-turn", "hold:victim", 1000))
+	if ast != nil {
+		t.Fatalf("victim's RunTurn again: %v", ast)
+	}
+	w, err := ts.client.WatchTurn(victim, &turnstilev1.WatchTurnRequest{TurnId: "victim-turn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay, rst := following(eventsOf(w.Recv))
+	if rst != nil {
+		t.Fatalf("victim's WatchTurn: %v", rst)
+	}
+	// The victim finishes with all its events, stored: what the others
+	// follow are the events the store acknowledged.
 	g.release("victim")
 	if vs := <-v.done; vs.Code() != codes.OK {
 		t.Fatalf("victim: %v", vs)
@@ -286,17 +323,14 @@ func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
 	if got, want := wiretest.Names(v.evs), "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"; got != want {
 		t.Fatalf("victim's events:\n got %s\nwant %s", got, want)
 	}
-	replay, rst := watch(t, victim, ts.client, &turnstilev1.WatchTurnRequest{TurnId: "victim-turn"})
-	sameEvents(t, "victim's replay", replay, v.evs)
-	if rst.Code() != codes.OK {
-		t.Errorf("victim's replay: %v", rst)
-	}
-	// The same RunTurn again, while the store is still full, stores
-	// nothing: it attaches to the run and replays it.
-	again, ast := wiretest.Collect(t, victim, ts.client, sized("victim-turn", "hold:victim", 1000), nil)
-	sameEvents(t, "victim's RunTurn again", again, v.evs)
-	if ast.Code() != codes.OK {
-		t.Errorf("victim's RunTurn again: %v", ast)
+	for _, f := range []struct {
+		what string
+		h    *heldTurn
+	}{{"victim's RunTurn again", again}, {"victim's WatchTurn", replay}} {
+		if st := <-f.h.done; st.Code() != codes.OK {
+			t.Errorf("%s: %v", f.what, st)
+		}
+		sameEvents(t, f.what, f.h.evs, v.evs)
 	}
 	// The flood's turns end; the keeper makes room, and turns run again.
 	for _, name := range held {
@@ -315,6 +349,7 @@ func TestFullStoreKeepsOthersRunningTurns(t *testing.T) {
 // (stored_bytes) and RetryInfo, one larger than the limit without; other
 // keys are not touched.
 func TestKeyStoredBytes(t *testing.T) {
+	t.Parallel()
 	limit := int64(64 << 10)
 	var chunks []llm.Chunk
 	for range 100 {

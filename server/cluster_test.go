@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,25 +18,11 @@ import (
 	"github.com/turnstile-dev/turnstile/store"
 )
 
-// clusterStoreR3 opens a store on the cluster, waiting until the cluster
-// can place three replicas.
+// clusterStoreR3 opens a store on the cluster, which waits until the
+// cluster can place three replicas.
 func clusterStoreR3(t *testing.T, urls []string) *store.Store {
 	t.Helper()
-	cfg := store.DefaultConfig()
-	cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, strings.Join(urls, ","), time.Second
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s, err := store.Open(context.Background(), cfg, nil)
-		if err == nil {
-			t.Cleanup(s.Close)
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store on the cluster: %v", err)
-		}
-		// The cluster elects its meta leader first.
-		time.Sleep(100 * time.Millisecond)
-	}
+	return openStore(t, onNATS(strings.Join(urls, ",")))
 }
 
 // TestThreeNodeCluster runs durable turns on a three-server JetStream
@@ -52,6 +36,7 @@ func clusterStoreR3(t *testing.T, urls []string) *store.Store {
 // gap-free and equal to what the client was sent. A turn started with one
 // server of three gone runs and replays too.
 func TestThreeNodeCluster(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	servers, urls := natstest.Cluster(t, 3)
 	all := strings.Join(urls, ",")
@@ -71,15 +56,7 @@ func TestThreeNodeCluster(t *testing.T) {
 	a := start(t, runner(t, p, tool), server.Options{Store: sa})
 	b := start(t, runner(t, p, tool), server.Options{Store: sb})
 
-	nc, err := nats.Connect(all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, all)
 	for _, name := range []string{store.StreamName, "KV_" + store.LeaseBucket, "KV_" + store.CooldownBucket, "KV_" + store.BudgetBucket} {
 		s, err := js.Stream(t.Context(), name)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 // decodes as the response encoded by gRPC's codec would, small (its own
 // buffer) and large (a pooled one), for both streaming responses.
 func TestEncodedResponse(t *testing.T) {
+	t.Parallel()
 	c := newCodec(1 << 20)
 	for _, size := range []int{0, 10, 1 << 10, 100 << 10} {
 		ev := &turnstilev1.AgentEvent{Seq: 7, Attempt: 2, Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: strings.Repeat("é", size/2)}}}

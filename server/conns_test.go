@@ -3,12 +3,10 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -210,6 +208,7 @@ func infoLines(logs string) int {
 // reset (FRAME_SIZE_ERROR) and the connection serves on; each is counted,
 // and logged once per connection. A normal turn is served meanwhile.
 func TestHeaderOverLimit(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	m := newMeter()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
@@ -250,12 +249,14 @@ func TestHeaderOverLimit(t *testing.T) {
 
 // TestRapidReset: a connection that opens and resets 100,000 streams is
 // closed with GOAWAY ENHANCE_YOUR_CALM; the server writes a handful of
-// lines at INFO, and counts the closed connection.
+// lines at INFO (its clock, which its log lines are sampled on, stands
+// still), and counts the closed connection.
 func TestRapidReset(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	m := newMeter()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
-		server.Options{Logger: newLogger(&logs), MeterProvider: m})
+		server.Options{Logger: newLogger(&logs), MeterProvider: m, Clock: atNoon})
 	c := dialRaw(t, ts.addr)
 	sent := 0
 	for range 100_000 {
@@ -283,8 +284,16 @@ func TestRapidReset(t *testing.T) {
 	waitFor(t, func() bool {
 		return m.sum(t, "turnstile.server.refusals", attribute.String("reason", "rapid_reset")) == 1
 	})
-	time.Sleep(100 * time.Millisecond) // the reset streams' handlers end
-	out := logs.String()
+	// Once the server has stopped gracefully, every handler of the reset
+	// streams has returned and written its line.
+	ts.srv.Shutdown(t.Context())
+	var lines []string
+	for _, l := range strings.SplitAfter(logs.String(), "\n") {
+		if !strings.Contains(l, "msg=draining") && !strings.Contains(l, `msg="all turns finished"`) {
+			lines = append(lines, l)
+		}
+	}
+	out := strings.Join(lines, "")
 	t.Logf("%d streams opened and reset before the connection closed; %d lines at INFO or above, %d in all", sent, infoLines(out), strings.Count(out, "\n"))
 	if n := infoLines(out); n > 10 {
 		t.Errorf("%d lines at INFO or above:\n%.3000s", n, out)
@@ -294,23 +303,38 @@ func TestRapidReset(t *testing.T) {
 	}
 }
 
-// TestUnauthenticatedFlood: 2,000 calls without a key write a handful of
-// lines (with the count of those left out) and are counted by code.
+// TestUnauthenticatedFlood: 2,000 calls without a key, eight at a time,
+// write a handful of lines and are counted by code. The server's clock stands still: the
+// lines are the sampler's first ones, however long the calls take.
 func TestUnauthenticatedFlood(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	m := newMeter()
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
-		server.Options{Logger: logger, MeterProvider: m, Keys: []server.Key{keyed("ops", "tok-ops-0123456789")}})
-	const n = 2000
-	for range n {
-		stream, err := ts.client.RunTurn(t.Context(), hello())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
-			t.Fatalf("status %v, want UNAUTHENTICATED", err)
-		}
+		server.Options{Logger: logger, MeterProvider: m, Keys: []server.Key{keyed("ops", "tok-ops-0123456789")}, Clock: atNoon})
+	const n, callers = 2000, 8
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n / callers {
+				stream, err := ts.client.RunTurn(t.Context(), hello())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+					t.Errorf("status %v, want UNAUTHENTICATED", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
 	}
 	code := attribute.Int("rpc.grpc.status_code", int(codes.Unauthenticated))
 	waitFor(t, func() bool { return m.sum(t, "turnstile.server.rpcs.unserved", code) == n })
@@ -326,14 +350,16 @@ func TestUnauthenticatedFlood(t *testing.T) {
 // while they hold (without the cap they would hold every slot of
 // max_connections until handshake_timeout, a minute here).
 func TestPerPeerCap(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	m := newMeter()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
-		server.Options{Logger: newLogger(&logs), MeterProvider: m, MaxConnections: 100, MaxConnectionsPerPeer: 20, HandshakeTimeout: time.Minute})
+		server.Options{Logger: newLogger(&logs), MeterProvider: m, MaxConnections: 100, MaxConnectionsPerPeer: 20, HandshakeTimeout: time.Minute,
+			Clock: atNoon})
 	silent := dialSilent(t, ts.addr, 150)
 	perPeer := attribute.String("reason", "per_peer_limit")
 	waitFor(t, func() bool { return m.sum(t, "turnstile.server.refusals", perPeer) == 130 })
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
 	defer cancel()
 	if _, st := wiretest.Collect(t, ctx, ts.client, hello(), nil); st.Code() != codes.OK {
 		t.Fatalf("a client from another address, while one address holds its share: %v", st)
@@ -349,6 +375,7 @@ func TestPerPeerCap(t *testing.T) {
 // TestHandshakeTimeoutCounted: each silent connection closed by
 // handshake_timeout is counted and logged at DEBUG.
 func TestHandshakeTimeoutCounted(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	m := newMeter()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
@@ -383,40 +410,55 @@ func dialSilent(t *testing.T, addr string, n int) []net.Conn {
 }
 
 // TestUnixSocketNotCapped: connections on a Unix socket have no address
-// to count by, so max_connections_per_peer does not apply to them.
+// to count by, so max_connections_per_peer does not apply to them: five
+// held open at once are all served.
 func TestUnixSocketNotCapped(t *testing.T) {
+	t.Parallel()
 	m := newMeter()
 	lis, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
+	ts := serveOn(t, lis, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})),
 		server.Options{MeterProvider: m, MaxConnectionsPerPeer: 2, HandshakeTimeout: time.Minute})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	defer func() { srv.Stop(); <-done }()
 	var conns []net.Conn
 	for range 5 {
-		c, err := net.Dial("unix", lis.Addr().String())
+		c, err := net.Dial("unix", ts.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		conns = append(conns, c)
 	}
-	// A connection the server closed reads EOF after what it was sent
-	// (the server's SETTINGS); an open one times out.
+	// A connection the server serves acknowledges a client's HTTP/2
+	// settings; one it closed reads EOF after its own SETTINGS.
 	for i, c := range conns {
-		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		var err error
-		for err == nil {
-			_, err = c.Read(make([]byte, 512))
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("connection %d: %v, want it held open", i, err)
+		if err := settingsAcked(c); err != nil {
+			t.Errorf("connection %d: %v, want it served", i, err)
 		}
 	}
 	if n := m.sum(t, "turnstile.server.refusals", attribute.String("reason", "per_peer_limit")); n != 0 {
 		t.Errorf("%d refused", n)
+	}
+}
+
+// settingsAcked sends an HTTP/2 client preface on c and reads until the
+// server acknowledges its settings.
+func settingsAcked(c net.Conn) error {
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		return err
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		return err
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return err
+		}
+		if s, ok := f.(*http2.SettingsFrame); ok && s.IsAck() {
+			return nil
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 // still reaches the server is refused before any event with a retryable
 // UNAVAILABLE, so the client goes to another replica.
 func TestDrainingRefusesNewTurns(t *testing.T) {
+	t.Parallel()
 	r, err := runtime.New([]*runtime.Model{{Alias: "m", Provider: fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")}), ID: "m", Retry: policy.DefaultRetry()}}, "m", nil)
 	if err != nil {
 		t.Fatal(err)

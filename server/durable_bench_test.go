@@ -69,18 +69,14 @@ func BenchmarkDurable(b *testing.B) {
 	})
 }
 
+// benchStore opens an embedded store with the default lease TTL, in
+// memory when dir is empty, else on disk.
 func benchStore(b *testing.B, dir string) *store.Store {
-	cfg := store.DefaultConfig()
-	cfg.Dir = dir
+	opts := []storeOption{withLeaseTTL(store.DefaultConfig().LeaseTTL)}
 	if dir != "" {
-		cfg.Dir = b.TempDir()
+		opts = append(opts, inDir(b.TempDir()))
 	}
-	s, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
-	return s
+	return openStore(b, opts...)
 }
 
 func wiretestCollect(b *testing.B, ts *testServer, req *turnstilev1.RunTurnRequest) ([]*turnstilev1.AgentEvent, error) {

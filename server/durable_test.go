@@ -22,42 +22,11 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
-	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
-
-// memStore opens an embedded store that keeps everything in memory.
-func memStore(t testing.TB) *store.Store {
-	t.Helper()
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.LeaseTTL = "", 500*time.Millisecond
-	s, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
-// natsServer starts a NATS server with JetStream on a loopback port, as a
-// cluster of replicas would share, and returns its URL.
-func natsServer(t testing.TB) string { return natstest.Start(t) }
-
-// clusterStore opens a store on the NATS server at url, as one replica.
-func clusterStore(t testing.TB, url string) *store.Store {
-	t.Helper()
-	cfg := store.DefaultConfig()
-	cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, url, 500*time.Millisecond
-	s, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
 
 // watch collects the events of a WatchTurn and its final status.
 func watch(t testing.TB, ctx context.Context, c turnstilev1.AgentServiceClient, req *turnstilev1.WatchTurnRequest) ([]*turnstilev1.AgentEvent, *status.Status) {
@@ -88,6 +57,7 @@ func sameStatus(t testing.TB, what string, got, want *status.Status) {
 // store: the events and the status are the ones of a server without one,
 // and WatchTurn replays them exactly, from the start or from any seq.
 func TestDurableTurnsMatchAndReplay(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		replies []fake.Reply
@@ -104,6 +74,7 @@ func TestDurableTurnsMatchAndReplay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			ts := start(t, runner(t, fake.NewProvider(tt.replies...), tt.tools...), server.Options{Store: memStore(t)})
 			evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
 			if got := wiretest.Names(evs); got != tt.want {
@@ -132,6 +103,7 @@ func TestDurableTurnsMatchAndReplay(t *testing.T) {
 // TestRunTurnIsIdempotent: 100 concurrent RunTurns with one new id run one
 // turn and get 100 identical streams; a repeat after the end replays it.
 func TestRunTurnIsIdempotent(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: append([]llm.Chunk{{Kind: llm.ChunkText, Text: "a"}, {Kind: llm.ChunkText, Text: "b"}}, fake.Text("c")...)})
 	ts := start(t, runner(t, p), server.Options{Store: memStore(t)})
 	const n = 100
@@ -165,6 +137,7 @@ func TestRunTurnIsIdempotent(t *testing.T) {
 // ALREADY_EXISTS; the next attempt is a run of its own, named by the field
 // or by an older client's metadata.
 func TestAttempts(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})
 	ts := start(t, runner(t, p), server.Options{Store: memStore(t)})
 	if _, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil); st.Code() != codes.OK {
@@ -205,6 +178,7 @@ func TestAttempts(t *testing.T) {
 }
 
 func TestWatchAndCancelErrors(t *testing.T) {
+	t.Parallel()
 	withStore := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{Store: memStore(t)})
 	without := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
 	tests := []struct {
@@ -267,9 +241,9 @@ func untilToolStarted(t *testing.T, stream interface {
 // replica, stops the turn; the caller and a watcher both end with the
 // CANCELLED error event, and a second cancel changes nothing.
 func TestCancelTurnStopsForEveryWatcher(t *testing.T) {
-	url := natsServer(t)
-	a := start(t, runner(t, fake.NewProvider(hang)), server.Options{Store: clusterStore(t, url)})
-	b := start(t, runner(t, fake.NewProvider(hang)), server.Options{Store: clusterStore(t, url)})
+	t.Parallel()
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, fake.NewProvider(hang)) }, nil)
+	a, b := rs[0], rs[1]
 	stream, err := a.client.RunTurn(t.Context(), hello())
 	if err != nil {
 		t.Fatal(err)
@@ -329,6 +303,7 @@ func TestCancelTurnStopsForEveryWatcher(t *testing.T) {
 // alive and sees it end; a turn nobody watches is cancelled after the
 // grace.
 func TestDisconnectIsNotCancel(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var calls atomic.Int32
 	tool := fake.NewTool("wait", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
@@ -415,6 +390,7 @@ func TestDisconnectIsNotCancel(t *testing.T) {
 // WatchTurn from the last seq received, on a random replica: the pieces
 // always join into the stored log, with no gap and no duplicate.
 func TestReattachTrials(t *testing.T) {
+	t.Parallel()
 	// TURNSTILE_TRIALS runs more (BENCHMARKS.md has the 10,000-trial run).
 	trials := 60
 	if testing.Short() {
@@ -425,7 +401,6 @@ func TestReattachTrials(t *testing.T) {
 	}
 	began := time.Now()
 	defer func() { t.Logf("%d trials in %v", trials, time.Since(began)) }()
-	url := natsServer(t)
 	var chunks []llm.Chunk
 	for i := range 20 {
 		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: fmt.Sprintf("w%d ", i)})
@@ -435,10 +410,8 @@ func TestReattachTrials(t *testing.T) {
 	if os.Getenv("TURNSTILE_TRIALS_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	replicas := []*testServer{
-		start(t, runner(t, fake.NewProvider(reply)), server.Options{Store: clusterStore(t, url), Logger: logger}),
-		start(t, runner(t, fake.NewProvider(reply)), server.Options{Store: clusterStore(t, url), Logger: logger}),
-	}
+	replicas := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, fake.NewProvider(reply)) },
+		func(int) server.Options { return server.Options{Logger: logger} })
 	violations := runTrials(t, replicas, trials, rand.New(rand.NewPCG(1, 2)))
 	if violations != 0 {
 		t.Fatalf("%d sequence violations in %d trials", violations, trials)
@@ -536,6 +509,7 @@ func (f eventRecv) Recv() (*turnstilev1.AgentEvent, error) { return f() }
 // the turns it runs; beyond the bound RunTurn answers a retryable
 // UNAVAILABLE before any event, and a slot frees when a turn ends.
 func TestMaxRunningTurns(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(hang)), server.Options{Store: memStore(t), MaxRunningTurns: 1})
 	stream, err := ts.client.RunTurn(t.Context(), hello())
 	if err != nil {
@@ -576,6 +550,7 @@ func TestMaxRunningTurns(t *testing.T) {
 // that does not exist), nor attach to it by repeating its request, which
 // runs a turn of its own.
 func TestTurnsBelongToTheirKey(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("mine")})), server.Options{
 		Store: memStore(t), Keys: []server.Key{keyed("a", "tok-a-0123456789"), keyed("b", "tok-b-0123456789")},
 	})
@@ -605,17 +580,19 @@ func TestTurnsBelongToTheirKey(t *testing.T) {
 // replica and every replay end alike instead of waiting for an event that
 // never comes.
 func TestDurableOversizedEventEndsTurn(t *testing.T) {
+	t.Parallel()
 	var chunks []llm.Chunk
 	for range 100 {
 		chunks = append(chunks, llm.Chunk{Kind: llm.ChunkText, Text: strings.Repeat("y", 1024)})
 	}
 	chunks = append(chunks, llm.Chunk{Kind: llm.ChunkStop, Stop: llm.StopEndTurn})
-	url := natsServer(t)
-	opts := server.Options{MaxEventBytes: 64 << 10}
-	opts.Store = clusterStore(t, url)
-	a := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: chunks})), opts)
-	opts.Store = clusterStore(t, url)
-	b := start(t, runner(t, fake.NewProvider()), opts)
+	rs := startReplicas(t, 2, func(i int) *runtime.Runner {
+		if i == 0 {
+			return runner(t, fake.NewProvider(fake.Reply{Chunks: chunks}))
+		}
+		return runner(t, fake.NewProvider())
+	}, func(int) server.Options { return server.Options{MaxEventBytes: 64 << 10} })
+	a, b := rs[0], rs[1]
 
 	evs, st := wiretest.Collect(t, t.Context(), a.client, hello(), nil)
 	// Names runs deltas together: the 100 text deltas are there too,

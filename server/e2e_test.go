@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,17 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -33,47 +28,6 @@ import (
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/telemetry"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded NATS server's workers end just after Shutdown returns.
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-	)
-}
-
-// testServer is a real server on a loopback port with a client connection.
-type testServer struct {
-	srv    *server.Server
-	conn   *grpc.ClientConn
-	client turnstilev1.AgentServiceClient
-	addr   string
-}
-
-func start(t testing.TB, r *runtime.Runner, opts server.Options) *testServer {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(r, opts)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(lis); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		<-done
-	})
-	return &testServer{srv: srv, conn: conn, client: turnstilev1.NewAgentServiceClient(conn), addr: lis.Addr().String()}
-}
 
 func runner(t *testing.T, p llm.Provider, tools ...llm.Tool) *runtime.Runner {
 	t.Helper()
@@ -94,6 +48,7 @@ func hello() *turnstilev1.RunTurnRequest {
 }
 
 func TestTurnsOverGRPC(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		replies []fake.Reply
@@ -156,6 +111,7 @@ func TestTurnsOverGRPC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			ts := start(t, runner(t, fake.NewProvider(tt.replies...), tt.tools...), server.Options{})
 			evs, st := wiretest.Collect(t, t.Context(), ts.client, tt.req(), nil)
 			if got := wiretest.Names(evs); got != tt.want {
@@ -208,6 +164,7 @@ func assertStatusMatchesEvent(t *testing.T, st *status.Status, e *turnstilev1.Er
 }
 
 func TestInvalidRequests(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
 	user := func(parts ...*turnstilev1.Part) *turnstilev1.Message {
 		return &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER, Parts: parts}
@@ -258,6 +215,7 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 func TestClientCancelMidStream(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "streaming"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -281,10 +239,14 @@ func TestClientCancelMidStream(t *testing.T) {
 	}
 }
 
+// TestDeadline: a turn still running at its client's deadline ends
+// DEADLINE_EXCEEDED. The deadline is the test's wait: long enough for the
+// turn's first delta on a loaded machine.
 func TestDeadline(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "slow"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{})
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	evs, st := wiretest.Collect(t, ctx, ts.client, hello(), nil)
 	if st.Code() != codes.DeadlineExceeded {
@@ -302,6 +264,7 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestHealthAndReflection(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{})
 	h, err := healthpb.NewHealthClient(ts.conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "turnstile.v1.AgentService"})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -329,6 +292,7 @@ func TestHealthAndReflection(t *testing.T) {
 }
 
 func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "long answer"}}, Hang: true})
 	ts := start(t, runner(t, p), server.Options{ShutdownGrace: 50 * time.Millisecond, DrainDelay: 300 * time.Millisecond})
 	health := healthpb.NewHealthClient(ts.conn)
@@ -346,23 +310,25 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 		})
 	}()
 	<-started
+	// While draining, health says NOT_SERVING: its Watch tells the change.
+	wctx, unwatch := context.WithCancel(t.Context())
+	defer unwatch()
+	w, err := health.Watch(wctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := w.Recv(); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before the shutdown: %v %v", h, err)
+	}
 	shut := make(chan struct{})
 	go func() {
 		defer close(shut)
 		ts.srv.Shutdown(context.Background())
 	}()
-	// While draining, health says NOT_SERVING.
-	deadline := time.Now().Add(time.Second)
-	for {
-		h, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
-		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health never turned NOT_SERVING: %v %v", h, err)
-		}
-		time.Sleep(time.Millisecond)
+	if h, err := w.Recv(); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health while draining: %v %v", h, err)
 	}
+	unwatch() // the graceful stop waits for every RPC to end
 	<-done
 	<-shut
 	if st.Code() != codes.Unavailable {
@@ -379,6 +345,7 @@ func TestShutdownDrainsThenCancelsRetryable(t *testing.T) {
 }
 
 func TestNoSecretInErrors(t *testing.T) {
+	t.Parallel()
 	const key = "sk-secret-123"
 	p := fake.NewProvider(fake.Reply{Err: &llm.Error{Kind: llm.KindAuth, Message: "invalid api key", Err: errors.New("Authorization: Bearer " + key)}})
 	ts := start(t, runner(t, p), server.Options{})
@@ -399,6 +366,7 @@ func TestNoSecretInErrors(t *testing.T) {
 // the turn's one line above DEBUG holds the root cause, and the RPC's own
 // line is at DEBUG.
 func TestInternalFailureLogsItsCause(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cause := errors.New(`Post "api.example.com/v1/chat/completions": unsupported protocol scheme ""`)
@@ -416,10 +384,7 @@ func TestInternalFailureLogsItsCause(t *testing.T) {
 		t.Errorf("the error event leaks the cause: %q", got)
 	}
 	// The interceptor logs after the handler returned.
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "finished call") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.awaitLine(t, "finished call")
 	var above []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var m map[string]any
@@ -443,6 +408,7 @@ func TestInternalFailureLogsItsCause(t *testing.T) {
 // RunTurn refused before its turn started is; health checks and
 // reflection are not.
 func TestRPCLogLevels(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})), server.Options{Logger: logger})
@@ -473,10 +439,7 @@ func TestRPCLogLevels(t *testing.T) {
 		"grpc.reflection.v1.ServerReflection": "DEBUG",
 		"turnstile.v1.AgentService":           "INFO",
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for strings.Count(logs.String(), "finished call") < len(want) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.await(t, "the line of each RPC", func(logs string) bool { return strings.Count(logs, "finished call") >= len(want) })
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var m map[string]any
@@ -491,27 +454,4 @@ func TestRPCLogLevels(t *testing.T) {
 	if !maps.Equal(want, got) {
 		t.Errorf("levels of the RPC lines = %v, want %v", got, want)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// newLogger returns a text logger at debug level writing to w.
-func newLogger(w *syncBuffer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

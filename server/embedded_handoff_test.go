@@ -10,12 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
-	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
 
 // TestEmbeddedHandOffInProcess: with the embedded store, whose turns are
@@ -26,6 +23,7 @@ import (
 // gets the rest of the turn, the interrupted call's output discarded,
 // equal to the log, long before a lease TTL.
 func TestEmbeddedHandOffInProcess(t *testing.T) {
+	t.Parallel()
 	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n == 1 {
 			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
@@ -33,13 +31,7 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 		return chunks(ctx, false, fake.Text("Hello world")...)
 	}}
 	const leaseTTL = 10 * time.Second
-	cfg := store.DefaultConfig()
-	cfg.Dir, cfg.LeaseTTL = t.TempDir(), leaseTTL
-	st, err := store.Open(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := openStore(t, inDir(t.TempDir()), withLeaseTTL(leaseTTL))
 	const grace = 300 * time.Millisecond
 	a := start(t, runner(t, p), server.Options{Store: st, ShutdownGrace: grace})
 	b := start(t, runner(t, p), server.Options{Store: st})
@@ -62,19 +54,5 @@ func TestEmbeddedHandOffInProcess(t *testing.T) {
 	if wst.Code() != codes.OK {
 		t.Fatalf("watch on b: %v", wst)
 	}
-	if first.Sub(handedOff) >= leaseTTL/2 {
-		t.Errorf("b took the turn over %v after the hand-off: it waited as for an expired lease", first.Sub(handedOff))
-	}
-	all := append(head, rest...)
-	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
-		t.Fatalf("events = %s", got)
-	}
-	if retry := retryIn(all); !retry.GetDiscardPartial() || retry.GetDiscardFromSeq() != 3 {
-		t.Errorf("retry = %v, want discard from seq 3", retry)
-	}
-	log, _ := watch(t, t.Context(), b.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
-	sameEvents(t, "log", log, all)
-	if p.calls() != 2 {
-		t.Errorf("model calls = %d, want 2", p.calls())
-	}
+	tookOver(t, b, p, append(head, rest...), first.Sub(handedOff), leaseTTL)
 }

@@ -126,10 +126,10 @@ func cutTurn(t *testing.T, ts *testServer, ctx context.Context, req *turnstilev1
 // before streaming, or that never reached it, is charged nothing. Each
 // key may run one turn at a time, so the second turn starts once the
 // first has ended; the limits around the charge show what was charged.
+// The limits' clock stands still (atNoon): no bucket refills and no day
+// ends while the test runs.
 func TestCutCallChargesAnEstimate(t *testing.T) {
-	if untilMidnight(time.Now()) < 30*time.Second {
-		t.Skip("too near the day's reset")
-	}
+	t.Parallel()
 	one := 1
 	n := func(v int64) *int64 { return &v }
 	// A closed port: the connection is refused.
@@ -157,8 +157,7 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 			limits: server.KeyLimits{TokensPerMinute: n(500)}, refused: "tokens_per_minute"},
 		{name: "estimate under tokens_per_minute", first: func(u *upstream) func(http.ResponseWriter, *http.Request) { return u.textThenHang("Hel") }, cut: true,
 			limits: server.KeyLimits{TokensPerMinute: n(2000)}},
-		// A day's bucket refills too slowly to matter: these two pin the
-		// estimate at 1000 tokens.
+		// These two pin the estimate at 1000 tokens.
 		{name: "estimate reaches tokens_per_day", first: func(u *upstream) func(http.ResponseWriter, *http.Request) { return u.textThenHang("Hel") }, cut: true,
 			limits: server.KeyLimits{TokensPerDay: n(1000)}, refused: "tokens_per_day"},
 		{name: "estimate one token under tokens_per_day", first: func(u *upstream) func(http.ResponseWriter, *http.Request) { return u.textThenHang("Hel") }, cut: true,
@@ -187,6 +186,7 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 		for _, tt := range tests {
 			name := map[bool]string{false: "store off/", true: "store on/"}[durable] + tt.name
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				baseURL := refusedURL
 				if tt.first != nil {
 					u := newUpstream(t)
@@ -199,7 +199,7 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 				// prompt is three bytes, none of a token: only what the
 				// first turn was charged stands in the second's way.
 				k.Limits.ConcurrentTurns, k.Limits.ReserveOutputTokens = &one, n(0)
-				opts := server.Options{Keys: []server.Key{k}}
+				opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
 				if durable {
 					opts.Store = memStore(t)
 				}
@@ -218,17 +218,15 @@ func TestCutCallChargesAnEstimate(t *testing.T) {
 					evs []*turnstilev1.AgentEvent
 					st  *status.Status
 				)
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					second := hello()
-					second.TurnId = "turn-2"
-					second.Messages[0].Parts[0].Kind = &turnstilev1.Part_Text{Text: "hi?"}
+				second := hello()
+				second.TurnId = "turn-2"
+				second.Messages[0].Parts[0].Kind = &turnstilev1.Part_Text{Text: "hi?"}
+				eventually(t, "the first turn ends and frees its key's slot", func() bool {
+					cctx, cancel := context.WithTimeout(ctx, waitBound)
+					defer cancel()
 					evs, st = wiretest.Collect(t, cctx, ts.client, second, nil)
-					cancel()
-					if limitOf(st) != "concurrent_turns" || time.Now().After(deadline) {
-						break
-					}
-				}
+					return limitOf(st) != "concurrent_turns"
+				})
 				if tt.refused == "" {
 					if len(evs) == 0 {
 						t.Fatalf("the second turn was refused: %v", st)

@@ -83,6 +83,7 @@ func stingyClient(t *testing.T, ts *testServer) turnstilev1.AgentServiceClient {
 // watcher gets every event once, in order, equal to the log, and the
 // turn's status.
 func TestWatcherBehindTheWindow(t *testing.T) {
+	t.Parallel()
 	const chunks, size = 256, 4 << 10 // 1 MiB of text: many windows
 	for _, tc := range []struct {
 		name string
@@ -104,6 +105,17 @@ func TestWatcherBehindTheWindow(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// Another client reads the turn as it comes: a turn only
+				// slow readers follow goes at their pace (TestUnreadRunWaitsForReader).
+				reader, err := ts.client.WatchTurn(t.Context(), &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				read := make(chan []*turnstilev1.AgentEvent, 1)
+				go func() {
+					evs, _ := drainStream(reader.Recv)
+					read <- evs
+				}()
 				// The client reads nothing more until the model streamed
 				// its whole reply, which leaves the window far behind.
 				<-g.streamed
@@ -111,7 +123,9 @@ func TestWatcherBehindTheWindow(t *testing.T) {
 				<-g.stopped
 				return func() ([]*turnstilev1.AgentEvent, *status.Status) {
 					evs, st := drainStream(stream.Recv)
-					return append([]*turnstilev1.AgentEvent{first.GetEvent()}, evs...), st
+					evs = append([]*turnstilev1.AgentEvent{first.GetEvent()}, evs...)
+					sameEvents(t, "the reader's events", <-read, evs)
+					return evs, st
 				}
 			},
 			logged: "a watcher fell behind the turn's window",
@@ -158,6 +172,7 @@ func TestWatcherBehindTheWindow(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var logs syncBuffer
 			g := newGated(chunks, size)
 			ts := start(t, runner(t, g), server.Options{Store: memStore(t), Logger: newLogger(&logs)})
@@ -198,10 +213,12 @@ func drainStream[R interface {
 
 // TestDurableSendTimeout: a stream of a durable turn whose client accepts
 // no event for server.send_timeout is closed with DEADLINE_EXCEEDED naming
-// the timeout; the turn goes on without it (detached: another client can
-// watch it to its end, or the detach grace ends it), and what the client
-// read is a gap-free prefix of the log.
+// the timeout; the turn waits without it (detached and waiting for a reader, see
+// TestStalledRunWaitsThenDetaches: another client watching it resumes it
+// to its end, or the detach grace ends it), and what the client read is a
+// gap-free prefix of the log.
 func TestDurableSendTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string
@@ -280,14 +297,21 @@ func TestDurableSendTimeout(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var logs syncBuffer
 			g := newGated(256, 4<<10)
 			if tc.idle {
 				g = newGated(2, 512<<10)
 			}
-			ts := start(t, runner(t, g), server.Options{Store: memStore(t), SendTimeout: timeout, DetachGrace: 500 * time.Millisecond, Logger: newLogger(&logs)})
+			// A turn released goes on for as long as it takes; one left to
+			// the detach grace ends half a second after its stream stalled,
+			// which may be before the model has streamed it all.
+			grace := time.Minute
+			if !tc.release {
+				grace = 500 * time.Millisecond
+			}
+			ts := start(t, runner(t, g), server.Options{Store: memStore(t), SendTimeout: timeout, DetachGrace: grace, Logger: newLogger(&logs)})
 			recv := tc.stall(t, ts, g)
-			<-g.streamed
 			waitFor(t, func() bool { return strings.Contains(logs.String(), "grpc.code=DeadlineExceeded") })
 			if tc.release {
 				close(g.release)
@@ -309,8 +333,32 @@ func TestDurableSendTimeout(t *testing.T) {
 			if info := errorInfoOf(st); info.GetReason() != "DEADLINE_EXCEEDED" {
 				t.Errorf("ErrorInfo %v", info)
 			}
-			<-g.stopped
-			log, _ := watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1"})
+			// The server's send_timeout holds for a watch too: one a loaded
+			// machine cut short is made again from its last event, as a
+			// client does.
+			var log []*turnstilev1.AgentEvent
+			readLog := func() {
+				for len(log) == 0 || log[len(log)-1].GetError() == nil && log[len(log)-1].GetTurnCompleted() == nil {
+					var after uint64
+					if len(log) > 0 {
+						after = log[len(log)-1].GetSeq()
+					}
+					more, wst := watch(t, t.Context(), ts.client, &turnstilev1.WatchTurnRequest{TurnId: "turn-1", AfterSeq: after})
+					if len(more) == 0 && wst.Code() != codes.DeadlineExceeded {
+						t.Fatalf("watching the log after seq %d: %v", after, wst)
+					}
+					log = append(log, more...)
+				}
+			}
+			if tc.release {
+				// A client watches it again: it goes on to its end.
+				readLog()
+				<-g.stopped
+			} else {
+				// Nobody does: the detach grace ends it.
+				<-g.stopped
+				readLog()
+			}
 			if names := wiretest.Names(log); !strings.HasSuffix(names, " "+tc.want) {
 				t.Errorf("the turn's events: %s, want them to end with %s", names, tc.want)
 			}
@@ -331,6 +379,7 @@ func TestDurableSendTimeout(t *testing.T) {
 // RunTurn each get every event once, in order, equal to the log, and the
 // turn's status.
 func TestWatcherBesideThePushedStream(t *testing.T) {
+	t.Parallel()
 	const chunks, size = 64, 64
 	g := newGated(chunks, size)
 	ts := start(t, runner(t, g), server.Options{Store: memStore(t)})

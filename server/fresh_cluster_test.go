@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -27,6 +25,7 @@ import (
 // three come up with the log replicated three times, and each serves a
 // durable turn that the others replay.
 func TestFreshClusterStart(t *testing.T) {
+	t.Parallel()
 	urls, startNATS := natstest.ClusterLater(t, 3)
 	cfg := store.DefaultConfig()
 	cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, strings.Join(urls, ","), time.Second
@@ -59,15 +58,7 @@ func TestFreshClusterStart(t *testing.T) {
 		t.Errorf("no wait for the cluster logged:\n%s", logs.String())
 	}
 
-	nc, err := nats.Connect(cfg.NATS.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, cfg.NATS.URL)
 	for _, name := range []string{store.StreamName, "KV_" + store.LeaseBucket, "KV_" + store.CooldownBucket, "KV_" + store.BudgetBucket} {
 		s, err := js.Stream(t.Context(), name)
 		if err != nil {

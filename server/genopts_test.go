@@ -40,6 +40,7 @@ func budget(n int32) *int32 { return &n }
 // TestGenerationOptionsValidation: every problem of the generation
 // options and metadata is named in one BadRequest, before any event.
 func TestGenerationOptionsValidation(t *testing.T) {
+	t.Parallel()
 	ts := start(t, schemaRunner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	hi := wiretest.UserText("hi")
 	tests := []struct {
@@ -166,6 +167,7 @@ func manyLabels(n int) map[string]string {
 // TestGenerationOptionsReachTheProvider: what the request asks is what the
 // provider is asked, the metadata's end_user included.
 func TestGenerationOptionsReachTheProvider(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text(`{"city":"Oslo"}`)})
 	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	req := &turnstilev1.RunTurnRequest{
@@ -203,6 +205,7 @@ func TestGenerationOptionsReachTheProvider(t *testing.T) {
 // TestOutputInvalidOnTheWire: a reply that never matches the schema is
 // corrected, then the turn ends with OUTPUT_INVALID, not retryable.
 func TestOutputInvalidOnTheWire(t *testing.T) {
+	t.Parallel()
 	bad := fake.Reply{Chunks: fake.Text(`{"city":7}`)}
 	p := fake.NewProvider(bad, bad, bad)
 	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})

@@ -15,12 +15,10 @@ import (
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/internal/fake"
-	"github.com/turnstile-dev/turnstile/internal/natstest"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
 
 // metered is a model that reports what a provider counts: its prompt's
@@ -177,18 +175,18 @@ func retryInfo(st *status.Status) time.Duration {
 // the holds, all 50 started, 16 times the budget in the red team's
 // run). Turns started one after the other then spend the budget up to
 // less than one call's hold, and the next is refused BUDGET_EXHAUSTED
-// until the day's reset; with a store and without.
+// until the day's reset; with a store and without. The key's clock
+// stands still at noon: no day ends while the test runs.
 func TestBudgetHoldsUnderConcurrency(t *testing.T) {
-	if untilMidnight(time.Now()) < time.Minute {
-		t.Skip("too near the day's reset")
-	}
+	t.Parallel()
 	const budget = 10_000_000 // 0.01 USD
 	for _, durable := range []bool{false, true} {
 		t.Run(map[bool]string{false: "store off", true: "store on"}[durable], func(t *testing.T) {
+			t.Parallel()
 			k := keyed("team", "tok-team-0123456")
 			k.Limits.CostPerDay = money("0.01")
 			gate := make(chan struct{})
-			opts := server.Options{Keys: []server.Key{k}}
+			opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
 			if durable {
 				opts.Store = memStore(t)
 			}
@@ -214,7 +212,7 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 					spent += heldNanos
 					continue
 				}
-				if len(evs) != 0 || !refusedFor(st, "BUDGET_EXHAUSTED", "cost_per_day") || retryInfo(st) < untilMidnight(time.Now())-time.Minute {
+				if len(evs) != 0 || !refusedFor(st, "BUDGET_EXHAUSTED", "cost_per_day") || retryInfo(st) != untilMidnight(atNoon()) {
 					t.Fatalf("turn %d: %v %q after %d events, RetryInfo %s; want BUDGET_EXHAUSTED until midnight", i, st.Code(), st.Message(), len(evs), retryInfo(st))
 				}
 				break
@@ -231,15 +229,19 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 // output limit (111 tokens), so 9 start and the others are refused
 // LIMIT_EXCEEDED on tokens_per_minute with RetryInfo (before the holds,
 // every turn started while the bucket was not empty: about 7,000 tokens in
-// the red team's run); with a store and without.
+// the red team's run); with a store and without. The key's clock stands
+// still: the bucket does not refill while the turns start, however long a
+// loaded machine takes to start them.
 func TestTokenLimitHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	for _, durable := range []bool{false, true} {
 		t.Run(map[bool]string{false: "store off", true: "store on"}[durable], func(t *testing.T) {
+			t.Parallel()
 			var perMinute int64 = 1000
 			k := keyed("team", "tok-team-0123456")
 			k.Limits.TokensPerMinute = &perMinute
 			gate := make(chan struct{})
-			opts := server.Options{Keys: []server.Key{k}}
+			opts := server.Options{Keys: []server.Key{k}, Clock: atNoon}
 			if durable {
 				opts.Store = memStore(t)
 			}
@@ -261,35 +263,6 @@ func TestTokenLimitHoldsUnderConcurrency(t *testing.T) {
 	}
 }
 
-// replicasSharing starts n servers on one NATS server running model p,
-// whose key k's limits they share every interval, as serve does.
-func replicasSharing(t *testing.T, n int, k server.Key, p llm.Provider, interval time.Duration) []*testServer {
-	t.Helper()
-	url := natstest.Start(t)
-	var out []*testServer
-	for range n {
-		cfg := store.DefaultConfig()
-		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, url, time.Second
-		st, err := store.Open(context.Background(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		ts := start(t, pricedRunner(t, p, fake.NewProvider()), server.Options{Store: st, Keys: []server.Key{k}})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- ts.srv.ShareLimits(ctx, st.Shared(), st.ReplicaID(), interval) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("ShareLimits: %v", err)
-			}
-		})
-		out = append(out, ts)
-	}
-	return out
-}
-
 // TestHoldsAcrossReplicas: with three replicas sharing a key's limits
 // through the store every 100ms (serve's interval), 50 turns started
 // together over them, each using all its call may (0.001533 USD), spend
@@ -297,18 +270,19 @@ func replicasSharing(t *testing.T, n int, k server.Key, p llm.Provider, interval
 // each holds at most the budget, and each shares what its turns hold at
 // once once they hold half the budget, where a turn admitted before the
 // others' holds arrived ends before its call when they have (the
-// overshoot docs/security.md states, measured here).
+// overshoot docs/security.md states, measured here). The turns start
+// once every replica shares its limits, on a clock that stands still at
+// noon.
 func TestHoldsAcrossReplicas(t *testing.T) {
-	if untilMidnight(time.Now()) < time.Minute {
-		t.Skip("too near the day's reset")
-	}
+	t.Parallel()
 	const budget = 10_000_000
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
+			t.Parallel()
 			k := keyed("team", "tok-team-0123456")
 			k.Limits.CostPerDay = money("0.01")
 			gate := make(chan struct{})
-			rs := replicasSharing(t, n, k, metered{gate: gate}, 100*time.Millisecond)
+			rs, _ := sharingReplicas(t, n, k, func(int) llm.Provider { return metered{gate: gate} }, atNoon, 100*time.Millisecond)
 			b := startTogether(t, rs, "tok-team-0123456", 50, gate)
 			fits, calls := int64(budget/heldNanos), b.spent/heldNanos
 			t.Logf("50 turns over %d replicas: %d admitted, %d made their call (%d fit the budget), spent %d nanos of %d (%.0f%%)",

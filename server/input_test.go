@@ -49,6 +49,7 @@ func structOf(t *testing.T, m map[string]any) *structpb.Struct {
 // TestRequestValidation checks each request is refused with every problem
 // it has, each naming its field, in one BadRequest, before any event.
 func TestRequestValidation(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")}), fake.NewTool("lookup", nil)),
 		server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	nan, inf := math.NaN(), math.Inf(1)
@@ -173,6 +174,7 @@ func TestRequestValidation(t *testing.T) {
 // as providers require are accepted: results spread over several tool
 // messages, and client and server calls in one message.
 func TestValidConversationsPass(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	req := &turnstilev1.RunTurnRequest{
 		Messages: []*turnstilev1.Message{

@@ -5,15 +5,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"iter"
-	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,6 +18,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/store"
 )
@@ -56,6 +53,7 @@ func startDetached(t *testing.T, ctx context.Context, c turnstilev1.AgentService
 // turns whose clients disconnected keep the third refused; once they end,
 // a turn is admitted again.
 func TestDetachedTurnsHoldTheirSlots(t *testing.T) {
+	t.Parallel()
 	two := 2
 	k := keyed("limited", "tok-limited-0123")
 	k.Limits = server.KeyLimits{ConcurrentTurns: &two}
@@ -72,6 +70,7 @@ func TestDetachedTurnsHoldTheirSlots(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			opts := tt.opts
 			opts.Store, opts.DetachGrace = memStore(t), time.Minute
 			ts := start(t, runner(t, hanging(t)), opts)
@@ -106,6 +105,7 @@ func TestDetachedTurnsHoldTheirSlots(t *testing.T) {
 // Two keys using one id run two turns that never meet, and no answer
 // tells either that the other used it.
 func TestTurnIDsAreEachKeys(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(hang, fake.Reply{Chunks: fake.Text("b's own")}, fake.Reply{Chunks: fake.Text("a's second")})
 	ts := start(t, runner(t, p), server.Options{
 		Store: memStore(t), DetachGrace: time.Minute,
@@ -193,6 +193,7 @@ func fieldOf(st *status.Status) string {
 // turn (1 always); a gap is INVALID_ARGUMENT naming attempt. A repeat of a
 // stored attempt attaches as before.
 func TestAttemptMustFollow(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})
 	ts := start(t, runner(t, p), server.Options{Store: memStore(t)})
 	run := func(id string, attempt uint32) ([]*turnstilev1.AgentEvent, *status.Status) {
@@ -232,6 +233,7 @@ func TestAttemptMustFollow(t *testing.T) {
 // TestWatchPastTheEnd: after_seq beyond the last event of a finished turn
 // is OUT_OF_RANGE naming the last seq, not retryable, at once.
 func TestWatchPastTheEnd(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("hi")})), server.Options{Store: memStore(t)})
 	evs, st := wiretest.Collect(t, t.Context(), ts.client, hello(), nil)
 	if st.Code() != codes.OK {
@@ -265,39 +267,16 @@ func deltaText(evs []*turnstilev1.AgentEvent) string {
 	return b.String()
 }
 
-// logSignal is a log writer that closes seen once a line holds want.
-type logSignal struct {
-	want string
-	once sync.Once
-	seen chan struct{}
-}
-
-func newLogSignal(want string) *logSignal { return &logSignal{want: want, seen: make(chan struct{})} }
-
-func (l *logSignal) Write(p []byte) (int, error) {
-	if strings.Contains(string(p), l.want) {
-		l.once.Do(func() { close(l.seen) })
-	}
-	return len(p), nil
-}
-
-func (l *logSignal) wait(t *testing.T) {
-	t.Helper()
-	select {
-	case <-l.seen:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no log line %q", l.want)
-	}
-}
-
 // TestOrphanedRunAdopted: a run whose replica died while no other could
 // take it over (b was full when the lease expired) has no owner and no
 // terminal event. The first replica whose watcher finds it adopts it: a
 // recent run is taken over and goes on; one past its deadline is closed
 // with a stored UNAVAILABLE, retryable error event. A CancelTurn that finds
 // it closes it with CANCELLED. Each way the watch ends, and the log holds
-// exactly one terminal event.
+// exactly one terminal event. A deadline passes on b's clock, which runs
+// an hour ahead for it.
 func TestOrphanedRunAdopted(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		deadline time.Duration // 0: none
@@ -306,7 +285,7 @@ func TestOrphanedRunAdopted(t *testing.T) {
 		code     codes.Code
 	}{
 		{"recent: taken over", 0, false, "Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted", codes.OK},
-		{"past its deadline: closed", 2 * time.Second, false, "Error", codes.Unavailable},
+		{"past its deadline: closed", time.Minute, false, "Error", codes.Unavailable},
 		{"cancelled: closed", 0, true, "Error", codes.Canceled},
 	}
 	for _, tt := range tests {
@@ -320,12 +299,18 @@ func TestOrphanedRunAdopted(t *testing.T) {
 				}
 				return chunks(ctx, false, fake.Text("Hello world")...)
 			}}
-			url := natsServer(t)
-			sa, sb := clusterStore(t, url), clusterStore(t, url)
-			declined := newLogSignal("turn not taken over")
-			a := start(t, runner(t, p), server.Options{Store: sa, DetachGrace: time.Minute})
-			b := start(t, runner(t, p), server.Options{Store: sb, DetachGrace: time.Minute, MaxRunningTurns: 1,
-				Logger: slog.New(slog.NewTextHandler(declined, nil))})
+			t.Parallel()
+			clock := time.Now
+			if tt.deadline > 0 {
+				clock = func() time.Time { return time.Now().Add(time.Hour) }
+			}
+			rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, p) }, func(i int) server.Options {
+				if i == 0 {
+					return server.Options{DetachGrace: time.Minute}
+				}
+				return server.Options{DetachGrace: time.Minute, MaxRunningTurns: 1, Clock: clock}
+			})
+			a, b, sa := rs[0], rs[1], rs[0].store
 			startDetached(t, t.Context(), b.client, "blocker")
 
 			ctx, cut := context.WithCancel(t.Context())
@@ -348,12 +333,9 @@ func TestOrphanedRunAdopted(t *testing.T) {
 			}
 			sa.Close() // a dies
 			cut()
-			declined.wait(t) // b was full when a's lease expired
+			b.logs.awaitLine(t, "turn not taken over") // b was full when a's lease expired
 			if _, err := b.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "blocker"}); err != nil {
 				t.Fatal(err)
-			}
-			if dl, ok := ctx.Deadline(); ok {
-				time.Sleep(time.Until(dl) + 100*time.Millisecond)
 			}
 			if tt.cancel {
 				resp, err := b.client.CancelTurn(t.Context(), &turnstilev1.CancelTurnRequest{TurnId: "turn-1"})
@@ -407,7 +389,9 @@ func causeOf(st *status.Status) string {
 // replica lost its lease to another's takeover both end their streams
 // UNAVAILABLE and retryable (watch again), but say which happened.
 func TestUnavailableSaysWhy(t *testing.T) {
+	t.Parallel()
 	t.Run("store unreachable", func(t *testing.T) {
+		t.Parallel()
 		more := make(chan struct{})
 		p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 			return func(yield func(llm.Chunk, error) bool) {
@@ -437,16 +421,18 @@ func TestUnavailableSaysWhy(t *testing.T) {
 		}
 	})
 	t.Run("lease lost to a takeover", func(t *testing.T) {
+		t.Parallel()
 		p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 			if n == 1 {
 				return chunks(ctx, true, textChunk("Hel"))
 			}
 			return chunks(ctx, false, fake.Text("Hello world")...)
 		}}
-		url := natsServer(t)
 		// a may run one turn: it does not take its own run over.
-		a := start(t, runner(t, p), server.Options{Store: clusterStore(t, url), MaxRunningTurns: 1})
-		b := start(t, runner(t, p), server.Options{Store: clusterStore(t, url)})
+		rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, p) }, func(i int) server.Options {
+			return server.Options{MaxRunningTurns: []int{1, 0}[i]}
+		})
+		a, b := rs[0], rs[1]
 		stream, err := a.client.RunTurn(t.Context(), hello())
 		if err != nil {
 			t.Fatal(err)
@@ -454,15 +440,7 @@ func TestUnavailableSaysWhy(t *testing.T) {
 		head := firstEvents(t, stream, 3)
 		// As if a had paused past its lease and another replica had
 		// claimed it: a finds another's lease at its next renewal.
-		nc, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := jetStream(t, a.nats)
 		kv, err := js.KeyValue(t.Context(), store.LeaseBucket)
 		if err != nil {
 			t.Fatal(err)
@@ -490,6 +468,7 @@ func TestUnavailableSaysWhy(t *testing.T) {
 // TestTakenOverTurnHoldsItsKeySlot: a turn another replica takes over
 // counts against its key's concurrent_turns there until it ends.
 func TestTakenOverTurnHoldsItsKeySlot(t *testing.T) {
+	t.Parallel()
 	one := 1
 	k := keyed("limited", "tok-limited-0123")
 	k.Limits = server.KeyLimits{ConcurrentTurns: &one}
@@ -499,14 +478,10 @@ func TestTakenOverTurnHoldsItsKeySlot(t *testing.T) {
 		}
 		return chunks(ctx, false, fake.Text("Hello")...)
 	}}
-	url := natsServer(t)
-	sa := clusterStore(t, url)
-	took := newLogSignal("taking over a turn")
-	opts := server.Options{Keys: []server.Key{k}, DetachGrace: time.Minute}
-	opts.Store = sa
-	a := start(t, runner(t, p), opts)
-	opts.Store, opts.Logger = clusterStore(t, url), slog.New(slog.NewTextHandler(took, nil))
-	b := start(t, runner(t, p), opts)
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, p) }, func(int) server.Options {
+		return server.Options{Keys: []server.Key{k}, DetachGrace: time.Minute}
+	})
+	a, b, sa := rs[0], rs[1], rs[0].store
 	// A deadline of its own: a turn that holds where it should not fails
 	// the test instead of hanging the package.
 	tctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -515,14 +490,10 @@ func TestTakenOverTurnHoldsItsKeySlot(t *testing.T) {
 
 	startDetached(t, ctx, a.client, "turn-1")
 	sa.Close() // a dies
-	took.wait(t)
+	b.logs.awaitLine(t, "taking over a turn")
 	// The second turn must find turn-1's model call on b under way: a
 	// cancel that came first would leave call 2, the holding one, to it.
-	for deadline := time.Now().Add(30 * time.Second); p.calls() < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("turn-1 made %d model calls, want the one it resumes on b", p.calls())
-		}
-	}
+	eventually(t, "turn-1 makes the model call it resumes on b", func() bool { return p.calls() >= 2 })
 	second := hello()
 	second.TurnId = "turn-2"
 	evs, st := wiretest.Collect(t, ctx, b.client, second, nil)

@@ -15,8 +15,6 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
-	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
 
 // recordingMedia is a byCall provider that takes every kind of input and
@@ -48,6 +46,7 @@ func (p *recordingMedia) last() *llm.Request {
 // both from the log: the model call it makes carries the user's image and
 // the tool result's media, bytes and all.
 func TestTakeoverKeepsMedia(t *testing.T) {
+	t.Parallel()
 	shot := llm.Media{MIMEType: "image/png", Data: []byte("\x89PNG tool"), Name: "s.png"}
 	tool := fake.NewTool("shot", func(context.Context, llm.ToolCall, func(llm.ToolProgress)) (llm.ToolOutput, error) {
 		return llm.ToolOutput{Content: "the screen", Media: []llm.Media{shot}}, nil
@@ -71,10 +70,8 @@ func TestTakeoverKeepsMedia(t *testing.T) {
 		}
 		return r
 	}
-	url := natsServer(t)
-	sa, sb := clusterStore(t, url), clusterStore(t, url)
-	opts := func(s *store.Store) server.Options { return server.Options{Store: s, DetachGrace: 5 * time.Second} }
-	rp := &replicaPair{a: start(t, newRunner(), opts(sa)), b: start(t, newRunner(), opts(sb)), storeA: sa, provider: p.byCall}
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return newRunner() }, detachAfter(5*time.Second))
+	rp := &replicaPair{a: rs[0], b: rs[1], storeA: rs[0].store, provider: p.byCall}
 
 	req := hello()
 	req.Messages[0].Parts = append(req.Messages[0].Parts, image("image/jpeg", []byte("\xff\xd8\xff user")))

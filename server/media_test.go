@@ -56,6 +56,7 @@ func mediaRunner(t *testing.T, p *fake.Provider) *runtime.Runner {
 // TestMediaValidation: each media mistake is INVALID_ARGUMENT naming the
 // part's field, and a model that cannot take a part is named with it.
 func TestMediaValidation(t *testing.T) {
+	t.Parallel()
 	ts := start(t, mediaRunner(t, fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})), server.Options{MaxMediaBytes: 2048, MaxRequestMediaBytes: 2999})
 	png := bytes.Repeat([]byte{1}, 1000)
 	toolResultWith := func(media ...*turnstilev1.Media) *turnstilev1.Part {
@@ -165,6 +166,7 @@ func violationsOf(st *status.Status) (fields []string, descriptions string) {
 // TestMediaReachesProvider: a turn with an image and a tool result's
 // media hands both to the provider as sent, its type normalised.
 func TestMediaReachesProvider(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("a cat")})
 	ts := start(t, mediaRunner(t, p), server.Options{})
 	req := &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{
@@ -196,6 +198,7 @@ func TestMediaReachesProvider(t *testing.T) {
 // and "docs" answers; with an image, "docs" cannot take it either, and the
 // turn ends on vision's failure.
 func TestMediaSkipsFallbacks(t *testing.T) {
+	t.Parallel()
 	notFound := fake.Reply{Err: &llm.Error{Kind: llm.KindNotFound, Message: "no such model"}}
 	tests := []struct {
 		name   string
@@ -208,6 +211,7 @@ func TestMediaSkipsFallbacks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := fake.NewProvider(notFound, fake.Reply{Chunks: fake.Text("read")})
 			ts := start(t, mediaRunner(t, p), server.Options{})
 			req := &turnstilev1.RunTurnRequest{Messages: []*turnstilev1.Message{msg(user, text("read it"), tt.part)}}

@@ -22,6 +22,7 @@ import (
 // refused hosts each is INVALID_ARGUMENT naming the part's uri, before any
 // event and any model call; a public URI is passed on.
 func TestMediaURIsToInternalHosts(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("a cat")})
 	hosts, problems := runtime.ParseHostRules(runtime.DefaultRefusedMediaHosts())
 	if len(problems) > 0 {

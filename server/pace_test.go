@@ -43,6 +43,7 @@ func (p stepped) Stream(ctx context.Context, _ *llm.Request) iter.Seq2[llm.Chunk
 // answered is an event of its own. Either way the client gets what is
 // stored: a watch replays the same events.
 func TestStorePace(t *testing.T) {
+	t.Parallel()
 	text := func(s string) llm.Chunk { return llm.Chunk{Kind: llm.ChunkText, Text: s} }
 	tests := []struct {
 		name string
@@ -64,9 +65,10 @@ func TestStorePace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := stepped{chunks: make(chan llm.Chunk)}
 			ts := start(t, runner(t, p), server.Options{Store: memStore(t), StorePace: tt.pace})
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), waitBound)
 			defer cancel()
 			stream, err := ts.client.RunTurn(ctx, hello())
 			if err != nil {

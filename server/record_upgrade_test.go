@@ -24,6 +24,7 @@ import (
 // find it (the record's client and hash), and another request under the
 // same id is refused as a reuse.
 func TestRunOfTheVersionBefore(t *testing.T) {
+	t.Parallel()
 	url := natsServer(t)
 	old := clusterStore(t, url)
 	req := hello()

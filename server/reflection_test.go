@@ -26,6 +26,7 @@ import (
 // The embedded contract is the generated code's contract plus its
 // documentation: the same descriptors once source info is dropped.
 func TestEmbeddedContractMatchesGeneratedCode(t *testing.T) {
+	t.Parallel()
 	files, err := documentedFiles()
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +122,7 @@ func fileContaining(t *testing.T, conn *grpc.ClientConn, alpha bool, symbol stri
 // What `grpcurl describe turnstile.v1.RunTurnRequest` prints comes from the
 // source info reflection sends: the message's and each field's comments.
 func TestReflectionServesDocumentation(t *testing.T) {
+	t.Parallel()
 	conn := reflectionClient(t)
 	for _, alpha := range []bool{false, true} {
 		files := fileContaining(t, conn, alpha, "turnstile.v1.RunTurnRequest")
@@ -157,6 +159,7 @@ func TestReflectionServesDocumentation(t *testing.T) {
 // that does not parse is told once, and the lookups answer from the
 // binary's own descriptors.
 func TestReflectionLoadsTheContractLazily(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		load       error

@@ -51,6 +51,7 @@ func deepSchema(open, inner, close string, n int) string {
 // 38) are refused before any event with INVALID_ARGUMENT naming each
 // schema and the bound it passes.
 func TestSchemasPastTheBounds(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider()
 	ts := start(t, schemaRunner(t, p), server.Options{CheckToolSchemas: argcheck.CheckSchemas})
 	hi := wiretest.UserText("reply 7")
@@ -149,6 +150,7 @@ func wideSchema(n int) string {
 // the bound is not checked: it is OUTPUT_INVALID, corrected like any
 // other, and the turn ends OUTPUT_INVALID.
 func TestOutputTooCostlyOnTheWire(t *testing.T) {
+	t.Parallel()
 	// Each object is checked against both branches, each of which checks
 	// its property a against the whole schema again: 2^depth paths.
 	const doubling = `{"anyOf":[{"properties":{"a":{"$ref":"#"}}},{"properties":{"a":{"$ref":"#"}}}]}`
@@ -184,6 +186,7 @@ func TestOutputTooCostlyOnTheWire(t *testing.T) {
 // ends the work there, with no turn started and no error logged against
 // the store.
 func TestRequestCheckEndsWithItsClient(t *testing.T) {
+	t.Parallel()
 	p := fake.NewProvider(fake.Reply{Chunks: fake.Text("x")})
 	var logs syncBuffer
 	entered, seen := make(chan struct{}), make(chan error, 1)

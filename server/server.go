@@ -167,6 +167,13 @@ type Options struct {
 	// RPC layer and RPCs that ended before any work (default: none).
 	MeterProvider metric.MeterProvider
 
+	// Clock is the clock of the client keys' limits and budgets (their
+	// buckets, UTC days and months), of the sampling of the log lines of
+	// refused connections and RPCs, and of the deadlines of the orphaned
+	// turns the server adopts (default time.Now). Tests set it to hold
+	// time still or to move past a deadline.
+	Clock func() time.Time
+
 	// GRPCOptions are appended to the server's options (stats handlers,
 	// more interceptors).
 	GRPCOptions []grpc.ServerOption
@@ -251,6 +258,9 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxRequestMediaBytes, DefaultMaxRequestMediaBytes)
 	defInt(&o.MaxRunningTurns, 1024)
 	def(&o.DetachGrace, 30*time.Second)
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = 256
 	}
@@ -261,7 +271,8 @@ func New(runner turnRunner, opts Options) *Server {
 	opts.setDefaults()
 	logger := opts.Logger
 	g := guard.New(guard.Options{Logger: opts.Logger, MaxConnectionsPerPeer: opts.MaxConnectionsPerPeer,
-		MaxHandshakes: opts.MaxHandshakes, MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider})
+		MaxHandshakes: opts.MaxHandshakes, MaxHeaderBytes: opts.MaxHeaderBytes, MeterProvider: opts.MeterProvider,
+		Now: opts.Clock})
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		g.LogRPC(ctx, rpcLevel(slog.Level(lvl), fields), msg, fields)
 	})
@@ -471,7 +482,11 @@ func wait(ctx context.Context, d time.Duration) {
 // StoreRoom tells the server whether its turn store can take new turns:
 // full is nil when it can, else why not. While it cannot, the health of
 // the AgentService is NOT_SERVING (the server's own, "", stays SERVING:
-// watches and cancels work); a draining server ignores it. Package store's
+// watches and cancels work); a draining server ignores it. When full says
+// the turns running must end too (the disk under the embedded store filled
+// past its reserve), the durable turns running here end with a stored
+// STORE_FULL error; when room returns, the turns whose last event did not
+// fit get it stored (see [durable.Runs.StoreRoom]). Package store's
 // Store.OnRoom calls it.
 func (s *Server) StoreRoom(full error) {
 	st := healthpb.HealthCheckResponse_SERVING
@@ -479,6 +494,9 @@ func (s *Server) StoreRoom(full error) {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	s.health.SetServingStatus(turnstilev1.AgentService_ServiceDesc.ServiceName, st)
+	if s.service.runs != nil {
+		s.service.runs.StoreRoom(full)
+	}
 }
 
 // Key is a client key (see [Options].Keys).

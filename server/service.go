@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -73,13 +72,13 @@ func newService(r turnRunner, opts *Options) *service {
 		gate:    admission.NewGate(opts.MaxConcurrentTurns),
 	}
 	if len(opts.Keys) > 0 {
-		s.keys = admission.NewKeys(opts.Keys, time.Now)
+		s.keys = admission.NewKeys(opts.Keys, opts.Clock)
 	}
 	if opts.Store != nil {
 		s.runs = durable.New(durable.Config{
 			Store: opts.Store, Runner: r, Logger: opts.Logger, Keys: s.keys, Gate: s.gate,
 			Streams: s.streams(), DetachGrace: opts.DetachGrace, Pace: opts.StorePace, MaxRunning: opts.MaxRunningTurns,
-			MaxEventBytes: opts.MaxEventBytes, Checks: s.checks(),
+			MaxEventBytes: opts.MaxEventBytes, Checks: s.checks(), Now: opts.Clock,
 		})
 	}
 	return s

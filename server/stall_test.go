@@ -48,6 +48,7 @@ func (f flood) Stream(ctx context.Context, _ *llm.Request) iter.Seq2[llm.Chunk, 
 // stall watchdog of every stream fires, however many there are (that the
 // turns go on detached is TestDurableSendTimeout's).
 func TestManyNeverReadingStreams(t *testing.T) {
+	t.Parallel()
 	const conns, perConn = 10, 20
 	var (
 		mu    sync.Mutex
@@ -83,7 +84,13 @@ func TestManyNeverReadingStreams(t *testing.T) {
 		}
 	}
 	// Every stream ends before any turn does: the model has not answered.
-	<-all
+	select {
+	case <-all:
+	case <-time.After(waitBound):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("not within %s: every stream ended; %d did, %v", waitBound, len(msgs), ended)
+	}
 	mu.Lock()
 	if ended[codes.DeadlineExceeded] != conns*perConn {
 		t.Errorf("the streams ended %v, want all %d DEADLINE_EXCEEDED", ended, conns*perConn)

@@ -30,7 +30,7 @@ const ErrorDomain = "turnstile"
 // own credentials are not at fault.
 func grpcCode(k llm.Kind) codes.Code {
 	switch k {
-	case llm.KindRateLimited, llm.KindQuotaExhausted, llm.KindBudgetExhausted:
+	case llm.KindRateLimited, llm.KindQuotaExhausted, llm.KindBudgetExhausted, llm.KindStoreFull:
 		return codes.ResourceExhausted
 	case llm.KindOverloaded, llm.KindServerError, llm.KindTimeout, llm.KindNetwork,
 		llm.KindStreamInterrupted, llm.KindUnavailable:

@@ -15,6 +15,7 @@ import (
 )
 
 func TestKindMapping(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		kind llm.Kind
 		code codes.Code
@@ -63,6 +64,7 @@ func TestKindMapping(t *testing.T) {
 }
 
 func TestTurnStatusDetails(t *testing.T) {
+	t.Parallel()
 	yes, no := true, false
 	tests := []struct {
 		name      string
@@ -99,6 +101,7 @@ func TestTurnStatusDetails(t *testing.T) {
 }
 
 func TestEnumsMatchTheWire(t *testing.T) {
+	t.Parallel()
 	for r := llm.RoleUser; r <= llm.RoleTool; r++ {
 		if got := turnstilev1.Role(r).String(); got != "ROLE_"+strings.ToUpper(r.String()) {
 			t.Errorf("role %v maps to %v", r, got)

@@ -40,11 +40,13 @@ func occurrences(u *upstream, text string) int {
 // first one's seq; the model sees the message once. With the store, a
 // retry after the turn ended is read from the log.
 func TestSteerRequestID(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		store bool
 	}{{"store", true}, {"off", false}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
 			o := newOpsMCP(t)
 			opts := server.Options{}
@@ -111,6 +113,7 @@ func TestSteerRequestID(t *testing.T) {
 // that took the turn over knows the id from the log, so the turn holds
 // one steered event and the model sees the message once.
 func TestSteerRequestIDOwnerKilled(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("staging it is"))
 	o := newOpsMCP(t)
 	rp := hitlPair(t, u, o)
@@ -135,15 +138,13 @@ func TestSteerRequestIDOwnerKilled(t *testing.T) {
 	// b takes the turn over and runs the slow tool again, which waits:
 	// the retry reaches the turn while it runs on b.
 	var again *turnstilev1.SteerTurnResponse
-	for {
+	eventually(t, "b answers the steering message again", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
 		again, err = b.client.SteerTurn(ctx, steerReq("use staging", "r1"))
-		cancel()
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c := status.Code(err)
+		return c != codes.Unavailable && c != codes.DeadlineExceeded
+	})
 	if err != nil || !again.GetDuplicate() || again.GetSeq() != first.GetSeq() {
 		t.Fatalf("SteerTurn after the kill = %v, %v; want duplicate of seq %d", again, err, first.GetSeq())
 	}
@@ -171,6 +172,7 @@ func TestSteerRequestIDOwnerKilled(t *testing.T) {
 // TestSteerRequestIDBounds refuses a request id over 128 bytes, and
 // answers a known id while the queue is full.
 func TestSteerRequestIDBounds(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("ok"))
 	o := newOpsMCP(t)
 	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, func(l *runtime.Limits) { l.MaxSteerMessages = 1 }), server.Options{Store: memStore(t)})
@@ -206,6 +208,7 @@ func TestSteerRequestIDBounds(t *testing.T) {
 // other than white space (providers refuse an empty text block), each
 // named.
 func TestSteeringEmptyText(t *testing.T) {
+	t.Parallel()
 	ts := start(t, runner(t, fake.NewProvider()), server.Options{})
 	msg := func(texts ...string) *turnstilev1.Message {
 		m := &turnstilev1.Message{Role: turnstilev1.Role_ROLE_USER}
@@ -224,6 +227,7 @@ func TestSteeringEmptyText(t *testing.T) {
 		{"one of two", msg("use staging", ""), []string{"message.parts[1].text"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := ts.client.SteerTurn(t.Context(), &turnstilev1.SteerTurnRequest{TurnId: "turn-1", Message: tc.msg})
 			wantFields(t, err, tc.fields...)
 		})
@@ -236,6 +240,7 @@ func TestSteeringEmptyText(t *testing.T) {
 // default): the fifth of 256 KiB is refused with RESOURCE_EXHAUSTED, and
 // the model is sent the four taken.
 func TestSteeringByteBound(t *testing.T) {
+	t.Parallel()
 	u := newUpstream(t, callsReply("c1", "slow", `{}`), textReply("ok"))
 	o := newOpsMCP(t)
 	ts := start(t, hitlRunner(t, u, o, runtime.ToolRules{}, nil), server.Options{Store: memStore(t)})

@@ -81,7 +81,7 @@ func (f *fleet) owner(t *testing.T) *member {
 			t.Fatal("a dead replica called the model")
 		}
 		return m
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatal("no model call")
 		return nil
 	}
@@ -110,7 +110,7 @@ func (f *fleet) requests() []*llm.Request {
 // last watch.
 func (f *fleet) follow(t *testing.T, evs []*turnstilev1.AgentEvent, until func([]*turnstilev1.AgentEvent) bool) ([]*turnstilev1.AgentEvent, *status.Status) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
 	defer cancel()
 	for i := 0; ; i++ {
 		var live *member
@@ -173,6 +173,7 @@ func texts(n int) func([]*turnstilev1.AgentEvent) bool {
 // completes with the reply whole, written by five replicas, and each event
 // names the takeover that stored it.
 func TestTakeoverContinuesThroughKills(t *testing.T) {
+	t.Parallel()
 	parts := []string{"It ", "was ", "a ", "long ", "reply."}
 	f := newFleet(t, 5, runtime.StreamCutContinue, func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n < len(parts) {
@@ -260,6 +261,7 @@ func (d dieOnClaim) Claim(ctx context.Context, turnID string, attempt uint32, on
 // turn at once with a retryable UNAVAILABLE error instead of calling the
 // model again.
 func TestTakeoverCapCountsNoProgress(t *testing.T) {
+	t.Parallel()
 	armed := new(atomic.Int32)
 	f := newFleet(t, 6, runtime.StreamCutRestart, func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		return chunks(ctx, true, textChunk(fmt.Sprintf("part %d ", n)))

@@ -15,8 +15,6 @@ import (
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
-	"github.com/turnstile-dev/turnstile/server"
-	"github.com/turnstile-dev/turnstile/store"
 )
 
 // recorded is a provider that records each call's request and answers
@@ -61,6 +59,7 @@ func cutRunner(t *testing.T, p llm.Provider, cut runtime.StreamCut) *runtime.Run
 // the stored text followed by the continuation. With restart, the text is
 // discarded and the call made again from the start, as before.
 func TestTakeoverContinuesCutReply(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		cut         runtime.StreamCut
 		second      string // the second call's reply
@@ -79,18 +78,15 @@ func TestTakeoverContinuesCutReply(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(string(tt.cut), func(t *testing.T) {
+			t.Parallel()
 			p := &recorded{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 				if n == 1 {
 					return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
 				}
 				return chunks(ctx, false, fake.Text(tt.second)...)
 			}}
-			url := natsServer(t)
-			sa, sb := clusterStore(t, url), clusterStore(t, url)
-			opts := func(s *store.Store) server.Options { return server.Options{Store: s, DetachGrace: 5 * time.Second} }
-			rp := &replicaPair{
-				a: start(t, cutRunner(t, p, tt.cut), opts(sa)), b: start(t, cutRunner(t, p, tt.cut), opts(sb)), storeA: sa,
-			}
+			rs := startReplicas(t, 2, func(int) *runtime.Runner { return cutRunner(t, p, tt.cut) }, detachAfter(5*time.Second))
+			rp := &replicaPair{a: rs[0], b: rs[1], storeA: rs[0].store}
 			head, cut := rp.runUntil(t, textSoFar("Hello "))
 			rp.kill(cut)
 			all, st := resumeOnB(t, rp, head)

@@ -17,6 +17,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 	"github.com/turnstile-dev/turnstile/store"
 )
@@ -68,14 +69,9 @@ type replicaPair struct {
 }
 
 func pair(t *testing.T, p *byCall, tools ...llm.Tool) *replicaPair {
-	url := natsServer(t)
-	sa, sb := clusterStore(t, url), clusterStore(t, url)
-	opts := func(s *store.Store) server.Options { return server.Options{Store: s, DetachGrace: 5 * time.Second} }
-	return &replicaPair{
-		a:      start(t, runner(t, p, tools...), opts(sa)),
-		b:      start(t, runner(t, p, tools...), opts(sb)),
-		storeA: sa, provider: p,
-	}
+	t.Helper()
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, p, tools...) }, detachAfter(5*time.Second))
+	return &replicaPair{a: rs[0], b: rs[1], storeA: rs[0].store, provider: p}
 }
 
 // runUntil starts the turn on a and receives events until stop says so.
@@ -128,6 +124,7 @@ func textChunk(s string) llm.Chunk { return llm.Chunk{Kind: llm.ChunkText, Text:
 // drop the interrupted output, and makes the call again. The client's
 // events, from both, are gap-free and equal the log.
 func TestTakeoverMidDelta(t *testing.T) {
+	t.Parallel()
 	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n == 1 {
 			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
@@ -162,8 +159,10 @@ func TestTakeoverMidDelta(t *testing.T) {
 // side effects is not run again (the turn ends TOOLS_UNSAFE, not
 // retryable); an idempotent one is, and the turn completes.
 func TestTakeoverMidTool(t *testing.T) {
+	t.Parallel()
 	for _, idempotent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "side effects", true: "idempotent"}[idempotent], func(t *testing.T) {
+			t.Parallel()
 			var runs atomic.Int32
 			tool := fake.NewTool("deploy", func(ctx context.Context, _ llm.ToolCall, _ func(llm.ToolProgress)) (llm.ToolOutput, error) {
 				if runs.Add(1) == 1 {
@@ -215,29 +214,21 @@ func TestTakeoverMidTool(t *testing.T) {
 // watch again; watching on the other replica, it gets the rest of the turn
 // (the interrupted call's output discarded), gap-free, equal to the log.
 func TestShutdownHandsOff(t *testing.T) {
+	t.Parallel()
 	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
 		if n == 1 {
 			return chunks(ctx, true, textChunk("Hel"), textChunk("lo "))
 		}
 		return chunks(ctx, false, fake.Text("Hello world")...)
 	}}
-	url := natsServer(t)
 	// A lease TTL far longer than a hand-off takes: the other replica
 	// takes the turn over because it was released, not because it expired.
 	const leaseTTL = 10 * time.Second
-	open := func() *store.Store {
-		cfg := store.DefaultConfig()
-		cfg.Mode, cfg.NATS.URL, cfg.LeaseTTL = store.ModeNATS, url, leaseTTL
-		s, err := store.Open(context.Background(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
 	const grace = 300 * time.Millisecond
-	a := start(t, runner(t, p), server.Options{Store: open(), ShutdownGrace: grace})
-	b := start(t, runner(t, p), server.Options{Store: open()})
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, p) }, func(i int) server.Options {
+		return server.Options{ShutdownGrace: []time.Duration{grace, 0}[i]}
+	}, withLeaseTTL(leaseTTL))
+	a, b := rs[0], rs[1]
 
 	stream, err := a.client.RunTurn(t.Context(), hello())
 	if err != nil {
@@ -261,13 +252,21 @@ func TestShutdownHandsOff(t *testing.T) {
 	rest, first, wst := watchAfterHandOff(t, b.client, head[len(head)-1].GetSeq())
 	<-stopped
 	t.Logf("shutdown began; handed off after %v; b's first event %v after the hand-off (lease TTL %v)", handedOff.Sub(shutdown), first.Sub(handedOff), leaseTTL)
-	if first.Sub(handedOff) >= leaseTTL/2 {
-		t.Errorf("b took the turn over %v after the hand-off: it waited for the lease to expire", first.Sub(handedOff))
-	}
 	if wst.Code() != codes.OK {
 		t.Fatalf("watch on b: %v", wst)
 	}
-	all := append(head, rest...)
+	tookOver(t, b, p, append(head, rest...), first.Sub(handedOff), leaseTTL)
+}
+
+// tookOver checks a turn handed off to b, which took it over after
+// waited: not by its lease's expiry (leaseTTL), and with the turn whole
+// in all, the interrupted call's output discarded, equal to b's log, in
+// p's two model calls.
+func tookOver(t *testing.T, b *testServer, p *byCall, all []*turnstilev1.AgentEvent, waited, leaseTTL time.Duration) {
+	t.Helper()
+	if waited >= leaseTTL/2 {
+		t.Errorf("b took the turn over %v after the hand-off: it waited as for an expired lease", waited)
+	}
 	if got := wiretest.Names(all); got != "TurnStarted LlmCallStarted TextDelta Retry LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted" {
 		t.Fatalf("events = %s", got)
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -24,6 +23,7 @@ import (
 // the outcome and, for a failure, the root cause; the RPC's line is at
 // DEBUG.
 func TestOneLinePerTurn(t *testing.T) {
+	t.Parallel()
 	cause := errors.New(`Post "api.example.com/v1/chat/completions": unsupported protocol scheme ""`)
 	for _, durable := range []bool{false, true} {
 		for _, tt := range []struct {
@@ -40,6 +40,7 @@ func TestOneLinePerTurn(t *testing.T) {
 				name += " durable"
 			}
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				var logs syncBuffer
 				logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 				r, err := runtime.New([]*runtime.Model{{Alias: "sim", ProviderName: "fake", Provider: fake.NewProvider(tt.reply), ID: "fake-1", Retry: policy.DefaultRetry()}},
@@ -56,10 +57,7 @@ func TestOneLinePerTurn(t *testing.T) {
 					t.Fatalf("status = %v, want %v", st.Code(), tt.code)
 				}
 				// The interceptor logs after the handler returned.
-				deadline := time.Now().Add(5 * time.Second)
-				for !strings.Contains(logs.String(), "finished call") && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
-				}
+				logs.awaitLine(t, "finished call")
 				var above []string
 				for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 					var m map[string]any

@@ -78,10 +78,22 @@ type capacity struct {
 	// notify orders the calls of the OnRoom functions.
 	notify sync.Mutex
 
+	// reserve is the embedded file store's reserve (reserve.go); nil
+	// without one. Only the keeper touches it after Open.
+	reserve *reserve
+	// gate is held (read) by each publish attempt of an append or a
+	// record with the embedded file store, and (write) by a restart of its
+	// JetStream, which waits for the attempts under way: one made during
+	// the restart would get no answer, and, without a message id, could
+	// not be made again. writes stops them first (failedwrite.go).
+	gate   sync.RWMutex
+	writes writes
+
 	mu       sync.Mutex
 	usage    Usage
 	need     uint64    // the bytes of the largest write refused for room since then
-	suspect  bool      // a write of the embedded server failed: probe it
+	suspect  bool      // the disk filled, or a write of the embedded server timed out: probe it
+	broken   bool      // a write of the embedded server timed out since its last good probe
 	warned   time.Time // the last retention warning
 	onChange []func(error)
 }
@@ -189,6 +201,7 @@ func (s *Store) noteWrite(msg *nats.Msg, err error) {
 	// The embedded server answers no write after a failed one (a full
 	// disk): the keeper finds out.
 	s.room.suspect = s.room.suspect || s.srv != nil
+	s.room.broken = s.room.broken || s.srv != nil
 	s.room.mu.Unlock()
 	select {
 	case s.room.kick <- struct{}{}:
@@ -221,10 +234,17 @@ func roomError(err error) error {
 		return fmt.Errorf("%w: it holds store.max_bytes", ErrFull) // 10077: stream store failed
 	case apiErr.ErrorCode == 10023, apiErr.ErrorCode == 10047: // insufficient resources
 		return fmt.Errorf("%w: JetStream has no storage left for it", ErrFull)
-	case strings.Contains(apiErr.Description, "no space left"):
+	case diskFull(err):
 		return fmt.Errorf("%w: its disk is full", ErrFull)
 	}
 	return nil
+}
+
+// diskFull reports whether JetStream refused a write because the disk
+// under its files is full.
+func diskFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "no space left")
 }
 
 // keepOnce is one pass of the keeper.
@@ -300,12 +320,16 @@ func (s *Store) keepOnce(ctx context.Context) {
 		s.logger.Warn("turn store: retention is shorter than configured: the log is full, and the oldest run kept is younger than store.retention; raise store.max_bytes or store.max_turns, or lower store.retention",
 			"retention", s.cfg.Retention, "oldest_kept", time.Since(oldest).Round(time.Second), "max_bytes", s.cfg.MaxBytes, "limit", limit, "max_turns", s.cfg.MaxTurns, "turns", turns)
 	}
-	if (was == nil) != (full == nil) {
+	switch {
+	case (was == nil) != (full == nil):
 		if full != nil {
 			s.logger.Warn("turn store: full; new turns are refused until space returns", "reason", full.Error())
 		} else {
 			s.logger.Info("turn store: space returned; new turns are taken again")
 		}
+		s.tell()
+	case errors.Is(was, ErrReserveSpent) != errors.Is(full, ErrReserveSpent):
+		// Still full, but the running turns must end now, or need not.
 		s.tell()
 	}
 }
@@ -349,47 +373,134 @@ func (s *Store) limit(ctx context.Context, held uint64) uint64 {
 	return limit
 }
 
-// checkDisk returns an ErrFull when store.dir's disk has less than
-// minFreeDisk free, for the embedded file store; and when the disk has
-// room again after a write failed, it probes the embedded server, which
-// takes no write after a failed one, and restarts its JetStream if need
-// be.
+// checkDisk returns an ErrFull when the disk of store.dir cannot take new
+// turns, for the embedded file store: it has less than minFreeDisk free,
+// or it filled and the running turns are spending the reserve (reserve.go;
+// [ErrReserveSpent] once that is spent too). It spends the reserve as the
+// disk fills, and writes it whole again once space returns. When the
+// embedded server failed a write (its health report says so), it stops the
+// store's publishes and restarts the server's JetStream, which takes no
+// write after a failed one, as soon as the disk has room for it: at once
+// when the reserve gave it room, so that running turns go on
+// (failedwrite.go).
 func (s *Store) checkDisk(ctx context.Context) error {
 	if s.srv == nil || s.cfg.Dir == "" {
 		return nil
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(s.cfg.Dir, &st); err != nil {
+	free, ok := diskFree(s.cfg.Dir)
+	if !ok {
 		return nil
 	}
-	free := st.Bavail * uint64(st.Bsize)
+	werr := s.writeFailure()
+	failed := strings.Contains(werr, "no space left")
+	if werr != "" {
+		// Its publishes under way get no answer: stop them.
+		s.room.writes.halt()
+	}
 	s.room.mu.Lock()
-	if free < minFreeDisk {
+	if free < minFreeDisk || failed {
 		s.room.suspect = true
 	}
-	suspect := s.room.suspect
 	s.room.mu.Unlock()
-	if free < minFreeDisk {
-		return fmt.Errorf("%w: the disk of store.dir has %d bytes free", ErrFull, free)
+
+	r := s.room.reserve
+	if r == nil {
+		r = newReserve(s.cfg.Dir, 0)
+		s.room.reserve = r
 	}
-	if !suspect {
-		return nil
+	// Spend the reserve as the disk fills: a stage a pass, the disk's
+	// free space read again after each.
+	spend := false
+	switch r.stage {
+	case reserveWhole:
+		spend = failed || free < minFreeDisk && r.held > 0
+	case reserveInUse:
+		spend = failed || free < spentFloor
 	}
-	if err := s.probe(ctx); err != nil {
-		s.logger.Warn("turn store: the embedded server takes no writes since one failed; restarting its JetStream", "error", err)
-		if err := s.restartJetStream(); err != nil {
-			s.logger.Error("turn store: cannot restart the embedded JetStream", "error", err)
-			return fmt.Errorf("%w: the embedded server takes no writes", ErrFull)
+	if spend {
+		stage, err := r.spend()
+		if err != nil {
+			s.logger.Error("turn store: cannot release the reserve", "error", err)
 		}
+		switch stage {
+		case reserveInUse:
+			s.logger.Warn("turn store: the disk of store.dir is full; new turns are refused, running turns go on in the reserve",
+				"free", free, "released", r.size-r.held)
+		case reserveSpent:
+			s.logger.Error("turn store: the disk of store.dir filled past the reserve; the turns still running end, their last events in what is left",
+				"free", free, "released", r.last())
+		}
+		free, _ = diskFree(s.cfg.Dir)
+	}
+	s.room.mu.Lock()
+	// A server that failed a write is restarted as soon as it has room to
+	// take writes; one whose write timed out is probed then, and one that
+	// may have failed a write unseen (the disk filled) once the disk has
+	// room again.
+	probe := werr == "" && (s.room.broken && free >= restartFloor || s.room.suspect && free >= minFreeDisk)
+	s.room.mu.Unlock()
+	restart := werr != "" && free >= restartFloor
+	if probe {
 		if err := s.probe(ctx); err != nil {
+			s.logger.Warn("turn store: the embedded server takes no writes", "error", err)
+			restart = true
+		}
+	}
+	if restart {
+		s.logger.Warn("turn store: the embedded server takes no writes since one failed; restarting its JetStream", "error", werr)
+		s.room.writes.halt()
+		err := s.restartJetStream()
+		if err == nil {
+			err = s.probe(ctx)
+		}
+		if err != nil {
+			// Its publishes wait (up to their own bound) for the next pass.
+			s.logger.Error("turn store: cannot restart the embedded JetStream", "error", err)
 			return fmt.Errorf("%w: the embedded server takes no writes: %w", ErrFull, err)
 		}
 		s.logger.Info("turn store: the embedded JetStream was restarted and takes writes again")
 	}
-	s.room.mu.Lock()
-	s.room.suspect = false
-	s.room.mu.Unlock()
+	if probe || restart {
+		s.room.writes.resume()
+		s.room.mu.Lock()
+		s.room.broken = false
+		s.room.suspect = free < minFreeDisk
+		s.room.mu.Unlock()
+	}
+	// Space returned: the reserve is written whole again (the file holds
+	// r.held of it now), or, on a disk without room for all of it, the
+	// store takes turns again with what it holds.
+	if werr == "" && r.held < r.size && free+uint64(r.held) >= uint64(r.size)+minFreeDisk {
+		if err := r.take(); err != nil {
+			s.logger.Warn("turn store: cannot write the reserve again", "error", err)
+		} else {
+			s.logger.Info("turn store: the disk of store.dir has room again; the reserve is held whole", "reserve", r.size)
+			free, _ = diskFree(s.cfg.Dir)
+		}
+	}
+	if werr == "" && r.stage != reserveWhole && free >= minFreeDisk && (r.held == r.size || free+uint64(r.held) < uint64(r.size)+minFreeDisk) {
+		r.stage = reserveWhole
+	}
+	switch {
+	case r.stage == reserveSpent:
+		return fmt.Errorf("%w (%d bytes free)", ErrReserveSpent, free)
+	case werr != "" && !restart:
+		return fmt.Errorf("%w: the embedded server takes no writes since one failed (%d bytes free)", ErrFull, free)
+	case r.stage == reserveInUse:
+		return fmt.Errorf("%w: the disk of store.dir filled; running turns go on in its reserve (%d bytes free)", ErrFull, free)
+	case free < minFreeDisk:
+		return fmt.Errorf("%w: the disk of store.dir has %d bytes free", ErrFull, free)
+	}
 	return nil
+}
+
+// diskFree returns the bytes free on the disk of dir for this process.
+func diskFree(dir string) (uint64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return st.Bavail * uint64(st.Bsize), true
 }
 
 // probeSubject is where the keeper writes its probe: a token no turn id
@@ -410,6 +521,10 @@ func (s *Store) probe(ctx context.Context) error {
 // the stream's files anew: a file store that failed a write (its disk was
 // full) refuses every later one until then.
 func (s *Store) restartJetStream() error {
+	// No publish of an append or a record is under way meanwhile: one
+	// would get no answer (see capacity.gate).
+	s.room.gate.Lock()
+	defer s.room.gate.Unlock()
 	cfg := s.srv.JetStreamConfig()
 	if cfg == nil {
 		return errors.New("JetStream is not enabled")

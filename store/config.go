@@ -52,6 +52,13 @@ type Config struct {
 	// about 0.3 KiB of memory (the embedded server's is this process's),
 	// whatever its size (default 100000; -1 is no bound).
 	MaxTurns int64 `yaml:"max_turns"`
+	// Reserve is the room, in bytes, the embedded file store holds back on
+	// the disk of dir for the turns running when that disk fills: a file
+	// it releases then, so that they go on while new turns are refused; its
+	// last quarter is kept for their last events (default 64 MiB; 0 holds
+	// none back: a full disk ends the running turns at once, their last
+	// events stored once space returns).
+	Reserve int64 `yaml:"reserve"`
 	// Replicas is the replication factor of the log and the leases; 0
 	// picks 3 when the cluster has three servers or more, else 1.
 	Replicas int `yaml:"replicas"`
@@ -94,7 +101,8 @@ type NATS struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
-		MaxBytes: 1 << 30, MaxTurns: 100_000, LeaseTTL: 2 * time.Second, FrameInterval: DefaultFrameInterval,
+		MaxBytes: 1 << 30, MaxTurns: 100_000, Reserve: DefaultReserve, LeaseTTL: 2 * time.Second,
+		FrameInterval: DefaultFrameInterval,
 	}
 }
 
@@ -103,6 +111,10 @@ const DefaultFrameInterval = 100 * time.Millisecond
 
 // maxFrameInterval bounds [Config.FrameInterval].
 const maxFrameInterval = 10 * time.Second
+
+// DefaultReserve is the room the embedded file store holds back for running
+// turns unless store.reserve says otherwise: see [Config].Reserve.
+const DefaultReserve = 64 << 20
 
 // DefaultDirText is [DefaultDir] as the documentation writes it: the
 // directory it returns depends on the user and the environment.
@@ -173,6 +185,9 @@ func (c Config) Problems() []llm.Problem {
 	}
 	if c.MaxTurns == 0 || c.MaxTurns < -1 {
 		bad("max_turns", "must be positive, or -1 for no bound")
+	}
+	if c.Reserve < 0 {
+		bad("reserve", "must be 0 (none) or a positive number of bytes")
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		bad("replicas", "must be between 0 (automatic) and 5")

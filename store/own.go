@@ -40,7 +40,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		msgID = k.prefix() + ".create." + s.id + "." + newID()
 		msg.Header[jetstream.MsgIDHeader] = []string{msgID}
 	}
-	ack, err := s.publishRetried(pctx, msg, dedupe)
+	ack, err := s.publishRetried(pctx, msg, dedupe, s.storedRecord(msg))
 	if isWrongLastSeq(err) && dedupe {
 		// A server that is not clustered checks the expectation before
 		// the message id: a retry of a record stored after all is refused

@@ -180,6 +180,8 @@ func (s *Store) startEmbedded() error {
 			return err
 		}
 		s.unlock = unlock
+		// Before the server counts the disk's free space.
+		s.takeReserve()
 	}
 	opts := &natsserver.Options{
 		ServerName:   "turnstile-" + s.id,

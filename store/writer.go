@@ -284,7 +284,7 @@ func (w *writer) publish(frame []byte) error {
 		// owner's frames are others.
 		msg.Header[jetstream.MsgIDHeader] = []string{w.key.prefix() + "." + strconv.FormatUint(w.ownSeq, 10) + "." + strconv.FormatUint(w.next, 10)}
 	}
-	_, err := w.s.publishRetried(ctx, msg, dedupe)
+	_, err := w.s.publishRetried(ctx, msg, dedupe, w.storedFrame(frame))
 	switch {
 	case err == nil:
 		return nil
@@ -307,7 +307,12 @@ func (w *writer) publish(frame []byte) error {
 // cannot be made again (it may be stored), so it waits for its answer as
 // long as ctx lets it: a loaded server answers late, and that is
 // backpressure, not a failure. It returns the last attempt's failure.
-func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool) (*jetstream.PubAck, error) {
+//
+// With the embedded file store, an attempt the keeper stops because the
+// server failed a write (failedwrite.go) is made again once the server
+// takes writes, unless stored finds msg in the log: its acknowledgement
+// was on its way when the write after it failed.
+func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
 	for {
 		// Without a message id an attempt waits as long as ctx lets it:
 		// no timer of its own.
@@ -315,8 +320,28 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool) 
 		if dedupe {
 			tctx, tcancel = context.WithTimeout(ctx, publishTry)
 		}
-		ack, err := s.publishMsg(tctx, msg)
+		ack, err, halted := s.attempt(tctx, msg)
 		tcancel()
+		if halted != nil {
+			// The keeper restarts the embedded JetStream: wait for it.
+			select {
+			case <-halted:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-s.closed:
+				return nil, ErrClosed
+			}
+		}
+		if errors.Is(err, errWriteFailed) {
+			// Once the keeper restarted the server, msg is made again
+			// unless it was stored before the write that failed.
+			if ack, ok, err := s.findStored(ctx, stored); err != nil || ok {
+				return ack, err
+			}
+			s.logger.Debug("turn store: publish stopped by a failed write; made again", "subject", msg.Subject)
+			continue
+		}
 		s.noteWrite(msg, err)
 		if err == nil || isWrongLastSeq(err) || isClosed(s.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
 			return ack, err
@@ -330,6 +355,26 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool) 
 		case <-time.After(publishBackoff):
 		}
 	}
+}
+
+// attempt makes one attempt of publishRetried: with the embedded file
+// store, under the keeper's hold on writes (failedwrite.go), which ends it
+// with errWriteFailed when the server failed a write, or, while the
+// keeper restarts the server, returns the channel closed once it may be
+// made.
+func (s *Store) attempt(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error, <-chan struct{}) {
+	s.room.gate.RLock()
+	defer s.room.gate.RUnlock()
+	actx, done, halted := s.hold(ctx)
+	if halted != nil {
+		return nil, nil, halted
+	}
+	ack, err := s.publishMsg(actx, msg)
+	if stopped(ctx, actx, err) {
+		err = errWriteFailed
+	}
+	done()
+	return ack, err, nil
 }
 
 // mayPass reports whether a failed publish may be made again: the stream

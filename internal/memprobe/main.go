@@ -12,7 +12,11 @@
 //   - streams: -streams RunTurn calls (-per-conn per connection) whose
 //     clients never read an event; with the turn store on, the probe then
 //     lets the clients go, watches every turn to its end (WatchTurn from
-//     seq 0) and counts the turns whose log has no terminal event;
+//     seq 0) and counts the turns whose log has no terminal event.
+//     -streams takes a list (300,1000): each count runs in each -store
+//     mode, and a table of the peaks, store on against off, ends the run;
+//   - limit: the server under a memory limit, for each -streams count and
+//     -store mode (limit.go);
 //   - silent: -silent TCP connections that never send a byte;
 //   - big: -big concurrent requests of -big-bytes each;
 //   - resets, unauth, header, peer, burst: see edges.go.
@@ -53,7 +57,7 @@ import (
 func main() {
 	bin := flag.String("bin", "", "turnstile `binary` to measure (default: build ./cmd/turnstile)")
 	scenarios := flag.String("run", "streams,silent,big", "comma-separated `scenarios` to run")
-	streams := flag.Int("streams", 1000, "non-reading streams")
+	streams := flag.String("streams", "1000", "comma-separated `counts` of non-reading streams, each a run of its own")
 	perConn := flag.Int("per-conn", 100, "streams per connection")
 	words := flag.Int("reply-words", 20000, "words of the simulator's reply")
 	settle := flag.Duration("settle", 15*time.Second, "how long the streams are held open")
@@ -74,7 +78,14 @@ func main() {
 	env := flag.String("env", "", "comma-separated `VAR=value` pairs added to the server's environment (GOGC=100,GODEBUG=gctrace=1)")
 	serverLog := flag.String("server-log", "", "`file` that receives the server's whole log (stderr)")
 	stores := flag.String("store", "off,on", "comma-separated turn store `modes` each scenario runs with: off, or on (embedded, files in a temporary directory)")
+	memLimit := flag.Int64("mem-limit", 1<<30, "the limit scenario's memory `bytes`: the server's data segment (prlimit --data) and GOMEMLIMIT at 90% of it")
+	goodTurns := flag.Int("good-turns", 20, "the limit scenario's turns of the key that reads, one at a time")
+	limitData := flag.Bool("limit-data", true, "the limit scenario bounds the server's data segment (prlimit --data); false: GOMEMLIMIT alone, to read the peak RSS a container's limit would meet")
+	silentTurns := flag.Int("silent-turns", 400, "the limit scenario's concurrent_turns of the key that never reads (0: every stream)")
 	flag.Parse()
+	counts, err := parseCounts(*streams)
+	check(err)
+	var peaks []peak
 
 	if *bin == "" {
 		dir, err := os.MkdirTemp("", "memprobe")
@@ -116,7 +127,13 @@ func main() {
 			}
 			switch s {
 			case "streams":
-				p.streams(*streams, *perConn, *words, *settle, *window)
+				for _, n := range counts {
+					peaks = append(peaks, p.streams(n, *perConn, *words, *settle, *window))
+				}
+			case "limit":
+				for _, n := range counts {
+					p.limit(n, *words, *settle, *window, *memLimit, *limitData, *goodTurns, *silentTurns)
+				}
 			case "silent":
 				p.silent(*silent, *silentWait)
 			case "big":
@@ -126,6 +143,46 @@ func main() {
 			}
 		}
 	}
+	printPeaks(peaks)
+}
+
+// peak is the peak RSS of one streams run.
+type peak struct {
+	streams int
+	store   bool
+	mib     float64
+}
+
+// printPeaks prints the streams runs' peaks, store on against store off
+// for each count.
+func printPeaks(peaks []peak) {
+	if len(peaks) == 0 {
+		return
+	}
+	fmt.Println("\nstreams  store off  store on  on/off")
+	for _, on := range peaks {
+		if !on.store {
+			continue
+		}
+		for _, off := range peaks {
+			if off.streams == on.streams && !off.store {
+				fmt.Printf("%7d  %5.0f MiB  %4.0f MiB  %5.2f\n", on.streams, off.mib, on.mib, on.mib/off.mib)
+			}
+		}
+	}
+}
+
+// parseCounts reads a comma-separated list of positive counts.
+func parseCounts(list string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-streams: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // probe is one scenario's server settings.
@@ -134,6 +191,7 @@ type probe struct {
 	store      bool     // the embedded turn store, else store: {mode: off}
 	env        []string // added to the server's environment
 	log        string   // a file for the server's log, if any
+	wrap       []string // a command the server runs under (prlimit ...), if any
 }
 
 // label names the scenario and its store mode in the output.
@@ -178,7 +236,8 @@ log: {level: warn}
 	check(err)
 	addr := lis.Addr().String()
 	lis.Close()
-	cmd := exec.Command(p.bin, "serve", "--config", path, "--listen", addr)
+	args := append(append([]string(nil), p.wrap...), p.bin, "serve", "--config", path, "--listen", addr)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), p.env...)
 	stderr, err := cmd.StderrPipe()
 	check(err)
@@ -288,9 +347,10 @@ func request(text string) *turnstilev1.RunTurnRequest {
 	}}}
 }
 
-// streams opens streams whose clients never read.
-func (p probe) streams(n, perConn, words int, settle time.Duration, window int) {
-	name := p.label("streams")
+// streams opens streams whose clients never read, and returns the
+// server's peak RSS while they are held.
+func (p probe) streams(n, perConn, words int, settle time.Duration, window int) peak {
+	name := p.label(fmt.Sprintf("streams %d", n))
 	s := p.start(words)
 	defer s.stop()
 	rss0, _ := s.mem()
@@ -333,11 +393,11 @@ func (p probe) streams(n, perConn, words int, settle time.Duration, window int) 
 	}
 	wg.Wait()
 	fmt.Printf("%s: %d opened (client window %d), %d refused %v; sampling for %s\n", name, opened, window, n-opened, refused, settle)
-	peak := sample(s, settle)
+	high := sample(s, settle)
 	ok, took := s.healthy()
 	rss, hwm := s.mem()
 	fmt.Printf("%s: server RSS before %.0f MiB, peak while held %.0f MiB (VmHWM %.0f MiB), now %.0f MiB; fds %d; health ok=%v in %s\n",
-		name, rss0, peak, hwm, rss, s.fds(), ok, took.Round(time.Millisecond))
+		name, rss0, high, hwm, rss, s.fds(), ok, took.Round(time.Millisecond))
 	cancel()
 	for _, c := range conns {
 		c.Close()
@@ -348,6 +408,7 @@ func (p probe) streams(n, perConn, words int, settle time.Duration, window int) 
 	if p.store {
 		p.ends(s, name, ids)
 	}
+	return peak{streams: n, store: p.store, mib: high}
 }
 
 // ends watches each turn of ids from its first event to the end of its

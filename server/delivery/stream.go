@@ -91,6 +91,8 @@ type Stream[M any] struct {
 	sending atomic.Bool
 	stalled atomic.Bool
 	stopped atomic.Bool // closed: the watchdog is off
+	// sentSeq is sent, read without the lock (Sent).
+	sentSeq atomic.Uint64
 	// The watchdog: since is when the Send under way began (nanoseconds
 	// after base, 0 between Sends).
 	base  time.Time
@@ -137,11 +139,16 @@ func (s *Stream[M]) OnIdle(f func()) { s.idle = f }
 // Busy reports whether a Send is under way or a message waits for one.
 func (s *Stream[M]) Busy() bool { return s.sending.Load() }
 
+// Stalled reports whether the watchdog closed the stream: its client
+// accepted no message for the send timeout.
+func (s *Stream[M]) Stalled() bool { return s.stalled.Load() }
+
 // Follow makes the stream send from feed, from the message after the one
 // of seq after on, and starts a Send if one is ready.
 func (s *Stream[M]) Follow(feed Feed[M], after uint64) {
 	s.mu.Lock()
 	s.feed, s.sent, s.state = feed, after, Open
+	s.sentSeq.Store(after)
 	s.mu.Unlock()
 	s.Kick()
 }
@@ -159,12 +166,8 @@ func (s *Stream[M]) Resume() {
 }
 
 // Sent returns the seq of the last message sent (0 before any, and
-// without a feed).
-func (s *Stream[M]) Sent() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sent
-}
+// without a feed). It takes no lock.
+func (s *Stream[M]) Sent() uint64 { return s.sentSeq.Load() }
 
 // Kick tells the stream its feed holds more: a Send starts on a worker
 // unless one is under way, which then goes on with them. It never blocks
@@ -356,6 +359,7 @@ func (s *Stream[M]) sendOne(m M) error {
 	s.mu.Lock()
 	if s.feed != nil {
 		s.sent = s.feed.Seq(m)
+		s.sentSeq.Store(s.sent)
 	}
 	s.mu.Unlock()
 	return nil
@@ -385,13 +389,16 @@ func (s *Stream[M]) watch() {
 	if s.stopped.Load() || s.stalled.Load() {
 		return
 	}
+	s.mu.Lock()
+	dog := s.dog
+	s.mu.Unlock()
 	since := s.since.Load()
 	if since == 0 {
-		s.dog.Reset(s.timeout)
+		dog.Reset(s.timeout)
 		return
 	}
 	if d := time.Since(s.base) - time.Duration(since); d < s.timeout {
-		s.dog.Reset(s.timeout - d)
+		dog.Reset(s.timeout - d)
 		return
 	}
 	// onStall first: whoever sees the stream stalled sees it called.

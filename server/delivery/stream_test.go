@@ -220,3 +220,13 @@ func TestStreamSendFails(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestWatchdogBeforeNewReturns makes streams whose watchdog fires at once,
+// before New has returned: under the race detector (the project's test
+// command), the watchdog's first look must not race New's setting it up.
+func TestWatchdogBeforeNewReturns(t *testing.T) {
+	for range 200 {
+		s := New(func(uint64) error { return nil }, time.Nanosecond, func(f func()) { go f() }, nil)
+		s.Close()
+	}
+}

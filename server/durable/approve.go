@@ -123,6 +123,9 @@ func (r *run) acked(ctx context.Context, seq uint64) bool {
 // decide applies a decision to a turn through its controls; r, when not
 // nil, is its run, whose log must hold the decision before the reply.
 func decide(ctx context.Context, ctl *runtime.Controls, r *run, sig Approval) controlReply {
+	if r != nil {
+		r.heardFrom()
+	}
 	d, applied, err := ctl.Decide(sig.CallID, runtime.Decision{Approved: sig.Approved, Reason: sig.Reason, DecidedBy: sig.DecidedBy})
 	if err != nil {
 		return r.controlFailure(err, sig.CallID)

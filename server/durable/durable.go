@@ -266,6 +266,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 	defer r.cancel(nil)
 	k := r.key
 	defer rs.owned.runs(r)()
+	runCtx := ctx // the run's own: cancelled with it
 
 	var terminal *turnstilev1.AgentEvent
 	// tooLarge is the seq of an event too large to store or send: the run
@@ -336,6 +337,10 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		return appendWire(ctx, out, b)
 	}
 	emit := runtime.SinkFunc(func(ctx context.Context, ev runtime.Event) error {
+		// While nobody reads the run, wait for a client, as a turn without
+		// a store waits for its Send (unread.go); on the run's context, not
+		// the sink's, which outlives a cancel to store the last events.
+		r.awaitReader(runCtx, rs.grace)
 		if r.handedOff.Load() {
 			// As if this replica had died here: the next owner goes on
 			// from what is stored, and stores nothing this one would
@@ -414,7 +419,11 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		rs.logger.Warn("turn taken over by another server: this replica lost its lease and stops it here", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
 		r.finish(ErrTakenOver)
 	case err != nil && rs.storeFull():
-		rs.logger.Error("turn store full: the turn's last events did not fit; it ends without them", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		// Its clients are told to watch it again; the log gets its end
+		// once it has room (StoreRoom), or when a watch adopts it: it is
+		// never taken over and finished later.
+		rs.logger.Error("turn store full: the turn's last events did not fit; it ends without them, its STORE_FULL error stored once there is room", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)
+		rs.owed.add(k, storeFullError())
 		r.finish(ErrNotStored)
 	case err != nil:
 		rs.logger.Error("turn store unreachable: the turn ends without its last events", "turn_id", k.TurnID, "attempt", k.Attempt, "error", err)

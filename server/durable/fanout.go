@@ -76,7 +76,15 @@ type run struct {
 	watchers int
 	seen     time.Time
 	detach   *time.Timer
-	stopped  bool // CancelTurn stopped it
+	// heard is when a client last said it is there without a stream
+	// here: a watcher elsewhere said it watches, or a client approved or
+	// steered; stalledOut says the last stream here was closed stuck, and
+	// none followed; a sink waiting for a reader waits on readerWake
+	// (unread.go).
+	heard      time.Time
+	stalledOut bool
+	readerWake chan struct{}
+	stopped    bool // CancelTurn stopped it
 	// charge spends the tokens the run uses from its client key's limits;
 	// nil without keys.
 	charge *admission.Charger
@@ -232,7 +240,9 @@ func (r *run) finish(err error) {
 // missed from the log until the stream is back within it.
 func (rs *Runs) watchRun(ctx context.Context, r *run, afterSeq uint64, out *delivery.Stream[Item]) (final bool, err error) {
 	r.attach(out)
-	defer r.leave(out, rs.grace)
+	defer func() {
+		r.leave(out, rs.grace, out.Stalled() || errors.Is(err, delivery.ErrStalled) || errors.Is(context.Cause(ctx), delivery.ErrStalled))
+	}()
 	out.Follow(r, afterSeq)
 	for {
 		err := out.Wait(ctx)
@@ -328,6 +338,8 @@ func (r *run) attach(out *delivery.Stream[Item]) {
 	defer r.mu.Unlock()
 	r.streams = append(r.streams, out)
 	r.watchers++
+	r.stalledOut = false
+	r.wakeAwaiting()
 	if r.detach != nil {
 		r.detach.Stop()
 	}
@@ -335,13 +347,19 @@ func (r *run) attach(out *delivery.Stream[Item]) {
 
 // leave stops feeding out and counts its watcher out; when none is left,
 // the run is cancelled after grace unless a watcher comes back or one
-// elsewhere says it watches.
-func (r *run) leave(out *delivery.Stream[Item], grace time.Duration) {
+// elsewhere says it watches. stuck says out was closed because its client
+// read nothing for the send timeout: the last stream closed so leaves the
+// run waiting for a reader (unread.go).
+func (r *run) leave(out *delivery.Stream[Item], grace time.Duration, stuck bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.streams = slices.DeleteFunc(r.streams, func(o *delivery.Stream[Item]) bool { return o == out })
 	r.watchers--
 	r.seen = time.Now()
+	if len(r.streams) == 0 {
+		r.stalledOut = stuck
+	}
+	r.wakeAwaiting()
 	if r.watchers == 0 && !r.done {
 		r.armDetach(grace)
 	}
@@ -352,6 +370,8 @@ func (r *run) touched(grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = time.Now()
+	r.heard = r.seen
+	r.wakeAwaiting()
 	if r.watchers == 0 && !r.done {
 		r.armDetach(grace)
 	}

@@ -53,6 +53,9 @@ type Config struct {
 	// Checks are the bounds a run's request is read back with when it is
 	// taken over (its media's).
 	Checks wire.Checks
+	// Now is the clock the deadline and the age of an orphaned run are
+	// read on when it is adopted; nil is time.Now.
+	Now func() time.Time
 }
 
 // Runs are the durable runs of this replica: those it owns (created,
@@ -73,6 +76,7 @@ type Runs struct {
 	pace          time.Duration
 	maxEventBytes int
 	checks        wire.Checks
+	now           func() time.Time
 	// owners run the turns owned here (see [Runs.own]).
 	owners *delivery.Workers
 	// stopTakeovers ends the watch for runs to take over.
@@ -83,6 +87,9 @@ type Runs struct {
 	owned     *owned
 	takeovers takeovers
 	signals   signals
+	// owed are the runs whose terminal error did not fit in the store
+	// (full.go).
+	owed owed
 }
 
 // New returns the runs of cfg, and starts taking over the runs of
@@ -90,9 +97,12 @@ type Runs struct {
 func New(cfg Config) *Runs {
 	rs := &Runs{
 		store: cfg.Store, runner: cfg.Runner, logger: cfg.Logger, keys: cfg.Keys, gate: cfg.Gate, streams: cfg.Streams,
-		grace: cfg.DetachGrace, pace: cfg.Pace, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks,
+		grace: cfg.DetachGrace, pace: cfg.Pace, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks, now: cfg.Now,
 		owners: delivery.NewWorkers(ownerWorkers),
 		owned:  newOwned(cfg.MaxRunning),
+	}
+	if rs.now == nil {
+		rs.now = time.Now
 	}
 	rs.takeovers = takeovers{rs}
 	rs.signals = signals{rs}

@@ -40,6 +40,9 @@ func (m Steering) message() llm.Message {
 // request id; r, when not nil, is its run, whose log must hold the
 // message (the first one's, for a duplicate) before the reply.
 func steer(ctx context.Context, ctl *runtime.Controls, r *run, sig Steering) controlReply {
+	if r != nil {
+		r.heardFrom()
+	}
 	seq, dup, err := ctl.SteerOnce(sig.RequestID, sig.message())
 	if err != nil {
 		return r.controlFailure(err, "")

@@ -150,11 +150,21 @@ func (to takeovers) adopt(ctx context.Context, k Key) error {
 		}
 		lastAt = last.GetTime().AsTime()
 	}
+	if te := to.rs.owed.take(k); te != nil {
+		// It ended here for want of room in the store, its clients told:
+		// its end is stored, never a takeover.
+		if _, ok := to.closeOrphan(ctx, k, te, "its last event did not fit in the turn store"); !ok {
+			to.rs.owed.add(k, te)
+			return ErrStoreUnreachable
+		}
+		return nil
+	}
 	var why string
+	now := to.rs.now()
 	switch {
-	case !first.Deadline.IsZero() && time.Now().After(first.Deadline):
+	case !first.Deadline.IsZero() && now.After(first.Deadline):
 		why = "its deadline passed"
-	case time.Since(lastAt) > staleOrphan:
+	case now.Sub(lastAt) > staleOrphan:
 		why = fmt.Sprintf("it stored nothing for over %s", staleOrphan)
 	case to.takeOver(ctx, k):
 		return nil

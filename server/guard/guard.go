@@ -74,6 +74,8 @@ type Options struct {
 	MaxHeaderBytes int
 	// MeterProvider records the refusals and the RPCs that did no work.
 	MeterProvider metric.MeterProvider
+	// Now is the clock the log lines are sampled on (nil: time.Now).
+	Now func() time.Time
 }
 
 // RanField is the log field that marks the line of an RPC that ran a
@@ -92,6 +94,7 @@ type Guard struct {
 	// first cannot hide the line that a connection was closed.
 	sampler     *sampler
 	connSampler *sampler
+	now         func() time.Time
 	refusals    metric.Int64Counter
 	unserved    metric.Int64Counter
 
@@ -114,8 +117,13 @@ func New(opts Options) *Guard {
 		metric.WithDescription("Connections and streams refused below the RPC layer, by reason: per_peer_limit, handshake_limit, handshake_timeout, rapid_reset, header_too_large."))
 	unserved, _ := m.Int64Counter(metricUnserved, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs that ended before any work (cancelled by the client, unauthenticated, refused by a limit), by status code."))
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	return &Guard{
 		logger:      opts.Logger,
+		now:         now,
 		perPeer:     opts.MaxConnectionsPerPeer,
 		headers:     opts.MaxHeaderBytes,
 		sampler:     newSampler(),
@@ -141,7 +149,7 @@ func (g *Guard) logSampled(level slog.Level, peer, msg string, attrs ...any) {
 		return
 	}
 	if level > slog.LevelDebug {
-		ok, suppressed := g.connSampler.allow(peer, time.Now())
+		ok, suppressed := g.connSampler.allow(peer, g.now())
 		if !ok {
 			return
 		}

@@ -113,7 +113,7 @@ func (g *Guard) LogRPC(ctx context.Context, level slog.Level, msg string, fields
 			if h, _, err := net.SplitHostPort(addr); err == nil {
 				host = h
 			}
-			ok, suppressed := g.sampler.allow(host, time.Now())
+			ok, suppressed := g.sampler.allow(host, g.now())
 			if !ok {
 				return
 			}

@@ -102,7 +102,10 @@ const (
 	// The turn store has no room for a new turn (its store.max_bytes, or the
 	// disk under it, is full of turns it may not remove yet; status
 	// RESOURCE_EXHAUSTED), before the turn started. google.rpc.RetryInfo says
-	// when to try again: room comes back as finished turns expire.
+	// when to try again: room comes back as finished turns expire. During a
+	// turn: the disk under the embedded store filled past its reserve, and
+	// the turn was ended, this error stored as its last event; retryable
+	// (the next attempt, once space returns).
 	ErrorCode_ERROR_CODE_STORE_FULL ErrorCode = 24
 	// The request's turn_id and attempt name a stored run whose request
 	// differs (status ALREADY_EXISTS), before any event. Not retryable with

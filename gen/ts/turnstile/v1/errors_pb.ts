@@ -310,7 +310,10 @@ export enum ErrorCode {
    * The turn store has no room for a new turn (its store.max_bytes, or the
    * disk under it, is full of turns it may not remove yet; status
    * RESOURCE_EXHAUSTED), before the turn started. google.rpc.RetryInfo says
-   * when to try again: room comes back as finished turns expire.
+   * when to try again: room comes back as finished turns expire. During a
+   * turn: the disk under the embedded store filled past its reserve, and
+   * the turn was ended, this error stored as its last event; retryable
+   * (the next attempt, once space returns).
    *
    * @generated from enum value: ERROR_CODE_STORE_FULL = 24;
    */
