@@ -118,6 +118,9 @@ func TestKeeperNeverEvictsRunning(t *testing.T) {
 	if got := collect(t, s, "victim", 1, 0, 2); fmt.Sprint(got) != "[victim e1 victim e2]" {
 		t.Errorf("victim's events: %v", got)
 	}
+	// What Usage says is the keeper's last pass: the one after the victim
+	// finished finds the log no longer held by running turns.
+	waitFor(t, "the keeper's pass after the victim finished", func() bool { return s.Usage().Full == nil })
 	u := s.Usage()
 	if u.Limit != max || u.Oldest.IsZero() || u.Full != nil {
 		t.Errorf("usage = %+v", u)
