@@ -425,8 +425,9 @@ type Ops struct {
 	// metrics on (default true).
 	Metrics bool `yaml:"metrics"`
 	// PProf also serves Go's profiles at /debug/pprof/, and the runtime's
-	// allocation counters (/debug/alloc) and a forced collection
-	// (POST /debug/gc) (default false).
+	// allocation counters (/debug/alloc), a forced collection
+	// (POST /debug/gc) and, with a turn store, what its log holds
+	// (/debug/store) (default false).
 	PProf bool `yaml:"pprof"`
 }
 

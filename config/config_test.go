@@ -13,6 +13,7 @@ import (
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/providers/sim"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 const example = `
@@ -208,6 +209,9 @@ func TestInvalid(t *testing.T) {
 		{"header value", "providers: {o: {type: openai, headers: {X-Key: \"hunter2\\nX-Evil: 1\"}}}\nmodels: {a: {provider: o, model: m}}\n", "config.yaml:1: providers.o.headers.X-Key: the value must be one line"},
 		{"negative window", "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m, context_window: -1}}\n", "config.yaml:2: models.a.context_window: must not be negative (0 means unknown)"},
 		{"nats url", ok + "store: {mode: nats, nats: {url: \"nats://a:4222,nats://u:hunter2@b:port\"}}\n", `config.yaml:3: store.nats.url: server 2 of the list is not a URL: invalid port ":port" after host`},
+		{"zero max turns", ok + "store: {max_turns: 0}\n", "config.yaml:3: store.max_turns: must be positive, or -1 for no bound"},
+		{"negative frame interval", ok + "store: {frame_interval: -1ms}\n", "config.yaml:3: store.frame_interval: must be between 0 (no floor) and 10s"},
+		{"long frame interval", ok + "store: {frame_interval: 11s}\n", "config.yaml:3: store.frame_interval: must be between 0 (no floor) and 10s"},
 		{"no providers", "models: {a: {provider: sim, model: m}}\n", "config.yaml: providers: at least one provider is required"},
 		{"not a mapping", "- a\n- b\n", "config.yaml:1: expected a block of key: value pairs, got a list"},
 		{"syntax", "providers: {sim: {type: simulator}\n", "config.yaml:1: invalid YAML:"},
@@ -226,6 +230,53 @@ func TestInvalid(t *testing.T) {
 				t.Errorf("Parse error = %q reveals a secret", err)
 			}
 		})
+	}
+}
+
+// TestMaxTurns: store.max_turns unset is the default, -1 no bound, and any
+// other positive value is taken as it is.
+func TestMaxTurns(t *testing.T) {
+	const ok = "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m}}\n"
+	for _, tt := range []struct {
+		yaml string
+		want int64
+	}{
+		{"", store.DefaultConfig().MaxTurns},
+		{"store: {max_turns: -1}\n", -1},
+		{"store: {max_turns: 1}\n", 1},
+		{"store: {max_turns: 5000000}\n", 5000000},
+	} {
+		c, err := Parse("config.yaml", []byte(ok+tt.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		if c.Store.MaxTurns != tt.want {
+			t.Errorf("%q: max_turns %v, want %v", tt.yaml, c.Store.MaxTurns, tt.want)
+		}
+	}
+}
+
+// TestFrameInterval: store.frame_interval unset is the default, 0 is no
+// floor, and any other value is taken as it is.
+func TestFrameInterval(t *testing.T) {
+	const ok = "providers: {sim: {type: simulator}}\nmodels: {a: {provider: sim, model: m}}\n"
+	for _, tt := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", store.DefaultFrameInterval},
+		{"store: {frame_interval: 0s}\n", 0},
+		{"store: {frame_interval: 0}\n", 0},
+		{"store: {frame_interval: 40ms}\n", 40 * time.Millisecond},
+		{"store: {frame_interval: 10s}\n", 10 * time.Second},
+	} {
+		c, err := Parse("config.yaml", []byte(ok+tt.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		if c.Store.FrameInterval != tt.want {
+			t.Errorf("%q: frame_interval %v, want %v", tt.yaml, c.Store.FrameInterval, tt.want)
+		}
 	}
 }
 

@@ -148,6 +148,13 @@ type Options struct {
 	// ApproveToolCall and SteerTurn work only on the server running the
 	// turn.
 	Store TurnStore
+	// StorePace is, with a Store, the least time between two deltas of
+	// one text, reasoning block or tool call's arguments that a turn
+	// stores: what the model streams meanwhile is stored, and sent, as one
+	// event (runtime.PacedSink). The first delta of each, and every other
+	// event, is stored at once (default 0: each delta as soon as the
+	// previous write is acknowledged).
+	StorePace time.Duration
 	// DetachGrace is how long a turn with a store keeps running after its
 	// last watcher left; then it is cancelled (default 30s).
 	DetachGrace time.Duration

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +26,12 @@ import (
 // the record refused, looking at no more than maxExamined runs per pass. While the
 // log is still above highWater after that, or the disk or JetStream cannot
 // take more, [Store.Room] refuses new turns; running ones go on in the
-// room left above the mark.
+// room left above the mark. The runs the log holds are bounded the same
+// way ([Config.MaxTurns]): each costs the stream's index of subjects
+// memory as long as it is kept (nats-server's, in the embedded store's
+// process), whatever its size. Above highWater of the bound the keeper
+// purges the oldest finished runs down to lowWater of it, and when only
+// running runs are left at the bound, new turns are refused.
 const (
 	highWater   = 0.90
 	lowWater    = 0.80
@@ -55,6 +61,9 @@ type Usage struct {
 	// Oldest is when the oldest record kept was written; zero when the log
 	// is empty.
 	Oldest time.Time
+	// Turns is how many runs the log holds: half its subjects, a run's
+	// records and its events being two.
+	Turns uint64
 	// Evicted counts the runs the keeper removed since the store opened.
 	Evicted uint64
 	// Full is the reason new turns are refused, nil when they are not.
@@ -261,18 +270,35 @@ func (s *Store) keepOnce(ctx context.Context) {
 		// A record was refused: room for it, below the low-water mark.
 		target = min(target, limit-need)
 	}
-	var evicted int
-	if limit > 0 && (float64(bytes) > highWater*float64(limit) || need > 0 && bytes > target) {
-		evicted = s.evict(ctx, info.State.FirstSeq, target, bytes)
+	// The bound on the runs held: none below highWater of it.
+	turns := runsOf(info.State.NumSubjects)
+	goal := evictGoal{bytes: target, turns: math.MaxUint64}
+	if limit == 0 || float64(bytes) <= highWater*float64(limit) && (need == 0 || bytes <= target) {
+		goal.bytes = math.MaxUint64
+	}
+	maxTurns := uint64(max(s.cfg.MaxTurns, 0))
+	if maxTurns > 0 && float64(turns) > highWater*float64(maxTurns) {
+		goal.turns = uint64(lowWater * float64(maxTurns))
+	}
+	var (
+		evicted   int
+		exhausted bool
+	)
+	if goal.unmet(bytes, turns) {
+		evicted, exhausted = s.evict(ctx, info.State.FirstSeq, goal, bytes, turns)
 		if evicted > 0 {
 			if info, err = s.stream.Info(ctx); err != nil {
 				return
 			}
-			bytes = info.State.Bytes
+			bytes, turns = info.State.Bytes, runsOf(info.State.NumSubjects)
 		}
 	}
 	if full == nil && limit > 0 && (float64(bytes) >= highWater*float64(limit) || bytes+need > limit) {
 		full = fmt.Errorf("%w: %d of %d bytes held by turns still running", ErrFull, bytes, limit)
+	}
+	if full == nil && maxTurns > 0 && turns >= maxTurns && exhausted {
+		// Every run left is running: none can go.
+		full = fmt.Errorf("%w: %d turns still running hold store.max_turns (%d)", ErrFull, turns, maxTurns)
 	}
 	var oldest time.Time
 	if info.State.Msgs > 0 {
@@ -281,18 +307,18 @@ func (s *Store) keepOnce(ctx context.Context) {
 	s.room.mu.Lock()
 	s.room.usage.Evicted += uint64(evicted)
 	was := s.room.usage.Full
-	s.room.usage = Usage{Bytes: bytes, Limit: limit, Oldest: oldest, Evicted: s.room.usage.Evicted, Full: full}
+	s.room.usage = Usage{Bytes: bytes, Limit: limit, Oldest: oldest, Turns: turns, Evicted: s.room.usage.Evicted, Full: full}
 	warn := evicted > 0 && !oldest.IsZero() && time.Since(oldest) < s.cfg.Retention && time.Since(s.room.warned) >= warnEvery
 	if warn {
 		s.room.warned = time.Now()
 	}
 	s.room.mu.Unlock()
 	if evicted > 0 {
-		s.logger.Info("turn store: removed the oldest finished runs to make room", "runs", evicted, "bytes", bytes, "limit", limit)
+		s.logger.Info("turn store: removed the oldest finished runs to make room", "runs", evicted, "bytes", bytes, "limit", limit, "turns", turns, "max_turns", s.cfg.MaxTurns)
 	}
 	if warn {
-		s.logger.Warn("turn store: retention is shorter than configured: the log is full, and the oldest run kept is younger than store.retention; raise store.max_bytes or lower store.retention",
-			"retention", s.cfg.Retention, "oldest_kept", time.Since(oldest).Round(time.Second), "max_bytes", s.cfg.MaxBytes, "limit", limit)
+		s.logger.Warn("turn store: retention is shorter than configured: the log is full, and the oldest run kept is younger than store.retention; raise store.max_bytes or store.max_turns, or lower store.retention",
+			"retention", s.cfg.Retention, "oldest_kept", time.Since(oldest).Round(time.Second), "max_bytes", s.cfg.MaxBytes, "limit", limit, "max_turns", s.cfg.MaxTurns, "turns", turns)
 	}
 	switch {
 	case (was == nil) != (full == nil):
@@ -520,19 +546,33 @@ func (s *Store) restartJetStream() error {
 	return err
 }
 
+// evictGoal is what the keeper removes finished runs for: the log's
+// bytes and runs at most.
+type evictGoal struct {
+	bytes, turns uint64
+}
+
+// unmet reports whether a log of bytes and turns is over the goal.
+func (g evictGoal) unmet(bytes, turns uint64) bool { return bytes > g.bytes || turns > g.turns }
+
+// runsOf returns how many runs a log of subjects holds: two subjects a
+// run, its records' and its events', counting one that has only its
+// record yet.
+func runsOf(subjects uint64) uint64 { return (subjects + 1) / 2 }
+
 // evict purges the oldest runs that are not running, from stream
-// sequence first on, until the log holds at most target bytes or
-// maxExamined runs were looked at; it returns how many it purged. bytes is
-// what the log holds now.
-func (s *Store) evict(ctx context.Context, first, target, bytes uint64) int {
-	purged := 0
+// sequence first on, until the log meets goal or maxExamined runs were
+// looked at; it returns how many it purged, and exhausted when it looked
+// at every run the log holds. bytes and turns are what the log holds now.
+func (s *Store) evict(ctx context.Context, first uint64, goal evictGoal, bytes, turns uint64) (purged int, exhausted bool) {
 	seq := first
-	for examined := 0; examined < maxExamined && bytes > target; examined++ {
+	for examined := 0; examined < maxExamined && goal.unmet(bytes, turns); examined++ {
 		m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subjectRoot+".*.*.own"))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
 				s.logger.Warn("turn store: cannot read the log to make room", "error", err)
 			}
+			exhausted = errors.Is(err, jetstream.ErrMsgNotFound)
 			break
 		}
 		seq = m.Sequence + 1
@@ -557,9 +597,9 @@ func (s *Store) evict(ctx context.Context, first, target, bytes uint64) int {
 		if err != nil {
 			break
 		}
-		bytes = info.State.Bytes
+		bytes, turns = info.State.Bytes, runsOf(info.State.NumSubjects)
 	}
-	return purged
+	return purged, exhausted
 }
 
 // runOf returns the run whose owner record subject is subj.

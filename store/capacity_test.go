@@ -171,6 +171,83 @@ func TestFullOfRunningTurns(t *testing.T) {
 	}
 }
 
+// openTurns opens an embedded store in memory whose log keeps maxTurns
+// turns, its bytes unbounded.
+func openTurns(t *testing.T, maxTurns int64) *store.Store {
+	t.Helper()
+	cfg := store.DefaultConfig()
+	cfg.Dir, cfg.MaxBytes, cfg.MaxTurns, cfg.LeaseTTL = "", -1, maxTurns, 500*time.Millisecond
+	s, err := store.Open(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestKeeperBoundsTurns: a log that keeps at most 10 turns, flooded with
+// small finished ones, is brought down to 8 by removing the oldest
+// finished turns, never a running one; Usage counts the turns.
+func TestKeeperBoundsTurns(t *testing.T) {
+	s := openTurns(t, 10)
+	ctx := context.Background()
+	if err := run(t, s, "victim", 100, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if err := run(t, s, fmt.Sprintf("flood-%d", i), 100, true); err != nil {
+			t.Fatalf("flood %d: %v", i, err)
+		}
+	}
+	waitFor(t, "the keeper", func() bool { u := s.Usage(); return u.Evicted > 0 && u.Turns <= 8 })
+	if _, err := s.Record(ctx, "flood-0", 1); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the oldest finished turn is still there: %v", err)
+	}
+	for _, id := range []string{"victim", "flood-39"} {
+		if _, err := s.Record(ctx, id, 1); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+	if err := s.Room(); err != nil {
+		t.Errorf("Room = %v", err)
+	}
+	if err := s.Finish(ctx, "victim", 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFullOfRunningTurnsByCount: when running turns hold store.max_turns,
+// none can be removed and Room refuses new turns, naming the bound; once
+// they end and are removed, turns are taken again.
+func TestFullOfRunningTurnsByCount(t *testing.T) {
+	s := openTurns(t, 4)
+	ctx := context.Background()
+	var running []string
+	for i := range 4 {
+		id := fmt.Sprintf("running-%d", i)
+		if err := run(t, s, id, 100, false); err != nil {
+			t.Fatal(err)
+		}
+		running = append(running, id)
+	}
+	waitFor(t, "the log full of running turns", func() bool { return s.Room() != nil })
+	if err := s.Room(); !errors.Is(err, store.ErrFull) || !strings.Contains(err.Error(), "store.max_turns") {
+		t.Fatalf("Room = %v", err)
+	}
+	for _, id := range running {
+		if _, err := s.Record(ctx, id, 1); err != nil {
+			t.Errorf("running %s removed: %v", id, err)
+		}
+		if err := s.Finish(ctx, id, 1); err != nil {
+			t.Errorf("finish %s: %v", id, err)
+		}
+	}
+	waitFor(t, "room after the turns ended", func() bool { return s.Room() == nil })
+	if u := s.Usage(); u.Turns > 3 || u.Evicted == 0 {
+		t.Errorf("usage %+v: want 3 turns at most, some removed", u)
+	}
+}
+
 // TestDiscardOldUpdated: a log made by an earlier version, which dropped
 // the oldest records when full, refuses instead once the store opens it.
 func TestDiscardOldUpdated(t *testing.T) {

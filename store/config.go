@@ -45,6 +45,13 @@ type Config struct {
 	// MaxBytes bounds the log's size; the oldest runs are dropped first
 	// (default 1 GiB; -1 is no bound).
 	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxTurns bounds the turns the log keeps (each attempt one), finished
+	// or running: above 90% of it the oldest finished ones are removed,
+	// down to 80%, and while running turns hold it new turns are refused.
+	// Each turn kept costs the NATS server's index of the log's subjects
+	// about 0.3 KiB of memory (the embedded server's is this process's),
+	// whatever its size (default 100000; -1 is no bound).
+	MaxTurns int64 `yaml:"max_turns"`
 	// Reserve is the room, in bytes, the embedded file store holds back on
 	// the disk of dir for the turns running when that disk fills: a file
 	// it releases then, so that they go on while new turns are refused; its
@@ -60,6 +67,16 @@ type Config struct {
 	// the process and writes no lease), and how long a run left without an
 	// owner waits before a watcher adopts it (default 2s; at least 500ms).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// FrameInterval is the least time between two writes of a reply's
+	// streamed text to the log (the deltas of one text, reasoning block or
+	// tool call's arguments): what the model streams meanwhile is stored,
+	// and sent, as one event. The first delta of each, and every other
+	// event, is stored at once. A client sees only what is stored, so the
+	// text it watches may lag the model by up to this much. 0 stores each
+	// delta as soon as the previous write is acknowledged: a write per
+	// chunk of a model that streams slower than the store answers (default
+	// 100ms; at most 10s).
+	FrameInterval time.Duration `yaml:"frame_interval"`
 	// NATS says how to reach the cluster in mode nats.
 	NATS NATS `yaml:"nats"`
 }
@@ -84,9 +101,16 @@ type NATS struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode: ModeEmbedded, Dir: DefaultDir(), Sync: "2m", Retention: 24 * time.Hour,
-		MaxBytes: 1 << 30, Reserve: DefaultReserve, LeaseTTL: 2 * time.Second,
+		MaxBytes: 1 << 30, MaxTurns: 100_000, Reserve: DefaultReserve, LeaseTTL: 2 * time.Second,
+		FrameInterval: DefaultFrameInterval,
 	}
 }
+
+// DefaultFrameInterval is the default [Config.FrameInterval].
+const DefaultFrameInterval = 100 * time.Millisecond
+
+// maxFrameInterval bounds [Config.FrameInterval].
+const maxFrameInterval = 10 * time.Second
 
 // DefaultReserve is the room the embedded file store holds back for running
 // turns unless store.reserve says otherwise: see [Config].Reserve.
@@ -159,6 +183,9 @@ func (c Config) Problems() []llm.Problem {
 	if c.MaxBytes == 0 || c.MaxBytes < -1 {
 		bad("max_bytes", "must be positive, or -1 for no bound")
 	}
+	if c.MaxTurns == 0 || c.MaxTurns < -1 {
+		bad("max_turns", "must be positive, or -1 for no bound")
+	}
 	if c.Reserve < 0 {
 		bad("reserve", "must be 0 (none) or a positive number of bytes")
 	}
@@ -167,6 +194,9 @@ func (c Config) Problems() []llm.Problem {
 	}
 	if c.LeaseTTL < 500*time.Millisecond {
 		bad("lease_ttl", "must be at least 500ms")
+	}
+	if c.FrameInterval < 0 || c.FrameInterval > maxFrameInterval {
+		bad("frame_interval", "must be between 0 (no floor) and %s", maxFrameInterval)
 	}
 	if (c.NATS.CertFile == "") != (c.NATS.KeyFile == "") {
 		bad("nats.cert_file", "cert_file and key_file go together")

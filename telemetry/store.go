@@ -14,6 +14,7 @@ const (
 	metricStoreLimit       = "turnstile.store.limit"
 	metricStoreUtilization = "turnstile.store.utilization"
 	metricStoreOldestAge   = "turnstile.store.oldest_age"
+	metricStoreTurns       = "turnstile.store.turns"
 	metricStoreEvicted     = "turnstile.store.evicted"
 	metricStoreFull        = "turnstile.store.full"
 )
@@ -26,6 +27,8 @@ type StoreUsage struct {
 	Limit uint64
 	// Oldest is when the oldest record kept was written; zero when none.
 	Oldest time.Time
+	// Turns is how many turns the log holds.
+	Turns uint64
 	// Evicted counts the finished runs removed to make room.
 	Evicted uint64
 	// Full says the store takes no new turn now.
@@ -35,7 +38,8 @@ type StoreUsage struct {
 // RegisterStoreMetrics reports the turn store's size through mp's
 // gauges, reading usage at each collection (it must not block): the bytes
 // held, the limit and the share of it used, the age of the oldest record
-// kept, the runs removed to make room, and whether new turns are refused.
+// kept, the turns held, the runs removed to make room, and whether new
+// turns are refused.
 // The returned function unregisters them.
 func RegisterStoreMetrics(mp metric.MeterProvider, usage func() StoreUsage, now func() time.Time) (func() error, error) {
 	if now == nil {
@@ -50,6 +54,7 @@ func RegisterStoreMetrics(mp metric.MeterProvider, usage func() StoreUsage, now 
 	}
 	bytes := gauge(metricStoreBytes, "By", "Bytes the turn store's log holds, every run's.")
 	limit := gauge(metricStoreLimit, "By", "Bytes the turn store's log may hold: store.max_bytes, or less when JetStream's storage leaves less; absent when unbounded.")
+	turns := gauge(metricStoreTurns, "{turn}", "Turns the turn store's log holds, finished or running; the oldest finished ones are removed above 0.9 of store.max_turns.")
 	full := gauge(metricStoreFull, "1", "1 while the turn store takes no new turn (full of running turns, or its disk is), else 0.")
 	util, err := m.Float64ObservableGauge(metricStoreUtilization, metric.WithUnit("1"),
 		metric.WithDescription("Share of the turn store's limit in use, 0 to 1; the store removes finished runs above 0.9."))
@@ -73,6 +78,7 @@ func RegisterStoreMetrics(mp metric.MeterProvider, usage func() StoreUsage, now 
 		if !u.Oldest.IsZero() {
 			obs.ObserveFloat64(oldest, max(0, now().Sub(u.Oldest).Seconds()))
 		}
+		obs.ObserveInt64(turns, int64(u.Turns))
 		obs.ObserveInt64(evicted, int64(u.Evicted))
 		var f int64
 		if u.Full {
@@ -80,7 +86,7 @@ func RegisterStoreMetrics(mp metric.MeterProvider, usage func() StoreUsage, now 
 		}
 		obs.ObserveInt64(full, f)
 		return nil
-	}, bytes, limit, util, oldest, evicted, full)
+	}, bytes, limit, util, oldest, turns, evicted, full)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 func TestStoreMetrics(t *testing.T) {
 	p := newPipeline(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	usage := telemetry.StoreUsage{Bytes: 750, Limit: 1000, Oldest: now.Add(-90 * time.Minute), Evicted: 3, Full: true}
+	usage := telemetry.StoreUsage{Bytes: 750, Limit: 1000, Oldest: now.Add(-90 * time.Minute), Turns: 7, Evicted: 3, Full: true}
 	unregister, err := telemetry.RegisterStoreMetrics(p.mp, func() telemetry.StoreUsage { return usage }, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +23,7 @@ func TestStoreMetrics(t *testing.T) {
 		"turnstile.store.limit":       "[ 1000]",
 		"turnstile.store.utilization": "[ 0.75]",
 		"turnstile.store.oldest_age":  "[ 5400]",
+		"turnstile.store.turns":       "[ 7]",
 		"turnstile.store.evicted":     "[ 3]",
 		"turnstile.store.full":        "[ 1]",
 	}

@@ -20,7 +20,7 @@ import (
 
 // TestStoreSizeMetrics: a server with a store reports its size on
 // /metrics (bytes held, the limit and the share of it used, the oldest
-// record's age, runs removed, full or not), and health says the
+// record's age, turns held, runs removed, full or not), and health says the
 // AgentService serves while the store has room.
 func TestStoreSizeMetrics(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
@@ -81,6 +81,7 @@ store: {dir: "", max_bytes: 4194304}
 		"turnstile_store_limit_bytes":        "4.194304e+06",
 		"turnstile_store_utilization_ratio":  "",
 		"turnstile_store_oldest_age_seconds": "",
+		"turnstile_store_turns":              "1",
 		"turnstile_store_evicted_total":      "0",
 		"turnstile_store_full_ratio":         "0",
 	} {

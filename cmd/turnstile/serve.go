@@ -194,6 +194,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 			}
 		}
 		opts.Store = st
+		opts.StorePace = cfg.Store.FrameInterval
 		unregister, err := telemetry.RegisterStoreMetrics(tel.MeterProvider, storeUsage(st), nil)
 		if err != nil {
 			return err
@@ -251,7 +252,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 		"tracing", tel.Tracing, "metrics", tel.Metrics)
 	warnExposed(logger, lis.Addr(), opts)
 	if ops != nil {
-		stopOps := serveOps(ops, tel, cfg.Ops.PProf, srv.Ready, logger)
+		stopOps := serveOps(ops, tel, cfg.Ops.PProf, srv.Ready, st, logger)
 		defer stopOps()
 	}
 	held, live := releaseStartup()
@@ -274,7 +275,7 @@ func serveOn(ctx context.Context, cfg *config.Config, logger *slog.Logger, lis, 
 func storeUsage(st *store.Store) func() telemetry.StoreUsage {
 	return func() telemetry.StoreUsage {
 		u := st.Usage()
-		return telemetry.StoreUsage{Bytes: u.Bytes, Limit: u.Limit, Oldest: u.Oldest, Evicted: u.Evicted, Full: u.Full != nil}
+		return telemetry.StoreUsage{Bytes: u.Bytes, Limit: u.Limit, Oldest: u.Oldest, Turns: u.Turns, Evicted: u.Evicted, Full: u.Full != nil}
 	}
 }
 

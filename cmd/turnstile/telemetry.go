@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"github.com/turnstile-dev/turnstile/config"
 	"github.com/turnstile-dev/turnstile/policy"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/store"
 	"github.com/turnstile-dev/turnstile/telemetry"
 )
 
@@ -53,11 +55,16 @@ func observers(cfg *config.Config, logger *slog.Logger, tel *telemetry.Providers
 // serveOps serves the ops listener on lis: the probes' /healthz and
 // /readyz (see [withHealth]; ready is the gRPC health's state), /metrics
 // when tel serves them, and the Go runtime's debugging endpoints
-// (/debug/pprof/, /debug/alloc, /debug/gc) with withPProf. The returned
-// function stops it.
-func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, ready func(context.Context) bool, logger *slog.Logger) (stop func()) {
+// (/debug/pprof/, /debug/alloc, /debug/gc) with withPProf, and then, with
+// a turn store (st, nil without), /debug/store (see [withStoreDebug]). The
+// returned function stops it.
+func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, ready func(context.Context) bool, st *store.Store, logger *slog.Logger) (stop func()) {
+	handler := telemetry.OpsHandler(tel.MetricsHandler(), withPProf)
+	if withPProf && st != nil {
+		handler = withStoreDebug(handler, st)
+	}
 	srv := &http.Server{
-		Handler:           withHealth(telemetry.OpsHandler(tel.MetricsHandler(), withPProf), ready),
+		Handler:           withHealth(handler, ready),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	done := make(chan struct{})
@@ -79,4 +86,28 @@ func serveOps(lis net.Listener, tel *telemetry.Providers, withPProf bool, ready 
 		_ = srv.Shutdown(ctx)
 		<-done
 	}
+}
+
+// storeDebugTimeout bounds the read of /debug/store.
+const storeDebugTimeout = 5 * time.Second
+
+// withStoreDebug serves GET /debug/store in front of next: what the turn
+// log holds now, every run's (its messages and bytes, as JetStream
+// reports them), as JSON. turnstile bench reads it before and after a
+// phase to count the messages a turn stores.
+func withStoreDebug(next http.Handler, st *store.Store) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc("GET /debug/store", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), storeDebugTimeout)
+		defer cancel()
+		bytes, msgs, err := st.Size(ctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]uint64{"messages": msgs, "bytes": bytes})
+	})
+	return mux
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -397,6 +398,78 @@ func TestJSONLogDurations(t *testing.T) {
 	l.Info("draining", "grace", 30*time.Second, "turns", 3, "wait_ms", 1.5)
 	if got := b.String(); !strings.Contains(got, `"grace":"30s","turns":3,"wait_ms":1.5}`) {
 		t.Errorf("line = %s", got)
+	}
+}
+
+// TestOpsStoreDebug: with pprof and a turn store, the ops listener serves
+// /debug/store, the log's messages and bytes, which a turn adds to (the
+// count turnstile bench reads); without pprof it is not served.
+func TestOpsStoreDebug(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	for _, v := range []string{"OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		t.Setenv(v, "")
+	}
+	for _, pprof := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pprof=%v", pprof), func(t *testing.T) {
+			cfg, err := config.Parse("config.yaml", []byte(fmt.Sprintf(`
+providers: {sim: {type: simulator, token_delay: 0}}
+models: {m: {provider: sim, model: x}}
+ops: {listen: "127.0.0.1:0", metrics: false, pprof: %v}
+store: {dir: ""}
+`, pprof)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs strings.Builder
+			addr, opsAddr, stop := serveWithOps(t, cfg, &logs)
+			defer func() {
+				if err := stop(); err != nil {
+					t.Fatalf("serve: %v", err)
+				}
+			}()
+			type size struct {
+				Messages, Bytes uint64
+			}
+			get := func() (int, size) {
+				t.Helper()
+				resp, err := http.Get("http://" + opsAddr + "/debug/store")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var s size
+				if resp.StatusCode == http.StatusOK {
+					if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return resp.StatusCode, s
+			}
+			code, before := get()
+			if !pprof {
+				if code != http.StatusNotFound {
+					t.Fatalf("/debug/store without pprof: %d, want 404", code)
+				}
+				return
+			}
+			if code != http.StatusOK {
+				t.Fatalf("/debug/store: %d, want 200", code)
+			}
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, st := wiretest.Collect(t, t.Context(), turnstilev1.NewAgentServiceClient(conn), &turnstilev1.RunTurnRequest{Messages: wiretest.UserText("hello")}, nil); st.Code() != codes.OK {
+				t.Fatal(st)
+			}
+			// The run's record and at least one frame of its events.
+			if _, after := get(); after.Messages < before.Messages+2 || after.Bytes <= before.Bytes {
+				t.Errorf("/debug/store after a turn: %+v, before %+v: want 2 messages or more and more bytes", after, before)
+			}
+		})
 	}
 }
 

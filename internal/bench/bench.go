@@ -6,18 +6,26 @@
 // Go gRPC client, sequentially and concurrently. It reports turns per
 // second, time to the first text delta and to the end of the turn (p50 and
 // p99), the server's CPU time, allocations and memory per turn, its idle
-// and peak resident set, and the memory of many slow turns held open.
+// and peak resident set, and the memory of many slow turns held open. Each
+// store mode is a shape of processes: one server with the store on or off,
+// or several servers sharing a NATS cluster of three servers the bench
+// starts as processes of their own (or one given by URL); the CPU time of
+// every process of the shape is reported, and the messages the turn log
+// gains per turn.
 //
 // `turnstile bench` is its command line; BENCHMARKS.md holds the results.
-// The server's CPU time comes from /proc, so the bench runs on Linux only.
+// The processes' CPU time comes from /proc, so the bench runs on Linux
+// only.
 //
-// The package imports only the generated contract (gen/) and gRPC: it
-// talks to the server over the wire, as any client does.
+// Of the module, the package imports only the generated contract (gen/):
+// it talks to the server over the wire, as any client does. It runs a NATS
+// server of the cluster shape with nats-server's package ([RunNATSNode]).
 package bench
 
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +73,9 @@ type Config struct {
 	Slow int
 	// ProfileDir, when set, receives the server's CPU profiles of the
 	// sequential and the concurrent phases of each store mode (on-seq.pprof,
-	// on-conc.pprof, off-seq.pprof...), and their allocation profiles
+	// on-conc.pprof, off-seq.pprof...; with the cluster shape the first
+	// server's, and each NATS server's the bench started:
+	// cluster-conc-nats-n0.pprof...), and their allocation profiles
 	// before and after the phase (on-seq.allocs.base, on-seq.allocs: `go
 	// tool pprof -sample_index=alloc_objects -base on-seq.allocs.base
 	// on-seq.allocs`); with Callgrind, callgrind's profiles
@@ -77,10 +87,29 @@ type Config struct {
 	// set is read, at start and after the load (default 2s).
 	Settle time.Duration
 	// Stores are the turn stores the server phases are run with, one
-	// server after the other: "on" (the configuration as it is: by
-	// default the embedded store) and "off" (the configuration with
-	// [StoreOff]). Default: both.
+	// shape after the other: "on" (the configuration as it is: by
+	// default the embedded store), "off" (the configuration with
+	// [StoreOff]) and "cluster" ([Config.Replicas] servers sharing a NATS
+	// cluster: three NATS servers the bench starts, the log and leases
+	// replicated three times, or the cluster of [Config.NATSURL]).
+	// Default: on and off.
 	Stores []string
+	// NATSURL is, for the cluster shape, the NATS cluster to use (its
+	// client URLs, comma separated) instead of three servers the bench
+	// starts; the log's replication is then the store's automatic one.
+	NATSURL string
+	// Replicas is the number of turnstile servers of the cluster shape
+	// (default 2). The concurrent phase spreads its turns over them; the
+	// sequential and slow phases use the first.
+	Replicas int
+	// FrameInterval, when set, is the servers' store.frame_interval (a
+	// duration, as the configuration writes it) with the store on and in
+	// the cluster shape; empty leaves the servers' default.
+	FrameInterval string
+	// NATSBinary is the executable the bench runs as each NATS server of
+	// the cluster shape, with [NATSNodeFlag]: a turnstile binary of this
+	// version (default Binary).
+	NATSBinary string
 	// Callgrind runs the server under valgrind's callgrind tool, which
 	// counts the instructions the server executes during each measured
 	// phase: a figure that other work on the machine does not change, as
@@ -125,15 +154,27 @@ func (c *Config) defaults() error {
 	if len(c.Stores) == 0 {
 		c.Stores = []string{"on", "off"}
 	}
+	if c.Replicas <= 0 {
+		c.Replicas = 2
+	}
+	if c.NATSBinary == "" {
+		c.NATSBinary = c.Binary
+	}
 	for _, m := range c.Stores {
 		switch m {
 		case "on":
-		case "off":
+			if c.FrameInterval != "" && setsStore(c.ServerConfig) {
+				return errors.New("bench: the configuration sets store itself: set frame_interval there")
+			}
+		case "off", "cluster":
 			if setsStore(c.ServerConfig) {
 				return errors.New("bench: the configuration sets store itself: measure it with the store on only")
 			}
+			if m == "cluster" && c.Callgrind {
+				return errors.New("bench: callgrind counts one server's instructions: not with the cluster shape")
+			}
 		default:
-			return fmt.Errorf("bench: store %q: want on or off", m)
+			return fmt.Errorf("bench: store %q: want on, off or cluster", m)
 		}
 	}
 	c.Upstream.defaults()
@@ -162,14 +203,38 @@ type Phase struct {
 	// delta and to the end of the turn.
 	FirstDeltaP50, FirstDeltaP99, FirstDeltaMax time.Duration
 	TotalP50, TotalP99                          time.Duration
-	// Server-side figures per turn; zero for direct phases.
+	// Server-side figures per turn; zero for direct phases. CPUPerTurn is
+	// the CPU time of every process of the shape (its turnstile servers
+	// and the NATS servers the bench started), Processes each one's;
+	// allocations are the turnstile servers'.
 	CPUPerTurn    time.Duration
+	Processes     []ProcessCPU
 	AllocsPerTurn float64
 	BytesPerTurn  float64
 	GCCycles      uint64
 	// InstructionsPerTurn is the server's instructions per turn, counted
 	// by callgrind; zero unless [Config.Callgrind].
 	InstructionsPerTurn float64
+	// BenchCPUPerTurn is the bench's own CPU time per turn: its gRPC or
+	// HTTP client and the fake upstream.
+	BenchCPUPerTurn time.Duration
+	// StoredPerTurn is how many messages the turn log gained per turn
+	// (read from the first server's /debug/store); 0 without a store, or
+	// when the server does not serve it (an older build).
+	StoredPerTurn float64
+	// NATSInPerTurn and NATSOutPerTurn are the messages the NATS servers
+	// the bench started received and sent per turn, summed over them
+	// (their /varz: clients', the cluster's own traffic, JetStream's);
+	// zero without them.
+	NATSInPerTurn, NATSOutPerTurn float64
+}
+
+// ProcessCPU is one process's CPU time per turn in a phase.
+type ProcessCPU struct {
+	// Name says which process: "turnstile" (and its index with several),
+	// or the NATS server's name.
+	Name       string
+	CPUPerTurn time.Duration
 }
 
 // Report is the result of a [Run].
@@ -186,9 +251,10 @@ type Report struct {
 	UpstreamRequests, UpstreamHTTP2 int64
 }
 
-// ServerReport is the measurement of one server, with one store mode.
+// ServerReport is the measurement of one shape: its servers with one
+// store mode.
 type ServerReport struct {
-	// Store is the store mode: "on" or "off".
+	// Store is the store mode: "on", "off" or "cluster".
 	Store string
 	// ServerSeq and ServerConc are the sequential and concurrent phases
 	// through turnstile.
@@ -258,26 +324,67 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// runServer starts the server with the store mode given and measures it.
-// With the upstream over TLS the server trusts its certificate as any Go
+// runServer starts the shape of the store mode given and measures it.
+// With the upstream over TLS the servers trust its certificate as any Go
 // program is told to trust a private authority: SSL_CERT_FILE, which
 // replaces the system's roots (--env can still set it).
 func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf func(string, ...any)) (*ServerReport, error) {
 	rep := &ServerReport{Store: store}
 	template := cfg.ServerConfig
-	if store == "off" {
+	replicas := 1
+	var nodes []*natsNode
+	switch store {
+	case "on":
+		if cfg.FrameInterval != "" {
+			template = strings.TrimRight(template, "\n") + "\n" + fmt.Sprintf("store: {frame_interval: %s}\n", cfg.FrameInterval)
+		}
+	case "off":
 		template = strings.TrimRight(template, "\n") + "\n" + StoreOff
+	case "cluster":
+		replicas = cfg.Replicas
+		url, copies := cfg.NATSURL, 0
+		if url == "" {
+			dir, err := os.MkdirTemp("", "turnstile-bench-nats-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(dir)
+			logf("starting a NATS cluster of three servers (%s %s)", cfg.NATSBinary, NATSNodeFlag)
+			if nodes, err = startCluster(ctx, cfg.NATSBinary, dir, 3, cfg.ProfileDir != "" && !cfg.Callgrind); err != nil {
+				return nil, err
+			}
+			defer func() {
+				for _, nd := range nodes {
+					nd.stop()
+				}
+			}()
+			var urls []string
+			for _, nd := range nodes {
+				urls = append(urls, nd.url)
+			}
+			url, copies = strings.Join(urls, ","), 3
+		}
+		template = clusterConfig(template, url, copies, cfg.FrameInterval)
 	}
 	env := cfg.Env
 	if up.CAFile != "" {
 		env = append([]string{"SSL_CERT_FILE=" + up.CAFile}, env...)
 	}
-	logf("starting %s serve, store %s, upstream %s", cfg.Binary, store, cfg.Upstream.Mode())
-	srv, err := startChild(ctx, cfg.Binary, template, up.URL, env, cfg.Callgrind)
-	if err != nil {
-		return nil, err
+	var servers []*child
+	defer func() {
+		for _, srv := range servers {
+			srv.stop()
+		}
+	}()
+	for range replicas {
+		logf("starting %s serve, store %s, upstream %s", cfg.Binary, store, cfg.Upstream.Mode())
+		srv, err := startChild(ctx, cfg.Binary, template, up.URL, env, cfg.Callgrind)
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, srv)
 	}
-	defer srv.stop()
+	srv := servers[0]
 	time.Sleep(cfg.Settle) // let start-up work settle
 	idle, err := srv.stats()
 	if err != nil {
@@ -285,16 +392,27 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 	}
 	rep.IdleRSS = idle.rss
 
-	client, closeConns, err := dial(srv.addr, max(cfg.Conns, 1))
+	var addrs []string
+	for _, srv := range servers {
+		addrs = append(addrs, srv.addr)
+	}
+	client, closeConns, err := dial(addrs, max(cfg.Conns, 1))
 	if err != nil {
 		return nil, err
 	}
 	defer closeConns()
 	one := client()
 	turn := grpcTurn(one, "")
+	spread := func(ctx context.Context) (sample, error) { return grpcTurn(client(), "")(ctx) }
 	drive(ctx, cfg.Warmup, 1, turn)
-	drive(ctx, cfg.Warmup, cfg.Concurrency, turn)
+	drive(ctx, cfg.Warmup, cfg.Concurrency, spread)
 
+	// A CPU profile covers the start of a phase: 3 s, or 10 s of paced
+	// turns, which take seconds each.
+	seconds := 3
+	if cfg.Upstream.Delay > 0 {
+		seconds = 10
+	}
 	measure := func(name string, n, conc int, fn turnFunc, profile string) (Phase, error) {
 		var wg sync.WaitGroup
 		keep := ""
@@ -303,14 +421,22 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 		case cfg.Callgrind:
 			keep = filepath.Join(cfg.ProfileDir, store+"-"+profile+".callgrind")
 		default:
-			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".pprof"), 3) })
+			wg.Go(func() { fetchProfile(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".pprof"), seconds) })
+			for _, nd := range nodes {
+				if nd.prof != "" {
+					wg.Go(func() {
+						fetchProfile(nd.prof, filepath.Join(cfg.ProfileDir, store+"-"+profile+"-nats-"+nd.name+".pprof"), seconds)
+					})
+				}
+			}
 			fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs.base"))
 			defer fetchAllocs(srv.ops, filepath.Join(cfg.ProfileDir, store+"-"+profile+".allocs"))
 		}
-		before, err := srv.stats()
+		before, err := shapeStats(servers, nodes)
 		if err != nil {
 			return Phase{}, err
 		}
+		storedBefore, storedErr := storedMessages(srv.ops)
 		if err := srv.countInstructions(); err != nil {
 			return Phase{}, err
 		}
@@ -319,29 +445,48 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 		if err != nil {
 			return Phase{}, err
 		}
-		after, err := srv.stats()
+		after, err := shapeStats(servers, nodes)
 		if err != nil {
 			return Phase{}, err
 		}
+		storedAfter, storedErr2 := storedMessages(srv.ops)
 		wg.Wait()
 		p := phase(name, res, conc)
-		d := after.sub(before)
 		if turns := len(res.samples) + res.errors; turns > 0 {
-			p.CPUPerTurn = d.cpu / time.Duration(turns)
-			p.AllocsPerTurn = float64(d.allocObjects) / float64(turns)
-			p.BytesPerTurn = float64(d.allocBytes) / float64(turns)
+			per := func(d time.Duration) time.Duration { return d / time.Duration(turns) }
+			p.BenchCPUPerTurn = per(after.bench - before.bench)
+			for i := range before.servers {
+				d := after.servers[i].sub(before.servers[i])
+				p.CPUPerTurn += per(d.cpu)
+				p.AllocsPerTurn += float64(d.allocObjects) / float64(turns)
+				p.BytesPerTurn += float64(d.allocBytes) / float64(turns)
+				p.GCCycles += d.gcCycles
+				name := "turnstile"
+				if len(servers) > 1 {
+					name = fmt.Sprintf("turnstile %d", i+1)
+				}
+				p.Processes = append(p.Processes, ProcessCPU{Name: name, CPUPerTurn: per(d.cpu)})
+				rep.PeakRSS = max(rep.PeakRSS, after.servers[i].peakRSS)
+			}
+			for i, nd := range nodes {
+				d := per(after.nodes[i] - before.nodes[i])
+				p.CPUPerTurn += d
+				p.Processes = append(p.Processes, ProcessCPU{Name: "nats " + nd.name, CPUPerTurn: d})
+			}
 			p.InstructionsPerTurn = float64(instr) / float64(turns)
+			p.NATSInPerTurn = float64(after.natsIn-before.natsIn) / float64(turns)
+			p.NATSOutPerTurn = float64(after.natsOut-before.natsOut) / float64(turns)
+			if storedErr == nil && storedErr2 == nil {
+				p.StoredPerTurn = float64(storedAfter-storedBefore) / float64(turns)
+			}
 		}
-		p.GCCycles = d.gcCycles
-		rep.PeakRSS = max(rep.PeakRSS, after.peakRSS)
 		return p, nil
 	}
 	logf("turnstile, sequential: %d turns", cfg.Turns)
 	if rep.ServerSeq, err = measure("turnstile", cfg.Turns, 1, turn, "seq"); err != nil {
 		return nil, err
 	}
-	logf("turnstile, concurrency %d over %d connection(s): %d turns", cfg.Concurrency, cfg.Conns, cfg.ConcurrentTurns)
-	spread := func(ctx context.Context) (sample, error) { return grpcTurn(client(), "")(ctx) }
+	logf("turnstile, concurrency %d over %d connection(s) to each of %d server(s): %d turns", cfg.Concurrency, cfg.Conns, len(servers), cfg.ConcurrentTurns)
 	if rep.ServerConc, err = measure("turnstile", cfg.ConcurrentTurns, cfg.Concurrency, spread, "conc"); err != nil {
 		return nil, err
 	}
@@ -360,12 +505,71 @@ func runServer(ctx context.Context, cfg Config, store string, up *Upstream, logf
 	return rep, nil
 }
 
+// stats are the counters of every process of a shape, and the bench's own
+// CPU time, at one moment.
+type stats struct {
+	servers []procStats
+	nodes   []time.Duration // the NATS servers' CPU time
+	// natsIn and natsOut are the messages the NATS servers received and
+	// sent, summed over them.
+	natsIn, natsOut uint64
+	bench           time.Duration
+}
+
+// shapeStats reads the counters of the servers and NATS servers given,
+// and the bench's own CPU time.
+func shapeStats(servers []*child, nodes []*natsNode) (stats, error) {
+	var st stats
+	for _, srv := range servers {
+		s, err := srv.stats()
+		if err != nil {
+			return st, err
+		}
+		st.servers = append(st.servers, s)
+	}
+	for _, nd := range nodes {
+		cpu, err := procCPU(nd.cmd.Process.Pid)
+		if err != nil {
+			return st, fmt.Errorf("NATS node %s: %w", nd.name, err)
+		}
+		st.nodes = append(st.nodes, cpu)
+		in, out, err := nd.messages()
+		if err != nil {
+			return st, fmt.Errorf("NATS node %s: %w", nd.name, err)
+		}
+		st.natsIn, st.natsOut = st.natsIn+in, st.natsOut+out
+	}
+	// The bench's own: 0 where /proc cannot tell (not Linux).
+	st.bench, _ = procCPU(os.Getpid())
+	return st, nil
+}
+
+// storedMessages reads how many messages the turn log holds from a
+// server's /debug/store (on its ops listener with pprof).
+func storedMessages(opsAddr string) (uint64, error) {
+	resp, err := http.Get("http://" + opsAddr + "/debug/store")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("/debug/store: %s", resp.Status)
+	}
+	var v struct {
+		Messages uint64 `json:"messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return 0, fmt.Errorf("/debug/store: %w", err)
+	}
+	return v.Messages, nil
+}
+
 // slowPhase holds cfg.Slow slow turns open, measures the server's memory
 // with them, and runs a sequential phase of fast turns beside them.
 func slowPhase(ctx context.Context, cfg Config, srv *child, rep *ServerReport, fast turnFunc, logf func(string, ...any)) error {
 	// A connection carries at most max_concurrent_streams (256) streams.
 	conns := (cfg.Slow + 199) / 200
-	client, closeConns, err := dial(srv.addr, conns)
+	client, closeConns, err := dial([]string{srv.addr}, conns)
 	if err != nil {
 		return err
 	}

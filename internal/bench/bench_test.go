@@ -25,11 +25,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	defer goleak.VerifyNone(t)
-	bin := filepath.Join(t.TempDir(), "turnstile")
-	build := exec.Command("go", "build", "-o", bin, "github.com/turnstile-dev/turnstile/cmd/turnstile")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTurnstile(t)
 	for _, tt := range []struct {
 		name   string
 		config string
@@ -83,6 +79,79 @@ func TestSmoke(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// buildTurnstile builds the turnstile binary into the test's directory.
+func buildTurnstile(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "turnstile")
+	build := exec.Command("go", "build", "-o", bin, "github.com/turnstile-dev/turnstile/cmd/turnstile")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSmokePacedShapes runs the bench on a few turns of a paced upstream
+// with every shape: the store on, off, and two servers on a NATS cluster
+// of three servers the bench starts as processes. Each shape reports the
+// CPU time of each of its processes, and the shapes with a store the
+// messages a turn stores; the report lists issue #35's targets.
+func TestSmokePacedShapes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	defer goleak.VerifyNone(t)
+	bin := buildTurnstile(t)
+	rep, err := Run(t.Context(), Config{
+		Binary: bin, Stores: []string{"on", "off", "cluster"},
+		Upstream: UpstreamConfig{Chunks: 5, Delay: 2 * time.Millisecond},
+		Turns:    5, ConcurrentTurns: 20, Concurrency: 4, Warmup: 2,
+		Settle: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"on":      {"turnstile"},
+		"off":     {"turnstile"},
+		"cluster": {"turnstile 1", "turnstile 2", "nats n0", "nats n1", "nats n2"},
+	}
+	if len(rep.Servers) != 3 {
+		t.Fatalf("%d shapes, want 3", len(rep.Servers))
+	}
+	for _, s := range rep.Servers {
+		for _, p := range []Phase{s.ServerSeq, s.ServerConc} {
+			if p.Errors != 0 || p.Turns == 0 {
+				t.Errorf("store %s: phase %+v: want turns and no errors", s.Store, p)
+			}
+			var names []string
+			var sum time.Duration
+			for _, pc := range p.Processes {
+				names = append(names, pc.Name)
+				sum += pc.CPUPerTurn
+			}
+			if strings.Join(names, ",") != strings.Join(want[s.Store], ",") || sum != p.CPUPerTurn {
+				t.Errorf("store %s: processes %+v, CPU per turn %v: want %v, summed", s.Store, p.Processes, p.CPUPerTurn, want[s.Store])
+			}
+			// The NATS servers the bench started count their messages.
+			if cluster := s.Store == "cluster"; cluster != (p.NATSInPerTurn > 0 && p.NATSOutPerTurn > 0) {
+				t.Errorf("store %s: NATS messages per turn %.1f in, %.1f out", s.Store, p.NATSInPerTurn, p.NATSOutPerTurn)
+			}
+			// Each turn stores its record and at least one frame.
+			if stores := s.Store != "off"; stores && p.StoredPerTurn < 2 || !stores && p.StoredPerTurn != 0 {
+				t.Errorf("store %s: %.1f stored messages per turn", s.Store, p.StoredPerTurn)
+			}
+		}
+	}
+	var out bytes.Buffer
+	rep.Write(&out)
+	for _, want := range []string{"| turnstile, c=4, store cluster |", "store cluster, c=4: CPU per turn by process: turnstile 1 ",
+		"| cluster: stored messages per turn ≤ 25 (c=4) |", "store cluster, c=4: NATS messages per turn, summed over its servers: ", "| store on: CPU per turn of every process of the shape ≤ 1.3 × store off (c=4) |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 

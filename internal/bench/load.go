@@ -158,9 +158,10 @@ func grpcTurn(client turnstilev1.AgentServiceClient, model string) turnFunc {
 	}
 }
 
-// dial opens n gRPC connections to addr and returns their clients, used
-// round-robin, and a function that closes them.
-func dial(addr string, n int) (func() turnstilev1.AgentServiceClient, func(), error) {
+// dial opens n gRPC connections to each of addrs and returns their
+// clients, used round-robin (one address after the other), and a function
+// that closes them.
+func dial(addrs []string, n int) (func() turnstilev1.AgentServiceClient, func(), error) {
 	var (
 		conns   []*grpc.ClientConn
 		clients []turnstilev1.AgentServiceClient
@@ -172,14 +173,16 @@ func dial(addr string, n int) (func() turnstilev1.AgentServiceClient, func(), er
 		}
 	}
 	for range n {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			closeAll()
-			return nil, nil, err
+		for _, addr := range addrs {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			conn.Connect()
+			conns = append(conns, conn)
+			clients = append(clients, turnstilev1.NewAgentServiceClient(conn))
 		}
-		conn.Connect()
-		conns = append(conns, conn)
-		clients = append(clients, turnstilev1.NewAgentServiceClient(conn))
 	}
 	return func() turnstilev1.AgentServiceClient {
 		return clients[(next.Add(1)-1)%uint64(len(clients))]

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -10,8 +11,11 @@ import (
 // each target of issues #13 and #26 with whether it was met.
 func (r *Report) Write(w io.Writer) {
 	u := r.Config.Upstream
-	fmt.Fprintf(w, "upstream: %s, %d chunks of %d bytes, %v apart; %d sequential turns, %d turns at concurrency %d over %d connection(s)\n\n",
+	fmt.Fprintf(w, "upstream: %s, %d chunks of %d bytes, %v apart; %d sequential turns, %d turns at concurrency %d over %d connection(s) per server\n\n",
 		u.Mode(), u.Chunks, u.ChunkSize, u.Delay, r.Config.Turns, r.Config.ConcurrentTurns, r.Config.Concurrency, r.Config.Conns)
+	if r.Config.FrameInterval != "" {
+		fmt.Fprintf(w, "store.frame_interval: %s\n\n", r.Config.FrameInterval)
+	}
 	fmt.Fprintf(w, "upstream requests: %d, %d of them over HTTP/2\n\n", r.UpstreamRequests, r.UpstreamHTTP2)
 	fmt.Fprintln(w, "| | turns/s | first delta p50 / p99 | total p50 / p99 | server CPU per turn | allocs per turn | KB per turn | errors |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
@@ -23,7 +27,7 @@ func (r *Report) Write(w io.Writer) {
 			allocs = fmt.Sprintf("%.0f", p.AllocsPerTurn)
 			kb = fmt.Sprintf("%.1f", p.BytesPerTurn/1024)
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %s / %s | %s / %s | %s | %s | %s | %d |\n", label, p.TurnsPerSec,
+		fmt.Fprintf(w, "| %s | %s | %s / %s | %s / %s | %s | %s | %s | %d |\n", label, perSec(p.TurnsPerSec),
 			ms(p.FirstDeltaP50), ms(p.FirstDeltaP99), ms(p.TotalP50), ms(p.TotalP99), cost, allocs, kb, p.Errors)
 	}
 	added := func(label string, d, s Phase) {
@@ -49,6 +53,17 @@ func (r *Report) Write(w io.Writer) {
 		if r.Config.Callgrind {
 			fmt.Fprintf(w, "store %s: server instructions per turn (callgrind): %.0f sequential, %.0f at c=%d\n",
 				s.Store, s.ServerSeq.InstructionsPerTurn, s.ServerConc.InstructionsPerTurn, c)
+		}
+		for _, p := range []struct {
+			label string
+			Phase
+		}{{"sequential", s.ServerSeq}, {fmt.Sprintf("c=%d", c), s.ServerConc}} {
+			fmt.Fprintf(w, "store %s, %s: CPU per turn by process: %s; the bench's own (client and upstream) %s; stored messages per turn %s\n",
+				s.Store, p.label, processes(p.Phase), ms(p.BenchCPUPerTurn), stored(p.Phase))
+			if p.NATSInPerTurn > 0 {
+				fmt.Fprintf(w, "store %s, %s: NATS messages per turn, summed over its servers: %.1f in, %.1f out\n",
+					s.Store, p.label, p.NATSInPerTurn, p.NATSOutPerTurn)
+			}
 		}
 		for _, p := range []Phase{s.ServerSeq, s.ServerConc, s.FastUnderSlow} {
 			if p.FirstErr != "" {
@@ -86,19 +101,77 @@ type target struct {
 	met  bool
 }
 
-// writeTargets lists the targets of issue #26 (the store on against the
-// store off) and of issue #13 (the store off alone) against the
-// measurements; those whose measurement is missing are left out.
+// writeTargets lists the targets of the issues against the measurements:
+// with a paced upstream issue #35's, otherwise issue #26's (the store on
+// against the store off) and issue #13's (the store off alone); those
+// whose measurement is missing are left out.
 func (r *Report) writeTargets(w io.Writer) {
-	var on, off *ServerReport
+	var ts []target
+	if r.Config.Upstream.Delay > 0 {
+		// A model's pace: issue #35's targets.
+		ts = r.pacedTargets()
+	} else {
+		ts = r.burstTargets()
+	}
+	fmt.Fprintln(w, "| target | measured | met |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, t := range ts {
+		met := "no"
+		if t.met {
+			met = "yes"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, t.got, met)
+	}
+}
+
+// shapes returns the reports of the store on, off and the cluster shape,
+// nil for those not measured.
+func (r *Report) shapes() (on, off, cluster *ServerReport) {
 	for _, s := range r.Servers {
 		switch s.Store {
 		case "on":
 			on = s
 		case "off":
 			off = s
+		case "cluster":
+			cluster = s
 		}
 	}
+	return on, off, cluster
+}
+
+// pacedTargets are the targets of issue #35, for chunks that come at a
+// model's pace: CPU per turn of every process of a shape against the
+// store off, and the messages a turn stores.
+func (r *Report) pacedTargets() []target {
+	on, off, cluster := r.shapes()
+	c := r.Config.Concurrency
+	var ts []target
+	for _, t := range []struct {
+		s     *ServerReport
+		name  string
+		bound float64
+	}{{on, "store on", 1.3}, {cluster, "cluster", 3}} {
+		if t.s == nil {
+			continue
+		}
+		if off != nil {
+			p, q := t.s.ServerConc, off.ServerConc
+			ts = append(ts, target{fmt.Sprintf("%s: CPU per turn of every process of the shape ≤ %.1f × store off (c=%d)", t.name, t.bound, c),
+				ms(p.CPUPerTurn) + " vs " + ms(q.CPUPerTurn) + fmt.Sprintf(" (×%.2f)", ratio(float64(p.CPUPerTurn), float64(q.CPUPerTurn))),
+				float64(p.CPUPerTurn) <= t.bound*float64(q.CPUPerTurn) && p.Errors == 0})
+		}
+		ts = append(ts, target{fmt.Sprintf("%s: stored messages per turn ≤ 25 (c=%d)", t.name, c), stored(t.s.ServerConc),
+			t.s.ServerConc.StoredPerTurn > 0 && t.s.ServerConc.StoredPerTurn <= 25})
+	}
+	return ts
+}
+
+// burstTargets are the targets of issue #26 (the store on against the
+// store off) and of issue #13 (the store off alone), for replies streamed
+// without a pause.
+func (r *Report) burstTargets() []target {
+	on, off, _ := r.shapes()
 	c := r.Config.Concurrency
 	var ts []target
 	if on != nil && off != nil {
@@ -153,15 +226,39 @@ func (r *Report) writeTargets(w io.Writer) {
 				off.SlowOpen == off.Slow && off.SlowPerTurn <= 40<<10})
 		}
 	}
-	fmt.Fprintln(w, "| target | measured | met |")
-	fmt.Fprintln(w, "|---|---|---|")
-	for _, t := range ts {
-		met := "no"
-		if t.met {
-			met = "yes"
+	return ts
+}
+
+// processes lists a phase's CPU time per turn by process, and their sum.
+func processes(p Phase) string {
+	var b strings.Builder
+	for i, pc := range p.Processes {
+		if i > 0 {
+			b.WriteString(", ")
 		}
-		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, t.got, met)
+		fmt.Fprintf(&b, "%s %s", pc.Name, ms(pc.CPUPerTurn))
 	}
+	if len(p.Processes) > 1 {
+		fmt.Fprintf(&b, " (sum %s)", ms(p.CPUPerTurn))
+	}
+	return b.String()
+}
+
+// stored is a phase's stored messages per turn, "—" when not measured.
+func stored(p Phase) string {
+	if p.StoredPerTurn == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f", p.StoredPerTurn)
+}
+
+// perSec prints a rate of turns: whole above 10 a second, else with a
+// decimal (paced turns take seconds each).
+func perSec(r float64) string {
+	if r < 10 {
+		return fmt.Sprintf("%.1f", r)
+	}
+	return fmt.Sprintf("%.0f", r)
 }
 
 func ms(d time.Duration) string {

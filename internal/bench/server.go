@@ -274,19 +274,11 @@ type procStats struct {
 func (c *child) stats() (procStats, error) {
 	var s procStats
 	pid := c.cmd.Process.Pid
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	cpu, err := procCPU(pid)
 	if err != nil {
 		return s, err
 	}
-	// Fields after the command name, which is in parentheses.
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(fields) < 13 {
-		return s, errors.New("short /proc stat")
-	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const userHZ = 100 // USER_HZ: fixed at 100 on Linux
-	s.cpu = time.Duration(utime+stime) * time.Second / userHZ
+	s.cpu = cpu
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return s, err
@@ -319,6 +311,23 @@ func (c *child) stats() (procStats, error) {
 	}
 	s.allocBytes, s.allocObjects, s.gcCycles = a.AllocBytes, a.AllocObjects, a.GCCycles
 	return s, nil
+}
+
+// procCPU reads the user and system CPU time of process pid from /proc.
+func procCPU(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const userHZ = 100 // USER_HZ: fixed at 100 on Linux
+	return time.Duration(utime+stime) * time.Second / userHZ, nil
 }
 
 // sub returns the counters' growth from before to s.

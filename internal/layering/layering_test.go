@@ -42,6 +42,7 @@ var floors = []struct {
 	{"internal/layering", nil, "this test"},
 	{"internal/memprobe", []string{"gen/"}, "a measurement command run by hand: a real server process and its clients"},
 	{"internal/pages", nil, "a measurement command run by hand: which of a process's executable pages are resident"},
+	{"internal/retained", []string{"store"}, "a measurement command run by hand: the embedded store's memory per retained turn, through the store's API"},
 	{"examples/", []string{"client", "gen/"}, "runnable examples: the clients' public API only"},
 	{"cmd/", []string{""}, "wiring: may import anything"},
 }

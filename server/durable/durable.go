@@ -385,7 +385,7 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		ackMu.Lock()
 		defer ackMu.Unlock()
 		return unacked > 0
-	}, onIdle: func(f func()) { idle = f }}
+	}, onIdle: func(f func()) { idle = f }, pace: rs.pace}
 	_, runErr := rs.runner.Run(ctx, tr, sink)
 	var te *runtime.TurnError
 	if errors.As(runErr, &te) {
@@ -451,13 +451,14 @@ func marshalEvent(ev *turnstilev1.AgentEvent) ([]byte, error) {
 // their way.
 const maxUnackedBytes = 64 << 10
 
-// busySink is a [runtime.IdleSink] of a Sink, a function that says
-// whether it is busy and one that takes the function to call when it
-// stops being busy.
+// busySink is a [runtime.PacedSink] of a Sink, a function that says
+// whether it is busy, one that takes the function to call when it stops
+// being busy, and the pace of the deltas it stores.
 type busySink struct {
 	runtime.Sink
 	busy   func() bool
 	onIdle func(func())
+	pace   time.Duration
 }
 
 // Busy implements [runtime.BusySink].
@@ -465,6 +466,10 @@ func (b busySink) Busy() bool { return b.busy() }
 
 // OnIdle implements [runtime.IdleSink].
 func (b busySink) OnIdle(f func()) { b.onIdle(f) }
+
+// Pace implements [runtime.PacedSink]: a reply's text is stored (and
+// sent) at most once per pace, the first delta of each at once.
+func (b busySink) Pace() time.Duration { return b.pace }
 
 // storeRoom is the part of a TurnStore that says whether it can take a new
 // run now, without I/O: nil, or why not (package store's Store has it).

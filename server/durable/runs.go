@@ -39,6 +39,11 @@ type Config struct {
 	Streams delivery.Config
 	// DetachGrace is how long a run goes on after its last watcher left.
 	DetachGrace time.Duration
+	// Pace is the least time between two deltas of one text, reasoning
+	// block or tool call's arguments that a run stores
+	// (store.frame_interval; see [runtime.PacedSink]); 0 stores each as
+	// soon as the previous write is acknowledged.
+	Pace time.Duration
 	// MaxRunning bounds the runs this replica owns
 	// (server.max_running_turns).
 	MaxRunning int
@@ -68,6 +73,7 @@ type Runs struct {
 	gate          *admission.Gate
 	streams       delivery.Config
 	grace         time.Duration
+	pace          time.Duration
 	maxEventBytes int
 	checks        wire.Checks
 	now           func() time.Time
@@ -91,7 +97,7 @@ type Runs struct {
 func New(cfg Config) *Runs {
 	rs := &Runs{
 		store: cfg.Store, runner: cfg.Runner, logger: cfg.Logger, keys: cfg.Keys, gate: cfg.Gate, streams: cfg.Streams,
-		grace: cfg.DetachGrace, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks, now: cfg.Now,
+		grace: cfg.DetachGrace, pace: cfg.Pace, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks, now: cfg.Now,
 		owners: delivery.NewWorkers(ownerWorkers),
 		owned:  newOwned(cfg.MaxRunning),
 	}
