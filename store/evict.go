@@ -29,13 +29,13 @@ func runsOf(subjects uint64) uint64 { return (subjects + 1) / 2 }
 // sequence first on, until the log meets goal or maxExamined runs were
 // looked at; it returns how many it purged, and exhausted when it looked
 // at every run the log holds. bytes and turns are what the log holds now.
-func (s *Store) evict(ctx context.Context, first uint64, goal evictGoal, bytes, turns uint64) (purged int, exhausted bool) {
+func (kp *keeper) evict(ctx context.Context, first uint64, goal evictGoal, bytes, turns uint64) (purged int, exhausted bool) {
 	seq := first
 	for examined := 0; examined < maxExamined && goal.unmet(bytes, turns); examined++ {
-		m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subjectRoot+".*.*.own"))
+		m, err := kp.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subjectRoot+".*.*.own"))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
-				s.logger.Warn("turn store: cannot read the log to make room", "error", err)
+				kp.logger.Warn("turn store: cannot read the log to make room", "error", err)
 			}
 			exhausted = errors.Is(err, jetstream.ErrMsgNotFound)
 			break
@@ -45,20 +45,20 @@ func (s *Store) evict(ctx context.Context, first uint64, goal evictGoal, bytes, 
 		if !ok {
 			continue
 		}
-		running, err := s.running(ctx, k)
+		running, err := kp.owners.running(ctx, k)
 		if err != nil {
-			s.logger.Warn("turn store: cannot tell whether a run is running", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			kp.logger.Warn("turn store: cannot tell whether a run is running", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 			continue
 		}
 		if running {
 			continue
 		}
-		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(k.prefix()+".>")); err != nil {
-			s.logger.Warn("turn store: cannot remove a finished run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		if err := kp.stream.Purge(ctx, jetstream.WithPurgeSubject(k.prefix()+".>")); err != nil {
+			kp.logger.Warn("turn store: cannot remove a finished run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 			continue
 		}
 		purged++
-		info, err := s.stream.Info(ctx)
+		info, err := kp.stream.Info(ctx)
 		if err != nil {
 			break
 		}

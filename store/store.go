@@ -102,7 +102,8 @@ type Store struct {
 	senders senders // the goroutines of the writers' senders: see writer.go
 	inbox   inbox   // the runs' signals: see control.go
 
-	room capacity // the keeper's: see capacity.go
+	// keeper keeps the log within its bounds: see capacity.go.
+	keeper *keeper
 }
 
 // Open starts or connects to the engine cfg describes and makes sure the
@@ -118,6 +119,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, claiming: map[runKey]struct{}{}, closed: make(chan struct{})}
+	s.keeper = newKeeper(cfg, logger, s.closed)
 	s.watch = bucketWatch{logger: logger, closed: s.closed}
 	s.shared = Shared{id: s.id, logger: logger, watch: s.watch}
 	s.local = cfg.Mode == ModeEmbedded
@@ -141,7 +143,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
-	s.startKeeper()
+	s.keeper.start(s.srv, s.js, s.stream, s)
 	return s, nil
 }
 
@@ -181,7 +183,7 @@ func (s *Store) startEmbedded() error {
 		}
 		s.unlock = unlock
 		// Before the server counts the disk's free space.
-		s.takeReserve()
+		s.keeper.takeReserve()
 	}
 	opts := &natsserver.Options{
 		ServerName:   "turnstile-" + s.id,
@@ -363,7 +365,7 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("store: stream %s: %w", StreamName, s.noRoomToStart(err))
+			return fmt.Errorf("store: stream %s: %w", StreamName, noRoomToStart(err, s.cfg, s.srv))
 		}
 		s.stream = stream
 		break
@@ -429,6 +431,12 @@ func (s *Store) setUp(ctx context.Context, until time.Time) error {
 	return nil
 }
 
+// remakeLeases makes the lease bucket again: see [owners].
+func (s *Store) remakeLeases(ctx context.Context) error {
+	_, err := s.js.CreateOrUpdateKeyValue(ctx, s.leaseCfg)
+	return err
+}
+
 // errSettleForOne ends the set-up's tries of a stream of several replicas
 // that the cluster cannot place: the automatic factor settles for one.
 var errSettleForOne = errors.New("store: too few servers for three replicas")
@@ -454,7 +462,7 @@ func (s *Store) Close() { s.closeOnce.Do(s.close) }
 func (s *Store) close() {
 	close(s.closed)
 	s.cancelClosing()
-	s.room.done.Wait()
+	s.keeper.wait()
 	s.mu.Lock()
 	runs := s.runs
 	s.runs = map[runKey]*writer{}

@@ -336,14 +336,14 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, 
 		if errors.Is(err, errWriteFailed) {
 			// Once the keeper restarted the server, msg is made again
 			// unless it was stored before the write that failed.
-			if ack, ok, err := s.findStored(ctx, stored); err != nil || ok {
+			if ack, ok, err := s.keeper.findStored(ctx, stored); err != nil || ok {
 				return ack, err
 			}
 			s.logger.Debug("turn store: publish stopped by a failed write; made again", "subject", msg.Subject)
 			continue
 		}
-		s.noteWrite(msg, err)
-		if err == nil || isWrongLastSeq(err) || isClosed(s.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
+		s.keeper.noteWrite(msg, err)
+		if err == nil || isWrongLastSeq(err) || isClosed(s.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !s.keeper.waitRoom(msg.Subject, err) {
 			return ack, err
 		}
 		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
@@ -363,9 +363,9 @@ func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, 
 // keeper restarts the server, returns the channel closed once it may be
 // made.
 func (s *Store) attempt(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error, <-chan struct{}) {
-	s.room.gate.RLock()
-	defer s.room.gate.RUnlock()
-	actx, done, halted := s.hold(ctx)
+	s.keeper.gate.RLock()
+	defer s.keeper.gate.RUnlock()
+	actx, done, halted := s.keeper.hold(ctx)
 	if halted != nil {
 		return nil, nil, halted
 	}
