@@ -134,7 +134,7 @@ func testCreateRetried(t *testing.T, url string) {
 				}
 			}
 			flaky := &flakyJS{JetStream: real, first: first}
-			s.js = flaky
+			s.js, s.pub.js = flaky, flaky
 
 			created, existing, err := s.Create(ctx, id, 1, []byte("mine"), func(string) []byte { return nil })
 			if err != nil {

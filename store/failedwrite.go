@@ -10,7 +10,6 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,7 +28,7 @@ import (
 // them go (writes.resume), so that none is lost in the restart. A publish
 // stopped so is made again; one whose message was stored after all (its
 // acknowledgement was on its way when the write after it failed) is found
-// in the log first (see [Store.publishRetried]'s stored), so it is stored
+// in the log first (see [publisher.publishRetried]'s stored), so it is stored
 // once. A read is made again.
 
 // errWriteFailed ends a publish under way when the embedded server is
@@ -121,6 +120,26 @@ func (kp *keeper) hold(ctx context.Context) (context.Context, func(), <-chan str
 	return kp.writes.attempt(ctx)
 }
 
+// attempt makes one publish attempt of an append or a record with
+// publish, under ctx: with the embedded file store, holding the gate
+// (read) and under hold, so that a halt ends it with errWriteFailed; or,
+// while the keeper restarts the embedded JetStream, it returns the channel
+// closed once it may be made.
+func (kp *keeper) attempt(ctx context.Context, publish func(context.Context) (*jetstream.PubAck, error)) (*jetstream.PubAck, error, <-chan struct{}) {
+	kp.gate.RLock()
+	defer kp.gate.RUnlock()
+	actx, done, halted := kp.hold(ctx)
+	if halted != nil {
+		return nil, nil, halted
+	}
+	ack, err := publish(actx)
+	if stopped(ctx, actx, err) {
+		err = errWriteFailed
+	}
+	done()
+	return ack, err, nil
+}
+
 // stopped reports whether a request made with actx, the context hold gave
 // for ctx, failed because a halt ended it.
 func stopped(ctx, actx context.Context, err error) bool {
@@ -208,23 +227,6 @@ func (w *writer) storedFrame(frame []byte) storedFunc {
 		case err != nil:
 			return nil, false, err
 		case m.Header.Get(firstHeader) != strconv.FormatUint(first, 10) || !bytes.Equal(m.Data, frame):
-			return nil, false, nil
-		}
-		return &jetstream.PubAck{Stream: StreamName, Sequence: m.Sequence}, true, nil
-	}
-}
-
-// storedRecord returns the function that finds msg, a run's owner record,
-// in the log as the run's last one.
-func (s *Store) storedRecord(msg *nats.Msg) storedFunc {
-	return func(ctx context.Context) (*jetstream.PubAck, bool, error) {
-		m, err := s.stream.GetLastMsgForSubject(ctx, msg.Subject)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, false, nil
-		case err != nil:
-			return nil, false, err
-		case !bytes.Equal(m.Data, msg.Data) || m.Header.Get(ownerHeader) != msg.Header.Get(ownerHeader):
 			return nil, false, nil
 		}
 		return &jetstream.PubAck{Stream: StreamName, Sequence: m.Sequence}, true, nil

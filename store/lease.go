@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -350,7 +351,7 @@ func (w *writer) renewOnce() (renewed, lost bool) {
 		case <-w.lease.Err():
 		case <-ctx.Done():
 		}
-		s.forgetAck(w.lease)
+		s.pub.forgetAck(w.lease)
 		w.lease = nil
 	}
 	var err error
@@ -430,12 +431,12 @@ func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
 //     new tombstone — a churn that never ends, for every run ever finished.
 //
 // It is one publish to the bucket, answered as any other (its
-// acknowledgement read by [Store.publishMsg]), where a purge of the
+// acknowledgement read by [publisher.publishMsg]), where a purge of the
 // lease's subject was a JetStream API request whose JSON the server and
 // the client decode and encode (BENCHMARKS.md, issue #26). A claim of the
 // run later (its key deleted) creates the lease as it would a new one.
 func (s *Store) dropLease(ctx context.Context, k runKey) error {
-	_, err := s.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Header: nats.Header{
+	_, err := s.pub.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Header: nats.Header{
 		kvOperation:  {"DEL"},
 		markerReason: {"Remove"},
 	}})
@@ -468,8 +469,8 @@ const (
 // of the process before, whose runs are found by adoption instead (a
 // WatchTurn or re-attaching RunTurn that finds a run with no owner and no
 // terminal event takes it over; a CancelTurn closes it).
-func (s *Store) dropFileLeases(ctx context.Context) error {
-	st, err := s.js.Stream(ctx, "KV_"+LeaseBucket)
+func dropFileLeases(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) error {
+	st, err := js.Stream(ctx, "KV_"+LeaseBucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
 	}
@@ -479,6 +480,6 @@ func (s *Store) dropFileLeases(ctx context.Context) error {
 	if st.CachedInfo().Config.Storage == jetstream.MemoryStorage {
 		return nil
 	}
-	s.logger.Info("turn store: the lease bucket moves from files to memory", "bucket", LeaseBucket)
-	return s.js.DeleteKeyValue(ctx, LeaseBucket)
+	logger.Info("turn store: the lease bucket moves from files to memory", "bucket", LeaseBucket)
+	return js.DeleteKeyValue(ctx, LeaseBucket)
 }

@@ -40,7 +40,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		msgID = k.prefix() + ".create." + s.id + "." + newID()
 		msg.Header[jetstream.MsgIDHeader] = []string{msgID}
 	}
-	ack, err := s.publishRetried(pctx, msg, dedupe, s.storedRecord(msg))
+	ack, err := s.pub.publishRetried(pctx, msg, dedupe, s.pub.storedRecord(msg))
 	if isWrongLastSeq(err) && dedupe {
 		// A server that is not clustered checks the expectation before
 		// the message id: a retry of a record stored after all is refused
@@ -65,14 +65,14 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		// The lease is written without waiting: the run starts at once,
 		// and Finish waits for it before deleting it. The embedded store
 		// holds its runs in the process instead (see [Store.local]).
-		lease, err = s.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
+		lease, err = s.pub.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
 		if err != nil {
 			return false, nil, fmt.Errorf("store: lease: %w", err)
 		}
 	}
 	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
 		if lease != nil {
-			s.forgetAck(lease)
+			s.pub.forgetAck(lease)
 		}
 		return false, nil, err
 	}
