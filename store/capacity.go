@@ -589,7 +589,7 @@ func (kp *keeper) restartJetStream() error {
 	}
 	// The lease bucket was in memory (see dropFileLeases): make it again.
 	// It stays empty: the embedded store's runs are held in the process,
-	// not by leases (see [Store.local]).
+	// not by leases (see [leases.local]).
 	ctx, cancel := context.WithTimeout(context.Background(), setUpTry)
 	defer cancel()
 	return kp.owners.remakeLeases(ctx)

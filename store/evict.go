@@ -89,21 +89,21 @@ func runOf(subj string) (runKey, bool) {
 // moment between Create's record and its entry in the process's runs). A
 // run whose owner died is not running: its log may go before a replica
 // takes it over, which then finds it gone.
-func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
-	young := s.cfg.LeaseTTL
-	if s.srv != nil {
-		s.mu.Lock()
-		_, mine := s.runs[k]
-		s.mu.Unlock()
+func (l *leases) running(ctx context.Context, k runKey) (bool, error) {
+	young := l.cfg.LeaseTTL
+	if l.local {
+		l.mu.Lock()
+		_, mine := l.runs[k]
+		l.mu.Unlock()
 		if mine {
 			return true, nil
 		}
 		young = 100 * time.Millisecond
 	}
-	if leased, err := s.leased(ctx, k); err != nil || leased {
+	if leased, err := l.leased(ctx, k); err != nil || leased {
 		return leased, err
 	}
-	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	m, err := l.stream.GetLastMsgForSubject(ctx, k.own())
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, nil

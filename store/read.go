@@ -213,7 +213,7 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 // ownerGone reports whether run k has no lease and no event stored after
 // the one at index last.
 func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, error) {
-	leased, err := s.leased(ctx, k)
+	leased, err := s.leases.leased(ctx, k)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("store: read lease: %w", err)

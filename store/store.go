@@ -62,16 +62,13 @@ type Store struct {
 	srv    *natsserver.Server // the embedded server; nil with a NATS cluster
 	// release removes the embedded memory mode's scratch directory, or
 	// unlocks store.dir; nil with a NATS cluster.
-	release  func()
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	stream   jetstream.Stream
-	leases   jetstream.KeyValue
-	leaseCfg jetstream.KeyValueConfig // the lease bucket's, for restartJetStream
+	release func()
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
 	// shared holds the other buckets, what the replicas share beside the
 	// log: see shared.go.
 	shared Shared
-	watch  bucketWatch // of the lease bucket, and of shared's
 
 	closed chan struct{} // closed by Close: writers stop
 	// closing is done once closed is: the context of the writers'
@@ -80,19 +77,10 @@ type Store struct {
 	cancelClosing context.CancelFunc
 	closeOnce     sync.Once
 
-	mu   sync.Mutex
-	runs map[runKey]*writer
-	// claiming holds the runs this process is claiming, until they are
-	// owned (in runs) or the claim fails: with the embedded store, what
-	// the lease bucket held (see [Store.local]).
-	claiming map[runKey]struct{}
-
-	// local says that the runs' ownership is held in this process, not by
-	// leases in the lease bucket: the embedded store (see lease.go).
-	local bool
-	// expiries hands the runs this process released to WatchExpired's
-	// callbacks, when local.
-	expiries expiries
+	// leases says which replica owns each run, this process's runs
+	// among them: see lease.go. nil until Open has set up the lease
+	// bucket.
+	leases *leases
 
 	// pub publishes the log's records and the leases: see publish.go.
 	pub *publisher
@@ -116,11 +104,9 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{cfg: cfg, logger: logger, id: newID(), runs: map[runKey]*writer{}, claiming: map[runKey]struct{}{}, closed: make(chan struct{})}
+	s := &Store{cfg: cfg, logger: logger, id: newID(), closed: make(chan struct{})}
 	s.keeper = newKeeper(cfg, logger, s.closed)
-	s.watch = bucketWatch{logger: logger, closed: s.closed}
-	s.shared = Shared{id: s.id, logger: logger, watch: s.watch}
-	s.local = cfg.Mode == ModeEmbedded
+	s.shared = Shared{id: s.id, logger: logger, watch: bucketWatch{logger: logger, closed: s.closed}}
 	s.closing, s.cancelClosing = context.WithCancel(context.Background())
 	s.senders.work = make(chan func())
 	var err error
@@ -135,10 +121,13 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		o, err = setUp(ctx, cfg, logger, s.id, s.nc, s.srv, tries)
 	}
 	if err == nil {
-		s.js, s.stream, s.leases, s.leaseCfg = o.js, o.stream, o.leases, o.leaseCfg
+		s.js, s.stream = o.js, o.stream
 		s.shared.js, s.shared.cooldowns, s.shared.budgets, s.shared.limits = o.js, o.cooldowns, o.budgets, o.limits
 		// The embedded store reads its publishes' acknowledgements itself.
 		s.pub, err = newPublisher(logger, s.closed, s.nc, o.js, o.stream, s.keeper, cfg.Mode == ModeEmbedded)
+	}
+	if err == nil {
+		s.leases = newLeases(cfg, logger, s.id, s.closed, s.nc, o.js, o.stream, s.pub, o.leases, o.leaseCfg)
 	}
 	if err != nil {
 		s.Close()
@@ -148,7 +137,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		s.Close()
 		return nil, err
 	}
-	s.keeper.start(s.srv, s.js, s.stream, s)
+	s.keeper.start(s.srv, s.js, s.stream, s.leases)
 	return s, nil
 }
 
@@ -166,12 +155,6 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// remakeLeases makes the lease bucket again: see [owners].
-func (s *Store) remakeLeases(ctx context.Context) error {
-	_, err := s.js.CreateOrUpdateKeyValue(ctx, s.leaseCfg)
-	return err
-}
-
 // Close stops every run's lease renewal, closes the connection and stops
 // the embedded server. Runs still owned are left to expire.
 func (s *Store) Close() { s.closeOnce.Do(s.close) }
@@ -180,10 +163,10 @@ func (s *Store) close() {
 	close(s.closed)
 	s.cancelClosing()
 	s.keeper.wait()
-	s.mu.Lock()
-	runs := s.runs
-	s.runs = map[runKey]*writer{}
-	s.mu.Unlock()
+	var runs map[runKey]*writer
+	if s.leases != nil {
+		runs = s.leases.takeAll()
+	}
 	for _, w := range runs {
 		w.haltRenewal()
 		w.renew.Wait()

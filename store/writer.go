@@ -312,20 +312,6 @@ func (w *writer) failure() error {
 	return w.err
 }
 
-func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.runs[runKey{turnID, attempt}]
-	if w == nil && isClosed(s.closed) {
-		// Closed: its runs were given up with it, not taken over.
-		return nil, ErrClosed
-	}
-	if w == nil {
-		return nil, fmt.Errorf("%w: run %q attempt %d", ErrLost, turnID, attempt)
-	}
-	return w, nil
-}
-
 // Append appends event to the log of a run this replica owns, without
 // waiting for the store's acknowledgement: done is called with nil once
 // the event is stored, or with the failure, for each append in order, one
@@ -334,7 +320,7 @@ func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
 // and fails at once when an earlier one failed. Appends of one run must
 // not be concurrent.
 func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event []byte, done func(error)) error {
-	w, err := s.writer(turnID, attempt)
+	w, err := s.leases.writer(turnID, attempt)
 	if err != nil {
 		return err
 	}
@@ -376,7 +362,7 @@ func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) erro
 }
 
 func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handOff bool) error {
-	w, err := s.writer(turnID, attempt)
+	w, err := s.leases.writer(turnID, attempt)
 	if err != nil {
 		return err
 	}
@@ -413,31 +399,5 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		s.pub.forgetAck(w.lease)
 	}
 	s.inbox.leave(w)
-	s.mu.Lock()
-	if s.runs[w.key] == w {
-		delete(s.runs, w.key)
-	}
-	s.mu.Unlock()
-	err = w.failure()
-	if s.local {
-		// No lease to drop (see [Store.local]): the run's entry is gone
-		// from the map above. A release is reported to WatchExpired at
-		// once, as its purge is.
-		if handOff && !errors.Is(err, ErrLost) {
-			s.expiries.expire(w.key)
-		}
-		return err
-	}
-	if err == nil || !errors.Is(err, ErrLost) {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
-		defer cancel()
-		if handOff {
-			if perr := s.leases.Purge(dctx, w.key.lease()); perr != nil && err == nil {
-				err = fmt.Errorf("store: release lease: %w", perr)
-			}
-		} else {
-			_ = s.dropLease(dctx, w.key)
-		}
-	}
-	return err
+	return s.leases.release(ctx, w, handOff)
 }
