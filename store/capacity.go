@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -68,25 +70,55 @@ type Usage struct {
 	Full error
 }
 
-// capacity is the keeper's state.
-type capacity struct {
-	js   jetstream.JetStream // the keeper's own: s.js as the store opened
-	kick chan struct{}       // wakes the keeper; buffered, 1
+// Room reports whether the log can take a new turn now: nil, or an error
+// wrapping [ErrFull] that says why not. It does no I/O.
+func (s *Store) Room() error { return s.keeper.room() }
+
+// Usage returns the log's size as last read (every keepEvery).
+func (s *Store) Usage() Usage { return s.keeper.used() }
+
+// OnRoom calls fn with the outcome of [Store.Room] now, then, on the
+// keeper's goroutine, each time it changes, until the store closes. The
+// calls are in order: the last one holds the outcome in force.
+func (s *Store) OnRoom(fn func(full error)) { s.keeper.onRoom(fn) }
+
+// keeper keeps the log within its bounds and the store able to write: it
+// owns the log's capacity (the usage it last read, the room it refuses new
+// turns for, the OnRoom functions told when that changes), the embedded
+// file store's reserve (reserve.go) and what stops and lets go the
+// publishes around a restart of the embedded JetStream after a failed
+// write (failedwrite.go), and the eviction of finished runs (evict.go).
+// Its goroutine ([keeper.keep]) makes a pass every keepEvery, or at once
+// when a write was refused ([keeper.noteWrite]); Close stops it.
+type keeper struct {
+	cfg    Config
+	logger *slog.Logger
+	closed <-chan struct{} // the store's: closed by Close
+
+	// Set by start, before the keeper's goroutine, and read-only after.
+	srv    *natsserver.Server  // the embedded server; nil with a NATS cluster
+	js     jetstream.JetStream // the keeper's own: the store's as it opened
+	stream jetstream.Stream    // the log
+	owners owners              // who holds the runs: see [keeper.evict]
+
+	kick chan struct{} // wakes the keeper; buffered, 1
 	done sync.WaitGroup
 	// notify orders the calls of the OnRoom functions.
 	notify sync.Mutex
 
 	// reserve is the embedded file store's reserve (reserve.go); nil
-	// without one. Only the keeper touches it after Open.
+	// without one. Only the keeper's goroutine touches it after Open.
 	reserve *reserve
 	// gate is held (read) by each publish attempt of an append or a
 	// record with the embedded file store, and (write) by a restart of its
 	// JetStream, which waits for the attempts under way: one made during
 	// the restart would get no answer, and, without a message id, could
-	// not be made again. writes stops them first (failedwrite.go).
+	// not be made again. writes stops them first (failedwrite.go); it has
+	// its own lock.
 	gate   sync.RWMutex
 	writes writes
 
+	// mu guards the fields below it.
 	mu       sync.Mutex
 	usage    Usage
 	need     uint64    // the bytes of the largest write refused for room since then
@@ -96,79 +128,99 @@ type capacity struct {
 	onChange []func(error)
 }
 
-// Room reports whether the log can take a new turn now: nil, or an error
-// wrapping [ErrFull] that says why not. It does no I/O.
-func (s *Store) Room() error {
-	s.room.mu.Lock()
-	defer s.room.mu.Unlock()
-	return s.room.usage.Full
+// owners is what the keeper asks of the runs' ownership.
+type owners interface {
+	// running reports whether run k may still be written to: the keeper
+	// evicts no run that is.
+	running(ctx context.Context, k runKey) (bool, error)
+	// remakeLeases makes the lease bucket again, in memory, after a
+	// restart of the embedded JetStream.
+	remakeLeases(ctx context.Context) error
 }
 
-// Usage returns the log's size as last read (every keepEvery).
-func (s *Store) Usage() Usage {
-	s.room.mu.Lock()
-	defer s.room.mu.Unlock()
-	return s.room.usage
+// newKeeper returns the keeper of a store of cfg, which closed's close
+// stops; [keeper.start] starts it.
+func newKeeper(cfg Config, logger *slog.Logger, closed <-chan struct{}) *keeper {
+	return &keeper{cfg: cfg, logger: logger, closed: closed}
 }
 
-// OnRoom calls fn with the outcome of [Store.Room] now, then, on the
-// keeper's goroutine, each time it changes, until the store closes. The
-// calls are in order: the last one holds the outcome in force.
-func (s *Store) OnRoom(fn func(full error)) {
-	s.room.notify.Lock()
-	defer s.room.notify.Unlock()
-	s.room.mu.Lock()
-	s.room.onChange = append(s.room.onChange, fn)
-	s.room.mu.Unlock()
-	fn(s.Room())
+// room reports whether the log can take a new turn now: see [Store.Room].
+func (kp *keeper) room() error {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	return kp.usage.Full
+}
+
+// used returns the log's size as last read: see [Store.Usage].
+func (kp *keeper) used() Usage {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	return kp.usage
+}
+
+// onRoom adds fn to the functions told the outcome of room: see
+// [Store.OnRoom].
+func (kp *keeper) onRoom(fn func(full error)) {
+	kp.notify.Lock()
+	defer kp.notify.Unlock()
+	kp.mu.Lock()
+	kp.onChange = append(kp.onChange, fn)
+	kp.mu.Unlock()
+	fn(kp.room())
 }
 
 // tell calls the OnRoom functions with the outcome of Room now.
-func (s *Store) tell() {
-	s.room.notify.Lock()
-	defer s.room.notify.Unlock()
-	s.room.mu.Lock()
-	fns, full := s.room.onChange, s.room.usage.Full
-	s.room.mu.Unlock()
+func (kp *keeper) tell() {
+	kp.notify.Lock()
+	defer kp.notify.Unlock()
+	kp.mu.Lock()
+	fns, full := kp.onChange, kp.usage.Full
+	kp.mu.Unlock()
 	for _, fn := range fns {
 		fn(full)
 	}
 }
 
-// startKeeper starts the keeper, which Close stops.
-func (s *Store) startKeeper() {
-	s.room.kick = make(chan struct{}, 1)
-	s.room.js = s.js
-	s.room.done.Add(1)
-	go s.keep()
+// start starts the keeper's goroutine, which Close stops: srv is the
+// embedded server (nil with a NATS cluster), js and stream the store's as
+// it opened.
+func (kp *keeper) start(srv *natsserver.Server, js jetstream.JetStream, stream jetstream.Stream, o owners) {
+	kp.srv, kp.js, kp.stream, kp.owners = srv, js, stream, o
+	kp.kick = make(chan struct{}, 1)
+	kp.done.Add(1)
+	go kp.keep()
 }
 
-func (s *Store) keep() {
-	defer s.room.done.Done()
+// wait waits until the keeper's goroutine ended, once the store's closed
+// is closed.
+func (kp *keeper) wait() { kp.done.Wait() }
+
+func (kp *keeper) keep() {
+	defer kp.done.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-s.closed
+		<-kp.closed
 		cancel()
 	}()
 	t := time.NewTicker(keepEvery)
 	defer t.Stop()
 	for {
-		s.keepOnce(ctx)
+		kp.keepOnce(ctx)
 		// Refused writes wake it at most every kickGap: while the log is
 		// full of running runs, their waiting events would keep it busy.
 		gap := time.NewTimer(kickGap)
 		select {
-		case <-s.closed:
+		case <-kp.closed:
 			gap.Stop()
 			return
 		case <-gap.C:
 		}
 		select {
-		case <-s.closed:
+		case <-kp.closed:
 			return
 		case <-t.C:
-		case <-s.room.kick:
+		case <-kp.kick:
 		}
 	}
 }
@@ -176,15 +228,15 @@ func (s *Store) keep() {
 // noteWrite is told the outcome of each publish to the log: a write
 // refused for room starts a pass of the keeper, which makes room for it,
 // and refuses new turns when it cannot.
-func (s *Store) noteWrite(msg *nats.Msg, err error) {
-	if err == nil || s.room.kick == nil {
+func (kp *keeper) noteWrite(msg *nats.Msg, err error) {
+	if err == nil || kp.kick == nil {
 		return
 	}
 	full := roomError(err)
-	if full == nil && !(s.srv != nil && errors.Is(err, context.DeadlineExceeded)) {
+	if full == nil && !(kp.srv != nil && errors.Is(err, context.DeadlineExceeded)) {
 		return
 	}
-	s.room.mu.Lock()
+	kp.mu.Lock()
 	if full != nil {
 		// What JetStream counts: subject, headers, data, and its own
 		// bytes per record.
@@ -194,15 +246,15 @@ func (s *Store) noteWrite(msg *nats.Msg, err error) {
 				need += uint64(len(k) + len(v) + 4)
 			}
 		}
-		s.room.need = max(s.room.need, need)
+		kp.need = max(kp.need, need)
 	}
 	// The embedded server answers no write after a failed one (a full
 	// disk): the keeper finds out.
-	s.room.suspect = s.room.suspect || s.srv != nil
-	s.room.broken = s.room.broken || s.srv != nil
-	s.room.mu.Unlock()
+	kp.suspect = kp.suspect || kp.srv != nil
+	kp.broken = kp.broken || kp.srv != nil
+	kp.mu.Unlock()
 	select {
-	case s.room.kick <- struct{}{}:
+	case kp.kick <- struct{}{}:
 	default:
 	}
 }
@@ -213,11 +265,11 @@ func (s *Store) noteWrite(msg *nats.Msg, err error) {
 // its publish may take (backpressure on the turn); a new run's record is
 // while the keeper has not found the log full of running runs, which
 // refuses the turn.
-func (s *Store) waitRoom(subj string, err error) bool {
+func (kp *keeper) waitRoom(subj string, err error) bool {
 	if roomError(err) == nil {
 		return false
 	}
-	return strings.HasSuffix(subj, ".ev") || s.Room() == nil
+	return strings.HasSuffix(subj, ".ev") || kp.room() == nil
 }
 
 // roomError returns the ErrFull of a write JetStream refused for room,
@@ -246,23 +298,23 @@ func diskFull(err error) bool {
 }
 
 // keepOnce is one pass of the keeper.
-func (s *Store) keepOnce(ctx context.Context) {
+func (kp *keeper) keepOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	full := s.checkDisk(ctx)
-	info, err := s.stream.Info(ctx)
+	full := kp.checkDisk(ctx)
+	info, err := kp.stream.Info(ctx)
 	if err != nil {
-		if ctx.Err() == nil && !isClosed(s.closed) {
-			s.logger.Warn("turn store: cannot read the log's size", "error", err)
+		if ctx.Err() == nil && !isClosed(kp.closed) {
+			kp.logger.Warn("turn store: cannot read the log's size", "error", err)
 		}
 		return
 	}
-	limit := s.limit(ctx, info.State.Bytes)
+	limit := kp.limit(ctx, info.State.Bytes)
 	bytes := info.State.Bytes
-	s.room.mu.Lock()
-	need := s.room.need
-	s.room.need = 0
-	s.room.mu.Unlock()
+	kp.mu.Lock()
+	need := kp.need
+	kp.need = 0
+	kp.mu.Unlock()
 	target := uint64(lowWater * float64(limit))
 	if need > 0 && limit > need {
 		// A record was refused: room for it, below the low-water mark.
@@ -274,7 +326,7 @@ func (s *Store) keepOnce(ctx context.Context) {
 	if limit == 0 || float64(bytes) <= highWater*float64(limit) && (need == 0 || bytes <= target) {
 		goal.bytes = math.MaxUint64
 	}
-	maxTurns := uint64(max(s.cfg.MaxTurns, 0))
+	maxTurns := uint64(max(kp.cfg.MaxTurns, 0))
 	if maxTurns > 0 && float64(turns) > highWater*float64(maxTurns) {
 		goal.turns = uint64(lowWater * float64(maxTurns))
 	}
@@ -283,9 +335,9 @@ func (s *Store) keepOnce(ctx context.Context) {
 		exhausted bool
 	)
 	if goal.unmet(bytes, turns) {
-		evicted, exhausted = s.evict(ctx, info.State.FirstSeq, goal, bytes, turns)
+		evicted, exhausted = kp.evict(ctx, info.State.FirstSeq, goal, bytes, turns)
 		if evicted > 0 {
-			if info, err = s.stream.Info(ctx); err != nil {
+			if info, err = kp.stream.Info(ctx); err != nil {
 				return
 			}
 			bytes, turns = info.State.Bytes, runsOf(info.State.NumSubjects)
@@ -302,33 +354,33 @@ func (s *Store) keepOnce(ctx context.Context) {
 	if info.State.Msgs > 0 {
 		oldest = info.State.FirstTime
 	}
-	s.room.mu.Lock()
-	s.room.usage.Evicted += uint64(evicted)
-	was := s.room.usage.Full
-	s.room.usage = Usage{Bytes: bytes, Limit: limit, Oldest: oldest, Turns: turns, Evicted: s.room.usage.Evicted, Full: full}
-	warn := evicted > 0 && !oldest.IsZero() && time.Since(oldest) < s.cfg.Retention && time.Since(s.room.warned) >= warnEvery
+	kp.mu.Lock()
+	kp.usage.Evicted += uint64(evicted)
+	was := kp.usage.Full
+	kp.usage = Usage{Bytes: bytes, Limit: limit, Oldest: oldest, Turns: turns, Evicted: kp.usage.Evicted, Full: full}
+	warn := evicted > 0 && !oldest.IsZero() && time.Since(oldest) < kp.cfg.Retention && time.Since(kp.warned) >= warnEvery
 	if warn {
-		s.room.warned = time.Now()
+		kp.warned = time.Now()
 	}
-	s.room.mu.Unlock()
+	kp.mu.Unlock()
 	if evicted > 0 {
-		s.logger.Info("turn store: removed the oldest finished runs to make room", "runs", evicted, "bytes", bytes, "limit", limit, "turns", turns, "max_turns", s.cfg.MaxTurns)
+		kp.logger.Info("turn store: removed the oldest finished runs to make room", "runs", evicted, "bytes", bytes, "limit", limit, "turns", turns, "max_turns", kp.cfg.MaxTurns)
 	}
 	if warn {
-		s.logger.Warn("turn store: retention is shorter than configured: the log is full, and the oldest run kept is younger than store.retention; raise store.max_bytes or store.max_turns, or lower store.retention",
-			"retention", s.cfg.Retention, "oldest_kept", time.Since(oldest).Round(time.Second), "max_bytes", s.cfg.MaxBytes, "limit", limit, "max_turns", s.cfg.MaxTurns, "turns", turns)
+		kp.logger.Warn("turn store: retention is shorter than configured: the log is full, and the oldest run kept is younger than store.retention; raise store.max_bytes or store.max_turns, or lower store.retention",
+			"retention", kp.cfg.Retention, "oldest_kept", time.Since(oldest).Round(time.Second), "max_bytes", kp.cfg.MaxBytes, "limit", limit, "max_turns", kp.cfg.MaxTurns, "turns", turns)
 	}
 	switch {
 	case (was == nil) != (full == nil):
 		if full != nil {
-			s.logger.Warn("turn store: full; new turns are refused until space returns", "reason", full.Error())
+			kp.logger.Warn("turn store: full; new turns are refused until space returns", "reason", full.Error())
 		} else {
-			s.logger.Info("turn store: space returned; new turns are taken again")
+			kp.logger.Info("turn store: space returned; new turns are taken again")
 		}
-		s.tell()
+		kp.tell()
 	case errors.Is(was, ErrReserveSpent) != errors.Is(full, ErrReserveSpent):
 		// Still full, but the running turns must end now, or need not.
-		s.tell()
+		kp.tell()
 	}
 }
 
@@ -336,22 +388,22 @@ func (s *Store) keepOnce(ctx context.Context) {
 // JetStream's storage limit leaves it (the log's bytes plus what may still
 // be stored: the account's limit, or the embedded server's own) when that
 // is less; 0 is no bound.
-func (s *Store) limit(ctx context.Context, held uint64) uint64 {
+func (kp *keeper) limit(ctx context.Context, held uint64) uint64 {
 	var limit uint64
-	if s.cfg.MaxBytes > 0 {
-		limit = uint64(s.cfg.MaxBytes)
+	if kp.cfg.MaxBytes > 0 {
+		limit = uint64(kp.cfg.MaxBytes)
 	}
-	ai, err := s.room.js.AccountInfo(ctx)
+	ai, err := kp.js.AccountInfo(ctx)
 	if err != nil {
 		return limit
 	}
-	memory := s.cfg.Mode == ModeEmbedded && s.cfg.Dir == ""
+	memory := kp.cfg.Mode == ModeEmbedded && kp.cfg.Dir == ""
 	used, most := ai.Store, ai.Limits.MaxStore
 	if memory {
 		used, most = ai.Memory, ai.Limits.MaxMemory
 	}
-	if most <= 0 && s.srv != nil {
-		if cfg := s.srv.JetStreamConfig(); cfg != nil {
+	if most <= 0 && kp.srv != nil {
+		if cfg := kp.srv.JetStreamConfig(); cfg != nil {
 			most = cfg.MaxStore
 			if memory {
 				most = cfg.MaxMemory
@@ -381,30 +433,30 @@ func (s *Store) limit(ctx context.Context, held uint64) uint64 {
 // write after a failed one, as soon as the disk has room for it: at once
 // when the reserve gave it room, so that running turns go on
 // (failedwrite.go).
-func (s *Store) checkDisk(ctx context.Context) error {
-	if s.srv == nil || s.cfg.Dir == "" {
+func (kp *keeper) checkDisk(ctx context.Context) error {
+	if kp.srv == nil || kp.cfg.Dir == "" {
 		return nil
 	}
-	free, ok := diskFree(s.cfg.Dir)
+	free, ok := diskFree(kp.cfg.Dir)
 	if !ok {
 		return nil
 	}
-	werr := s.writeFailure()
+	werr := kp.writeFailure()
 	failed := strings.Contains(werr, "no space left")
 	if werr != "" {
 		// Its publishes under way get no answer: stop them.
-		s.room.writes.halt()
+		kp.writes.halt()
 	}
-	s.room.mu.Lock()
+	kp.mu.Lock()
 	if free < minFreeDisk || failed {
-		s.room.suspect = true
+		kp.suspect = true
 	}
-	s.room.mu.Unlock()
+	kp.mu.Unlock()
 
-	r := s.room.reserve
+	r := kp.reserve
 	if r == nil {
-		r = newReserve(s.cfg.Dir, 0)
-		s.room.reserve = r
+		r = newReserve(kp.cfg.Dir, 0)
+		kp.reserve = r
 	}
 	// Spend the reserve as the disk fills: a stage a pass, the disk's
 	// free space read again after each.
@@ -418,62 +470,62 @@ func (s *Store) checkDisk(ctx context.Context) error {
 	if spend {
 		stage, err := r.spend()
 		if err != nil {
-			s.logger.Error("turn store: cannot release the reserve", "error", err)
+			kp.logger.Error("turn store: cannot release the reserve", "error", err)
 		}
 		switch stage {
 		case reserveInUse:
-			s.logger.Warn("turn store: the disk of store.dir is full; new turns are refused, running turns go on in the reserve",
+			kp.logger.Warn("turn store: the disk of store.dir is full; new turns are refused, running turns go on in the reserve",
 				"free", free, "released", r.size-r.held)
 		case reserveSpent:
-			s.logger.Error("turn store: the disk of store.dir filled past the reserve; the turns still running end, their last events in what is left",
+			kp.logger.Error("turn store: the disk of store.dir filled past the reserve; the turns still running end, their last events in what is left",
 				"free", free, "released", r.last())
 		}
-		free, _ = diskFree(s.cfg.Dir)
+		free, _ = diskFree(kp.cfg.Dir)
 	}
-	s.room.mu.Lock()
+	kp.mu.Lock()
 	// A server that failed a write is restarted as soon as it has room to
 	// take writes; one whose write timed out is probed then, and one that
 	// may have failed a write unseen (the disk filled) once the disk has
 	// room again.
-	probe := werr == "" && (s.room.broken && free >= restartFloor || s.room.suspect && free >= minFreeDisk)
-	s.room.mu.Unlock()
+	probe := werr == "" && (kp.broken && free >= restartFloor || kp.suspect && free >= minFreeDisk)
+	kp.mu.Unlock()
 	restart := werr != "" && free >= restartFloor
 	if probe {
-		if err := s.probe(ctx); err != nil {
-			s.logger.Warn("turn store: the embedded server takes no writes", "error", err)
+		if err := kp.probe(ctx); err != nil {
+			kp.logger.Warn("turn store: the embedded server takes no writes", "error", err)
 			restart = true
 		}
 	}
 	if restart {
-		s.logger.Warn("turn store: the embedded server takes no writes since one failed; restarting its JetStream", "error", werr)
-		s.room.writes.halt()
-		err := s.restartJetStream()
+		kp.logger.Warn("turn store: the embedded server takes no writes since one failed; restarting its JetStream", "error", werr)
+		kp.writes.halt()
+		err := kp.restartJetStream()
 		if err == nil {
-			err = s.probe(ctx)
+			err = kp.probe(ctx)
 		}
 		if err != nil {
 			// Its publishes wait (up to their own bound) for the next pass.
-			s.logger.Error("turn store: cannot restart the embedded JetStream", "error", err)
+			kp.logger.Error("turn store: cannot restart the embedded JetStream", "error", err)
 			return fmt.Errorf("%w: the embedded server takes no writes: %w", ErrFull, err)
 		}
-		s.logger.Info("turn store: the embedded JetStream was restarted and takes writes again")
+		kp.logger.Info("turn store: the embedded JetStream was restarted and takes writes again")
 	}
 	if probe || restart {
-		s.room.writes.resume()
-		s.room.mu.Lock()
-		s.room.broken = false
-		s.room.suspect = free < minFreeDisk
-		s.room.mu.Unlock()
+		kp.writes.resume()
+		kp.mu.Lock()
+		kp.broken = false
+		kp.suspect = free < minFreeDisk
+		kp.mu.Unlock()
 	}
 	// Space returned: the reserve is written whole again (the file holds
 	// r.held of it now), or, on a disk without room for all of it, the
 	// store takes turns again with what it holds.
 	if werr == "" && r.held < r.size && free+uint64(r.held) >= uint64(r.size)+minFreeDisk {
 		if err := r.take(); err != nil {
-			s.logger.Warn("turn store: cannot write the reserve again", "error", err)
+			kp.logger.Warn("turn store: cannot write the reserve again", "error", err)
 		} else {
-			s.logger.Info("turn store: the disk of store.dir has room again; the reserve is held whole", "reserve", r.size)
-			free, _ = diskFree(s.cfg.Dir)
+			kp.logger.Info("turn store: the disk of store.dir has room again; the reserve is held whole", "reserve", r.size)
+			free, _ = diskFree(kp.cfg.Dir)
 		}
 	}
 	if werr == "" && r.stage != reserveWhole && free >= minFreeDisk && (r.held == r.size || free+uint64(r.held) < uint64(r.size)+minFreeDisk) {
@@ -506,66 +558,66 @@ func diskFree(dir string) (uint64, bool) {
 const probeSubject = subjectRoot + ".-.0.probe"
 
 // probe stores a small record and removes it.
-func (s *Store) probe(ctx context.Context) error {
+func (kp *keeper) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := s.room.js.PublishMsg(pctx, &nats.Msg{Subject: probeSubject, Data: []byte("probe")}); err != nil {
+	if _, err := kp.js.PublishMsg(pctx, &nats.Msg{Subject: probeSubject, Data: []byte("probe")}); err != nil {
 		return err
 	}
-	return s.stream.Purge(pctx, jetstream.WithPurgeSubject(probeSubject))
+	return kp.stream.Purge(pctx, jetstream.WithPurgeSubject(probeSubject))
 }
 
 // restartJetStream restarts the embedded server's JetStream, which opens
 // the stream's files anew: a file store that failed a write (its disk was
 // full) refuses every later one until then.
-func (s *Store) restartJetStream() error {
+func (kp *keeper) restartJetStream() error {
 	// No publish of an append or a record is under way meanwhile: one
-	// would get no answer (see capacity.gate).
-	s.room.gate.Lock()
-	defer s.room.gate.Unlock()
-	cfg := s.srv.JetStreamConfig()
+	// would get no answer (see keeper.gate).
+	kp.gate.Lock()
+	defer kp.gate.Unlock()
+	cfg := kp.srv.JetStreamConfig()
 	if cfg == nil {
 		return errors.New("JetStream is not enabled")
 	}
-	if err := s.srv.ShutdownJetStream(); err != nil {
+	if err := kp.srv.ShutdownJetStream(); err != nil {
 		return err
 	}
 	// EnableJetStream places its directory under the one it is given.
-	cfg.StoreDir = s.cfg.Dir
-	if err := s.srv.EnableJetStream(cfg); err != nil {
+	cfg.StoreDir = kp.cfg.Dir
+	if err := kp.srv.EnableJetStream(cfg); err != nil {
 		return err
 	}
 	// The lease bucket was in memory (see dropFileLeases): make it again.
 	// It stays empty: the embedded store's runs are held in the process,
-	// not by leases (see [Store.local]).
+	// not by leases (see [leases.local]).
 	ctx, cancel := context.WithTimeout(context.Background(), setUpTry)
 	defer cancel()
-	_, err := s.js.CreateOrUpdateKeyValue(ctx, s.leaseCfg)
-	return err
+	return kp.owners.remakeLeases(ctx)
 }
 
 // noRoomToStart explains a stream JetStream refused for its size: the
 // embedded server takes up to 75% of the disk's free space when it starts,
-// and refuses a stream whose max_bytes is larger.
-func (s *Store) noRoomToStart(err error) error {
+// and refuses a stream whose max_bytes is larger. srv is the embedded
+// server, nil with a NATS cluster.
+func noRoomToStart(err error, cfg Config, srv *natsserver.Server) error {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10047 && apiErr.ErrorCode != 10023 {
 		return err
 	}
-	if s.srv != nil {
+	if srv != nil {
 		var most int64
-		if cfg := s.srv.JetStreamConfig(); cfg != nil {
-			most = cfg.MaxStore
-			if s.cfg.Dir == "" {
-				most = cfg.MaxMemory
+		if js := srv.JetStreamConfig(); js != nil {
+			most = js.MaxStore
+			if cfg.Dir == "" {
+				most = js.MaxMemory
 			}
 		}
-		where := "the disk of store.dir (" + s.cfg.Dir + ")"
-		if s.cfg.Dir == "" {
+		where := "the disk of store.dir (" + cfg.Dir + ")"
+		if cfg.Dir == "" {
 			where = "memory"
 		}
 		return fmt.Errorf("store.max_bytes (%d bytes) is more than the embedded JetStream may use on %s: %d bytes (three quarters of what was free when it started); set store.max_bytes to at most that, free space, or point store.dir at a larger disk: %w",
-			s.cfg.MaxBytes, where, most, err)
+			cfg.MaxBytes, where, most, err)
 	}
-	return fmt.Errorf("store.max_bytes (%d bytes) is more than the NATS account or servers may store (their JetStream max_file_store or the account's limit); lower store.max_bytes or raise theirs: %w", s.cfg.MaxBytes, err)
+	return fmt.Errorf("store.max_bytes (%d bytes) is more than the NATS account or servers may store (their JetStream max_file_store or the account's limit); lower store.max_bytes or raise theirs: %w", cfg.MaxBytes, err)
 }

@@ -15,8 +15,7 @@ import (
 // answers at yet (its servers start with this replica, as a new install
 // does) is tried again, within the set-up's bound (see [setUpBound]);
 // any other failure (credentials, TLS) is reported at once.
-func (s *Store) connect(ctx context.Context, until time.Time) error {
-	n := s.cfg.NATS
+func connect(ctx context.Context, n NATS, t setUpTries) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("turnstile"), nats.MaxReconnects(-1),
 		// A server that died is left for another at once: the cluster
@@ -34,18 +33,15 @@ func (s *Store) connect(ctx context.Context, until time.Time) error {
 	if n.CertFile != "" {
 		opts = append(opts, nats.ClientCert(n.CertFile, n.KeyFile))
 	}
-	err := s.retrySetUp(ctx, until, "a NATS server of store.nats.url to answer", func(context.Context) error {
-		nc, err := nats.Connect(n.URL, opts...)
-		if err != nil {
-			return err
-		}
-		s.nc = nc
-		return nil
+	var nc *nats.Conn
+	err := retrySetUp(ctx, t, "a NATS server of store.nats.url to answer", func(context.Context) (err error) {
+		nc, err = nats.Connect(n.URL, opts...)
+		return err
 	})
 	if err != nil {
-		return connectError(err, n)
+		return nil, connectError(err, n)
 	}
-	return nil
+	return nc, nil
 }
 
 // The NATS client's timing in mode nats: how long a connection attempt

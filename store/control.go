@@ -39,13 +39,13 @@ func (s *Store) Signal(ctx context.Context, turnID string, attempt uint32, signa
 	ctx, cancel := context.WithTimeout(ctx, signalWait)
 	defer cancel()
 	k := runKey{turnID, attempt}
-	owner, err := s.owner(ctx, k)
+	owner, err := owner(ctx, s.stream, k)
 	if err == nil && owner == "" {
 		// An owner of the version before. Replicas of this version hear
 		// its run's subject too and answer only for their own runs, so a
 		// question nobody owns would wait for signalWait: the lease tells.
 		var leased bool
-		if leased, err = s.leased(ctx, k); err == nil && !leased {
+		if leased, err = s.leases.leased(ctx, k); err == nil && !leased {
 			err = fs.ErrNotExist
 		}
 	}
@@ -78,7 +78,7 @@ func (s *Store) Notify(turnID string, attempt uint32, signal string) {
 	ctx, cancel := context.WithTimeout(s.closing, notifyWait)
 	defer cancel()
 	k := runKey{turnID, attempt}
-	if owner, err := s.owner(ctx, k); err == nil {
+	if owner, err := owner(ctx, s.stream, k); err == nil {
 		_ = s.nc.Publish(k.controlAt(owner), []byte(signal))
 	}
 }
@@ -92,11 +92,11 @@ const ownerHeader = "Turnstile-Owner"
 // replica.
 func (s *Store) ownerRecord() nats.Header { return nats.Header{ownerHeader: []string{s.id}} }
 
-// owner returns the replica named by the last owner record of run k: "",
-// when the record names none (a replica of the version before wrote it);
-// [fs.ErrNotExist] when the run has no record.
-func (s *Store) owner(ctx context.Context, k runKey) (string, error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+// owner returns the replica named by the last owner record of run k in
+// stream, the log: "", when the record names none (a replica of the
+// version before wrote it); [fs.ErrNotExist] when the run has no record.
+func owner(ctx context.Context, stream jetstream.Stream, k runKey) (string, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, k.own())
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return "", fs.ErrNotExist
 	}
@@ -132,7 +132,7 @@ func (k runKey) aliveAt(owner string) string { return k.controlAt(owner) + ".ali
 // to every run's own subject (controlRoot.>), where a replica of the
 // version before sends them during a rolling upgrade and only the run's
 // owner answers (see README, "Durable turns"). Both deliver into one
-// channel, read by one goroutine ([Store.answer]).
+// channel, read by one goroutine ([inbox.answer]).
 //
 // A subscription per run made NATS answer "no responders" for a run no
 // replica owns, but cost a SUB and an UNSUB on each of the run's two

@@ -134,7 +134,7 @@ func testCreateRetried(t *testing.T, url string) {
 				}
 			}
 			flaky := &flakyJS{JetStream: real, first: first}
-			s.js = flaky
+			s.js, s.pub.js = flaky, flaky
 
 			created, existing, err := s.Create(ctx, id, 1, []byte("mine"), func(string) []byte { return nil })
 			if err != nil {
@@ -178,7 +178,7 @@ func testCreateRetried(t *testing.T, url string) {
 			if !tt.byOther {
 				return
 			}
-			if _, err := s.writer(id, 1); !errors.Is(err, ErrLost) {
+			if _, err := s.leases.writer(id, 1); !errors.Is(err, ErrLost) {
 				t.Errorf("the replica that did not create the run owns it: %v", err)
 			}
 		})

@@ -18,7 +18,7 @@ import (
 // as deleted; another replica's claim of the run creates the lease over
 // it; and once the tombstone aged out of the bucket the key's subject
 // holds nothing, no marker: no replica's watcher reported the run expired
-// at any point. The embedded store writes no lease (see [Store.local]):
+// at any point. The embedded store writes no lease (see [leases.local]):
 // there the same holds of the process's hold on the run, and the lease's
 // subject never holds a message.
 func TestDroppedLeaseTombstone(t *testing.T) {
@@ -63,10 +63,10 @@ func TestDroppedLeaseTombstone(t *testing.T) {
 			if err := a.Finish(ctx, k.turnID, k.attempt); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.leases.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if _, err := b.leases.kv.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				t.Fatalf("the dropped lease: %v, want ErrKeyNotFound", err)
 			}
-			if mode == ModeEmbedded && a.heldHere(k) {
+			if mode == ModeEmbedded && a.leases.heldHere(k) {
 				t.Fatal("the finished run is still held by the process")
 			}
 			// A claim now (an adoption of the ended run, as a WatchTurn
@@ -75,16 +75,16 @@ func TestDroppedLeaseTombstone(t *testing.T) {
 				t.Fatalf("Claim over the tombstone: %v", err)
 			}
 			if mode == ModeEmbedded {
-				if !b.heldHere(k) {
+				if !b.leases.heldHere(k) {
 					t.Fatal("the claimed run is not held by the process")
 				}
-			} else if e, err := a.leases.Get(ctx, k.lease()); err != nil || string(e.Value()) != b.id {
+			} else if e, err := a.leases.kv.Get(ctx, k.lease()); err != nil || string(e.Value()) != b.id {
 				t.Fatalf("the claimed lease: %v; want the claimer's", err)
 			}
 			if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
 				t.Fatal(err)
 			}
-			if mode == ModeEmbedded && b.heldHere(k) {
+			if mode == ModeEmbedded && b.leases.heldHere(k) {
 				t.Fatal("the run finished after its claim is still held by the process")
 			}
 			// Several lease TTLs: the tombstone ages out, and a marker in

@@ -29,13 +29,13 @@ func runsOf(subjects uint64) uint64 { return (subjects + 1) / 2 }
 // sequence first on, until the log meets goal or maxExamined runs were
 // looked at; it returns how many it purged, and exhausted when it looked
 // at every run the log holds. bytes and turns are what the log holds now.
-func (s *Store) evict(ctx context.Context, first uint64, goal evictGoal, bytes, turns uint64) (purged int, exhausted bool) {
+func (kp *keeper) evict(ctx context.Context, first uint64, goal evictGoal, bytes, turns uint64) (purged int, exhausted bool) {
 	seq := first
 	for examined := 0; examined < maxExamined && goal.unmet(bytes, turns); examined++ {
-		m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subjectRoot+".*.*.own"))
+		m, err := kp.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subjectRoot+".*.*.own"))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
-				s.logger.Warn("turn store: cannot read the log to make room", "error", err)
+				kp.logger.Warn("turn store: cannot read the log to make room", "error", err)
 			}
 			exhausted = errors.Is(err, jetstream.ErrMsgNotFound)
 			break
@@ -45,20 +45,20 @@ func (s *Store) evict(ctx context.Context, first uint64, goal evictGoal, bytes, 
 		if !ok {
 			continue
 		}
-		running, err := s.running(ctx, k)
+		running, err := kp.owners.running(ctx, k)
 		if err != nil {
-			s.logger.Warn("turn store: cannot tell whether a run is running", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+			kp.logger.Warn("turn store: cannot tell whether a run is running", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 			continue
 		}
 		if running {
 			continue
 		}
-		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(k.prefix()+".>")); err != nil {
-			s.logger.Warn("turn store: cannot remove a finished run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
+		if err := kp.stream.Purge(ctx, jetstream.WithPurgeSubject(k.prefix()+".>")); err != nil {
+			kp.logger.Warn("turn store: cannot remove a finished run", "turn_id", k.turnID, "attempt", k.attempt, "error", err)
 			continue
 		}
 		purged++
-		info, err := s.stream.Info(ctx)
+		info, err := kp.stream.Info(ctx)
 		if err != nil {
 			break
 		}
@@ -89,21 +89,21 @@ func runOf(subj string) (runKey, bool) {
 // moment between Create's record and its entry in the process's runs). A
 // run whose owner died is not running: its log may go before a replica
 // takes it over, which then finds it gone.
-func (s *Store) running(ctx context.Context, k runKey) (bool, error) {
-	young := s.cfg.LeaseTTL
-	if s.srv != nil {
-		s.mu.Lock()
-		_, mine := s.runs[k]
-		s.mu.Unlock()
+func (l *leases) running(ctx context.Context, k runKey) (bool, error) {
+	young := l.cfg.LeaseTTL
+	if l.local {
+		l.mu.Lock()
+		_, mine := l.runs[k]
+		l.mu.Unlock()
 		if mine {
 			return true, nil
 		}
 		young = 100 * time.Millisecond
 	}
-	if leased, err := s.leased(ctx, k); err != nil || leased {
+	if leased, err := l.leased(ctx, k); err != nil || leased {
 		return leased, err
 	}
-	m, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+	m, err := l.stream.GetLastMsgForSubject(ctx, k.own())
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, nil

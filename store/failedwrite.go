@@ -10,7 +10,6 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,11 +24,11 @@ import (
 // each pass instead (writeFailure); when it names a write error it stops the
 // store's publishes and the reads of its watches (writes.halt): those
 // under way end at once with errWriteFailed, and new ones wait until the
-// keeper has restarted the JetStream ([Store.restartJetStream]) and let
+// keeper has restarted the JetStream ([keeper.restartJetStream]) and let
 // them go (writes.resume), so that none is lost in the restart. A publish
 // stopped so is made again; one whose message was stored after all (its
 // acknowledgement was on its way when the write after it failed) is found
-// in the log first (see [Store.publishRetried]'s stored), so it is stored
+// in the log first (see [publisher.publishRetried]'s stored), so it is stored
 // once. A read is made again.
 
 // errWriteFailed ends a publish under way when the embedded server is
@@ -114,11 +113,31 @@ func (w *writes) waitRestart(ctx context.Context) bool {
 // [writes.attempt]), and the function to call when it is done; or the
 // channel closed when requests may go on. Other stores' requests are not
 // held: ctx itself.
-func (s *Store) hold(ctx context.Context) (context.Context, func(), <-chan struct{}) {
-	if s.srv == nil || s.cfg.Dir == "" {
+func (kp *keeper) hold(ctx context.Context) (context.Context, func(), <-chan struct{}) {
+	if kp.srv == nil || kp.cfg.Dir == "" {
 		return ctx, func() {}, nil
 	}
-	return s.room.writes.attempt(ctx)
+	return kp.writes.attempt(ctx)
+}
+
+// attempt makes one publish attempt of an append or a record with
+// publish, under ctx: with the embedded file store, holding the gate
+// (read) and under hold, so that a halt ends it with errWriteFailed; or,
+// while the keeper restarts the embedded JetStream, it returns the channel
+// closed once it may be made.
+func (kp *keeper) attempt(ctx context.Context, publish func(context.Context) (*jetstream.PubAck, error)) (*jetstream.PubAck, error, <-chan struct{}) {
+	kp.gate.RLock()
+	defer kp.gate.RUnlock()
+	actx, done, halted := kp.hold(ctx)
+	if halted != nil {
+		return nil, nil, halted
+	}
+	ack, err := publish(actx)
+	if stopped(ctx, actx, err) {
+		err = errWriteFailed
+	}
+	done()
+	return ack, err, nil
 }
 
 // stopped reports whether a request made with actx, the context hold gave
@@ -129,9 +148,9 @@ func stopped(ctx, actx context.Context, err error) bool {
 
 // held makes a read of the embedded file store with read, under hold, again
 // while a halt ends it or holds it, within ctx.
-func held[T any](s *Store, ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+func held[T any](kp *keeper, ctx context.Context, read func(context.Context) (T, error)) (T, error) {
 	for {
-		actx, done, halted := s.hold(ctx)
+		actx, done, halted := kp.hold(ctx)
 		if halted != nil {
 			select {
 			case <-halted:
@@ -153,11 +172,11 @@ func held[T any](s *Store, ctx context.Context, read func(context.Context) (T, e
 // writeFailure returns the write error the embedded file store's health
 // report names for any of its streams (the log's, the buckets'), empty when
 // none: a stream that failed a write takes none until it is opened again.
-func (s *Store) writeFailure() string {
-	if s.srv == nil || s.cfg.Dir == "" {
+func (kp *keeper) writeFailure() string {
+	if kp.srv == nil || kp.cfg.Dir == "" {
 		return ""
 	}
-	h := s.srv.Healthz(&natsserver.HealthzOptions{Details: true})
+	h := kp.srv.Healthz(&natsserver.HealthzOptions{Details: true})
 	for _, e := range h.Errors {
 		if strings.Contains(e.Error, "write error") {
 			return e.Error
@@ -174,9 +193,9 @@ type storedFunc func(context.Context) (*jetstream.PubAck, bool, error)
 // after a failed write, then asks stored whether the message of a publish
 // it stopped is in the log, again until it can tell, within ctx: ok says
 // it is, with its acknowledgement. Without stored it is not.
-func (s *Store) findStored(ctx context.Context, stored storedFunc) (ack *jetstream.PubAck, ok bool, err error) {
+func (kp *keeper) findStored(ctx context.Context, stored storedFunc) (ack *jetstream.PubAck, ok bool, err error) {
 	for {
-		s.room.writes.waitRestart(ctx)
+		kp.writes.waitRestart(ctx)
 		if stored == nil || ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
@@ -189,7 +208,7 @@ func (s *Store) findStored(ctx context.Context, stored storedFunc) (ack *jetstre
 		select {
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
-		case <-s.closed:
+		case <-kp.closed:
 			return nil, false, ErrClosed
 		case <-time.After(publishBackoff):
 		}
@@ -208,23 +227,6 @@ func (w *writer) storedFrame(frame []byte) storedFunc {
 		case err != nil:
 			return nil, false, err
 		case m.Header.Get(firstHeader) != strconv.FormatUint(first, 10) || !bytes.Equal(m.Data, frame):
-			return nil, false, nil
-		}
-		return &jetstream.PubAck{Stream: StreamName, Sequence: m.Sequence}, true, nil
-	}
-}
-
-// storedRecord returns the function that finds msg, a run's owner record,
-// in the log as the run's last one.
-func (s *Store) storedRecord(msg *nats.Msg) storedFunc {
-	return func(ctx context.Context) (*jetstream.PubAck, bool, error) {
-		m, err := s.stream.GetLastMsgForSubject(ctx, msg.Subject)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, false, nil
-		case err != nil:
-			return nil, false, err
-		case !bytes.Equal(m.Data, msg.Data) || m.Header.Get(ownerHeader) != msg.Header.Get(ownerHeader):
 			return nil, false, nil
 		}
 		return &jetstream.PubAck{Stream: StreamName, Sequence: m.Sequence}, true, nil

@@ -45,14 +45,14 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 		}
 	}
 	// a stops renewing, as a paused process would.
-	w, _ := a.writer("t.1", 2)
+	w, _ := a.leases.writer("t.1", 2)
 	close(w.stop)
 	w.renew.Wait()
 	w.stop = make(chan struct{}) // Finish closes it again
 
 	// While a's lease lasts (its first write is not waited for), a claim
 	// fails.
-	for _, err := b.leases.Get(ctx, runKey{"t.1", 2}.lease()); err != nil; _, err = b.leases.Get(ctx, runKey{"t.1", 2}.lease()) {
+	for _, err := b.leases.kv.Get(ctx, runKey{"t.1", 2}.lease()); err != nil; _, err = b.leases.kv.Get(ctx, runKey{"t.1", 2}.lease()) {
 		time.Sleep(time.Millisecond)
 	}
 	if _, _, _, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil }); !errors.Is(err, ErrNotClaimed) {

@@ -28,7 +28,7 @@ func TestSignalToARunGivenUpMeanwhile(t *testing.T) {
 	if reply, err := s.Signal(t.Context(), "r", 1, "ping"); err != nil || string(reply) != "ok:ping" {
 		t.Fatalf("signal to the owned run: %q, %v", reply, err)
 	}
-	w, err := s.writer("r", 1)
+	w, err := s.leases.writer("r", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestSignalToARunGivenUpMeanwhile(t *testing.T) {
 	if _, err := s.Signal(ctx, "r", 1, "ping"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("signal to a run given up meanwhile: %v, want fs.ErrNotExist", err)
 	}
-	if s.ownerRenewing(ctx, runKey{"r", 1}) {
+	if s.leases.ownerRenewing(ctx, runKey{"r", 1}) {
 		t.Error("a run given up meanwhile says it renews its lease")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,15 +28,68 @@ const SignalLost = "lost"
 // before the call.
 //
 // With the embedded store there are no leases: the process holds its
-// runs itself (see [Store.local]), and what it reports are the runs it
+// runs itself (see [leases.local]), and what it reports are the runs it
 // released, at once, as a released lease is reported (see
 // [expiries.watch]).
 func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
-	if s.local {
-		s.expiries.watch(ctx, s.closed, fn)
+	return s.leases.watchExpired(ctx, fn)
+}
+
+// leases says which replica owns each run. It owns the lease bucket (with
+// a NATS cluster, a lease per run, written and renewed by its owner: see
+// [writer.renewLoop]), the runs this process owns or is claiming (with the
+// embedded store, which writes no lease, their ownership itself: see
+// local), and the runs the embedded store released, for WatchExpired
+// ([expiries], with its own lock).
+type leases struct {
+	cfg    Config
+	logger *slog.Logger
+	id     string          // this replica's id, the value of its leases
+	closed <-chan struct{} // the store's: closed by Close
+	// local says that the runs' ownership is held in this process, not by
+	// leases in the lease bucket: the embedded store (see below).
+	local bool
+
+	// Set by newLeases and read-only after.
+	nc     *nats.Conn          // for the owner's liveness question
+	js     jetstream.JetStream // for remakeLeases
+	stream jetstream.Stream    // the log, whose last owner records name the owners
+	pub    *publisher          // dropLease's tombstones
+	kv     jetstream.KeyValue  // the lease bucket
+	kvCfg  jetstream.KeyValueConfig
+	watch  bucketWatch // of the lease bucket
+
+	// expiries hands the runs this process released to WatchExpired's
+	// callbacks, when local.
+	expiries expiries
+
+	// mu guards runs and claiming.
+	mu   sync.Mutex
+	runs map[runKey]*writer
+	// claiming holds the runs this process is claiming, until they are
+	// owned (in runs) or the claim fails: with the embedded store, what
+	// the lease bucket held (see local).
+	claiming map[runKey]struct{}
+}
+
+// newLeases returns the leases of a store of cfg whose lease bucket is kv
+// (made with kvCfg).
+func newLeases(cfg Config, logger *slog.Logger, id string, closed <-chan struct{}, nc *nats.Conn, js jetstream.JetStream, stream jetstream.Stream, pub *publisher, kv jetstream.KeyValue, kvCfg jetstream.KeyValueConfig) *leases {
+	return &leases{
+		cfg: cfg, logger: logger, id: id, closed: closed, local: cfg.Mode == ModeEmbedded,
+		nc: nc, js: js, stream: stream, pub: pub, kv: kv, kvCfg: kvCfg,
+		watch: bucketWatch{logger: logger, closed: closed},
+		runs:  map[runKey]*writer{}, claiming: map[runKey]struct{}{},
+	}
+}
+
+// watchExpired is [Store.WatchExpired].
+func (l *leases) watchExpired(ctx context.Context, fn func(turnID string, attempt uint32)) error {
+	if l.local {
+		l.expiries.watch(ctx, l.closed, fn)
 		return nil
 	}
-	return s.watch.all(ctx, s.leases, func(e jetstream.KeyValueEntry) {
+	return l.watch.all(ctx, l.kv, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePurge {
 			return
 		}
@@ -55,7 +109,7 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 // and, when it expires, that its owner went away. The embedded server is
 // in-process and its directory locked (one process per store.dir): the
 // only replica that could read a lease is the one that wrote it, and its
-// runs are in its own map ([Store.runs]). So with the embedded store a
+// runs are in its own map ([leases.runs]). So with the embedded store a
 // run's ownership is that map's entry, and nothing of it is a NATS
 // message: no lease written at Create or Claim, no renewal while the run
 // lasts, no tombstone at Finish (2+ of the ~6 messages a short turn cost,
@@ -63,7 +117,7 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 // lease reads the map instead:
 //
 //   - [Store.Claim] is refused for a run the process owns or is claiming
-//     ([Store.claiming] holds it while the claim is under way, as the lease
+//     ([leases.claiming] holds it while the claim is under way, as the lease
 //     it created did), and asks no owner whether it is renewing: the owner
 //     could only be this process, whose map answers;
 //   - [Store.WatchExpired] reports what a purged or expired lease
@@ -76,7 +130,7 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 //     expiry's marker was kept);
 //   - a watcher's [Store.Events] finds the owner gone, the keeper may evict
 //     a run, and [Store.Signal] finds an owner of the version before, by
-//     [Store.leased].
+//     [leases.leased].
 //
 // With a NATS cluster (mode nats) every replica reads the others' leases,
 // and all of this is as before.
@@ -84,11 +138,11 @@ func (s *Store) WatchExpired(ctx context.Context, fn func(turnID string, attempt
 // leased reports whether run k has a live owner: with the embedded store,
 // whether this process owns it or is claiming it; else whether its lease
 // is in the bucket.
-func (s *Store) leased(ctx context.Context, k runKey) (bool, error) {
-	if s.local {
-		return s.heldHere(k), nil
+func (l *leases) leased(ctx context.Context, k runKey) (bool, error) {
+	if l.local {
+		return l.heldHere(k), nil
 	}
-	_, err := s.leases.Get(ctx, k.lease())
+	_, err := l.kv.Get(ctx, k.lease())
 	switch {
 	case err == nil:
 		return true, nil
@@ -99,35 +153,36 @@ func (s *Store) leased(ctx context.Context, k runKey) (bool, error) {
 }
 
 // heldHere reports whether this process owns run k or is claiming it.
-func (s *Store) heldHere(k runKey) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, owned := s.runs[k]
-	_, claiming := s.claiming[k]
+func (l *leases) heldHere(k runKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, owned := l.runs[k]
+	_, claiming := l.claiming[k]
 	return owned || claiming
 }
 
 // claimHere starts this process's claim of run k (the embedded store): it
 // fails with [ErrNotClaimed] when the process owns the run or claims it
-// already. [Store.own] ends the claim, as does unclaim when it fails.
-func (s *Store) claimHere(k runKey) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, owned := s.runs[k]; owned {
+// already. [Store.own] ends the claim ([leases.add]), as does unclaim when
+// it fails.
+func (l *leases) claimHere(k runKey) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, owned := l.runs[k]; owned {
 		return fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
 	}
-	if _, claiming := s.claiming[k]; claiming {
+	if _, claiming := l.claiming[k]; claiming {
 		return fmt.Errorf("%w: this replica is claiming it", ErrNotClaimed)
 	}
-	s.claiming[k] = struct{}{}
+	l.claiming[k] = struct{}{}
 	return nil
 }
 
 // unclaim ends a claim of run k that failed.
-func (s *Store) unclaim(k runKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.claiming, k)
+func (l *leases) unclaim(k runKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.claiming, k)
 }
 
 // expiries hands the runs the embedded store released ([Store.Release])
@@ -333,7 +388,7 @@ func (w *writer) beat() { w.beatAt.Store(time.Now().UnixNano()) }
 // paused) is not. With the embedded store, whose runs have no lease, a run
 // this process owns is held as long as the process lives: it is.
 func (w *writer) renewing() bool {
-	return w.s.local || w.trying.Load() || time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
+	return w.s.leases.local || w.trying.Load() || time.Since(time.Unix(0, w.beatAt.Load())) < w.s.cfg.LeaseTTL/2
 }
 
 // renewOnce renews the lease once; it reports whether the lease was
@@ -350,13 +405,13 @@ func (w *writer) renewOnce() (renewed, lost bool) {
 		case <-w.lease.Err():
 		case <-ctx.Done():
 		}
-		s.forgetAck(w.lease)
+		s.pub.forgetAck(w.lease)
 		w.lease = nil
 	}
 	var err error
 	if w.leaseRev != 0 {
 		var rev uint64
-		rev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), w.leaseRev)
+		rev, err = s.leases.kv.Update(ctx, w.key.lease(), []byte(s.id), w.leaseRev)
 		if err == nil {
 			w.leaseRev = rev
 			return true, false
@@ -369,12 +424,12 @@ func (w *writer) renewOnce() (renewed, lost bool) {
 			return false, false
 		}
 	}
-	e, err := s.leases.Get(ctx, w.key.lease())
+	e, err := s.leases.kv.Get(ctx, w.key.lease())
 	switch {
 	case err == nil && string(e.Value()) == s.id:
-		w.leaseRev, err = s.leases.Update(ctx, w.key.lease(), []byte(s.id), e.Revision())
+		w.leaseRev, err = s.leases.kv.Update(ctx, w.key.lease(), []byte(s.id), e.Revision())
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		w.leaseRev, err = s.leases.Create(ctx, w.key.lease(), []byte(s.id))
+		w.leaseRev, err = s.leases.kv.Create(ctx, w.key.lease(), []byte(s.id))
 	case err == nil:
 		err = fmt.Errorf("%w: replica %s holds its lease", ErrLost, e.Value())
 		w.fail(err)
@@ -399,10 +454,10 @@ const aliveReply = "renewing"
 // a takeover needs; an owner that answers is alive and will write its
 // lease again. When the record cannot be read the question goes to the
 // run's own subject, which its owner hears too, whatever its version.
-func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
-	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL, time.Second))
+func (l *leases) ownerRenewing(ctx context.Context, k runKey) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(l.cfg.LeaseTTL, time.Second))
 	defer cancel()
-	owner, err := s.owner(ctx, k)
+	owner, err := owner(ctx, l.stream, k)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
@@ -410,7 +465,7 @@ func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
 	if err == nil {
 		subject = k.aliveAt(owner)
 	}
-	m, err := s.nc.RequestWithContext(ctx, subject, nil)
+	m, err := l.nc.RequestWithContext(ctx, subject, nil)
 	return err == nil && string(m.Data) == aliveReply
 }
 
@@ -430,12 +485,12 @@ func (s *Store) ownerRenewing(ctx context.Context, k runKey) bool {
 //     new tombstone — a churn that never ends, for every run ever finished.
 //
 // It is one publish to the bucket, answered as any other (its
-// acknowledgement read by [Store.publishMsg]), where a purge of the
+// acknowledgement read by [publisher.publishMsg]), where a purge of the
 // lease's subject was a JetStream API request whose JSON the server and
 // the client decode and encode (BENCHMARKS.md, issue #26). A claim of the
 // run later (its key deleted) creates the lease as it would a new one.
-func (s *Store) dropLease(ctx context.Context, k runKey) error {
-	_, err := s.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Header: nats.Header{
+func (l *leases) dropLease(ctx context.Context, k runKey) error {
+	_, err := l.pub.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Header: nats.Header{
 		kvOperation:  {"DEL"},
 		markerReason: {"Remove"},
 	}})
@@ -456,11 +511,11 @@ const (
 //
 // The embedded store keeps its lease bucket in memory even when the log is
 // in files (store.dir); since its runs are held in the process (see
-// [Store.local]) it writes nothing there, and the bucket is kept only for
+// [leases.local]) it writes nothing there, and the bucket is kept only for
 // what reads it by name. A lease lives for a lease TTL and only the process
 // that holds the directory's lock ever reads it, and the file store made
 // each turn pay for it in the kernel: a turn's lease is written to the
-// bucket's last block and purged at its end ([Store.dropLease]), and a
+// bucket's last block and purged at its end ([leases.dropLease]), and a
 // purge that empties the last block removes its file and creates a new one
 // (14–22% of the server's CPU per sequential turn: BENCHMARKS.md, issue
 // #26). In memory the same purge frees a message. What a restart loses is
@@ -468,8 +523,8 @@ const (
 // of the process before, whose runs are found by adoption instead (a
 // WatchTurn or re-attaching RunTurn that finds a run with no owner and no
 // terminal event takes it over; a CancelTurn closes it).
-func (s *Store) dropFileLeases(ctx context.Context) error {
-	st, err := s.js.Stream(ctx, "KV_"+LeaseBucket)
+func dropFileLeases(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) error {
+	st, err := js.Stream(ctx, "KV_"+LeaseBucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
 	}
@@ -479,6 +534,83 @@ func (s *Store) dropFileLeases(ctx context.Context) error {
 	if st.CachedInfo().Config.Storage == jetstream.MemoryStorage {
 		return nil
 	}
-	s.logger.Info("turn store: the lease bucket moves from files to memory", "bucket", LeaseBucket)
-	return s.js.DeleteKeyValue(ctx, LeaseBucket)
+	logger.Info("turn store: the lease bucket moves from files to memory", "bucket", LeaseBucket)
+	return js.DeleteKeyValue(ctx, LeaseBucket)
+}
+
+// remakeLeases makes the lease bucket again: see [owners].
+func (l *leases) remakeLeases(ctx context.Context) error {
+	_, err := l.js.CreateOrUpdateKeyValue(ctx, l.kvCfg)
+	return err
+}
+
+// writer returns this process's writer of the run (turnID, attempt): it
+// fails with [ErrLost] when the process does not own the run, and with
+// [ErrClosed] when the store closed.
+func (l *leases) writer(turnID string, attempt uint32) (*writer, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.runs[runKey{turnID, attempt}]
+	if w == nil && isClosed(l.closed) {
+		// Closed: its runs were given up with it, not taken over.
+		return nil, ErrClosed
+	}
+	if w == nil {
+		return nil, fmt.Errorf("%w: run %q attempt %d", ErrLost, turnID, attempt)
+	}
+	return w, nil
+}
+
+// add records that this process owns run k, written by w; a claim of it
+// under way ends.
+func (l *leases) add(k runKey, w *writer) {
+	l.mu.Lock()
+	l.runs[k] = w
+	delete(l.claiming, k)
+	l.mu.Unlock()
+}
+
+// release ends this process's ownership of w's run, which w gave up
+// ([Store.Finish], or with handOff [Store.Release]), and returns the
+// run's first failure: its lease is dropped, or with handOff purged, for
+// another replica to take the run over at once; with the embedded store,
+// whose runs have no lease, a release is reported to WatchExpired.
+func (l *leases) release(ctx context.Context, w *writer, handOff bool) error {
+	l.mu.Lock()
+	if l.runs[w.key] == w {
+		delete(l.runs, w.key)
+	}
+	l.mu.Unlock()
+	err := w.failure()
+	if l.local {
+		// No lease to drop (see [leases.local]): the run's entry is gone
+		// from the map above. A release is reported to WatchExpired at
+		// once, as its purge is.
+		if handOff && !errors.Is(err, ErrLost) {
+			l.expiries.expire(w.key)
+		}
+		return err
+	}
+	if err == nil || !errors.Is(err, ErrLost) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.LeaseTTL)
+		defer cancel()
+		if handOff {
+			if perr := l.kv.Purge(dctx, w.key.lease()); perr != nil && err == nil {
+				err = fmt.Errorf("store: release lease: %w", perr)
+			}
+		} else {
+			_ = l.dropLease(dctx, w.key)
+		}
+	}
+	return err
+}
+
+// takeAll ends this process's ownership of every run, as the store
+// closes, and returns their writers.
+func (l *leases) takeAll() map[runKey]*writer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	runs := l.runs
+	l.runs = map[runKey]*writer{}
+	return runs
 }

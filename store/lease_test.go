@@ -167,7 +167,7 @@ func TestLeaseRenewalIsOneWrite(t *testing.T) {
 	}
 
 	// a pauses; b claims the run once the lease expired, then renews it.
-	wa, _ := a.writer(k.turnID, k.attempt)
+	wa, _ := a.leases.writer(k.turnID, k.attempt)
 	pauseRenewal(wa)
 	waitExpired(t, expired, k)
 	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil {
@@ -207,7 +207,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops.waitWrites(t, 2) // the first write and a renewal: its revision is known
-	w, _ := a.writer(k.turnID, k.attempt)
+	w, _ := a.leases.writer(k.turnID, k.attempt)
 	resume := pauseRenewal(w)
 	waitExpired(t, expired, k)
 
@@ -216,7 +216,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 	resume()
 	for {
 		ops.waitWrites(t, 1)
-		if e, err := a.leases.Get(ctx, k.lease()); err == nil {
+		if e, err := a.leases.kv.Get(ctx, k.lease()); err == nil {
 			if string(e.Value()) != a.ReplicaID() {
 				t.Fatalf("lease after the pause held by %s", e.Value())
 			}
@@ -256,7 +256,7 @@ func TestLeaseRenewalAfterAPause(t *testing.T) {
 	if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
 		t.Fatal(err)
 	}
-	if e, err := b.leases.Get(ctx, k.lease()); err == nil {
+	if e, err := b.leases.kv.Get(ctx, k.lease()); err == nil {
 		t.Fatalf("lease left after Finish: %s", e.Value())
 	}
 }
@@ -285,14 +285,14 @@ func TestLiveOwnerKeepsItsRun(t *testing.T) {
 	ops.waitWrites(t, 2)
 	// The lease expires under its live owner: what a bucket that was
 	// without a leader for longer than the TTL does, a purge marker.
-	if err := b.leases.Purge(ctx, k.lease()); err != nil {
+	if err := b.leases.kv.Purge(ctx, k.lease()); err != nil {
 		t.Fatal(err)
 	}
 	waitExpired(t, expired, k)
 	if _, _, _, err := b.Claim(ctx, k.turnID, k.attempt, onSignal); !errors.Is(err, ErrNotClaimed) {
 		t.Fatalf("claim of a run whose owner is alive: %v, want ErrNotClaimed", err)
 	}
-	if e, err := b.leases.Get(ctx, k.lease()); err != nil || string(e.Value()) != a.ReplicaID() {
+	if e, err := b.leases.kv.Get(ctx, k.lease()); err != nil || string(e.Value()) != a.ReplicaID() {
 		t.Fatalf("lease after the claim: %v, err %v; want held by the owner %s", e, err, a.ReplicaID())
 	}
 	select {
@@ -309,7 +309,7 @@ func TestLiveOwnerKeepsItsRun(t *testing.T) {
 	}
 
 	// Paused, it no longer says it renews: the run is taken over.
-	w, _ := a.writer(k.turnID, k.attempt)
+	w, _ := a.leases.writer(k.turnID, k.attempt)
 	resume := pauseRenewal(w)
 	waitExpired(t, expired, k)
 	if _, evs, _, err := b.Claim(ctx, k.turnID, k.attempt, func(string) []byte { return nil }); err != nil || len(evs) != 1 {

@@ -43,7 +43,7 @@ func leaseMessages(t *testing.T, s *Store) uint64 {
 }
 
 // TestEmbeddedTurnsPublishNoLease: with the embedded store, a run's
-// ownership is held in the process (see [Store.local]): short turns
+// ownership is held in the process (see [leases.local]): short turns
 // (created, appended to, signalled, finished), a run claimed after its
 // owner went away and one released publish nothing to the lease bucket,
 // neither a lease, a renewal nor a tombstone: no message on its subjects,
@@ -209,7 +209,7 @@ func TestEmbeddedReleasedRunTakenOver(t *testing.T) {
 			t.Errorf("a losing claim: %v, want ErrNotClaimed", err)
 		}
 	}
-	if !s.heldHere(want) {
+	if !s.leases.heldHere(want) {
 		t.Error("the run taken over is not held by the process")
 	}
 	if err := s.Append(ctx, want.turnID, want.attempt, []byte("e2"), func(error) {}); err != nil {

@@ -35,7 +35,7 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 		"KV_" + BudgetBucket:   jetstream.FileStorage,
 		"KV_" + LimitBucket:    jetstream.FileStorage,
 	})
-	if _, err := s.leases.Get(ctx, "old"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := s.leases.kv.Get(ctx, "old"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the file bucket's lease: %v, want ErrKeyNotFound", err)
 	}
 	if created, _, err := s.Create(ctx, "left", 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
@@ -50,11 +50,11 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 	}
 	k := runKey{"left", 1}
 	// The running run is held in the process, by no lease (see
-	// [Store.local]).
-	if !s.heldHere(k) {
+	// [leases.local]).
+	if !s.leases.heldHere(k) {
 		t.Fatal("the running run is not held by the process")
 	}
-	if _, err := s.leases.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := s.leases.kv.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the running run's lease: %v, want ErrKeyNotFound (no lease)", err)
 	}
 	s.Close() // no Finish: the process went away
@@ -65,7 +65,7 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 	}
 	defer s.Close()
 	wantStorage(t, s, map[string]jetstream.StorageType{"KV_" + LeaseBucket: jetstream.MemoryStorage})
-	if _, err := s.leases.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := s.leases.kv.Get(ctx, k.lease()); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the previous process's lease after a restart: %v, want ErrKeyNotFound", err)
 	}
 	record, events, claims, err := s.Claim(ctx, "left", 1, func(string) []byte { return nil })
@@ -75,13 +75,13 @@ func TestEmbeddedLeasesInMemory(t *testing.T) {
 	if string(record) != "req" || len(events) != 1 || string(events[0]) != "e1" || claims != 1 {
 		t.Errorf("Claim = %q, %q, %d; want req, [e1], 1", record, events, claims)
 	}
-	if !s.heldHere(k) {
+	if !s.leases.heldHere(k) {
 		t.Error("the claimed run is not held by the process")
 	}
 	if err := s.Finish(ctx, "left", 1); err != nil {
 		t.Fatal(err)
 	}
-	if s.heldHere(k) {
+	if s.leases.heldHere(k) {
 		t.Error("the run is held by the process after Finish")
 	}
 }

@@ -40,7 +40,7 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		msgID = k.prefix() + ".create." + s.id + "." + newID()
 		msg.Header[jetstream.MsgIDHeader] = []string{msgID}
 	}
-	ack, err := s.publishRetried(pctx, msg, dedupe, s.storedRecord(msg))
+	ack, err := s.pub.publishRetried(pctx, msg, dedupe, s.pub.storedRecord(msg))
 	if isWrongLastSeq(err) && dedupe {
 		// A server that is not clustered checks the expectation before
 		// the message id: a retry of a record stored after all is refused
@@ -61,18 +61,18 @@ func (s *Store) Create(ctx context.Context, turnID string, attempt uint32, recor
 		return false, nil, fmt.Errorf("store: create run: %w", err)
 	}
 	var lease jetstream.PubAckFuture
-	if !s.local {
+	if !s.leases.local {
 		// The lease is written without waiting: the run starts at once,
 		// and Finish waits for it before deleting it. The embedded store
-		// holds its runs in the process instead (see [Store.local]).
-		lease, err = s.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
+		// holds its runs in the process instead (see [leases.local]).
+		lease, err = s.pub.publishAsync(&nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id)})
 		if err != nil {
 			return false, nil, fmt.Errorf("store: lease: %w", err)
 		}
 	}
 	if err := s.own(ctx, k, ack.Sequence, 1, onSignal, lease, 0); err != nil {
 		if lease != nil {
-			s.forgetAck(lease)
+			s.pub.forgetAck(lease)
 		}
 		return false, nil, err
 	}
@@ -109,28 +109,28 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // written its lease again, then fails with [ErrNotClaimed], or until the
 // owner stops answering, then claims it.
 //
-// With the embedded store, whose runs have no lease (see [Store.local]),
+// With the embedded store, whose runs have no lease (see [leases.local]),
 // the claim is held in the process: it fails with [ErrNotClaimed] when
 // this process owns the run or is claiming it already.
 func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSignal func(signal string) []byte) (record []byte, events [][]byte, claims int, err error) {
 	k := runKey{turnID, attempt}
 	var leaseRev uint64
 	var release func()
-	if s.local {
+	if s.leases.local {
 		// The embedded store: the claim is held in the process (see
-		// [Store.local]).
-		if err := s.claimHere(k); err != nil {
+		// [leases.local]).
+		if err := s.leases.claimHere(k); err != nil {
 			return nil, nil, 0, err
 		}
-		release = func() { s.unclaim(k) }
+		release = func() { s.leases.unclaim(k) }
 	} else {
-		if leaseRev, err = s.claimLease(ctx, k); err != nil {
+		if leaseRev, err = s.leases.claimLease(ctx, k); err != nil {
 			return nil, nil, 0, err
 		}
 		release = func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 			defer cancel()
-			_ = s.dropLease(dctx, k)
+			_ = s.leases.dropLease(dctx, k)
 		}
 	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
@@ -182,10 +182,10 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 
 // claimLease takes the lease of run k for a claim (mode nats) and returns
 // its revision: see [Store.Claim].
-func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
-	s.mu.Lock()
-	_, mine := s.runs[k]
-	s.mu.Unlock()
+func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
+	l.mu.Lock()
+	_, mine := l.runs[k]
+	l.mu.Unlock()
 	if mine {
 		// This replica owns the run and has not given it up: its lease
 		// expired because a renewal came late (a loaded process), not
@@ -197,23 +197,23 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 	// leader was lost for longer than the lease TTL expires the leases of
 	// live owners too. An owner that says it is renewing keeps the run: it
 	// writes its lease again once the bucket answers.
-	for waited := false; s.ownerRenewing(ctx, k); waited = true {
+	for waited := false; l.ownerRenewing(ctx, k); waited = true {
 		if !waited {
-			s.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
+			l.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
 				"turn_id", k.turnID, "attempt", k.attempt)
 		}
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
-		case <-s.closed:
+		case <-l.closed:
 			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
-		case <-time.After(s.cfg.LeaseTTL / 2):
+		case <-time.After(l.cfg.LeaseTTL / 2):
 		}
-		if _, err := s.leases.Get(ctx, k.lease()); err == nil {
+		if _, err := l.kv.Get(ctx, k.lease()); err == nil {
 			return 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
 		}
 	}
-	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
+	leaseRev, err := l.kv.Create(ctx, k.lease(), []byte(l.id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return 0, ErrNotClaimed
@@ -252,14 +252,11 @@ func (s *Store) own(ctx context.Context, k runKey, ownSeq, next uint64, onSignal
 	w.send = w.sender
 	w.beat()
 	s.inbox.listen(w)
-	if !s.local {
-		// The embedded store's runs have no lease (see [Store.local]).
+	if !s.leases.local {
+		// The embedded store's runs have no lease (see [leases.local]).
 		w.renew.Add(1)
 		w.renewLoop()
 	}
-	s.mu.Lock()
-	s.runs[k] = w
-	delete(s.claiming, k)
-	s.mu.Unlock()
+	s.leases.add(k, w)
 	return nil
 }

@@ -1,9 +1,7 @@
 package store
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -229,27 +227,6 @@ func (sc *ackScanner) bool() (bool, bool) {
 // reply when nothing subscribes to the subject (here: no stream).
 const statusNoResponders = "503"
 
-// publishMsg publishes msg, its expectations and message id in its
-// headers, and returns its acknowledgement, as jetstream's PublishMsg
-// does but for the retries of a publish that found no stream, which
-// [Store.publishRetried] makes. The embedded store reads the
-// acknowledgement itself ([decodePubAck]); with a NATS cluster, where a
-// publish is a network round trip and its decoding a small part of it,
-// nats.go's client does.
-func (s *Store) publishMsg(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
-	if !s.ownAcks {
-		return s.js.PublishMsg(ctx, msg)
-	}
-	resp, err := s.nc.RequestMsgWithContext(ctx, msg)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, jetstream.ErrNoStreamResponse
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decodePubAck(resp.Data)
-}
-
 // ackInbox is the store's own reply subscription for the acknowledgements
 // of publishes it does not wait on (the first write of each run's lease),
 // in place of nats.go's asynchronous publisher, which decodes each with
@@ -338,22 +315,4 @@ func (in *ackInbox) deliver(m *nats.Msg) {
 		return
 	}
 	f.ok <- ack
-}
-
-// publishAsync publishes msg without waiting for its acknowledgement,
-// whose future it returns; the taker of an [ackFuture] that stops waiting
-// before its answer gives it to [Store.forgetAck].
-func (s *Store) publishAsync(msg *nats.Msg) (jetstream.PubAckFuture, error) {
-	if !s.ownAcks {
-		return s.js.PublishMsgAsync(msg)
-	}
-	return s.acks.publishAsync(s.nc, msg)
-}
-
-// forgetAck drops f from the store's inbox when it is the store's own: its
-// answer, if it comes, is not waited for any more.
-func (s *Store) forgetAck(f jetstream.PubAckFuture) {
-	if f, ok := f.(*ackFuture); ok {
-		s.acks.forget(f)
-	}
 }

@@ -23,7 +23,7 @@ func TestDecodePubAckFromServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if !s.ownAcks {
+	if !s.pub.ownAcks {
 		t.Fatal("the embedded store does not read its own acknowledgements")
 	}
 	ctx := t.Context()
@@ -122,16 +122,16 @@ func TestDecodePubAckFromServer(t *testing.T) {
 	// request; the same classes as nats.go's client gives.
 	t.Run("publishMsg", func(t *testing.T) {
 		m := msg("acks.c.own", "record", jetstream.ExpectedLastSubjSeqHeader, "0")
-		ack, err := s.publishMsg(ctx, copyMsg(m))
+		ack, err := s.pub.publishMsg(ctx, copyMsg(m))
 		if err != nil || ack.Stream != "ACKS" {
 			t.Fatalf("ack %+v, %v", ack, err)
 		}
-		_, err = s.publishMsg(ctx, copyMsg(m))
+		_, err = s.pub.publishMsg(ctx, copyMsg(m))
 		_, jsErr := s.js.PublishMsg(ctx, copyMsg(m))
 		if !isWrongLastSeq(err) || err.Error() != jsErr.Error() {
 			t.Errorf("a second record: %v; nats.go's client: %v", err, jsErr)
 		}
-		_, err = s.publishMsg(ctx, msg("nowhere.own", "x"))
+		_, err = s.pub.publishMsg(ctx, msg("nowhere.own", "x"))
 		if !errors.Is(err, jetstream.ErrNoStreamResponse) || !mayPass(err, false) {
 			t.Errorf("a publish no stream takes: %v, want ErrNoStreamResponse, may pass", err)
 		}
@@ -139,7 +139,7 @@ func TestDecodePubAckFromServer(t *testing.T) {
 	// The acknowledgement of a publish not waited on, as the lease's
 	// first write is made.
 	t.Run("publishAsync", func(t *testing.T) {
-		f, err := s.publishAsync(msg("acks.d.own", "lease"))
+		f, err := s.pub.publishAsync(msg("acks.d.own", "lease"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestDecodePubAckFromServer(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no acknowledgement")
 		}
-		f, err = s.publishAsync(msg("nowhere.lease", "lease"))
+		f, err = s.pub.publishAsync(msg("nowhere.lease", "lease"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,14 +168,14 @@ func TestDecodePubAckFromServer(t *testing.T) {
 			t.Fatal("no answer")
 		}
 		// A future given up is forgotten: the inbox holds none.
-		f, err = s.publishAsync(msg("acks.d.own", "lease"))
+		f, err = s.pub.publishAsync(msg("acks.d.own", "lease"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.forgetAck(f)
-		s.acks.mu.Lock()
-		n := len(s.acks.pending)
-		s.acks.mu.Unlock()
+		s.pub.forgetAck(f)
+		s.pub.acks.mu.Lock()
+		n := len(s.pub.acks.pending)
+		s.pub.acks.mu.Unlock()
 		if n != 0 {
 			t.Errorf("%d futures pending, want 0", n)
 		}

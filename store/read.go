@@ -37,7 +37,7 @@ func (noOwnerError) Orphaned() bool { return true }
 // any replica of the stream: no consumer is made.
 func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(first uint64, events [][]byte) bool) (uint64, error) {
 	for {
-		m, err := held(s, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		m, err := held(s.keeper, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 			return s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(k.events()))
 		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -213,7 +213,7 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 // ownerGone reports whether run k has no lease and no event stored after
 // the one at index last.
 func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, error) {
-	leased, err := s.leased(ctx, k)
+	leased, err := s.leases.leased(ctx, k)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("store: read lease: %w", err)
@@ -222,7 +222,7 @@ func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, err
 	}
 	// An owner that took the run less than a lease TTL ago may not have
 	// written its lease yet (the first write is not waited for).
-	own, err := held(s, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	own, err := held(s.keeper, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		return s.stream.GetLastMsgForSubject(ctx, k.own())
 	})
 	switch {
@@ -233,7 +233,7 @@ func (s *Store) ownerGone(ctx context.Context, k runKey, last uint64) (bool, err
 	case time.Since(own.Time) < s.cfg.LeaseTTL:
 		return false, nil
 	}
-	m, err := held(s, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	m, err := held(s.keeper, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 		return s.stream.GetLastMsgForSubject(ctx, k.events())
 	})
 	switch {

@@ -16,7 +16,7 @@ import (
 //
 // nats-server's file store takes no write after one failed (a full disk):
 // it keeps the write error until its files are opened again (see
-// [Store.restartJetStream]). Whatever fills the disk, the turns running
+// [keeper.restartJetStream]). Whatever fills the disk, the turns running
 // then could not store another event, and their clients would be told
 // they failed while their logs said nothing of it. So the store writes a
 // file of store.reserve bytes beside the log when it opens, before the
@@ -167,13 +167,13 @@ func newReserve(dir string, size int64) *reserve {
 // takeReserve writes the reserve at start, before the embedded server
 // counts the disk's free space; a disk without room for it is logged, and
 // the store goes on without one.
-func (s *Store) takeReserve() {
-	if s.cfg.Mode != ModeEmbedded || s.cfg.Dir == "" {
+func (kp *keeper) takeReserve() {
+	if kp.cfg.Mode != ModeEmbedded || kp.cfg.Dir == "" {
 		return
 	}
-	s.room.reserve = newReserve(s.cfg.Dir, s.cfg.Reserve)
-	if err := s.room.reserve.take(); err != nil {
-		s.logger.Warn("turn store: no room for the reserve on the disk of store.dir; when the disk fills, running turns end at once",
-			"reserve", s.cfg.Reserve, "dir", s.cfg.Dir, "error", err)
+	kp.reserve = newReserve(kp.cfg.Dir, kp.cfg.Reserve)
+	if err := kp.reserve.take(); err != nil {
+		kp.logger.Warn("turn store: no room for the reserve on the disk of store.dir; when the disk fills, running turns end at once",
+			"reserve", kp.cfg.Reserve, "dir", kp.cfg.Dir, "error", err)
 	}
 }

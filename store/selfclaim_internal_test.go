@@ -23,16 +23,16 @@ func TestNoClaimOfOwnRun(t *testing.T) {
 		t.Fatalf("create: %v %v", created, err)
 	}
 	k := runKey{"t", 1}
-	s.mu.Lock()
-	w := s.runs[k]
-	s.mu.Unlock()
+	s.leases.mu.Lock()
+	w := s.leases.runs[k]
+	s.leases.mu.Unlock()
 	// The renewal stalls: no beat, and the lease goes as an expired one
 	// would.
 	close(w.stop)
 	w.renew.Wait()
 	w.stop = make(chan struct{}) // Finish closes it again
 	w.beatAt.Store(time.Now().Add(-time.Hour).UnixNano())
-	if err := s.dropLease(ctx, k); err != nil {
+	if err := s.leases.dropLease(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, err = s.Claim(ctx, "t", 1, func(string) []byte { return nil })

@@ -65,7 +65,7 @@ func TestOwnedRunsHoldNoSubscription(t *testing.T) {
 		if reply, err := s.Signal(ctx, id, 1, "ping"); err != nil || string(reply) != id+":ping" {
 			t.Errorf("signal to %s: %q, %v; want its own reply", id, reply, err)
 		}
-		if !s.ownerRenewing(ctx, runKey{id, 1}) {
+		if !s.leases.ownerRenewing(ctx, runKey{id, 1}) {
 			t.Errorf("%s: its owner does not say it renews its lease", id)
 		}
 	}
@@ -80,7 +80,7 @@ func TestOwnedRunsHoldNoSubscription(t *testing.T) {
 	if _, err := s.Signal(ctx, "held-0", 1, "ping"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("signal to a run given up: %v, want fs.ErrNotExist", err)
 	}
-	if s.ownerRenewing(ctx, runKey{"held-0", 1}) {
+	if s.leases.ownerRenewing(ctx, runKey{"held-0", 1}) {
 		t.Error("a run given up says it renews its lease")
 	}
 }
@@ -137,7 +137,7 @@ func TestSignalsOfTheVersionBefore(t *testing.T) {
 	if reply, err := b.Signal(ctx, k.turnID, k.attempt, "ping"); err != nil || string(reply) != "a:ping" {
 		t.Errorf("signal from b: %q, %v; want a's reply", reply, err)
 	}
-	if !b.ownerRenewing(ctx, k) {
+	if !b.leases.ownerRenewing(ctx, k) {
 		t.Error("b: the owner does not say it renews its lease")
 	}
 
@@ -156,7 +156,7 @@ func TestSignalsOfTheVersionBefore(t *testing.T) {
 	if _, err := b.Signal(ctx, k.turnID, k.attempt, "ping"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("signal to a run given up: %v, want fs.ErrNotExist", err)
 	}
-	if b.ownerRenewing(ctx, k) {
+	if b.leases.ownerRenewing(ctx, k) {
 		t.Error("a run given up says it renews its lease")
 	}
 	if _, err := request(k.alive(), silent); !errors.Is(err, context.DeadlineExceeded) {
@@ -183,7 +183,7 @@ func TestSignalsOfTheVersionBefore(t *testing.T) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("signal to a run whose owner is gone: %v, want fs.ErrNotExist", err)
 	}
-	if b.ownerRenewing(ctx, k2) {
+	if b.leases.ownerRenewing(ctx, k2) {
 		t.Error("a replica that is gone says it renews its lease")
 	}
 }
@@ -247,7 +247,7 @@ func TestSignalToAnOwnerOfTheVersionBefore(t *testing.T) {
 	if sig := <-got; sig != "watch" {
 		t.Errorf("notification to an owner of the version before: it got %q", sig)
 	}
-	if !b.ownerRenewing(ctx, k) {
+	if !b.leases.ownerRenewing(ctx, k) {
 		t.Error("an owner of the version before that answers is not taken as renewing")
 	}
 

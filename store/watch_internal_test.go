@@ -69,7 +69,7 @@ func TestWatchOutlivesItsConsumer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.watch.all(ctx, kv, func(e jetstream.KeyValueEntry) { got <- e.Key() })
+		done <- s.shared.watch.all(ctx, kv, func(e jetstream.KeyValueEntry) { got <- e.Key() })
 	}()
 	next := func() string {
 		select {

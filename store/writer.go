@@ -284,7 +284,7 @@ func (w *writer) publish(frame []byte) error {
 		// owner's frames are others.
 		msg.Header[jetstream.MsgIDHeader] = []string{w.key.prefix() + "." + strconv.FormatUint(w.ownSeq, 10) + "." + strconv.FormatUint(w.next, 10)}
 	}
-	_, err := w.s.publishRetried(ctx, msg, dedupe, w.storedFrame(frame))
+	_, err := w.s.pub.publishRetried(ctx, msg, dedupe, w.storedFrame(frame))
 	switch {
 	case err == nil:
 		return nil
@@ -296,107 +296,6 @@ func (w *writer) publish(frame []byte) error {
 		return fmt.Errorf("store: append: %w: %w", roomError(err), err)
 	}
 	return fmt.Errorf("store: append: %w", err)
-}
-
-// publishRetried publishes msg, its expectations and message id in its
-// headers (see [Store.publishMsg]), and returns its acknowledgement. An attempt
-// that [mayPass] is made again after a short pause, each waiting
-// publishTry for its answer, all within ctx and until the store closes;
-// dedupe says that msg carries a message id, so one that got no answer
-// may be made again too. Without one, an attempt that got no answer
-// cannot be made again (it may be stored), so it waits for its answer as
-// long as ctx lets it: a loaded server answers late, and that is
-// backpressure, not a failure. It returns the last attempt's failure.
-//
-// With the embedded file store, an attempt the keeper stops because the
-// server failed a write (failedwrite.go) is made again once the server
-// takes writes, unless stored finds msg in the log: its acknowledgement
-// was on its way when the write after it failed.
-func (s *Store) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
-	for {
-		// Without a message id an attempt waits as long as ctx lets it:
-		// no timer of its own.
-		tctx, tcancel := ctx, context.CancelFunc(func() {})
-		if dedupe {
-			tctx, tcancel = context.WithTimeout(ctx, publishTry)
-		}
-		ack, err, halted := s.attempt(tctx, msg)
-		tcancel()
-		if halted != nil {
-			// The keeper restarts the embedded JetStream: wait for it.
-			select {
-			case <-halted:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-s.closed:
-				return nil, ErrClosed
-			}
-		}
-		if errors.Is(err, errWriteFailed) {
-			// Once the keeper restarted the server, msg is made again
-			// unless it was stored before the write that failed.
-			if ack, ok, err := s.findStored(ctx, stored); err != nil || ok {
-				return ack, err
-			}
-			s.logger.Debug("turn store: publish stopped by a failed write; made again", "subject", msg.Subject)
-			continue
-		}
-		s.noteWrite(msg, err)
-		if err == nil || isWrongLastSeq(err) || isClosed(s.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !s.waitRoom(msg.Subject, err) {
-			return ack, err
-		}
-		s.logger.Debug("turn store: publish retried", "subject", msg.Subject, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-s.closed:
-			return nil, err
-		case <-time.After(publishBackoff):
-		}
-	}
-}
-
-// attempt makes one attempt of publishRetried: with the embedded file
-// store, under the keeper's hold on writes (failedwrite.go), which ends it
-// with errWriteFailed when the server failed a write, or, while the
-// keeper restarts the server, returns the channel closed once it may be
-// made.
-func (s *Store) attempt(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error, <-chan struct{}) {
-	s.room.gate.RLock()
-	defer s.room.gate.RUnlock()
-	actx, done, halted := s.hold(ctx)
-	if halted != nil {
-		return nil, nil, halted
-	}
-	ack, err := s.publishMsg(actx, msg)
-	if stopped(ctx, actx, err) {
-		err = errWriteFailed
-	}
-	done()
-	return ack, err, nil
-}
-
-// mayPass reports whether a failed publish may be made again: the stream
-// could not take it for now, or, when a retry is deduplicated (answered),
-// it got no answer.
-func mayPass(err error, answered bool) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		// JetStream temporarily unavailable; this frame's earlier attempt
-		// still in process; the subject's last sequence not known yet (a
-		// new leader catching up).
-		case 10008, 10158, 10163:
-			return true
-		}
-		return false
-	}
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-		return true // nothing took it
-	}
-	return answered && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected))
 }
 
 func (w *writer) fail(err error) {
@@ -413,20 +312,6 @@ func (w *writer) failure() error {
 	return w.err
 }
 
-func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.runs[runKey{turnID, attempt}]
-	if w == nil && isClosed(s.closed) {
-		// Closed: its runs were given up with it, not taken over.
-		return nil, ErrClosed
-	}
-	if w == nil {
-		return nil, fmt.Errorf("%w: run %q attempt %d", ErrLost, turnID, attempt)
-	}
-	return w, nil
-}
-
 // Append appends event to the log of a run this replica owns, without
 // waiting for the store's acknowledgement: done is called with nil once
 // the event is stored, or with the failure, for each append in order, one
@@ -435,7 +320,7 @@ func (s *Store) writer(turnID string, attempt uint32) (*writer, error) {
 // and fails at once when an earlier one failed. Appends of one run must
 // not be concurrent.
 func (s *Store) Append(ctx context.Context, turnID string, attempt uint32, event []byte, done func(error)) error {
-	w, err := s.writer(turnID, attempt)
+	w, err := s.leases.writer(turnID, attempt)
 	if err != nil {
 		return err
 	}
@@ -477,7 +362,7 @@ func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) erro
 }
 
 func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handOff bool) error {
-	w, err := s.writer(turnID, attempt)
+	w, err := s.leases.writer(turnID, attempt)
 	if err != nil {
 		return err
 	}
@@ -511,34 +396,8 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		case <-wait.C:
 		}
 		wait.Stop()
-		s.forgetAck(w.lease)
+		s.pub.forgetAck(w.lease)
 	}
 	s.inbox.leave(w)
-	s.mu.Lock()
-	if s.runs[w.key] == w {
-		delete(s.runs, w.key)
-	}
-	s.mu.Unlock()
-	err = w.failure()
-	if s.local {
-		// No lease to drop (see [Store.local]): the run's entry is gone
-		// from the map above. A release is reported to WatchExpired at
-		// once, as its purge is.
-		if handOff && !errors.Is(err, ErrLost) {
-			s.expiries.expire(w.key)
-		}
-		return err
-	}
-	if err == nil || !errors.Is(err, ErrLost) {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
-		defer cancel()
-		if handOff {
-			if perr := s.leases.Purge(dctx, w.key.lease()); perr != nil && err == nil {
-				err = fmt.Errorf("store: release lease: %w", perr)
-			}
-		} else {
-			_ = s.dropLease(dctx, w.key)
-		}
-	}
-	return err
+	return s.leases.release(ctx, w, handOff)
 }
