@@ -44,13 +44,14 @@ func requireKey(keys *admission.Keys) (grpc.UnaryServerInterceptor, grpc.StreamS
 }
 
 // admit is the stream interceptor that starts RunTurn calls only within
-// the server's bound on turns and the caller's key limits; a turn refused
+// the server's bound on turns, its memory (a key at its share refused
+// first: admission.Memory) and the caller's key limits; a turn refused
 // gets RESOURCE_EXHAUSTED with ErrorInfo LIMIT_EXCEEDED (or
 // BUDGET_EXHAUSTED, and RetryInfo when waiting helps) before its request
 // is read. The slots it takes are the call's, freed when it returns,
 // unless the handler keeps them for a turn that outlives the call
 // (admission.SlotsFrom).
-func admit(gate *admission.Gate) grpc.StreamServerInterceptor {
+func admit(gate *admission.Gate, memory *admission.Memory) grpc.StreamServerInterceptor {
 	runTurn := "/" + turnstilev1.AgentService_ServiceDesc.ServiceName + "/RunTurn"
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if info.FullMethod != runTurn {
@@ -63,6 +64,11 @@ func admit(gate *admission.Gate) grpc.StreamServerInterceptor {
 		}
 		held := admission.NewSlots(leave)
 		defer held.CallEnded()
+		out, err := memory.Enter(k.KeyName())
+		if err != nil {
+			return refusalStatus(err, k.KeyName()).Err()
+		}
+		held.Add(out)
 		end, err := k.Admit()
 		if err != nil {
 			return refusalStatus(err, k.KeyName()).Err()

@@ -61,6 +61,9 @@ type service struct {
 	// slots in both until it ends.
 	gate *admission.Gate
 	keys *admission.Keys
+	// memory bounds the turns the server starts by its memory
+	// (server.memory_limit), per key and in all.
+	memory *admission.Memory
 }
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
@@ -70,6 +73,7 @@ func newService(r turnRunner, opts *Options) *service {
 		runner: r, logger: opts.Logger, opts: opts, local: newLocalTurns(),
 		senders: delivery.NewWorkers(streamWorkers),
 		gate:    admission.NewGate(opts.MaxConcurrentTurns),
+		memory:  admission.NewMemory(opts.MemoryLimit, opts.TurnMemory, opts.MemoryInUse),
 	}
 	if len(opts.Keys) > 0 {
 		s.keys = admission.NewKeys(opts.Keys, opts.Clock)
