@@ -266,7 +266,8 @@ type Server struct {
 	// that run any) is refused with a retryable RESOURCE_EXHAUSTED
 	// (LIMIT_EXCEEDED, limit memory_limit); past 85%, every new turn is.
 	// The memory counted is the live heap and what the Go runtime holds
-	// beside it, and at least 1 MiB a running turn. Default: the Go
+	// beside it, and at least 1 MiB a running turn (2 MiB with the turn
+	// store on). Default: the Go
 	// runtime's memory limit (GOMEMLIMIT, which serve sets to 90% of a
 	// container's cgroup memory.max), none without one; 0: no bound.
 	MemoryLimit *int64 `yaml:"memory_limit"`

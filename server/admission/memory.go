@@ -43,12 +43,20 @@ const (
 	memoryFullMark  = 0.85
 )
 
-// DefaultTurnMemory is what a running turn is counted to hold at least
-// when the server projects its memory: a turn whose client reads nothing
-// holds its stream's queue and window, the run's window and its reply
-// (0.54 MB of live heap a turn with the store off, 0.67 MB with it on,
-// for 1,000 such turns of 20,000-word replies: BENCHMARKS.md, issue 37).
-const DefaultTurnMemory = 1 << 20
+// What a running turn is counted to hold at least when the server
+// projects its memory, without a store (DefaultTurnMemory) and with one
+// (DefaultDurableTurnMemory): what a turn whose client reads nothing
+// makes the process hold at its peak, its stream's queue and window, its
+// reply, and with a store the run's window and the events encoded for
+// the log, with the garbage they leave (1,000 such turns of 20,000-word
+// replies peaked at 1.0 GiB of RSS with the store off and 2.1 GiB with it
+// on, over live heaps of 0.54 and 0.67 GB: BENCHMARKS.md, issue 37).
+// Under a 1 GiB data-segment limit, the store-on server died with 552
+// such turns counted at 1 MiB each, and stayed up with 300.
+const (
+	DefaultTurnMemory        = 1 << 20
+	DefaultDurableTurnMemory = 2 << 20
+)
 
 // NewMemory returns the bound of limit bytes, with turn bytes counted for
 // each running turn and gauge reading what the process holds. A limit of
