@@ -105,6 +105,26 @@ func (m *Memory) Enter(key string) (func(), error) {
 	}, nil
 }
 
+// Heaviest returns the key that runs the most turns (the first by name
+// among equals), and whether what the process holds, as the gauge reads
+// it alone, is past [memoryFullMark] of the limit: then the server sheds
+// that key's turns that nobody reads, so that its retried turns and the
+// other keys' find room. False without a limit or a turn running.
+func (m *Memory) Heaviest() (key string, over bool) {
+	if m.Limit() == 0 {
+		return "", false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	most := 0
+	for k, n := range m.perKey {
+		if n > most || n == most && k < key {
+			key, most = k, n
+		}
+	}
+	return key, most > 0 && float64(m.gauge()) > memoryFullMark*float64(m.limit)
+}
+
 // memoryState is what [memoryRefusal] decides on.
 type memoryState struct {
 	used       uint64 // what the process holds now (the gauge), in bytes

@@ -114,3 +114,31 @@ func TestRuntimeMemory(t *testing.T) {
 		t.Fatalf("RuntimeMemory() = %d", got)
 	}
 }
+
+// TestMemoryHeaviest: the key running the most turns, and whether the
+// gauge alone is past 85% of the limit; the floor of the running turns
+// does not make it so.
+func TestMemoryHeaviest(t *testing.T) {
+	var used atomic.Uint64
+	m := NewMemory(100*mib, mib, used.Load)
+	if key, over := m.Heaviest(); key != "" || over {
+		t.Fatalf("no turn running: %q, %v", key, over)
+	}
+	for _, k := range []string{"b", "a", "b", "c", "a"} {
+		if _, err := m.Enter(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		used uint64
+		over bool
+	}{{85 * mib, false}, {85*mib + 1, true}, {0, false}} {
+		used.Store(tc.used)
+		if key, over := m.Heaviest(); key != "a" || over != tc.over {
+			t.Errorf("at %d bytes: %q, %v; want \"a\" (first of a and b), %v", tc.used, key, over, tc.over)
+		}
+	}
+	if _, over := NewMemory(0, mib, func() uint64 { return 1 << 40 }).Heaviest(); over {
+		t.Error("no limit: over")
+	}
+}
