@@ -267,7 +267,9 @@ type Server struct {
 	// (LIMIT_EXCEEDED, limit memory_limit); past 85%, every new turn is.
 	// The memory counted is the live heap and what the Go runtime holds
 	// beside it, and at least 1 MiB a running turn (2 MiB with the turn
-	// store on). Default: the Go
+	// store on). A turn refused while the memory held is past 85% first
+	// ends, with the store on, the turns nobody reads of the key that
+	// runs the most (a stored retryable UNAVAILABLE). Default: the Go
 	// runtime's memory limit (GOMEMLIMIT, which serve sets to 90% of a
 	// container's cgroup memory.max), none without one; 0: no bound.
 	MemoryLimit *int64 `yaml:"memory_limit"`

@@ -79,8 +79,11 @@ type Options struct {
 	// new turn of a client key that runs at least its share of the
 	// running turns fails at once with RESOURCE_EXHAUSTED, ErrorInfo
 	// LIMIT_EXCEEDED (limit memory_limit) and RetryInfo; past 85%, every
-	// new turn does. 0: no bound (serve sets it from GOMEMLIMIT, which
-	// it sets from a container's limit).
+	// new turn does, and when the memory the process holds (the floor of
+	// TurnMemory a turn not counted) is past 85%, the durable turns
+	// nobody reads of the key that runs the most are ended first, each
+	// with a stored retryable UNAVAILABLE. 0: no bound (serve sets it
+	// from GOMEMLIMIT, which it sets from a container's limit).
 	MemoryLimit int64
 	// TurnMemory is what a running turn is counted to hold at least when
 	// the server projects its memory against MemoryLimit (default
