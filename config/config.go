@@ -260,6 +260,19 @@ type Server struct {
 	// MaxConcurrentTurns bounds the turns running at once (default 512;
 	// at least 1).
 	MaxConcurrentTurns int `yaml:"max_concurrent_turns"`
+	// MemoryLimit bounds the turns the server starts by its memory, in
+	// bytes: past 60% of it, a new turn of a client key that runs at
+	// least its share of the running turns (their number over the keys
+	// that run any) is refused with a retryable RESOURCE_EXHAUSTED
+	// (LIMIT_EXCEEDED, limit memory_limit); past 85%, every new turn is.
+	// The memory counted is the live heap and what the Go runtime holds
+	// beside it, and at least 1 MiB a running turn (2 MiB with the turn
+	// store on). A turn refused while the memory held is past 85% first
+	// ends, with the store on, the turns nobody reads of the key that
+	// runs the most (a stored retryable UNAVAILABLE). Default: the Go
+	// runtime's memory limit (GOMEMLIMIT, which serve sets to 90% of a
+	// container's cgroup memory.max), none without one; 0: no bound.
+	MemoryLimit *int64 `yaml:"memory_limit"`
 	// MaxConnections bounds the connections open at once (default 1024;
 	// at least 1).
 	MaxConnections int `yaml:"max_connections"`

@@ -225,6 +225,9 @@ func (c *Config) checkServer(v *checker) {
 		v.at("server.tls", "must hold cert_file and key_file; leave it out to serve plaintext")
 	}
 	atLeast("max_concurrent_turns", s.MaxConcurrentTurns, 1)
+	if s.MemoryLimit != nil && *s.MemoryLimit < 0 {
+		v.at("server.memory_limit", "must not be negative (0 means no bound; leave it out for GOMEMLIMIT's)")
+	}
 	atLeast("max_connections", s.MaxConnections, 1)
 	if s.MaxConnectionsPerPeer < 1 || s.MaxConnectionsPerPeer > max(s.MaxConnections, 1) {
 		v.at("server.max_connections_per_peer", "must be at least 1 and at most server.max_connections (%d)", s.MaxConnections)

@@ -44,13 +44,16 @@ func requireKey(keys *admission.Keys) (grpc.UnaryServerInterceptor, grpc.StreamS
 }
 
 // admit is the stream interceptor that starts RunTurn calls only within
-// the server's bound on turns and the caller's key limits; a turn refused
+// the server's bound on turns, its memory (a key at its share refused
+// first: admission.Memory) and the caller's key limits; a turn refused
 // gets RESOURCE_EXHAUSTED with ErrorInfo LIMIT_EXCEEDED (or
 // BUDGET_EXHAUSTED, and RetryInfo when waiting helps) before its request
-// is read. The slots it takes are the call's, freed when it returns,
+// is read; a turn refused while the memory the process holds is past the
+// last mark sheds the unread turns of the key that runs the most first
+// (shed). The slots it takes are the call's, freed when it returns,
 // unless the handler keeps them for a turn that outlives the call
 // (admission.SlotsFrom).
-func admit(gate *admission.Gate) grpc.StreamServerInterceptor {
+func admit(gate *admission.Gate, memory *admission.Memory, shed func(client string) int) grpc.StreamServerInterceptor {
 	runTurn := "/" + turnstilev1.AgentService_ServiceDesc.ServiceName + "/RunTurn"
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if info.FullMethod != runTurn {
@@ -63,6 +66,16 @@ func admit(gate *admission.Gate) grpc.StreamServerInterceptor {
 		}
 		held := admission.NewSlots(leave)
 		defer held.CallEnded()
+		out, err := memory.Enter(k.KeyName())
+		if err != nil {
+			// Past the last mark, the turns nobody reads of the key that
+			// runs the most are ended, so that a retry finds room.
+			if heaviest, over := memory.Heaviest(); over {
+				shed(heaviest)
+			}
+			return refusalStatus(err, k.KeyName()).Err()
+		}
+		held.Add(out)
 		end, err := k.Admit()
 		if err != nil {
 			return refusalStatus(err, k.KeyName()).Err()

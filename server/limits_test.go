@@ -29,13 +29,19 @@ func hanging(t *testing.T) *fake.Provider {
 // with a function that cancels it and waits for its end.
 func holdTurn(t *testing.T, c turnstilev1.AgentServiceClient, ctx context.Context) (release func()) {
 	t.Helper()
+	return holdRequest(t, c, ctx, hello())
+}
+
+// holdRequest is holdTurn with req as the turn's request.
+func holdRequest(t *testing.T, c turnstilev1.AgentServiceClient, ctx context.Context, req *turnstilev1.RunTurnRequest) (release func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	started := make(chan struct{})
 	done := make(chan struct{})
 	var once sync.Once
 	go func() {
 		defer close(done)
-		stream, err := c.RunTurn(ctx, hello())
+		stream, err := c.RunTurn(ctx, req)
 		if err != nil {
 			once.Do(func() { close(started) })
 			return

@@ -74,6 +74,26 @@ type Options struct {
 	// MaxConcurrentTurns bounds the turns running at once; a turn beyond it
 	// fails at once with RESOURCE_EXHAUSTED and RetryInfo (default 512).
 	MaxConcurrentTurns int
+	// MemoryLimit, when positive, bounds the turns the server starts by
+	// its memory, in bytes (see [admission.Memory]): past 60% of it, a
+	// new turn of a client key that runs at least its share of the
+	// running turns fails at once with RESOURCE_EXHAUSTED, ErrorInfo
+	// LIMIT_EXCEEDED (limit memory_limit) and RetryInfo; past 85%, every
+	// new turn does, and when the memory the process holds (the floor of
+	// TurnMemory a turn not counted) is past 85%, the durable turns
+	// nobody reads of the key that runs the most are ended first, each
+	// with a stored retryable UNAVAILABLE. 0: no bound (serve sets it
+	// from GOMEMLIMIT, which it sets from a container's limit).
+	MemoryLimit int64
+	// TurnMemory is what a running turn is counted to hold at least when
+	// the server projects its memory against MemoryLimit (default
+	// [admission.DefaultTurnMemory], [admission.DefaultDurableTurnMemory]
+	// with a Store).
+	TurnMemory int64
+	// MemoryInUse reads what the process holds, for MemoryLimit (default
+	// [admission.RuntimeMemory]: the live heap as of the last collection
+	// and what the Go runtime holds beside its heap).
+	MemoryInUse func() uint64
 	// MaxConnections bounds the connections open at once; more wait in the
 	// listen backlog until one closes (default 1024).
 	MaxConnections int
@@ -257,6 +277,15 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxMediaBytes, DefaultMaxMediaBytes)
 	defInt(&o.MaxRequestMediaBytes, DefaultMaxRequestMediaBytes)
 	defInt(&o.MaxRunningTurns, 1024)
+	if o.TurnMemory == 0 {
+		o.TurnMemory = admission.DefaultTurnMemory
+		if o.Store != nil {
+			o.TurnMemory = admission.DefaultDurableTurnMemory
+		}
+	}
+	if o.MemoryInUse == nil {
+		o.MemoryInUse = admission.RuntimeMemory()
+	}
 	def(&o.DetachGrace, 30*time.Second)
 	if o.Clock == nil {
 		o.Clock = time.Now
@@ -292,7 +321,7 @@ func New(runner turnRunner, opts Options) *Server {
 		u, s := requireKey(keys)
 		unary, stream = append(unary, u), append(stream, s)
 	}
-	stream = append(stream, admit(s.service.gate), recovery.StreamServerInterceptor(onPanic))
+	stream = append(stream, admit(s.service.gate, s.service.memory, s.service.shedUnread), recovery.StreamServerInterceptor(onPanic))
 	unary = append(unary, recovery.UnaryServerInterceptor(onPanic))
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -61,6 +62,9 @@ type service struct {
 	// slots in both until it ends.
 	gate *admission.Gate
 	keys *admission.Keys
+	// memory bounds the turns the server starts by its memory
+	// (server.memory_limit), per key and in all.
+	memory *admission.Memory
 }
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
@@ -70,6 +74,7 @@ func newService(r turnRunner, opts *Options) *service {
 		runner: r, logger: opts.Logger, opts: opts, local: newLocalTurns(),
 		senders: delivery.NewWorkers(streamWorkers),
 		gate:    admission.NewGate(opts.MaxConcurrentTurns),
+		memory:  admission.NewMemory(opts.MemoryLimit, opts.TurnMemory, opts.MemoryInUse),
 	}
 	if len(opts.Keys) > 0 {
 		s.keys = admission.NewKeys(opts.Keys, opts.Clock)
@@ -257,6 +262,28 @@ func (s *service) cancelAll() int {
 	n := s.local.cancelAll(errShuttingDown)
 	if s.runs != nil {
 		n += s.runs.CancelAll(errShuttingDown)
+	}
+	return n
+}
+
+// errShed ends a durable turn that nobody read while the server's memory
+// was near its limit: its client may read on, watch it to read this, or
+// run its next attempt.
+var errShed = &llm.Error{Kind: llm.KindUnavailable, RetryAfter: time.Second,
+	Message: "the server's memory neared its limit (server.memory_limit) while no client read the turn, and it was ended to make room; run the turn's next attempt"}
+
+// shedUnread ends the durable turns of client key client that run here
+// and that nobody reads (see durable.Runs.ShedUnread), and returns how
+// many; 0 without a store, where a turn whose client does not read holds
+// no more than its stream's queue and waits on its Send until
+// send_timeout cancels it.
+func (s *service) shedUnread(client string) int {
+	if s.runs == nil {
+		return 0
+	}
+	n := s.runs.ShedUnread(client, errShed)
+	if n > 0 {
+		s.logger.Warn("memory near its limit: ended the turns nobody reads of the client key that runs the most", "client", client, "turns", n, "memory_limit", s.memory.Limit())
 	}
 	return n
 }

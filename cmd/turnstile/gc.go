@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -52,6 +53,23 @@ func setGCDefaults() {
 		debug.SetMemoryLimit(limit)
 	}
 }
+
+// memoryLimit returns the server's server.memory_limit: configured when
+// set (0 is no bound), else the Go runtime's memory limit, runtimeLimit
+// (GOMEMLIMIT, or what [setGCDefaults] derived from the container's),
+// when there is one (math.MaxInt64 is none).
+func memoryLimit(configured *int64, runtimeLimit int64) int64 {
+	if configured != nil {
+		return *configured
+	}
+	if runtimeLimit <= 0 || runtimeLimit == math.MaxInt64 {
+		return 0
+	}
+	return runtimeLimit
+}
+
+// runtimeMemoryLimit returns the Go runtime's memory limit, unchanged.
+func runtimeMemoryLimit() int64 { return debug.SetMemoryLimit(-1) }
 
 // releaseStartup collects the garbage of the server's start-up and returns
 // the memory it freed to the OS; serve calls it once, when the server

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -31,6 +32,29 @@ func TestGCSettings(t *testing.T) {
 				t.Errorf("gcSettings = %d, %d, want %d, %d", gogc, limit, tt.gogc, tt.limit)
 			}
 		})
+	}
+}
+
+// TestMemoryLimit: server.memory_limit when set, 0 included; else the
+// runtime's limit when there is one.
+func TestMemoryLimit(t *testing.T) {
+	t.Parallel()
+	n := func(v int64) *int64 { return &v }
+	tests := []struct {
+		name       string
+		configured *int64
+		runtime    int64
+		want       int64
+	}{
+		{"unset, no runtime limit", nil, math.MaxInt64, 0},
+		{"unset, GOMEMLIMIT", nil, 966367641, 966367641},
+		{"set", n(512 << 20), 966367641, 512 << 20},
+		{"0: no bound despite GOMEMLIMIT", n(0), 966367641, 0},
+	}
+	for _, tt := range tests {
+		if got := memoryLimit(tt.configured, tt.runtime); got != tt.want {
+			t.Errorf("%s: memoryLimit = %d, want %d", tt.name, got, tt.want)
+		}
 	}
 }
 

@@ -309,6 +309,7 @@ func serverOptions(cfg *config.Config, logger *slog.Logger) (server.Options, err
 		CheckToolSchemas:      argcheck.CheckSchemas,
 		MaxRunningTurns:       s.MaxRunningTurns,
 		DetachGrace:           cfg.Turn.DetachGrace,
+		MemoryLimit:           memoryLimit(s.MemoryLimit, runtimeMemoryLimit()),
 	}
 	if s.TLS != nil {
 		t, err := server.LoadTLS(*s.TLS, logger)

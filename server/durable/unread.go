@@ -131,3 +131,35 @@ func (r *run) wakeAwaiting() {
 		r.readerWake = nil
 	}
 }
+
+// ShedUnread ends with cause every run of client key client ("" without
+// keys) whose turn runs here and that nobody reads now (see unread), and
+// returns how many it ended: the server sheds them when its memory is near
+// its limit (server.memory_limit), so that what they hold goes to the
+// turns that are read. A run that waits for a reader stops waiting once
+// cancelled, so each stores cause as its terminal error, which its client
+// reads when it reads on or watches the turn again.
+func (rs *Runs) ShedUnread(client string, cause error) int {
+	return rs.owned.cancelUnread(client, rs.grace, cause)
+}
+
+// cancelUnread ends with cause the runs of client running here that
+// nobody reads (see [Runs.ShedUnread]).
+func (o *owned) cancelUnread(client string, grace time.Duration, cause error) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for r := range o.running {
+		if r.key.Client != client {
+			continue
+		}
+		r.mu.Lock()
+		unread := r.unread(grace)
+		r.mu.Unlock()
+		if unread {
+			r.cancel(cause)
+			n++
+		}
+	}
+	return n
+}
