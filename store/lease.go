@@ -449,6 +449,42 @@ const (
 	markerReason = jetstream.MarkerReasonHeader
 )
 
+// releaseLease gives up run k's lease for another replica to take the run
+// over at once ([Store.Release]): a purge of the key, which every
+// replica's [Store.WatchExpired] reports as it does an expiry's marker,
+// that names this replica in its body. A claim that finds it the lease's
+// last entry, its run's owner record naming the same replica, knows the
+// owner gave the run up, and asks it nothing (see [Store.releasedByOwner]);
+// the marker of an expiry names nobody. A replica of the version before
+// reads it as the bucket's own purge.
+func (s *Store) releaseLease(ctx context.Context, k runKey) error {
+	_, err := s.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(s.id), Header: nats.Header{
+		kvOperation:         {"PURGE"},
+		jetstream.MsgRollup: {jetstream.MsgRollupSubject},
+	}})
+	return err
+}
+
+// releasedByOwner reports whether the last entry of run k's lease is a
+// release ([Store.releaseLease]) by the replica that the run's last owner
+// record names: its owner gave the run up, and a claim need not ask it
+// whether it renews (an owner that is exiting may no longer answer, and
+// the question would wait its whole timeout). Anything else (a lease, an
+// expiry's marker, a tombstone, a release by a replica that no longer
+// owned the run, what cannot be read) is not. The lease is one direct
+// get, answered by any replica of the bucket's stream.
+func (s *Store) releasedByOwner(ctx context.Context, k runKey) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL, time.Second))
+	defer cancel()
+	subject := "$KV." + LeaseBucket + "." + k.lease()
+	m, err := s.nc.RequestWithContext(ctx, directGetPrefix+leaseStream+"."+subject, nil)
+	if err != nil || m.Header.Get(statusHeader) != "" || m.Header.Get(kvOperation) != "PURGE" || len(m.Data) == 0 {
+		return false
+	}
+	owner, err := s.owner(ctx, k)
+	return err == nil && owner == string(m.Data)
+}
+
 // dropFileLeases deletes a lease bucket that an earlier version made in
 // files, so that set-up makes it again in memory (JetStream does not
 // change a stream's storage in place). Only the embedded store does it: it

@@ -107,7 +107,8 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // is renewing it (asked on a core NATS subject, which needs no stream
 // leader): a claim of a run whose owner is alive waits until the owner has
 // written its lease again, then fails with [ErrNotClaimed], or until the
-// owner stops answering, then claims it.
+// owner stops answering, then claims it. A lease its owner released
+// ([Store.Release]) is taken without the question.
 //
 // With the embedded store, whose runs have no lease (see [Store.local]),
 // the claim is held in the process: it fails with [ErrNotClaimed] when
@@ -196,8 +197,10 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 	// An expired lease is no proof that its owner stopped: a bucket whose
 	// leader was lost for longer than the lease TTL expires the leases of
 	// live owners too. An owner that says it is renewing keeps the run: it
-	// writes its lease again once the bucket answers.
-	for waited := false; s.ownerRenewing(ctx, k); waited = true {
+	// writes its lease again once the bucket answers. An owner that
+	// released the lease gave the run up: it is not asked.
+	released := s.releasedByOwner(ctx, k)
+	for waited := false; !released && s.ownerRenewing(ctx, k); waited = true {
 		if !waited {
 			s.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
 				"turn_id", k.turnID, "attempt", k.attempt)

@@ -469,7 +469,8 @@ func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error
 // replica to take over at once (this one is shutting down): it waits until
 // every append is acknowledged, as Finish does, then purges the run's
 // lease, which every replica's [Store.WatchExpired] reports as it does an
-// expired one, so none waits for the lease TTL. With the embedded store,
+// expired one, so none waits for the lease TTL; the purge names this
+// replica, so a claim of the run asks it nothing ([Store.releaseLease]). With the embedded store,
 // whose runs have no lease, the run is reported to this process's
 // WatchExpired at once. The run's appends must have stopped.
 func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) error {
@@ -533,7 +534,7 @@ func (s *Store) giveUp(ctx context.Context, turnID string, attempt uint32, handO
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 		defer cancel()
 		if handOff {
-			if perr := s.leases.Purge(dctx, w.key.lease()); perr != nil && err == nil {
+			if perr := s.releaseLease(dctx, w.key); perr != nil && err == nil {
 				err = fmt.Errorf("store: release lease: %w", perr)
 			}
 		} else {
