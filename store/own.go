@@ -131,7 +131,11 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		release = func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 			defer cancel()
-			_ = s.dropLease(dctx, k)
+			if s.handBack(ctx, err) {
+				_ = s.releaseLease(dctx, k)
+			} else {
+				_ = s.dropLease(dctx, k)
+			}
 		}
 	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
@@ -157,8 +161,9 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		ack, err = fence()
 	}
 	if isWrongLastSeq(err) {
+		err = ErrNotClaimed // another replica's fence came first: its run
 		release()
-		return nil, nil, 0, ErrNotClaimed
+		return nil, nil, 0, err
 	}
 	if err != nil {
 		release()
@@ -174,11 +179,29 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		release()
 		return nil, nil, 0, err
 	}
-	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
+	if err = s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
 		release()
 		return nil, nil, 0, err
 	}
 	return record, events, claims, nil
+}
+
+// handBack reports whether a claim that took run k's lease and then
+// failed with err gives the lease back so that every replica is told
+// ([Store.releaseLease], reported by [Store.WatchExpired]), not silently
+// ([Store.dropLease]). A claim that took the lease is the one of all the
+// replicas told of the run that won it: the others gave up, and with a
+// silent tombstone nobody would try again until a client watched the run.
+// So a claim that fails because this replica stops (ctx ended, the store
+// closes) or because a request went unanswered hands the run back; one
+// that fails because of the run itself (its log is gone, another
+// replica's fence came first, a frame does not read) does not, or every
+// replica would fail it again, in turn, without end.
+func (s *Store) handBack(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || isClosed(s.closed) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // claimLease takes the lease of run k for a claim (mode nats) and returns

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -94,5 +95,113 @@ func TestReleasedLeaseNeedsNoQuestion(t *testing.T) {
 		if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFailedClaimHandsTheRunBack: a claim that took a run's lease and then
+// failed because its replica stopped (here its context ends as soon as its
+// fence is stored) gives the run back so that the other replicas are told:
+// another replica's WatchExpired reports the run again, and its claim
+// takes it over with every event stored. Before, the failed claim dropped
+// the lease with a tombstone that no watcher reports: the other replicas,
+// which had lost the lease to it, never tried again, and the run stayed
+// orphaned until a client watched it.
+func TestFailedClaimHandsTheRunBack(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	url := natstest.Start(t)
+	owner, b, c := openTestReplica(t, url, ttl), openTestReplica(t, url, ttl), openTestReplica(t, url, ttl)
+	ctx := t.Context()
+	nop := func(string) []byte { return nil }
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	reported := make(chan string, 64)
+	go func() {
+		_ = c.WatchExpired(wctx, func(id string, _ uint32) { reported <- id })
+	}()
+	next := func(want string) bool {
+		for {
+			select {
+			case id := <-reported:
+				if id == want {
+					return true
+				}
+			case <-time.After(10 * time.Second):
+				return false
+			}
+		}
+	}
+
+	// The claim may get through before its context ends (its last
+	// requests are quick): then the test goes again with another run.
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Skip("each claim got through before its context ended")
+		}
+		k := runKey{fmt.Sprintf("handed-back-%d", try), 1}
+		if created, _, err := owner.Create(ctx, k.turnID, k.attempt, []byte("req"), nop); err != nil || !created {
+			t.Fatalf("Create = %v, %v", created, err)
+		}
+		done := make(chan error, 1)
+		if err := owner.Append(ctx, k.turnID, k.attempt, []byte("e1"), func(err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := owner.Release(ctx, k.turnID, k.attempt); err != nil {
+			t.Fatal(err)
+		}
+		if !next(k.turnID) {
+			t.Fatal("the release was not reported")
+		}
+
+		// b's claim: its context ends once its fence is stored.
+		fenced := make(chan *nats.Msg, 4)
+		sub, err := nc.ChanSubscribe(k.own(), fenced)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		go func() {
+			for m := range fenced {
+				if string(m.Data) == "claimed by "+b.id {
+					cancel()
+					return
+				}
+			}
+		}()
+		_, _, _, err = b.Claim(cctx, k.turnID, k.attempt, nop)
+		cancel()
+		_ = sub.Unsubscribe()
+		if err == nil {
+			if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		t.Logf("b's claim failed: %v", err)
+		if !next(k.turnID) {
+			t.Fatal("the run b's failed claim gave up was not reported to the other replicas")
+		}
+		_, events, claims, err := c.Claim(ctx, k.turnID, k.attempt, nop)
+		if err != nil {
+			t.Fatalf("c's claim: %v", err)
+		}
+		if len(events) != 1 || string(events[0]) != "e1" || claims != 2 {
+			t.Errorf("c's claim read %q, claims %d; want [e1], 2", events, claims)
+		}
+		if err := c.Finish(ctx, k.turnID, k.attempt); err != nil {
+			t.Fatal(err)
+		}
+		return
 	}
 }
