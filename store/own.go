@@ -108,7 +108,12 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // leader): a claim of a run whose owner is alive waits until the owner has
 // written its lease again, then fails with [ErrNotClaimed], or until the
 // owner stops answering, then claims it. A lease its owner released
-// ([Store.Release]) is taken without the question.
+// ([Store.Release]) is taken without the question. A lease not expired yet
+// whose holder is the run's owner and does not say it renews (it went
+// away less than a lease TTL ago) is waited for, and taken when it
+// expires. A claim that took the lease and fails because this replica
+// stops gives it back so that the other replicas are told (see
+// [Store.handBack]).
 //
 // With the embedded store, whose runs have no lease (see [Store.local]),
 // the claim is held in the process: it fails with [ErrNotClaimed] when
@@ -240,6 +245,20 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 		}
 	}
 	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
+	// A lease its owner still holds although it is gone (it died less
+	// than a lease TTL ago, or its last renewal wrote the lease again as
+	// it stopped) expires within a lease TTL: the claim waits for that,
+	// rather than fail with nobody told when it does.
+	for tries := 0; errors.Is(err, jetstream.ErrKeyExists) && tries < 3 && s.heldByGoneOwner(ctx, k); tries++ {
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
+		case <-s.closed:
+			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
+		case <-time.After(s.cfg.LeaseTTL / 2):
+		}
+		leaseRev, err = s.leases.Create(ctx, k.lease(), []byte(s.id))
+	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return 0, ErrNotClaimed
@@ -247,6 +266,18 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 		return 0, fmt.Errorf("store: claim lease: %w", err)
 	}
 	return leaseRev, nil
+}
+
+// heldByGoneOwner reports whether run k's lease is held by the replica
+// its last owner record names, and that replica does not say it renews
+// it: the lease of an owner that went away, not a claimer's.
+func (s *Store) heldByGoneOwner(ctx context.Context, k runKey) bool {
+	e, err := s.leases.Get(ctx, k.lease())
+	if err != nil {
+		return false
+	}
+	owner, err := s.owner(ctx, k)
+	return err == nil && owner == string(e.Value()) && !s.ownerRenewing(ctx, k)
 }
 
 // claims returns how many times run k was claimed: its owner records but

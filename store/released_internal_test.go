@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/turnstile-dev/turnstile/internal/natstest"
 )
@@ -203,5 +205,50 @@ func TestFailedClaimHandsTheRunBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		return
+	}
+}
+
+// TestClaimOfAGoneOwnersLiveLease: a claim made while the lease of a run
+// whose owner went away has not expired yet (a CancelTurn or a watch that
+// finds the owner gone at once, or a claim told of an expiry after which
+// the stopping owner's last renewal wrote the lease again) waits for the
+// lease to expire and takes the run over, rather than fail with
+// ErrNotClaimed while no replica is left to be told of the expiry. A
+// lease held by a claimer that won it is not waited for.
+func TestClaimOfAGoneOwnersLiveLease(t *testing.T) {
+	const ttl = time.Second
+	url := natstest.Start(t)
+	owner, b, c := openTestReplica(t, url, ttl), openTestReplica(t, url, ttl), openTestReplica(t, url, ttl)
+	ctx := t.Context()
+	nop := func(string) []byte { return nil }
+	k := runKey{"gone", 1}
+	if created, _, err := owner.Create(ctx, k.turnID, k.attempt, []byte("req"), nop); err != nil || !created {
+		t.Fatalf("Create = %v, %v", created, err)
+	}
+	// The lease's first write is not waited for by Create: the owner goes
+	// once it is stored.
+	leases, err := b.leases.Watch(ctx, k.lease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = leases.Stop() }()
+	for e := range leases.Updates() {
+		if e != nil && e.Operation() == jetstream.KeyValuePut && string(e.Value()) == owner.id {
+			break
+		}
+	}
+	owner.Close() // its lease is left to expire
+	if _, err := b.leases.Get(ctx, k.lease()); err != nil {
+		t.Fatalf("the gone owner's lease: %v, want it held still", err)
+	}
+	if _, _, claims, err := b.Claim(ctx, k.turnID, k.attempt, nop); err != nil || claims != 1 {
+		t.Fatalf("claim of the gone owner's run: %d claims, %v; want 1, nil", claims, err)
+	}
+	// c's claim finds b's lease (b owns the run and renews): it fails.
+	if _, _, _, err := c.Claim(ctx, k.turnID, k.attempt, nop); !errors.Is(err, ErrNotClaimed) {
+		t.Fatalf("claim of b's run: %v, want ErrNotClaimed", err)
+	}
+	if err := b.Finish(ctx, k.turnID, k.attempt); err != nil {
+		t.Fatal(err)
 	}
 }
