@@ -50,15 +50,13 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 	w.renew.Wait()
 	w.stop = make(chan struct{}) // Finish closes it again
 
-	// A claim made while a's lease lasts (its first write is not waited
-	// for) waits for it to expire, a saying it is not renewing, and takes
-	// the run; the expiry is reported to b's watcher too.
+	// While a's lease lasts (its first write is not waited for), a claim
+	// fails.
 	for _, err := b.leases.Get(ctx, runKey{"t.1", 2}.lease()); err != nil; _, err = b.leases.Get(ctx, runKey{"t.1", 2}.lease()) {
 		time.Sleep(time.Millisecond)
 	}
-	rec, evs, claims, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil })
-	if err != nil {
-		t.Fatal(err)
+	if _, _, _, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil }); !errors.Is(err, ErrNotClaimed) {
+		t.Fatalf("claim of a run whose lease is held: %v", err)
 	}
 	select {
 	case got := <-expired:
@@ -67,6 +65,10 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the expired lease was not seen")
+	}
+	rec, evs, claims, err := b.Claim(ctx, "t.1", 2, func(string) []byte { return nil })
+	if err != nil {
+		t.Fatal(err)
 	}
 	if claims != 1 {
 		t.Errorf("the run's first claim counts %d claims, want 1", claims)

@@ -109,7 +109,7 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // written its lease again, then fails with [ErrNotClaimed], or until the
 // owner stops answering, then claims it. A lease its owner released
 // ([Store.Release]) is taken without the question. A lease not expired yet
-// whose holder is the run's owner and does not say it renews (it went
+// whose holder is the run's owner and does not answer at all (it went
 // away less than a lease TTL ago) is waited for, and taken when it
 // expires. A claim that took the lease and fails because this replica
 // stops gives it back so that the other replicas are told (see
@@ -269,15 +269,24 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 }
 
 // heldByGoneOwner reports whether run k's lease is held by the replica
-// its last owner record names, and that replica does not say it renews
-// it: the lease of an owner that went away, not a claimer's.
+// its last owner record names, and that replica does not answer at all
+// (NATS says it has no responders, or nothing answers in time): the lease
+// of an owner that went away. A replica that answers is alive: an owner
+// that says it renews or that its renewal stopped, or a claimer that won
+// the lease and fenced the run but does not own it yet ("no owner").
 func (s *Store) heldByGoneOwner(ctx context.Context, k runKey) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL, time.Second))
+	defer cancel()
 	e, err := s.leases.Get(ctx, k.lease())
 	if err != nil {
 		return false
 	}
 	owner, err := s.owner(ctx, k)
-	return err == nil && owner == string(e.Value()) && !s.ownerRenewing(ctx, k)
+	if err != nil || owner == "" || owner != string(e.Value()) {
+		return false
+	}
+	_, err = s.nc.RequestWithContext(ctx, k.aliveAt(owner), nil)
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // claims returns how many times run k was claimed: its owner records but
