@@ -465,24 +465,30 @@ func (s *Store) releaseLease(ctx context.Context, k runKey) error {
 	return err
 }
 
-// releasedByOwner reports whether the last entry of run k's lease is a
-// release ([Store.releaseLease]) by the replica that the run's last owner
-// record names: its owner gave the run up, and a claim need not ask it
-// whether it renews (an owner that is exiting may no longer answer, and
-// the question would wait its whole timeout). Anything else (a lease, an
-// expiry's marker, a tombstone, a release by a replica that no longer
-// owned the run, what cannot be read) is not. The lease is one direct
-// get, answered by any replica of the bucket's stream.
-func (s *Store) releasedByOwner(ctx context.Context, k runKey) bool {
+// releasedByOwner returns the revision of the last entry of run k's lease
+// when it is a release ([Store.releaseLease]) by the replica that the
+// run's last owner record names: its owner gave the run up, and a claim
+// need not ask it whether it renews (an owner that is exiting may no
+// longer answer, and the question would wait its whole timeout). Anything
+// else (a lease, an expiry's marker, a tombstone, a release by a replica
+// that no longer owned the run, what cannot be read) is 0. The lease is
+// one direct get, answered by any replica of the bucket's stream.
+func (s *Store) releasedByOwner(ctx context.Context, k runKey) uint64 {
 	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL, time.Second))
 	defer cancel()
 	subject := "$KV." + LeaseBucket + "." + k.lease()
 	m, err := s.nc.RequestWithContext(ctx, directGetPrefix+leaseStream+"."+subject, nil)
 	if err != nil || m.Header.Get(statusHeader) != "" || m.Header.Get(kvOperation) != "PURGE" || len(m.Data) == 0 {
-		return false
+		return 0
 	}
-	owner, err := s.owner(ctx, k)
-	return err == nil && owner == string(m.Data)
+	rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return 0
+	}
+	if owner, err := s.owner(ctx, k); err != nil || owner != string(m.Data) {
+		return 0
+	}
+	return rev
 }
 
 // dropFileLeases deletes a lease bucket that an earlier version made in

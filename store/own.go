@@ -228,7 +228,7 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 	// writes its lease again once the bucket answers. An owner that
 	// released the lease gave the run up: it is not asked.
 	released := s.releasedByOwner(ctx, k)
-	for waited := false; !released && s.ownerRenewing(ctx, k); waited = true {
+	for waited := false; released == 0 && s.ownerRenewing(ctx, k); waited = true {
 		if !waited {
 			s.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
 				"turn_id", k.turnID, "attempt", k.attempt)
@@ -243,6 +243,20 @@ func (s *Store) claimLease(ctx context.Context, k runKey) (uint64, error) {
 		if _, err := s.leases.Get(ctx, k.lease()); err == nil {
 			return 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
 		}
+	}
+	if released != 0 {
+		// Written over the release itself: one request where Create makes
+		// three (its write, refused over the release, the key's read, and
+		// its write over what it read). Another claim's came first when it
+		// is refused.
+		leaseRev, err := s.leases.Update(ctx, k.lease(), []byte(s.id), released)
+		if isWrongLastSeq(err) {
+			return 0, ErrNotClaimed
+		}
+		if err != nil {
+			return 0, fmt.Errorf("store: claim lease: %w", err)
+		}
+		return leaseRev, nil
 	}
 	leaseRev, err := s.leases.Create(ctx, k.lease(), []byte(s.id))
 	// A lease its owner still holds although it is gone (it died less

@@ -252,3 +252,50 @@ func TestClaimOfAGoneOwnersLiveLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleasedRunClaimedOnce: of the replicas that claim a released run at
+// once, each writing the lease over the release, exactly one takes it;
+// the others fail with ErrNotClaimed.
+func TestReleasedRunClaimedOnce(t *testing.T) {
+	const ttl = time.Second
+	url := natstest.Start(t)
+	owner := openTestReplica(t, url, ttl)
+	claimers := []*Store{openTestReplica(t, url, ttl), openTestReplica(t, url, ttl), openTestReplica(t, url, ttl)}
+	ctx := t.Context()
+	nop := func(string) []byte { return nil }
+	for i := range 5 {
+		id := fmt.Sprintf("once-%d", i)
+		if created, _, err := owner.Create(ctx, id, 1, []byte("req"), nop); err != nil || !created {
+			t.Fatalf("Create = %v, %v", created, err)
+		}
+		if err := owner.Release(ctx, id, 1); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, len(claimers))
+		for _, c := range claimers {
+			go func() {
+				_, _, _, err := c.Claim(ctx, id, 1, nop)
+				errs <- err
+			}()
+		}
+		won := 0
+		for range claimers {
+			switch err := <-errs; {
+			case err == nil:
+				won++
+			case !errors.Is(err, ErrNotClaimed):
+				t.Errorf("run %s: a claim failed with %v, want ErrNotClaimed", id, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("run %s: %d claims won, want 1", id, won)
+		}
+		for _, c := range claimers {
+			if c.heldHere(runKey{id, 1}) {
+				if err := c.Finish(ctx, id, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
