@@ -504,6 +504,48 @@ const (
 	markerReason = jetstream.MarkerReasonHeader
 )
 
+// releaseLease gives up run k's lease for another replica to take the run
+// over at once ([Store.Release]): a purge of the key, which every
+// replica's [Store.WatchExpired] reports as it does an expiry's marker,
+// that names this replica in its body. A claim that finds it the lease's
+// last entry, its run's owner record naming the same replica, knows the
+// owner gave the run up, and asks it nothing (see [leases.releasedByOwner]);
+// the marker of an expiry names nobody. A replica of the version before
+// reads it as the bucket's own purge.
+func (l *leases) releaseLease(ctx context.Context, k runKey) error {
+	_, err := l.pub.publishMsg(ctx, &nats.Msg{Subject: "$KV." + LeaseBucket + "." + k.lease(), Data: []byte(l.id), Header: nats.Header{
+		kvOperation:         {"PURGE"},
+		jetstream.MsgRollup: {jetstream.MsgRollupSubject},
+	}})
+	return err
+}
+
+// releasedByOwner returns the revision of the last entry of run k's lease
+// when it is a release ([leases.releaseLease]) by the replica that the
+// run's last owner record names: its owner gave the run up, and a claim
+// need not ask it whether it renews (an owner that is exiting may no
+// longer answer, and the question would wait its whole timeout). Anything
+// else (a lease, an expiry's marker, a tombstone, a release by a replica
+// that no longer owned the run, what cannot be read) is 0. The lease is
+// one direct get, answered by any replica of the bucket's stream.
+func (l *leases) releasedByOwner(ctx context.Context, k runKey) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, min(l.cfg.LeaseTTL, time.Second))
+	defer cancel()
+	subject := "$KV." + LeaseBucket + "." + k.lease()
+	m, err := l.nc.RequestWithContext(ctx, directGetPrefix+leaseStream+"."+subject, nil)
+	if err != nil || m.Header.Get(statusHeader) != "" || m.Header.Get(kvOperation) != "PURGE" || len(m.Data) == 0 {
+		return 0
+	}
+	rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return 0
+	}
+	if name, err := owner(ctx, l.stream, k); err != nil || name != string(m.Data) {
+		return 0
+	}
+	return rev
+}
+
 // dropFileLeases deletes a lease bucket that an earlier version made in
 // files, so that set-up makes it again in memory (JetStream does not
 // change a stream's storage in place). Only the embedded store does it: it
@@ -573,7 +615,7 @@ func (l *leases) add(k runKey, w *writer) {
 // release ends this process's ownership of w's run, which w gave up
 // ([Store.Finish], or with handOff [Store.Release]), and returns the
 // run's first failure: its lease is dropped, or with handOff purged, for
-// another replica to take the run over at once; with the embedded store,
+// another replica to take the run over at once (see [leases.releaseLease]); with the embedded store,
 // whose runs have no lease, a release is reported to WatchExpired.
 func (l *leases) release(ctx context.Context, w *writer, handOff bool) error {
 	l.mu.Lock()
@@ -595,7 +637,7 @@ func (l *leases) release(ctx context.Context, w *writer, handOff bool) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.LeaseTTL)
 		defer cancel()
 		if handOff {
-			if perr := l.kv.Purge(dctx, w.key.lease()); perr != nil && err == nil {
+			if perr := l.releaseLease(dctx, w.key); perr != nil && err == nil {
 				err = fmt.Errorf("store: release lease: %w", perr)
 			}
 		} else {

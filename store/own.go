@@ -107,7 +107,13 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // is renewing it (asked on a core NATS subject, which needs no stream
 // leader): a claim of a run whose owner is alive waits until the owner has
 // written its lease again, then fails with [ErrNotClaimed], or until the
-// owner stops answering, then claims it.
+// owner stops answering, then claims it. A lease its owner released
+// ([Store.Release]) is taken without the question. A lease not expired yet
+// whose holder is the run's owner and does not answer at all (it went
+// away less than a lease TTL ago) is waited for, and taken when it
+// expires. A claim that took the lease and fails because this replica
+// stops gives it back so that the other replicas are told (see
+// [handBack]).
 //
 // With the embedded store, whose runs have no lease (see [leases.local]),
 // the claim is held in the process: it fails with [ErrNotClaimed] when
@@ -130,7 +136,11 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		release = func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL)
 			defer cancel()
-			_ = s.leases.dropLease(dctx, k)
+			if handBack(ctx, s.closed, err) {
+				_ = s.leases.releaseLease(dctx, k)
+			} else {
+				_ = s.leases.dropLease(dctx, k)
+			}
 		}
 	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
@@ -156,8 +166,9 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		ack, err = fence()
 	}
 	if isWrongLastSeq(err) {
+		err = ErrNotClaimed // another replica's fence came first: its run
 		release()
-		return nil, nil, 0, ErrNotClaimed
+		return nil, nil, 0, err
 	}
 	if err != nil {
 		release()
@@ -173,11 +184,29 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		release()
 		return nil, nil, 0, err
 	}
-	if err := s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
+	if err = s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
 		release()
 		return nil, nil, 0, err
 	}
 	return record, events, claims, nil
+}
+
+// handBack reports whether a claim that took run k's lease and then
+// failed with err (closed is the store's) gives the lease back so that every replica is told
+// ([leases.releaseLease], reported by [Store.WatchExpired]), not silently
+// ([leases.dropLease]). A claim that took the lease is the one of all the
+// replicas told of the run that won it: the others gave up, and with a
+// silent tombstone nobody would try again until a client watched the run.
+// So a claim that fails because this replica stops (ctx ended, the store
+// closes) or because a request went unanswered hands the run back; one
+// that fails because of the run itself (its log is gone, another
+// replica's fence came first, a frame does not read) does not, or every
+// replica would fail it again, in turn, without end.
+func handBack(ctx context.Context, closed <-chan struct{}, err error) bool {
+	return ctx.Err() != nil || isClosed(closed) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // claimLease takes the lease of run k for a claim (mode nats) and returns
@@ -196,8 +225,10 @@ func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
 	// An expired lease is no proof that its owner stopped: a bucket whose
 	// leader was lost for longer than the lease TTL expires the leases of
 	// live owners too. An owner that says it is renewing keeps the run: it
-	// writes its lease again once the bucket answers.
-	for waited := false; l.ownerRenewing(ctx, k); waited = true {
+	// writes its lease again once the bucket answers. An owner that
+	// released the lease gave the run up: it is not asked.
+	released := l.releasedByOwner(ctx, k)
+	for waited := false; released == 0 && l.ownerRenewing(ctx, k); waited = true {
 		if !waited {
 			l.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
 				"turn_id", k.turnID, "attempt", k.attempt)
@@ -213,7 +244,35 @@ func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
 			return 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
 		}
 	}
+	if released != 0 {
+		// Written over the release itself: one request where Create makes
+		// three (its write, refused over the release, the key's read, and
+		// its write over what it read). Another claim's came first when it
+		// is refused.
+		leaseRev, err := l.kv.Update(ctx, k.lease(), []byte(l.id), released)
+		if isWrongLastSeq(err) {
+			return 0, ErrNotClaimed
+		}
+		if err != nil {
+			return 0, fmt.Errorf("store: claim lease: %w", err)
+		}
+		return leaseRev, nil
+	}
 	leaseRev, err := l.kv.Create(ctx, k.lease(), []byte(l.id))
+	// A lease its owner still holds although it is gone (it died less
+	// than a lease TTL ago, or its last renewal wrote the lease again as
+	// it stopped) expires within a lease TTL: the claim waits for that,
+	// rather than fail with nobody told when it does.
+	for tries := 0; errors.Is(err, jetstream.ErrKeyExists) && tries < 3 && l.heldByGoneOwner(ctx, k); tries++ {
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
+		case <-l.closed:
+			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
+		case <-time.After(l.cfg.LeaseTTL / 2):
+		}
+		leaseRev, err = l.kv.Create(ctx, k.lease(), []byte(l.id))
+	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return 0, ErrNotClaimed
@@ -221,6 +280,27 @@ func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
 		return 0, fmt.Errorf("store: claim lease: %w", err)
 	}
 	return leaseRev, nil
+}
+
+// heldByGoneOwner reports whether run k's lease is held by the replica
+// its last owner record names, and that replica does not answer at all
+// (NATS says it has no responders, or nothing answers in time): the lease
+// of an owner that went away. A replica that answers is alive: an owner
+// that says it renews or that its renewal stopped, or a claimer that won
+// the lease and fenced the run but does not own it yet ("no owner").
+func (l *leases) heldByGoneOwner(ctx context.Context, k runKey) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(l.cfg.LeaseTTL, time.Second))
+	defer cancel()
+	e, err := l.kv.Get(ctx, k.lease())
+	if err != nil {
+		return false
+	}
+	name, err := owner(ctx, l.stream, k)
+	if err != nil || name == "" || name != string(e.Value()) {
+		return false
+	}
+	_, err = l.nc.RequestWithContext(ctx, k.aliveAt(name), nil)
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // claims returns how many times run k was claimed: its owner records but

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -33,29 +34,117 @@ func (noOwnerError) Orphaned() bool { return true }
 // readFrames calls fn with each frame of run k stored after the stream
 // sequence after, in order, with the index of its first event, until fn
 // returns false or no frame is left; it returns the stream sequence of the
-// last frame read (after, when none). A frame is one direct get, served by
-// any replica of the stream: no consumer is made.
+// last frame read (after, when none). The frames come in batches, each
+// one direct get request (served by any replica of the stream: no
+// consumer is made), so that a run's whole log is a few round trips, not
+// one a frame: a replica taking over many runs at once reads them all.
 func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(first uint64, events [][]byte) bool) (uint64, error) {
 	for {
-		m, err := held(s.keeper, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
-			return s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(k.events()))
+		b, err := held(s.keeper, ctx, func(ctx context.Context) (directRead, error) {
+			return directBatch(ctx, s.nc, s.stream, k.events(), after+1)
 		})
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return after, nil
-		}
 		if err != nil {
 			return after, fmt.Errorf("store: read run: %w", err)
 		}
-		after = m.Sequence
-		first, events, err := decodeFrame(m.Header, m.Data)
-		if err != nil {
-			return after, err
+		for _, m := range b.msgs {
+			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			if err != nil {
+				return after, errors.New("store: read run: a frame without its stream sequence")
+			}
+			after = seq
+			first, events, err := decodeFrame(m.Header, m.Data)
+			if err != nil {
+				return after, err
+			}
+			if !fn(first, events) {
+				return after, nil
+			}
 		}
-		if !fn(first, events) {
+		if !b.more {
 			return after, nil
 		}
 	}
 }
+
+// directRead is one batch of a direct get: its messages, and whether
+// more may follow them.
+type directRead struct {
+	msgs []*nats.Msg
+	more bool
+}
+
+// Bounds of one batched direct get.
+const (
+	// directBatchFrames is how many frames one request asks for.
+	directBatchFrames = 256
+	// directBatchBytes bounds the bytes one request's answer brings, a
+	// frame beyond it coming alone.
+	directBatchBytes = 64 << 10
+	// directGetTimeout bounds a request made without a deadline: the
+	// jetstream package's default for its API requests.
+	directGetTimeout = 5 * time.Second
+)
+
+// directBatch reads the messages of subject from the stream sequence
+// from on, in a batch of one direct get request. A subject without any
+// from there is an empty batch, not an error. A request under a context
+// without a deadline waits directGetTimeout at most, as the jetstream
+// package's single gets do.
+func directBatch(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64) (directRead, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, directGetTimeout)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		Seq      uint64 `json:"seq"`
+		NextFor  string `json:"next_by_subj"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes"`
+	}{from, subject, directBatchFrames, directBatchBytes})
+	if err != nil {
+		return directRead{}, err
+	}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return directRead{}, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(directGetPrefix+stream.CachedInfo().Config.Name, inbox, req); err != nil {
+		return directRead{}, err
+	}
+	var r directRead
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return directRead{}, err
+		}
+		switch status := m.Header.Get(statusHeader); status {
+		case "":
+			r.msgs = append(r.msgs, m)
+		case "204": // the batch's end: more when some are pending
+			pending, _ := strconv.ParseUint(m.Header.Get(numPendingHeader), 10, 64)
+			r.more = pending > 0 && len(r.msgs) > 0
+			return r, nil
+		case "404": // none from there on
+			return r, nil
+		case "503":
+			return directRead{}, nats.ErrNoResponders
+		default:
+			return directRead{}, fmt.Errorf("direct get answered %s %s", status, m.Header.Get(descriptionHeader))
+		}
+	}
+}
+
+// The direct get API's subject prefix (the stream's name follows), and
+// the headers of its status answers.
+const (
+	directGetPrefix   = "$JS.API.DIRECT.GET."
+	statusHeader      = "Status"
+	descriptionHeader = "Description"
+	numPendingHeader  = "Nats-Num-Pending"
+)
 
 // decodeFrame returns the index of a frame's first event and its events.
 func decodeFrame(h nats.Header, data []byte) (uint64, [][]byte, error) {

@@ -354,9 +354,11 @@ func (s *Store) Finish(ctx context.Context, turnID string, attempt uint32) error
 // replica to take over at once (this one is shutting down): it waits until
 // every append is acknowledged, as Finish does, then purges the run's
 // lease, which every replica's [Store.WatchExpired] reports as it does an
-// expired one, so none waits for the lease TTL. With the embedded store,
-// whose runs have no lease, the run is reported to this process's
-// WatchExpired at once. The run's appends must have stopped.
+// expired one, so none waits for the lease TTL; the purge names this
+// replica, so a claim of the run asks it nothing ([leases.releaseLease]).
+// With the embedded store, whose runs have no lease, the run is reported
+// to this process's WatchExpired at once. The run's appends must have
+// stopped.
 func (s *Store) Release(ctx context.Context, turnID string, attempt uint32) error {
 	return s.giveUp(ctx, turnID, attempt, true)
 }
