@@ -97,10 +97,11 @@ type emitter struct {
 	pendCtx context.Context
 	// pendText accumulates the text of the pending delta as deltas merge
 	// into it; it goes into the delta, as a string of its own length, when
-	// it is handed on. The buffer is reused by the turn's next merged
-	// deltas: one grown afresh for each delta, by append's steps of a
-	// quarter, allocated some five times the delta's text (a turn of
-	// 120 KB of reply merged for a store that is busy allocated 440 KB).
+	// it is handed on. The buffer is reused by the next merged deltas until
+	// an event that is no delta comes: one grown afresh for each delta, by
+	// append's steps of a quarter, allocated some five times the delta's
+	// text (a turn of 120 KB of reply merged for a busy store allocated
+	// 440 KB).
 	pendText []byte
 	// pendDue is when the pace lets the pending delta be handed on; zero
 	// when the pace does not hold it.
@@ -168,6 +169,12 @@ func (e *emitter) emit(ctx context.Context, p Payload) uint64 {
 	e.seq++
 	ev := Event{Seq: e.seq, Time: e.now(), TurnID: e.turnID, Payload: p}
 	held, text := mergeable(p)
+	if held == nil {
+		// The deltas are over for now (the reply or a call ended, a tool
+		// runs, the turn ends): the merge buffer goes, so that a turn
+		// waiting on its sink or a tool holds none.
+		e.pendText = nil
+	}
 	var due time.Time
 	if held != nil && e.pace > 0 && continues(e.last, p) {
 		if at := e.lastAt.Add(e.pace); time.Now().Before(at) {
