@@ -10,7 +10,7 @@ import (
 // turns the chunks into delta events.
 type assembler struct {
 	parts    []llm.Part
-	text     *strings.Builder
+	text     *textBuf
 	textAt   int
 	thinking map[int]int // chunk index -> part index
 	calls    map[int]int // chunk index -> part index
@@ -43,11 +43,11 @@ func (b *assembler) add(c llm.Chunk) Payload {
 			return nil
 		}
 		if b.text == nil || b.textAt != len(b.parts)-1 {
-			b.text = &strings.Builder{}
+			b.text = &textBuf{}
 			b.parts = append(b.parts, llm.Part{Kind: llm.PartText})
 			b.textAt = len(b.parts) - 1
 		}
-		b.text.WriteString(c.Text)
+		b.text.write(c.Text)
 		return &TextDelta{Text: c.Text}
 	case llm.ChunkThinking:
 		if b.thinking == nil {
@@ -170,4 +170,49 @@ func (b *assembler) assemble(dropIncomplete bool) llm.Message {
 		m.Parts = append(m.Parts, p)
 	}
 	return m
+}
+
+// Bounds of the blocks a [textBuf] holds.
+const (
+	textBlockMin = 512
+	textBlockMax = 64 << 10
+)
+
+// textBuf accumulates the text of a reply as the model streams it, in
+// blocks each as large as the text before it (from textBlockMin up to
+// textBlockMax), and joins them once, into a string of the text's own
+// length. A strings.Builder grows by append's steps of a quarter once past
+// a few hundred bytes, each a new copy: a 120 KB reply allocated some
+// 600 KB on its way, and its string kept the last step's spare capacity
+// for the turn's life. Here a reply allocates about twice its length: its
+// blocks, and the string.
+type textBuf struct {
+	blocks [][]byte
+	n      int // the bytes written
+}
+
+// write appends s.
+func (t *textBuf) write(s string) {
+	for len(s) > 0 {
+		k := len(t.blocks)
+		if k == 0 || len(t.blocks[k-1]) == cap(t.blocks[k-1]) {
+			t.blocks = append(t.blocks, make([]byte, 0, min(max(t.n, textBlockMin), textBlockMax)))
+			k++
+		}
+		last := &t.blocks[k-1]
+		m := min(len(s), cap(*last)-len(*last))
+		*last = append(*last, s[:m]...)
+		s = s[m:]
+		t.n += m
+	}
+}
+
+// String returns the text written.
+func (t *textBuf) String() string {
+	var sb strings.Builder
+	sb.Grow(t.n)
+	for _, b := range t.blocks {
+		sb.Write(b)
+	}
+	return sb.String()
 }

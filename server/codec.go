@@ -91,7 +91,7 @@ type encodedResponse struct {
 // tiers jump from 32 KiB to 1 MiB, so an event of 40 KiB waiting in a slow
 // client's queue (a long reply's message_completed or turn_completed) held
 // 1 MiB. An [encodedResponse] is its event's bytes behind their field's
-// tag and length.
+// tag and length, shared, not copied, once large enough to be pooled.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	if e, ok := v.(*encodedResponse); ok {
 		return e.marshal(), nil
@@ -251,15 +251,22 @@ func malformedRequest(err error) *status.Status {
 		errorInfo(reasonInvalidRequest, map[string]string{"cause": "decode"}))
 }
 
-// marshal returns e's wire form: field 1, its event, as bytes.
+// marshal returns e's wire form: field 1, its event, as bytes. A small
+// response is one buffer of its own. A larger one is its field's tag and
+// length, then the event's bytes themselves, not a copy of them: gRPC
+// queues the message until the client's flow-control window takes it,
+// and a stream that does not read (a durable run's window holds the same
+// bytes, which the log was sent) would otherwise hold each event twice.
+// The bytes are never changed once encoded (the run's window and the
+// log's reads hand over bytes of their own), so gRPC may hold them for as
+// long as it needs; SliceBuffer's Free leaves them to the collector.
 func (e *encodedResponse) marshal() mem.BufferSlice {
 	size := wire.ResponseSize(len(e.event))
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		b := make([]byte, 0, size)
 		return mem.BufferSlice{mem.SliceBuffer(protowire.AppendBytes(protowire.AppendTag(b, 1, protowire.BytesType), e.event))}
 	}
-	buf := bufferPool.Get(size)
-	// Written in place: *buf has size bytes.
-	protowire.AppendBytes(protowire.AppendTag((*buf)[:0], 1, protowire.BytesType), e.event)
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
+	head := make([]byte, 0, size-len(e.event))
+	head = protowire.AppendVarint(protowire.AppendTag(head, 1, protowire.BytesType), uint64(len(e.event)))
+	return mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(e.event)}
 }

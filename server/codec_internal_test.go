@@ -11,7 +11,8 @@ import (
 
 // TestEncodedResponse: a response sent as its event's stored wire form
 // decodes as the response encoded by gRPC's codec would, small (its own
-// buffer) and large (a pooled one), for both streaming responses.
+// buffer) and large (the event's bytes themselves, behind their tag and
+// length: not a copy), for both streaming responses.
 func TestEncodedResponse(t *testing.T) {
 	t.Parallel()
 	c := newCodec(1 << 20)
@@ -42,6 +43,11 @@ func TestEncodedResponse(t *testing.T) {
 			}
 			if !proto.Equal(dec, resp) {
 				t.Errorf("%T of a %d-byte event decodes as %v", resp, len(wire), dec)
+			}
+			// Responses of 1 KiB or more (gRPC's pooling threshold).
+			large := len(wire) >= 1<<10
+			if shared := len(got) == 2 && &got[1].ReadOnlyData()[0] == &wire[0]; shared != large {
+				t.Errorf("%T of a %d-byte event: sent as the event's own bytes = %v, want %v", resp, len(wire), shared, large)
 			}
 			got.Free()
 			want.Free()
