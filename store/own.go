@@ -233,12 +233,8 @@ func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
 			l.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
 				"turn_id", k.turnID, "attempt", k.attempt)
 		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
-		case <-l.closed:
-			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
-		case <-time.After(l.cfg.LeaseTTL / 2):
+		if err := l.waitHalfTTL(ctx); err != nil {
+			return 0, err
 		}
 		if _, err := l.kv.Get(ctx, k.lease()); err == nil {
 			return 0, fmt.Errorf("%w: its owner is alive and renewed its lease", ErrNotClaimed)
@@ -264,12 +260,8 @@ func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
 	// it stopped) expires within a lease TTL: the claim waits for that,
 	// rather than fail with nobody told when it does.
 	for tries := 0; errors.Is(err, jetstream.ErrKeyExists) && tries < 3 && l.heldByGoneOwner(ctx, k); tries++ {
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
-		case <-l.closed:
-			return 0, fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
-		case <-time.After(l.cfg.LeaseTTL / 2):
+		if err := l.waitHalfTTL(ctx); err != nil {
+			return 0, err
 		}
 		leaseRev, err = l.kv.Create(ctx, k.lease(), []byte(l.id))
 	}
@@ -280,6 +272,20 @@ func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
 		return 0, fmt.Errorf("store: claim lease: %w", err)
 	}
 	return leaseRev, nil
+}
+
+// waitHalfTTL waits half a lease TTL between two looks of a claim at a
+// lease, or fails with [ErrNotClaimed] when ctx ends or the store closes
+// first.
+func (l *leases) waitHalfTTL(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrNotClaimed, ctx.Err())
+	case <-l.closed:
+		return fmt.Errorf("%w: %w", ErrNotClaimed, ErrClosed)
+	case <-time.After(l.cfg.LeaseTTL / 2):
+		return nil
+	}
 }
 
 // heldByGoneOwner reports whether run k's lease is held by the replica
