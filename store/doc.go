@@ -30,11 +30,12 @@
 // Inside, a type per concept, each owning its state and the lock that
 // guards it: [Store] is the face, and holds the connection, the log's
 // stream, the inbox of the runs' signals (control.go) and the writers'
-// senders; a writer is one run this replica owns (writer.go); leases says
-// who owns each run (lease.go); the publisher publishes to the log and the
-// lease bucket (publish.go, puback.go); the keeper keeps the log within its
-// bounds (capacity.go, evict.go, reserve.go, failedwrite.go); [Shared]
-// holds what the replicas share. The set-up is functions (setup.go,
+// senders; a writer is one run this replica owns (writer.go, and its
+// lease's renewal, renew.go); leases says who owns each run (lease.go); the
+// publisher publishes to the log and the lease bucket (publish.go,
+// puback.go); the keeper keeps the log within its bounds (capacity.go,
+// evict.go, disk.go, reserve.go, failedwrite.go); [Shared] holds what the
+// replicas share. The set-up is functions (setup.go,
 // connect.go) that return what they start and make.
 //
 // The package stores bytes: it knows nothing of the wire form of an event,
