@@ -75,10 +75,12 @@ const (
 	// The client key may not use the model the request names (status
 	// PERMISSION_DENIED).
 	ErrorCode_ERROR_CODE_PERMISSION_DENIED ErrorCode = 19
-	// A limit of the client key (concurrent turns, turns or tokens per period)
-	// or of the server (concurrent turns) was reached before the turn started
-	// (status RESOURCE_EXHAUSTED). google.rpc.RetryInfo says when to try again;
-	// the ErrorInfo metadata key "limit" names the limit.
+	// A limit of the client key (concurrent turns, turns or tokens per period,
+	// bytes held in the turn store) or of the server (concurrent turns, its
+	// memory) was reached before the turn started (status RESOURCE_EXHAUSTED).
+	// google.rpc.RetryInfo says when to try again; the ErrorInfo metadata key
+	// "limit" names the limit (e.g. "max_concurrent_turns", "memory_limit",
+	// "concurrent_turns").
 	ErrorCode_ERROR_CODE_LIMIT_EXCEEDED ErrorCode = 20
 	// The request is larger than the server accepts (its
 	// server.max_request_bytes; status RESOURCE_EXHAUSTED), before any event.

@@ -263,10 +263,12 @@ export enum ErrorCode {
   PERMISSION_DENIED = 19,
 
   /**
-   * A limit of the client key (concurrent turns, turns or tokens per period)
-   * or of the server (concurrent turns) was reached before the turn started
-   * (status RESOURCE_EXHAUSTED). google.rpc.RetryInfo says when to try again;
-   * the ErrorInfo metadata key "limit" names the limit.
+   * A limit of the client key (concurrent turns, turns or tokens per period,
+   * bytes held in the turn store) or of the server (concurrent turns, its
+   * memory) was reached before the turn started (status RESOURCE_EXHAUSTED).
+   * google.rpc.RetryInfo says when to try again; the ErrorInfo metadata key
+   * "limit" names the limit (e.g. "max_concurrent_turns", "memory_limit",
+   * "concurrent_turns").
    *
    * @generated from enum value: ERROR_CODE_LIMIT_EXCEEDED = 20;
    */
