@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -367,7 +368,8 @@ func TestKeyStoredBytes(t *testing.T) {
 	}
 	small := keyed("small", "tok-small-012345")
 	small.Limits.StoredBytes = &limit
-	ts := start(t, r, server.Options{Store: memStore(t), Keys: []server.Key{small, keyed("other", "tok-other-012345")}})
+	m := newMeter()
+	ts := start(t, r, server.Options{Store: memStore(t), Keys: []server.Key{small, keyed("other", "tok-other-012345")}, MeterProvider: m})
 	asSmall, asOther := bearer(t.Context(), "tok-small-012345"), bearer(t.Context(), "tok-other-012345")
 
 	// A reply of 100 KiB: the turn ends when it would go over.
@@ -407,6 +409,11 @@ func TestKeyStoredBytes(t *testing.T) {
 	// Larger than the limit: waiting will not help.
 	evs, st = wiretest.Collect(t, asSmall, ts.client, sized("huge", "quick", 80<<10), nil)
 	refusedWith(t, evs, st, "stored_bytes", false)
+	// The two refused before they started are counted; the turn ended
+	// past the limit is not a refusal.
+	if n := m.sum(t, "turnstile.turns.refused", attribute.String("turnstile.limit", "stored_bytes"), attribute.String("turnstile.client", "small")); n != 2 {
+		t.Errorf("turnstile.turns.refused{stored_bytes, small} = %d, want 2", n)
+	}
 	// Once the running turn ended, its bytes count no more.
 	g.release("h")
 	if s := <-h.done; s.Code() != codes.OK {

@@ -160,27 +160,32 @@ func newMeter() *meter {
 	return &meter{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)), r: r}
 }
 
-// sum returns the value of the counter name at the data point whose
-// attributes include attr.
-func (m *meter) sum(t *testing.T, name string, attr attribute.KeyValue) int64 {
+// sum returns the value of the counter name summed over its data points
+// whose attributes include every one of attrs.
+func (m *meter) sum(t *testing.T, name string, attrs ...attribute.KeyValue) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := m.r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
+	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, mt := range sm.Metrics {
 			if mt.Name != name {
 				continue
 			}
+		points:
 			for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
-				if v, ok := dp.Attributes.Value(attr.Key); ok && v == attr.Value {
-					return dp.Value
+				for _, a := range attrs {
+					if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
+						continue points
+					}
 				}
+				n += dp.Value
 			}
 		}
 	}
-	return 0
+	return n
 }
 
 func countLines(logs, substr string) int {

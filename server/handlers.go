@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -54,6 +55,10 @@ func (s *service) runDurable(ctx context.Context, req *turnstilev1.RunTurnReques
 		// own line says it all, and this RPC's goes to DEBUG, as without a
 		// store. A stream that ended otherwise keeps its line.
 		logging.AddFields(ctx, logging.Fields{guard.RanField, true})
+	}
+	if ref := (*admission.Refusal)(nil); errors.As(err, &ref) {
+		// The key's stored_bytes: refused before it started.
+		return s.refuse(ref, admission.FromContext(ctx).KeyName()).Err()
 	}
 	return s.durableStatus(ctx, err).Err()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/server/admission"
@@ -50,10 +51,10 @@ func requireKey(keys *admission.Keys) (grpc.UnaryServerInterceptor, grpc.StreamS
 // BUDGET_EXHAUSTED, and RetryInfo when waiting helps) before its request
 // is read; a turn refused while the memory the process holds is past the
 // last mark sheds the unread turns of the key that runs the most first
-// (shed). The slots it takes are the call's, freed when it returns,
+// (shed). Each refusal is counted (refuse). The slots it takes are the call's, freed when it returns,
 // unless the handler keeps them for a turn that outlives the call
 // (admission.SlotsFrom).
-func admit(gate *admission.Gate, memory *admission.Memory, shed func(client string) int) grpc.StreamServerInterceptor {
+func admit(gate *admission.Gate, memory *admission.Memory, shed func(client string) int, refuse func(err error, client string) *status.Status) grpc.StreamServerInterceptor {
 	runTurn := "/" + turnstilev1.AgentService_ServiceDesc.ServiceName + "/RunTurn"
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if info.FullMethod != runTurn {
@@ -62,7 +63,7 @@ func admit(gate *admission.Gate, memory *admission.Memory, shed func(client stri
 		k := admission.FromContext(ss.Context())
 		leave, err := gate.Enter()
 		if err != nil {
-			return refusalStatus(err, k.KeyName()).Err()
+			return refuse(err, k.KeyName()).Err()
 		}
 		held := admission.NewSlots(leave)
 		defer held.CallEnded()
@@ -73,12 +74,12 @@ func admit(gate *admission.Gate, memory *admission.Memory, shed func(client stri
 			if heaviest, over := memory.Heaviest(); over {
 				shed(heaviest)
 			}
-			return refusalStatus(err, k.KeyName()).Err()
+			return refuse(err, k.KeyName()).Err()
 		}
 		held.Add(out)
 		end, err := k.Admit()
 		if err != nil {
-			return refusalStatus(err, k.KeyName()).Err()
+			return refuse(err, k.KeyName()).Err()
 		}
 		held.Add(end)
 		w := middleware.WrapServerStream(ss)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -93,7 +94,8 @@ func refusedWith(t *testing.T, evs []*turnstilev1.AgentEvent, st *status.Status,
 // once with RetryInfo; once a turn ends, the next runs.
 func TestServerTurnCap(t *testing.T) {
 	t.Parallel()
-	ts := start(t, runner(t, hanging(t)), server.Options{MaxConcurrentTurns: 2})
+	m := newMeter()
+	ts := start(t, runner(t, hanging(t)), server.Options{MaxConcurrentTurns: 2, MeterProvider: m})
 	first := holdTurn(t, ts.client, t.Context())
 	second := holdTurn(t, ts.client, t.Context())
 	defer second()
@@ -102,6 +104,10 @@ func TestServerTurnCap(t *testing.T) {
 	refusedWith(t, evs, st, "max_concurrent_turns", true)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("the refusal took %s", d)
+	}
+	// Without keys, counted under the client "".
+	if n := m.sum(t, "turnstile.turns.refused", attribute.String("turnstile.limit", "max_concurrent_turns"), attribute.String("turnstile.client", "")); n != 1 {
+		t.Errorf("turnstile.turns.refused{max_concurrent_turns} = %d, want 1", n)
 	}
 	first()
 	third := holdTurn(t, ts.client, t.Context())
@@ -145,7 +151,8 @@ func TestKeyLimits(t *testing.T) {
 			k := keyed("limited", "tok-limited-0123")
 			k.Limits = tt.limits
 			other := keyed("other", "tok-other-0123")
-			ts := start(t, runner(t, p), server.Options{Keys: []server.Key{k, other}})
+			m := newMeter()
+			ts := start(t, runner(t, p), server.Options{Keys: []server.Key{k, other}, MeterProvider: m})
 			ctx := bearer(t.Context(), "tok-limited-0123")
 			if tt.hold {
 				defer holdTurn(t, ts.client, ctx)()
@@ -157,6 +164,13 @@ func TestKeyLimits(t *testing.T) {
 			}
 			evs, st := wiretest.Collect(t, ctx, ts.client, hello(), nil)
 			refusedWith(t, evs, st, tt.limit, tt.retry)
+			// Counted once, under its limit and key, before its status.
+			if n := m.sum(t, "turnstile.turns.refused", attribute.String("turnstile.limit", tt.limit), attribute.String("turnstile.client", "limited")); n != 1 {
+				t.Errorf("turnstile.turns.refused{%s, limited} = %d, want 1", tt.limit, n)
+			}
+			if n := m.sum(t, "turnstile.turns.refused"); n != 1 {
+				t.Errorf("turnstile.turns.refused = %d in all, want 1", n)
+			}
 			// Another key is not held back.
 			if tt.hold {
 				return

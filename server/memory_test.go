@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
@@ -39,9 +40,10 @@ func TestMemoryLimit(t *testing.T) {
 			}
 			replies = append(replies, fake.Reply{Chunks: fake.Text("hi")})
 			var used atomic.Uint64 // the process's memory, as the server reads it
+			m := newMeter()
 			opts := server.Options{
 				Keys:        []server.Key{keyed("silent", "tok-silent-0123"), keyed("good", "tok-good-0123")},
-				MemoryLimit: 10 << 20, TurnMemory: 1 << 20, MemoryInUse: used.Load,
+				MemoryLimit: 10 << 20, TurnMemory: 1 << 20, MemoryInUse: used.Load, MeterProvider: m,
 			}
 			if durable {
 				opts.Store = memStore(t)
@@ -81,6 +83,11 @@ func TestMemoryLimit(t *testing.T) {
 				t.Errorf("the refusal at 90%% says %q; want it to say the server starts no more turns", st.Message())
 			}
 			used.Store(0)
+			for _, c := range []string{"silent", "good"} {
+				if n := m.sum(t, "turnstile.turns.refused", attribute.String("turnstile.limit", "memory_limit"), attribute.String("turnstile.client", c)); n != 1 {
+					t.Errorf("turnstile.turns.refused{memory_limit, %s} = %d, want 1", c, n)
+				}
+			}
 
 			if durable {
 				// A durable turn outlives its client: the hanging ones

@@ -321,7 +321,7 @@ func New(runner turnRunner, opts Options) *Server {
 		u, s := requireKey(keys)
 		unary, stream = append(unary, u), append(stream, s)
 	}
-	stream = append(stream, admit(s.service.gate, s.service.memory, s.service.shedUnread), recovery.StreamServerInterceptor(onPanic))
+	stream = append(stream, admit(s.service.gate, s.service.memory, s.service.shedUnread, s.service.refuse), recovery.StreamServerInterceptor(onPanic))
 	unary = append(unary, recovery.UnaryServerInterceptor(onPanic))
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -65,9 +66,17 @@ type service struct {
 	// memory bounds the turns the server starts by its memory
 	// (server.memory_limit), per key and in all.
 	memory *admission.Memory
+	// refusals counts the turns admission refused, by limit and key.
+	refusals metric.Int64Counter
 }
 
 var _ turnstilev1.AgentServiceServer = (*service)(nil)
+
+// The server's meter, and its instrument of refused turns.
+const (
+	meterName          = "github.com/turnstile-dev/turnstile/server"
+	metricTurnsRefused = "turnstile.turns.refused"
+)
 
 func newService(r turnRunner, opts *Options) *service {
 	s := &service{
@@ -76,6 +85,10 @@ func newService(r turnRunner, opts *Options) *service {
 		gate:    admission.NewGate(opts.MaxConcurrentTurns),
 		memory:  admission.NewMemory(opts.MemoryLimit, opts.TurnMemory, opts.MemoryInUse),
 	}
+	// An instrument error (a bad name) is a broken build: the no-op
+	// instrument returned keeps the server serving.
+	s.refusals, _ = opts.MeterProvider.Meter(meterName).Int64Counter(metricTurnsRefused, metric.WithUnit("{turn}"),
+		metric.WithDescription("Turns refused before they started, by the limit that refused them (turnstile.limit: max_concurrent_turns, memory_limit, or the client key's) and client key."))
 	if len(opts.Keys) > 0 {
 		s.keys = admission.NewKeys(opts.Keys, opts.Clock)
 	}
@@ -119,7 +132,7 @@ func (s *service) RunTurn(req *turnstilev1.RunTurnRequest, stream grpc.ServerStr
 	usage, ctx := k.Charger(), stream.Context()
 	if usage != nil {
 		if err := usage.Reserve(s.runner.FirstCall(tr)); err != nil {
-			st := refusalStatus(err, k.KeyName())
+			st := s.refuse(err, k.KeyName())
 			logging.AddFields(ctx, logging.Fields{"error_code", codeReasonOf(st)})
 			return st.Err()
 		}

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -169,6 +172,17 @@ func refusalStatus(err error, client string) *status.Status {
 		rs = reason(r.Reason)
 	}
 	return refused(rs, r.Message, r.RetryAfter, md)
+}
+
+// refuse counts a turn refused by admission (err, an *admission.Refusal)
+// for client key client, and returns its status: see [refusalStatus].
+func (s *service) refuse(err error, client string) *status.Status {
+	var r *admission.Refusal
+	if errors.As(err, &r) {
+		s.refusals.Add(context.Background(), 1, metric.WithAttributes(
+			attribute.String("turnstile.limit", r.Limit), attribute.String("turnstile.client", client)))
+	}
+	return refusalStatus(err, client)
 }
 
 // modelStatus returns the status of a request whose model its key may
