@@ -14,12 +14,12 @@ import (
 // leave some 50 KB of garbage each, and not a large one: 1,000 turns
 // whose clients read nothing keep 500–700 MB live, and four times that in
 // garbage could pile up before the next collection, which the store on,
-// allocating more (its copies of every event), reached: peaks of 1.7–1.9
-// GiB of RSS against 1.0 with the store off (BENCHMARKS.md, issue 37, row
-// 2). So when the operator sets no GOGC, serve sets, after each
-// collection, the GOGC that gives a headroom of at most gcHeadroom:
-// defaultGOGC while the live heap is under a quarter of it, less past
-// that.
+// allocating more (its copies of every event), reached: peaks of 1.7–2.3
+// GiB of RSS against 0.9–1.0 with the store off; 1.0–1.2 against 0.6–0.7
+// with the headroom bounded (BENCHMARKS.md, issue 37, row 2). So when
+// the operator sets no GOGC, serve sets, after each collection, the GOGC
+// that gives a headroom of at most gcHeadroom: defaultGOGC while the live
+// heap is under a quarter of it, less past that.
 const gcHeadroom = 128 << 20
 
 // minGOGC is the least GOGC serve sets: past 512 MiB live the headroom is
