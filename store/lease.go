@@ -354,32 +354,6 @@ func (l *leases) releaseLease(ctx context.Context, k runKey) error {
 	return err
 }
 
-// releasedByOwner returns the revision of the last entry of run k's lease
-// when it is a release ([leases.releaseLease]) by the replica that the
-// run's last owner record names: its owner gave the run up, and a claim
-// need not ask it whether it renews (an owner that is exiting may no
-// longer answer, and the question would wait its whole timeout). Anything
-// else (a lease, an expiry's marker, a tombstone, a release by a replica
-// that no longer owned the run, what cannot be read) is 0. The lease is
-// one direct get, answered by any replica of the bucket's stream.
-func (l *leases) releasedByOwner(ctx context.Context, k runKey) uint64 {
-	ctx, cancel := context.WithTimeout(ctx, min(l.cfg.LeaseTTL, time.Second))
-	defer cancel()
-	subject := "$KV." + LeaseBucket + "." + k.lease()
-	m, err := l.nc.RequestWithContext(ctx, directGetPrefix+leaseStream+"."+subject, nil)
-	if err != nil || m.Header.Get(statusHeader) != "" || m.Header.Get(kvOperation) != "PURGE" || len(m.Data) == 0 {
-		return 0
-	}
-	rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-	if err != nil {
-		return 0
-	}
-	if name, err := owner(ctx, l.stream, k); err != nil || name != string(m.Data) {
-		return 0
-	}
-	return rev
-}
-
 // dropFileLeases deletes a lease bucket that an earlier version made in
 // files, so that set-up makes it again in memory (JetStream does not
 // change a stream's storage in place). Only the embedded store does it: it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
 	"sync"
 	"time"
 
@@ -115,6 +116,13 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 // stops gives it back so that the other replicas are told (see
 // [handBack]).
 //
+// A claim is four round trips to NATS after one another when its owner
+// released the run: its reads that need no lease, at once (the lease's
+// last entry, the last owner record, the first record: see
+// [Store.readForClaim]); the lease; the fence; the log, in batches. Its
+// number comes from the owner record it fences over ([claimHeader]), not
+// from a count the stream is asked for.
+//
 // With the embedded store, whose runs have no lease (see [leases.local]),
 // the claim is held in the process: it fails with [ErrNotClaimed] when
 // this process owns the run or is claiming it already.
@@ -128,9 +136,22 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		if err := s.leases.claimHere(k); err != nil {
 			return nil, nil, 0, err
 		}
-		release = func() { s.leases.unclaim(k) }
-	} else {
-		if leaseRev, err = s.leases.claimLease(ctx, k); err != nil {
+		defer func() {
+			if err != nil {
+				s.leases.unclaim(k)
+			}
+		}()
+	} else if err := s.leases.notMine(k); err != nil {
+		return nil, nil, 0, err
+	}
+	// What needs no lease is read at once, before it: the owner record the
+	// fence expects, the first record, the lease's last entry.
+	reads, err := s.readForClaim(ctx, k)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if !s.leases.local {
+		if leaseRev, err = s.leases.claimLease(ctx, k, reads); err != nil {
 			return nil, nil, 0, err
 		}
 		release = func() {
@@ -143,52 +164,84 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 			}
 		}
 	}
-	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		release()
-		return nil, nil, 0, fmt.Errorf("store: run %q attempt %d: %w", turnID, attempt, fs.ErrNotExist)
-	}
-	if err != nil {
-		release()
-		return nil, nil, 0, fmt.Errorf("store: claim: %w", err)
-	}
-	// The fence: appends expect the last owner record, which is now ours.
-	// A replicated stream refuses it while an append of the old owner,
-	// which expects the same record, is in flight: try again shortly.
-	// It names this replica, to which signals go from then on.
-	fence := func() (*jetstream.PubAck, error) {
-		m := &nats.Msg{Subject: k.own(), Data: []byte("claimed by " + s.id), Header: s.ownerRecord()}
-		return s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Sequence))
-	}
-	ack, err := fence()
-	for try := 0; try < 20 && isInFlightConflict(err); try++ {
-		time.Sleep(25 * time.Millisecond)
-		ack, err = fence()
-	}
-	if isWrongLastSeq(err) {
-		err = ErrNotClaimed // another replica's fence came first: its run
-		release()
+	fail := func(e error) ([]byte, [][]byte, int, error) {
+		err = e
+		if release != nil {
+			release()
+		}
 		return nil, nil, 0, err
 	}
+	ack, _, claims, err := s.fence(ctx, k, reads.last, reads.first.Sequence)
 	if err != nil {
-		release()
-		return nil, nil, 0, fmt.Errorf("store: claim: %w", err)
+		return fail(err)
 	}
-	if record, err = s.Record(ctx, turnID, attempt); err == nil {
-		events, err = s.readAll(ctx, k)
-	}
-	if err == nil {
-		claims, err = s.claims(ctx, k)
-	}
-	if err != nil {
-		release()
-		return nil, nil, 0, err
+	if events, err = s.readAll(ctx, k); err != nil {
+		return fail(err)
 	}
 	if err = s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
-		release()
-		return nil, nil, 0, err
+		return fail(err)
 	}
-	return record, events, claims, nil
+	return reads.first.Data, events, claims, nil
+}
+
+// fence writes this replica's owner record of run k over last, the run's
+// last owner record as read before the claim took the lease (the run's
+// first record is at stream sequence first): appends expect it from then
+// on, and the previous owner's fail. It returns the record's
+// acknowledgement, the record it followed and the claim's number (see
+// [Store.claimNumber]), which the record carries ([claimHeader]) with the
+// name of this replica, to which signals go from then on.
+//
+// A record written between that read and the lease (another claim's,
+// which held the lease before this one) is read again, once: the fence is
+// then made over it, as a claim that read the record after taking the
+// lease would have. A fence refused over a record that is still the last,
+// or refused again, is [ErrNotClaimed]: another replica's fence came
+// first, and the run is its.
+func (s *Store) fence(ctx context.Context, k runKey, last *jetstream.RawStreamMsg, first uint64) (*jetstream.PubAck, *jetstream.RawStreamMsg, int, error) {
+	for reread := false; ; reread = true {
+		n, err := s.claimNumber(ctx, k, last, first)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		ack, err := s.fenceOver(ctx, k, last, n)
+		if !isWrongLastSeq(err) {
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("store: claim: %w", err)
+			}
+			return ack, last, n, nil
+		}
+		if reread {
+			return nil, nil, 0, ErrNotClaimed
+		}
+		now, err := s.stream.GetLastMsgForSubject(ctx, k.own())
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("store: claim: %w", err)
+		}
+		if now.Sequence == last.Sequence {
+			return nil, nil, 0, ErrNotClaimed
+		}
+		last = now
+	}
+}
+
+// fenceOver is one attempt of [Store.fence] over owner record last, as
+// claim n. A replicated stream refuses it while an append of the old
+// owner, which expects the same record, is in flight: it is made again
+// shortly.
+func (s *Store) fenceOver(ctx context.Context, k runKey, last *jetstream.RawStreamMsg, n int) (*jetstream.PubAck, error) {
+	h := s.ownerRecord()
+	h.Set(claimHeader, strconv.Itoa(n))
+	publish := func() (*jetstream.PubAck, error) {
+		m := &nats.Msg{Subject: k.own(), Data: []byte("claimed by " + s.id), Header: h}
+		return s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	}
+	ack, err := publish()
+	for try := 0; try < 20 && isInFlightConflict(err); try++ {
+		time.Sleep(25 * time.Millisecond)
+		ack, err = publish()
+	}
+	return ack, err
 }
 
 // handBack reports whether a claim that took run k's lease and then
@@ -209,25 +262,30 @@ func handBack(ctx context.Context, closed <-chan struct{}, err error) bool {
 		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
-// claimLease takes the lease of run k for a claim (mode nats) and returns
-// its revision: see [Store.Claim].
-func (l *leases) claimLease(ctx context.Context, k runKey) (uint64, error) {
+// notMine fails with [ErrNotClaimed] when this process owns run k and
+// has not given it up (mode nats): its lease expired because a renewal
+// came late (a loaded process), not because its owner stopped. Claiming
+// it would only fence this replica's own turn out of its log.
+func (l *leases) notMine(k runKey) error {
 	l.mu.Lock()
 	_, mine := l.runs[k]
 	l.mu.Unlock()
 	if mine {
-		// This replica owns the run and has not given it up: its lease
-		// expired because a renewal came late (a loaded process), not
-		// because its owner stopped. Claiming it would only fence this
-		// replica's own turn out of its log.
-		return 0, fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
+		return fmt.Errorf("%w: this replica owns it", ErrNotClaimed)
 	}
+	return nil
+}
+
+// claimLease takes the lease of run k for a claim (mode nats), reads
+// being what the claim read of it before, and returns its revision: see
+// [Store.Claim].
+func (l *leases) claimLease(ctx context.Context, k runKey, reads claimReads) (uint64, error) {
 	// An expired lease is no proof that its owner stopped: a bucket whose
 	// leader was lost for longer than the lease TTL expires the leases of
 	// live owners too. An owner that says it is renewing keeps the run: it
 	// writes its lease again once the bucket answers. An owner that
 	// released the lease gave the run up: it is not asked.
-	released := l.releasedByOwner(ctx, k)
+	released := reads.released()
 	for waited := false; released == 0 && l.ownerRenewing(ctx, k); waited = true {
 		if !waited {
 			l.logger.Info("turn store: a lease expired under a live owner (the bucket was without a leader?); the run is left to it",
@@ -309,14 +367,20 @@ func (l *leases) heldByGoneOwner(ctx context.Context, k runKey) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
-// claims returns how many times run k was claimed: its owner records but
-// the first (its creator's), this claim's included.
-func (s *Store) claims(ctx context.Context, k runKey) (int, error) {
+// claimNumber returns the number of the claim of run k whose fence
+// follows owner record last, the run's first record being at stream
+// sequence first: from last itself (see [claimNumber]), or, when a
+// replica of the version before wrote it, from the stream's count of the
+// run's owner records, which last is the last of (else the fence fails).
+func (s *Store) claimNumber(ctx context.Context, k runKey, last *jetstream.RawStreamMsg, first uint64) (int, error) {
+	if n, ok := claimNumber(last, first); ok {
+		return n, nil
+	}
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(k.own()))
 	if err != nil {
 		return 0, fmt.Errorf("store: claim: %w", err)
 	}
-	return int(info.State.Subjects[k.own()]) - 1, nil
+	return int(info.State.Subjects[k.own()]), nil
 }
 
 // readAll returns every event of run k stored now.

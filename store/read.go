@@ -105,8 +105,14 @@ func directBatch(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, su
 	if err != nil {
 		return directRead{}, err
 	}
+	// The answer's messages come into a channel that holds them all: a
+	// batch's frames and its end. A synchronous subscription's channel
+	// holds 64K messages, 512 KiB allocated and cleared for each read,
+	// which made the reads of many runs at once (a replica taking over
+	// many) wait for the collector (BENCHMARKS.md, issue 37, row 4).
 	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	answer := make(chan *nats.Msg, directBatchFrames+1)
+	sub, err := nc.ChanSubscribe(inbox, answer)
 	if err != nil {
 		return directRead{}, err
 	}
@@ -116,9 +122,11 @@ func directBatch(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, su
 	}
 	var r directRead
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return directRead{}, err
+		var m *nats.Msg
+		select {
+		case m = <-answer:
+		case <-ctx.Done():
+			return directRead{}, ctx.Err()
 		}
 		switch status := m.Header.Get(statusHeader); status {
 		case "":

@@ -11,10 +11,11 @@ import (
 	"time"
 )
 
-// defaultGOGC is the server's GOGC when the operator sets none. A turn
-// allocates some 50 KB that is garbage once it ends, over a live heap of a
-// few MB: at Go's default of 100 the collector runs every few dozen turns.
-// 400 runs it a quarter as often, for a heap that peaks a few MB higher.
+// defaultGOGC is the server's GOGC when the operator sets none, while its
+// live heap is small (see [gcHeadroom] for a large one). A turn allocates
+// some 50 KB that is garbage once it ends, over a live heap of a few MB:
+// at Go's default of 100 the collector runs every few dozen turns. 400
+// runs it a quarter as often, for a heap that peaks a few MB higher.
 const defaultGOGC = 400
 
 // memoryLimitShare is the share of the container's memory limit the heap
@@ -26,7 +27,8 @@ const memoryLimitShare = 0.9
 const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
 
 // gcSettings returns the collector settings the server applies: GOGC
-// defaultGOGC unless the operator set GOGC, and a memory limit of
+// defaultGOGC, its headroom bounded by [startGCTuner], unless the operator
+// set GOGC, and a memory limit of
 // memoryLimitShare of the container's limit (memoryMax, the contents of
 // cgroup's memory.max) unless the operator set GOMEMLIMIT or there is no
 // limit. Zero values mean "leave alone".
@@ -42,12 +44,13 @@ func gcSettings(getenv func(string) string, memoryMax string) (gogc int, memLimi
 	return gogc, memLimit
 }
 
-// setGCDefaults applies [gcSettings] to the running process.
+// setGCDefaults applies [gcSettings] to the running process, for as long
+// as it runs.
 func setGCDefaults() {
 	memMax, _ := os.ReadFile(cgroupMemoryMax)
 	gogc, limit := gcSettings(os.Getenv, string(memMax))
 	if gogc > 0 {
-		debug.SetGCPercent(gogc)
+		startGCTuner(gcHeadroom, nil)
 	}
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)

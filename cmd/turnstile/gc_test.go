@@ -6,6 +6,9 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestGCSettings(t *testing.T) {
@@ -143,5 +146,116 @@ func TestReleaseStartup(t *testing.T) {
 	}
 	if got := sample("/memory/classes/heap/released:bytes"); got < released+24<<20 {
 		t.Errorf("released %d MiB more to the OS, want the garbage's 32", (got-released)>>20)
+	}
+}
+
+// TestGCPercent: GOGC stays at defaultGOGC while its headroom is within
+// the bound, gives the bound past that, and not less than minGOGC.
+func TestGCPercent(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	tests := []struct {
+		name     string
+		roots    uint64
+		headroom uint64
+		want     int
+	}{
+		{"nothing collected yet", 0, 128 * mib, defaultGOGC},
+		{"a small heap", 4 * mib, 128 * mib, defaultGOGC},
+		{"four times the roots is the bound", 32 * mib, 128 * mib, defaultGOGC},
+		{"just past it", 33 * mib, 128 * mib, 387},
+		{"twice the bound", 256 * mib, 128 * mib, 50},
+		{"at the floor", 512 * mib, 128 * mib, minGOGC},
+		{"past the floor", 8 << 30, 128 * mib, minGOGC},
+		{"another bound", 256 * mib, 64 * mib, minGOGC},
+		{"another bound, small heap", 16 * mib, 64 * mib, defaultGOGC},
+	}
+	for _, tt := range tests {
+		if got := gcPercent(tt.roots, tt.headroom); got != tt.want {
+			t.Errorf("%s: gcPercent(%d MiB, %d MiB) = %d, want %d", tt.name, tt.roots/mib, tt.headroom/mib, got, tt.want)
+		}
+	}
+}
+
+// TestGCTuner: in this process, the tuner checks the heap after every
+// collection and sets the GOGC that bounds the headroom while the live
+// heap is large, defaultGOGC again once it is small.
+func TestGCTuner(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	const headroom = 32 << 20
+	type check struct {
+		cycles  uint64
+		percent int
+	}
+	applied := make(chan check, 64)
+	stop := startGCTuner(headroom, func(cycles uint64, percent int) {
+		select {
+		case applied <- check{cycles, percent}:
+		default: // the test reads them as they come; none is left unread long
+		}
+	})
+	defer stop()
+	sample := func(name string) uint64 {
+		s := []metrics.Sample{{Name: name}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	gogc := func() int { return int(sample("/gc/gogc:percent")) }
+	if got := gogc(); got != defaultGOGC {
+		t.Fatalf("GOGC %d once started, want %d", got, defaultGOGC)
+	}
+	// collect makes a collection and returns the GOGC the tuner applied
+	// after it: that of the first check that read the heap once the
+	// collection had completed. Checks that read it before (after
+	// collections of the runtime's own) are passed over; the last of them
+	// may have armed its sentinel while ours marked, too late for ours to
+	// find it: then collect collects again.
+	collect := func() int {
+		for range 10 {
+			runtime.GC()
+			done := sample("/gc/cycles/total:gc-cycles")
+			var c check
+			select {
+			case c = <-applied:
+			case <-time.After(time.Minute): // a guard, not a measure: the check runs at once
+				t.Fatalf("no check after collection %d", done)
+			}
+			for c.cycles < done && len(applied) > 0 {
+				c = <-applied
+			}
+			if c.cycles >= done {
+				return c.percent
+			}
+		}
+		t.Fatal("no check after 10 collections")
+		return 0
+	}
+
+	live := make([][]byte, 64) // 64 MiB live: 32 MiB is half of it
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+		live[i][0] = 1
+	}
+	for i := range 3 {
+		// roots are 64 MiB and what the test binary holds besides, less
+		// than 64 MiB more: GOGC over 25 (half of it past 128 MiB), at
+		// most 50.
+		if p := collect(); p <= 25 || p > 50 {
+			t.Errorf("collection %d with 64 MiB live: GOGC %d, want 26–50", i, p)
+		}
+		// What the runtime runs with: set by that check or a later one.
+		if p := gogc(); p <= 25 || p > 50 {
+			t.Errorf("collection %d with 64 MiB live: the runtime's GOGC %d, want 26–50", i, p)
+		}
+	}
+	runtime.KeepAlive(live)
+	live = nil
+	if p := collect(); p != defaultGOGC {
+		t.Errorf("GOGC %d after a collection with the 64 MiB freed, want %d", p, defaultGOGC)
+	}
+	stop()
+	if got := gogc(); got != defaultGOGC {
+		t.Errorf("GOGC %d after the heap was freed, want %d", got, defaultGOGC)
 	}
 }

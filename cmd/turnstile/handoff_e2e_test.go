@@ -33,10 +33,17 @@ import (
 // the stopped replica until its stream ends UNAVAILABLE (handed off), and
 // watches it again on another replica from its last seq, in one call:
 // every turn completes, its events are the log's, gap-free, and the
-// interrupted output is discarded. It logs the pause each client saw
-// between its last event from the stopped replica and its first from the
-// other (BENCHMARKS.md, "SIGTERM hand-off"); TURNSTILE_HANDOFF_TURNS
-// replaces the counts (e.g. "24"), TURNSTILE_HANDOFF_ROUNDS repeats each.
+// interrupted output is discarded. It logs, for each count, three
+// measures of each client's wait (BENCHMARKS.md, "SIGTERM hand-off"): the
+// pause between its last event from the stopped replica and its first
+// from the other, which holds, besides the hand-off, the time since the
+// reply's last stored frame when the grace ended (up to
+// store.frame_interval, by where the stop falls between two frames); the
+// time from the grace's end (the SIGTERM's time and the shutdown grace)
+// to that first event: the stop, the release, the claim, the new owner's
+// first event and the watch; and the wait from its stream's end (the run
+// released) to that first event. TURNSTILE_HANDOFF_TURNS replaces the
+// counts (e.g. "24"), TURNSTILE_HANDOFF_ROUNDS repeats each.
 func TestHandOffOfManyTurns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three servers")
@@ -56,8 +63,8 @@ models:
 store:
   mode: nats
   nats: {url: %s}
-server: {shutdown_grace: 1s, drain_delay: 0s}
-`, url), 0o600); err != nil {
+server: {shutdown_grace: %s, drain_delay: 0s}
+`, url, handOffGrace), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	counts := []int{1, 8, 24}
@@ -92,46 +99,90 @@ server: {shutdown_grace: 1s, drain_delay: 0s}
 		t.Cleanup(func() { conn.Close() })
 		conns[i] = turnstilev1.NewAgentServiceClient(conn)
 	}
-	all := map[int][]time.Duration{}
+	all := map[int][]waits{}
 	for round := range rounds {
 		for _, n := range counts {
 			// The replica stopped this time, and the one its clients
 			// watch again on.
 			stop, other := round%len(procs), (round+1)%len(procs)
 			t.Run(fmt.Sprintf("%d turns", n), func(t *testing.T) {
-				pauses := handOff(t, conns[stop], conns[other], procs[stop], fmt.Sprintf("r%d-n%d", round, n), n)
-				all[n] = append(all[n], pauses...)
-				slices.Sort(pauses)
-				t.Logf("SIGTERM with %d running turns: the clients' pause across the hand-off: p50 %v, max %v (all: %v)",
-					n, pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond), roundAll(pauses))
+				ws := handOff(t, conns[stop], conns[other], procs[stop], fmt.Sprintf("r%d-n%d", round, n), n)
+				all[n] = append(all[n], ws...)
+				pauses := pick(ws, func(w waits) time.Duration { return w.pause })
+				t.Logf("SIGTERM with %d running turns: the clients' pause across the hand-off: p50 %v, max %v (all: %v); %s",
+					n, pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond), roundAll(pauses), summary(ws))
 			})
 			procs[stop] = startReplica(t, t, bin, config, procs[stop].addr)
 		}
 	}
 	for _, n := range counts {
-		pauses := all[n]
-		if len(pauses) == 0 {
+		if len(all[n]) == 0 {
 			continue
 		}
-		slices.Sort(pauses)
-		t.Logf("SIGTERM with %d running turns, %d rounds: pause p50 %v, p99 %v, max %v over %d turns",
-			n, rounds, pauses[len(pauses)/2].Round(time.Millisecond), pauses[(len(pauses)*99)/100].Round(time.Millisecond),
-			pauses[len(pauses)-1].Round(time.Millisecond), len(pauses))
+		t.Logf("SIGTERM with %d running turns, %d rounds, %d turns: %s", n, rounds, len(all[n]), summary(all[n]))
 	}
+}
+
+// waits are one client's measures of a hand-off (see
+// TestHandOffOfManyTurns).
+type waits struct {
+	// pause is from its last event before the hand-off to its first after.
+	pause time.Duration
+	// sinceGrace is from the shutdown grace's end to its first event
+	// after.
+	sinceGrace time.Duration
+	// afterEnd is from its stream's end to its first event after.
+	afterEnd time.Duration
+	// firstAfter is when its first event after came.
+	firstAfter time.Time
+}
+
+// handOffGrace is the stopped replica's shutdown grace.
+const handOffGrace = time.Second
+
+// summary gives the p50, p99 and max of each measure of ws.
+func summary(ws []waits) string {
+	var b strings.Builder
+	for i, m := range []struct {
+		name string
+		of   func(waits) time.Duration
+	}{
+		{"pause", func(w waits) time.Duration { return w.pause }},
+		{"since the grace's end", func(w waits) time.Duration { return w.sinceGrace }},
+		{"from the stream's end", func(w waits) time.Duration { return w.afterEnd }},
+	} {
+		ds := pick(ws, m.of)
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s p50 %v, p99 %v, max %v", m.name, ds[len(ds)/2].Round(time.Millisecond),
+			ds[(len(ds)*99)/100].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	}
+	return b.String()
+}
+
+// pick returns the measure of of each of ws, sorted.
+func pick(ws []waits, of func(waits) time.Duration) []time.Duration {
+	ds := make([]time.Duration, len(ws))
+	for i, w := range ws {
+		ds[i] = of(w)
+	}
+	slices.Sort(ds)
+	return ds
 }
 
 // handOff starts n turns on the replica a client talks to through on,
 // stops it (p) with SIGTERM once every turn streams, watches each turn
 // again through other when its stream ends, and returns each client's
-// pause across the hand-off.
-func handOff(t *testing.T, on, other turnstilev1.AgentServiceClient, p *process, prefix string, n int) []time.Duration {
+// waits across the hand-off.
+func handOff(t *testing.T, on, other turnstilev1.AgentServiceClient, p *process, prefix string, n int) []waits {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	// 150 words at 20ms: 3 s, longer than the grace (1s).
 	prompt := `[sim reply="` + strings.Repeat("word ", 149) + `end"] talk`
 	type result struct {
-		pause time.Duration
+		waits waits
 		err   error
 	}
 	results := make([]result, n)
@@ -141,37 +192,38 @@ func handOff(t *testing.T, on, other turnstilev1.AgentServiceClient, p *process,
 	for i := range n {
 		wg.Go(func() {
 			id := fmt.Sprintf("%s-%d", prefix, i)
-			results[i].pause, results[i].err = handedTurn(ctx, on, other, id, prompt, streaming.Done)
+			results[i].waits, results[i].err = handedTurn(ctx, on, other, id, prompt, streaming.Done)
 		})
 	}
 	streaming.Wait()
 	stopped := make(chan struct{})
+	graceEnd := time.Now().Add(handOffGrace)
 	go func() { p.kill(syscall.SIGTERM); close(stopped) }()
 	wg.Wait()
 	<-stopped
-	pauses := make([]time.Duration, n)
+	ws := make([]waits, n)
 	for i, r := range results {
 		if r.err != nil {
 			t.Fatalf("turn %d: %v", i, r.err)
 		}
-		pauses[i] = r.pause
+		ws[i] = r.waits
+		ws[i].sinceGrace = r.waits.firstAfter.Sub(graceEnd)
 	}
-	return pauses
+	return ws
 }
 
 // handedTurn runs turn id on on until its stream ends UNAVAILABLE (calling
 // streaming at its first text delta), then watches it again on other from
 // its last seq, to its end; it checks the events against the log and
-// returns the pause between the last event before the hand-off and the
-// first after.
-func handedTurn(ctx context.Context, on, other turnstilev1.AgentServiceClient, id, prompt string, streaming func()) (time.Duration, error) {
+// returns the client's waits across the hand-off.
+func handedTurn(ctx context.Context, on, other turnstilev1.AgentServiceClient, id, prompt string, streaming func()) (waits, error) {
 	req := &turnstilev1.RunTurnRequest{TurnId: id, Messages: []*turnstilev1.Message{{
 		Role: turnstilev1.Role_ROLE_USER, Parts: []*turnstilev1.Part{{Kind: &turnstilev1.Part_Text{Text: prompt}}},
 	}}}
 	stream, err := on.RunTurn(ctx, req)
 	if err != nil {
 		streaming()
-		return 0, err
+		return waits{}, err
 	}
 	var got []*turnstilev1.AgentEvent
 	var last time.Time
@@ -183,7 +235,7 @@ func handedTurn(ctx context.Context, on, other turnstilev1.AgentServiceClient, i
 				streaming()
 			}
 			if status.Code(err) != codes.Unavailable {
-				return 0, fmt.Errorf("the stream on the stopped replica ended %v, want UNAVAILABLE (handed off)", err)
+				return waits{}, fmt.Errorf("the stream on the stopped replica ended %v, want UNAVAILABLE (handed off)", err)
 			}
 			break
 		}
@@ -194,44 +246,46 @@ func handedTurn(ctx context.Context, on, other turnstilev1.AgentServiceClient, i
 			streaming()
 		}
 	}
+	ended := time.Now()
 	w, err := other.WatchTurn(ctx, &turnstilev1.WatchTurnRequest{TurnId: id, Attempt: 1, AfterSeq: got[len(got)-1].GetSeq()})
 	if err != nil {
-		return 0, err
+		return waits{}, err
 	}
-	var pause time.Duration
+	var ws waits
 	for {
 		resp, err := w.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("the watch on another replica ended %v after %s", err, wiretest.Names(got))
+			return waits{}, fmt.Errorf("the watch on another replica ended %v after %s", err, wiretest.Names(got))
 		}
-		if pause == 0 {
-			pause = time.Since(last)
+		if ws.pause == 0 {
+			ws.firstAfter = time.Now()
+			ws.pause, ws.afterEnd = ws.firstAfter.Sub(last), ws.firstAfter.Sub(ended)
 		}
 		got = append(got, resp.GetEvent())
 	}
 	if got[len(got)-1].GetTurnCompleted() == nil {
-		return 0, fmt.Errorf("no turn_completed: %s", wiretest.Names(got))
+		return waits{}, fmt.Errorf("no turn_completed: %s", wiretest.Names(got))
 	}
 	discarded := false
 	for _, ev := range got {
 		discarded = discarded || ev.GetRetry().GetDiscardPartial()
 	}
 	if !discarded {
-		return 0, fmt.Errorf("no retry told the client to drop the interrupted output: %s", wiretest.Names(got))
+		return waits{}, fmt.Errorf("no retry told the client to drop the interrupted output: %s", wiretest.Names(got))
 	}
 	log, _ := watchAll(ctx, other, id)
 	if len(log) != len(got) {
-		return 0, fmt.Errorf("the client saw %d events, the log holds %d", len(got), len(log))
+		return waits{}, fmt.Errorf("the client saw %d events, the log holds %d", len(got), len(log))
 	}
 	for i := range got {
 		if got[i].GetSeq() != uint64(i+1) || !proto.Equal(got[i], log[i]) {
-			return 0, fmt.Errorf("event %d differs from the log", i+1)
+			return waits{}, fmt.Errorf("event %d differs from the log", i+1)
 		}
 	}
-	return pause, nil
+	return ws, nil
 }
 
 // watchAll reads turn id's attempt 1 from its first event to its end.
