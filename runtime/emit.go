@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/turnstile-dev/turnstile/internal/tick"
 )
 
 // errSinkFailed is the cause of a turn's context when its sink failed.
@@ -46,9 +48,10 @@ type IdleSink interface {
 // A PacedSink is an [IdleSink] that takes a reply's deltas at a pace: a
 // delta that continues the last event handed on (more of the same text,
 // reasoning block or tool call's arguments) is held, and the following
-// ones merged into it, until Pace has passed since that event was handed
-// on (and the sink is idle), or until the merged text would pass
-// MaxMergedDelta. What begins something is not held for the pace: the
+// ones merged into it, until the first tick of the process's pace clock
+// at least half a Pace after that event was handed on (ticks a Pace apart,
+// which every turn of the process shares: package internal/tick) and the
+// sink is idle, or until the merged text would pass MaxMergedDelta. What begins something is not held for the pace: the
 // first delta of a reply, of a reasoning block or of a tool call, and
 // every other kind of event (the end of a call, a tool's start, an
 // approval asked, the turn's end), before which the held delta is handed
@@ -57,9 +60,9 @@ type IdleSink interface {
 // per chunk.
 type PacedSink interface {
 	IdleSink
-	// Pace returns the least time between two deltas of one text, reasoning
-	// block or tool call's arguments handed on; 0 is no floor. The runner
-	// reads it once, before the first Emit.
+	// Pace returns the time between two deltas of one text, reasoning
+	// block or tool call's arguments handed on (half of it at least); 0 is
+	// no floor. The runner reads it once, before the first Emit.
 	Pace() time.Duration
 }
 
@@ -177,7 +180,10 @@ func (e *emitter) emit(ctx context.Context, p Payload) uint64 {
 	}
 	var due time.Time
 	if held != nil && e.pace > 0 && continues(e.last, p) {
-		if at := e.lastAt.Add(e.pace); time.Now().Before(at) {
+		// The first tick of the pace at least half a pace after the last
+		// delta: every turn of the process hands its deltas on at the
+		// same ticks, and the store takes them together.
+		if at := tick.After(e.lastAt, e.pace, e.pace/2); time.Now().Before(at) {
 			due = at
 		}
 	}

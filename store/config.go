@@ -67,15 +67,19 @@ type Config struct {
 	// the process and writes no lease), and how long a run left without an
 	// owner waits before a watcher adopts it (default 2s; at least 500ms).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
-	// FrameInterval is the least time between two writes of a reply's
-	// streamed text to the log (the deltas of one text, reasoning block or
-	// tool call's arguments): what the model streams meanwhile is stored,
-	// and sent, as one event. The first delta of each, and every other
-	// event, is stored at once. A client sees only what is stored, so the
-	// text it watches may lag the model by up to this much. 0 stores each
-	// delta as soon as the previous write is acknowledged: a write per
-	// chunk of a model that streams slower than the store answers (default
-	// 100ms; at most 10s).
+	// FrameInterval is how often a reply's streamed text is written to
+	// the log (the deltas of one text, reasoning block or tool call's
+	// arguments): what the model streams meanwhile is stored, and sent, as
+	// one event, at the ticks of a clock every turn of the process shares
+	// (whole multiples of the interval from a whole second), so the log
+	// takes the writes of many turns together, which costs it less per
+	// write; two writes of one text are at least half an interval apart, a
+	// steady stream's one interval. The first delta of each, and every
+	// other event, is stored at once. A client sees only what is stored, so
+	// the text it watches may lag the model by up to one and a half
+	// intervals. 0 stores each delta as soon as the previous write is
+	// acknowledged: a write per chunk of a model that streams slower than
+	// the store answers (default 100ms; at most 10s).
 	FrameInterval time.Duration `yaml:"frame_interval"`
 	// NATS says how to reach the cluster in mode nats.
 	NATS NATS `yaml:"nats"`

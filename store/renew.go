@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstile-dev/turnstile/internal/tick"
 )
 
 // renewLoop starts the renewal of the run's lease: three times per lease
@@ -35,7 +36,7 @@ func (w *writer) renewLoop() {
 	w.renewMu.Lock()
 	defer w.renewMu.Unlock()
 	w.renewHalted, w.renewEnded = false, false
-	w.renewTimer = time.AfterFunc(w.s.cfg.LeaseTTL/3, w.renewTick)
+	w.renewTimer = time.AfterFunc(w.s.renewWait(), w.renewTick)
 }
 
 // renewTick is one attempt of the renewal, on the timer's goroutine; it
@@ -55,7 +56,7 @@ func (w *writer) renewTick() {
 	case lost || w.renewHalted || w.stopped():
 		w.renewEnd()
 	case renewed:
-		w.renewTimer.Reset(w.s.cfg.LeaseTTL / 3)
+		w.renewTimer.Reset(w.s.renewWait())
 	default:
 		w.renewTimer.Reset(min(renewRetry, w.s.cfg.LeaseTTL/3))
 	}
@@ -105,6 +106,17 @@ func (w *writer) renewEnd() {
 	w.renewEnded = true
 	w.beatAt.Store(0) // stopped: a claim need not wait
 	w.renew.Done()
+}
+
+// renewWait returns how long a run waits for its lease's next renewal:
+// until the next tick of the process's clock of renewals, three a lease
+// TTL (package internal/tick), so the renewals of every run of the process
+// (and of every replica whose clock agrees) come together and the lease
+// bucket takes them in one round of its replication; two renewals are at
+// most a third of the TTL apart.
+func (s *Store) renewWait() time.Duration {
+	every := s.cfg.LeaseTTL / 3
+	return time.Until(tick.After(time.Now(), every, time.Nanosecond))
 }
 
 // renewRetry is the pause before a failed renewal is made again.
