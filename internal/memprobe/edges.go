@@ -89,19 +89,7 @@ store: {mode: off}
 	cmd.Stderr = logs
 	check(cmd.Start())
 	s := &server{cmd: cmd, addr: addr, dir: dir}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			fail("the server did not start: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s.awaitListening()
 	time.Sleep(200 * time.Millisecond) // its start-up lines
 	return s, logs
 }

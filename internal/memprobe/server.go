@@ -67,12 +67,19 @@ log: {level: warn}
 		copyTo = f
 	}
 	go s.scanLog(stderr, copyTo)
+	s.awaitListening()
+	return s
+}
+
+// awaitListening waits up to 30 s for the server to accept connections,
+// and stops it and fails when it does not.
+func (s *server) awaitListening() {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := net.DialTimeout("tcp", s.addr, time.Second)
 		if err == nil {
 			c.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			s.stop()
@@ -80,7 +87,6 @@ log: {level: warn}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s
 }
 
 func (s *server) stop() {
