@@ -173,15 +173,25 @@ func TestFailedClaimHandsTheRunBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		cctx, cancel := context.WithCancel(ctx)
+		// The watch of the fence ends with the claim: a claim that got
+		// through may return before its fence is delivered here, and the
+		// unsubscribed channel is never closed.
+		claimed := make(chan struct{})
 		go func() {
-			for m := range fenced {
-				if string(m.Data) == "claimed by "+b.id {
-					cancel()
+			for {
+				select {
+				case m := <-fenced:
+					if string(m.Data) == "claimed by "+b.id {
+						cancel()
+						return
+					}
+				case <-claimed:
 					return
 				}
 			}
 		}()
 		_, _, _, err = b.Claim(cctx, k.turnID, k.attempt, nop)
+		close(claimed)
 		cancel()
 		_ = sub.Unsubscribe()
 		if err == nil {
