@@ -41,7 +41,7 @@ func (noOwnerError) Orphaned() bool { return true }
 func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(first uint64, events [][]byte) bool) (uint64, error) {
 	for {
 		b, err := held(s.keeper, ctx, func(ctx context.Context) (directRead, error) {
-			return directBatch(ctx, s.nc, s.stream, k.events(), after+1)
+			return directBatch(ctx, s.closed, s.nc, s.stream, k.events(), after+1)
 		})
 		if err != nil {
 			return after, fmt.Errorf("store: read run: %w", err)
@@ -80,22 +80,22 @@ const (
 	// directBatchBytes bounds the bytes one request's answer brings, a
 	// frame beyond it coming alone.
 	directBatchBytes = 64 << 10
-	// directGetTimeout bounds a request made without a deadline: the
-	// jetstream package's default for its API requests.
+	// directGetTimeout bounds each request, whatever its caller's
+	// deadline: the jetstream package's default for its API requests.
 	directGetTimeout = 5 * time.Second
 )
 
 // directBatch reads the messages of subject from the stream sequence
 // from on, in a batch of one direct get request. A subject without any
-// from there is an empty batch, not an error. A request under a context
-// without a deadline waits directGetTimeout at most, as the jetstream
-// package's single gets do.
-func directBatch(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64) (directRead, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, directGetTimeout)
-		defer cancel()
-	}
+// from there is an empty batch, not an error. A request waits
+// directGetTimeout at most, as the jetstream package's single gets do,
+// whatever deadline ctx has: an answer lost with the connection (closing
+// one drops the replies on their way, and leaves the inbox's channel open)
+// must not hold a watch for its client's whole deadline. It fails with
+// [ErrClosed] once closed (the store's) is.
+func directBatch(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64) (directRead, error) {
+	ctx, cancel := context.WithTimeout(ctx, directGetTimeout)
+	defer cancel()
 	req, err := json.Marshal(struct {
 		Seq      uint64 `json:"seq"`
 		NextFor  string `json:"next_by_subj"`
@@ -127,6 +127,8 @@ func directBatch(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, su
 		case m = <-answer:
 		case <-ctx.Done():
 			return directRead{}, ctx.Err()
+		case <-closed:
+			return directRead{}, ErrClosed
 		}
 		switch status := m.Header.Get(statusHeader); status {
 		case "":
@@ -301,6 +303,10 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 				quiet.Reset(s.cfg.LeaseTTL)
 			case <-ctx.Done():
 				yield(nil, ctx.Err())
+				return
+			case <-s.closed:
+				// The live subscription is gone with the connection.
+				yield(nil, ErrClosed)
 				return
 			}
 		}
