@@ -256,7 +256,20 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 			})
 			return err
 		}
-		if err := catchUp(); err != nil {
+		start := catchUp
+		if afterSeq > 0 {
+			// A watch from an event on (a client that re-attaches) needs the
+			// log only from the frame that holds it, most often the last.
+			start = func() error {
+				seq, ok, err := s.readFromLast(ctx, k, next, deliver)
+				if err != nil || ok {
+					read = seq
+					return err
+				}
+				return catchUp()
+			}
+		}
+		if err := start(); err != nil {
 			yield(nil, err)
 			return
 		}
@@ -311,6 +324,42 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 			}
 		}
 	}
+}
+
+// readFromLast is the first read of a watch of run k that yields its
+// events from index next on: the log's last frame, by one direct get,
+// handed to deliver when it holds event next or any before it (frames are
+// stored in the order of their events, so no earlier frame holds an event
+// the watch needs). It returns the stream sequence of the last frame read,
+// from which the reads that follow go on, and false when the events the
+// watch needs begin before the last frame: the log is read from its start
+// then. A log without a frame is read whole (true, at 0): its frames come
+// on the watch's live subscription, made before.
+//
+// A client that re-attaches after a hand-off, which holds every event the
+// log has, read the whole log before: each frame of the run one reply,
+// which the new owner's claim reads too, and which, with many runs handed
+// off at once, were most of what NATS answered (BENCHMARKS.md, issue 37,
+// row 4).
+func (s *Store) readFromLast(ctx context.Context, k runKey, next uint64, deliver func(first uint64, events [][]byte) bool) (uint64, bool, error) {
+	m, err := held(s.keeper, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return s.stream.GetLastMsgForSubject(ctx, k.events())
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, true, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("store: read run: %w", err)
+	}
+	first, events, err := decodeFrame(m.Header, m.Data)
+	if err != nil {
+		return 0, false, err
+	}
+	if first > next {
+		return 0, false, nil
+	}
+	deliver(first, events)
+	return m.Sequence, true, nil
 }
 
 // ownerGone reports whether run k has no lease and no event stored after
