@@ -66,11 +66,14 @@ func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(
 	}
 }
 
-// directRead is one batch of a direct get: its messages, and whether
-// more may follow them.
+// directRead is one batch of a direct get: its messages, whether more
+// may follow them, and the stream sequence of its last message (read
+// from the batch's end, which says it whether or not the messages carry
+// their headers).
 type directRead struct {
 	msgs []*nats.Msg
 	more bool
+	last uint64
 }
 
 // Bounds of one batched direct get.
@@ -94,14 +97,25 @@ const (
 // must not hold a watch for its client's whole deadline. It fails with
 // [ErrClosed] once closed (the store's) is.
 func directBatch(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64) (directRead, error) {
+	return directBatchOf(ctx, closed, nc, stream, subject, from, false)
+}
+
+// directBatchOf is [directBatch], whose messages come without their
+// headers when noHeaders is set (JetStream's no_hdr): the stored ones,
+// and the six the server adds to each message of a batch (the stream,
+// the subject, the sequence, the time, the pending and last sequences),
+// each written by the server and parsed by the client. A server that
+// does not know the field sends them as before.
+func directBatchOf(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64, noHeaders bool) (directRead, error) {
 	ctx, cancel := context.WithTimeout(ctx, directGetTimeout)
 	defer cancel()
 	req, err := json.Marshal(struct {
-		Seq      uint64 `json:"seq"`
-		NextFor  string `json:"next_by_subj"`
-		Batch    int    `json:"batch"`
-		MaxBytes int    `json:"max_bytes"`
-	}{from, subject, directBatchFrames, directBatchBytes})
+		Seq       uint64 `json:"seq"`
+		NextFor   string `json:"next_by_subj"`
+		Batch     int    `json:"batch"`
+		MaxBytes  int    `json:"max_bytes"`
+		NoHeaders bool   `json:"no_hdr,omitempty"`
+	}{from, subject, directBatchFrames, directBatchBytes, noHeaders})
 	if err != nil {
 		return directRead{}, err
 	}
@@ -135,6 +149,7 @@ func directBatch(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, str
 			r.msgs = append(r.msgs, m)
 		case "204": // the batch's end: more when some are pending
 			pending, _ := strconv.ParseUint(m.Header.Get(numPendingHeader), 10, 64)
+			r.last, _ = strconv.ParseUint(m.Header.Get(lastSeqHeader), 10, 64)
 			r.more = pending > 0 && len(r.msgs) > 0
 			return r, nil
 		case "404": // none from there on
@@ -154,6 +169,7 @@ const (
 	statusHeader      = "Status"
 	descriptionHeader = "Description"
 	numPendingHeader  = "Nats-Num-Pending"
+	lastSeqHeader     = "Nats-Last-Sequence"
 )
 
 // decodeFrame returns the index of a frame's first event and its events.

@@ -86,3 +86,75 @@ func TestReattachReadsFromTheLastFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimReadsFramesWithoutHeaders (issue 37, row 4): a claim reads its
+// run's frames without their headers, which were most of each reply (the
+// frame's own four and six more the server writes one at a time), and
+// still gets every event in order. The headers are what it does not read
+// (a reply to the claim with a frame's first-event index in it is one);
+// the events, across several batches, are TestLogReadInBatches'.
+func TestClaimReadsFramesWithoutHeaders(t *testing.T) {
+	const frames = 20
+	url := natstest.Start(t)
+	s := openNATS(t, url)
+	ctx := t.Context()
+	const id = "headless"
+	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
+		t.Fatalf("Create = %v, %v", created, err)
+	}
+	for i := 1; i <= frames; i++ {
+		acked := make(chan error, 1)
+		if err := s.Append(ctx, id, 1, fmt.Appendf(nil, "e%d", i), func(err error) { acked <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acked; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Release(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	inboxes, err := nc.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	claimer := openNATS(t, url)
+	_, events, _, err := claimer.Claim(ctx, id, 1, func(string) []byte { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != frames {
+		t.Fatalf("the claim read %d events, want %d", len(events), frames)
+	}
+	for i, b := range events {
+		if want := fmt.Sprintf("e%d", i+1); string(b) != want {
+			t.Fatalf("event %d is %q, want %q", i+1, b, want)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	withHeaders, replies := 0, 0
+	for {
+		m, err := inboxes.NextMsg(0)
+		if err != nil {
+			break // none left: every reply sent before the flush's is in
+		}
+		replies++
+		if m.Header.Get("Turnstile-First-Event") != "" {
+			withHeaders++
+		}
+	}
+	if withHeaders > 0 {
+		t.Errorf("%d of the %d replies to the claim carried a frame's headers, want none", withHeaders, replies)
+	}
+	t.Logf("%d replies", replies)
+}
