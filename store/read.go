@@ -232,7 +232,9 @@ func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error
 // It holds no JetStream consumer: stored frames are read by direct gets,
 // and live ones arrive on a core NATS subscription to the run's subject,
 // made first; a frame missed there (a slow reader) is read from the store,
-// as is, after a lease TTL without a frame, any frame stored since.
+// as is, after a lease TTL without a frame, any frame stored since, and,
+// until the first frame comes live, what was stored since the last read,
+// 25 ms after the first read and then twice as long each time.
 func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		k := runKey{turnID, attempt}
@@ -291,19 +293,60 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 		}
 		quiet := time.NewTimer(s.cfg.LeaseTTL)
 		defer quiet.Stop()
+		// Until a frame comes live, the log is read again after settleFirst,
+		// then after twice as long each time, up to a lease TTL: a frame
+		// published before the live subscription was in place, and stored
+		// only after the first read (the stream may answer a read before
+		// it stores a frame sent to it earlier), reaches the watch
+		// neither way, and with nothing after it (a run's last frames: the
+		// rest of a turn taken over after a hand-off) the watch waited for
+		// its first quiet check, a lease TTL later (TestShutdownHandsOff,
+		// a few runs in a hundred, on main too). The first frame that
+		// comes live ends it: a frame missed before it leaves a gap, which
+		// is read then.
+		settleWait := settleFirst
+		settle := time.NewTimer(min(settleWait, s.cfg.LeaseTTL))
+		defer settle.Stop()
+		settled := settle.C
 		for !stopped {
 			select {
+			case <-settled:
+				if err := catchUp(); err != nil {
+					if !stopped {
+						yield(nil, err)
+					}
+					return
+				}
+				if settleWait *= 2; settleWait < s.cfg.LeaseTTL {
+					settle.Reset(settleWait)
+				} else {
+					settled = nil
+				}
 			case m := <-live:
+				if settled != nil {
+					settle.Stop()
+					settled = nil
+				}
 				first, events, err := decodeFrame(m.Header, m.Data)
 				if err != nil {
 					yield(nil, err)
 					return
 				}
 				if deliver(first, events) {
-					// Missed frames: the store has them, this one included.
+					// Missed frames: the store has them. This one it may
+					// not have yet: a frame reaches its subscribers as it
+					// is published, before the stream stores it. What the
+					// read leaves of it comes from the frame itself; a
+					// watch whose read filled the gap but not this frame's
+					// events waited for a frame after it or, for a run's
+					// last frame, for its first quiet check, a lease TTL
+					// later.
 					if err := catchUp(); err != nil {
 						yield(nil, err)
 						return
+					}
+					if !stopped {
+						deliver(first, events)
 					}
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
@@ -341,6 +384,10 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 		}
 	}
 }
+
+// settleFirst is how long after its first read a watch that has had no
+// frame live reads the log again (see [Store.Events]).
+const settleFirst = 25 * time.Millisecond
 
 // readFromLast is the first read of a watch of run k that yields its
 // events from index next on: the log's last frame, by one direct get,
