@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,9 @@ type publisher struct {
 	// see puback.go.
 	ownAcks bool
 	acks    ackInbox
+	// framesHeld counts the frames encoded for an attempt under way whose
+	// buffers are not given back yet (see [publisher.publishOut]).
+	framesHeld atomic.Int32
 }
 
 // newPublisher returns the publisher of a store on nc and js; with ownAcks
@@ -104,6 +108,24 @@ func (p *publisher) forgetAck(f jetstream.PubAckFuture) {
 // takes writes, unless stored finds msg in the log: its acknowledgement
 // was on its way when the write after it failed.
 func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
+	return p.retried(ctx, msg, nil, dedupe, stored)
+}
+
+// publishFrame is publishRetried of msg with f's frame as its data, which
+// each attempt encodes afresh from f's events and gives back once its
+// publish returned (see [outFrame], [publisher.publishOut]): a retry
+// publishes the same bytes, and no frame is held while its
+// acknowledgement is waited for.
+func (p *publisher) publishFrame(ctx context.Context, msg *nats.Msg, f *outFrame, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
+	return p.retried(ctx, msg, f, dedupe, stored)
+}
+
+// retried is publishRetried, of f's frame as msg's data when f is not nil.
+func (p *publisher) retried(ctx context.Context, msg *nats.Msg, f *outFrame, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
+	size := len(msg.Data)
+	if f != nil {
+		size = f.size()
+	}
 	for {
 		// Without a message id an attempt waits as long as ctx lets it:
 		// no timer of its own.
@@ -111,7 +133,7 @@ func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bo
 		if dedupe {
 			tctx, tcancel = context.WithTimeout(ctx, publishTry)
 		}
-		ack, err, halted := p.attempt(tctx, msg)
+		ack, err, halted := p.attempt(tctx, msg, f)
 		tcancel()
 		if halted != nil {
 			// The keeper restarts the embedded JetStream: wait for it.
@@ -133,7 +155,7 @@ func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bo
 			p.logger.Debug("turn store: publish stopped by a failed write; made again", "subject", msg.Subject)
 			continue
 		}
-		p.keeper.noteWrite(msg, err)
+		p.keeper.noteWrite(msg, size, err)
 		if err == nil || isWrongLastSeq(err) || isClosed(p.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !p.keeper.waitRoom(msg.Subject, err) {
 			return ack, err
 		}
@@ -148,15 +170,48 @@ func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bo
 	}
 }
 
-// attempt makes one attempt of publishRetried: with the embedded file
-// store, under the keeper's hold on writes ([keeper.attempt]), which ends
-// it with errWriteFailed when the server failed a write, or, while the
-// keeper restarts the server, returns the channel closed once it may be
-// made.
-func (p *publisher) attempt(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error, <-chan struct{}) {
+// attempt makes one attempt of retried, of f's frame when f is not nil:
+// with the embedded file store, under the keeper's hold on writes
+// ([keeper.attempt]), which ends it with errWriteFailed when the server
+// failed a write, or, while the keeper restarts the server, returns the
+// channel closed once it may be made.
+func (p *publisher) attempt(ctx context.Context, msg *nats.Msg, f *outFrame) (*jetstream.PubAck, error, <-chan struct{}) {
 	return p.keeper.attempt(ctx, func(ctx context.Context) (*jetstream.PubAck, error) {
+		if f != nil {
+			return p.publishOut(ctx, msg, f)
+		}
 		return p.publishMsg(ctx, msg)
 	})
+}
+
+// publishOut is publishMsg of msg with f's frame as its data, encoded for
+// this attempt and given back as soon as the publish returned: nats.go
+// copied it into its connection's buffer. The embedded store, which reads
+// its acknowledgements itself, gives it back before it waits for the
+// acknowledgement; with a NATS cluster, nats.go's client waits for it
+// inside its publish.
+func (p *publisher) publishOut(ctx context.Context, msg *nats.Msg, f *outFrame) (*jetstream.PubAck, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.framesHeld.Add(1)
+	msg.Data = f.data()
+	given := func() {
+		msg.Data = nil
+		f.drop()
+		p.framesHeld.Add(-1)
+	}
+	if !p.ownAcks {
+		ack, err := p.js.PublishMsg(ctx, msg)
+		given()
+		return ack, err
+	}
+	fut, err := p.acks.publishAsync(p.nc, msg)
+	given()
+	if err != nil {
+		return nil, err
+	}
+	return p.acks.wait(ctx, fut, p.closed)
 }
 
 // mayPass reports whether a failed publish may be made again: the stream
