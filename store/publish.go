@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,10 @@ type publisher struct {
 	// framesHeld counts the frames encoded for an attempt under way whose
 	// buffers are not given back yet (see [publisher.publishOut]).
 	framesHeld atomic.Int32
+	// frameBuf is the buffer the embedded store's frames are encoded
+	// into, under frameMu, one publish at a time.
+	frameMu  sync.Mutex
+	frameBuf []byte
 }
 
 // newPublisher returns the publisher of a store on nc and js; with ownAcks
@@ -187,27 +192,39 @@ func (p *publisher) attempt(ctx context.Context, msg *nats.Msg, f *outFrame) (*j
 // publishOut is publishMsg of msg with f's frame as its data, encoded for
 // this attempt and given back as soon as the publish returned: nats.go
 // copied it into its connection's buffer. The embedded store, which reads
-// its acknowledgements itself, gives it back before it waits for the
-// acknowledgement; with a NATS cluster, nats.go's client waits for it
-// inside its publish.
+// its acknowledgements itself, encodes every frame into one buffer of the
+// publisher's, under its lock, and waits for the acknowledgement after
+// it: the connection takes one publish at a time anyway (under its own
+// lock), and turns that write at the same tick, each encoding its frame
+// into a buffer of its own and then waiting for the connection, held a
+// buffer each, which a pool kept after them (32 MB live at the peak of
+// 300 never-reading streams, issue 37). With a NATS cluster, nats.go's
+// client waits for the acknowledgement inside its publish, so each
+// attempt takes a buffer of framePool for that long.
 func (p *publisher) publishOut(ctx context.Context, msg *nats.Msg, f *outFrame) (*jetstream.PubAck, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p.framesHeld.Add(1)
-	msg.Data = f.data()
-	given := func() {
-		msg.Data = nil
-		f.drop()
-		p.framesHeld.Add(-1)
-	}
 	if !p.ownAcks {
+		buf := framePool.Get().(*[]byte)
+		p.framesHeld.Add(1)
+		msg.Data = encodeFrame(f.batch, *buf)
 		ack, err := p.js.PublishMsg(ctx, msg)
-		given()
+		keepFrameBuffer(buf, msg.Data)
+		msg.Data = nil
+		p.framesHeld.Add(-1)
 		return ack, err
 	}
+	p.frameMu.Lock()
+	p.framesHeld.Add(1)
+	msg.Data = encodeFrame(f.batch, p.frameBuf)
 	fut, err := p.acks.publishAsync(p.nc, msg)
-	given()
+	if cap(msg.Data) <= maxFrame {
+		p.frameBuf = msg.Data[:0]
+	}
+	msg.Data = nil
+	p.framesHeld.Add(-1)
+	p.frameMu.Unlock()
 	if err != nil {
 		return nil, err
 	}

@@ -235,48 +235,37 @@ func encodeFrame(batch []pending, buf []byte) []byte {
 	return frame
 }
 
-// framePool holds the buffers frames are encoded into. A new buffer a
-// frame made a copy of every event stored, garbage once published (363 MB
-// over a run of 1,000 streams of 20,000-word replies: BENCHMARKS.md,
-// issue 37), which the collector's goal let pile up.
+// framePool holds the buffers frames are encoded into with a NATS
+// cluster, one for each attempt to publish a frame under way (see
+// [publisher.publishOut]). A new buffer a frame made a copy of every
+// event stored, garbage once published (363 MB over a run of 1,000
+// streams of 20,000-word replies: BENCHMARKS.md, issue 37), which the
+// collector's goal let pile up.
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
 
+// keepFrameBuffer puts buf back in framePool, holding frame, which was
+// encoded into it: a frame of one event larger than maxFrame is not kept
+// for the next.
+func keepFrameBuffer(buf *[]byte, frame []byte) {
+	if cap(frame) <= maxFrame {
+		*buf = frame[:0]
+		framePool.Put(buf)
+	}
+}
+
 // outFrame is a frame on its way to the log: its events, which the writer
-// holds until they are acknowledged anyway, encoded into a buffer of
-// framePool for each attempt to publish them and given back as soon as
-// the attempt's publish returned, not when it is acknowledged. nats.go
-// copies a message into its connection's buffer before its publish
-// returns, so the encoded frame is needed after that only to publish it
-// again, and a retry encodes the same bytes afresh. A frame held across
-// its acknowledgement made every writer with a frame in flight hold a
-// buffer of up to maxFrame bytes, all at once when the turns write at the
-// same tick (51 MB of 255 MB live at the peak of 300 never-reading
-// streams: BENCHMARKS.md, issue 37).
+// holds until they are acknowledged anyway, encoded for each attempt to
+// publish them into a buffer given back as soon as the attempt's publish
+// returned, not when it is acknowledged (see [publisher.publishOut]).
+// nats.go copies a message into its connection's buffer before its
+// publish returns, so the encoded frame is needed after that only to
+// publish it again, and a retry encodes the same bytes afresh. A frame
+// held across its acknowledgement made every writer with a frame in
+// flight hold a buffer of up to maxFrame bytes, all at once when the
+// turns write at the same tick (51 MB of 255 MB live at the peak of 300
+// never-reading streams: BENCHMARKS.md, issue 37).
 type outFrame struct {
 	batch []pending
-	// buf is the pooled buffer of the encoded frame, nil when none is
-	// held (between attempts, and once published).
-	buf *[]byte
-}
-
-// data encodes the frame into a pooled buffer, held until drop.
-func (f *outFrame) data() []byte {
-	f.buf = framePool.Get().(*[]byte)
-	*f.buf = encodeFrame(f.batch, (*f.buf)[:0])
-	return *f.buf
-}
-
-// drop gives the encoded frame's buffer back to the pool: a frame of one
-// event larger than maxFrame is not kept for the next.
-func (f *outFrame) drop() {
-	if f.buf == nil {
-		return
-	}
-	if cap(*f.buf) <= maxFrame {
-		*f.buf = (*f.buf)[:0]
-		framePool.Put(f.buf)
-	}
-	f.buf = nil
 }
 
 // size returns the encoded frame's length, without encoding it.
