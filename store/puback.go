@@ -231,7 +231,8 @@ const statusNoResponders = "503"
 // ackInbox is the store's own reply subscription for the acknowledgements
 // of publishes it does not wait on (the first write of each run's lease),
 // in place of nats.go's asynchronous publisher, which decodes each with
-// encoding/json.
+// encoding/json, and of the frames of the embedded store, which wait for
+// theirs after their publish returned ([ackInbox.wait]), not inside it.
 type ackInbox struct {
 	prefix string // the reply subjects' prefix; a token follows it
 	sub    *nats.Subscription

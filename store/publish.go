@@ -34,8 +34,8 @@ type publisher struct {
 	// room (failedwrite.go, capacity.go).
 	keeper *keeper
 	// ownAcks says that the publisher reads its publishes'
-	// acknowledgements itself, acks the inbox of those it does not wait on:
-	// see puback.go.
+	// acknowledgements itself, acks the inbox of those it does not wait on
+	// and of the frames: see puback.go.
 	ownAcks bool
 	acks    ackInbox
 	// framesHeld counts the frames encoded for an attempt under way whose
