@@ -508,7 +508,9 @@ func TestTransportFailureDuringToolIsNotRetried(t *testing.T) {
 	}}
 	rep := newReplica(t, p, tool)
 	addr, srv := serve(t, rep)
-	c := newClient(t, addr, client.WithMaxStepRetries(3))
+	// The server does not come back: the client re-attaches for a second,
+	// not the default 30, before it reports the break.
+	c := newClient(t, addr, client.WithMaxStepRetries(3), client.WithReattachTimeout(time.Second))
 
 	turn := c.RunTurn(t.Context(), userRequest("deploy it"))
 	var err error

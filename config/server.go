@@ -42,7 +42,10 @@ type Server struct {
 	// beside it, and at least 1 MiB a running turn (2 MiB with the turn
 	// store on). A turn refused while the memory held is past 85% first
 	// ends, with the store on, the turns nobody reads of the key that
-	// runs the most (a stored retryable UNAVAILABLE). Default: the Go
+	// runs the most (a stored retryable UNAVAILABLE). Past 85%, the
+	// replica takes over no turn of a replica that went away either:
+	// another replica does, or the turn's first watcher ends it with a
+	// stored retryable UNAVAILABLE. Default: the Go
 	// runtime's memory limit (GOMEMLIMIT, which serve sets to 90% of a
 	// container's cgroup memory.max), none without one; 0: no bound.
 	MemoryLimit *int64 `yaml:"memory_limit"`

@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
+	"iter"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fake"
 	"github.com/turnstile-dev/turnstile/internal/wiretest"
 	"github.com/turnstile-dev/turnstile/llm"
+	"github.com/turnstile-dev/turnstile/runtime"
 	"github.com/turnstile-dev/turnstile/server"
 )
 
@@ -173,5 +176,59 @@ func TestMemoryShedsUnread(t *testing.T) {
 	const completed = "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
 	if st.Code() != codes.OK || wiretest.Names(evs) != completed {
 		t.Fatalf("the other key's turn: %v, events %s; want OK, %s", st, wiretest.Names(evs), completed)
+	}
+}
+
+// TestTakeoverNearMemoryLimit: a replica whose memory is past 85% of
+// server.memory_limit takes no turn over, so that the death of one replica
+// does not take its survivors past their limits one after the other. The
+// owner of a turn dies mid-reply; the only other replica is near its limit:
+// it does not claim the run when its lease expires, and a client watching
+// the turn there reads it closed with a retryable UNAVAILABLE error saying
+// it was not resumed, the model never called again. Once the memory is
+// back under the marks, the next attempt runs there.
+func TestTakeoverNearMemoryLimit(t *testing.T) {
+	t.Parallel()
+	p := &byCall{script: func(ctx context.Context, n int) iter.Seq2[llm.Chunk, error] {
+		if n == 1 {
+			return chunks(ctx, true, textChunk("Hel"))
+		}
+		return chunks(ctx, false, fake.Text("Hello")...)
+	}}
+	var used atomic.Uint64 // replica b's memory, as it reads it
+	used.Store(90 << 20)
+	rs := startReplicas(t, 2, func(int) *runtime.Runner { return runner(t, p) }, func(i int) server.Options {
+		o := server.Options{DetachGrace: 5 * time.Second}
+		if i == 1 {
+			o.MemoryLimit, o.TurnMemory, o.MemoryInUse = 100<<20, 1<<20, used.Load
+		}
+		return o
+	})
+	rp := &replicaPair{a: rs[0], b: rs[1], storeA: rs[0].store, provider: p}
+	head, cut := rp.runUntil(t, textSoFar("Hel"))
+	rp.kill(cut)
+	rp.b.logs.awaitLine(t, "turn not taken over: this server runs no more turns")
+	all, st := resumeOnB(t, rp, head)
+	if st.Code() != codes.Unavailable {
+		t.Fatalf("status %v, want UNAVAILABLE", st)
+	}
+	if got, want := wiretest.Names(all), "TurnStarted LlmCallStarted TextDelta Error"; got != want {
+		t.Fatalf("events %s, want %s", got, want)
+	}
+	e := all[len(all)-1].GetError()
+	if e.GetCode() != turnstilev1.ErrorCode_ERROR_CODE_UNAVAILABLE || !e.GetRetryable() || !strings.Contains(e.GetMessage(), "was not resumed (this server runs as many turns as it may)") {
+		t.Errorf("error event %v, want a retryable UNAVAILABLE saying the turn was not resumed", e)
+	}
+	if n := p.calls(); n != 1 {
+		t.Errorf("model calls = %d, want 1: the replica near its limit resumed the turn", n)
+	}
+
+	used.Store(0)
+	req := hello()
+	req.Attempt = 2
+	evs, st := wiretest.Collect(t, t.Context(), rp.b.client, req, nil)
+	const completed = "TurnStarted LlmCallStarted TextDelta LlmCallFinished Usage MessageCompleted TurnCompleted"
+	if st.Code() != codes.OK || wiretest.Names(evs) != completed {
+		t.Fatalf("the next attempt: %v, events %s; want OK, %s", st, wiretest.Names(evs), completed)
 	}
 }

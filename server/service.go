@@ -94,7 +94,7 @@ func newService(r turnRunner, opts *Options) *service {
 	}
 	if opts.Store != nil {
 		s.runs = durable.New(durable.Config{
-			Store: opts.Store, Runner: r, Logger: opts.Logger, Keys: s.keys, Gate: s.gate,
+			Store: opts.Store, Runner: r, Logger: opts.Logger, Keys: s.keys, Gate: s.gate, Memory: s.memory,
 			Streams: s.streams(), DetachGrace: opts.DetachGrace, Pace: opts.StorePace, MaxRunning: opts.MaxRunningTurns,
 			MaxEventBytes: opts.MaxEventBytes, Checks: s.checks(), Now: opts.Clock,
 		})

@@ -224,10 +224,11 @@ func (kp *keeper) keep() {
 	}
 }
 
-// noteWrite is told the outcome of each publish to the log: a write
-// refused for room starts a pass of the keeper, which makes room for it,
+// noteWrite is told the outcome of each publish to the log, msg with
+// size bytes of data (a frame's, which is not kept in msg between
+// attempts: see [outFrame]): a write refused for room starts a pass of the keeper, which makes room for it,
 // and refuses new turns when it cannot.
-func (kp *keeper) noteWrite(msg *nats.Msg, err error) {
+func (kp *keeper) noteWrite(msg *nats.Msg, size int, err error) {
 	if err == nil || kp.kick == nil {
 		return
 	}
@@ -239,7 +240,7 @@ func (kp *keeper) noteWrite(msg *nats.Msg, err error) {
 	if full != nil {
 		// What JetStream counts: subject, headers, data, and its own
 		// bytes per record.
-		need := uint64(len(msg.Subject) + len(msg.Data) + 64)
+		need := uint64(len(msg.Subject) + size + 64)
 		for k, vs := range msg.Header {
 			for _, v := range vs {
 				need += uint64(len(k) + len(v) + 4)

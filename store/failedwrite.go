@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -215,9 +214,10 @@ func (kp *keeper) findStored(ctx context.Context, stored storedFunc) (ack *jetst
 	}
 }
 
-// storedFrame returns the function that finds frame, published to w's run
-// as its next one, in the log.
-func (w *writer) storedFrame(frame []byte) storedFunc {
+// storedFrame returns the function that finds f, published to w's run as
+// its next frame, in the log: its first event's index and its events, as
+// f encodes them.
+func (w *writer) storedFrame(f *outFrame) storedFunc {
 	first := w.next
 	return func(ctx context.Context) (*jetstream.PubAck, bool, error) {
 		m, err := w.s.stream.GetLastMsgForSubject(ctx, w.evSubject)
@@ -226,7 +226,7 @@ func (w *writer) storedFrame(frame []byte) storedFunc {
 			return nil, false, nil
 		case err != nil:
 			return nil, false, err
-		case m.Header.Get(firstHeader) != strconv.FormatUint(first, 10) || !bytes.Equal(m.Data, frame):
+		case m.Header.Get(firstHeader) != strconv.FormatUint(first, 10) || !f.holds(m.Data):
 			return nil, false, nil
 		}
 		return &jetstream.PubAck{Stream: StreamName, Sequence: m.Sequence}, true, nil

@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestTakeFrame is takeFrame's encoding, into the buffer it is given when
-// that is large enough (the writers' pooled buffers), and what it takes
-// of the queue: as many events as fit maxFrame, at least one.
+// TestTakeFrame is what takeFrame takes of the queue (as many events as
+// fit maxFrame, at least one) and encodeFrame's encoding of them, into the
+// buffer it is given when that is large enough (a pooled buffer).
 func TestTakeFrame(t *testing.T) {
 	big := []byte(strings.Repeat("x", maxFrame))
 	tests := []struct {
@@ -33,7 +33,8 @@ func TestTakeFrame(t *testing.T) {
 				q[i] = pending{event: e}
 			}
 			buf := make([]byte, 3, tt.bufCap+3)[3:] // not at offset 0, to tell it apart
-			batch, frame := takeFrame(q, buf)
+			batch := takeFrame(q)
+			frame := encodeFrame(batch, buf)
 			if len(batch) != tt.taken {
 				t.Fatalf("took %d events, want %d", len(batch), tt.taken)
 			}
@@ -43,6 +44,9 @@ func TestTakeFrame(t *testing.T) {
 			}
 			if !slices.EqualFunc(got, tt.events[:tt.taken], bytes.Equal) {
 				t.Errorf("the frame's events differ from those taken")
+			}
+			if f := (&outFrame{batch: batch}); f.size() != len(frame) || !f.holds(frame) {
+				t.Errorf("the frame's size %d (encoded %d), or its events, differ from what it says of itself", f.size(), len(frame))
 			}
 			if reused := cap(buf) > 0 && &buf[:1][0] == &frame[:1][0]; reused != tt.reused {
 				t.Errorf("frame in the given buffer: %v, want %v", reused, tt.reused)

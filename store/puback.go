@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -230,7 +231,8 @@ const statusNoResponders = "503"
 // ackInbox is the store's own reply subscription for the acknowledgements
 // of publishes it does not wait on (the first write of each run's lease),
 // in place of nats.go's asynchronous publisher, which decodes each with
-// encoding/json.
+// encoding/json, and of the frames of the embedded store, which wait for
+// theirs after their publish returned ([ackInbox.wait]), not inside it.
 type ackInbox struct {
 	prefix string // the reply subjects' prefix; a token follows it
 	sub    *nats.Subscription
@@ -286,6 +288,25 @@ func (in *ackInbox) publishAsync(nc *nats.Conn, msg *nats.Msg) (*ackFuture, erro
 		return nil, err
 	}
 	return f, nil
+}
+
+// wait waits for f's answer, within ctx and until closed is, and forgets
+// f when it stops waiting without one: the acknowledgement of a publish
+// made with [ackInbox.publishAsync], or its failure, as
+// [publisher.publishMsg] returns them.
+func (in *ackInbox) wait(ctx context.Context, f *ackFuture, closed <-chan struct{}) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.ok:
+		return ack, nil
+	case err := <-f.err:
+		return nil, err
+	case <-ctx.Done():
+		in.forget(f)
+		return nil, ctx.Err()
+	case <-closed:
+		in.forget(f)
+		return nil, ErrClosed
+	}
 }
 
 // forget drops f, whose answer nobody waits for any more.

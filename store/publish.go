@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,10 +34,17 @@ type publisher struct {
 	// room (failedwrite.go, capacity.go).
 	keeper *keeper
 	// ownAcks says that the publisher reads its publishes'
-	// acknowledgements itself, acks the inbox of those it does not wait on:
-	// see puback.go.
+	// acknowledgements itself, acks the inbox of those it does not wait on
+	// and of the frames: see puback.go.
 	ownAcks bool
 	acks    ackInbox
+	// framesHeld counts the frames encoded for an attempt under way whose
+	// buffers are not given back yet (see [publisher.publishOut]).
+	framesHeld atomic.Int32
+	// frameBuf is the buffer the embedded store's frames are encoded
+	// into, under frameMu, one publish at a time.
+	frameMu  sync.Mutex
+	frameBuf []byte
 }
 
 // newPublisher returns the publisher of a store on nc and js; with ownAcks
@@ -104,6 +113,24 @@ func (p *publisher) forgetAck(f jetstream.PubAckFuture) {
 // takes writes, unless stored finds msg in the log: its acknowledgement
 // was on its way when the write after it failed.
 func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
+	return p.retried(ctx, msg, nil, dedupe, stored)
+}
+
+// publishFrame is publishRetried of msg with f's frame as its data, which
+// each attempt encodes afresh from f's events and gives back once its
+// publish returned (see [outFrame], [publisher.publishOut]): a retry
+// publishes the same bytes, and no frame is held while its
+// acknowledgement is waited for.
+func (p *publisher) publishFrame(ctx context.Context, msg *nats.Msg, f *outFrame, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
+	return p.retried(ctx, msg, f, dedupe, stored)
+}
+
+// retried is publishRetried, of f's frame as msg's data when f is not nil.
+func (p *publisher) retried(ctx context.Context, msg *nats.Msg, f *outFrame, dedupe bool, stored storedFunc) (*jetstream.PubAck, error) {
+	size := len(msg.Data)
+	if f != nil {
+		size = f.size()
+	}
 	for {
 		// Without a message id an attempt waits as long as ctx lets it:
 		// no timer of its own.
@@ -111,7 +138,7 @@ func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bo
 		if dedupe {
 			tctx, tcancel = context.WithTimeout(ctx, publishTry)
 		}
-		ack, err, halted := p.attempt(tctx, msg)
+		ack, err, halted := p.attempt(tctx, msg, f)
 		tcancel()
 		if halted != nil {
 			// The keeper restarts the embedded JetStream: wait for it.
@@ -133,7 +160,7 @@ func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bo
 			p.logger.Debug("turn store: publish stopped by a failed write; made again", "subject", msg.Subject)
 			continue
 		}
-		p.keeper.noteWrite(msg, err)
+		p.keeper.noteWrite(msg, size, err)
 		if err == nil || isWrongLastSeq(err) || isClosed(p.closed) || ctx.Err() != nil || !mayPass(err, dedupe) && !p.keeper.waitRoom(msg.Subject, err) {
 			return ack, err
 		}
@@ -148,15 +175,60 @@ func (p *publisher) publishRetried(ctx context.Context, msg *nats.Msg, dedupe bo
 	}
 }
 
-// attempt makes one attempt of publishRetried: with the embedded file
-// store, under the keeper's hold on writes ([keeper.attempt]), which ends
-// it with errWriteFailed when the server failed a write, or, while the
-// keeper restarts the server, returns the channel closed once it may be
-// made.
-func (p *publisher) attempt(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error, <-chan struct{}) {
+// attempt makes one attempt of retried, of f's frame when f is not nil:
+// with the embedded file store, under the keeper's hold on writes
+// ([keeper.attempt]), which ends it with errWriteFailed when the server
+// failed a write, or, while the keeper restarts the server, returns the
+// channel closed once it may be made.
+func (p *publisher) attempt(ctx context.Context, msg *nats.Msg, f *outFrame) (*jetstream.PubAck, error, <-chan struct{}) {
 	return p.keeper.attempt(ctx, func(ctx context.Context) (*jetstream.PubAck, error) {
+		if f != nil {
+			return p.publishOut(ctx, msg, f)
+		}
 		return p.publishMsg(ctx, msg)
 	})
+}
+
+// publishOut is publishMsg of msg with f's frame as its data, encoded for
+// this attempt and given back as soon as the publish returned: nats.go
+// copied it into its connection's buffer. The embedded store, which reads
+// its acknowledgements itself, encodes every frame into one buffer of the
+// publisher's, under its lock, and waits for the acknowledgement after
+// it: the connection takes one publish at a time anyway (under its own
+// lock), and turns that write at the same tick, each encoding its frame
+// into a buffer of its own and then waiting for the connection, held a
+// buffer each, which a pool kept after them (32 MB live at the peak of
+// 300 never-reading streams, issue 37). With a NATS cluster, nats.go's
+// client waits for the acknowledgement inside its publish, so each
+// attempt takes a buffer of framePool for that long.
+func (p *publisher) publishOut(ctx context.Context, msg *nats.Msg, f *outFrame) (*jetstream.PubAck, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !p.ownAcks {
+		buf := framePool.Get().(*[]byte)
+		p.framesHeld.Add(1)
+		msg.Data = encodeFrame(f.batch, *buf)
+		ack, err := p.js.PublishMsg(ctx, msg)
+		keepFrameBuffer(buf, msg.Data)
+		msg.Data = nil
+		p.framesHeld.Add(-1)
+		return ack, err
+	}
+	p.frameMu.Lock()
+	p.framesHeld.Add(1)
+	msg.Data = encodeFrame(f.batch, p.frameBuf)
+	fut, err := p.acks.publishAsync(p.nc, msg)
+	if cap(msg.Data) <= maxFrame {
+		p.frameBuf = msg.Data[:0]
+	}
+	msg.Data = nil
+	p.framesHeld.Add(-1)
+	p.frameMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return p.acks.wait(ctx, fut, p.closed)
 }
 
 // mayPass reports whether a failed publish may be made again: the stream

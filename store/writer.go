@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -183,8 +184,7 @@ func (w *writer) sender() {
 			w.mu.Unlock()
 			return
 		}
-		buf := framePool.Get().(*[]byte)
-		batch, frame := takeFrame(w.queued, (*buf)[:0])
+		batch := takeFrame(w.queued)
 		w.queued = w.queued[len(batch):]
 		failed := w.err
 		w.room.Broadcast()
@@ -192,15 +192,7 @@ func (w *writer) sender() {
 
 		err := failed
 		if err == nil {
-			err = w.publish(frame)
-		}
-		// Published or failed, the frame is the connection's no more: its
-		// publish copied it (nats.go writes a message into its buffer
-		// before it returns), and nothing here keeps it. A frame of one
-		// event larger than maxFrame is not kept for the next.
-		if cap(frame) <= maxFrame {
-			*buf = frame[:0]
-			framePool.Put(buf)
+			err = w.publish(batch)
 		}
 		if err == nil {
 			w.next += uint64(len(batch))
@@ -214,33 +206,99 @@ func (w *writer) sender() {
 	}
 }
 
-// takeFrame takes the events at the head of q that fit one frame (at
-// least one) and encodes them into buf (emptied; grown when its capacity
-// is short): each as a uvarint length and its bytes.
-func takeFrame(q []pending, buf []byte) ([]pending, []byte) {
+// takeFrame returns the events at the head of q that fit one frame (at
+// least one).
+func takeFrame(q []pending) []pending {
 	n, size := 0, 0
 	for n < len(q) && (n == 0 || size+len(q[n].event)+binary.MaxVarintLen64 <= maxFrame) {
 		size += len(q[n].event) + binary.MaxVarintLen64
 		n++
 	}
+	return q[:n]
+}
+
+// encodeFrame encodes batch into buf (emptied; grown when its capacity is
+// short): each event as a uvarint length and its bytes.
+func encodeFrame(batch []pending, buf []byte) []byte {
+	size := 0
+	for _, p := range batch {
+		size += binary.MaxVarintLen64 + len(p.event)
+	}
 	frame := buf[:0]
 	if cap(frame) < size {
 		frame = make([]byte, 0, size)
 	}
-	for _, p := range q[:n] {
+	for _, p := range batch {
 		frame = binary.AppendUvarint(frame, uint64(len(p.event)))
 		frame = append(frame, p.event...)
 	}
-	return q[:n], frame
+	return frame
 }
 
-// framePool holds the buffers the writers encode frames into. A new
-// buffer a frame made a copy of every event stored, garbage once
-// published (363 MB over a run of 1,000 streams of 20,000-word replies:
-// BENCHMARKS.md, issue 37), which the collector's goal (GOGC 400) let
-// pile up. A writer has one frame in flight at a time, of at most
-// maxFrame bytes (an event larger than that alone).
+// framePool holds the buffers frames are encoded into with a NATS
+// cluster, one for each attempt to publish a frame under way (see
+// [publisher.publishOut]). A new buffer a frame made a copy of every
+// event stored, garbage once published (363 MB over a run of 1,000
+// streams of 20,000-word replies: BENCHMARKS.md, issue 37), which the
+// collector's goal let pile up.
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// keepFrameBuffer puts buf back in framePool, holding frame, which was
+// encoded into it: a frame of one event larger than maxFrame is not kept
+// for the next.
+func keepFrameBuffer(buf *[]byte, frame []byte) {
+	if cap(frame) <= maxFrame {
+		*buf = frame[:0]
+		framePool.Put(buf)
+	}
+}
+
+// outFrame is a frame on its way to the log: its events, which the writer
+// holds until they are acknowledged anyway, encoded for each attempt to
+// publish them into a buffer given back as soon as the attempt's publish
+// returned, not when it is acknowledged (see [publisher.publishOut]).
+// nats.go copies a message into its connection's buffer before its
+// publish returns, so the encoded frame is needed after that only to
+// publish it again, and a retry encodes the same bytes afresh. A frame
+// held across its acknowledgement made every writer with a frame in
+// flight hold a buffer of up to maxFrame bytes, all at once when the
+// turns write at the same tick (51 MB of 255 MB live at the peak of 300
+// never-reading streams: BENCHMARKS.md, issue 37).
+type outFrame struct {
+	batch []pending
+}
+
+// size returns the encoded frame's length, without encoding it.
+func (f *outFrame) size() int {
+	n := 0
+	for _, p := range f.batch {
+		n += uvarintLen(uint64(len(p.event))) + len(p.event)
+	}
+	return n
+}
+
+// uvarintLen returns the length of x's uvarint encoding.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// holds reports whether frame, as stored, holds the events of batch,
+// encoded as encodeFrame encodes them.
+func (f *outFrame) holds(frame []byte) bool {
+	for _, p := range f.batch {
+		n, k := binary.Uvarint(frame)
+		if k <= 0 || n != uint64(len(p.event)) || uint64(len(frame)-k) < n || !bytes.Equal(frame[k:k+int(n)], p.event) {
+			return false
+		}
+		frame = frame[k+int(n):]
+	}
+	return len(frame) == 0
+}
 
 // splitFrame returns the events of a frame.
 func splitFrame(frame []byte) ([][]byte, error) {
@@ -278,8 +336,8 @@ const (
 	duplicateWindow = publishTimeout + 5*time.Second
 )
 
-// publish stores one frame under the owner fence and waits for the
-// acknowledgement. An attempt the stream refused for now (no responders,
+// publish stores the frame of batch under the owner fence and waits for
+// the acknowledgement. An attempt the stream refused for now (no responders,
 // JetStream temporarily unavailable, a new leader catching up) is made
 // again. With a NATS cluster (mode nats), so is one that got no answer
 // (the stream's leader or the server this replica is connected to went
@@ -288,13 +346,13 @@ const (
 // window, [duplicateWindow]). The embedded server, in-process, fails over
 // to nothing: its frames carry no id, which would cost its memory a
 // duplicate window's worth of ids.
-func (w *writer) publish(frame []byte) error {
+func (w *writer) publish(batch []pending) error {
 	// Cut short when the store closes, without a goroutine per frame.
 	ctx, cancel := context.WithTimeout(w.s.closing, publishTimeout)
 	defer cancel()
 	// The owner fence: the last record on the run's owner subject must be
 	// the one this replica's ownership began with.
-	msg := &nats.Msg{Subject: w.evSubject, Data: frame, Header: nats.Header{
+	msg := &nats.Msg{Subject: w.evSubject, Header: nats.Header{
 		firstHeader:                             {strconv.FormatUint(w.next, 10)},
 		jetstream.ExpectedLastSubjSeqHeader:     {strconv.FormatUint(w.ownSeq, 10)},
 		jetstream.ExpectedLastSubjSeqSubjHeader: {w.ownSubject},
@@ -305,7 +363,8 @@ func (w *writer) publish(frame []byte) error {
 		// owner's frames are others.
 		msg.Header[jetstream.MsgIDHeader] = []string{w.key.prefix() + "." + strconv.FormatUint(w.ownSeq, 10) + "." + strconv.FormatUint(w.next, 10)}
 	}
-	_, err := w.s.pub.publishRetried(ctx, msg, dedupe, w.storedFrame(frame))
+	f := &outFrame{batch: batch}
+	_, err := w.s.pub.publishFrame(ctx, msg, f, dedupe, w.storedFrame(f))
 	switch {
 	case err == nil:
 		return nil

@@ -105,6 +105,71 @@ func (m *Memory) Enter(key string) (func(), error) {
 	}, nil
 }
 
+// Resume starts a turn this replica takes over from one that went away,
+// counted from before its claim, or fails with the *Refusal that says
+// the memory is past [memoryFullMark] of the limit. A key's share does
+// not apply: the turn was admitted within it where it started (as its
+// key's concurrent_turns). But a replica near its limit takes no more
+// turns of anyone's, so that the turns of a replica that died do not
+// take its survivors past their limits one after the other: another
+// replica takes the turn, or its first watcher ends it with a retryable
+// error. Name the turn's client key once its record is read; End it
+// when it ends.
+func (m *Memory) Resume() (*Resumed, error) {
+	if m.Limit() == 0 {
+		return &Resumed{}, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := memoryRefusal(memoryState{used: m.gauge(), limit: m.limit, turn: m.turn,
+		running: m.running, keys: max(len(m.perKey), 1)}); r != nil {
+		return nil, r
+	}
+	m.running++
+	return &Resumed{m: m}, nil
+}
+
+// Resumed is a turn taken over that [Memory] counts (see [Memory.Resume]).
+type Resumed struct {
+	m     *Memory // nil: not counted (no limit)
+	key   string
+	named bool
+	ended bool
+}
+
+// Name counts the turn as its client key's (once; "" without keys).
+func (r *Resumed) Name(key string) {
+	if r.m == nil {
+		return
+	}
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	if r.named || r.ended {
+		return
+	}
+	r.key, r.named = key, true
+	r.m.perKey[key]++
+}
+
+// End ends the turn (once).
+func (r *Resumed) End() {
+	if r.m == nil {
+		return
+	}
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	if r.ended {
+		return
+	}
+	r.ended = true
+	r.m.running--
+	if r.named {
+		if r.m.perKey[r.key]--; r.m.perKey[r.key] == 0 {
+			delete(r.m.perKey, r.key)
+		}
+	}
+}
+
 // Heaviest returns the key that runs the most turns (the first by name
 // among equals), and whether what the process holds, as the gauge reads
 // it alone, is past [memoryFullMark] of the limit: then the server sheds

@@ -107,6 +107,78 @@ func TestMemoryEnter(t *testing.T) {
 	}
 }
 
+// TestMemoryResume: a turn taken over is refused only past the full
+// mark, whatever its key's share (it was admitted within it where it
+// started), is counted as a running turn from before its key is known and
+// as its key's once named, and ends once; without a limit nothing is
+// counted.
+func TestMemoryResume(t *testing.T) {
+	var used atomic.Uint64
+	m := NewMemory(100*mib, mib, used.Load)
+	var ends []func()
+	for range 60 {
+		end, err := m.Enter("silent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, end)
+	}
+	if _, err := m.Enter("silent"); err == nil {
+		t.Fatal("silent's 61st turn admitted; want it past its share")
+	}
+	count := func() (int, int) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.running, m.perKey["silent"]
+	}
+	// Past the share mark, silent's turn taken over still runs here.
+	r, err := m.Resume()
+	if err != nil {
+		t.Fatalf("a takeover past the share mark: %v", err)
+	}
+	if running, silent := count(); running != 61 || silent != 60 {
+		t.Fatalf("before its key is named: %d running, %d of silent's; want 61, 60", running, silent)
+	}
+	r.Name("silent")
+	r.Name("other") // named once
+	if running, silent := count(); running != 61 || silent != 61 {
+		t.Fatalf("named: %d running, %d of silent's; want 61, 61", running, silent)
+	}
+	r.End()
+	r.End() // ended once
+	if running, silent := count(); running != 60 || silent != 60 {
+		t.Fatalf("ended: %d running, %d of silent's; want 60, 60", running, silent)
+	}
+	// Ended before its key was read (the claim failed): nothing named.
+	r, err = m.Resume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.End()
+	r.Name("silent")
+	if running, silent := count(); running != 60 || silent != 60 {
+		t.Fatalf("ended unnamed: %d running, %d of silent's; want 60, 60", running, silent)
+	}
+	// Past the full mark, no turn is taken over.
+	used.Store(85 * mib)
+	var refusal *Refusal
+	if _, err := m.Resume(); !errors.As(err, &refusal) || refusal.Limit != "memory_limit" || !strings.Contains(refusal.Message, "no more turns") {
+		t.Fatalf("a takeover at 85 MiB of 100: %v; want a memory_limit refusal", err)
+	}
+	for _, end := range ends {
+		end()
+	}
+	if running, silent := count(); running != 0 || silent != 0 {
+		t.Fatalf("after every turn ended: %d running, %d of silent's", running, silent)
+	}
+	off, err := NewMemory(0, mib, func() uint64 { return 1 << 40 }).Resume()
+	if err != nil {
+		t.Fatalf("no limit: %v", err)
+	}
+	off.Name("any")
+	off.End()
+}
+
 // TestRuntimeMemory: the runtime's gauge reads what the process holds:
 // more than nothing, less than everything it mapped.
 func TestRuntimeMemory(t *testing.T) {

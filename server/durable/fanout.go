@@ -30,11 +30,11 @@ import (
 // serves from memory every watcher whose stream is not stalled, and 1,024
 // running turns (the default max_running_turns) hold at most 64 MiB of
 // windows' wire forms (plus the newest event of each, which the window
-// always keeps), and the decoded events beside them.
+// always keeps, outside the bound), and the decoded events beside them.
 const (
 	// windowEvents bounds the events of a run's window.
 	windowEvents = 256
-	// windowBytes bounds their wire size.
+	// windowBytes bounds the wire size of those before the newest.
 	windowBytes = 64 << 10
 	// windowFirstCap is the window's first capacity: the events of a short
 	// turn (a reply of a few dozen deltas).
@@ -182,8 +182,14 @@ func (r *run) add(ev *turnstilev1.AgentEvent, wire []byte, size int) {
 	r.wires = append(r.wires, wire)
 	r.windowSize += size
 	r.last = ev.GetSeq()
+	// The bytes bound the events before the newest: a large event (the
+	// deltas merged over a store's round trip, a completed message) does
+	// not push out the events before it, which a stream one Send behind
+	// has still to send. It pushed them all out, so that every stream not
+	// at the run's very end fell behind and read the log, whose reads load
+	// the embedded server's 8 MB blocks (issue 37, row 2).
 	n := 0
-	for len(r.window)-n > 1 && (len(r.window)-n > windowEvents || r.windowSize > windowBytes) {
+	for len(r.window)-n > 1 && (len(r.window)-n > windowEvents || r.windowSize-size > windowBytes) {
 		r.windowSize -= r.sizes[n]
 		r.window[n], r.wires[n] = nil, nil
 		n++

@@ -34,6 +34,9 @@ type Config struct {
 	// Gate bounds the turns running at once (server.max_concurrent_turns):
 	// a run taken over holds a slot of it.
 	Gate *admission.Gate
+	// Memory bounds the turns started by the server's memory
+	// (server.memory_limit): a replica near its limit takes no run over.
+	Memory *admission.Memory
 	// Streams is what every stream of a run shares: the send timeout and
 	// the workers of the Sends.
 	Streams delivery.Config
@@ -71,6 +74,7 @@ type Runs struct {
 	logger        *slog.Logger
 	keys          *admission.Keys
 	gate          *admission.Gate
+	memory        *admission.Memory
 	streams       delivery.Config
 	grace         time.Duration
 	pace          time.Duration
@@ -96,7 +100,7 @@ type Runs struct {
 // replicas that die. Stop it with [Runs.Drain] and [Runs.Close].
 func New(cfg Config) *Runs {
 	rs := &Runs{
-		store: cfg.Store, runner: cfg.Runner, logger: cfg.Logger, keys: cfg.Keys, gate: cfg.Gate, streams: cfg.Streams,
+		store: cfg.Store, runner: cfg.Runner, logger: cfg.Logger, keys: cfg.Keys, gate: cfg.Gate, memory: cfg.Memory, streams: cfg.Streams,
 		grace: cfg.DetachGrace, pace: cfg.Pace, maxEventBytes: cfg.MaxEventBytes, checks: cfg.Checks, now: cfg.Now,
 		owners: delivery.NewWorkers(ownerWorkers),
 		owned:  newOwned(cfg.MaxRunning),

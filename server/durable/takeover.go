@@ -14,6 +14,7 @@ import (
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/llm"
 	"github.com/turnstile-dev/turnstile/runtime"
+	"github.com/turnstile-dev/turnstile/server/admission"
 	"github.com/turnstile-dev/turnstile/server/wire"
 )
 
@@ -40,7 +41,8 @@ func (to takeovers) watch(ctx context.Context) {
 // takeOver claims run k, whose owner went away, and continues it from
 // its log. Of the replicas that try, one wins; the others do nothing. It
 // reports false, having claimed nothing, when this replica may run no more
-// turns (it drains, or runs max_running_turns or max_concurrent_turns):
+// turns (it drains, or runs max_running_turns or max_concurrent_turns, or
+// its memory is near server.memory_limit: see [admission.Memory.Resume]):
 // another replica takes the run. The turn holds a slot of the server's
 // bounds as any turn does, and one of its client key's concurrent_turns:
 // it was admitted within the key's limits where it started, so it goes on
@@ -51,6 +53,16 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 	if full == nil && to.rs.owned.admit() != nil {
 		leave()
 		full = errors.New("draining or at server.max_running_turns")
+	}
+	var mem *admission.Resumed
+	if full == nil {
+		if mem, full = to.rs.memory.Resume(); full != nil {
+			leave()
+			to.rs.owned.unadmit()
+		} else {
+			enter := leave
+			leave = func() { enter(); mem.End() }
+		}
 	}
 	if full != nil {
 		// Another replica takes it; if none may, the first watcher of the
@@ -83,6 +95,7 @@ func (to takeovers) takeOver(ctx context.Context, k Key) bool {
 		return true
 	}
 	r.hash = first.Hash
+	mem.Name(first.Client)
 	tr.Controls = r.ctl
 	release := leave
 	if key := to.rs.keys.Named(first.Client); key != nil {
