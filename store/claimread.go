@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,15 +16,15 @@ import (
 // claimReads are what a claim of a run reads before it takes the run's
 // lease, all at once (see [Store.readForClaim]): none of them waits for
 // another, so a claim pays one round trip for them where it paid one each
-// (the lease, the owner record, the owner record again after the lease,
-// the first record: BENCHMARKS.md, issue 37, row 4).
+// (the lease, the owner record, the owner record again after the lease:
+// BENCHMARKS.md, issue 37, row 4). The run's first record is not among
+// them: only a claim that won the lease reads it, beside its fence (see
+// [Store.Claim]).
 type claimReads struct {
 	// last is the run's last owner record: the one the claim's fence
 	// expects, unless another claim's fence comes between (see
 	// [Store.fence]).
 	last *jetstream.RawStreamMsg
-	// first is the run's first record, Create's: it never changes.
-	first *jetstream.RawStreamMsg
 	// lease is the last entry of the run's lease, nil when it could not be
 	// read (mode nats only): whether the owner released the run (see
 	// [claimReads.released]).
@@ -33,22 +32,17 @@ type claimReads struct {
 }
 
 // readForClaim reads, at once, what a claim of run k reads before it
-// takes the run's lease: its last owner record and its first record, and
-// (mode nats) its lease's last entry. It fails with [fs.ErrNotExist] when
-// the run has no record.
+// takes the run's lease: its last owner record and (mode nats) its
+// lease's last entry. It fails with [fs.ErrNotExist] when the run has no
+// record.
 func (s *Store) readForClaim(ctx context.Context, k runKey) (claimReads, error) {
 	var r claimReads
 	var wg sync.WaitGroup
-	var firstErr error
-	wg.Go(func() {
-		r.first, firstErr = s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(k.own()))
-	})
 	if !s.leases.local {
 		wg.Go(func() { r.lease = s.leases.leaseEntry(ctx, k) })
 	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, k.own())
 	wg.Wait()
-	err = cmp.Or(err, firstErr)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return claimReads{}, fmt.Errorf("store: run %q attempt %d: %w", k.turnID, k.attempt, fs.ErrNotExist)
 	}
@@ -57,6 +51,19 @@ func (s *Store) readForClaim(ctx context.Context, k runKey) (claimReads, error) 
 	}
 	r.last = last
 	return r, nil
+}
+
+// readFirst returns run k's first record, Create's, which holds the run's
+// request: [fs.ErrNotExist] when the run has none.
+func (s *Store) readFirst(ctx context.Context, k runKey) ([]byte, error) {
+	m, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(k.own()))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("store: run %q attempt %d: %w", k.turnID, k.attempt, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: claim: %w", err)
+	}
+	return m.Data, nil
 }
 
 // leaseEntry returns the last entry of run k's lease, read by one direct
@@ -99,18 +106,19 @@ func (r claimReads) released() uint64 {
 const claimHeader = "Turnstile-Claim"
 
 // claimNumber returns the number of the claim whose fence follows owner
-// record last, the run's first record being at stream sequence first: 1
-// after the first record, else one more than last's [claimHeader]. It
+// record last: 1 after the run's first record (Create's, the only owner
+// record written expecting none before it on its subject, which its
+// stored header says), else one more than last's [claimHeader]. It
 // reports false when last names no number (a replica of the version
-// before wrote it): the stream counts them then (see
-// [Store.claimNumber]).
-func claimNumber(last *jetstream.RawStreamMsg, first uint64) (int, bool) {
-	if last.Sequence == first {
+// before wrote it): the stream counts them then (see [Store.claimNumber]).
+// A claim need not read the first record to tell it from the others, so
+// only a claim that won the lease reads it (see [Store.Claim]).
+func claimNumber(last *jetstream.RawStreamMsg) (int, bool) {
+	if n, err := strconv.Atoi(last.Header.Get(claimHeader)); err == nil && n >= 1 {
+		return n + 1, true
+	}
+	if last.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" {
 		return 1, true
 	}
-	n, err := strconv.Atoi(last.Header.Get(claimHeader))
-	if err != nil || n < 1 {
-		return 0, false
-	}
-	return n + 1, true
+	return 0, false
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -114,31 +115,113 @@ func TestClaimNumberedByItsFence(t *testing.T) {
 }
 
 // TestClaimNumber: the number of a claim from the owner record it
-// follows.
+// follows. The creator's record is told by the expectation it was written
+// with (none before it on its subject), which the stream keeps in its
+// header.
 func TestClaimNumber(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		seq    uint64
-		header string
-		want   int
-		ok     bool
+		name     string
+		expected string // the record's Nats-Expected-Last-Subject-Sequence
+		header   string // its claimHeader
+		want     int
+		ok       bool
 	}{
-		{"the creator's record", 7, "", 1, true},
-		{"a numbered claim's", 9, "1", 2, true},
-		{"a later one's", 30, "41", 42, true},
-		{"the version before's", 9, "", 0, false},
-		{"not a number", 9, "x", 0, false},
-		{"zero", 9, "0", 0, false},
+		{"the creator's record", "0", "", 1, true},
+		{"a numbered claim's", "5", "1", 2, true},
+		{"a later one's", "29", "41", 42, true},
+		{"the version before's", "5", "", 0, false},
+		{"without an expectation", "", "", 0, false},
+		{"not a number", "5", "x", 0, false},
+		{"zero", "5", "0", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &jetstream.RawStreamMsg{Sequence: tc.seq, Header: nats.Header{}}
+			m := &jetstream.RawStreamMsg{Sequence: 9, Header: nats.Header{}}
+			if tc.expected != "" {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, tc.expected)
+			}
 			if tc.header != "" {
 				m.Header.Set(claimHeader, tc.header)
 			}
-			if n, ok := claimNumber(m, 7); n != tc.want || ok != tc.ok {
+			if n, ok := claimNumber(m); n != tc.want || ok != tc.ok {
 				t.Errorf("claimNumber = %d, %v; want %d, %v", n, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestLosingClaimReadsNoRequest (issue 37, row 4): of two replicas that
+// claim a released run at once, the one that loses at the lease does not
+// read the run's first record, which holds its request (with many runs
+// handed off, one such read per run and replica): only the winner does,
+// beside its fence. The test counts the direct gets of the run's first
+// owner record.
+func TestLosingClaimReadsNoRequest(t *testing.T) {
+	const ttl = time.Second
+	url := natstest.Start(t)
+	a, b, c := openTestReplica(t, url, ttl), openTestReplica(t, url, ttl), openTestReplica(t, url, ttl)
+	ctx := t.Context()
+	nop := func(string) []byte { return nil }
+	const id = "contested"
+	k := runKey{id, 1}
+	if created, _, err := a.Create(ctx, id, 1, []byte("req"), nop); err != nil || !created {
+		t.Fatalf("Create = %v, %v", created, err)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	gets, err := nc.SubscribeSync(directGetPrefix + StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		record []byte
+		err    error
+	}
+	results := make(chan result, 2)
+	for _, s := range []*Store{b, c} {
+		go func() {
+			record, _, _, err := s.Claim(ctx, id, 1, nop)
+			results <- result{record, err}
+		}()
+	}
+	won := 0
+	for range 2 {
+		r := <-results
+		switch {
+		case r.err == nil && string(r.record) == "req":
+			won++
+		case r.err == nil:
+			t.Errorf("the winning claim's record is %q, want %q", r.record, "req")
+		case !errors.Is(r.err, ErrNotClaimed):
+			t.Errorf("the losing claim failed with %v, want ErrNotClaimed", r.err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d claims won, want 1", won)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	firsts := 0
+	for {
+		m, err := gets.NextMsg(0)
+		if err != nil {
+			break // none left: every request made before the flush's is in
+		}
+		if bytes.Contains(m.Data, []byte(`"next_by_subj":"`+k.own()+`"`)) {
+			firsts++
+		}
+	}
+	if firsts != 1 {
+		t.Errorf("the run's first record was read %d times, want once (the winner's)", firsts)
 	}
 }
 
@@ -173,7 +256,7 @@ func TestFenceOverANewerRecord(t *testing.T) {
 		t.Fatalf("b's claim: %d events, %v", len(events), err)
 	}
 
-	ack, last, n, err := c.fence(ctx, k, reads.last, reads.first.Sequence)
+	ack, last, n, err := c.fence(ctx, k, reads.last)
 	if err != nil {
 		t.Fatalf("c's fence over the record before b's: %v", err)
 	}

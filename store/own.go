@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,10 +119,12 @@ var ErrNotClaimed = errors.New("store: the run was not claimed")
 //
 // A claim is four round trips to NATS after one another when its owner
 // released the run: its reads that need no lease, at once (the lease's
-// last entry, the last owner record, the first record: see
-// [Store.readForClaim]); the lease; the fence; the log, in batches. Its
-// number comes from the owner record it fences over ([claimHeader]), not
-// from a count the stream is asked for.
+// last entry, the last owner record: see [Store.readForClaim]); the lease;
+// the fence, with the run's first record read beside it; the log, in
+// batches. Its number comes from the owner record it fences over
+// ([claimHeader]), not from a count the stream is asked for. Of the
+// replicas that claim a run at once, the ones that lose at the lease read
+// neither the first record, which holds the run's request, nor the log.
 //
 // With the embedded store, whose runs have no lease (see [leases.local]),
 // the claim is held in the process: it fails with [ErrNotClaimed] when
@@ -145,7 +148,7 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		return nil, nil, 0, err
 	}
 	// What needs no lease is read at once, before it: the owner record the
-	// fence expects, the first record, the lease's last entry.
+	// fence expects, the lease's last entry.
 	reads, err := s.readForClaim(ctx, k)
 	if err != nil {
 		return nil, nil, 0, err
@@ -171,8 +174,14 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 		}
 		return nil, nil, 0, err
 	}
-	ack, _, claims, err := s.fence(ctx, k, reads.last, reads.first.Sequence)
-	if err != nil {
+	// The first record never changes: read while the fence is written.
+	var first []byte
+	var firstErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { first, firstErr = s.readFirst(ctx, k) })
+	ack, _, claims, err := s.fence(ctx, k, reads.last)
+	wg.Wait()
+	if err = cmp.Or(err, firstErr); err != nil {
 		return fail(err)
 	}
 	if events, err = s.readAll(ctx, k); err != nil {
@@ -181,16 +190,15 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 	if err = s.own(ctx, k, ack.Sequence, uint64(len(events))+1, onSignal, nil, leaseRev); err != nil {
 		return fail(err)
 	}
-	return reads.first.Data, events, claims, nil
+	return first, events, claims, nil
 }
 
 // fence writes this replica's owner record of run k over last, the run's
-// last owner record as read before the claim took the lease (the run's
-// first record is at stream sequence first): appends expect it from then
-// on, and the previous owner's fail. It returns the record's
-// acknowledgement, the record it followed and the claim's number (see
-// [Store.claimNumber]), which the record carries ([claimHeader]) with the
-// name of this replica, to which signals go from then on.
+// last owner record as read before the claim took the lease: appends
+// expect it from then on, and the previous owner's fail. It returns the
+// record's acknowledgement, the record it followed and the claim's number
+// (see [Store.claimNumber]), which the record carries ([claimHeader]) with
+// the name of this replica, to which signals go from then on.
 //
 // A record written between that read and the lease (another claim's,
 // which held the lease before this one) is read again, once: the fence is
@@ -198,9 +206,9 @@ func (s *Store) Claim(ctx context.Context, turnID string, attempt uint32, onSign
 // lease would have. A fence refused over a record that is still the last,
 // or refused again, is [ErrNotClaimed]: another replica's fence came
 // first, and the run is its.
-func (s *Store) fence(ctx context.Context, k runKey, last *jetstream.RawStreamMsg, first uint64) (*jetstream.PubAck, *jetstream.RawStreamMsg, int, error) {
+func (s *Store) fence(ctx context.Context, k runKey, last *jetstream.RawStreamMsg) (*jetstream.PubAck, *jetstream.RawStreamMsg, int, error) {
 	for reread := false; ; reread = true {
-		n, err := s.claimNumber(ctx, k, last, first)
+		n, err := s.claimNumber(ctx, k, last)
 		if err != nil {
 			return nil, nil, 0, err
 		}
@@ -368,12 +376,12 @@ func (l *leases) heldByGoneOwner(ctx context.Context, k runKey) bool {
 }
 
 // claimNumber returns the number of the claim of run k whose fence
-// follows owner record last, the run's first record being at stream
-// sequence first: from last itself (see [claimNumber]), or, when a
-// replica of the version before wrote it, from the stream's count of the
-// run's owner records, which last is the last of (else the fence fails).
-func (s *Store) claimNumber(ctx context.Context, k runKey, last *jetstream.RawStreamMsg, first uint64) (int, error) {
-	if n, ok := claimNumber(last, first); ok {
+// follows owner record last: from last itself (see [claimNumber]), or,
+// when a replica of the version before wrote it, from the stream's count
+// of the run's owner records, which last is the last of (else the fence
+// fails).
+func (s *Store) claimNumber(ctx context.Context, k runKey, last *jetstream.RawStreamMsg) (int, error) {
+	if n, ok := claimNumber(last); ok {
 		return n, nil
 	}
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(k.own()))
@@ -383,14 +391,44 @@ func (s *Store) claimNumber(ctx context.Context, k runKey, last *jetstream.RawSt
 	return int(info.State.Subjects[k.own()]), nil
 }
 
-// readAll returns every event of run k stored now.
+// readAll returns every event of run k stored now, for a claim: its
+// frames' events in order, read in batches whose messages come without
+// headers (see [directBatchOf]). A claim reads the whole log, whose events
+// follow one another frame after frame (each owner numbers its events
+// from the last one stored, and a fenced owner's frames are refused), so
+// the index of a frame's first event, in its header, is not needed; the
+// next batch begins after the last stream sequence the batch's end names.
+// The headers were most of what the server wrote and the claimer parsed
+// for each frame: ten of them, six written one at a time by the server
+// (BENCHMARKS.md, issue 37, row 4). A batch without headers costs one
+// more request, answered "no message": the NATS server (v2.15.2) counts
+// down the messages pending only for batches with headers, so a batch's
+// end says more are pending where none are; a frame is never missed.
 func (s *Store) readAll(ctx context.Context, k runKey) ([][]byte, error) {
 	var out [][]byte
-	_, err := s.readFrames(ctx, k, 0, func(first uint64, events [][]byte) bool {
-		out = append(out, events...)
-		return true
-	})
-	return out, err
+	var after uint64
+	for {
+		b, err := held(s.keeper, ctx, func(ctx context.Context) (directRead, error) {
+			return directBatchOf(ctx, s.closed, s.nc, s.stream, k.events(), after+1, true)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: read run: %w", err)
+		}
+		for _, m := range b.msgs {
+			events, err := splitFrame(m.Data)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, events...)
+		}
+		if !b.more {
+			return out, nil
+		}
+		if b.last <= after {
+			return nil, errors.New("store: read run: a batch's end without its last stream sequence")
+		}
+		after = b.last
+	}
 }
 
 // own makes this replica the owner of run k, whose appends expect the

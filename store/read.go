@@ -66,11 +66,14 @@ func (s *Store) readFrames(ctx context.Context, k runKey, after uint64, fn func(
 	}
 }
 
-// directRead is one batch of a direct get: its messages, and whether
-// more may follow them.
+// directRead is one batch of a direct get: its messages, whether more
+// may follow them, and the stream sequence of its last message (read
+// from the batch's end, which says it whether or not the messages carry
+// their headers).
 type directRead struct {
 	msgs []*nats.Msg
 	more bool
+	last uint64
 }
 
 // Bounds of one batched direct get.
@@ -94,14 +97,25 @@ const (
 // must not hold a watch for its client's whole deadline. It fails with
 // [ErrClosed] once closed (the store's) is.
 func directBatch(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64) (directRead, error) {
+	return directBatchOf(ctx, closed, nc, stream, subject, from, false)
+}
+
+// directBatchOf is [directBatch], whose messages come without their
+// headers when noHeaders is set (JetStream's no_hdr): the stored ones,
+// and the six the server adds to each message of a batch (the stream,
+// the subject, the sequence, the time, the pending and last sequences),
+// each written by the server and parsed by the client. A server that
+// does not know the field sends them as before.
+func directBatchOf(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, stream jetstream.Stream, subject string, from uint64, noHeaders bool) (directRead, error) {
 	ctx, cancel := context.WithTimeout(ctx, directGetTimeout)
 	defer cancel()
 	req, err := json.Marshal(struct {
-		Seq      uint64 `json:"seq"`
-		NextFor  string `json:"next_by_subj"`
-		Batch    int    `json:"batch"`
-		MaxBytes int    `json:"max_bytes"`
-	}{from, subject, directBatchFrames, directBatchBytes})
+		Seq       uint64 `json:"seq"`
+		NextFor   string `json:"next_by_subj"`
+		Batch     int    `json:"batch"`
+		MaxBytes  int    `json:"max_bytes"`
+		NoHeaders bool   `json:"no_hdr,omitempty"`
+	}{from, subject, directBatchFrames, directBatchBytes, noHeaders})
 	if err != nil {
 		return directRead{}, err
 	}
@@ -135,6 +149,7 @@ func directBatch(ctx context.Context, closed <-chan struct{}, nc *nats.Conn, str
 			r.msgs = append(r.msgs, m)
 		case "204": // the batch's end: more when some are pending
 			pending, _ := strconv.ParseUint(m.Header.Get(numPendingHeader), 10, 64)
+			r.last, _ = strconv.ParseUint(m.Header.Get(lastSeqHeader), 10, 64)
 			r.more = pending > 0 && len(r.msgs) > 0
 			return r, nil
 		case "404": // none from there on
@@ -154,6 +169,7 @@ const (
 	statusHeader      = "Status"
 	descriptionHeader = "Description"
 	numPendingHeader  = "Nats-Num-Pending"
+	lastSeqHeader     = "Nats-Last-Sequence"
 )
 
 // decodeFrame returns the index of a frame's first event and its events.
@@ -216,7 +232,9 @@ func (s *Store) LatestAttempt(ctx context.Context, turnID string) (uint32, error
 // It holds no JetStream consumer: stored frames are read by direct gets,
 // and live ones arrive on a core NATS subscription to the run's subject,
 // made first; a frame missed there (a slow reader) is read from the store,
-// as is, after a lease TTL without a frame, any frame stored since.
+// as is, after a lease TTL without a frame, any frame stored since, and,
+// until the first frame comes live, what was stored since the last read,
+// 25 ms after the first read and then twice as long each time.
 func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, afterSeq uint64) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		k := runKey{turnID, attempt}
@@ -256,25 +274,79 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 			})
 			return err
 		}
-		if err := catchUp(); err != nil {
+		start := catchUp
+		if afterSeq > 0 {
+			// A watch from an event on (a client that re-attaches) needs the
+			// log only from the frame that holds it, most often the last.
+			start = func() error {
+				seq, ok, err := s.readFromLast(ctx, k, next, deliver)
+				if err != nil || ok {
+					read = seq
+					return err
+				}
+				return catchUp()
+			}
+		}
+		if err := start(); err != nil {
 			yield(nil, err)
 			return
 		}
 		quiet := time.NewTimer(s.cfg.LeaseTTL)
 		defer quiet.Stop()
+		// Until a frame comes live, the log is read again after settleFirst,
+		// then after twice as long each time, up to a lease TTL: a frame
+		// published before the live subscription was in place, and stored
+		// only after the first read (the stream may answer a read before
+		// it stores a frame sent to it earlier), reaches the watch
+		// neither way, and with nothing after it (a run's last frames: the
+		// rest of a turn taken over after a hand-off) the watch waited for
+		// its first quiet check, a lease TTL later (TestShutdownHandsOff,
+		// a few runs in a hundred, on main too). The first frame that
+		// comes live ends it: a frame missed before it leaves a gap, which
+		// is read then.
+		settleWait := settleFirst
+		settle := time.NewTimer(min(settleWait, s.cfg.LeaseTTL))
+		defer settle.Stop()
+		settled := settle.C
 		for !stopped {
 			select {
+			case <-settled:
+				if err := catchUp(); err != nil {
+					if !stopped {
+						yield(nil, err)
+					}
+					return
+				}
+				if settleWait *= 2; settleWait < s.cfg.LeaseTTL {
+					settle.Reset(settleWait)
+				} else {
+					settled = nil
+				}
 			case m := <-live:
+				if settled != nil {
+					settle.Stop()
+					settled = nil
+				}
 				first, events, err := decodeFrame(m.Header, m.Data)
 				if err != nil {
 					yield(nil, err)
 					return
 				}
 				if deliver(first, events) {
-					// Missed frames: the store has them, this one included.
+					// Missed frames: the store has them. This one it may
+					// not have yet: a frame reaches its subscribers as it
+					// is published, before the stream stores it. What the
+					// read leaves of it comes from the frame itself; a
+					// watch whose read filled the gap but not this frame's
+					// events waited for a frame after it or, for a run's
+					// last frame, for its first quiet check, a lease TTL
+					// later.
 					if err := catchUp(); err != nil {
 						yield(nil, err)
 						return
+					}
+					if !stopped {
+						deliver(first, events)
 					}
 				}
 				quiet.Reset(s.cfg.LeaseTTL)
@@ -311,6 +383,46 @@ func (s *Store) Events(ctx context.Context, turnID string, attempt uint32, after
 			}
 		}
 	}
+}
+
+// settleFirst is how long after its first read a watch that has had no
+// frame live reads the log again (see [Store.Events]).
+const settleFirst = 25 * time.Millisecond
+
+// readFromLast is the first read of a watch of run k that yields its
+// events from index next on: the log's last frame, by one direct get,
+// handed to deliver when it holds event next or any before it (frames are
+// stored in the order of their events, so no earlier frame holds an event
+// the watch needs). It returns the stream sequence of the last frame read,
+// from which the reads that follow go on, and false when the events the
+// watch needs begin before the last frame: the log is read from its start
+// then. A log without a frame is read whole (true, at 0): its frames come
+// on the watch's live subscription, made before.
+//
+// A client that re-attaches after a hand-off, which holds every event the
+// log has, read the whole log before: each frame of the run one reply,
+// which the new owner's claim reads too, and which, with many runs handed
+// off at once, were most of what NATS answered (BENCHMARKS.md, issue 37,
+// row 4).
+func (s *Store) readFromLast(ctx context.Context, k runKey, next uint64, deliver func(first uint64, events [][]byte) bool) (uint64, bool, error) {
+	m, err := held(s.keeper, ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return s.stream.GetLastMsgForSubject(ctx, k.events())
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, true, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("store: read run: %w", err)
+	}
+	first, events, err := decodeFrame(m.Header, m.Data)
+	if err != nil {
+		return 0, false, err
+	}
+	if first > next {
+		return 0, false, nil
+	}
+	deliver(first, events)
+	return m.Sequence, true, nil
 }
 
 // ownerGone reports whether run k has no lease and no event stored after

@@ -61,14 +61,29 @@ func (rs *Runs) followLog(ctx context.Context, k Key, afterSeq uint64, out *deli
 // to have no live owner and no terminal event, and otherwise the error
 // the stream ends with.
 func (rs *Runs) readLog(ctx context.Context, k Key, afterSeq uint64, out *delivery.Stream[Item]) (last uint64, orphan bool, err error) {
+	// The event at afterSeq is read again, unsent, to learn whether the
+	// client already holds the last one, unless the run's last event says
+	// it (see below).
+	from := max(afterSeq, 1) - 1
 	if afterSeq > 0 {
 		// A finished run ends here when the client holds its last event,
 		// or asks for events past it, which will never come.
-		if last, err := rs.lastEvent(ctx, k); err == nil && last != nil && terminal(last) && afterSeq >= last.GetSeq() {
+		last, err := rs.lastEvent(ctx, k)
+		if err == nil && last != nil && terminal(last) && afterSeq >= last.GetSeq() {
 			if afterSeq > last.GetSeq() {
 				return afterSeq, false, &PastEndError{AfterSeq: afterSeq, Last: last.GetSeq()}
 			}
 			return afterSeq, false, outcome(last)
+		}
+		if err == nil && last != nil && last.GetSeq() >= afterSeq {
+			// The event at afterSeq is not the run's last (or it is, not
+			// terminal, and more come): the log is read from the next
+			// one. The store reads it from its last frame when that frame
+			// holds it (store.Events), as it does after a hand-off whose
+			// new owner stored its first frame before this watch read
+			// the log: where the event at afterSeq, in the frame before,
+			// made it read the whole log.
+			from = afterSeq
 		}
 	}
 	// Tell the owner, wherever it is, that a client watches.
@@ -76,9 +91,6 @@ func (rs *Runs) readLog(ctx context.Context, k Key, afterSeq uint64, out *delive
 	tick := time.NewTicker(max(rs.grace/3, 10*time.Millisecond))
 	defer tick.Stop()
 	seq := afterSeq
-	// The event at afterSeq is read again, unsent, to learn whether the
-	// client already holds the last one.
-	from := max(afterSeq, 1) - 1
 	for b, err := range rs.store.Events(ctx, k.id(), k.Attempt, from) {
 		if err != nil {
 			if ctx.Err() != nil {
