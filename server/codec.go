@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	turnstilev1 "github.com/turnstile-dev/turnstile/gen/turnstile/v1"
 	"github.com/turnstile-dev/turnstile/runtime"
@@ -78,11 +79,35 @@ func (c codec) Name() string { return c.base.Name() }
 // encodedResponse is a response (RunTurnResponse, WatchTurnResponse)
 // whose one field, its event (field 1), is already encoded: the codec
 // writes the field's tag and length before event's bytes, with no second
-// encoding of the event. It embeds the message, so it is a proto.Message
-// itself for stats handlers that look at sent payloads.
+// encoding of the event, and nothing decodes it on the way. It is a
+// proto.Message itself (ProtoReflect) for stats handlers that look at
+// sent payloads.
 type encodedResponse struct {
-	proto.Message
+	// typ is the response's type.
+	typ   protoreflect.MessageType
 	event []byte
+}
+
+// The types of the responses an [encodedResponse] stands for.
+var (
+	runTurnResponseType   = (*turnstilev1.RunTurnResponse)(nil).ProtoReflect().Type()
+	watchTurnResponseType = (*turnstilev1.WatchTurnResponse)(nil).ProtoReflect().Type()
+)
+
+// ProtoReflect implements [proto.Message]: the response decoded from its
+// wire form, anew at each call, for a stats handler that reads the payload
+// sent (grpc.StatsHandler's OutPayload; otelgrpc, the server's own, reads
+// only its lengths). Sending it never calls it: a run's window holds its
+// events as wire forms only (server/durable), and this decodes one only
+// for whoever asks. An event that does not decode (never one stored by
+// this server) leaves the response without it.
+func (e *encodedResponse) ProtoReflect() protoreflect.Message {
+	m := e.typ.New()
+	b := protowire.AppendBytes(protowire.AppendTag(make([]byte, 0, wire.ResponseSize(len(e.event))), 1, protowire.BytesType), e.event)
+	if err := proto.Unmarshal(b, m.Interface()); err != nil {
+		return e.typ.New()
+	}
+	return m
 }
 
 // Marshal implements [encoding.CodecV2]. It encodes as gRPC's proto codec

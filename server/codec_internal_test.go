@@ -12,7 +12,8 @@ import (
 // TestEncodedResponse: a response sent as its event's stored wire form
 // decodes as the response encoded by gRPC's codec would, small (its own
 // buffer) and large (the event's bytes themselves, behind their tag and
-// length: not a copy), for both streaming responses.
+// length: not a copy), for both streaming responses; read as a message
+// (a stats handler's payload), it is the response.
 func TestEncodedResponse(t *testing.T) {
 	t.Parallel()
 	c := newCodec(1 << 20)
@@ -26,9 +27,14 @@ func TestEncodedResponse(t *testing.T) {
 			proto.Message
 			GetEvent() *turnstilev1.AgentEvent
 		}{&turnstilev1.RunTurnResponse{Event: ev}, &turnstilev1.WatchTurnResponse{Event: ev}} {
-			got, err := c.Marshal(&encodedResponse{Message: resp, event: wire})
+			enc := &encodedResponse{typ: resp.ProtoReflect().Type(), event: wire}
+			got, err := c.Marshal(enc)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A stats handler reading the payload sent reads the response.
+			if !proto.Equal(enc, resp) {
+				t.Errorf("%T of a %d-byte event, read as a message: %v", resp, len(wire), enc.ProtoReflect().Interface())
 			}
 			want, err := c.Marshal(resp)
 			if err != nil {

@@ -198,36 +198,17 @@ func (s *service) SteerTurn(ctx context.Context, req *turnstilev1.SteerTurnReque
 }
 
 // runItems returns the function that sends a run's events on a RunTurn
-// stream: an event whose wire form is known (as stored) is sent as that
-// form, without a second encoding (codec.go's encodedResponse).
+// stream: each as its wire form as stored, without a second encoding and
+// without decoding it (codec.go's encodedResponse).
 func runItems(stream grpc.ServerStreamingServer[turnstilev1.RunTurnResponse]) func(durable.Item) error {
 	return func(it durable.Item) error {
-		if it.Wire == nil {
-			return stream.Send(&turnstilev1.RunTurnResponse{Event: it.Event})
-		}
-		// The response and its encoded form in one allocation.
-		e := &struct {
-			resp turnstilev1.RunTurnResponse
-			enc  encodedResponse
-		}{}
-		e.resp.Event = it.Event
-		e.enc.Message, e.enc.event = &e.resp, it.Wire
-		return stream.SendMsg(&e.enc)
+		return stream.SendMsg(&encodedResponse{typ: runTurnResponseType, event: it.Wire})
 	}
 }
 
 // watchItems is runItems for a WatchTurn stream.
 func watchItems(stream grpc.ServerStreamingServer[turnstilev1.WatchTurnResponse]) func(durable.Item) error {
 	return func(it durable.Item) error {
-		if it.Wire == nil {
-			return stream.Send(&turnstilev1.WatchTurnResponse{Event: it.Event})
-		}
-		e := &struct {
-			resp turnstilev1.WatchTurnResponse
-			enc  encodedResponse
-		}{}
-		e.resp.Event = it.Event
-		e.enc.Message, e.enc.event = &e.resp, it.Wire
-		return stream.SendMsg(&e.enc)
+		return stream.SendMsg(&encodedResponse{typ: watchTurnResponseType, event: it.Wire})
 	}
 }

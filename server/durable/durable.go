@@ -139,7 +139,7 @@ type Outcome struct {
 
 // Run serves RunTurn with a turn store: it creates the run req names or
 // attaches to the one the store holds, and streams it to send, an event
-// and its wire form as stored at a time, until its end. ctx is the call's:
+// (its seq and its wire form as stored) at a time, until its end. ctx is the call's:
 // its values (the caller's key and turn slots, its trace, its log fields)
 // and its deadline, which is the turn's own, go with the run, which
 // outlives it. The error is the stream's end: nil when the turn completed
@@ -317,10 +317,13 @@ func (rs *Runs) ownRun(ctx context.Context, r *run, tr *runtime.TurnRequest, rel
 		// Whatever the runtime emits is stored, even once the turn is
 		// stopped: it emits nothing more of its work then, but what a
 		// cancel commits and its terminal event must not be lost to the
-		// cancel racing them.
+		// cancel racing them. Only its wire form waits for the
+		// acknowledgement, and goes to the window: the decoded event is
+		// not kept beside it.
+		seq := out.GetSeq()
 		err := rs.store.Append(context.WithoutCancel(ctx), k.id(), k.Attempt, b, func(err error) {
 			if err == nil {
-				r.publishWire(out, b, len(b))
+				r.publish(seq, b)
 			}
 			settled(len(b))
 		})

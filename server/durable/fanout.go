@@ -29,8 +29,9 @@ import (
 // of a stream's messages before Send blocks: a window of the same size
 // serves from memory every watcher whose stream is not stalled, and 1,024
 // running turns (the default max_running_turns) hold at most 64 MiB of
-// windows' wire forms (plus the newest event of each, which the window
-// always keeps, outside the bound), and the decoded events beside them.
+// windows (plus the newest event of each, which the window always keeps,
+// outside the bound). The window holds each event once, as its wire form:
+// what a stream sends and the log stores.
 const (
 	// windowEvents bounds the events of a run's window.
 	windowEvents = 256
@@ -50,15 +51,13 @@ type run struct {
 	ended  chan struct{} // closed once the run is over and its log flushed
 
 	mu sync.Mutex
-	// window holds the latest acknowledged events, in order:
-	// window[i].Seq == last-len(window)+1+i; sizes their wire sizes;
-	// wires their wire forms as stored, where known (nil for the events
-	// of a run taken over), which the stream of the RPC that created the
-	// run sends without encoding them again.
-	window     []*turnstilev1.AgentEvent
-	sizes      []int
-	wires      [][]byte
-	windowSize int    // the sum of sizes
+	// window holds the wire forms, as stored, of the latest acknowledged
+	// events, in order: window[i] is the event of seq
+	// last-len(window)+1+i. Each is the event's only form here: streams
+	// send it as it is, and nothing keeps the event decoded beside it
+	// (the text of a reply's merged deltas would be held twice).
+	window     [][]byte
+	windowSize int    // the sum of the window's lengths
 	last       uint64 // the seq of the last acknowledged event
 	done       bool
 	final      error // how watchers end, once done: nil when the turn completed
@@ -104,31 +103,30 @@ func newRun(k Key, hash []byte, cancel context.CancelCauseFunc) *run {
 	return &run{key: k, hash: hash, cancel: cancel, ended: make(chan struct{}), wake: make(chan struct{}), ctl: runtime.NewControls()}
 }
 
-// publish adds an acknowledged event of size bytes on the wire to the
-// window, drops the oldest ones beyond its bounds, and wakes the watchers.
-func (r *run) publish(ev *turnstilev1.AgentEvent, size int) { r.publishWire(ev, nil, size) }
-
-// publishWire is publish of an event whose wire form, as stored, is wire
-// (nil when not known).
-func (r *run) publishWire(ev *turnstilev1.AgentEvent, wire []byte, size int) {
+// publish adds the acknowledged event of seq seq, whose wire form as
+// stored is wire, to the window, drops the oldest ones beyond its bounds,
+// and wakes the watchers. wire is never changed afterwards: streams send
+// it, and gRPC may queue it, as it is.
+func (r *run) publish(seq uint64, wire []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
 		return
 	}
-	r.add(ev, wire, size)
+	r.add(seq, wire)
 	for _, out := range r.streams {
 		out.Kick()
 	}
 	r.wakeUp()
 }
 
-// Item is an event of a run as a stream sends it: decoded, and its wire
-// form as stored, which the stream sends without encoding it again.
+// Item is an event of a run as a stream sends it: its seq and its wire
+// form as stored (what the log holds), which the stream sends as it is,
+// without decoding or encoding it again.
 type Item struct {
-	Event *turnstilev1.AgentEvent
-	// Wire is the event's wire form as stored; nil when not known (the
-	// events of a run taken over, read back into its window).
+	// Seq is the event's seq.
+	Seq uint64
+	// Wire is the event's wire form as stored; it is never changed.
 	Wire []byte
 }
 
@@ -141,7 +139,7 @@ func (r *run) Next(after uint64, buf []Item) ([]Item, delivery.State) {
 		return buf, delivery.Behind
 	}
 	for i := int(after + 1 - first); i < len(r.window); i++ {
-		buf = append(buf, Item{r.window[i], r.wires[i]})
+		buf = append(buf, Item{Seq: first + uint64(i), Wire: r.window[i]})
 	}
 	if r.done {
 		return buf, delivery.Over
@@ -150,7 +148,7 @@ func (r *run) Next(after uint64, buf []Item) ([]Item, delivery.State) {
 }
 
 // Seq implements [delivery.Feed].
-func (r *run) Seq(it Item) uint64 { return it.Event.GetSeq() }
+func (r *run) Seq(it Item) uint64 { return it.Seq }
 
 // wakeChan returns the channel closed at the run's next change; r.mu is
 // held.
@@ -168,20 +166,17 @@ func (r *run) wakeUp() {
 	}
 }
 
-// add appends ev to the window and keeps the window within its bounds,
-// the newest event always; r.mu is held.
-func (r *run) add(ev *turnstilev1.AgentEvent, wire []byte, size int) {
+// add appends the event of seq seq, whose wire form is wire, to the window
+// and keeps the window within its bounds, the newest event always; r.mu
+// is held.
+func (r *run) add(seq uint64, wire []byte) {
 	if r.window == nil {
-		// A turn's events in three allocations, not one per doubling.
-		r.window = make([]*turnstilev1.AgentEvent, 0, windowFirstCap)
-		r.sizes = make([]int, 0, windowFirstCap)
-		r.wires = make([][]byte, 0, windowFirstCap)
+		// A turn's events in one allocation, not one per doubling.
+		r.window = make([][]byte, 0, windowFirstCap)
 	}
-	r.window = append(r.window, ev)
-	r.sizes = append(r.sizes, size)
-	r.wires = append(r.wires, wire)
-	r.windowSize += size
-	r.last = ev.GetSeq()
+	r.window = append(r.window, wire)
+	r.windowSize += len(wire)
+	r.last = seq
 	// The bytes bound the events before the newest: a large event (the
 	// deltas merged over a store's round trip, a completed message) does
 	// not push out the events before it, which a stream one Send behind
@@ -189,28 +184,34 @@ func (r *run) add(ev *turnstilev1.AgentEvent, wire []byte, size int) {
 	// at the run's very end fell behind and read the log, whose reads load
 	// the embedded server's 8 MB blocks (issue 37, row 2).
 	n := 0
-	for len(r.window)-n > 1 && (len(r.window)-n > windowEvents || r.windowSize-size > windowBytes) {
-		r.windowSize -= r.sizes[n]
-		r.window[n], r.wires[n] = nil, nil
+	for len(r.window)-n > 1 && (len(r.window)-n > windowEvents || r.windowSize-len(wire) > windowBytes) {
+		r.windowSize -= len(r.window[n])
+		r.window[n] = nil
 		n++
 	}
 	if n > 0 {
-		// Shift in place: the backing arrays stay at the window's bound.
+		// Shift in place: the backing array stays at the window's bound.
 		r.window = append(r.window[:0], r.window[n:]...)
-		r.sizes = append(r.sizes[:0], r.sizes[n:]...)
-		r.wires = append(r.wires[:0], r.wires[n:]...)
 		clear(r.window[len(r.window):cap(r.window)])
-		clear(r.wires[len(r.wires):cap(r.wires)])
 	}
 }
 
 // fill sets the window from the events of a run taken over, read from its
-// log (events[i].Seq == i+1): their tail, within the window's bounds.
+// log (events[i].Seq == i+1): their tail, within the window's bounds, in
+// the wire form they are stored in (the log's deterministic encoding). An
+// event that does not encode (none this server stored) leaves out of the
+// window it and those before it, which its watchers read from the log.
 func (r *run) fill(events []*turnstilev1.AgentEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ev := range events[max(0, len(events)-windowEvents):] {
-		r.add(ev, nil, proto.Size(ev))
+		b, err := marshalEvent(ev)
+		if err != nil {
+			clear(r.window)
+			r.window, r.windowSize = r.window[:0], 0
+			continue
+		}
+		r.add(ev.GetSeq(), b)
 	}
 	r.last = uint64(len(events))
 }
@@ -292,7 +293,7 @@ func (rs *Runs) fromLog(ctx context.Context, r *run, out *delivery.Stream[Item])
 			rs.logger.Error("turn store: an event out of order in the log", "turn_id", k.TurnID, "attempt", k.Attempt, "seq", ev.GetSeq(), "want", next+1)
 			return true, ErrCorrupt
 		}
-		if err := out.Put(Item{Event: ev, Wire: b}); err != nil {
+		if err := out.Put(Item{Seq: ev.GetSeq(), Wire: b}); err != nil {
 			return true, err
 		}
 		next = ev.GetSeq()

@@ -26,16 +26,15 @@ type recorder struct {
 }
 
 func (c *recorder) send(it Item) error {
-	ev := it.Event
 	if c.in.Add(1) != 1 {
-		c.t.Errorf("two Sends of one stream under way at seq %d", ev.GetSeq())
+		c.t.Errorf("two Sends of one stream under way at seq %d", it.Seq)
 	}
 	defer c.in.Add(-1)
 	c.calls.Add(1)
 	if c.slow && rand.IntN(4) == 0 {
 		time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 	}
-	c.seqs = append(c.seqs, ev.GetSeq())
+	c.seqs = append(c.seqs, it.Seq)
 	return nil
 }
 
@@ -73,7 +72,7 @@ func TestPushedStreamOnceInOrder(t *testing.T) {
 			s := testRuns(t)
 			r := newRun(Key{TurnID: "t", Attempt: 1}, nil, func(error) {})
 			publish := func(i int) {
-				r.publish(&turnstilev1.AgentEvent{Seq: uint64(i), Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "x"}}}, 8)
+				publishEvent(t, r, &turnstilev1.AgentEvent{Seq: uint64(i), Payload: &turnstilev1.AgentEvent_TextDelta{TextDelta: &turnstilev1.TextDelta{Text: "x"}}})
 			}
 			for i := 1; i <= tc.before; i++ {
 				publish(i)
@@ -141,12 +140,12 @@ func TestPushedStreamFails(t *testing.T) {
 		done <- err
 	}()
 	for i := 1; i <= 10; i++ {
-		r.publish(ev(i), 8)
+		publishEvent(t, r, ev(i))
 	}
 	if err := <-done; !errors.Is(err, failed) {
 		t.Errorf("ended with %v, want the Send's failure", err)
 	}
-	r.publish(ev(11), 8)
+	publishEvent(t, r, ev(11))
 	if n := sends.Load(); n != 3 {
 		t.Errorf("%d Sends, want 3: none after the failure", n)
 	}
@@ -157,12 +156,12 @@ func TestPushedStreamFails(t *testing.T) {
 		_, err := s.stream(ctx, r.key, r, 0, func(Item) error { return nil })
 		done <- err
 	}()
-	r.publish(ev(1), 8)
+	publishEvent(t, r, ev(1))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("ended with %v, want the context's cancellation", err)
 	}
-	r.publish(ev(2), 8)
+	publishEvent(t, r, ev(2))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.streams) != 0 || r.last != 2 || r.done {
@@ -178,7 +177,7 @@ func TestPushedStreamOfARunOver(t *testing.T) {
 	for _, n := range []int{0, 3} {
 		r := newRun(Key{TurnID: "t", Attempt: 1}, nil, func(error) {})
 		for i := 1; i <= n; i++ {
-			r.publish(&turnstilev1.AgentEvent{Seq: uint64(i)}, 8)
+			publishEvent(t, r, &turnstilev1.AgentEvent{Seq: uint64(i)})
 		}
 		r.finish(ErrStoreUnreachable)
 		c := &recorder{t: t}
@@ -199,4 +198,15 @@ func testRuns(t *testing.T) *Runs {
 	t.Cleanup(w.Close)
 	return &Runs{streams: delivery.Config{SendTimeout: time.Minute, Start: w.Run}, grace: time.Hour,
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// publishEvent publishes ev to r's window as the run's sink does once the
+// store acknowledged it: its seq and its wire form as stored.
+func publishEvent(t testing.TB, r *run, ev *turnstilev1.AgentEvent) {
+	t.Helper()
+	b, err := marshalEvent(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.publish(ev.GetSeq(), b)
 }

@@ -80,8 +80,8 @@ func (r *run) lags(out *delivery.Stream[Item]) bool {
 		return true
 	}
 	ahead := 0
-	for i := int(sent + 1 - first); i < len(r.sizes); i++ {
-		ahead += r.sizes[i]
+	for _, b := range r.window[sent+1-first:] {
+		ahead += len(b)
 	}
 	return ahead > windowBytes
 }

@@ -109,7 +109,7 @@ func (rs *Runs) readLog(ctx context.Context, k Key, afterSeq uint64, out *delive
 			return seq, false, ErrCorrupt
 		}
 		if ev.GetSeq() > afterSeq {
-			if err := out.Put(Item{Event: ev, Wire: b}); err != nil {
+			if err := out.Put(Item{Seq: ev.GetSeq(), Wire: b}); err != nil {
 				return seq, false, err
 			}
 		}
