@@ -156,8 +156,8 @@ func outcome(ev *turnstilev1.AgentEvent) error {
 	return nil
 }
 
-// Watch streams run k after afterSeq to send, an event and its wire form
-// as stored at a time, from this replica's window when it owns the run,
+// Watch streams run k after afterSeq to send, an event's seq and its
+// wire form as stored at a time, from this replica's window when it owns the run,
 // else from the log, until the run's end: the error is the stream's, as
 // [Runs.Run] says, or a *PastEndError for an afterSeq past the end of a
 // finished run.
