@@ -39,8 +39,8 @@ type Server struct {
 	// that run any) is refused with a retryable RESOURCE_EXHAUSTED
 	// (LIMIT_EXCEEDED, limit memory_limit); past 85%, every new turn is.
 	// The memory counted is the live heap and what the Go runtime holds
-	// beside it, and at least 1 MiB a running turn (2 MiB with the turn
-	// store on). A turn refused while the memory held is past 85% first
+	// beside it, and at least 1 MiB a running turn, with the turn store
+	// on or off. A turn refused while the memory held is past 85% first
 	// ends, with the store on, the turns nobody reads of the key that
 	// runs the most (a stored retryable UNAVAILABLE). Past 85%, the
 	// replica takes over no turn of a replica that went away either:

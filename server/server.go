@@ -87,8 +87,7 @@ type Options struct {
 	MemoryLimit int64
 	// TurnMemory is what a running turn is counted to hold at least when
 	// the server projects its memory against MemoryLimit (default
-	// [admission.DefaultTurnMemory], [admission.DefaultDurableTurnMemory]
-	// with a Store).
+	// [admission.DefaultTurnMemory], with a Store or without).
 	TurnMemory int64
 	// MemoryInUse reads what the process holds, for MemoryLimit (default
 	// [admission.RuntimeMemory]: the live heap as of the last collection
@@ -279,9 +278,6 @@ func (o *Options) setDefaults() {
 	defInt(&o.MaxRunningTurns, 1024)
 	if o.TurnMemory == 0 {
 		o.TurnMemory = admission.DefaultTurnMemory
-		if o.Store != nil {
-			o.TurnMemory = admission.DefaultDurableTurnMemory
-		}
 	}
 	if o.MemoryInUse == nil {
 		o.MemoryInUse = admission.RuntimeMemory()

@@ -43,20 +43,18 @@ const (
 	memoryFullMark  = 0.85
 )
 
-// What a running turn is counted to hold at least when the server
-// projects its memory, without a store (DefaultTurnMemory) and with one
-// (DefaultDurableTurnMemory): what a turn whose client reads nothing
-// makes the process hold at its peak, its stream's queue and window, its
-// reply, and with a store the run's window and the events encoded for
-// the log, with the garbage they leave (1,000 such turns of 20,000-word
-// replies peaked at 1.0 GiB of RSS with the store off and 2.1 GiB with it
-// on, over live heaps of 0.54 and 0.67 GB: BENCHMARKS.md, issue 37).
-// Under a 1 GiB data-segment limit, the store-on server died with 552
-// such turns counted at 1 MiB each, and stayed up with 300.
-const (
-	DefaultTurnMemory        = 1 << 20
-	DefaultDurableTurnMemory = 2 << 20
-)
+// DefaultTurnMemory is what a running turn is counted to hold at least
+// when the server projects its memory, with the turn store or without:
+// what a turn whose client reads nothing makes the process hold at its
+// peak, its stream's queue and window, its reply, and with a store the
+// run's window and its events on their way to the log, with the garbage
+// they leave. 1,000 such turns of 20,000-word replies peak at 0.8-0.9 GiB
+// of RSS with the store on and 0.7-0.8 GiB with it off; under a 1 GiB
+// data-segment limit, 552 of them admitted at 1 MiB each peaked at 552-564
+// MiB with the store on, the other key's turns completing
+// (BENCHMARKS.md, issue 37). Store-on turns were counted at 2 MiB while
+// they held about twice what store-off ones did.
+const DefaultTurnMemory = 1 << 20
 
 // NewMemory returns the bound of limit bytes, with turn bytes counted for
 // each running turn and gauge reading what the process holds. A limit of
