@@ -23,16 +23,7 @@ func TestWatchEndsWhenItsStoreCloses(t *testing.T) {
 	owner, watcher := openTestReplica(t, url, ttl), openTestReplica(t, url, ttl)
 	ctx := t.Context()
 	const id = "closing"
-	if created, _, err := owner.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
-		t.Fatalf("Create = %v, %v", created, err)
-	}
-	acked := make(chan error, 1)
-	if err := owner.Append(ctx, id, 1, []byte("first"), func(err error) { acked <- err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-acked; err != nil {
-		t.Fatal(err)
-	}
+	createRun(t, ctx, owner, id, "first")
 	// The client's deadline is far away: only the store's end may end
 	// the watch.
 	wctx, cancel := context.WithTimeout(ctx, time.Hour)
@@ -60,6 +51,24 @@ func TestWatchEndsWhenItsStoreCloses(t *testing.T) {
 	watcher.Close()
 	if err := <-ended; !errors.Is(err, ErrClosed) {
 		t.Fatalf("the watch ended with %v, want %v", err, ErrClosed)
+	}
+}
+
+// createRun creates run (id, 1) on s, owned by s, and stores events in
+// it, each acknowledged before the next.
+func createRun(t *testing.T, ctx context.Context, s *Store, id string, events ...string) {
+	t.Helper()
+	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
+		t.Fatalf("Create = %v, %v", created, err)
+	}
+	for _, ev := range events {
+		acked := make(chan error, 1)
+		if err := s.Append(ctx, id, 1, []byte(ev), func(err error) { acked <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acked; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -35,16 +35,7 @@ func TestWatchDeliversALiveFrameNotYetStored(t *testing.T) {
 	defer cancel()
 	const id = "inflight"
 	k := runKey{id, 1}
-	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
-		t.Fatalf("Create = %v, %v", created, err)
-	}
-	acked := make(chan error, 1)
-	if err := s.Append(ctx, id, 1, []byte("e1"), func(err error) { acked <- err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-acked; err != nil {
-		t.Fatal(err)
-	}
+	createRun(t, ctx, s, id, "e1")
 	inject := injector(t, ctx, s)
 
 	next, stop := iter.Pull2(s.Events(ctx, id, 1, 0))
@@ -86,16 +77,7 @@ func TestWatchReadsAFrameItDidNotHear(t *testing.T) {
 	defer cancel()
 	const id = "unheard"
 	k := runKey{id, 1}
-	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
-		t.Fatalf("Create = %v, %v", created, err)
-	}
-	acked := make(chan error, 1)
-	if err := s.Append(ctx, id, 1, []byte("e1"), func(err error) { acked <- err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-acked; err != nil {
-		t.Fatal(err)
-	}
+	createRun(t, ctx, s, id, "e1")
 	inject := injector(t, ctx, s)
 
 	next, stop := iter.Pull2(s.Events(ctx, id, 1, 0))
