@@ -1,12 +1,14 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/turnstile-dev/turnstile/internal/natstest"
+	"github.com/turnstile-dev/turnstile/store"
 )
 
 // TestReattachReadsFromTheLastFrame (issue 37, row 4): a watch from an
@@ -21,19 +23,7 @@ func TestReattachReadsFromTheLastFrame(t *testing.T) {
 	s := openNATS(t, url)
 	ctx := t.Context()
 	const id = "reattach"
-	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
-		t.Fatalf("Create = %v, %v", created, err)
-	}
-	for i := 1; i <= frames; i++ {
-		// Each event acknowledged before the next: a frame of its own.
-		acked := make(chan error, 1)
-		if err := s.Append(ctx, id, 1, fmt.Appendf(nil, "e%d", i), func(err error) { acked <- err }); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-acked; err != nil {
-			t.Fatal(err)
-		}
-	}
+	storeFrames(t, ctx, s, id, frames)
 	// Every answer NATS sends to a request goes to an inbox: counted on a
 	// connection of the test's own.
 	nc, err := nats.Connect(url)
@@ -99,18 +89,7 @@ func TestClaimReadsFramesWithoutHeaders(t *testing.T) {
 	s := openNATS(t, url)
 	ctx := t.Context()
 	const id = "headless"
-	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
-		t.Fatalf("Create = %v, %v", created, err)
-	}
-	for i := 1; i <= frames; i++ {
-		acked := make(chan error, 1)
-		if err := s.Append(ctx, id, 1, fmt.Appendf(nil, "e%d", i), func(err error) { acked <- err }); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-acked; err != nil {
-			t.Fatal(err)
-		}
-	}
+	storeFrames(t, ctx, s, id, frames)
 	if err := s.Release(ctx, id, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -157,4 +136,22 @@ func TestClaimReadsFramesWithoutHeaders(t *testing.T) {
 		t.Errorf("%d of the %d replies to the claim carried a frame's headers, want none", withHeaders, replies)
 	}
 	t.Logf("%d replies", replies)
+}
+
+// storeFrames creates run (id, 1) on s and stores n events in it, "e1"
+// to "en", each acknowledged before the next: a frame of its own.
+func storeFrames(t *testing.T, ctx context.Context, s *store.Store, id string, n int) {
+	t.Helper()
+	if created, _, err := s.Create(ctx, id, 1, []byte("req"), func(string) []byte { return nil }); err != nil || !created {
+		t.Fatalf("Create = %v, %v", created, err)
+	}
+	for i := 1; i <= n; i++ {
+		acked := make(chan error, 1)
+		if err := s.Append(ctx, id, 1, fmt.Appendf(nil, "e%d", i), func(err error) { acked <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acked; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

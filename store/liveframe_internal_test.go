@@ -38,15 +38,8 @@ func TestWatchDeliversALiveFrameNotYetStored(t *testing.T) {
 	createRun(t, ctx, s, id, "e1")
 	inject := injector(t, ctx, s)
 
-	next, stop := iter.Pull2(s.Events(ctx, id, 1, 0))
+	want, stop := watchOf(t, ctx, s, id)
 	defer stop()
-	want := func(event string) {
-		t.Helper()
-		b, err, ok := next()
-		if !ok || err != nil || string(b) != event {
-			t.Fatalf("the watch yielded %q, %v (more: %v); want %q", b, err, ok, event)
-		}
-	}
 	want("e1") // the watch has read the log and listens
 
 	inject(k, 2, "e2")
@@ -80,15 +73,8 @@ func TestWatchReadsAFrameItDidNotHear(t *testing.T) {
 	createRun(t, ctx, s, id, "e1")
 	inject := injector(t, ctx, s)
 
-	next, stop := iter.Pull2(s.Events(ctx, id, 1, 0))
+	want, stop := watchOf(t, ctx, s, id)
 	defer stop()
-	want := func(event string) {
-		t.Helper()
-		b, err, ok := next()
-		if !ok || err != nil || string(b) != event {
-			t.Fatalf("the watch yielded %q, %v (more: %v); want %q", b, err, ok, event)
-		}
-	}
 	want("e1")
 	inject(k, 2, "e2")
 	want("e2")
@@ -120,4 +106,18 @@ func injector(t *testing.T, ctx context.Context, s *Store) func(k runKey, first 
 func frameMsg(first int, event string) *nats.Msg {
 	data := binary.AppendUvarint(nil, uint64(len(event)))
 	return &nats.Msg{Data: append(data, event...), Header: nats.Header{firstHeader: {strconv.Itoa(first)}}}
+}
+
+// watchOf starts a watch of run (id, 1) on s from its start, and returns
+// the function that asserts the next event it yields, and the one that
+// stops it.
+func watchOf(t *testing.T, ctx context.Context, s *Store, id string) (want func(event string), stop func()) {
+	next, stop := iter.Pull2(s.Events(ctx, id, 1, 0))
+	return func(event string) {
+		t.Helper()
+		b, err, ok := next()
+		if !ok || err != nil || string(b) != event {
+			t.Fatalf("the watch yielded %q, %v (more: %v); want %q", b, err, ok, event)
+		}
+	}, stop
 }
